@@ -1,0 +1,54 @@
+/*
+ * jsonconf.h: loading a JSON configuration document into a struct described
+ * by a tb_schema_t, with the same strict field checks as the wire codec.
+ *
+ * Order of precedence: built-in defaults < the file < environment variables
+ * (when a prefix is given: TASKBOX_KAFKA_BROKERS overrides kafka.brokers).
+ * Every error names the origin (file or variable), the key, and what was
+ * expected. Configuration files are JSON, parsed by jansson: Debian ships
+ * it, it is small and well kept, and the project already speaks JSON for
+ * the schema examples and the agent protocol, so one parser serves all.
+ * This file owns the merge and the environment mapping; the tables live
+ * with each configuration type (config.c, runtime.c, recipe_manifest.c).
+ */
+#ifndef TB_JSONCONF_H
+#define TB_JSONCONF_H
+
+#include "tb/codec.h"
+
+#include <jansson.h>
+
+/**
+ * Decodes @p doc into @p out.
+ * @param defaults JSON text merged under @p doc (may be NULL)
+ * @param env_prefix "TASKBOX" to apply environment overrides, or NULL
+ * @param origin the file name, used in errors
+ * @param[out] out zero-filled; on success the caller releases it with
+ *             tb_msg_free(schema, out)
+ * @return 0, TB_EINVAL with "<origin>: <key>: <why>", TB_ENOMEM
+ */
+int tb_jsonconf_decode(const tb_schema_t *schema, void *out, const json_t *doc,
+		       const char *defaults, const char *env_prefix,
+		       const char *origin, tb_error_t *err);
+
+/**
+ * Reads and decodes the JSON file @p path (capped at 1 MiB), whose "v" key
+ * must equal @p version; see tb_jsonconf_decode(). A missing file is
+ * TB_ENOTFOUND, another version TB_EVERSION.
+ */
+int tb_jsonconf_load(const tb_schema_t *schema, void *out, const char *path,
+		     const char *defaults, const char *env_prefix,
+		     unsigned version, tb_error_t *err);
+
+/**
+ * Parses JSON text of at most @p max bytes, with errors naming @p origin
+ * and the line and column. @param[out] out a new reference.
+ */
+int tb_jsonconf_parse(json_t **out, const char *text, size_t len, size_t max,
+		      const char *origin, tb_error_t *err);
+
+/** Checks a "v" key of @p doc against @p version ("unknown version"). */
+int tb_jsonconf_check_version(const json_t *doc, unsigned version,
+			      const char *origin, tb_error_t *err);
+
+#endif

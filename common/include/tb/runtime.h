@@ -1,0 +1,84 @@
+/*
+ * runtime.h: a runtime (schemas/runtime.md) binds recipes to this worker's
+ * environment: default and maximum limits, attempts, what the sandbox
+ * mounts, agent caps, the network policy and the bindings the agent sees.
+ * Runtimes are JSON files in the worker's runtimes_dir, named <name>.json;
+ * a task names its runtime. This file owns the table and the limit rules;
+ * the sandbox, agent and proxy modules own what the values do.
+ */
+#ifndef TB_RUNTIME_H
+#define TB_RUNTIME_H
+
+#include "tb/codec.h"
+#include "tb/schema_task.h"
+
+typedef struct tb_credential {
+	char *header; /* add as this request header ... */
+	char *query;  /* ... or as this query parameter */
+	char *format; /* "Bearer {}": {} is replaced by the secret */
+	char *env;    /* the secret is in this worker environment variable ... */
+	char *file;   /* ... or in this file */
+} tb_credential_t;
+
+typedef struct tb_endpoint {
+	uint32_t has;
+	char *name;   /* the binding name the agent sees */
+	char *host;   /* upstream host name */
+	uint64_t port;
+	char *scheme; /* "https" or "http" */
+	tb_strlist_t methods;       /* empty: any */
+	tb_strlist_t path_prefixes; /* empty: any */
+	tb_credential_t credential; /* absent: none added */
+} tb_endpoint_t;
+
+typedef struct tb_sandbox_conf {
+	tb_strlist_t ro_binds; /* host paths bound read-only at the same place */
+	uint64_t workspace_mb;
+	uint64_t max_open_files;
+	uint64_t max_file_mb;
+	uint64_t max_output_files;
+} tb_sandbox_conf_t;
+
+typedef struct tb_agent_conf {
+	uint64_t max_event_bytes;
+	uint64_t max_events_per_second;
+	uint64_t idle_timeout_seconds;
+	uint64_t judge_timeout_seconds;
+} tb_agent_conf_t;
+
+typedef struct tb_runtime {
+	uint32_t has;
+	char *name;
+	uint64_t max_attempts;
+	tb_limits_t limits;     /* defaults for every task */
+	tb_limits_t max_limits; /* what a task may ask for at most */
+	tb_sandbox_conf_t sandbox;
+	tb_agent_conf_t agent;
+	tb_list_t endpoints;    /* tb_endpoint_t, "network.allow" in the file */
+	tb_strmap_t env;        /* bindings: variables the agent sees */
+} tb_runtime_t;
+
+extern const tb_schema_t tb_schema_runtime;
+extern const char tb_runtime_defaults[];
+
+/**
+ * Loads a runtime file. @param[out] out released with tb_runtime_free().
+ * @return 0, TB_ENOTFOUND, TB_EVERSION, TB_EINVAL (file, key and reason)
+ */
+int tb_runtime_load(tb_runtime_t *out, const char *path, tb_error_t *err);
+
+void tb_runtime_free(tb_runtime_t *rt);
+
+/**
+ * The limits a task runs with: the runtime's defaults, then the recipe's,
+ * then the task's overrides, each override checked against max_limits.
+ * @param recipe may be NULL
+ * @param task may be NULL
+ * @return 0, or TB_EPOISON naming the limit a recipe or task asked too much
+ *         of (the task can never run here as submitted)
+ */
+int tb_runtime_limits(tb_limits_t *out, const tb_runtime_t *rt,
+		      const tb_limits_t *recipe, const tb_limits_t *task,
+		      tb_error_t *err);
+
+#endif

@@ -1,0 +1,47 @@
+/*
+ * schema_dlq.h: a dead-letter record (schemas/dlq.md): a message the pool
+ * gave up on, with why, every attempt's reason, where it came from, and the
+ * original bytes so an operator can send it back after a fix.
+ */
+#ifndef TB_SCHEMA_DLQ_H
+#define TB_SCHEMA_DLQ_H
+
+#include "tb/codec.h"
+
+typedef enum tb_dlq_cause {
+	TB_DLQ_MALFORMED = 0, /* could not be decoded or failed its schema */
+	TB_DLQ_POISON,        /* decoded, but can never succeed (unknown recipe
+				 commit, unknown runtime, ...) */
+	TB_DLQ_MAX_ATTEMPTS,  /* failed on every attempt the runtime allows */
+	TB_DLQ_ORPHAN,        /* a follow-up for an unknown or finished task */
+} tb_dlq_cause_t;
+
+typedef struct tb_dlq_attempt {
+	char *worker;
+	uint64_t attempt;
+	uint64_t ts;
+	char *reason;
+} tb_dlq_attempt_t;
+
+typedef struct tb_dlq {
+	uint32_t has;
+	char *task_id;      /* absent when the message could not be decoded */
+	int cause;          /* tb_dlq_cause_t */
+	char *reason;       /* the final reason, human-readable */
+	char *topic;
+	uint64_t partition;
+	uint64_t offset;
+	uint64_t ts;
+	tb_list_t attempts; /* tb_dlq_attempt_t */
+	tb_bytes_t original;
+} tb_dlq_t;
+
+enum { TB_DLQ_F_PARTITION = 4, TB_DLQ_F_OFFSET = 5 };
+
+/* The original message is kept whole up to this size; a bigger message was
+ * refused as too big and is kept truncated to it. */
+#define TB_DLQ_ORIGINAL_MAX (1u << 20)
+
+extern const tb_schema_t tb_schema_dlq;
+
+#endif

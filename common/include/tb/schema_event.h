@@ -1,0 +1,45 @@
+/*
+ * schema_event.h: one event of a task (schemas/event.md), on the events
+ * topic keyed by task id. (task_id, attempt, seq) identifies it, so a
+ * replayed attempt never collides with an earlier one. The payload is a
+ * map whose shape depends on the type; it is kept as canonical MessagePack.
+ */
+#ifndef TB_SCHEMA_EVENT_H
+#define TB_SCHEMA_EVENT_H
+
+#include "tb/codec.h"
+
+typedef enum tb_event_type {
+	TB_EV_PHASE = 0,     /* lifecycle phase reached, with its duration */
+	TB_EV_MESSAGE,       /* a conversation message (role, text) */
+	TB_EV_TOOL_CALL,
+	TB_EV_TOOL_RESULT,
+	TB_EV_THOUGHT,
+	TB_EV_ARTIFACT,      /* a file saved to the store */
+	TB_EV_VERDICT,       /* a judge's verdict (summary) */
+	TB_EV_ERROR,         /* something went wrong, with its reason */
+	TB_EV_EGRESS,        /* one request through the egress proxy */
+	TB_EV_TURN,          /* interactive: turn started / ended / idle */
+	TB_EV_RESULT,        /* the task's final outcome */
+	TB_EV__COUNT
+} tb_event_type_t;
+
+typedef struct tb_event {
+	uint32_t has;
+	char *task_id;
+	uint64_t attempt; /* 1-based */
+	uint64_t seq;     /* 0-based, per (task, attempt), no gaps */
+	uint64_t ts;      /* ms since the Unix epoch */
+	int type;         /* tb_event_type_t */
+	tb_bytes_t payload;
+} tb_event_t;
+
+#define TB_EVENT_PAYLOAD_MAX (256u << 10)
+#define TB_EVENT_MAX_BYTES (TB_EVENT_PAYLOAD_MAX + 1024)
+
+extern const tb_schema_t tb_schema_event;
+
+/** The wire name of an event type ("tool-call"), or NULL if out of range. */
+const char *tb_event_type_name(int type);
+
+#endif

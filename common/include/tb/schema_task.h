@@ -1,0 +1,64 @@
+/*
+ * schema_task.h: the task message (schemas/task.md), on the tasks topic
+ * keyed by task id. Decode and encode it with tb_msg_decode/tb_msg_encode
+ * and &tb_schema_task; release with tb_msg_free.
+ */
+#ifndef TB_SCHEMA_TASK_H
+#define TB_SCHEMA_TASK_H
+
+#include "tb/codec.h"
+
+typedef enum tb_task_kind {
+	TB_TASK_ONE_SHOT = 0,
+	TB_TASK_INTERACTIVE = 1,
+} tb_task_kind_t;
+
+typedef struct tb_recipe_ref {
+	char *url;    /* git repository URL */
+	char *commit; /* full 40-hex commit id */
+} tb_recipe_ref_t;
+
+typedef struct tb_input {
+	char *name;     /* relative path under /inputs in the sandbox */
+	char *artifact; /* artifact key in the store */
+	char *sha256;   /* optional: expected checksum */
+} tb_input_t;
+
+/* Per-task limit overrides; each is optional and capped by the runtime. */
+enum {
+	TB_LIMIT_WALL_SECONDS,
+	TB_LIMIT_MEMORY_MB,
+	TB_LIMIT_PIDS,
+	TB_LIMIT_CPU_MILLIS,
+	TB_LIMIT_OUTPUTS_MB,
+};
+typedef struct tb_limits {
+	uint32_t has; /* TB_HAS(l, TB_LIMIT_*) */
+	uint64_t wall_seconds;
+	uint64_t memory_mb;
+	uint64_t pids;
+	uint64_t cpu_millis; /* CPU bandwidth: 1000 = one core */
+	uint64_t outputs_mb;
+} tb_limits_t;
+
+typedef struct tb_task {
+	uint32_t has;
+	char *id;
+	int kind; /* tb_task_kind_t */
+	tb_recipe_ref_t recipe;
+	char *prompt;
+	tb_list_t inputs; /* tb_input_t */
+	char *runtime;
+	tb_limits_t limits;
+	tb_strmap_t labels;
+	uint64_t submitted_at; /* ms since the Unix epoch */
+} tb_task_t;
+
+#define TB_TASK_MAX_BYTES (1u << 20)
+#define TB_PROMPT_MAX_BYTES (256u << 10)
+
+extern const tb_schema_t tb_schema_task;
+extern const tb_schema_t tb_schema_recipe_ref;
+extern const tb_schema_t tb_schema_limits;
+
+#endif

@@ -1,0 +1,100 @@
+/*
+ * log.c: logfmt lines to a file descriptor. The level and fd are atomics so
+ * any thread may log without a lock; each line is built in a stack buffer
+ * and written with one write(2).
+ */
+#include "tb/log.h"
+
+#include "tb/error.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Atomic int log_level = TB_LOG_INFO;
+static _Atomic int log_fd = 2;
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+void tb_log_set_level(tb_log_level_t level)
+{
+	atomic_store(&log_level, (int)level);
+}
+
+void tb_log_set_fd(int fd)
+{
+	atomic_store(&log_fd, fd);
+}
+
+int tb_log_parse_level(tb_log_level_t *out, const char *name)
+{
+	for (int i = 0; i < 4; i++) {
+		if (name && strcmp(name, level_names[i]) == 0) {
+			*out = (tb_log_level_t)i;
+			return 0;
+		}
+	}
+	return TB_EINVAL;
+}
+
+/* Appends @p s quoted, escaping quote, backslash and control characters. */
+static size_t append_quoted(char *buf, size_t pos, size_t cap, const char *s)
+{
+	if (pos + 1 < cap)
+		buf[pos++] = '"';
+	for (; *s && pos + 4 < cap; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\') {
+			buf[pos++] = '\\';
+			buf[pos++] = (char)c;
+		} else if (c == '\n') {
+			buf[pos++] = '\\';
+			buf[pos++] = 'n';
+		} else if (c < 0x20) {
+			buf[pos++] = ' ';
+		} else {
+			buf[pos++] = (char)c;
+		}
+	}
+	if (pos + 1 < cap)
+		buf[pos++] = '"';
+	return pos;
+}
+
+void tb_log(tb_log_level_t level, const char *task_id, const char *fmt, ...)
+{
+	char msg[2048];
+	char line[4096];
+	struct timespec ts;
+	struct tm tm;
+	size_t pos;
+	va_list ap;
+
+	if ((int)level < atomic_load(&log_level) || level > TB_LOG_ERROR)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	pos = strftime(line, sizeof(line), "ts=%Y-%m-%dT%H:%M:%S", &tm);
+	pos += (size_t)snprintf(line + pos, sizeof(line) - pos, ".%03ldZ level=%s",
+				ts.tv_nsec / 1000000, level_names[level]);
+	if (task_id) {
+		pos += (size_t)snprintf(line + pos, sizeof(line) - pos, " task=");
+		pos = append_quoted(line, pos, sizeof(line), task_id);
+	}
+	pos += (size_t)snprintf(line + pos, sizeof(line) - pos, " msg=");
+	pos = append_quoted(line, pos, sizeof(line), msg);
+	if (pos >= sizeof(line))
+		pos = sizeof(line) - 1;
+	line[pos++] = '\n';
+	/* One write per line; a short write to stderr is not worth a retry loop
+	 * that could block the caller. */
+	ssize_t n = write(atomic_load(&log_fd), line, pos);
+	(void)n;
+}

@@ -1,0 +1,107 @@
+/*
+ * schema_manifest.c: the field table of the artifact manifest
+ * (schemas/manifest.md).
+ */
+#include "tb/schema_manifest.h"
+
+#include "tb/schema_verdict.h"
+
+#include <stddef.h>
+
+const char *const tb_outcomes[] = {
+	"succeeded", "failed", "timed-out", "oom-killed", "pids-limit",
+	"cancelled", "error", NULL,
+};
+
+#define MAX_ARTIFACTS 10000
+
+static const tb_field_t artifact_fields[] = {
+	{.name = "path", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_artifact_t, path), .min = 1, .max = 1024,
+	 .check = tb_check_relpath},
+	{.name = "key", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_artifact_t, key), .min = 1, .max = 1024,
+	 .check = tb_check_relpath},
+	{.name = "size", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_artifact_t, size), .max = UINT64_MAX},
+	{.name = "sha256", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_artifact_t, sha256), .min = 64, .max = 64,
+	 .check = tb_check_sha256},
+};
+
+static const tb_schema_t artifact_schema = {
+	.name = "artifact", .size = sizeof(tb_artifact_t),
+	.fields = artifact_fields, .nfields = 4,
+};
+
+/* A refused path is what the agent created, so it is only length-capped:
+ * it may be absolute-looking or contain "..", which is why it was refused. */
+static const tb_field_t refused_fields[] = {
+	{.name = "path", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_refused_t, path), .min = 1, .max = 1024},
+	{.name = "reason", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_refused_t, reason), .min = 1, .max = 256},
+};
+
+static const tb_schema_t refused_schema = {
+	.name = "refused", .size = sizeof(tb_refused_t),
+	.fields = refused_fields, .nfields = 2,
+};
+
+static const tb_field_t verdict_ref_fields[] = {
+	{.name = "judge", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_verdict_ref_t, judge), .min = 1, .max = 64,
+	 .check = tb_check_id},
+	{.name = "outcome", .type = TB_FT_ENUM, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_verdict_ref_t, outcome),
+	 .names = tb_verdict_outcomes},
+	{.name = "key", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_verdict_ref_t, key), .min = 1, .max = 1024,
+	 .check = tb_check_relpath},
+};
+
+static const tb_schema_t verdict_ref_schema = {
+	.name = "verdict", .size = sizeof(tb_verdict_ref_t),
+	.has_offset = offsetof(tb_verdict_ref_t, has),
+	.fields = verdict_ref_fields, .nfields = 3,
+};
+
+static const tb_field_t manifest_fields[] = {
+	{.name = "task_id", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_manifest_t, task_id), .min = 1, .max = 128,
+	 .check = tb_check_id},
+	{.name = "attempt", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_manifest_t, attempt), .min = 1, .max = 1000},
+	{.name = "outcome", .type = TB_FT_ENUM, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_manifest_t, outcome), .names = tb_outcomes},
+	{.name = "reason", .type = TB_FT_STR,
+	 .offset = offsetof(tb_manifest_t, reason), .max = 4096},
+	{.name = "recipe", .type = TB_FT_OBJ, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_manifest_t, recipe), .sub = &tb_schema_recipe_ref},
+	{.name = "started_at", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_manifest_t, started_at), .max = UINT64_MAX},
+	{.name = "finished_at", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_manifest_t, finished_at), .max = UINT64_MAX},
+	{.name = "conversation_key", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_manifest_t, conversation_key), .min = 1, .max = 1024,
+	 .check = tb_check_relpath},
+	{.name = "events", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_manifest_t, events), .max = UINT32_MAX},
+	{.name = "artifacts", .type = TB_FT_LIST,
+	 .offset = offsetof(tb_manifest_t, artifacts), .max = MAX_ARTIFACTS,
+	 .sub = &artifact_schema},
+	{.name = "refused", .type = TB_FT_LIST,
+	 .offset = offsetof(tb_manifest_t, refused), .max = MAX_ARTIFACTS,
+	 .sub = &refused_schema},
+	{.name = "verdicts", .type = TB_FT_LIST,
+	 .offset = offsetof(tb_manifest_t, verdicts), .max = 64,
+	 .sub = &verdict_ref_schema},
+};
+
+const tb_schema_t tb_schema_manifest = {
+	.name = "manifest", .size = sizeof(tb_manifest_t),
+	.has_offset = offsetof(tb_manifest_t, has),
+	.fields = manifest_fields,
+	.nfields = sizeof(manifest_fields) / sizeof(manifest_fields[0]),
+	.max_bytes = 8u << 20,
+};

@@ -1,0 +1,88 @@
+/*
+ * schema_task.c: the field table of the task message. The wire contract is
+ * schemas/task.md; keep the two in step (the example round-trip tests
+ * catch drift in one direction, the review the other).
+ */
+#include "tb/schema_task.h"
+
+#include <stddef.h>
+
+static const char *const task_kinds[] = {"one-shot", "interactive", NULL};
+
+static const tb_field_t recipe_fields[] = {
+	{.name = "url", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_recipe_ref_t, url), .min = 1, .max = 2048},
+	{.name = "commit", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_recipe_ref_t, commit), .min = 40, .max = 40,
+	 .check = tb_check_commit},
+};
+
+const tb_schema_t tb_schema_recipe_ref = {
+	.name = "recipe", .size = sizeof(tb_recipe_ref_t),
+	.fields = recipe_fields, .nfields = 2,
+};
+
+static const tb_field_t input_fields[] = {
+	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_input_t, name), .min = 1, .max = 255,
+	 .check = tb_check_relpath},
+	{.name = "artifact", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_input_t, artifact), .min = 1, .max = 1024,
+	 .check = tb_check_relpath},
+	{.name = "sha256", .type = TB_FT_STR,
+	 .offset = offsetof(tb_input_t, sha256), .min = 64, .max = 64,
+	 .check = tb_check_sha256},
+};
+
+static const tb_schema_t input_schema = {
+	.name = "input", .size = sizeof(tb_input_t),
+	.fields = input_fields, .nfields = 3,
+};
+
+#define LIMIT(n, member, hi)                                                   \
+	{.name = n, .type = TB_FT_U64, .offset = offsetof(tb_limits_t, member), \
+	 .min = 1, .max = hi}
+static const tb_field_t limit_fields[] = {
+	[TB_LIMIT_WALL_SECONDS] = LIMIT("wall_seconds", wall_seconds, 7 * 86400),
+	[TB_LIMIT_MEMORY_MB] = LIMIT("memory_mb", memory_mb, 1u << 20),
+	[TB_LIMIT_PIDS] = LIMIT("pids", pids, 1u << 20),
+	[TB_LIMIT_CPU_MILLIS] = LIMIT("cpu_millis", cpu_millis, 1024000),
+	[TB_LIMIT_OUTPUTS_MB] = LIMIT("outputs_mb", outputs_mb, 1u << 20),
+};
+
+const tb_schema_t tb_schema_limits = {
+	.name = "limits", .size = sizeof(tb_limits_t),
+	.has_offset = offsetof(tb_limits_t, has),
+	.fields = limit_fields, .nfields = 5,
+};
+
+static const tb_field_t task_fields[] = {
+	{.name = "id", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_task_t, id), .min = 1, .max = 128,
+	 .check = tb_check_id},
+	{.name = "kind", .type = TB_FT_ENUM, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_task_t, kind), .names = task_kinds},
+	{.name = "recipe", .type = TB_FT_OBJ, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_task_t, recipe), .sub = &tb_schema_recipe_ref},
+	{.name = "prompt", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_task_t, prompt), .max = TB_PROMPT_MAX_BYTES},
+	{.name = "inputs", .type = TB_FT_LIST,
+	 .offset = offsetof(tb_task_t, inputs), .max = 64, .sub = &input_schema},
+	{.name = "runtime", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_task_t, runtime), .min = 1, .max = 64,
+	 .check = tb_check_id},
+	{.name = "limits", .type = TB_FT_OBJ,
+	 .offset = offsetof(tb_task_t, limits), .sub = &tb_schema_limits},
+	{.name = "labels", .type = TB_FT_STRMAP,
+	 .offset = offsetof(tb_task_t, labels), .max = 32, .item_max = 255,
+	 .check = tb_check_label},
+	{.name = "submitted_at", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_task_t, submitted_at), .max = UINT64_MAX},
+};
+
+const tb_schema_t tb_schema_task = {
+	.name = "task", .size = sizeof(tb_task_t),
+	.has_offset = offsetof(tb_task_t, has),
+	.fields = task_fields, .nfields = sizeof(task_fields) / sizeof(task_fields[0]),
+	.max_bytes = TB_TASK_MAX_BYTES,
+};

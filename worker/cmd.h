@@ -1,0 +1,20 @@
+/*
+ * cmd.h: the taskbox command's subcommands. Each lives in its own
+ * cmd_<name>.c, parses its own arguments, and returns the process exit
+ * code (see TB_EXIT_* below and the README's "Exit codes").
+ */
+#ifndef TB_CMD_H
+#define TB_CMD_H
+
+enum {
+	TB_EXIT_OK = 0,
+	TB_EXIT_FAILURE = 1, /* the operation ran and failed */
+	TB_EXIT_USAGE = 2,   /* bad arguments */
+	TB_EXIT_CONFIG = 3,  /* configuration could not be loaded */
+	TB_EXIT_INVALID = 4, /* an input failed its schema */
+};
+
+int tb_cmd_demo(int argc, char **argv);
+int tb_cmd_schema(int argc, char **argv);
+
+#endif

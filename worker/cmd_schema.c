@@ -1,0 +1,286 @@
+/*
+ * cmd_schema.c: `taskbox schema`, the wire formats at the command line:
+ * turn a JSON document into the exact MessagePack bytes a topic carries,
+ * turn bytes back into JSON, and check messages and configuration files.
+ * Producers in any language can use it to check what they write.
+ */
+#include "cmd.h"
+
+#include "tb/codec.h"
+#include "tb/config.h"
+#include "tb/json_mpack.h"
+#include "tb/jsonconf.h"
+#include "tb/recipe_manifest.h"
+#include "tb/runtime.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INPUT_MAX (32u << 20)
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: taskbox schema encode [--hex] [FILE]   JSON -> canonical MessagePack\n"
+		"       taskbox schema decode [--hex] [FILE]   MessagePack -> JSON\n"
+		"       taskbox schema check  [--hex] FILE...  validate messages\n"
+		"       taskbox schema config [FILE]           validate worker configuration\n"
+		"       taskbox schema runtime FILE            validate a runtime file\n"
+		"       taskbox schema recipe FILE             validate a recipe manifest\n"
+		"\n"
+		"Messages name their kind in the \"schema\" key (task, followup, event,\n"
+		"verdict, manifest, dlq); see schemas/README.md. FILE defaults to stdin.\n"
+		"--hex reads or writes hexadecimal text instead of raw bytes.\n"
+		"Exit: 0 valid, 4 invalid, 2 usage, 1 I/O error.\n");
+}
+
+/* Reads all of @p path ("-" or NULL: stdin), at most INPUT_MAX bytes. */
+static int slurp(char **out, size_t *len, const char *path)
+{
+	FILE *f = (!path || strcmp(path, "-") == 0) ? stdin : fopen(path, "rb");
+	size_t cap = 1 << 16, n = 0;
+	char *buf;
+
+	if (!f) {
+		fprintf(stderr, "taskbox schema: %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	buf = malloc(cap);
+	while (buf) {
+		n += fread(buf + n, 1, cap - n, f);
+		if (n < cap || cap >= INPUT_MAX)
+			break;
+		char *bigger = realloc(buf, cap * 2);
+		if (!bigger) {
+			free(buf);
+			buf = NULL;
+			break;
+		}
+		buf = bigger, cap *= 2;
+	}
+	if (f != stdin)
+		fclose(f);
+	if (!buf || n >= INPUT_MAX) {
+		fprintf(stderr, "taskbox schema: %s: input too large or out of memory\n",
+			path ? path : "stdin");
+		free(buf);
+		return -1;
+	}
+	*out = buf, *len = n;
+	return 0;
+}
+
+/* Turns hexadecimal text (whitespace ignored) into bytes, in place. */
+static int unhex(char *buf, size_t *len)
+{
+	size_t out = 0;
+	int hi = -1;
+
+	for (size_t i = 0; i < *len; i++) {
+		char c = buf[i];
+		int v;
+		if (c == ' ' || c == '\n' || c == '\t' || c == '\r')
+			continue;
+		if (c >= '0' && c <= '9') v = c - '0';
+		else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
+		else if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
+		else return -1;
+		if (hi < 0) {
+			hi = v;
+		} else {
+			buf[out++] = (char)(hi << 4 | v);
+			hi = -1;
+		}
+	}
+	if (hi >= 0)
+		return -1;
+	*len = out;
+	return 0;
+}
+
+/* Decodes bytes as the message kind they name and re-encodes canonically. */
+static int canonical(msgpack_sbuffer *out, const void *data, size_t len,
+		     tb_error_t *err)
+{
+	const tb_schema_t *schema;
+	void *msg;
+	int rc;
+
+	if ((rc = tb_msg_peek(&schema, data, len, err)) < 0)
+		return rc;
+	msg = calloc(1, schema->size);
+	if (!msg)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	if ((rc = tb_msg_decode(schema, msg, data, len, err)) == 0)
+		rc = tb_msg_encode(out, schema, msg, err);
+	tb_msg_free(schema, msg);
+	free(msg);
+	return rc;
+}
+
+static int read_message(char **buf, size_t *len, const char *path, int hex)
+{
+	if (slurp(buf, len, path) < 0)
+		return TB_EXIT_FAILURE;
+	if (hex && unhex(*buf, len) < 0) {
+		fprintf(stderr, "taskbox schema: %s: not hexadecimal text\n",
+			path ? path : "stdin");
+		free(*buf);
+		return TB_EXIT_INVALID;
+	}
+	return TB_EXIT_OK;
+}
+
+static int do_encode(const char *path, int hex)
+{
+	msgpack_sbuffer raw, canon;
+	json_t *doc = NULL;
+	tb_error_t err;
+	char *text;
+	size_t len;
+	int rc = TB_EXIT_INVALID;
+
+	if (slurp(&text, &len, path) < 0)
+		return TB_EXIT_FAILURE;
+	msgpack_sbuffer_init(&raw);
+	msgpack_sbuffer_init(&canon);
+	if (tb_jsonconf_parse(&doc, text, len, INPUT_MAX, path ? path : "stdin", &err) < 0 ||
+	    tb_json_to_mpack(&raw, doc, &err) < 0 ||
+	    canonical(&canon, raw.data, raw.size, &err) < 0) {
+		fprintf(stderr, "taskbox schema encode: %s\n", err.msg);
+		goto cleanup;
+	}
+	if (hex) {
+		for (size_t i = 0; i < canon.size; i++)
+			printf("%02x%s", (unsigned char)canon.data[i],
+			       (i + 1) % 32 == 0 || i + 1 == canon.size ? "\n" : "");
+	} else {
+		fwrite(canon.data, 1, canon.size, stdout);
+	}
+	rc = fflush(stdout) == 0 ? TB_EXIT_OK : TB_EXIT_FAILURE;
+cleanup:
+	json_decref(doc);
+	msgpack_sbuffer_destroy(&raw);
+	msgpack_sbuffer_destroy(&canon);
+	free(text);
+	return rc;
+}
+
+static int do_decode(const char *path, int hex)
+{
+	msgpack_sbuffer canon;
+	json_t *doc = NULL;
+	tb_error_t err;
+	char *buf, *text = NULL;
+	size_t len;
+	int rc;
+
+	if ((rc = read_message(&buf, &len, path, hex)) != TB_EXIT_OK)
+		return rc;
+	msgpack_sbuffer_init(&canon);
+	rc = TB_EXIT_INVALID;
+	if (canonical(&canon, buf, len, &err) < 0 ||
+	    tb_mpack_to_json(&doc, canon.data, canon.size, &err) < 0) {
+		fprintf(stderr, "taskbox schema decode: %s\n", err.msg);
+		goto cleanup;
+	}
+	text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	if (text) {
+		puts(text);
+		rc = TB_EXIT_OK;
+	}
+cleanup:
+	free(text);
+	json_decref(doc);
+	msgpack_sbuffer_destroy(&canon);
+	free(buf);
+	return rc;
+}
+
+static int do_check(int argc, char **argv, int hex)
+{
+	int worst = TB_EXIT_OK;
+
+	for (int i = 0; i < argc; i++) {
+		msgpack_sbuffer canon;
+		tb_error_t err;
+		char *buf;
+		size_t len;
+		int rc = read_message(&buf, &len, argv[i], hex);
+		if (rc != TB_EXIT_OK) {
+			worst = rc;
+			continue;
+		}
+		msgpack_sbuffer_init(&canon);
+		if (canonical(&canon, buf, len, &err) < 0) {
+			printf("%s: invalid: %s\n", argv[i], err.msg);
+			worst = TB_EXIT_INVALID;
+		} else {
+			printf("%s: ok%s\n", argv[i],
+			       canon.size == len && memcmp(canon.data, buf, len) == 0
+				       ? "" : " (valid, not in canonical form)");
+		}
+		msgpack_sbuffer_destroy(&canon);
+		free(buf);
+	}
+	return worst;
+}
+
+static int do_file(const char *kind, const char *path)
+{
+	tb_error_t err;
+	int rc;
+
+	if (strcmp(kind, "config") == 0) {
+		tb_config_t cfg;
+		rc = tb_config_load(&cfg, path, &err);
+		tb_config_free(&cfg);
+	} else if (strcmp(kind, "runtime") == 0) {
+		tb_runtime_t rt;
+		rc = tb_runtime_load(&rt, path, &err);
+		tb_runtime_free(&rt);
+	} else {
+		tb_recipe_manifest_t m;
+		char *text;
+		size_t len;
+		if (slurp(&text, &len, path) < 0)
+			return TB_EXIT_FAILURE;
+		rc = tb_recipe_manifest_parse(&m, text, len, path, &err);
+		tb_recipe_manifest_free(&m);
+		free(text);
+	}
+	if (rc < 0) {
+		fprintf(stderr, "taskbox schema %s: %s\n", kind, err.msg);
+		return rc == TB_ENOTFOUND || rc == TB_EIO ? TB_EXIT_FAILURE : TB_EXIT_INVALID;
+	}
+	printf("%s: ok\n", path ? path : "configuration (defaults and environment)");
+	return TB_EXIT_OK;
+}
+
+int tb_cmd_schema(int argc, char **argv)
+{
+	int hex = 0, i = 2;
+	const char *verb = argc > 1 ? argv[1] : NULL;
+
+	if (!verb || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
+		usage(verb ? stdout : stderr);
+		return verb ? TB_EXIT_OK : TB_EXIT_USAGE;
+	}
+	if (i < argc && strcmp(argv[i], "--hex") == 0)
+		hex = 1, i++;
+	if (strcmp(verb, "encode") == 0 && argc - i <= 1)
+		return do_encode(i < argc ? argv[i] : NULL, hex);
+	if (strcmp(verb, "decode") == 0 && argc - i <= 1)
+		return do_decode(i < argc ? argv[i] : NULL, hex);
+	if (strcmp(verb, "check") == 0 && argc - i >= 1)
+		return do_check(argc - i, argv + i, hex);
+	if (strcmp(verb, "config") == 0 && !hex && argc - i <= 1)
+		return do_file(verb, i < argc ? argv[i] : NULL);
+	if ((strcmp(verb, "runtime") == 0 || strcmp(verb, "recipe") == 0) && !hex &&
+	    argc - i == 1)
+		return do_file(verb, argv[i]);
+	usage(stderr);
+	return TB_EXIT_USAGE;
+}

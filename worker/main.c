@@ -1,0 +1,44 @@
+/*
+ * main.c: the taskbox command's entry point: finds the subcommand and hands
+ * it the rest of the arguments. Owns nothing else.
+ */
+#include "cmd.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+} commands[] = {
+	{"demo", tb_cmd_demo, "run the embedded demo (no external services)"},
+	{"schema", tb_cmd_schema, "encode, decode and check wire messages"},
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: taskbox <command> [options]\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+	fprintf(out, "\n'taskbox <command> --help' describes each one.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return TB_EXIT_USAGE;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return TB_EXIT_OK;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "taskbox: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return TB_EXIT_USAGE;
+}
