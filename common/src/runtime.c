@@ -64,7 +64,7 @@ static const tb_field_t endpoint_fields[] = {
 	{.name = "port", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_endpoint_t, port), .min = 1, .max = 65535},
 	{.name = "scheme", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_endpoint_t, scheme), .min = 4, .max = 5, .check = scheme_check},
+	 .offset = offsetof(tb_endpoint_t, scheme), .min = 1, .max = 16, .check = scheme_check},
 	{.name = "methods", .type = TB_FT_STRLIST,
 	 .offset = offsetof(tb_endpoint_t, methods), .max = 16, .item_max = 16},
 	{.name = "path_prefixes", .type = TB_FT_STRLIST,

@@ -1,0 +1,563 @@
+/*
+ * test_codec.c: the message codecs against the examples in schemas/ and
+ * against every kind of malformed input we can think of.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "tb/codec.h"
+#include "tb/json_mpack.h"
+#include "tb/schema_dlq.h"
+#include "tb/schema_event.h"
+#include "tb/schema_followup.h"
+#include "tb/schema_manifest.h"
+#include "tb/schema_task.h"
+#include "tb/schema_verdict.h"
+
+/* Decodes @p data as whatever it names and re-encodes it. */
+static int round_trip(msgpack_sbuffer *out, const void *data, size_t len,
+		      tb_error_t *err)
+{
+	const tb_schema_t *schema;
+	void *msg;
+	int rc;
+
+	if ((rc = tb_msg_peek(&schema, data, len, err)) < 0)
+		return rc;
+	msg = calloc(1, schema->size);
+	assert_non_null(msg);
+	rc = tb_msg_decode(schema, msg, data, len, err);
+	if (rc == 0)
+		rc = tb_msg_encode(out, schema, msg, err);
+	tb_msg_free(schema, msg);
+	free(msg);
+	return rc;
+}
+
+/* The task example as a JSON tree, to mutate into malformed variants. */
+static json_t *task_json(void)
+{
+	json_error_t jerr;
+	json_t *j = json_load_file(TB_SOURCE_DIR "/schemas/examples/task.json", 0, &jerr);
+	assert_non_null(j);
+	return j;
+}
+
+/* Packs @p j and decodes it as a task; returns the code, fills @p err. */
+static int decode_task_json(json_t *j, tb_error_t *err)
+{
+	msgpack_sbuffer sb;
+	tb_task_t task;
+	int rc;
+
+	msgpack_sbuffer_init(&sb);
+	assert_int_equal(tb_json_to_mpack(&sb, j, err), 0);
+	rc = tb_msg_decode(&tb_schema_task, &task, sb.data, sb.size, err);
+	if (rc == 0)
+		tb_msg_free(&tb_schema_task, &task);
+	msgpack_sbuffer_destroy(&sb);
+	json_decref(j);
+	return rc;
+}
+
+static void assert_contains(const char *haystack, const char *needle)
+{
+	if (!strstr(haystack, needle))
+		fail_msg("expected '%s' in: %s", needle, haystack);
+}
+
+static void test_examples__round_trip_byte_for_byte(void **state)
+{
+	char **hex = th_examples(".hex");
+	size_t count = 0;
+
+	(void)state;
+	for (size_t i = 0; hex[i]; i++, count++) {
+		msgpack_sbuffer out;
+		tb_error_t err;
+		size_t len;
+		uint8_t *bytes = th_read_hex(hex[i], &len);
+		msgpack_sbuffer_init(&out);
+		if (round_trip(&out, bytes, len, &err) != 0)
+			fail_msg("%s: %s", hex[i], err.msg);
+		if (out.size != len || memcmp(out.data, bytes, len) != 0)
+			fail_msg("%s: re-encoding differs (%zu vs %zu bytes)", hex[i],
+				 out.size, len);
+		msgpack_sbuffer_destroy(&out);
+		free(bytes);
+	}
+	assert_true(count >= 6); /* one per message kind at least */
+	th_free_list(hex);
+}
+
+static void test_examples__json_encodes_to_the_hex_bytes(void **state)
+{
+	char **js = th_examples(".json");
+
+	(void)state;
+	for (size_t i = 0; js[i]; i++) {
+		char hexpath[1024];
+		json_error_t jerr;
+		msgpack_sbuffer sb;
+		tb_error_t err;
+		size_t len;
+		json_t *doc = json_load_file(js[i], 0, &jerr);
+		assert_non_null(doc);
+		snprintf(hexpath, sizeof(hexpath), "%.*s.hex",
+			 (int)(strlen(js[i]) - 5), js[i]);
+		uint8_t *want = th_read_hex(hexpath, &len);
+		msgpack_sbuffer_init(&sb);
+		assert_int_equal(tb_json_to_mpack(&sb, doc, &err), 0);
+		if (sb.size != len || memcmp(sb.data, want, len) != 0)
+			fail_msg("%s does not encode to %s", js[i], hexpath);
+		msgpack_sbuffer_destroy(&sb);
+		json_decref(doc);
+		free(want);
+	}
+	th_free_list(js);
+}
+
+static void test_decode__every_truncation_is_refused(void **state)
+{
+	char **hex = th_examples(".hex");
+
+	(void)state;
+	for (size_t i = 0; hex[i]; i++) {
+		size_t len;
+		uint8_t *bytes = th_read_hex(hex[i], &len);
+		for (size_t cut = 0; cut < len; cut++) {
+			msgpack_sbuffer out;
+			tb_error_t err;
+			/* A copy of exactly @cut bytes, so ASan sees any overread. */
+			uint8_t *part = malloc(cut ? cut : 1);
+			memcpy(part, bytes, cut);
+			msgpack_sbuffer_init(&out);
+			int rc = round_trip(&out, part, cut, &err);
+			if (rc == 0)
+				fail_msg("%s cut at %zu decoded", hex[i], cut);
+			assert_true(strlen(err.msg) > 0);
+			msgpack_sbuffer_destroy(&out);
+			free(part);
+		}
+		free(bytes);
+	}
+	th_free_list(hex);
+}
+
+static void test_decode__wrong_type_names_the_field(void **state)
+{
+	tb_error_t err;
+	json_t *j = task_json();
+
+	(void)state;
+	json_object_set_new(j, "id", json_integer(5));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'id'");
+	assert_contains(err.msg, "expected a string, got integer");
+
+	j = task_json();
+	json_object_set_new(json_object_get(j, "limits"), "memory_mb", json_string("lots"));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'limits.memory_mb'");
+
+	j = task_json();
+	json_object_set_new(j, "inputs", json_string("notes.txt"));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'inputs': expected an array");
+}
+
+static void test_decode__oversized_fields_are_refused(void **state)
+{
+	tb_error_t err;
+	json_t *j = task_json();
+	char *big = malloc(TB_PROMPT_MAX_BYTES + 2);
+
+	(void)state;
+	memset(big, 'x', TB_PROMPT_MAX_BYTES + 1);
+	big[TB_PROMPT_MAX_BYTES + 1] = '\0';
+	json_object_set_new(j, "prompt", json_string(big));
+	assert_int_equal(decode_task_json(j, &err), TB_ETOOBIG);
+	assert_contains(err.msg, "field 'prompt'");
+	assert_contains(err.msg, "at most 262144");
+
+	/* Exactly at the cap is fine. */
+	big[TB_PROMPT_MAX_BYTES] = '\0';
+	j = task_json();
+	json_object_set_new(j, "prompt", json_string(big));
+	assert_int_equal(decode_task_json(j, &err), 0);
+	free(big);
+
+	j = task_json();
+	json_t *labels = json_object();
+	for (int i = 0; i < 40; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "k%d", i);
+		json_object_set_new(labels, k, json_string("v"));
+	}
+	json_object_set_new(j, "labels", labels);
+	assert_int_equal(decode_task_json(j, &err), TB_ETOOBIG);
+	assert_contains(err.msg, "field 'labels': 40 entries");
+}
+
+static void test_decode__oversized_message_is_refused_before_parsing(void **state)
+{
+	size_t len = TB_TASK_MAX_BYTES + 1;
+	uint8_t *junk = calloc(1, len);
+	tb_task_t task;
+	tb_error_t err;
+
+	(void)state;
+	assert_int_equal(tb_msg_decode(&tb_schema_task, &task, junk, len, &err),
+			 TB_ETOOBIG);
+	assert_contains(err.msg, "at most 1048576");
+	free(junk);
+}
+
+static void test_decode__unknown_major_version_is_refused(void **state)
+{
+	tb_error_t err;
+	json_t *j = task_json();
+
+	(void)state;
+	json_object_set_new(j, "v", json_integer(2));
+	assert_int_equal(decode_task_json(j, &err), TB_EVERSION);
+	assert_contains(err.msg, "version 2 is not supported");
+
+	j = task_json();
+	json_object_del(j, "v");
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'v'");
+}
+
+static void test_decode__other_kind_or_unknown_kind_is_refused(void **state)
+{
+	tb_error_t err;
+	json_t *j = task_json();
+
+	(void)state;
+	json_object_set_new(j, "schema", json_string("followup"));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "is a 'followup', not a 'task'");
+
+	j = task_json();
+	json_object_set_new(j, "schema", json_string("banana"));
+	assert_int_equal(decode_task_json(j, &err), TB_ENOTFOUND);
+	assert_contains(err.msg, "unknown message kind 'banana'");
+}
+
+static void test_decode__missing_required_field_is_named(void **state)
+{
+	tb_error_t err;
+	json_t *j = task_json();
+
+	(void)state;
+	json_object_del(json_object_get(j, "recipe"), "commit");
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'recipe.commit': required but missing");
+}
+
+static void test_decode__commit_must_be_full_hex(void **state)
+{
+	const char *bad[] = {"main", "3f2a9c1", "3F2A9C1E8B7D6A5F4E3D2C1B0A9F8E7D6C5B4A39",
+			     "3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a3z"};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		tb_error_t err;
+		json_t *j = task_json();
+		json_object_set_new(json_object_get(j, "recipe"), "commit", json_string(bad[i]));
+		assert_int_not_equal(decode_task_json(j, &err), 0);
+		assert_contains(err.msg, "field 'recipe.commit'");
+	}
+}
+
+static void test_decode__ids_and_paths_are_checked(void **state)
+{
+	tb_error_t err;
+	json_t *j = task_json();
+
+	(void)state;
+	json_object_set_new(j, "id", json_string("../../etc"));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'id'");
+
+	j = task_json();
+	json_object_set_new(json_array_get(json_object_get(j, "inputs"), 0), "name",
+			    json_string("../escape"));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'inputs[0].name'");
+
+	j = task_json();
+	json_object_set_new(json_array_get(json_object_get(j, "inputs"), 0), "name",
+			    json_string("/etc/passwd"));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "relative path");
+}
+
+static void test_decode__duplicate_keys_are_refused(void **state)
+{
+	/* {"schema":"task","v":1,"v":1} built by hand: JSON cannot say it. */
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	tb_error_t err;
+	tb_task_t task;
+
+	(void)state;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 3);
+	msgpack_pack_str_with_body(&pk, "schema", 6);
+	msgpack_pack_str_with_body(&pk, "task", 4);
+	msgpack_pack_str_with_body(&pk, "id", 2);
+	msgpack_pack_str_with_body(&pk, "a", 1);
+	msgpack_pack_str_with_body(&pk, "id", 2);
+	msgpack_pack_str_with_body(&pk, "b", 1);
+	/* v missing too, but duplicates must be caught wherever they are. */
+	assert_int_not_equal(tb_msg_decode(&tb_schema_task, &task, sb.data, sb.size, &err), 0);
+	msgpack_sbuffer_destroy(&sb);
+
+	json_t *j = task_json();
+	msgpack_sbuffer_init(&sb);
+	/* Append a second "prompt" entry by patching the map header. */
+	assert_int_equal(tb_json_to_mpack(&sb, j, &err), 0);
+	json_decref(j);
+	assert_int_equal((uint8_t)sb.data[0] & 0xf0, 0x80); /* a fixmap */
+	sb.data[0] = (char)((uint8_t)sb.data[0] + 1);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_str_with_body(&pk, "prompt", 6);
+	msgpack_pack_str_with_body(&pk, "again", 5);
+	assert_int_equal(tb_msg_decode(&tb_schema_task, &task, sb.data, sb.size, &err),
+			 TB_EINVAL);
+	assert_contains(err.msg, "field 'prompt': appears twice");
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_decode__invalid_utf8_and_nul_are_refused(void **state)
+{
+	const char *bad[] = {"a\xff", "\xc0\xaf", "\xed\xa0\x80", "ab\xe2\x82"};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		tb_error_t err;
+		json_t *j = task_json();
+		json_object_set_new(j, "prompt", json_stringn_nocheck(bad[i], strlen(bad[i])));
+		assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+		assert_contains(err.msg, "UTF-8");
+	}
+	tb_error_t err;
+	json_t *j = task_json();
+	json_object_set_new(j, "prompt", json_stringn("a\0b", 3));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'prompt'");
+}
+
+static void test_decode__hostile_container_counts_do_not_allocate(void **state)
+{
+	/* fixmap{ "schema": array32 claiming 2^32-1 elements } */
+	const uint8_t arr[] = {0x81, 0xa6, 's', 'c', 'h', 'e', 'm', 'a',
+			       0xdd, 0xff, 0xff, 0xff, 0xff};
+	const uint8_t map[] = {0xdf, 0xff, 0xff, 0xff, 0xff, 0xc0};
+	const uint8_t str[] = {0xdb, 0x7f, 0xff, 0xff, 0xff, 'a'};
+	tb_task_t task;
+	tb_error_t err;
+
+	(void)state;
+	assert_int_equal(tb_msg_decode(&tb_schema_task, &task, arr, sizeof(arr), &err), TB_EINVAL);
+	assert_contains(err.msg, "claims 4294967295 elements");
+	assert_int_equal(tb_msg_decode(&tb_schema_task, &task, map, sizeof(map), &err), TB_EINVAL);
+	assert_int_equal(tb_msg_decode(&tb_schema_task, &task, str, sizeof(str), &err), TB_EINVAL);
+}
+
+static void test_decode__unknown_fields_are_ignored(void **state)
+{
+	tb_error_t err;
+	json_t *j = task_json();
+
+	(void)state;
+	json_object_set_new(j, "priority_hint", json_integer(7));
+	assert_int_equal(decode_task_json(j, &err), 0);
+}
+
+static void test_decode__random_bytes_never_crash(void **state)
+{
+	/* Bounded: 20000 inputs from a fixed seed, plus mutations of the
+	 * examples. ASan/UBSan turn any memory error into a failure. */
+	char **hex = th_examples(".hex");
+	unsigned seed = 12345;
+	uint8_t buf[600];
+
+	(void)state;
+	for (int iter = 0; iter < 20000; iter++) {
+		size_t len;
+		msgpack_sbuffer out;
+		tb_error_t err;
+		if (iter % 2 == 0) {
+			len = (size_t)(rand_r(&seed) % sizeof(buf));
+			for (size_t i = 0; i < len; i++)
+				buf[i] = (uint8_t)rand_r(&seed);
+		} else {
+			size_t n = 0;
+			while (hex[n])
+				n++;
+			uint8_t *ex = th_read_hex(hex[(size_t)rand_r(&seed) % n], &len);
+			if (len > sizeof(buf))
+				len = sizeof(buf);
+			memcpy(buf, ex, len);
+			free(ex);
+			for (int m = 0; m < 1 + rand_r(&seed) % 4; m++)
+				buf[(size_t)rand_r(&seed) % len] = (uint8_t)rand_r(&seed);
+		}
+		uint8_t *exact = malloc(len ? len : 1);
+		memcpy(exact, buf, len);
+		msgpack_sbuffer_init(&out);
+		(void)round_trip(&out, exact, len, &err);
+		msgpack_sbuffer_destroy(&out);
+		free(exact);
+	}
+	th_free_list(hex);
+}
+
+static void test_encode__refuses_what_decode_would_refuse(void **state)
+{
+	msgpack_sbuffer sb;
+	tb_error_t err;
+	tb_task_t task = {0};
+	char id[] = "ok-id", commit[] = "nothex", url[] = "u", prompt[] = "p",
+	     rt[] = "default";
+
+	(void)state;
+	msgpack_sbuffer_init(&sb);
+	/* id missing */
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &task, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'id': required but missing");
+	assert_int_equal(sb.size, 0);
+
+	task.id = id, task.recipe.url = url, task.recipe.commit = commit;
+	task.prompt = prompt, task.runtime = rt, task.submitted_at = 1;
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &task, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'recipe.commit'");
+	assert_int_equal(sb.size, 0);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_encode__optional_scalars_follow_the_presence_mask(void **state)
+{
+	msgpack_sbuffer sb;
+	tb_error_t err;
+	tb_verdict_t v = {0}, back;
+	char task[] = "t", judge[] = "j";
+
+	(void)state;
+	v.task_id = task, v.judge = judge, v.attempt = 1, v.outcome = TB_VERDICT_FAIL;
+	v.score = 0.5; /* not marked present: must not be written */
+	msgpack_sbuffer_init(&sb);
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_verdict, &v, &err), 0);
+	assert_int_equal(tb_msg_decode(&tb_schema_verdict, &back, sb.data, sb.size, &err), 0);
+	assert_false(TB_HAS(&back, TB_VERDICT_F_SCORE));
+	tb_msg_free(&tb_schema_verdict, &back);
+
+	TB_SET_HAS(&v, TB_VERDICT_F_SCORE);
+	sb.size = 0;
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_verdict, &v, &err), 0);
+	assert_int_equal(tb_msg_decode(&tb_schema_verdict, &back, sb.data, sb.size, &err), 0);
+	assert_true(TB_HAS(&back, TB_VERDICT_F_SCORE));
+	assert_true(back.score == 0.5);
+	tb_msg_free(&tb_schema_verdict, &back);
+
+	v.score = 1.5; /* out of 0..1 */
+	sb.size = 0;
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_verdict, &v, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'score'");
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_followup__prompt_needs_text_and_end_has_none(void **state)
+{
+	msgpack_sbuffer sb;
+	tb_error_t err;
+	tb_followup_t f = {0};
+	char id[] = "chat-7", text[] = "hi";
+
+	(void)state;
+	f.task_id = id, f.seq = 1, f.kind = TB_FOLLOWUP_PROMPT, f.sent_at = 1;
+	msgpack_sbuffer_init(&sb);
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_followup, &f, &err), TB_EINVAL);
+	assert_contains(err.msg, "required when kind is 'prompt'");
+	f.kind = TB_FOLLOWUP_END, f.text = text;
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_followup, &f, &err), TB_EINVAL);
+	assert_contains(err.msg, "not allowed when kind is 'end'");
+	f.seq = 0, f.text = NULL;
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_followup, &f, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'seq'");
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_event__payload_must_be_a_bounded_map(void **state)
+{
+	msgpack_sbuffer sb;
+	tb_error_t err;
+	tb_event_t ev = {0};
+	char id[] = "t";
+	uint8_t not_map[] = {0x91, 0x01};
+
+	(void)state;
+	ev.task_id = id, ev.attempt = 1, ev.type = TB_EV_MESSAGE;
+	ev.payload.data = not_map, ev.payload.len = sizeof(not_map);
+	msgpack_sbuffer_init(&sb);
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_event, &ev, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'payload'");
+
+	ev.payload.len = TB_EVENT_PAYLOAD_MAX + 1;
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_event, &ev, &err), TB_ETOOBIG);
+	assert_string_equal(tb_event_type_name(TB_EV_TOOL_CALL), "tool-call");
+	assert_null(tb_event_type_name(TB_EV__COUNT));
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_peek__names_the_kind(void **state)
+{
+	size_t len;
+	uint8_t *b = th_read_hex(TB_SOURCE_DIR "/schemas/examples/followup.hex", &len);
+	const tb_schema_t *s = NULL;
+	tb_error_t err;
+
+	(void)state;
+	assert_int_equal(tb_msg_peek(&s, b, len, &err), 0);
+	assert_ptr_equal(s, &tb_schema_followup);
+	free(b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_examples__round_trip_byte_for_byte),
+		cmocka_unit_test(test_examples__json_encodes_to_the_hex_bytes),
+		cmocka_unit_test(test_decode__every_truncation_is_refused),
+		cmocka_unit_test(test_decode__wrong_type_names_the_field),
+		cmocka_unit_test(test_decode__oversized_fields_are_refused),
+		cmocka_unit_test(test_decode__oversized_message_is_refused_before_parsing),
+		cmocka_unit_test(test_decode__unknown_major_version_is_refused),
+		cmocka_unit_test(test_decode__other_kind_or_unknown_kind_is_refused),
+		cmocka_unit_test(test_decode__missing_required_field_is_named),
+		cmocka_unit_test(test_decode__commit_must_be_full_hex),
+		cmocka_unit_test(test_decode__ids_and_paths_are_checked),
+		cmocka_unit_test(test_decode__duplicate_keys_are_refused),
+		cmocka_unit_test(test_decode__invalid_utf8_and_nul_are_refused),
+		cmocka_unit_test(test_decode__hostile_container_counts_do_not_allocate),
+		cmocka_unit_test(test_decode__unknown_fields_are_ignored),
+		cmocka_unit_test(test_decode__random_bytes_never_crash),
+		cmocka_unit_test(test_encode__refuses_what_decode_would_refuse),
+		cmocka_unit_test(test_encode__optional_scalars_follow_the_presence_mask),
+		cmocka_unit_test(test_followup__prompt_needs_text_and_end_has_none),
+		cmocka_unit_test(test_event__payload_must_be_a_bounded_map),
+		cmocka_unit_test(test_peek__names_the_kind),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

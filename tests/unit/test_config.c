@@ -1,0 +1,236 @@
+/*
+ * test_config.c: the worker configuration, runtime files and recipe
+ * manifests: defaults, environment overrides, and errors that name the
+ * file, the key and what was expected.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "tb/config.h"
+#include "tb/recipe_manifest.h"
+#include "tb/runtime.h"
+
+static char tmp_path[64];
+
+static const char *write_tmp(const char *text)
+{
+	snprintf(tmp_path, sizeof(tmp_path), "/tmp/tb-test-config-XXXXXX");
+	int fd = mkstemp(tmp_path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	return tmp_path;
+}
+
+static void assert_contains(const char *haystack, const char *needle)
+{
+	if (!strstr(haystack, needle))
+		fail_msg("expected '%s' in: %s", needle, haystack);
+}
+
+static void test_config__defaults_are_the_embedded_demo(void **state)
+{
+	tb_config_t cfg;
+	tb_error_t err;
+
+	(void)state;
+	assert_int_equal(tb_config_load(&cfg, NULL, &err), 0);
+	assert_string_equal(cfg.kafka.brokers, "mock");
+	assert_string_equal(cfg.ledger.url, "memory:");
+	assert_int_equal(cfg.slots, 4);
+	assert_int_equal(cfg.log_level, TB_LOG_INFO);
+	assert_null(cfg.kafka.group_instance_id);
+	tb_config_free(&cfg);
+}
+
+static void test_config__example_file_loads(void **state)
+{
+	tb_config_t cfg;
+	tb_error_t err;
+
+	(void)state;
+	if (tb_config_load(&cfg, TB_SOURCE_DIR "/examples/worker.json", &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_string_equal(cfg.kafka.brokers, "127.0.0.1:19092");
+	assert_string_equal(cfg.kafka.properties.items[0].key, "statistics.interval.ms");
+	assert_string_equal(cfg.store.endpoint, "http://127.0.0.1:18333");
+	tb_config_free(&cfg);
+}
+
+static void test_config__environment_overrides_file(void **state)
+{
+	tb_config_t cfg;
+	tb_error_t err;
+
+	(void)state;
+	setenv("TASKBOX_SLOTS", "9", 1);
+	setenv("TASKBOX_KAFKA_BROKERS", "10.0.0.1:9092", 1);
+	setenv("TASKBOX_LOG_LEVEL", "debug", 1);
+	assert_int_equal(tb_config_load(&cfg, TB_SOURCE_DIR "/examples/worker.json", &err), 0);
+	assert_int_equal(cfg.slots, 9);
+	assert_string_equal(cfg.kafka.brokers, "10.0.0.1:9092");
+	assert_int_equal(cfg.log_level, TB_LOG_DEBUG);
+	tb_config_free(&cfg);
+
+	setenv("TASKBOX_SLOTS", "many", 1);
+	assert_int_equal(tb_config_load(&cfg, NULL, &err), TB_EINVAL);
+	assert_contains(err.msg, "environment TASKBOX_SLOTS: expected a non-negative integer");
+	setenv("TASKBOX_SLOTS", "0", 1);
+	assert_int_equal(tb_config_load(&cfg, NULL, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'slots': 0 is outside 1..256");
+	setenv("TASKBOX_LOG_LEVEL", "loud", 1);
+	unsetenv("TASKBOX_SLOTS");
+	assert_int_equal(tb_config_load(&cfg, NULL, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'log_level': 'loud' is not one of");
+	unsetenv("TASKBOX_LOG_LEVEL");
+	unsetenv("TASKBOX_KAFKA_BROKERS");
+}
+
+static void test_config__errors_name_file_key_and_expectation(void **state)
+{
+	tb_config_t cfg;
+	tb_error_t err;
+	const char *p;
+
+	(void)state;
+	p = write_tmp("{\"v\": 1, \"kafka\": {\"brokerz\": \"x\"}}");
+	assert_int_equal(tb_config_load(&cfg, p, &err), TB_EINVAL);
+	assert_contains(err.msg, p);
+	assert_contains(err.msg, "unknown key 'kafka.brokerz'");
+	unlink(p);
+
+	p = write_tmp("{\"v\": 1, \"slots\": \"four\"}");
+	assert_int_equal(tb_config_load(&cfg, p, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'slots': expected a non-negative integer, got string");
+	unlink(p);
+
+	p = write_tmp("{\"v\": 1, \"slots\": 4,}");
+	assert_int_equal(tb_config_load(&cfg, p, &err), TB_EINVAL);
+	assert_contains(err.msg, ":1:");
+	unlink(p);
+
+	p = write_tmp("{\"v\": 2}");
+	assert_int_equal(tb_config_load(&cfg, p, &err), TB_EVERSION);
+	unlink(p);
+
+	assert_int_equal(tb_config_load(&cfg, "/nonexistent/taskbox.json", &err), TB_ENOTFOUND);
+	assert_contains(err.msg, "/nonexistent/taskbox.json");
+}
+
+static void test_runtime__example_loads_and_limits_merge(void **state)
+{
+	tb_runtime_t rt;
+	tb_limits_t recipe = {0}, task = {0}, out;
+	tb_error_t err;
+
+	(void)state;
+	if (tb_runtime_load(&rt, TB_SOURCE_DIR "/examples/runtimes/default.json", &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_int_equal(rt.max_attempts, 3);
+	assert_int_equal(rt.endpoints.n, 1);
+	assert_string_equal(((tb_endpoint_t *)rt.endpoints.items)[0].credential.env,
+			    "TASKBOX_LLM_KEY");
+	assert_string_equal(rt.env.items[0].key, "TASKBOX_MODEL");
+
+	recipe.memory_mb = 128, TB_SET_HAS(&recipe, TB_LIMIT_MEMORY_MB);
+	task.memory_mb = 1024, TB_SET_HAS(&task, TB_LIMIT_MEMORY_MB);
+	assert_int_equal(tb_runtime_limits(&out, &rt, &recipe, &task, &err), 0);
+	assert_int_equal(out.memory_mb, 1024);
+	assert_int_equal(out.wall_seconds, 600);
+	assert_int_equal(tb_runtime_limits(&out, &rt, &recipe, NULL, &err), 0);
+	assert_int_equal(out.memory_mb, 128);
+
+	task.pids = 100000, TB_SET_HAS(&task, TB_LIMIT_PIDS);
+	assert_int_equal(tb_runtime_limits(&out, &rt, &recipe, &task, &err), TB_EPOISON);
+	assert_contains(err.msg, "the task asks for pids 100000, runtime 'default' allows at most 4096");
+	tb_runtime_free(&rt);
+}
+
+static void test_runtime__cross_field_rules(void **state)
+{
+	tb_runtime_t rt;
+	tb_error_t err;
+	const char *p;
+
+	(void)state;
+	p = write_tmp("{\"v\": 1, \"name\": \"x\", \"limits\": {\"memory_mb\": 9000}}");
+	assert_int_equal(tb_runtime_load(&rt, p, &err), TB_EINVAL);
+	assert_contains(err.msg, "limits.memory_mb (9000) is above max_limits.memory_mb (4096)");
+	unlink(p);
+
+	p = write_tmp("{\"v\": 1, \"name\": \"x\", \"network\": {\"allow\": [{\"name\": \"a\","
+		      " \"host\": \"h\", \"port\": 443, \"scheme\": \"https\","
+		      " \"credential\": {\"header\": \"A\", \"query\": \"k\", \"env\": \"E\"}}]}}");
+	assert_int_equal(tb_runtime_load(&rt, p, &err), TB_EINVAL);
+	assert_contains(err.msg, "exactly one of 'header' and 'query'");
+	unlink(p);
+
+	p = write_tmp("{\"v\": 1, \"name\": \"x\", \"network\": {\"allow\": [{\"name\": \"a\","
+		      " \"host\": \"h\", \"port\": 443, \"scheme\": \"gopher\"}]}}");
+	assert_int_equal(tb_runtime_load(&rt, p, &err), TB_EINVAL);
+	assert_contains(err.msg, "network.allow[0].scheme");
+	unlink(p);
+}
+
+static void test_recipe__example_manifest_parses(void **state)
+{
+	tb_recipe_manifest_t m;
+	tb_error_t err;
+	size_t len;
+	char *text = th_read_file(TB_SOURCE_DIR "/examples/recipes/hello/taskbox.json", &len);
+
+	(void)state;
+	if (tb_recipe_manifest_parse(&m, text, len, "hello", &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_string_equal(m.agent.command.items[0], "/bin/sh");
+	assert_int_equal(m.judges.n, 1);
+	assert_int_equal(m.limits.memory_mb, 128);
+	assert_true(TB_HAS(&m.limits, TB_LIMIT_MEMORY_MB));
+	assert_false(TB_HAS(&m.limits, TB_LIMIT_PIDS));
+	tb_recipe_manifest_free(&m);
+	free(text);
+}
+
+static void test_recipe__bad_manifests_are_explained(void **state)
+{
+	tb_recipe_manifest_t m;
+	tb_error_t err;
+	const char *no_agent = "{\"v\": 1, \"name\": \"x\"}";
+	const char *empty_cmd = "{\"v\": 1, \"name\": \"x\", \"agent\": {\"command\": []}}";
+	const char *dup = "{\"v\": 1, \"name\": \"x\", \"agent\": {\"command\": [\"a\"]},"
+			  " \"judges\": [{\"name\": \"j\", \"command\": [\"a\"]},"
+			  " {\"name\": \"j\", \"command\": [\"b\"]}]}";
+
+	(void)state;
+	assert_int_equal(tb_recipe_manifest_parse(&m, no_agent, strlen(no_agent), "r", &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'agent': required but missing");
+	assert_int_equal(tb_recipe_manifest_parse(&m, empty_cmd, strlen(empty_cmd), "r", &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'agent.command': 0 entries, at least 1 required");
+	assert_int_equal(tb_recipe_manifest_parse(&m, dup, strlen(dup), "r", &err), TB_EINVAL);
+	assert_contains(err.msg, "name 'j' used twice");
+	assert_int_equal(tb_recipe_manifest_parse(&m, "[]", 2, "r", &err), TB_EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_config__defaults_are_the_embedded_demo),
+		cmocka_unit_test(test_config__example_file_loads),
+		cmocka_unit_test(test_config__environment_overrides_file),
+		cmocka_unit_test(test_config__errors_name_file_key_and_expectation),
+		cmocka_unit_test(test_runtime__example_loads_and_limits_merge),
+		cmocka_unit_test(test_runtime__cross_field_rules),
+		cmocka_unit_test(test_recipe__example_manifest_parses),
+		cmocka_unit_test(test_recipe__bad_manifests_are_explained),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
