@@ -295,7 +295,8 @@ static int dup_str(char **out, const msgpack_object *o, uint64_t min,
 	*out = malloc((size_t)n + 1);
 	if (!*out)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	memcpy(*out, o->via.str.ptr, n);
+	if (n)
+		memcpy(*out, o->via.str.ptr, n);
 	(*out)[n] = '\0';
 	if (check && check(*out, why, sizeof(why)) != 0)
 		FAIL(TB_EINVAL, "%s", why);

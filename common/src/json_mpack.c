@@ -6,6 +6,7 @@
 
 #include "tb/mpack_scan.h"
 
+#include <math.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,9 +141,13 @@ static int to_json(json_t **out, const msgpack_object *o, int depth, tb_error_t 
 		break;
 	case MSGPACK_OBJECT_NEGATIVE_INTEGER: j = json_integer(o->via.i64); break;
 	case MSGPACK_OBJECT_FLOAT32:
-	case MSGPACK_OBJECT_FLOAT64: j = json_real(o->via.f64); break;
+	case MSGPACK_OBJECT_FLOAT64:
+		if (!isfinite(o->via.f64))
+			return tb_error_set(err, TB_EINVAL, "JSON cannot hold NaN or infinity");
+		j = json_real(o->via.f64);
+		break;
 	case MSGPACK_OBJECT_STR:
-		if (!(j = json_stringn(o->via.str.ptr, o->via.str.size)))
+		if (!(j = json_stringn(o->via.str.size ? o->via.str.ptr : "", o->via.str.size)))
 			return tb_error_set(err, TB_EINVAL, "string is not valid UTF-8");
 		break;
 	case MSGPACK_OBJECT_BIN: j = bin_to_json(o->via.bin.ptr, o->via.bin.size); break;
@@ -165,12 +170,14 @@ static int to_json(json_t **out, const msgpack_object *o, int depth, tb_error_t 
 			char key[1024];
 			if (kv->key.type != MSGPACK_OBJECT_STR ||
 			    kv->key.via.str.size >= sizeof(key) ||
-			    memchr(kv->key.via.str.ptr, 0, kv->key.via.str.size)) {
+			    (kv->key.via.str.size &&
+			     memchr(kv->key.via.str.ptr, 0, kv->key.via.str.size))) {
 				json_decref(j);
 				return tb_error_set(err, TB_EINVAL,
 						    "map key %u is not a short string", i);
 			}
-			memcpy(key, kv->key.via.str.ptr, kv->key.via.str.size);
+			if (kv->key.via.str.size)
+				memcpy(key, kv->key.via.str.ptr, kv->key.via.str.size);
 			key[kv->key.via.str.size] = '\0';
 			if ((rc = to_json(&v, &kv->val, depth + 1, err)) < 0) {
 				json_decref(j);
