@@ -13,7 +13,7 @@ static const tb_field_t recipe_fields[] = {
 	{.name = "url", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_recipe_ref_t, url), .min = 1, .max = 2048},
 	{.name = "commit", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_recipe_ref_t, commit), .min = 40, .max = 40,
+	 .offset = offsetof(tb_recipe_ref_t, commit), .min = 1, .max = 40,
 	 .check = tb_check_commit},
 };
 

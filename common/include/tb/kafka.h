@@ -1,0 +1,68 @@
+/*
+ * kafka.h: librdkafka set up the way every taskbox program needs it.
+ *
+ * One place decides the client settings: producers are idempotent (events
+ * keep their order per task and are not duplicated by retries); consumers
+ * never auto-commit (the worker commits a partition watermark after
+ * teardown) and use the "range" assignor, because librdkafka 2.0.2's
+ * cooperative-sticky has known bugs when committing during a rebalance.
+ * "mock" as the broker list selects librdkafka's in-process mock cluster
+ * (tb_kafka_mock_*) for the demo and fault tests. This file does not know
+ * what the messages mean.
+ */
+#ifndef TB_KAFKA_H
+#define TB_KAFKA_H
+
+#include "tb/codec.h"
+#include "tb/error.h"
+
+#include <librdkafka/rdkafka.h>
+
+typedef struct tb_kafka_mock tb_kafka_mock_t;
+
+typedef struct tb_kafka_topic_spec {
+	const char *name;
+	int partitions;
+} tb_kafka_topic_spec_t;
+
+/**
+ * Starts an in-process mock cluster with @p brokers brokers and the given
+ * topics. @param[out] out released with tb_kafka_mock_free().
+ */
+int tb_kafka_mock_start(tb_kafka_mock_t **out, int brokers,
+			const tb_kafka_topic_spec_t *topics, size_t ntopics,
+			tb_error_t *err);
+
+/** The cluster's bootstrap servers; owned by @p m. */
+const char *tb_kafka_mock_bootstraps(const tb_kafka_mock_t *m);
+
+/** The librdkafka mock handle, for fault injection in tests. */
+struct rd_kafka_mock_cluster_s *tb_kafka_mock_cluster(tb_kafka_mock_t *m);
+
+void tb_kafka_mock_free(tb_kafka_mock_t *m);
+
+/**
+ * An idempotent producer. @p props (may be NULL) are extra librdkafka
+ * settings applied last. @param[out] out released with rd_kafka_destroy().
+ */
+int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers,
+			  const tb_strmap_t *props, tb_error_t *err);
+
+/**
+ * A consumer in @p group, subscribed to nothing yet, with manual commits.
+ * @param instance_id static membership id, or NULL.
+ * @param[out] out released with rd_kafka_consumer_close() and
+ *             rd_kafka_destroy().
+ */
+int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers,
+			  const char *group, const char *instance_id,
+			  const tb_strmap_t *props, tb_error_t *err);
+
+/**
+ * Queues one message (copied) for @p topic keyed by @p key (may be NULL).
+ * @return 0, TB_ERETRY when the local queue is full, TB_EIO otherwise.
+ */
+int tb_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key,
+		     const void *value, size_t len, tb_error_t *err);
+
+#endif

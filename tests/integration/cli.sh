@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The taskbox command as a user runs it: `schema` turns the JSON examples
+# into their exact bytes and back, refuses bad input with the field named
+# and exit code 4, and validates configuration files; `--help` works.
+set -u
+tb=$1 root=$2
+pass=0 fail=0
+check() { # check NAME EXPECTED_EXIT CMD...
+  local name=$1 want=$2; shift 2
+  out=$("$@" 2>&1); got=$?
+  if [ "$got" = "$want" ]; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL $name: exit $got, wanted $want"; echo "$out" | head -5; fi
+}
+contains() { # contains NAME NEEDLE CMD...
+  local name=$1 needle=$2; shift 2
+  out=$("$@" 2>&1)
+  if grep -qF -- "$needle" <<<"$out"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL $name: '$needle' not in:"; echo "$out" | head -5; fi
+}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+for js in "$root"/schemas/examples/*.json; do
+  base=${js%.json}
+  "$tb" schema encode --hex "$js" >"$tmp/out.hex" 2>&1
+  if diff -q <(tr -d ' \n' <"$tmp/out.hex") <(tr -d ' \n' <"$base.hex") >/dev/null; then
+    pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL encode $(basename "$js")"; fi
+  check "check $(basename "$base").hex" 0 "$tb" schema check --hex "$base.hex"
+done
+"$tb" schema encode "$root/schemas/examples/task.json" >"$tmp/task.bin"
+"$tb" schema decode "$tmp/task.bin" >"$tmp/task.json"
+check "decode gives JSON that encodes again" 0 "$tb" schema encode "$tmp/task.json"
+
+printf '{"schema":"task","v":1,"id":"x"}' >"$tmp/bad.json"
+check "encode refuses an incomplete task" 4 "$tb" schema encode "$tmp/bad.json"
+contains "and names the field" "field 'kind': required but missing" "$tb" schema encode "$tmp/bad.json"
+printf '\xc1' >"$tmp/junk.bin"
+check "check refuses junk" 4 "$tb" schema check "$tmp/junk.bin"
+check "runtime example is valid" 0 "$tb" schema runtime "$root/examples/runtimes/default.json"
+check "recipe example is valid" 0 "$tb" schema recipe "$root/examples/recipes/hello/taskbox.json"
+check "config example is valid" 0 "$tb" schema config "$root/examples/worker.json"
+check "missing config file" 1 "$tb" schema config "$tmp/nope.json"
+contains "bad env override is explained" "TASKBOX_SLOTS" env TASKBOX_SLOTS=x "$tb" schema config
+check "help" 0 "$tb" --help
+check "schema help" 0 "$tb" schema --help
+check "unknown command" 2 "$tb" frobnicate
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
