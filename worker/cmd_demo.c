@@ -31,13 +31,13 @@ static const struct {
 	const char *key;
 	const char *what;
 } demo_msgs[NMSGS] = {
-	[MSG_HELLO] = {"demo-hello", "one-shot task"},
-	[MSG_CHAT] = {"demo-chat", "interactive task"},
-	[MSG_FOLLOWUP] = {"demo-chat", "follow-up 1"},
-	[MSG_END] = {"demo-chat", "follow-up end"},
-	[MSG_BRANCH] = {"demo-branch", "task pinned to a branch"},
-	[MSG_FUTURE] = {"demo-future", "task from a future version"},
-	[MSG_JUNK] = {NULL, "random bytes"},
+	[MSG_HELLO] = { "demo-hello", "one-shot task" },
+	[MSG_CHAT] = { "demo-chat", "interactive task" },
+	[MSG_FOLLOWUP] = { "demo-chat", "follow-up 1" },
+	[MSG_END] = { "demo-chat", "follow-up end" },
+	[MSG_BRANCH] = { "demo-branch", "task pinned to a branch" },
+	[MSG_FUTURE] = { "demo-future", "task from a future version" },
+	[MSG_JUNK] = { NULL, "random bytes" },
 };
 
 static uint64_t now_ms(void)
@@ -59,7 +59,7 @@ static void usage(FILE *out)
 static int encode_task(msgpack_sbuffer *out, const char *id, int kind, const char *prompt,
 		       tb_error_t *err)
 {
-	tb_task_t t = {0};
+	tb_task_t t = { 0 };
 
 	t.id = (char *)id;
 	t.kind = kind;
@@ -71,10 +71,9 @@ static int encode_task(msgpack_sbuffer *out, const char *id, int kind, const cha
 	return tb_msg_encode(out, &tb_schema_task, &t, err);
 }
 
-static int encode_followup(msgpack_sbuffer *out, uint64_t seq, const char *text,
-			   tb_error_t *err)
+static int encode_followup(msgpack_sbuffer *out, uint64_t seq, const char *text, tb_error_t *err)
 {
-	tb_followup_t f = {0};
+	tb_followup_t f = { 0 };
 
 	f.task_id = (char *)"demo-chat";
 	f.seq = seq;
@@ -101,7 +100,7 @@ static int encode_json(msgpack_sbuffer *out, const char *text, tb_error_t *err)
 
 static int build_messages(msgpack_sbuffer *v, tb_error_t *err)
 {
-	static const uint8_t junk[] = {0xc1, 0xde, 0xad, 0xbe, 0xef};
+	static const uint8_t junk[] = { 0xc1, 0xde, 0xad, 0xbe, 0xef };
 	int rc;
 
 	if ((rc = encode_task(&v[MSG_HELLO], "demo-hello", TB_TASK_ONE_SHOT,
@@ -116,8 +115,8 @@ static int build_messages(msgpack_sbuffer *v, tb_error_t *err)
 			      "\"commit\":\"main\"},\"prompt\":\"hi\",\"runtime\":\"default\","
 			      "\"submitted_at\":1}",
 			      err)) < 0 ||
-	    (rc = encode_json(&v[MSG_FUTURE], "{\"schema\":\"task\",\"v\":2,\"id\":\"demo-future\"}",
-			      err)) < 0)
+	    (rc = encode_json(&v[MSG_FUTURE],
+			      "{\"schema\":\"task\",\"v\":2,\"id\":\"demo-future\"}", err)) < 0)
 		return rc;
 	msgpack_sbuffer_write(&v[MSG_JUNK], (const char *)junk, sizeof(junk));
 	return 0;
@@ -239,7 +238,7 @@ static size_t run_intake(rd_kafka_t *consumer, rd_kafka_t *producer, size_t *see
 
 int tb_cmd_demo(int argc, char **argv)
 {
-	static const tb_kafka_topic_spec_t topics[] = {{TASKS, 4}, {EVENTS, 4}, {DLQ, 1}};
+	static const tb_kafka_topic_spec_t topics[] = { { TASKS, 4 }, { EVENTS, 4 }, { DLQ, 1 } };
 	msgpack_sbuffer values[NMSGS];
 	tb_kafka_mock_t *mock = NULL;
 	rd_kafka_t *producer = NULL, *consumer = NULL;
@@ -255,7 +254,8 @@ int tb_cmd_demo(int argc, char **argv)
 	tb_log_set_level(TB_LOG_WARN);
 	for (size_t i = 0; i < NMSGS; i++)
 		msgpack_sbuffer_init(&values[i]);
-	if (build_messages(values, &err) < 0 || tb_kafka_mock_start(&mock, 1, topics, 3, &err) < 0 ||
+	if (build_messages(values, &err) < 0 ||
+	    tb_kafka_mock_start(&mock, 1, topics, 3, &err) < 0 ||
 	    tb_kafka_producer_new(&producer, tb_kafka_mock_bootstraps(mock), NULL, &err) < 0 ||
 	    tb_kafka_consumer_new(&consumer, tb_kafka_mock_bootstraps(mock), "taskbox-demo", NULL,
 				  NULL, &err) < 0) {
@@ -284,8 +284,7 @@ int tb_cmd_demo(int argc, char **argv)
 	printf("\n%zu messages read: %zu accepted, %zu dead-lettered with their reasons.\n", seen,
 	       accepted, seen - accepted);
 	printf("Running accepted tasks in sandboxes arrives with the worker; see README.md.\n");
-	rc = !failed && seen == NMSGS && accepted == EXPECT_ACCEPTED ? TB_EXIT_OK
-								      : TB_EXIT_FAILURE;
+	rc = !failed && seen == NMSGS && accepted == EXPECT_ACCEPTED ? TB_EXIT_OK : TB_EXIT_FAILURE;
 cleanup:
 	if (consumer) {
 		rd_kafka_consumer_close(consumer);

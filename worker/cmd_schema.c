@@ -22,18 +22,17 @@
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: taskbox schema encode [--hex] [FILE]   JSON -> canonical MessagePack\n"
-		"       taskbox schema decode [--hex] [FILE]   MessagePack -> JSON\n"
-		"       taskbox schema check  [--hex] FILE...  validate messages\n"
-		"       taskbox schema config [FILE]           validate worker configuration\n"
-		"       taskbox schema runtime FILE            validate a runtime file\n"
-		"       taskbox schema recipe FILE             validate a recipe manifest\n"
-		"\n"
-		"Messages name their kind in the \"schema\" key (task, followup, event,\n"
-		"verdict, manifest, dlq); see schemas/README.md. FILE defaults to stdin.\n"
-		"--hex reads or writes hexadecimal text instead of raw bytes.\n"
-		"Exit: 0 valid, 4 invalid, 2 usage, 1 I/O error.\n");
+	fprintf(out, "usage: taskbox schema encode [--hex] [FILE]   JSON -> canonical MessagePack\n"
+		     "       taskbox schema decode [--hex] [FILE]   MessagePack -> JSON\n"
+		     "       taskbox schema check  [--hex] FILE...  validate messages\n"
+		     "       taskbox schema config [FILE]           validate worker configuration\n"
+		     "       taskbox schema runtime FILE            validate a runtime file\n"
+		     "       taskbox schema recipe FILE             validate a recipe manifest\n"
+		     "\n"
+		     "Messages name their kind in the \"schema\" key (task, followup, event,\n"
+		     "verdict, manifest, dlq); see schemas/README.md. FILE defaults to stdin.\n"
+		     "--hex reads or writes hexadecimal text instead of raw bytes.\n"
+		     "Exit: 0 valid, 4 invalid, 2 usage, 1 I/O error.\n");
 }
 
 /* Reads all of @p path ("-" or NULL: stdin), at most INPUT_MAX bytes. */
@@ -83,10 +82,14 @@ static int unhex(char *buf, size_t *len)
 		int v;
 		if (c == ' ' || c == '\n' || c == '\t' || c == '\r')
 			continue;
-		if (c >= '0' && c <= '9') v = c - '0';
-		else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
-		else if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
-		else return -1;
+		if (c >= '0' && c <= '9')
+			v = c - '0';
+		else if (c >= 'a' && c <= 'f')
+			v = c - 'a' + 10;
+		else if (c >= 'A' && c <= 'F')
+			v = c - 'A' + 10;
+		else
+			return -1;
 		if (hi < 0) {
 			hi = v;
 		} else {
@@ -101,8 +104,7 @@ static int unhex(char *buf, size_t *len)
 }
 
 /* Decodes bytes as the message kind they name and re-encodes canonically. */
-static int canonical(msgpack_sbuffer *out, const void *data, size_t len,
-		     tb_error_t *err)
+static int canonical(msgpack_sbuffer *out, const void *data, size_t len, tb_error_t *err)
 {
 	const tb_schema_t *schema;
 	void *msg;
@@ -220,7 +222,8 @@ static int do_check(int argc, char **argv, int hex)
 		} else {
 			printf("%s: ok%s\n", argv[i],
 			       canon.size == len && memcmp(canon.data, buf, len) == 0
-				       ? "" : " (valid, not in canonical form)");
+				   ? ""
+				   : " (valid, not in canonical form)");
 		}
 		msgpack_sbuffer_destroy(&canon);
 		free(buf);
@@ -278,8 +281,7 @@ int tb_cmd_schema(int argc, char **argv)
 		return do_check(argc - i, argv + i, hex);
 	if (strcmp(verb, "config") == 0 && !hex && argc - i <= 1)
 		return do_file(verb, i < argc ? argv[i] : NULL);
-	if ((strcmp(verb, "runtime") == 0 || strcmp(verb, "recipe") == 0) && !hex &&
-	    argc - i == 1)
+	if ((strcmp(verb, "runtime") == 0 || strcmp(verb, "recipe") == 0) && !hex && argc - i == 1)
 		return do_file(verb, argv[i]);
 	usage(stderr);
 	return TB_EXIT_USAGE;

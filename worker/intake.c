@@ -18,9 +18,9 @@ static char *dup_n(const void *p, size_t n)
 	return s;
 }
 
-int tb_intake_dead_letter(tb_dlq_t *out, int cause, const char *reason,
-			  const char *task_id, const void *value, size_t len,
-			  const tb_msg_origin_t *origin, uint64_t now_ms)
+int tb_intake_dead_letter(tb_dlq_t *out, int cause, const char *reason, const char *task_id,
+			  const void *value, size_t len, const tb_msg_origin_t *origin,
+			  uint64_t now_ms)
 {
 	size_t keep = len > TB_DLQ_ORIGINAL_MAX ? TB_DLQ_ORIGINAL_MAX : len;
 	char why[64];
@@ -31,8 +31,8 @@ int tb_intake_dead_letter(tb_dlq_t *out, int cause, const char *reason,
 	/* The record must pass its own schema: reason 1..4096 bytes, topic
 	 * 1..249, task id only if it is a valid id (a garbage key must not
 	 * make the DLQ refuse its own record). */
-	out->reason = reason && reason[0] ? dup_n(reason, strnlen(reason, 4096))
-					  : dup_n("unknown", 7);
+	out->reason =
+	    reason && reason[0] ? dup_n(reason, strnlen(reason, 4096)) : dup_n("unknown", 7);
 	out->topic = dup_n(origin->topic, strnlen(origin->topic, 249));
 	out->original.data = malloc(keep ? keep : 1);
 	out->original.len = keep;
@@ -58,8 +58,8 @@ nomem:
 	return TB_ENOMEM;
 }
 
-int tb_intake_decode(tb_intake_t *out, const void *value, size_t len,
-		     const tb_msg_origin_t *origin, uint64_t now_ms)
+int tb_intake_decode(tb_intake_t *out, const void *value, size_t len, const tb_msg_origin_t *origin,
+		     uint64_t now_ms)
 {
 	const tb_schema_t *schema = NULL;
 	tb_error_t err;
@@ -75,9 +75,9 @@ int tb_intake_decode(tb_intake_t *out, const void *value, size_t len,
 		rc = tb_msg_decode(schema, &out->followup, value, len, &err);
 		out->kind = TB_INTAKE_FOLLOWUP;
 	} else if (rc == 0) {
-		rc = tb_error_set(&err, TB_EINVAL,
-				  "a '%s' message does not belong on the tasks topic",
-				  schema->name);
+		rc =
+		    tb_error_set(&err, TB_EINVAL,
+				 "a '%s' message does not belong on the tasks topic", schema->name);
 	}
 	if (rc == 0)
 		return 0;
@@ -92,8 +92,8 @@ int tb_intake_decode(tb_intake_t *out, const void *value, size_t len,
 		key = NULL;
 	}
 	out->kind = TB_INTAKE_DEAD;
-	rc = tb_intake_dead_letter(&out->dlq, TB_DLQ_MALFORMED, err.msg, key, value,
-				   len, origin, now_ms);
+	rc = tb_intake_dead_letter(&out->dlq, TB_DLQ_MALFORMED, err.msg, key, value, len, origin,
+				   now_ms);
 	free(key);
 	return rc;
 }

@@ -42,8 +42,8 @@ typedef struct tb_msg_origin {
  * @param[out] out released with tb_intake_free()
  * @return 0, or TB_ENOMEM
  */
-int tb_intake_decode(tb_intake_t *out, const void *value, size_t len,
-		     const tb_msg_origin_t *origin, uint64_t now_ms);
+int tb_intake_decode(tb_intake_t *out, const void *value, size_t len, const tb_msg_origin_t *origin,
+		     uint64_t now_ms);
 
 /**
  * Fills @p out as a DLQ record for a message that was understood but is
@@ -51,9 +51,9 @@ int tb_intake_decode(tb_intake_t *out, const void *value, size_t len,
  * TB_DLQ_ORIGINAL_MAX) and the origin. @p task_id may be NULL.
  * @param[out] out released with tb_msg_free(&tb_schema_dlq, out)
  */
-int tb_intake_dead_letter(tb_dlq_t *out, int cause, const char *reason,
-			  const char *task_id, const void *value, size_t len,
-			  const tb_msg_origin_t *origin, uint64_t now_ms);
+int tb_intake_dead_letter(tb_dlq_t *out, int cause, const char *reason, const char *task_id,
+			  const void *value, size_t len, const tb_msg_origin_t *origin,
+			  uint64_t now_ms);
 
 void tb_intake_free(tb_intake_t *in);
 

@@ -12,8 +12,8 @@ static const struct {
 	int (*run)(int argc, char **argv);
 	const char *summary;
 } commands[] = {
-	{"demo", tb_cmd_demo, "run the embedded demo (no external services)"},
-	{"schema", tb_cmd_schema, "encode, decode and check wire messages"},
+	{ "demo", tb_cmd_demo, "run the embedded demo (no external services)" },
+	{ "schema", tb_cmd_schema, "encode, decode and check wire messages" },
 };
 
 static void usage(FILE *out)

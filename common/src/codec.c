@@ -40,9 +40,8 @@ static uint32_t has_cmask(const tb_schema_t *s, const void *obj)
 
 static bool is_optional_scalar(const tb_field_t *f)
 {
-	return !(f->flags & TB_FF_REQUIRED) &&
-	       (f->type == TB_FT_U64 || f->type == TB_FT_F64 ||
-		f->type == TB_FT_BOOL || f->type == TB_FT_ENUM);
+	return !(f->flags & TB_FF_REQUIRED) && (f->type == TB_FT_U64 || f->type == TB_FT_F64 ||
+						f->type == TB_FT_BOOL || f->type == TB_FT_ENUM);
 }
 
 /* ------------------------------------------------------------------ free */
@@ -138,8 +137,7 @@ static bool utf8_valid(const uint8_t *s, size_t n)
 		}
 		/* overlong forms, surrogates, beyond U+10FFFF */
 		if ((need == 1 && cp < 0x80) || (need == 2 && cp < 0x800) ||
-		    (need == 3 && cp < 0x10000) || cp > 0x10ffff ||
-		    (cp >= 0xd800 && cp <= 0xdfff))
+		    (need == 3 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
 			return false;
 		i += need + 1;
 	}
@@ -184,10 +182,9 @@ int tb_check_id(const void *value, char *why, size_t whylen)
 	}
 	for (; *s; s++) {
 		char c = *s;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		      (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.')) {
-			snprintf(why, whylen,
-				 "may hold only letters, digits, '-', '_' and '.'");
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '_' || c == '.')) {
+			snprintf(why, whylen, "may hold only letters, digits, '-', '_' and '.'");
 			return -1;
 		}
 	}
@@ -200,8 +197,8 @@ int tb_check_label(const void *value, char *why, size_t whylen)
 
 	for (; *s; s++) {
 		char c = *s;
-		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-		      c == '-' || c == '_' || c == '.' || c == '/')) {
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+		      c == '.' || c == '/')) {
 			snprintf(why, whylen,
 				 "label keys may hold only a-z, 0-9, '-', '_', '.' and '/'");
 			return -1;
@@ -238,46 +235,54 @@ int tb_check_relpath(const void *value, char *why, size_t whylen)
 
 /* ---------------------------------------------------------------- decode */
 
-static int decode_fields(const tb_schema_t *s, void *obj,
-			 const msgpack_object *map, const char *path,
-			 tb_error_t *err);
+static int decode_fields(const tb_schema_t *s, void *obj, const msgpack_object *map,
+			 const char *path, tb_error_t *err);
 
 static const char *otype_name(msgpack_object_type t)
 {
 	switch (t) {
-	case MSGPACK_OBJECT_NIL: return "nil";
-	case MSGPACK_OBJECT_BOOLEAN: return "boolean";
-	case MSGPACK_OBJECT_POSITIVE_INTEGER: return "integer";
-	case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "negative integer";
+	case MSGPACK_OBJECT_NIL:
+		return "nil";
+	case MSGPACK_OBJECT_BOOLEAN:
+		return "boolean";
+	case MSGPACK_OBJECT_POSITIVE_INTEGER:
+		return "integer";
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+		return "negative integer";
 	case MSGPACK_OBJECT_FLOAT32:
-	case MSGPACK_OBJECT_FLOAT64: return "float";
-	case MSGPACK_OBJECT_STR: return "string";
-	case MSGPACK_OBJECT_ARRAY: return "array";
-	case MSGPACK_OBJECT_MAP: return "map";
-	case MSGPACK_OBJECT_BIN: return "binary";
-	case MSGPACK_OBJECT_EXT: return "extension";
-	default: return "unknown";
+	case MSGPACK_OBJECT_FLOAT64:
+		return "float";
+	case MSGPACK_OBJECT_STR:
+		return "string";
+	case MSGPACK_OBJECT_ARRAY:
+		return "array";
+	case MSGPACK_OBJECT_MAP:
+		return "map";
+	case MSGPACK_OBJECT_BIN:
+		return "binary";
+	case MSGPACK_OBJECT_EXT:
+		return "extension";
+	default:
+		return "unknown";
 	}
 }
 
-#define FAIL(code, ...)                                                        \
-	do {                                                                   \
-		char m_[512];                                                  \
-		snprintf(m_, sizeof(m_), __VA_ARGS__);                         \
-		return tb_error_set(err, (code), "field '%s': %s", path, m_); \
+#define FAIL(code, ...)                                                                            \
+	do {                                                                                       \
+		char m_[512];                                                                      \
+		snprintf(m_, sizeof(m_), __VA_ARGS__);                                             \
+		return tb_error_set(err, (code), "field '%s': %s", path, m_);                      \
 	} while (0)
 
-#define WANT(otype, what)                                                      \
-	do {                                                                   \
-		if (o->type != (otype))                                        \
-			FAIL(TB_EINVAL, "expected %s, got %s", (what),         \
-			     otype_name(o->type));                             \
+#define WANT(otype, what)                                                                          \
+	do {                                                                                       \
+		if (o->type != (otype))                                                            \
+			FAIL(TB_EINVAL, "expected %s, got %s", (what), otype_name(o->type));       \
 	} while (0)
 
 /* Copies a msgpack string into a new C string after the common checks. */
-static int dup_str(char **out, const msgpack_object *o, uint64_t min,
-		   uint64_t max, tb_check_fn check, const char *path,
-		   tb_error_t *err)
+static int dup_str(char **out, const msgpack_object *o, uint64_t min, uint64_t max,
+		   tb_check_fn check, const char *path, tb_error_t *err)
 {
 	char why[256];
 	uint32_t n;
@@ -285,11 +290,9 @@ static int dup_str(char **out, const msgpack_object *o, uint64_t min,
 	WANT(MSGPACK_OBJECT_STR, "a string");
 	n = o->via.str.size;
 	if (n > max)
-		FAIL(TB_ETOOBIG, "%u bytes, at most %llu allowed", n,
-		     (unsigned long long)max);
+		FAIL(TB_ETOOBIG, "%u bytes, at most %llu allowed", n, (unsigned long long)max);
 	if (n < min)
-		FAIL(TB_EINVAL, "%u bytes, at least %llu required", n,
-		     (unsigned long long)min);
+		FAIL(TB_EINVAL, "%u bytes, at least %llu required", n, (unsigned long long)min);
 	if (!utf8_valid((const uint8_t *)o->via.str.ptr, n))
 		FAIL(TB_EINVAL, "not valid UTF-8 (or contains NUL)");
 	*out = malloc((size_t)n + 1);
@@ -304,8 +307,8 @@ static int dup_str(char **out, const msgpack_object *o, uint64_t min,
 }
 
 /* Re-packs any msgpack object into canonical bytes. */
-static int repack(tb_bytes_t *out, const msgpack_object *o, uint64_t max,
-		  const char *path, tb_error_t *err)
+static int repack(tb_bytes_t *out, const msgpack_object *o, uint64_t max, const char *path,
+		  tb_error_t *err)
 {
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
@@ -319,16 +322,15 @@ static int repack(tb_bytes_t *out, const msgpack_object *o, uint64_t max,
 	if (sb.size > max) {
 		size_t n = sb.size;
 		msgpack_sbuffer_destroy(&sb);
-		FAIL(TB_ETOOBIG, "%zu bytes, at most %llu allowed", n,
-		     (unsigned long long)max);
+		FAIL(TB_ETOOBIG, "%zu bytes, at most %llu allowed", n, (unsigned long long)max);
 	}
 	out->len = sb.size;
 	out->data = (uint8_t *)msgpack_sbuffer_release(&sb);
 	return 0;
 }
 
-static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
-			const char *path, tb_error_t *err)
+static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o, const char *path,
+			tb_error_t *err)
 {
 	void *p = field_ptr(f, obj);
 	char sub[PATH_MAX_LEN];
@@ -341,8 +343,8 @@ static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
 		WANT(MSGPACK_OBJECT_POSITIVE_INTEGER, "a non-negative integer");
 		if (o->via.u64 < f->min || o->via.u64 > f->max)
 			FAIL(TB_EINVAL, "%llu is outside %llu..%llu",
-			     (unsigned long long)o->via.u64,
-			     (unsigned long long)f->min, (unsigned long long)f->max);
+			     (unsigned long long)o->via.u64, (unsigned long long)f->min,
+			     (unsigned long long)f->max);
 		*(uint64_t *)p = o->via.u64;
 		return 0;
 	case TB_FT_F64: {
@@ -354,8 +356,8 @@ static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
 		else
 			FAIL(TB_EINVAL, "expected a number, got %s", otype_name(o->type));
 		if (!(d >= (double)f->min && d <= (double)f->max))
-			FAIL(TB_EINVAL, "%g is outside %llu..%llu", d,
-			     (unsigned long long)f->min, (unsigned long long)f->max);
+			FAIL(TB_EINVAL, "%g is outside %llu..%llu", d, (unsigned long long)f->min,
+			     (unsigned long long)f->max);
 		*(double *)p = d;
 		return 0;
 	}
@@ -373,14 +375,13 @@ static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
 			}
 		}
 		FAIL(TB_EINVAL, "'%.*s' is not one of the allowed values",
-		     (int)(o->via.str.size > 64 ? 64 : o->via.str.size),
-		     o->via.str.ptr);
+		     (int)(o->via.str.size > 64 ? 64 : o->via.str.size), o->via.str.ptr);
 	case TB_FT_STRMAP: {
 		tb_strmap_t *m = p;
 		WANT(MSGPACK_OBJECT_MAP, "a map");
 		if (o->via.map.size > f->max)
-			FAIL(TB_ETOOBIG, "%u entries, at most %llu allowed",
-			     o->via.map.size, (unsigned long long)f->max);
+			FAIL(TB_ETOOBIG, "%u entries, at most %llu allowed", o->via.map.size,
+			     (unsigned long long)f->max);
 		if (o->via.map.size == 0)
 			return 0;
 		m->items = calloc(o->via.map.size, sizeof(*m->items));
@@ -390,15 +391,15 @@ static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
 			const msgpack_object_kv *kv = &o->via.map.ptr[i];
 			snprintf(sub, sizeof(sub), "%s key %u", path, i);
 			m->n = i + 1;
-			if ((rc = dup_str(&m->items[i].key, &kv->key, 1, f->item_max,
-					  f->check, sub, err)) < 0)
+			if ((rc = dup_str(&m->items[i].key, &kv->key, 1, f->item_max, f->check, sub,
+					  err)) < 0)
 				return rc;
 			for (uint32_t k = 0; k < i; k++)
 				if (strcmp(m->items[k].key, m->items[i].key) == 0)
 					FAIL(TB_EINVAL, "duplicate key '%s'", m->items[i].key);
 			snprintf(sub, sizeof(sub), "%s.%s", path, m->items[i].key);
-			if ((rc = dup_str(&m->items[i].value, &kv->val, 0, f->item_max,
-					  NULL, sub, err)) < 0)
+			if ((rc = dup_str(&m->items[i].value, &kv->val, 0, f->item_max, NULL, sub,
+					  err)) < 0)
 				return rc;
 		}
 		return 0;
@@ -407,11 +408,11 @@ static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
 		tb_strlist_t *l = p;
 		WANT(MSGPACK_OBJECT_ARRAY, "an array");
 		if (o->via.array.size > f->max)
-			FAIL(TB_ETOOBIG, "%u entries, at most %llu allowed",
-			     o->via.array.size, (unsigned long long)f->max);
+			FAIL(TB_ETOOBIG, "%u entries, at most %llu allowed", o->via.array.size,
+			     (unsigned long long)f->max);
 		if (o->via.array.size < f->min)
-			FAIL(TB_EINVAL, "%u entries, at least %llu required",
-			     o->via.array.size, (unsigned long long)f->min);
+			FAIL(TB_EINVAL, "%u entries, at least %llu required", o->via.array.size,
+			     (unsigned long long)f->min);
 		if (o->via.array.size == 0)
 			return 0;
 		l->items = calloc(o->via.array.size, sizeof(*l->items));
@@ -420,8 +421,8 @@ static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
 		for (uint32_t i = 0; i < o->via.array.size; i++) {
 			snprintf(sub, sizeof(sub), "%s[%u]", path, i);
 			l->n = i + 1;
-			if ((rc = dup_str(&l->items[i], &o->via.array.ptr[i], 0,
-					  f->item_max, f->check, sub, err)) < 0)
+			if ((rc = dup_str(&l->items[i], &o->via.array.ptr[i], 0, f->item_max,
+					  f->check, sub, err)) < 0)
 				return rc;
 		}
 		return 0;
@@ -433,11 +434,11 @@ static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
 		tb_list_t *l = p;
 		WANT(MSGPACK_OBJECT_ARRAY, "an array");
 		if (o->via.array.size > f->max)
-			FAIL(TB_ETOOBIG, "%u entries, at most %llu allowed",
-			     o->via.array.size, (unsigned long long)f->max);
+			FAIL(TB_ETOOBIG, "%u entries, at most %llu allowed", o->via.array.size,
+			     (unsigned long long)f->max);
 		if (o->via.array.size < f->min)
-			FAIL(TB_EINVAL, "%u entries, at least %llu required",
-			     o->via.array.size, (unsigned long long)f->min);
+			FAIL(TB_EINVAL, "%u entries, at least %llu required", o->via.array.size,
+			     (unsigned long long)f->min);
 		if (o->via.array.size == 0)
 			return 0;
 		l->items = calloc(o->via.array.size, f->sub->size);
@@ -449,10 +450,10 @@ static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
 			l->n = i + 1;
 			if (e->type != MSGPACK_OBJECT_MAP)
 				return tb_error_set(err, TB_EINVAL,
-						    "field '%s': expected a map, got %s",
-						    sub, otype_name(e->type));
-			if ((rc = decode_fields(f->sub, (char *)l->items + i * f->sub->size,
-						e, sub, err)) < 0)
+						    "field '%s': expected a map, got %s", sub,
+						    otype_name(e->type));
+			if ((rc = decode_fields(f->sub, (char *)l->items + i * f->sub->size, e, sub,
+						err)) < 0)
 				return rc;
 		}
 		return 0;
@@ -464,8 +465,8 @@ static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
 		tb_bytes_t *b = p;
 		WANT(MSGPACK_OBJECT_BIN, "binary data");
 		if (o->via.bin.size > f->max)
-			FAIL(TB_ETOOBIG, "%u bytes, at most %llu allowed",
-			     o->via.bin.size, (unsigned long long)f->max);
+			FAIL(TB_ETOOBIG, "%u bytes, at most %llu allowed", o->via.bin.size,
+			     (unsigned long long)f->max);
 		b->data = malloc(o->via.bin.size ? o->via.bin.size : 1);
 		if (!b->data)
 			return tb_error_set(err, TB_ENOMEM, "out of memory");
@@ -493,9 +494,8 @@ static bool known_key(const tb_schema_t *s, const msgpack_object *key)
 	return false;
 }
 
-static int decode_fields(const tb_schema_t *s, void *obj,
-			 const msgpack_object *map, const char *path,
-			 tb_error_t *err)
+static int decode_fields(const tb_schema_t *s, void *obj, const msgpack_object *map,
+			 const char *path, tb_error_t *err)
 {
 	uint64_t seen = 0; /* one bit per field: duplicates and required */
 	char sub[PATH_MAX_LEN];
@@ -505,17 +505,16 @@ static int decode_fields(const tb_schema_t *s, void *obj,
 		const msgpack_object_kv *kv = &map->via.map.ptr[i];
 		if (kv->key.type != MSGPACK_OBJECT_STR)
 			return tb_error_set(err, TB_EINVAL,
-					    "%s: map key %u is %s, expected a string",
-					    path, i, otype_name(kv->key.type));
+					    "%s: map key %u is %s, expected a string", path, i,
+					    otype_name(kv->key.type));
 		for (size_t k = 0; k < s->nfields; k++) {
 			const tb_field_t *f = &s->fields[k];
 			if (!key_is(&kv->key, f->name))
 				continue;
-			snprintf(sub, sizeof(sub), "%s%s%s", path, *path ? "." : "",
-				 f->name);
+			snprintf(sub, sizeof(sub), "%s%s%s", path, *path ? "." : "", f->name);
 			if (seen & (1ull << k))
-				return tb_error_set(err, TB_EINVAL,
-						    "field '%s': appears twice", sub);
+				return tb_error_set(err, TB_EINVAL, "field '%s': appears twice",
+						    sub);
 			seen |= 1ull << k;
 			if ((rc = decode_field(f, obj, &kv->val, sub, err)) < 0)
 				return rc;
@@ -528,16 +527,14 @@ static int decode_fields(const tb_schema_t *s, void *obj,
 		 * scan. Configuration files are strict: an unknown key there
 		 * is a typo that would silently fall back to a default. */
 		if (s->strict && !known_key(s, &kv->key))
-			return tb_error_set(err, TB_EINVAL,
-					    "unknown key '%s%s%.*s'", path,
-					    *path ? "." : "",
-					    (int)(kv->key.via.str.size > 64 ? 64 : kv->key.via.str.size),
-					    kv->key.via.str.ptr);
+			return tb_error_set(
+			    err, TB_EINVAL, "unknown key '%s%s%.*s'", path, *path ? "." : "",
+			    (int)(kv->key.via.str.size > 64 ? 64 : kv->key.via.str.size),
+			    kv->key.via.str.ptr);
 	}
 	for (size_t k = 0; k < s->nfields; k++) {
 		if ((s->fields[k].flags & TB_FF_REQUIRED) && !(seen & (1ull << k)))
-			return tb_error_set(err, TB_EINVAL,
-					    "field '%s%s%s': required but missing",
+			return tb_error_set(err, TB_EINVAL, "field '%s%s%s': required but missing",
 					    path, *path ? "." : "", s->fields[k].name);
 	}
 	if (s->check && (rc = s->check(obj, err)) < 0)
@@ -545,15 +542,15 @@ static int decode_fields(const tb_schema_t *s, void *obj,
 	return 0;
 }
 
-int tb_obj_decode(const tb_schema_t *schema, void *out,
-		  const msgpack_object *map, const char *path, tb_error_t *err)
+int tb_obj_decode(const tb_schema_t *schema, void *out, const msgpack_object *map, const char *path,
+		  tb_error_t *err)
 {
 	int rc;
 
 	memset(out, 0, schema->size);
 	if (map->type != MSGPACK_OBJECT_MAP)
-		return tb_error_set(err, TB_EINVAL, "%s: expected a map, got %s",
-				    path, otype_name(map->type));
+		return tb_error_set(err, TB_EINVAL, "%s: expected a map, got %s", path,
+				    otype_name(map->type));
 	rc = decode_fields(schema, out, map, path, err);
 	if (rc < 0)
 		tb_msg_free(schema, out);
@@ -561,15 +558,15 @@ int tb_obj_decode(const tb_schema_t *schema, void *out,
 }
 
 /* Unpacks @p data after the bounds and structure checks. */
-static int unpack_checked(msgpack_unpacked *up, const void *data, size_t len,
-			  size_t max, const char *what, tb_error_t *err)
+static int unpack_checked(msgpack_unpacked *up, const void *data, size_t len, size_t max,
+			  const char *what, tb_error_t *err)
 {
 	size_t off = 0;
 	int rc;
 
 	if (len > max)
-		return tb_error_set(err, TB_ETOOBIG,
-				    "%s: %zu bytes, at most %zu allowed", what, len, max);
+		return tb_error_set(err, TB_ETOOBIG, "%s: %zu bytes, at most %zu allowed", what,
+				    len, max);
 	if ((rc = tb_mpack_scan(data, len, TB_MPACK_MAX_DEPTH, err)) < 0)
 		return tb_error_prefix(err, "%s: not valid MessagePack", what);
 	msgpack_unpacked_init(up);
@@ -595,36 +592,32 @@ static const msgpack_object *map_get(const msgpack_object *map, const char *key)
 }
 
 /* Checks "v" and returns the schema named by "schema" (NULL if unknown). */
-static int read_header(const tb_schema_t **out, const msgpack_object *map,
-		       tb_error_t *err)
+static int read_header(const tb_schema_t **out, const msgpack_object *map, tb_error_t *err)
 {
 	const msgpack_object *name = map_get(map, "schema");
 	const msgpack_object *v = map_get(map, "v");
 
 	if (!name || name->type != MSGPACK_OBJECT_STR)
-		return tb_error_set(err, TB_EINVAL,
-				    "field 'schema': required string missing");
+		return tb_error_set(err, TB_EINVAL, "field 'schema': required string missing");
 	if (!v || v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-		return tb_error_set(err, TB_EINVAL,
-				    "field 'v': required integer version missing");
+		return tb_error_set(err, TB_EINVAL, "field 'v': required integer version missing");
 	*out = NULL;
 	for (size_t i = 0; tb_schemas[i]; i++)
 		if (key_is(name, tb_schemas[i]->name))
 			*out = tb_schemas[i];
 	if (!*out)
-		return tb_error_set(err, TB_ENOTFOUND,
-				    "field 'schema': unknown message kind '%.*s'",
-				    (int)(name->via.str.size > 64 ? 64 : name->via.str.size),
-				    name->via.str.ptr);
+		return tb_error_set(
+		    err, TB_ENOTFOUND, "field 'schema': unknown message kind '%.*s'",
+		    (int)(name->via.str.size > 64 ? 64 : name->via.str.size), name->via.str.ptr);
 	if (v->via.u64 != TB_SCHEMA_VERSION)
-		return tb_error_set(err, TB_EVERSION,
-				    "field 'v': version %llu is not supported (this build reads %d)",
-				    (unsigned long long)v->via.u64, TB_SCHEMA_VERSION);
+		return tb_error_set(
+		    err, TB_EVERSION,
+		    "field 'v': version %llu is not supported (this build reads %d)",
+		    (unsigned long long)v->via.u64, TB_SCHEMA_VERSION);
 	return 0;
 }
 
-int tb_msg_peek(const tb_schema_t **out, const void *data, size_t len,
-		tb_error_t *err)
+int tb_msg_peek(const tb_schema_t **out, const void *data, size_t len, tb_error_t *err)
 {
 	msgpack_unpacked up;
 	int rc;
@@ -636,24 +629,23 @@ int tb_msg_peek(const tb_schema_t **out, const void *data, size_t len,
 	return rc;
 }
 
-int tb_msg_decode(const tb_schema_t *schema, void *out, const void *data,
-		  size_t len, tb_error_t *err)
+int tb_msg_decode(const tb_schema_t *schema, void *out, const void *data, size_t len,
+		  tb_error_t *err)
 {
 	const tb_schema_t *named;
 	msgpack_unpacked up;
 	int rc;
 
 	memset(out, 0, schema->size);
-	if ((rc = unpack_checked(&up, data, len, schema->max_bytes, schema->name,
-				 err)) < 0)
+	if ((rc = unpack_checked(&up, data, len, schema->max_bytes, schema->name, err)) < 0)
 		return rc;
 	if ((rc = read_header(&named, &up.data, err)) < 0) {
 		tb_error_prefix(err, "%s", schema->name);
 		goto cleanup;
 	}
 	if (named != schema) {
-		rc = tb_error_set(err, TB_EINVAL, "%s: message is a '%s', not a '%s'",
-				  schema->name, named->name, schema->name);
+		rc = tb_error_set(err, TB_EINVAL, "%s: message is a '%s', not a '%s'", schema->name,
+				  named->name, schema->name);
 		goto cleanup;
 	}
 	if ((rc = decode_fields(schema, out, &up.data, "", err)) < 0) {
@@ -677,14 +669,21 @@ static bool field_present(const tb_schema_t *s, size_t k, const void *obj)
 	if (is_optional_scalar(f))
 		return (has_cmask(s, obj) >> k) & 1u;
 	switch (f->type) {
-	case TB_FT_STR: return *(char *const *)p != NULL;
-	case TB_FT_STRMAP: return ((const tb_strmap_t *)p)->n > 0;
-	case TB_FT_STRLIST: return ((const tb_strlist_t *)p)->n > 0;
-	case TB_FT_LIST: return ((const tb_list_t *)p)->n > 0;
-	case TB_FT_OBJ: return obj_present(f->sub, p);
+	case TB_FT_STR:
+		return *(char *const *)p != NULL;
+	case TB_FT_STRMAP:
+		return ((const tb_strmap_t *)p)->n > 0;
+	case TB_FT_STRLIST:
+		return ((const tb_strlist_t *)p)->n > 0;
+	case TB_FT_LIST:
+		return ((const tb_list_t *)p)->n > 0;
+	case TB_FT_OBJ:
+		return obj_present(f->sub, p);
 	case TB_FT_MAP:
-	case TB_FT_BIN: return ((const tb_bytes_t *)p)->data != NULL;
-	default: return true; /* required scalars */
+	case TB_FT_BIN:
+		return ((const tb_bytes_t *)p)->data != NULL;
+	default:
+		return true; /* required scalars */
 	}
 }
 
@@ -702,18 +701,16 @@ static int pack_str(msgpack_packer *pk, const char *s)
 	return msgpack_pack_str_with_body(pk, s, n);
 }
 
-static int check_str(const char *s, uint64_t min, uint64_t max, tb_check_fn check,
-		     const char *path, tb_error_t *err)
+static int check_str(const char *s, uint64_t min, uint64_t max, tb_check_fn check, const char *path,
+		     tb_error_t *err)
 {
 	char why[256];
 	size_t n = strlen(s);
 
 	if (n > max)
-		FAIL(TB_ETOOBIG, "%zu bytes, at most %llu allowed", n,
-		     (unsigned long long)max);
+		FAIL(TB_ETOOBIG, "%zu bytes, at most %llu allowed", n, (unsigned long long)max);
 	if (n < min)
-		FAIL(TB_EINVAL, "%zu bytes, at least %llu required", n,
-		     (unsigned long long)min);
+		FAIL(TB_EINVAL, "%zu bytes, at least %llu required", n, (unsigned long long)min);
 	if (!utf8_valid((const uint8_t *)s, n))
 		FAIL(TB_EINVAL, "not valid UTF-8");
 	if (check && check(s, why, sizeof(why)) != 0)
@@ -721,12 +718,11 @@ static int check_str(const char *s, uint64_t min, uint64_t max, tb_check_fn chec
 	return 0;
 }
 
-static int encode_fields(msgpack_packer *pk, const tb_schema_t *s,
-			 const void *obj, const char *path, size_t extra,
-			 tb_error_t *err);
+static int encode_fields(msgpack_packer *pk, const tb_schema_t *s, const void *obj,
+			 const char *path, size_t extra, tb_error_t *err);
 
-static int encode_field(msgpack_packer *pk, const tb_field_t *f, const void *obj,
-			const char *path, tb_error_t *err)
+static int encode_field(msgpack_packer *pk, const tb_field_t *f, const void *obj, const char *path,
+			tb_error_t *err)
 {
 	const void *p = field_cptr(f, obj);
 	char sub[PATH_MAX_LEN];
@@ -734,23 +730,21 @@ static int encode_field(msgpack_packer *pk, const tb_field_t *f, const void *obj
 
 	switch (f->type) {
 	case TB_FT_STR:
-		if ((rc = check_str(*(char *const *)p, f->min, f->max, f->check,
-				    path, err)) < 0)
+		if ((rc = check_str(*(char *const *)p, f->min, f->max, f->check, path, err)) < 0)
 			return rc;
 		return pack_str(pk, *(char *const *)p);
 	case TB_FT_U64: {
 		uint64_t v = *(const uint64_t *)p;
 		if (v < f->min || v > f->max)
-			FAIL(TB_EINVAL, "%llu is outside %llu..%llu",
-			     (unsigned long long)v, (unsigned long long)f->min,
-			     (unsigned long long)f->max);
+			FAIL(TB_EINVAL, "%llu is outside %llu..%llu", (unsigned long long)v,
+			     (unsigned long long)f->min, (unsigned long long)f->max);
 		return msgpack_pack_uint64(pk, v);
 	}
 	case TB_FT_F64: {
 		double d = *(const double *)p;
 		if (!(d >= (double)f->min && d <= (double)f->max))
-			FAIL(TB_EINVAL, "%g is outside %llu..%llu", d,
-			     (unsigned long long)f->min, (unsigned long long)f->max);
+			FAIL(TB_EINVAL, "%g is outside %llu..%llu", d, (unsigned long long)f->min,
+			     (unsigned long long)f->max);
 		return msgpack_pack_double(pk, d);
 	}
 	case TB_FT_BOOL:
@@ -772,10 +766,9 @@ static int encode_field(msgpack_packer *pk, const tb_field_t *f, const void *obj
 		msgpack_pack_map(pk, m->n);
 		for (size_t i = 0; i < m->n; i++) {
 			snprintf(sub, sizeof(sub), "%s.%s", path, m->items[i].key);
-			if ((rc = check_str(m->items[i].key, 1, f->item_max, f->check,
-					    sub, err)) < 0 ||
-			    (rc = check_str(m->items[i].value, 0, f->item_max, NULL,
-					    sub, err)) < 0)
+			if ((rc = check_str(m->items[i].key, 1, f->item_max, f->check, sub, err)) <
+				0 ||
+			    (rc = check_str(m->items[i].value, 0, f->item_max, NULL, sub, err)) < 0)
 				return rc;
 			pack_str(pk, m->items[i].key);
 			pack_str(pk, m->items[i].value);
@@ -790,8 +783,7 @@ static int encode_field(msgpack_packer *pk, const tb_field_t *f, const void *obj
 		msgpack_pack_array(pk, l->n);
 		for (size_t i = 0; i < l->n; i++) {
 			snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
-			if ((rc = check_str(l->items[i], 0, f->item_max, f->check,
-					    sub, err)) < 0)
+			if ((rc = check_str(l->items[i], 0, f->item_max, f->check, sub, err)) < 0)
 				return rc;
 			pack_str(pk, l->items[i]);
 		}
@@ -808,8 +800,8 @@ static int encode_field(msgpack_packer *pk, const tb_field_t *f, const void *obj
 		for (size_t i = 0; i < l->n; i++) {
 			snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
 			if ((rc = encode_fields(pk, f->sub,
-						(const char *)l->items + i * f->sub->size,
-						sub, 0, err)) < 0)
+						(const char *)l->items + i * f->sub->size, sub, 0,
+						err)) < 0)
 				return rc;
 		}
 		return 0;
@@ -825,8 +817,8 @@ static int encode_field(msgpack_packer *pk, const tb_field_t *f, const void *obj
 			return msgpack_pack_bin_body(pk, b->data, b->len);
 		}
 		/* Already canonical MessagePack; must be exactly one map. */
-		if (b->len == 0 || !((b->data[0] & 0xf0) == 0x80 ||
-				     b->data[0] == 0xde || b->data[0] == 0xdf))
+		if (b->len == 0 ||
+		    !((b->data[0] & 0xf0) == 0x80 || b->data[0] == 0xde || b->data[0] == 0xdf))
 			FAIL(TB_EINVAL, "expected a MessagePack map");
 		if (tb_mpack_scan(b->data, b->len, TB_MPACK_MAX_DEPTH, err) < 0)
 			return tb_error_prefix(err, "field '%s'", path);
@@ -836,9 +828,8 @@ static int encode_field(msgpack_packer *pk, const tb_field_t *f, const void *obj
 	return tb_error_set(err, TB_EINVAL, "field '%s': unsupported type", path);
 }
 
-static int encode_fields(msgpack_packer *pk, const tb_schema_t *s,
-			 const void *obj, const char *path, size_t extra,
-			 tb_error_t *err)
+static int encode_fields(msgpack_packer *pk, const tb_schema_t *s, const void *obj,
+			 const char *path, size_t extra, tb_error_t *err)
 {
 	char sub[PATH_MAX_LEN];
 	size_t n = extra;
@@ -849,8 +840,7 @@ static int encode_fields(msgpack_packer *pk, const tb_schema_t *s,
 	for (size_t k = 0; k < s->nfields; k++) {
 		bool present = field_present(s, k, obj);
 		if (!present && (s->fields[k].flags & TB_FF_REQUIRED))
-			return tb_error_set(err, TB_EINVAL,
-					    "field '%s%s%s': required but missing",
+			return tb_error_set(err, TB_EINVAL, "field '%s%s%s': required but missing",
 					    path, *path ? "." : "", s->fields[k].name);
 		n += present;
 	}
@@ -882,8 +872,7 @@ static int sbuffer_write(void *data, const char *buf, size_t len)
 	return 0;
 }
 
-int tb_msg_encode(msgpack_sbuffer *out, const tb_schema_t *schema,
-		  const void *obj, tb_error_t *err)
+int tb_msg_encode(msgpack_sbuffer *out, const tb_schema_t *schema, const void *obj, tb_error_t *err)
 {
 	msgpack_packer pk;
 	size_t start = out->size;
@@ -898,8 +887,8 @@ int tb_msg_encode(msgpack_sbuffer *out, const tb_schema_t *schema,
 		size_t n = out->size - start;
 		out->size = start;
 		return tb_error_set(err, TB_ETOOBIG,
-				    "%s: encoded to %zu bytes, at most %zu allowed",
-				    schema->name, n, schema->max_bytes);
+				    "%s: encoded to %zu bytes, at most %zu allowed", schema->name,
+				    n, schema->max_bytes);
 	}
 	return 0;
 }

@@ -11,26 +11,31 @@
 #include <stdlib.h>
 
 const char tb_config_defaults[] =
-	"{\"worker_id\": \"\", \"slots\": 4, \"log_level\": \"info\","
-	" \"kafka\": {\"brokers\": \"mock\", \"group\": \"taskbox-workers\","
-	"  \"tasks_topic\": \"taskbox.tasks\", \"events_topic\": \"taskbox.events\","
-	"  \"dlq_topic\": \"taskbox.dlq\"},"
-	" \"ledger\": {\"url\": \"memory:\", \"prefix\": \"taskbox\"},"
-	" \"store\": {\"url\": \"dir:///var/lib/taskbox/artifacts\","
-	"  \"region\": \"us-east-1\"},"
-	" \"runtimes_dir\": \"/etc/taskbox/runtimes\","
-	" \"work_dir\": \"/var/lib/taskbox/work\","
-	" \"cache_dir\": \"/var/cache/taskbox\","
-	" \"metrics_listen\": \"\"}";
+    "{\"worker_id\": \"\", \"slots\": 4, \"log_level\": \"info\","
+    " \"kafka\": {\"brokers\": \"mock\", \"group\": \"taskbox-workers\","
+    "  \"tasks_topic\": \"taskbox.tasks\", \"events_topic\": \"taskbox.events\","
+    "  \"dlq_topic\": \"taskbox.dlq\"},"
+    " \"ledger\": {\"url\": \"memory:\", \"prefix\": \"taskbox\"},"
+    " \"store\": {\"url\": \"dir:///var/lib/taskbox/artifacts\","
+    "  \"region\": \"us-east-1\"},"
+    " \"runtimes_dir\": \"/etc/taskbox/runtimes\","
+    " \"work_dir\": \"/var/lib/taskbox/work\","
+    " \"cache_dir\": \"/var/cache/taskbox\","
+    " \"metrics_listen\": \"\"}";
 
-static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
+static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
 
-#define STR(n, st, m, lo) \
-	{.name = n, .type = TB_FT_STR, .flags = TB_FF_REQUIRED, \
-	 .offset = offsetof(st, m), .min = lo, .max = 4096}
-#define OPT_STR(n, st, m) \
-	{.name = n, .type = TB_FT_STR, .offset = offsetof(st, m), .min = 1, .max = 4096}
+#define STR(n, st, m, lo)                                                                          \
+	{                                                                                          \
+		.name = n, .type = TB_FT_STR, .flags = TB_FF_REQUIRED, .offset = offsetof(st, m),  \
+		.min = lo, .max = 4096                                                             \
+	}
+#define OPT_STR(n, st, m)                                                                          \
+	{                                                                                          \
+		.name = n, .type = TB_FT_STR, .offset = offsetof(st, m), .min = 1, .max = 4096     \
+	}
 
+/* clang-format off: one field per row reads as a table */
 static const tb_field_t kafka_fields[] = {
 	STR("brokers", tb_kafka_config_t, brokers, 1),
 	STR("group", tb_kafka_config_t, group, 1),
@@ -38,34 +43,51 @@ static const tb_field_t kafka_fields[] = {
 	STR("tasks_topic", tb_kafka_config_t, tasks_topic, 1),
 	STR("events_topic", tb_kafka_config_t, events_topic, 1),
 	STR("dlq_topic", tb_kafka_config_t, dlq_topic, 1),
-	{.name = "properties", .type = TB_FT_STRMAP,
-	 .offset = offsetof(tb_kafka_config_t, properties), .max = 256,
-	 .item_max = 4096},
+	{ .name = "properties",
+	  .type = TB_FT_STRMAP,
+	  .offset = offsetof(tb_kafka_config_t, properties),
+	  .max = 256,
+	  .item_max = 4096 },
 };
+/* clang-format on */
 static const tb_schema_t kafka_schema = {
-	.name = "kafka", .size = sizeof(tb_kafka_config_t), .fields = kafka_fields,
-	.nfields = sizeof(kafka_fields) / sizeof(kafka_fields[0]), .strict = true,
+	.name = "kafka",
+	.size = sizeof(tb_kafka_config_t),
+	.fields = kafka_fields,
+	.nfields = sizeof(kafka_fields) / sizeof(kafka_fields[0]),
+	.strict = true,
 };
 
+/* clang-format off */
 static const tb_field_t ledger_fields[] = {
 	STR("url", tb_ledger_config_t, url, 1),
 	STR("prefix", tb_ledger_config_t, prefix, 1),
 };
+/* clang-format on */
 static const tb_schema_t ledger_schema = {
-	.name = "ledger", .size = sizeof(tb_ledger_config_t),
-	.fields = ledger_fields, .nfields = 2, .strict = true,
+	.name = "ledger",
+	.size = sizeof(tb_ledger_config_t),
+	.fields = ledger_fields,
+	.nfields = 2,
+	.strict = true,
 };
 
+/* clang-format off */
 static const tb_field_t store_fields[] = {
 	STR("url", tb_store_config_t, url, 1),
 	OPT_STR("endpoint", tb_store_config_t, endpoint),
 	STR("region", tb_store_config_t, region, 1),
 };
+/* clang-format on */
 static const tb_schema_t store_schema = {
-	.name = "store", .size = sizeof(tb_store_config_t),
-	.fields = store_fields, .nfields = 3, .strict = true,
+	.name = "store",
+	.size = sizeof(tb_store_config_t),
+	.fields = store_fields,
+	.nfields = 3,
+	.strict = true,
 };
 
+/* clang-format off */
 static const tb_field_t config_fields[] = {
 	STR("worker_id", tb_config_t, worker_id, 0),
 	{.name = "slots", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
@@ -83,11 +105,15 @@ static const tb_field_t config_fields[] = {
 	STR("cache_dir", tb_config_t, cache_dir, 1),
 	STR("metrics_listen", tb_config_t, metrics_listen, 0),
 };
+/* clang-format on */
 
 const tb_schema_t tb_schema_config = {
-	.name = "config", .size = sizeof(tb_config_t),
-	.has_offset = offsetof(tb_config_t, has), .fields = config_fields,
-	.nfields = sizeof(config_fields) / sizeof(config_fields[0]), .strict = true,
+	.name = "config",
+	.size = sizeof(tb_config_t),
+	.has_offset = offsetof(tb_config_t, has),
+	.fields = config_fields,
+	.nfields = sizeof(config_fields) / sizeof(config_fields[0]),
+	.strict = true,
 };
 
 int tb_config_load(tb_config_t *out, const char *path, tb_error_t *err)
@@ -97,13 +123,13 @@ int tb_config_load(tb_config_t *out, const char *path, tb_error_t *err)
 
 	if (!path) {
 		doc = json_object();
-		rc = tb_jsonconf_decode(&tb_schema_config, out, doc, tb_config_defaults,
-					"TASKBOX", "configuration", err);
+		rc = tb_jsonconf_decode(&tb_schema_config, out, doc, tb_config_defaults, "TASKBOX",
+					"configuration", err);
 		json_decref(doc);
 		return rc;
 	}
-	return tb_jsonconf_load(&tb_schema_config, out, path, tb_config_defaults,
-				"TASKBOX", 1, err);
+	return tb_jsonconf_load(&tb_schema_config, out, path, tb_config_defaults, "TASKBOX", 1,
+				err);
 }
 
 void tb_config_free(tb_config_t *cfg)

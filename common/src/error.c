@@ -78,17 +78,29 @@ int tb_error_prefix(tb_error_t *err, const char *fmt, ...)
 const char *tb_error_name(int code)
 {
 	switch (code) {
-	case TB_OK: return "ok";
-	case TB_EINVAL: return "invalid";
-	case TB_ENOMEM: return "out-of-memory";
-	case TB_ENOTFOUND: return "not-found";
-	case TB_ETIMEOUT: return "timeout";
-	case TB_ERETRY: return "retryable";
-	case TB_EPOISON: return "poison";
-	case TB_EFENCED: return "fenced";
-	case TB_EIO: return "io";
-	case TB_ETOOBIG: return "too-big";
-	case TB_EVERSION: return "unknown-version";
-	default: return "unknown";
+	case TB_OK:
+		return "ok";
+	case TB_EINVAL:
+		return "invalid";
+	case TB_ENOMEM:
+		return "out-of-memory";
+	case TB_ENOTFOUND:
+		return "not-found";
+	case TB_ETIMEOUT:
+		return "timeout";
+	case TB_ERETRY:
+		return "retryable";
+	case TB_EPOISON:
+		return "poison";
+	case TB_EFENCED:
+		return "fenced";
+	case TB_EIO:
+		return "io";
+	case TB_ETOOBIG:
+		return "too-big";
+	case TB_EVERSION:
+		return "unknown-version";
+	default:
+		return "unknown";
 	}
 }

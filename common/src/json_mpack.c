@@ -53,15 +53,15 @@ static int to_mpack(msgpack_packer *pk, const json_t *j, int depth, tb_error_t *
 	int rc;
 
 	if (depth > TB_MPACK_MAX_DEPTH)
-		return tb_error_set(err, TB_EINVAL, "nested deeper than %d",
-				    TB_MPACK_MAX_DEPTH);
+		return tb_error_set(err, TB_EINVAL, "nested deeper than %d", TB_MPACK_MAX_DEPTH);
 	switch (json_typeof(j)) {
 	case JSON_OBJECT:
 		if (json_object_size(j) == 1 && (val = json_object_get(j, "$bin")) &&
 		    json_is_string(val))
 			return bin_from_base64(pk, json_string_value(val), err);
 		msgpack_pack_map(pk, json_object_size(j));
-		json_object_foreach((json_t *)j, key, val) {
+		json_object_foreach((json_t *)j, key, val)
+		{
 			msgpack_pack_str_with_body(pk, key, strlen(key));
 			if ((rc = to_mpack(pk, val, depth + 1, err)) < 0)
 				return rc;
@@ -69,14 +69,14 @@ static int to_mpack(msgpack_packer *pk, const json_t *j, int depth, tb_error_t *
 		return 0;
 	case JSON_ARRAY:
 		msgpack_pack_array(pk, json_array_size(j));
-		json_array_foreach(j, i, val) {
+		json_array_foreach(j, i, val)
+		{
 			if ((rc = to_mpack(pk, val, depth + 1, err)) < 0)
 				return rc;
 		}
 		return 0;
 	case JSON_STRING:
-		return msgpack_pack_str_with_body(pk, json_string_value(j),
-						  json_string_length(j));
+		return msgpack_pack_str_with_body(pk, json_string_value(j), json_string_length(j));
 	case JSON_INTEGER: {
 		json_int_t v = json_integer_value(j);
 		return v >= 0 ? msgpack_pack_uint64(pk, (uint64_t)v)
@@ -127,11 +127,14 @@ static int to_json(json_t **out, const msgpack_object *o, int depth, tb_error_t 
 
 	*out = NULL;
 	if (depth > TB_MPACK_MAX_DEPTH)
-		return tb_error_set(err, TB_EINVAL, "nested deeper than %d",
-				    TB_MPACK_MAX_DEPTH);
+		return tb_error_set(err, TB_EINVAL, "nested deeper than %d", TB_MPACK_MAX_DEPTH);
 	switch (o->type) {
-	case MSGPACK_OBJECT_NIL: j = json_null(); break;
-	case MSGPACK_OBJECT_BOOLEAN: j = json_boolean(o->via.boolean); break;
+	case MSGPACK_OBJECT_NIL:
+		j = json_null();
+		break;
+	case MSGPACK_OBJECT_BOOLEAN:
+		j = json_boolean(o->via.boolean);
+		break;
 	case MSGPACK_OBJECT_POSITIVE_INTEGER:
 		if (o->via.u64 > (uint64_t)INT64_MAX)
 			return tb_error_set(err, TB_EINVAL,
@@ -139,7 +142,9 @@ static int to_json(json_t **out, const msgpack_object *o, int depth, tb_error_t 
 					    (unsigned long long)o->via.u64);
 		j = json_integer((json_int_t)o->via.u64);
 		break;
-	case MSGPACK_OBJECT_NEGATIVE_INTEGER: j = json_integer(o->via.i64); break;
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+		j = json_integer(o->via.i64);
+		break;
 	case MSGPACK_OBJECT_FLOAT32:
 	case MSGPACK_OBJECT_FLOAT64:
 		if (!isfinite(o->via.f64))
@@ -150,7 +155,9 @@ static int to_json(json_t **out, const msgpack_object *o, int depth, tb_error_t 
 		if (!(j = json_stringn(o->via.str.size ? o->via.str.ptr : "", o->via.str.size)))
 			return tb_error_set(err, TB_EINVAL, "string is not valid UTF-8");
 		break;
-	case MSGPACK_OBJECT_BIN: j = bin_to_json(o->via.bin.ptr, o->via.bin.size); break;
+	case MSGPACK_OBJECT_BIN:
+		j = bin_to_json(o->via.bin.ptr, o->via.bin.size);
+		break;
 	case MSGPACK_OBJECT_ARRAY:
 		if (!(j = json_array()))
 			break;
@@ -185,8 +192,8 @@ static int to_json(json_t **out, const msgpack_object *o, int depth, tb_error_t 
 			}
 			if (json_object_set_new(j, key, v) != 0) {
 				json_decref(j);
-				return tb_error_set(err, TB_EINVAL,
-						    "map key %u is not valid UTF-8", i);
+				return tb_error_set(err, TB_EINVAL, "map key %u is not valid UTF-8",
+						    i);
 			}
 		}
 		break;

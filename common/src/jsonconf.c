@@ -18,33 +18,34 @@
 
 #define CONF_MAX_BYTES (1u << 20)
 
-int tb_jsonconf_parse(json_t **out, const char *text, size_t len, size_t max,
-		      const char *origin, tb_error_t *err)
+int tb_jsonconf_parse(json_t **out, const char *text, size_t len, size_t max, const char *origin,
+		      tb_error_t *err)
 {
 	json_error_t jerr;
 
 	if (len > max)
-		return tb_error_set(err, TB_ETOOBIG, "%s: %zu bytes, at most %zu allowed",
-				    origin, len, max);
+		return tb_error_set(err, TB_ETOOBIG, "%s: %zu bytes, at most %zu allowed", origin,
+				    len, max);
 	*out = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!*out)
-		return tb_error_set(err, TB_EINVAL, "%s:%d:%d: %s", origin, jerr.line,
-				    jerr.column, jerr.text);
+		return tb_error_set(err, TB_EINVAL, "%s:%d:%d: %s", origin, jerr.line, jerr.column,
+				    jerr.text);
 	return 0;
 }
 
-int tb_jsonconf_check_version(const json_t *doc, unsigned version,
-			      const char *origin, tb_error_t *err)
+int tb_jsonconf_check_version(const json_t *doc, unsigned version, const char *origin,
+			      tb_error_t *err)
 {
 	json_t *v = json_object_get(doc, "v");
 
 	if (!json_is_integer(v))
-		return tb_error_set(err, TB_EINVAL,
-				    "%s: key 'v': required integer version missing", origin);
+		return tb_error_set(err, TB_EINVAL, "%s: key 'v': required integer version missing",
+				    origin);
 	if (json_integer_value(v) != (json_int_t)version)
-		return tb_error_set(err, TB_EVERSION,
-				    "%s: key 'v': version %lld is not supported (this build reads %u)",
-				    origin, (long long)json_integer_value(v), version);
+		return tb_error_set(
+		    err, TB_EVERSION,
+		    "%s: key 'v': version %lld is not supported (this build reads %u)", origin,
+		    (long long)json_integer_value(v), version);
 	return 0;
 }
 
@@ -57,8 +58,8 @@ static void env_name(char *buf, size_t cap, const char *prefix, const char *path
 	buf[n < cap ? n : cap - 1] = '\0';
 }
 
-static int env_value(json_t **out, const tb_field_t *f, const char *var,
-		     const char *text, tb_error_t *err)
+static int env_value(json_t **out, const tb_field_t *f, const char *var, const char *text,
+		     tb_error_t *err)
 {
 	char *end;
 
@@ -71,9 +72,9 @@ static int env_value(json_t **out, const tb_field_t *f, const char *var,
 		errno = 0;
 		unsigned long long v = strtoull(text, &end, 10);
 		if (errno || end == text || *end || text[0] == '-' || v > INT64_MAX)
-			return tb_error_set(err, TB_EINVAL,
-					    "environment %s: expected a non-negative integer, got '%s'",
-					    var, text);
+			return tb_error_set(
+			    err, TB_EINVAL,
+			    "environment %s: expected a non-negative integer, got '%s'", var, text);
 		*out = json_integer((json_int_t)v);
 		break;
 	}
@@ -84,8 +85,8 @@ static int env_value(json_t **out, const tb_field_t *f, const char *var,
 			*out = json_false();
 		else
 			return tb_error_set(err, TB_EINVAL,
-					    "environment %s: expected true or false, got '%s'",
-					    var, text);
+					    "environment %s: expected true or false, got '%s'", var,
+					    text);
 		break;
 	case TB_FT_STRLIST: { /* comma-separated */
 		*out = json_array();
@@ -106,8 +107,8 @@ static int env_value(json_t **out, const tb_field_t *f, const char *var,
 	return 0;
 }
 
-static int apply_env(json_t *doc, const tb_schema_t *s, const char *prefix,
-		     const char *path, tb_error_t *err)
+static int apply_env(json_t *doc, const tb_schema_t *s, const char *prefix, const char *path,
+		     tb_error_t *err)
 {
 	char sub[256], var[300];
 	int rc;
@@ -143,8 +144,8 @@ static int apply_env(json_t *doc, const tb_schema_t *s, const char *prefix,
 }
 
 int tb_jsonconf_decode(const tb_schema_t *schema, void *out, const json_t *doc,
-		       const char *defaults, const char *env_prefix,
-		       const char *origin, tb_error_t *err)
+		       const char *defaults, const char *env_prefix, const char *origin,
+		       tb_error_t *err)
 {
 	json_t *merged = NULL, *file = NULL;
 	msgpack_sbuffer sb;
@@ -160,8 +161,8 @@ int tb_jsonconf_decode(const tb_schema_t *schema, void *out, const json_t *doc,
 		goto cleanup;
 	}
 	if (defaults) {
-		if ((rc = tb_jsonconf_parse(&merged, defaults, strlen(defaults),
-					    CONF_MAX_BYTES, "built-in defaults", err)) < 0)
+		if ((rc = tb_jsonconf_parse(&merged, defaults, strlen(defaults), CONF_MAX_BYTES,
+					    "built-in defaults", err)) < 0)
 			goto cleanup;
 	} else {
 		merged = json_object();
@@ -194,9 +195,8 @@ cleanup:
 	return rc;
 }
 
-int tb_jsonconf_load(const tb_schema_t *schema, void *out, const char *path,
-		     const char *defaults, const char *env_prefix,
-		     unsigned version, tb_error_t *err)
+int tb_jsonconf_load(const tb_schema_t *schema, void *out, const char *path, const char *defaults,
+		     const char *env_prefix, unsigned version, tb_error_t *err)
 {
 	json_t *doc = NULL;
 	char *text = NULL;
@@ -207,8 +207,8 @@ int tb_jsonconf_load(const tb_schema_t *schema, void *out, const char *path,
 	memset(out, 0, schema->size);
 	f = fopen(path, "rb");
 	if (!f)
-		return tb_error_errno(err, errno == ENOENT ? TB_ENOTFOUND : TB_EIO,
-				      errno, "%s", path);
+		return tb_error_errno(err, errno == ENOENT ? TB_ENOTFOUND : TB_EIO, errno, "%s",
+				      path);
 	text = malloc(CONF_MAX_BYTES + 1);
 	if (!text) {
 		fclose(f);

@@ -13,14 +13,12 @@ struct tb_kafka_mock {
 	rd_kafka_mock_cluster_t *cluster;
 };
 
-static int set(rd_kafka_conf_t *conf, const char *key, const char *value,
-	       tb_error_t *err)
+static int set(rd_kafka_conf_t *conf, const char *key, const char *value, tb_error_t *err)
 {
 	char errstr[512];
 
 	if (rd_kafka_conf_set(conf, key, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-		return tb_error_set(err, TB_EINVAL, "kafka setting %s=%s: %s", key, value,
-				    errstr);
+		return tb_error_set(err, TB_EINVAL, "kafka setting %s=%s: %s", key, value, errstr);
 	return 0;
 }
 
@@ -34,8 +32,7 @@ static int set_props(rd_kafka_conf_t *conf, const tb_strmap_t *props, tb_error_t
 	return 0;
 }
 
-static int make(rd_kafka_t **out, rd_kafka_type_t type, rd_kafka_conf_t *conf,
-		tb_error_t *err)
+static int make(rd_kafka_t **out, rd_kafka_type_t type, rd_kafka_conf_t *conf, tb_error_t *err)
 {
 	char errstr[512];
 
@@ -48,9 +45,8 @@ static int make(rd_kafka_t **out, rd_kafka_type_t type, rd_kafka_conf_t *conf,
 	return 0;
 }
 
-int tb_kafka_mock_start(tb_kafka_mock_t **out, int brokers,
-			const tb_kafka_topic_spec_t *topics, size_t ntopics,
-			tb_error_t *err)
+int tb_kafka_mock_start(tb_kafka_mock_t **out, int brokers, const tb_kafka_topic_spec_t *topics,
+			size_t ntopics, tb_error_t *err)
 {
 	tb_kafka_mock_t *m = calloc(1, sizeof(*m));
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -79,8 +75,8 @@ int tb_kafka_mock_start(tb_kafka_mock_t **out, int brokers,
 		return tb_error_set(err, TB_EIO, "cannot start the mock Kafka cluster");
 	}
 	for (size_t i = 0; i < ntopics; i++) {
-		rd_kafka_resp_err_t e = rd_kafka_mock_topic_create(
-			m->cluster, topics[i].name, topics[i].partitions, 1);
+		rd_kafka_resp_err_t e =
+		    rd_kafka_mock_topic_create(m->cluster, topics[i].name, topics[i].partitions, 1);
 		if (e) {
 			tb_kafka_mock_free(m);
 			return tb_error_set(err, TB_EIO, "mock topic %s: %s", topics[i].name,
@@ -112,8 +108,8 @@ void tb_kafka_mock_free(tb_kafka_mock_t *m)
 	free(m);
 }
 
-int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers,
-			  const tb_strmap_t *props, tb_error_t *err)
+int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap_t *props,
+			  tb_error_t *err)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	int rc;
@@ -125,17 +121,15 @@ int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers,
 	    (rc = set(conf, "enable.idempotence", "true", err)) < 0 ||
 	    /* Batch events for a few ms: many small events per task. */
 	    (rc = set(conf, "linger.ms", "5", err)) < 0 ||
-	    (rc = set(conf, "log_level", "4", err)) < 0 ||
-	    (rc = set_props(conf, props, err)) < 0) {
+	    (rc = set(conf, "log_level", "4", err)) < 0 || (rc = set_props(conf, props, err)) < 0) {
 		rd_kafka_conf_destroy(conf);
 		return rc;
 	}
 	return make(out, RD_KAFKA_PRODUCER, conf, err);
 }
 
-int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers,
-			  const char *group, const char *instance_id,
-			  const tb_strmap_t *props, tb_error_t *err)
+int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group,
+			  const char *instance_id, const tb_strmap_t *props, tb_error_t *err)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	int rc;
@@ -162,14 +156,13 @@ int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers,
 	return 0;
 }
 
-int tb_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key,
-		     const void *value, size_t len, tb_error_t *err)
+int tb_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *value,
+		     size_t len, tb_error_t *err)
 {
 	rd_kafka_resp_err_t e = rd_kafka_producev(
-		producer, RD_KAFKA_V_TOPIC(topic),
-		RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
-		RD_KAFKA_V_VALUE((void *)value, len),
-		RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+	    producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+	    RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+	    RD_KAFKA_V_END);
 
 	if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL)
 		return tb_error_set(err, TB_ERETRY, "produce to %s: local queue full", topic);

@@ -17,7 +17,7 @@
 static _Atomic int log_level = TB_LOG_INFO;
 static _Atomic int log_fd = 2;
 
-static const char *const level_names[] = {"debug", "info", "warn", "error"};
+static const char *const level_names[] = { "debug", "info", "warn", "error" };
 
 void tb_log_set_level(tb_log_level_t level)
 {

@@ -14,6 +14,11 @@
 #include <stddef.h>
 
 const tb_schema_t *const tb_schemas[] = {
-	&tb_schema_task, &tb_schema_followup, &tb_schema_event,
-	&tb_schema_verdict, &tb_schema_manifest, &tb_schema_dlq, NULL,
+	&tb_schema_task,
+	&tb_schema_followup,
+	&tb_schema_event,
+	&tb_schema_verdict,
+	&tb_schema_manifest,
+	&tb_schema_dlq,
+	NULL,
 };

@@ -12,8 +12,7 @@ static uint32_t be(const uint8_t *p, unsigned n)
 	return v;
 }
 
-int tb_mpack_scan(const uint8_t *data, size_t len, unsigned max_depth,
-		  tb_error_t *err)
+int tb_mpack_scan(const uint8_t *data, size_t len, unsigned max_depth, tb_error_t *err)
 {
 	uint64_t left[TB_MPACK_MAX_DEPTH + 1]; /* items still owed per level */
 	unsigned depth = 0;
@@ -38,7 +37,7 @@ int tb_mpack_scan(const uint8_t *data, size_t len, unsigned max_depth,
 		uint64_t skip = 0;  /* payload bytes after the header */
 		uint64_t items = 0; /* elements of a container opened here */
 		int container = 0;
-		unsigned hdr = 0;   /* length-field bytes after the type byte */
+		unsigned hdr = 0; /* length-field bytes after the type byte */
 
 		if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
 			/* fixint, nil, bool */
@@ -50,37 +49,86 @@ int tb_mpack_scan(const uint8_t *data, size_t len, unsigned max_depth,
 			skip = b & 0x1f;
 		} else {
 			switch (b) {
-			case 0xc4: case 0xd9: hdr = 1; break;          /* bin8 str8 */
-			case 0xc5: case 0xda: hdr = 2; break;          /* bin16 str16 */
-			case 0xc6: case 0xdb: hdr = 4; break;          /* bin32 str32 */
-			case 0xc7: hdr = 1, skip = 1; break;           /* ext8 */
-			case 0xc8: hdr = 2, skip = 1; break;           /* ext16 */
-			case 0xc9: hdr = 4, skip = 1; break;           /* ext32 */
-			case 0xca: skip = 4; break;                    /* float32 */
-			case 0xcb: skip = 8; break;                    /* float64 */
-			case 0xcc: case 0xd0: skip = 1; break;
-			case 0xcd: case 0xd1: skip = 2; break;
-			case 0xce: case 0xd2: skip = 4; break;
-			case 0xcf: case 0xd3: skip = 8; break;
-			case 0xd4: skip = 2; break;                    /* fixext1 */
-			case 0xd5: skip = 3; break;
-			case 0xd6: skip = 5; break;
-			case 0xd7: skip = 9; break;
-			case 0xd8: skip = 17; break;
-			case 0xdc: container = 1, hdr = 2; break;      /* array16 */
-			case 0xdd: container = 1, hdr = 4; break;      /* array32 */
-			case 0xde: container = 2, hdr = 2; break;      /* map16 */
-			case 0xdf: container = 2, hdr = 4; break;      /* map32 */
-			default: /* 0xc1 is never used */
+			case 0xc4:
+			case 0xd9:
+				hdr = 1;
+				break; /* bin8 str8 */
+			case 0xc5:
+			case 0xda:
+				hdr = 2;
+				break; /* bin16 str16 */
+			case 0xc6:
+			case 0xdb:
+				hdr = 4;
+				break; /* bin32 str32 */
+			case 0xc7:
+				hdr = 1, skip = 1;
+				break; /* ext8 */
+			case 0xc8:
+				hdr = 2, skip = 1;
+				break; /* ext16 */
+			case 0xc9:
+				hdr = 4, skip = 1;
+				break; /* ext32 */
+			case 0xca:
+				skip = 4;
+				break; /* float32 */
+			case 0xcb:
+				skip = 8;
+				break; /* float64 */
+			case 0xcc:
+			case 0xd0:
+				skip = 1;
+				break;
+			case 0xcd:
+			case 0xd1:
+				skip = 2;
+				break;
+			case 0xce:
+			case 0xd2:
+				skip = 4;
+				break;
+			case 0xcf:
+			case 0xd3:
+				skip = 8;
+				break;
+			case 0xd4:
+				skip = 2;
+				break; /* fixext1 */
+			case 0xd5:
+				skip = 3;
+				break;
+			case 0xd6:
+				skip = 5;
+				break;
+			case 0xd7:
+				skip = 9;
+				break;
+			case 0xd8:
+				skip = 17;
+				break;
+			case 0xdc:
+				container = 1, hdr = 2;
+				break; /* array16 */
+			case 0xdd:
+				container = 1, hdr = 4;
+				break; /* array32 */
+			case 0xde:
+				container = 2, hdr = 2;
+				break; /* map16 */
+			case 0xdf:
+				container = 2, hdr = 4;
+				break; /* map32 */
+			default:       /* 0xc1 is never used */
 				return tb_error_set(err, TB_EINVAL,
-						    "invalid type byte 0x%02x at byte %zu",
-						    b, pos - 1);
+						    "invalid type byte 0x%02x at byte %zu", b,
+						    pos - 1);
 			}
 		}
 		if (hdr) {
 			if (len - pos < hdr)
-				return tb_error_set(err, TB_EINVAL,
-						    "truncated length at byte %zu", pos);
+				return tb_error_set(err, TB_EINVAL, "truncated length at byte %zu",
+						    pos);
 			uint64_t n = be(data + pos, hdr);
 			pos += hdr;
 			if (container)
@@ -90,18 +138,19 @@ int tb_mpack_scan(const uint8_t *data, size_t len, unsigned max_depth,
 		}
 		if (skip > len - pos)
 			return tb_error_set(err, TB_EINVAL,
-					    "value at byte %zu claims %llu bytes, %zu remain",
-					    pos, (unsigned long long)skip, len - pos);
+					    "value at byte %zu claims %llu bytes, %zu remain", pos,
+					    (unsigned long long)skip, len - pos);
 		pos += (size_t)skip;
 		if (container && items > 0) {
 			if (items > len - pos)
-				return tb_error_set(err, TB_EINVAL,
-						    "container at byte %zu claims %llu elements, %zu bytes remain",
-						    pos, (unsigned long long)items, len - pos);
+				return tb_error_set(
+				    err, TB_EINVAL,
+				    "container at byte %zu claims %llu elements, %zu bytes remain",
+				    pos, (unsigned long long)items, len - pos);
 			if (depth + 1 > max_depth)
 				return tb_error_set(err, TB_EINVAL,
-						    "nested deeper than %u at byte %zu",
-						    max_depth, pos);
+						    "nested deeper than %u at byte %zu", max_depth,
+						    pos);
 			left[++depth] = items;
 		}
 	}

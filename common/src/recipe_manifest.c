@@ -8,31 +8,54 @@
 #include <stddef.h>
 #include <string.h>
 
+/* clang-format off: one field per row reads as a table */
 static const tb_field_t judge_fields[] = {
-	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_judge_t, name), .min = 1, .max = 64, .check = tb_check_id},
-	{.name = "command", .type = TB_FT_STRLIST, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_judge_t, command), .min = 1, .max = 64, .item_max = 4096},
-	{.name = "timeout_seconds", .type = TB_FT_U64,
-	 .offset = offsetof(tb_judge_t, timeout_seconds), .min = 1, .max = 86400},
+	{ .name = "name",
+	  .type = TB_FT_STR,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_judge_t, name),
+	  .min = 1,
+	  .max = 64,
+	  .check = tb_check_id },
+	{ .name = "command",
+	  .type = TB_FT_STRLIST,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_judge_t, command),
+	  .min = 1,
+	  .max = 64,
+	  .item_max = 4096 },
+	{ .name = "timeout_seconds",
+	  .type = TB_FT_U64,
+	  .offset = offsetof(tb_judge_t, timeout_seconds),
+	  .min = 1,
+	  .max = 86400 },
 };
+/* clang-format on */
 
 static const tb_schema_t judge_schema = {
-	.name = "judge", .size = sizeof(tb_judge_t),
-	.has_offset = offsetof(tb_judge_t, has), .fields = judge_fields,
-	.nfields = 3, .strict = true,
+	.name = "judge",
+	.size = sizeof(tb_judge_t),
+	.has_offset = offsetof(tb_judge_t, has),
+	.fields = judge_fields,
+	.nfields = 3,
+	.strict = true,
 };
 
+/* clang-format off */
 static const tb_field_t agent_fields[] = {
 	{.name = "command", .type = TB_FT_STRLIST, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_agent_spec_t, command), .min = 1, .max = 64, .item_max = 4096},
 	{.name = "env", .type = TB_FT_STRMAP,
 	 .offset = offsetof(tb_agent_spec_t, env), .max = 64, .item_max = 4096},
 };
+/* clang-format on */
 
 static const tb_schema_t agent_schema = {
-	.name = "agent", .size = sizeof(tb_agent_spec_t),
-	.fields = agent_fields, .nfields = 2, .strict = true,
+	.name = "agent",
+	.size = sizeof(tb_agent_spec_t),
+	.fields = agent_fields,
+	.nfields = 2,
+	.strict = true,
 };
 
 static int manifest_check(const void *obj, tb_error_t *err)
@@ -43,11 +66,12 @@ static int manifest_check(const void *obj, tb_error_t *err)
 	for (size_t i = 0; i < m->judges.n; i++)
 		for (size_t k = 0; k < i; k++)
 			if (strcmp(j[i].name, j[k].name) == 0)
-				return tb_error_set(err, TB_EINVAL,
-						    "judges: name '%s' used twice", j[i].name);
+				return tb_error_set(err, TB_EINVAL, "judges: name '%s' used twice",
+						    j[i].name);
 	return 0;
 }
 
+/* clang-format off */
 static const tb_field_t manifest_fields[] = {
 	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_recipe_manifest_t, name), .min = 1, .max = 64,
@@ -61,27 +85,30 @@ static const tb_field_t manifest_fields[] = {
 	{.name = "limits", .type = TB_FT_OBJ,
 	 .offset = offsetof(tb_recipe_manifest_t, limits), .sub = &tb_schema_limits},
 };
+/* clang-format on */
 
 const tb_schema_t tb_schema_recipe_manifest = {
-	.name = "recipe", .size = sizeof(tb_recipe_manifest_t),
-	.has_offset = offsetof(tb_recipe_manifest_t, has), .fields = manifest_fields,
+	.name = "recipe",
+	.size = sizeof(tb_recipe_manifest_t),
+	.has_offset = offsetof(tb_recipe_manifest_t, has),
+	.fields = manifest_fields,
 	.nfields = sizeof(manifest_fields) / sizeof(manifest_fields[0]),
-	.strict = true, .check = manifest_check,
+	.strict = true,
+	.check = manifest_check,
 };
 
-int tb_recipe_manifest_parse(tb_recipe_manifest_t *out, const char *text,
-			     size_t len, const char *origin, tb_error_t *err)
+int tb_recipe_manifest_parse(tb_recipe_manifest_t *out, const char *text, size_t len,
+			     const char *origin, tb_error_t *err)
 {
 	json_t *doc = NULL;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = tb_jsonconf_parse(&doc, text, len, TB_RECIPE_MANIFEST_MAX, origin,
-				    err)) < 0)
+	if ((rc = tb_jsonconf_parse(&doc, text, len, TB_RECIPE_MANIFEST_MAX, origin, err)) < 0)
 		return rc;
 	if ((rc = tb_jsonconf_check_version(doc, 1, origin, err)) == 0)
-		rc = tb_jsonconf_decode(&tb_schema_recipe_manifest, out, doc, NULL, NULL,
-					origin, err);
+		rc = tb_jsonconf_decode(&tb_schema_recipe_manifest, out, doc, NULL, NULL, origin,
+					err);
 	json_decref(doc);
 	return rc;
 }

@@ -10,24 +10,46 @@
 #include <string.h>
 
 const char tb_runtime_defaults[] =
-	"{\"max_attempts\": 3,"
-	" \"limits\": {\"wall_seconds\": 600, \"memory_mb\": 512, \"pids\": 256,"
-	"  \"cpu_millis\": 1000, \"outputs_mb\": 64},"
-	" \"max_limits\": {\"wall_seconds\": 3600, \"memory_mb\": 4096, \"pids\": 4096,"
-	"  \"cpu_millis\": 2000, \"outputs_mb\": 1024},"
-	" \"sandbox\": {\"ro_binds\": [\"/usr\", \"/bin\", \"/lib\", \"/lib64\", \"/sbin\","
-	"  \"/etc/alternatives\", \"/etc/ssl\"], \"workspace_mb\": 256,"
-	"  \"max_open_files\": 256, \"max_file_mb\": 256, \"max_output_files\": 1000},"
-	" \"agent\": {\"max_event_bytes\": 65536, \"max_events_per_second\": 2000,"
-	"  \"idle_timeout_seconds\": 300, \"judge_timeout_seconds\": 60}}";
+    "{\"max_attempts\": 3,"
+    " \"limits\": {\"wall_seconds\": 600, \"memory_mb\": 512, \"pids\": 256,"
+    "  \"cpu_millis\": 1000, \"outputs_mb\": 64},"
+    " \"max_limits\": {\"wall_seconds\": 3600, \"memory_mb\": 4096, \"pids\": 4096,"
+    "  \"cpu_millis\": 2000, \"outputs_mb\": 1024},"
+    " \"sandbox\": {\"ro_binds\": [\"/usr\", \"/bin\", \"/lib\", \"/lib64\", \"/sbin\","
+    "  \"/etc/alternatives\", \"/etc/ssl\"], \"workspace_mb\": 256,"
+    "  \"max_open_files\": 256, \"max_file_mb\": 256, \"max_output_files\": 1000},"
+    " \"agent\": {\"max_event_bytes\": 65536, \"max_events_per_second\": 2000,"
+    "  \"idle_timeout_seconds\": 300, \"judge_timeout_seconds\": 60}}";
 
+/* clang-format off: one field per row reads as a table */
 static const tb_field_t credential_fields[] = {
-	{.name = "header", .type = TB_FT_STR, .offset = offsetof(tb_credential_t, header), .min = 1, .max = 128},
-	{.name = "query", .type = TB_FT_STR, .offset = offsetof(tb_credential_t, query), .min = 1, .max = 128},
-	{.name = "format", .type = TB_FT_STR, .offset = offsetof(tb_credential_t, format), .min = 2, .max = 256},
-	{.name = "env", .type = TB_FT_STR, .offset = offsetof(tb_credential_t, env), .min = 1, .max = 128},
-	{.name = "file", .type = TB_FT_STR, .offset = offsetof(tb_credential_t, file), .min = 1, .max = 4096},
+	{ .name = "header",
+	  .type = TB_FT_STR,
+	  .offset = offsetof(tb_credential_t, header),
+	  .min = 1,
+	  .max = 128 },
+	{ .name = "query",
+	  .type = TB_FT_STR,
+	  .offset = offsetof(tb_credential_t, query),
+	  .min = 1,
+	  .max = 128 },
+	{ .name = "format",
+	  .type = TB_FT_STR,
+	  .offset = offsetof(tb_credential_t, format),
+	  .min = 2,
+	  .max = 256 },
+	{ .name = "env",
+	  .type = TB_FT_STR,
+	  .offset = offsetof(tb_credential_t, env),
+	  .min = 1,
+	  .max = 128 },
+	{ .name = "file",
+	  .type = TB_FT_STR,
+	  .offset = offsetof(tb_credential_t, file),
+	  .min = 1,
+	  .max = 4096 },
 };
+/* clang-format on */
 
 static int credential_check(const void *obj, tb_error_t *err)
 {
@@ -43,8 +65,11 @@ static int credential_check(const void *obj, tb_error_t *err)
 }
 
 static const tb_schema_t credential_schema = {
-	.name = "credential", .size = sizeof(tb_credential_t),
-	.fields = credential_fields, .nfields = 5, .strict = true,
+	.name = "credential",
+	.size = sizeof(tb_credential_t),
+	.fields = credential_fields,
+	.nfields = 5,
+	.strict = true,
 	.check = credential_check,
 };
 
@@ -56,6 +81,7 @@ static int scheme_check(const void *value, char *why, size_t whylen)
 	return -1;
 }
 
+/* clang-format off */
 static const tb_field_t endpoint_fields[] = {
 	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_endpoint_t, name), .min = 1, .max = 64, .check = tb_check_id},
@@ -72,17 +98,24 @@ static const tb_field_t endpoint_fields[] = {
 	{.name = "credential", .type = TB_FT_OBJ,
 	 .offset = offsetof(tb_endpoint_t, credential), .sub = &credential_schema},
 };
+/* clang-format on */
 
 static const tb_schema_t endpoint_schema = {
-	.name = "endpoint", .size = sizeof(tb_endpoint_t),
-	.has_offset = offsetof(tb_endpoint_t, has), .fields = endpoint_fields,
-	.nfields = sizeof(endpoint_fields) / sizeof(endpoint_fields[0]), .strict = true,
+	.name = "endpoint",
+	.size = sizeof(tb_endpoint_t),
+	.has_offset = offsetof(tb_endpoint_t, has),
+	.fields = endpoint_fields,
+	.nfields = sizeof(endpoint_fields) / sizeof(endpoint_fields[0]),
+	.strict = true,
 };
 
-#define U64(n, st, m, lo, hi) \
-	{.name = n, .type = TB_FT_U64, .flags = TB_FF_REQUIRED, \
-	 .offset = offsetof(st, m), .min = lo, .max = hi}
+#define U64(n, st, m, lo, hi)                                                                      \
+	{                                                                                          \
+		.name = n, .type = TB_FT_U64, .flags = TB_FF_REQUIRED, .offset = offsetof(st, m),  \
+		.min = lo, .max = hi                                                               \
+	}
 
+/* clang-format off */
 static const tb_field_t sandbox_fields[] = {
 	{.name = "ro_binds", .type = TB_FT_STRLIST, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_sandbox_conf_t, ro_binds), .max = 64, .item_max = 4096},
@@ -91,22 +124,31 @@ static const tb_field_t sandbox_fields[] = {
 	U64("max_file_mb", tb_sandbox_conf_t, max_file_mb, 1, 1u << 20),
 	U64("max_output_files", tb_sandbox_conf_t, max_output_files, 1, 100000),
 };
+/* clang-format on */
 
 static const tb_schema_t sandbox_schema = {
-	.name = "sandbox", .size = sizeof(tb_sandbox_conf_t),
-	.fields = sandbox_fields, .nfields = 5, .strict = true,
+	.name = "sandbox",
+	.size = sizeof(tb_sandbox_conf_t),
+	.fields = sandbox_fields,
+	.nfields = 5,
+	.strict = true,
 };
 
+/* clang-format off */
 static const tb_field_t agent_fields[] = {
 	U64("max_event_bytes", tb_agent_conf_t, max_event_bytes, 256, 256u << 10),
 	U64("max_events_per_second", tb_agent_conf_t, max_events_per_second, 1, 1000000),
 	U64("idle_timeout_seconds", tb_agent_conf_t, idle_timeout_seconds, 1, 7 * 86400),
 	U64("judge_timeout_seconds", tb_agent_conf_t, judge_timeout_seconds, 1, 86400),
 };
+/* clang-format on */
 
 static const tb_schema_t agent_schema = {
-	.name = "agent", .size = sizeof(tb_agent_conf_t),
-	.fields = agent_fields, .nfields = 4, .strict = true,
+	.name = "agent",
+	.size = sizeof(tb_agent_conf_t),
+	.fields = agent_fields,
+	.nfields = 4,
+	.strict = true,
 };
 
 /* "network": {"allow": [...]} and "bindings": {"env": {...}} are one level
@@ -115,25 +157,35 @@ static const tb_schema_t agent_schema = {
 typedef struct {
 	tb_list_t allow;
 } network_t;
+/* clang-format off */
 static const tb_field_t network_fields[] = {
 	{.name = "allow", .type = TB_FT_LIST, .offset = offsetof(network_t, allow),
 	 .max = 256, .sub = &endpoint_schema},
 };
+/* clang-format on */
 static const tb_schema_t network_schema = {
-	.name = "network", .size = sizeof(network_t), .fields = network_fields,
-	.nfields = 1, .strict = true,
+	.name = "network",
+	.size = sizeof(network_t),
+	.fields = network_fields,
+	.nfields = 1,
+	.strict = true,
 };
 
 typedef struct {
 	tb_strmap_t env;
 } bindings_t;
+/* clang-format off */
 static const tb_field_t bindings_fields[] = {
 	{.name = "env", .type = TB_FT_STRMAP, .offset = offsetof(bindings_t, env),
 	 .max = 256, .item_max = 4096},
 };
+/* clang-format on */
 static const tb_schema_t bindings_schema = {
-	.name = "bindings", .size = sizeof(bindings_t), .fields = bindings_fields,
-	.nfields = 1, .strict = true,
+	.name = "bindings",
+	.size = sizeof(bindings_t),
+	.fields = bindings_fields,
+	.nfields = 1,
+	.strict = true,
 };
 
 /* Limit i of @p l, through the table so the struct layout is free. */
@@ -153,10 +205,10 @@ static int runtime_check(const void *obj, tb_error_t *err)
 					    "limits.%s and max_limits.%s are both required",
 					    lf[i].name, lf[i].name);
 		if (*limit_at(&rt->limits, i) > *limit_at(&rt->max_limits, i))
-			return tb_error_set(err, TB_EINVAL,
-					    "limits.%s (%llu) is above max_limits.%s (%llu)",
-					    lf[i].name, (unsigned long long)*limit_at(&rt->limits, i),
-					    lf[i].name, (unsigned long long)*limit_at(&rt->max_limits, i));
+			return tb_error_set(
+			    err, TB_EINVAL, "limits.%s (%llu) is above max_limits.%s (%llu)",
+			    lf[i].name, (unsigned long long)*limit_at(&rt->limits, i), lf[i].name,
+			    (unsigned long long)*limit_at(&rt->max_limits, i));
 	}
 	for (size_t i = 0; i < rt->endpoints.n; i++)
 		for (size_t k = 0; k < i; k++)
@@ -168,6 +220,7 @@ static int runtime_check(const void *obj, tb_error_t *err)
 	return 0;
 }
 
+/* clang-format off */
 static const tb_field_t runtime_fields[] = {
 	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_runtime_t, name), .min = 1, .max = 64, .check = tb_check_id},
@@ -185,18 +238,21 @@ static const tb_field_t runtime_fields[] = {
 	{.name = "bindings", .type = TB_FT_OBJ,
 	 .offset = offsetof(tb_runtime_t, env), .sub = &bindings_schema},
 };
+/* clang-format on */
 
 const tb_schema_t tb_schema_runtime = {
-	.name = "runtime", .size = sizeof(tb_runtime_t),
-	.has_offset = offsetof(tb_runtime_t, has), .fields = runtime_fields,
-	.nfields = sizeof(runtime_fields) / sizeof(runtime_fields[0]), .strict = true,
+	.name = "runtime",
+	.size = sizeof(tb_runtime_t),
+	.has_offset = offsetof(tb_runtime_t, has),
+	.fields = runtime_fields,
+	.nfields = sizeof(runtime_fields) / sizeof(runtime_fields[0]),
+	.strict = true,
 	.check = runtime_check,
 };
 
 int tb_runtime_load(tb_runtime_t *out, const char *path, tb_error_t *err)
 {
-	return tb_jsonconf_load(&tb_schema_runtime, out, path, tb_runtime_defaults,
-				NULL, 1, err);
+	return tb_jsonconf_load(&tb_schema_runtime, out, path, tb_runtime_defaults, NULL, 1, err);
 }
 
 void tb_runtime_free(tb_runtime_t *rt)
@@ -204,8 +260,8 @@ void tb_runtime_free(tb_runtime_t *rt)
 	tb_msg_free(&tb_schema_runtime, rt);
 }
 
-static int apply(tb_limits_t *out, const tb_runtime_t *rt, const tb_limits_t *in,
-		 const char *who, tb_error_t *err)
+static int apply(tb_limits_t *out, const tb_runtime_t *rt, const tb_limits_t *in, const char *who,
+		 tb_error_t *err)
 {
 	for (size_t i = 0; i < tb_schema_limits.nfields; i++) {
 		uint64_t want = *limit_at(in, i), max = *limit_at(&rt->max_limits, i);
@@ -223,9 +279,8 @@ static int apply(tb_limits_t *out, const tb_runtime_t *rt, const tb_limits_t *in
 	return 0;
 }
 
-int tb_runtime_limits(tb_limits_t *out, const tb_runtime_t *rt,
-		      const tb_limits_t *recipe, const tb_limits_t *task,
-		      tb_error_t *err)
+int tb_runtime_limits(tb_limits_t *out, const tb_runtime_t *rt, const tb_limits_t *recipe,
+		      const tb_limits_t *task, tb_error_t *err)
 {
 	int rc;
 

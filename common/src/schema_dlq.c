@@ -9,22 +9,42 @@ static const char *const dlq_causes[] = {
 	"malformed", "poison", "max-attempts", "orphan", NULL,
 };
 
+/* clang-format off: one field per row reads as a table */
 static const tb_field_t attempt_fields[] = {
-	{.name = "worker", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_dlq_attempt_t, worker), .min = 1, .max = 128},
-	{.name = "attempt", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_dlq_attempt_t, attempt), .min = 1, .max = 1000},
-	{.name = "ts", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_dlq_attempt_t, ts), .max = UINT64_MAX},
-	{.name = "reason", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_dlq_attempt_t, reason), .min = 1, .max = 4096},
+	{ .name = "worker",
+	  .type = TB_FT_STR,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_dlq_attempt_t, worker),
+	  .min = 1,
+	  .max = 128 },
+	{ .name = "attempt",
+	  .type = TB_FT_U64,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_dlq_attempt_t, attempt),
+	  .min = 1,
+	  .max = 1000 },
+	{ .name = "ts",
+	  .type = TB_FT_U64,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_dlq_attempt_t, ts),
+	  .max = UINT64_MAX },
+	{ .name = "reason",
+	  .type = TB_FT_STR,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_dlq_attempt_t, reason),
+	  .min = 1,
+	  .max = 4096 },
 };
+/* clang-format on */
 
 static const tb_schema_t attempt_schema = {
-	.name = "attempt", .size = sizeof(tb_dlq_attempt_t),
-	.fields = attempt_fields, .nfields = 4,
+	.name = "attempt",
+	.size = sizeof(tb_dlq_attempt_t),
+	.fields = attempt_fields,
+	.nfields = 4,
 };
 
+/* clang-format off */
 static const tb_field_t dlq_fields[] = {
 	{.name = "task_id", .type = TB_FT_STR,
 	 .offset = offsetof(tb_dlq_t, task_id), .min = 1, .max = 128,
@@ -47,9 +67,11 @@ static const tb_field_t dlq_fields[] = {
 	{.name = "original", .type = TB_FT_BIN, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_dlq_t, original), .max = TB_DLQ_ORIGINAL_MAX},
 };
+/* clang-format on */
 
 const tb_schema_t tb_schema_dlq = {
-	.name = "dlq", .size = sizeof(tb_dlq_t),
+	.name = "dlq",
+	.size = sizeof(tb_dlq_t),
 	.has_offset = offsetof(tb_dlq_t, has),
 	.fields = dlq_fields,
 	.nfields = sizeof(dlq_fields) / sizeof(dlq_fields[0]),

@@ -3,13 +3,11 @@
  */
 #include "tb/schema_event.h"
 
-
-
 #include <stddef.h>
 
 static const char *const event_types[] = {
-	"phase", "message", "tool-call", "tool-result", "thought", "artifact",
-	"verdict", "error", "egress", "turn", "result", NULL,
+	"phase",   "message", "tool-call", "tool-result", "thought", "artifact",
+	"verdict", "error",   "egress",    "turn",        "result",  NULL,
 };
 
 const char *tb_event_type_name(int type)
@@ -17,24 +15,47 @@ const char *tb_event_type_name(int type)
 	return type >= 0 && type < TB_EV__COUNT ? event_types[type] : NULL;
 }
 
+/* clang-format off: one field per row reads as a table */
 static const tb_field_t event_fields[] = {
-	{.name = "task_id", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_event_t, task_id), .min = 1, .max = 128,
-	 .check = tb_check_id},
-	{.name = "attempt", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_event_t, attempt), .min = 1, .max = 1000},
-	{.name = "seq", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_event_t, seq), .max = UINT32_MAX},
-	{.name = "ts", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_event_t, ts), .max = UINT64_MAX},
-	{.name = "type", .type = TB_FT_ENUM, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_event_t, type), .names = event_types},
-	{.name = "payload", .type = TB_FT_MAP, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_event_t, payload), .max = TB_EVENT_PAYLOAD_MAX},
+	{ .name = "task_id",
+	  .type = TB_FT_STR,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_event_t, task_id),
+	  .min = 1,
+	  .max = 128,
+	  .check = tb_check_id },
+	{ .name = "attempt",
+	  .type = TB_FT_U64,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_event_t, attempt),
+	  .min = 1,
+	  .max = 1000 },
+	{ .name = "seq",
+	  .type = TB_FT_U64,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_event_t, seq),
+	  .max = UINT32_MAX },
+	{ .name = "ts",
+	  .type = TB_FT_U64,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_event_t, ts),
+	  .max = UINT64_MAX },
+	{ .name = "type",
+	  .type = TB_FT_ENUM,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_event_t, type),
+	  .names = event_types },
+	{ .name = "payload",
+	  .type = TB_FT_MAP,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_event_t, payload),
+	  .max = TB_EVENT_PAYLOAD_MAX },
 };
+/* clang-format on */
 
 const tb_schema_t tb_schema_event = {
-	.name = "event", .size = sizeof(tb_event_t),
+	.name = "event",
+	.size = sizeof(tb_event_t),
 	.has_offset = offsetof(tb_event_t, has),
 	.fields = event_fields,
 	.nfields = sizeof(event_fields) / sizeof(event_fields[0]),

@@ -9,45 +9,68 @@
 #include <stddef.h>
 
 const char *const tb_outcomes[] = {
-	"succeeded", "failed", "timed-out", "oom-killed", "pids-limit",
-	"cancelled", "error", NULL,
+	"succeeded", "failed", "timed-out", "oom-killed", "pids-limit", "cancelled", "error", NULL,
 };
 
 #define MAX_ARTIFACTS 10000
 
+/* clang-format off: one field per row reads as a table */
 static const tb_field_t artifact_fields[] = {
-	{.name = "path", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_artifact_t, path), .min = 1, .max = 1024,
-	 .check = tb_check_relpath},
-	{.name = "key", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_artifact_t, key), .min = 1, .max = 1024,
-	 .check = tb_check_relpath},
-	{.name = "size", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_artifact_t, size), .max = UINT64_MAX},
-	{.name = "sha256", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_artifact_t, sha256), .min = 64, .max = 64,
-	 .check = tb_check_sha256},
+	{ .name = "path",
+	  .type = TB_FT_STR,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_artifact_t, path),
+	  .min = 1,
+	  .max = 1024,
+	  .check = tb_check_relpath },
+	{ .name = "key",
+	  .type = TB_FT_STR,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_artifact_t, key),
+	  .min = 1,
+	  .max = 1024,
+	  .check = tb_check_relpath },
+	{ .name = "size",
+	  .type = TB_FT_U64,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_artifact_t, size),
+	  .max = UINT64_MAX },
+	{ .name = "sha256",
+	  .type = TB_FT_STR,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_artifact_t, sha256),
+	  .min = 64,
+	  .max = 64,
+	  .check = tb_check_sha256 },
 };
+/* clang-format on */
 
 static const tb_schema_t artifact_schema = {
-	.name = "artifact", .size = sizeof(tb_artifact_t),
-	.fields = artifact_fields, .nfields = 4,
+	.name = "artifact",
+	.size = sizeof(tb_artifact_t),
+	.fields = artifact_fields,
+	.nfields = 4,
 };
 
 /* A refused path is what the agent created, so it is only length-capped:
  * it may be absolute-looking or contain "..", which is why it was refused. */
+/* clang-format off */
 static const tb_field_t refused_fields[] = {
 	{.name = "path", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_refused_t, path), .min = 1, .max = 1024},
 	{.name = "reason", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_refused_t, reason), .min = 1, .max = 256},
 };
+/* clang-format on */
 
 static const tb_schema_t refused_schema = {
-	.name = "refused", .size = sizeof(tb_refused_t),
-	.fields = refused_fields, .nfields = 2,
+	.name = "refused",
+	.size = sizeof(tb_refused_t),
+	.fields = refused_fields,
+	.nfields = 2,
 };
 
+/* clang-format off */
 static const tb_field_t verdict_ref_fields[] = {
 	{.name = "judge", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_verdict_ref_t, judge), .min = 1, .max = 64,
@@ -59,13 +82,17 @@ static const tb_field_t verdict_ref_fields[] = {
 	 .offset = offsetof(tb_verdict_ref_t, key), .min = 1, .max = 1024,
 	 .check = tb_check_relpath},
 };
+/* clang-format on */
 
 static const tb_schema_t verdict_ref_schema = {
-	.name = "verdict", .size = sizeof(tb_verdict_ref_t),
+	.name = "verdict",
+	.size = sizeof(tb_verdict_ref_t),
 	.has_offset = offsetof(tb_verdict_ref_t, has),
-	.fields = verdict_ref_fields, .nfields = 3,
+	.fields = verdict_ref_fields,
+	.nfields = 3,
 };
 
+/* clang-format off */
 static const tb_field_t manifest_fields[] = {
 	{.name = "task_id", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_manifest_t, task_id), .min = 1, .max = 128,
@@ -97,9 +124,11 @@ static const tb_field_t manifest_fields[] = {
 	 .offset = offsetof(tb_manifest_t, verdicts), .max = 64,
 	 .sub = &verdict_ref_schema},
 };
+/* clang-format on */
 
 const tb_schema_t tb_schema_manifest = {
-	.name = "manifest", .size = sizeof(tb_manifest_t),
+	.name = "manifest",
+	.size = sizeof(tb_manifest_t),
 	.has_offset = offsetof(tb_manifest_t, has),
 	.fields = manifest_fields,
 	.nfields = sizeof(manifest_fields) / sizeof(manifest_fields[0]),

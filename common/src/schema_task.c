@@ -7,21 +7,34 @@
 
 #include <stddef.h>
 
-static const char *const task_kinds[] = {"one-shot", "interactive", NULL};
+static const char *const task_kinds[] = { "one-shot", "interactive", NULL };
 
+/* clang-format off: one field per row reads as a table */
 static const tb_field_t recipe_fields[] = {
-	{.name = "url", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_recipe_ref_t, url), .min = 1, .max = 2048},
-	{.name = "commit", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_recipe_ref_t, commit), .min = 1, .max = 40,
-	 .check = tb_check_commit},
+	{ .name = "url",
+	  .type = TB_FT_STR,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_recipe_ref_t, url),
+	  .min = 1,
+	  .max = 2048 },
+	{ .name = "commit",
+	  .type = TB_FT_STR,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_recipe_ref_t, commit),
+	  .min = 1,
+	  .max = 40,
+	  .check = tb_check_commit },
 };
+/* clang-format on */
 
 const tb_schema_t tb_schema_recipe_ref = {
-	.name = "recipe", .size = sizeof(tb_recipe_ref_t),
-	.fields = recipe_fields, .nfields = 2,
+	.name = "recipe",
+	.size = sizeof(tb_recipe_ref_t),
+	.fields = recipe_fields,
+	.nfields = 2,
 };
 
+/* clang-format off */
 static const tb_field_t input_fields[] = {
 	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_input_t, name), .min = 1, .max = 255,
@@ -33,15 +46,21 @@ static const tb_field_t input_fields[] = {
 	 .offset = offsetof(tb_input_t, sha256), .min = 64, .max = 64,
 	 .check = tb_check_sha256},
 };
+/* clang-format on */
 
 static const tb_schema_t input_schema = {
-	.name = "input", .size = sizeof(tb_input_t),
-	.fields = input_fields, .nfields = 3,
+	.name = "input",
+	.size = sizeof(tb_input_t),
+	.fields = input_fields,
+	.nfields = 3,
 };
 
-#define LIMIT(n, member, hi)                                                   \
-	{.name = n, .type = TB_FT_U64, .offset = offsetof(tb_limits_t, member), \
-	 .min = 1, .max = hi}
+#define LIMIT(n, member, hi)                                                                       \
+	{                                                                                          \
+		.name = n, .type = TB_FT_U64, .offset = offsetof(tb_limits_t, member), .min = 1,   \
+		.max = hi                                                                          \
+	}
+/* clang-format off */
 static const tb_field_t limit_fields[] = {
 	[TB_LIMIT_WALL_SECONDS] = LIMIT("wall_seconds", wall_seconds, 7 * 86400),
 	[TB_LIMIT_MEMORY_MB] = LIMIT("memory_mb", memory_mb, 1u << 20),
@@ -49,13 +68,17 @@ static const tb_field_t limit_fields[] = {
 	[TB_LIMIT_CPU_MILLIS] = LIMIT("cpu_millis", cpu_millis, 1024000),
 	[TB_LIMIT_OUTPUTS_MB] = LIMIT("outputs_mb", outputs_mb, 1u << 20),
 };
+/* clang-format on */
 
 const tb_schema_t tb_schema_limits = {
-	.name = "limits", .size = sizeof(tb_limits_t),
+	.name = "limits",
+	.size = sizeof(tb_limits_t),
 	.has_offset = offsetof(tb_limits_t, has),
-	.fields = limit_fields, .nfields = 5,
+	.fields = limit_fields,
+	.nfields = 5,
 };
 
+/* clang-format off */
 static const tb_field_t task_fields[] = {
 	{.name = "id", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_task_t, id), .min = 1, .max = 128,
@@ -79,10 +102,13 @@ static const tb_field_t task_fields[] = {
 	{.name = "submitted_at", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_task_t, submitted_at), .max = UINT64_MAX},
 };
+/* clang-format on */
 
 const tb_schema_t tb_schema_task = {
-	.name = "task", .size = sizeof(tb_task_t),
+	.name = "task",
+	.size = sizeof(tb_task_t),
 	.has_offset = offsetof(tb_task_t, has),
-	.fields = task_fields, .nfields = sizeof(task_fields) / sizeof(task_fields[0]),
+	.fields = task_fields,
+	.nfields = sizeof(task_fields) / sizeof(task_fields[0]),
 	.max_bytes = TB_TASK_MAX_BYTES,
 };

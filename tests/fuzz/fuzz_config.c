@@ -25,8 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	json_t *doc = NULL;
 	rc = tb_jsonconf_parse(&doc, (const char *)data, size, 1u << 20, "fuzz", &err);
 	if (rc == 0) {
-		rc = tb_jsonconf_decode(&tb_schema_runtime, &rt, doc, tb_runtime_defaults,
-					NULL, "fuzz", &err);
+		rc = tb_jsonconf_decode(&tb_schema_runtime, &rt, doc, tb_runtime_defaults, NULL,
+					"fuzz", &err);
 		tb_runtime_free(&rt);
 		json_decref(doc);
 	}

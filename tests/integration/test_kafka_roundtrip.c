@@ -42,13 +42,22 @@ static rd_kafka_t *client(rd_kafka_type_t type, const char *group)
 	char errstr[512];
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 
-	assert_int_equal(rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof(errstr)), RD_KAFKA_CONF_OK);
+	assert_int_equal(
+	    rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof(errstr)),
+	    RD_KAFKA_CONF_OK);
 	if (type == RD_KAFKA_PRODUCER) {
-		assert_int_equal(rd_kafka_conf_set(conf, "enable.idempotence", "true", errstr, sizeof(errstr)), RD_KAFKA_CONF_OK);
+		assert_int_equal(
+		    rd_kafka_conf_set(conf, "enable.idempotence", "true", errstr, sizeof(errstr)),
+		    RD_KAFKA_CONF_OK);
 	} else {
-		assert_int_equal(rd_kafka_conf_set(conf, "group.id", group, errstr, sizeof(errstr)), RD_KAFKA_CONF_OK);
-		assert_int_equal(rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", errstr, sizeof(errstr)), RD_KAFKA_CONF_OK);
-		assert_int_equal(rd_kafka_conf_set(conf, "partition.assignment.strategy", "range", errstr, sizeof(errstr)), RD_KAFKA_CONF_OK);
+		assert_int_equal(rd_kafka_conf_set(conf, "group.id", group, errstr, sizeof(errstr)),
+				 RD_KAFKA_CONF_OK);
+		assert_int_equal(rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", errstr,
+						   sizeof(errstr)),
+				 RD_KAFKA_CONF_OK);
+		assert_int_equal(rd_kafka_conf_set(conf, "partition.assignment.strategy", "range",
+						   errstr, sizeof(errstr)),
+				 RD_KAFKA_CONF_OK);
 	}
 	rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof(errstr));
 	if (!rk)
@@ -67,12 +76,11 @@ static void test_kafka__produced_task_is_consumed_and_decodes(void **state)
 	(void)state;
 	snprintf(key, sizeof(key), "roundtrip-%ld-%d", (long)time(NULL), getpid());
 	snprintf(group, sizeof(group), "test-%s", key);
-	assert_int_equal(rd_kafka_producev(p, RD_KAFKA_V_TOPIC(TOPIC),
-					   RD_KAFKA_V_KEY(key, strlen(key)),
-					   RD_KAFKA_V_VALUE(value, len),
-					   RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-					   RD_KAFKA_V_END),
-			 RD_KAFKA_RESP_ERR_NO_ERROR);
+	assert_int_equal(
+	    rd_kafka_producev(p, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_KEY(key, strlen(key)),
+			      RD_KAFKA_V_VALUE(value, len),
+			      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+	    RD_KAFKA_RESP_ERR_NO_ERROR);
 	assert_int_equal(rd_kafka_flush(p, 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
 	rd_kafka_destroy(p);
 
@@ -113,7 +121,8 @@ int main(void)
 	};
 	brokers = getenv("TASKBOX_TEST_KAFKA");
 	if (!brokers) {
-		printf("SKIP: TASKBOX_TEST_KAFKA is not set (tests/run starts Kafka and sets it)\n");
+		printf(
+		    "SKIP: TASKBOX_TEST_KAFKA is not set (tests/run starts Kafka and sets it)\n");
 		return 77;
 	}
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,7 +19,7 @@ static int port;
 
 static void test_redis__set_get_and_script(void **state)
 {
-	struct timeval tv = {5, 0};
+	struct timeval tv = { 5, 0 };
 	redisContext *c = redisConnectWithTimeout(host, port, tv);
 	redisReply *r;
 	char key[64];

@@ -38,8 +38,8 @@ static size_t collect(char *ptr, size_t size, size_t n, void *userdata)
 }
 
 /* One request; returns the HTTP status. @p secret NULL: unsigned. */
-static long request(const char *method, const char *path, const char *payload,
-		    const char *secret, struct body *resp)
+static long request(const char *method, const char *path, const char *payload, const char *secret,
+		    struct body *resp)
 {
 	unsigned char digest[SHA256_DIGEST_LENGTH];
 	char url[1024], sigv4[128], userpwd[256], hash_hdr[128];
@@ -65,7 +65,8 @@ static long request(const char *method, const char *path, const char *payload,
 		       payload ? strlen(payload) : 0, digest);
 		int n = snprintf(hash_hdr, sizeof(hash_hdr), "x-amz-content-sha256: ");
 		for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
-			n += snprintf(hash_hdr + n, sizeof(hash_hdr) - (size_t)n, "%02x", digest[i]);
+			n +=
+			    snprintf(hash_hdr + n, sizeof(hash_hdr) - (size_t)n, "%02x", digest[i]);
 		hdrs = curl_slist_append(hdrs, hash_hdr);
 		snprintf(sigv4, sizeof(sigv4), "aws:amz:%s:s3", region);
 		snprintf(userpwd, sizeof(userpwd), "%s:%s", access_key, secret);
@@ -87,7 +88,7 @@ static long request(const char *method, const char *path, const char *payload,
 static void test_s3__signed_put_get_and_unsigned_refused(void **state)
 {
 	char bucket[64], path[128], payload[128];
-	struct body resp = {0};
+	struct body resp = { 0 };
 
 	(void)state;
 	snprintf(bucket, sizeof(bucket), "/tb-roundtrip-%d", getpid());

@@ -40,9 +40,12 @@ uint8_t *th_read_hex(const char *path, size_t *len)
 	for (size_t i = 0; i < tlen; i++) {
 		char c = text[i];
 		int v;
-		if (c >= '0' && c <= '9') v = c - '0';
-		else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
-		else continue;
+		if (c >= '0' && c <= '9')
+			v = c - '0';
+		else if (c >= 'a' && c <= 'f')
+			v = c - 'a' + 10;
+		else
+			continue;
 		if (hi < 0) {
 			hi = v;
 		} else {

@@ -22,8 +22,7 @@
 #include "tb/schema_verdict.h"
 
 /* Decodes @p data as whatever it names and re-encodes it. */
-static int round_trip(msgpack_sbuffer *out, const void *data, size_t len,
-		      tb_error_t *err)
+static int round_trip(msgpack_sbuffer *out, const void *data, size_t len, tb_error_t *err)
 {
 	const tb_schema_t *schema;
 	void *msg;
@@ -88,8 +87,8 @@ static void test_examples__round_trip_byte_for_byte(void **state)
 		if (round_trip(&out, bytes, len, &err) != 0)
 			fail_msg("%s: %s", hex[i], err.msg);
 		if (out.size != len || memcmp(out.data, bytes, len) != 0)
-			fail_msg("%s: re-encoding differs (%zu vs %zu bytes)", hex[i],
-				 out.size, len);
+			fail_msg("%s: re-encoding differs (%zu vs %zu bytes)", hex[i], out.size,
+				 len);
 		msgpack_sbuffer_destroy(&out);
 		free(bytes);
 	}
@@ -110,8 +109,7 @@ static void test_examples__json_encodes_to_the_hex_bytes(void **state)
 		size_t len;
 		json_t *doc = json_load_file(js[i], 0, &jerr);
 		assert_non_null(doc);
-		snprintf(hexpath, sizeof(hexpath), "%.*s.hex",
-			 (int)(strlen(js[i]) - 5), js[i]);
+		snprintf(hexpath, sizeof(hexpath), "%.*s.hex", (int)(strlen(js[i]) - 5), js[i]);
 		uint8_t *want = th_read_hex(hexpath, &len);
 		msgpack_sbuffer_init(&sb);
 		assert_int_equal(tb_json_to_mpack(&sb, doc, &err), 0);
@@ -214,8 +212,7 @@ static void test_decode__oversized_message_is_refused_before_parsing(void **stat
 	tb_error_t err;
 
 	(void)state;
-	assert_int_equal(tb_msg_decode(&tb_schema_task, &task, junk, len, &err),
-			 TB_ETOOBIG);
+	assert_int_equal(tb_msg_decode(&tb_schema_task, &task, junk, len, &err), TB_ETOOBIG);
 	assert_contains(err.msg, "at most 1048576");
 	free(junk);
 }
@@ -265,8 +262,8 @@ static void test_decode__missing_required_field_is_named(void **state)
 
 static void test_decode__commit_must_be_full_hex(void **state)
 {
-	const char *bad[] = {"main", "3f2a9c1", "3F2A9C1E8B7D6A5F4E3D2C1B0A9F8E7D6C5B4A39",
-			     "3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a3z"};
+	const char *bad[] = { "main", "3f2a9c1", "3F2A9C1E8B7D6A5F4E3D2C1B0A9F8E7D6C5B4A39",
+			      "3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a3z" };
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -333,15 +330,14 @@ static void test_decode__duplicate_keys_are_refused(void **state)
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
 	msgpack_pack_str_with_body(&pk, "prompt", 6);
 	msgpack_pack_str_with_body(&pk, "again", 5);
-	assert_int_equal(tb_msg_decode(&tb_schema_task, &task, sb.data, sb.size, &err),
-			 TB_EINVAL);
+	assert_int_equal(tb_msg_decode(&tb_schema_task, &task, sb.data, sb.size, &err), TB_EINVAL);
 	assert_contains(err.msg, "field 'prompt': appears twice");
 	msgpack_sbuffer_destroy(&sb);
 }
 
 static void test_decode__invalid_utf8_and_nul_are_refused(void **state)
 {
-	const char *bad[] = {"a\xff", "\xc0\xaf", "\xed\xa0\x80", "ab\xe2\x82"};
+	const char *bad[] = { "a\xff", "\xc0\xaf", "\xed\xa0\x80", "ab\xe2\x82" };
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -361,10 +357,10 @@ static void test_decode__invalid_utf8_and_nul_are_refused(void **state)
 static void test_decode__hostile_container_counts_do_not_allocate(void **state)
 {
 	/* fixmap{ "schema": array32 claiming 2^32-1 elements } */
-	const uint8_t arr[] = {0x81, 0xa6, 's', 'c', 'h', 'e', 'm', 'a',
-			       0xdd, 0xff, 0xff, 0xff, 0xff};
-	const uint8_t map[] = {0xdf, 0xff, 0xff, 0xff, 0xff, 0xc0};
-	const uint8_t str[] = {0xdb, 0x7f, 0xff, 0xff, 0xff, 'a'};
+	const uint8_t arr[] = { 0x81, 0xa6, 's',  'c',  'h',  'e', 'm',
+				'a',  0xdd, 0xff, 0xff, 0xff, 0xff };
+	const uint8_t map[] = { 0xdf, 0xff, 0xff, 0xff, 0xff, 0xc0 };
+	const uint8_t str[] = { 0xdb, 0x7f, 0xff, 0xff, 0xff, 'a' };
 	tb_task_t task;
 	tb_error_t err;
 
@@ -428,9 +424,8 @@ static void test_encode__refuses_what_decode_would_refuse(void **state)
 {
 	msgpack_sbuffer sb;
 	tb_error_t err;
-	tb_task_t task = {0};
-	char id[] = "ok-id", commit[] = "nothex", url[] = "u", prompt[] = "p",
-	     rt[] = "default";
+	tb_task_t task = { 0 };
+	char id[] = "ok-id", commit[] = "nothex", url[] = "u", prompt[] = "p", rt[] = "default";
 
 	(void)state;
 	msgpack_sbuffer_init(&sb);
@@ -451,7 +446,7 @@ static void test_encode__optional_scalars_follow_the_presence_mask(void **state)
 {
 	msgpack_sbuffer sb;
 	tb_error_t err;
-	tb_verdict_t v = {0}, back;
+	tb_verdict_t v = { 0 }, back;
 	char task[] = "t", judge[] = "j";
 
 	(void)state;
@@ -482,7 +477,7 @@ static void test_followup__prompt_needs_text_and_end_has_none(void **state)
 {
 	msgpack_sbuffer sb;
 	tb_error_t err;
-	tb_followup_t f = {0};
+	tb_followup_t f = { 0 };
 	char id[] = "chat-7", text[] = "hi";
 
 	(void)state;
@@ -503,9 +498,9 @@ static void test_event__payload_must_be_a_bounded_map(void **state)
 {
 	msgpack_sbuffer sb;
 	tb_error_t err;
-	tb_event_t ev = {0};
+	tb_event_t ev = { 0 };
 	char id[] = "t";
-	uint8_t not_map[] = {0x91, 0x01};
+	uint8_t not_map[] = { 0x91, 0x01 };
 
 	(void)state;
 	ev.task_id = id, ev.attempt = 1, ev.type = TB_EV_MESSAGE;

@@ -129,7 +129,7 @@ static void test_config__errors_name_file_key_and_expectation(void **state)
 static void test_runtime__example_loads_and_limits_merge(void **state)
 {
 	tb_runtime_t rt;
-	tb_limits_t recipe = {0}, task = {0}, out;
+	tb_limits_t recipe = { 0 }, task = { 0 }, out;
 	tb_error_t err;
 
 	(void)state;
@@ -151,7 +151,8 @@ static void test_runtime__example_loads_and_limits_merge(void **state)
 
 	task.pids = 100000, TB_SET_HAS(&task, TB_LIMIT_PIDS);
 	assert_int_equal(tb_runtime_limits(&out, &rt, &recipe, &task, &err), TB_EPOISON);
-	assert_contains(err.msg, "the task asks for pids 100000, runtime 'default' allows at most 4096");
+	assert_contains(err.msg,
+			"the task asks for pids 100000, runtime 'default' allows at most 4096");
 	tb_runtime_free(&rt);
 }
 
@@ -211,9 +212,11 @@ static void test_recipe__bad_manifests_are_explained(void **state)
 			  " {\"name\": \"j\", \"command\": [\"b\"]}]}";
 
 	(void)state;
-	assert_int_equal(tb_recipe_manifest_parse(&m, no_agent, strlen(no_agent), "r", &err), TB_EINVAL);
+	assert_int_equal(tb_recipe_manifest_parse(&m, no_agent, strlen(no_agent), "r", &err),
+			 TB_EINVAL);
 	assert_contains(err.msg, "field 'agent': required but missing");
-	assert_int_equal(tb_recipe_manifest_parse(&m, empty_cmd, strlen(empty_cmd), "r", &err), TB_EINVAL);
+	assert_int_equal(tb_recipe_manifest_parse(&m, empty_cmd, strlen(empty_cmd), "r", &err),
+			 TB_EINVAL);
 	assert_contains(err.msg, "field 'agent.command': 0 entries, at least 1 required");
 	assert_int_equal(tb_recipe_manifest_parse(&m, dup, strlen(dup), "r", &err), TB_EINVAL);
 	assert_contains(err.msg, "name 'j' used twice");

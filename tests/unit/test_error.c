@@ -17,8 +17,7 @@ static void test_error__set_returns_the_code_and_formats(void **state)
 	tb_error_t err;
 
 	(void)state;
-	assert_int_equal(tb_error_set(&err, TB_EPOISON, "commit %s missing", "abc"),
-			 TB_EPOISON);
+	assert_int_equal(tb_error_set(&err, TB_EPOISON, "commit %s missing", "abc"), TB_EPOISON);
 	assert_int_equal(err.code, TB_EPOISON);
 	assert_string_equal(err.msg, "commit abc missing");
 	assert_int_equal(tb_error_set(NULL, TB_EIO, "dropped"), TB_EIO);

@@ -36,22 +36,23 @@ static void test_json__integers_take_their_shortest_form(void **state)
 {
 	(void)state;
 	check_round("[1, 200, -1, -200, 70000]",
-	      (const uint8_t[]){0x95, 0x01, 0xcc, 0xc8, 0xff, 0xd1, 0xff, 0x38,
-				0xce, 0x00, 0x01, 0x11, 0x70}, 13);
+		    (const uint8_t[]){ 0x95, 0x01, 0xcc, 0xc8, 0xff, 0xd1, 0xff, 0x38, 0xce, 0x00,
+				       0x01, 0x11, 0x70 },
+		    13);
 }
 
 static void test_json__keys_keep_document_order(void **state)
 {
 	(void)state;
 	check_round("{\"b\": true, \"a\": null}",
-	      (const uint8_t[]){0x82, 0xa1, 'b', 0xc3, 0xa1, 'a', 0xc0}, 7);
+		    (const uint8_t[]){ 0x82, 0xa1, 'b', 0xc3, 0xa1, 'a', 0xc0 }, 7);
 }
 
 static void test_json__bin_object_is_msgpack_bin(void **state)
 {
 	(void)state;
-	check_round("{\"$bin\": \"AP8=\"}", (const uint8_t[]){0xc4, 0x02, 0x00, 0xff}, 4);
-	check_round("{\"$bin\": \"\"}", (const uint8_t[]){0xc4, 0x00}, 2);
+	check_round("{\"$bin\": \"AP8=\"}", (const uint8_t[]){ 0xc4, 0x02, 0x00, 0xff }, 4);
+	check_round("{\"$bin\": \"\"}", (const uint8_t[]){ 0xc4, 0x00 }, 2);
 }
 
 static void test_json__bad_base64_and_depth_are_refused(void **state)
@@ -80,10 +81,10 @@ static void test_json__msgpack_that_json_cannot_hold_is_refused(void **state)
 {
 	tb_error_t err;
 	json_t *j;
-	const uint8_t int_key[] = {0x81, 0x01, 0x01};
-	const uint8_t big[] = {0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-	const uint8_t ext[] = {0xd4, 0x01, 0x00};
-	const uint8_t bad_utf8[] = {0xa1, 0xff};
+	const uint8_t int_key[] = { 0x81, 0x01, 0x01 };
+	const uint8_t big[] = { 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	const uint8_t ext[] = { 0xd4, 0x01, 0x00 };
+	const uint8_t bad_utf8[] = { 0xa1, 0xff };
 
 	(void)state;
 	assert_int_equal(tb_mpack_to_json(&j, int_key, sizeof(int_key), &err), TB_EINVAL);

@@ -17,11 +17,11 @@
 static void test_scan__accepts_well_formed_values(void **state)
 {
 	tb_error_t err;
-	const uint8_t fixint[] = {0x05};
-	const uint8_t map[] = {0x82, 0xa1, 'a', 0x01, 0xa1, 'b', 0x92, 0xc3, 0xc0};
-	const uint8_t f64[] = {0xcb, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f};
-	const uint8_t bin[] = {0xc4, 0x02, 0xff, 0x00};
-	const uint8_t empty_map[] = {0x80};
+	const uint8_t fixint[] = { 0x05 };
+	const uint8_t map[] = { 0x82, 0xa1, 'a', 0x01, 0xa1, 'b', 0x92, 0xc3, 0xc0 };
+	const uint8_t f64[] = { 0xcb, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f };
+	const uint8_t bin[] = { 0xc4, 0x02, 0xff, 0x00 };
+	const uint8_t empty_map[] = { 0x80 };
 
 	(void)state;
 	assert_int_equal(SCAN(fixint), 0);
@@ -34,10 +34,10 @@ static void test_scan__accepts_well_formed_values(void **state)
 static void test_scan__refuses_truncation_and_trailing_bytes(void **state)
 {
 	tb_error_t err;
-	const uint8_t short_map[] = {0x82, 0xa1, 'a', 0x01};
-	const uint8_t short_str[] = {0xa5, 'a', 'b'};
-	const uint8_t short_len[] = {0xda, 0x01};
-	const uint8_t trailing[] = {0x01, 0x02};
+	const uint8_t short_map[] = { 0x82, 0xa1, 'a', 0x01 };
+	const uint8_t short_str[] = { 0xa5, 'a', 'b' };
+	const uint8_t short_len[] = { 0xda, 0x01 };
+	const uint8_t trailing[] = { 0x01, 0x02 };
 
 	(void)state;
 	assert_int_equal(SCAN(short_map), TB_EINVAL);
@@ -51,8 +51,8 @@ static void test_scan__refuses_truncation_and_trailing_bytes(void **state)
 static void test_scan__refuses_counts_larger_than_the_input(void **state)
 {
 	tb_error_t err;
-	const uint8_t arr32[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01};
-	const uint8_t map16[] = {0xde, 0x00, 0x03, 0x01, 0x01};
+	const uint8_t arr32[] = { 0xdd, 0xff, 0xff, 0xff, 0xff, 0x01 };
+	const uint8_t map16[] = { 0xde, 0x00, 0x03, 0x01, 0x01 };
 
 	(void)state;
 	assert_int_equal(SCAN(arr32), TB_EINVAL);
@@ -64,7 +64,7 @@ static void test_scan__refuses_deep_nesting_and_reserved_byte(void **state)
 {
 	tb_error_t err;
 	uint8_t deep[40];
-	const uint8_t reserved[] = {0xc1};
+	const uint8_t reserved[] = { 0xc1 };
 
 	(void)state;
 	memset(deep, 0x91, sizeof(deep)); /* [[[[...]]]] */

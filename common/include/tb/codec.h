@@ -86,11 +86,11 @@ typedef struct tb_field {
 	const char *name;
 	tb_ftype_t type;
 	unsigned flags;
-	size_t offset;         /* offsetof() in the struct */
-	uint64_t min, max;     /* meaning depends on type, see tb_ftype_t */
-	size_t item_max;       /* STRMAP/STRLIST: bytes per string */
-	const tb_schema_t *sub;     /* OBJ, LIST */
-	const char *const *names;   /* ENUM: NULL-terminated */
+	size_t offset;            /* offsetof() in the struct */
+	uint64_t min, max;        /* meaning depends on type, see tb_ftype_t */
+	size_t item_max;          /* STRMAP/STRLIST: bytes per string */
+	const tb_schema_t *sub;   /* OBJ, LIST */
+	const char *const *names; /* ENUM: NULL-terminated */
 	tb_check_fn check;
 } tb_field_t;
 
@@ -102,15 +102,15 @@ typedef struct tb_field {
  * are absent.
  */
 struct tb_schema {
-	const char *name;      /* wire value of "schema" for messages */
-	size_t size;           /* sizeof the struct */
-	size_t has_offset;     /* offsetof the presence mask */
+	const char *name;  /* wire value of "schema" for messages */
+	size_t size;       /* sizeof the struct */
+	size_t has_offset; /* offsetof the presence mask */
 	const tb_field_t *fields;
 	size_t nfields;
 	/* Cross-field rules, run after the fields decoded; may be NULL. */
 	int (*check)(const void *obj, tb_error_t *err);
-	size_t max_bytes;      /* messages: cap on the encoded size */
-	bool strict;           /* refuse unknown keys (configuration files) */
+	size_t max_bytes; /* messages: cap on the encoded size */
+	bool strict;      /* refuse unknown keys (configuration files) */
 };
 
 #define TB_HAS(obj, i) (((obj)->has >> (i)) & 1u)
@@ -127,16 +127,16 @@ struct tb_schema {
  * @return 0; TB_ETOOBIG over schema->max_bytes; TB_EVERSION for an unknown
  *         major version; TB_EINVAL for anything else malformed
  */
-int tb_msg_decode(const tb_schema_t *schema, void *out, const void *data,
-		  size_t len, tb_error_t *err);
+int tb_msg_decode(const tb_schema_t *schema, void *out, const void *data, size_t len,
+		  tb_error_t *err);
 
 /**
  * Decodes an already-unpacked map (a nested object or a document converted
  * from JSON) with the same rules, without the "schema"/"v" header.
  * @param path prefix for error messages ("task", "recipe.judges[2]")
  */
-int tb_obj_decode(const tb_schema_t *schema, void *out,
-		  const msgpack_object *map, const char *path, tb_error_t *err);
+int tb_obj_decode(const tb_schema_t *schema, void *out, const msgpack_object *map, const char *path,
+		  tb_error_t *err);
 
 /**
  * Validates @p obj and encodes it in canonical form.
@@ -145,8 +145,8 @@ int tb_obj_decode(const tb_schema_t *schema, void *out,
  * @return 0, TB_EINVAL if @p obj breaks a rule (the message says which),
  *         TB_ETOOBIG over schema->max_bytes, TB_ENOMEM
  */
-int tb_msg_encode(msgpack_sbuffer *out, const tb_schema_t *schema,
-		  const void *obj, tb_error_t *err);
+int tb_msg_encode(msgpack_sbuffer *out, const tb_schema_t *schema, const void *obj,
+		  tb_error_t *err);
 
 /** Releases everything @p obj owns and zero-fills it. NULL-safe. */
 void tb_msg_free(const tb_schema_t *schema, void *obj);
@@ -157,8 +157,7 @@ void tb_msg_free(const tb_schema_t *schema, void *obj);
  * @param[out] out set to the matching schema from tb_schemas[]
  * @return 0, TB_EVERSION, TB_ENOTFOUND for an unknown schema name, TB_EINVAL
  */
-int tb_msg_peek(const tb_schema_t **out, const void *data, size_t len,
-		tb_error_t *err);
+int tb_msg_peek(const tb_schema_t **out, const void *data, size_t len, tb_error_t *err);
 
 /* Common checks usable as tb_field_t.check. */
 int tb_check_id(const void *value, char *why, size_t whylen);      /* ids */

@@ -12,13 +12,13 @@
 #include "tb/log.h"
 
 typedef struct tb_kafka_config {
-	char *brokers;  /* "host:port,..." or "mock" for the in-process cluster */
+	char *brokers; /* "host:port,..." or "mock" for the in-process cluster */
 	char *group;
 	char *group_instance_id; /* static membership; optional */
 	char *tasks_topic;
 	char *events_topic;
 	char *dlq_topic;
-	tb_strmap_t properties;  /* extra librdkafka settings */
+	tb_strmap_t properties; /* extra librdkafka settings */
 } tb_kafka_config_t;
 
 typedef struct tb_ledger_config {
@@ -34,9 +34,9 @@ typedef struct tb_store_config {
 
 typedef struct tb_config {
 	uint32_t has;
-	char *worker_id;  /* defaults to <hostname>-<pid> when empty */
+	char *worker_id; /* defaults to <hostname>-<pid> when empty */
 	uint64_t slots;
-	int log_level;    /* tb_log_level_t */
+	int log_level; /* tb_log_level_t */
 	tb_kafka_config_t kafka;
 	tb_ledger_config_t ledger;
 	tb_store_config_t store;

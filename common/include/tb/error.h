@@ -45,20 +45,19 @@ void tb_error_clear(tb_error_t *err);
  * @p err may be NULL (the message is then dropped).
  */
 int tb_error_set(tb_error_t *err, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /**
  * Like tb_error_set() and appends ": strerror(errnum)".
  */
 int tb_error_errno(tb_error_t *err, int code, int errnum, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 /**
  * Prepends context to the message already in @p err ("ctx: old message")
  * and returns err->code unchanged. Use it as an error moves up a layer.
  */
-int tb_error_prefix(tb_error_t *err, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+int tb_error_prefix(tb_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /** The name of a code ("invalid", "poison", ...), for logs and events. */
 const char *tb_error_name(int code);

@@ -28,27 +28,26 @@
  * @return 0, TB_EINVAL with "<origin>: <key>: <why>", TB_ENOMEM
  */
 int tb_jsonconf_decode(const tb_schema_t *schema, void *out, const json_t *doc,
-		       const char *defaults, const char *env_prefix,
-		       const char *origin, tb_error_t *err);
+		       const char *defaults, const char *env_prefix, const char *origin,
+		       tb_error_t *err);
 
 /**
  * Reads and decodes the JSON file @p path (capped at 1 MiB), whose "v" key
  * must equal @p version; see tb_jsonconf_decode(). A missing file is
  * TB_ENOTFOUND, another version TB_EVERSION.
  */
-int tb_jsonconf_load(const tb_schema_t *schema, void *out, const char *path,
-		     const char *defaults, const char *env_prefix,
-		     unsigned version, tb_error_t *err);
+int tb_jsonconf_load(const tb_schema_t *schema, void *out, const char *path, const char *defaults,
+		     const char *env_prefix, unsigned version, tb_error_t *err);
 
 /**
  * Parses JSON text of at most @p max bytes, with errors naming @p origin
  * and the line and column. @param[out] out a new reference.
  */
-int tb_jsonconf_parse(json_t **out, const char *text, size_t len, size_t max,
-		      const char *origin, tb_error_t *err);
+int tb_jsonconf_parse(json_t **out, const char *text, size_t len, size_t max, const char *origin,
+		      tb_error_t *err);
 
 /** Checks a "v" key of @p doc against @p version ("unknown version"). */
-int tb_jsonconf_check_version(const json_t *doc, unsigned version,
-			      const char *origin, tb_error_t *err);
+int tb_jsonconf_check_version(const json_t *doc, unsigned version, const char *origin,
+			      tb_error_t *err);
 
 #endif

@@ -29,9 +29,8 @@ typedef struct tb_kafka_topic_spec {
  * Starts an in-process mock cluster with @p brokers brokers and the given
  * topics. @param[out] out released with tb_kafka_mock_free().
  */
-int tb_kafka_mock_start(tb_kafka_mock_t **out, int brokers,
-			const tb_kafka_topic_spec_t *topics, size_t ntopics,
-			tb_error_t *err);
+int tb_kafka_mock_start(tb_kafka_mock_t **out, int brokers, const tb_kafka_topic_spec_t *topics,
+			size_t ntopics, tb_error_t *err);
 
 /** The cluster's bootstrap servers; owned by @p m. */
 const char *tb_kafka_mock_bootstraps(const tb_kafka_mock_t *m);
@@ -45,8 +44,8 @@ void tb_kafka_mock_free(tb_kafka_mock_t *m);
  * An idempotent producer. @p props (may be NULL) are extra librdkafka
  * settings applied last. @param[out] out released with rd_kafka_destroy().
  */
-int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers,
-			  const tb_strmap_t *props, tb_error_t *err);
+int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap_t *props,
+			  tb_error_t *err);
 
 /**
  * A consumer in @p group, subscribed to nothing yet, with manual commits.
@@ -54,15 +53,14 @@ int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers,
  * @param[out] out released with rd_kafka_consumer_close() and
  *             rd_kafka_destroy().
  */
-int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers,
-			  const char *group, const char *instance_id,
-			  const tb_strmap_t *props, tb_error_t *err);
+int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group,
+			  const char *instance_id, const tb_strmap_t *props, tb_error_t *err);
 
 /**
  * Queues one message (copied) for @p topic keyed by @p key (may be NULL).
  * @return 0, TB_ERETRY when the local queue is full, TB_EIO otherwise.
  */
-int tb_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key,
-		     const void *value, size_t len, tb_error_t *err);
+int tb_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *value,
+		     size_t len, tb_error_t *err);
 
 #endif

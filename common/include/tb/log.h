@@ -34,7 +34,7 @@ void tb_log_set_fd(int fd);
  * not about a task. The message is quoted and escaped as needed.
  */
 void tb_log(tb_log_level_t level, const char *task_id, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 #define tb_debug(task, ...) tb_log(TB_LOG_DEBUG, (task), __VA_ARGS__)
 #define tb_info(task, ...) tb_log(TB_LOG_INFO, (task), __VA_ARGS__)

@@ -28,7 +28,6 @@
  * @param err filled on failure with the offset and what is wrong
  * @return 0, or TB_EINVAL
  */
-int tb_mpack_scan(const uint8_t *data, size_t len, unsigned max_depth,
-		  tb_error_t *err);
+int tb_mpack_scan(const uint8_t *data, size_t len, unsigned max_depth, tb_error_t *err);
 
 #endif

@@ -16,7 +16,7 @@
 typedef struct tb_judge {
 	uint32_t has;
 	char *name;
-	tb_strlist_t command; /* argv, run in the recipe checkout */
+	tb_strlist_t command;     /* argv, run in the recipe checkout */
 	uint64_t timeout_seconds; /* optional; the runtime's judge timeout */
 } tb_judge_t;
 
@@ -42,8 +42,8 @@ extern const tb_schema_t tb_schema_recipe_manifest;
  * @param[out] out released with tb_recipe_manifest_free()
  * @return 0, TB_EVERSION, TB_ETOOBIG or TB_EINVAL with the key and reason
  */
-int tb_recipe_manifest_parse(tb_recipe_manifest_t *out, const char *text,
-			     size_t len, const char *origin, tb_error_t *err);
+int tb_recipe_manifest_parse(tb_recipe_manifest_t *out, const char *text, size_t len,
+			     const char *origin, tb_error_t *err);
 
 void tb_recipe_manifest_free(tb_recipe_manifest_t *m);
 

@@ -22,10 +22,10 @@ typedef struct tb_credential {
 
 typedef struct tb_endpoint {
 	uint32_t has;
-	char *name;   /* the binding name the agent sees */
-	char *host;   /* upstream host name */
+	char *name; /* the binding name the agent sees */
+	char *host; /* upstream host name */
 	uint64_t port;
-	char *scheme; /* "https" or "http" */
+	char *scheme;               /* "https" or "http" */
 	tb_strlist_t methods;       /* empty: any */
 	tb_strlist_t path_prefixes; /* empty: any */
 	tb_credential_t credential; /* absent: none added */
@@ -54,8 +54,8 @@ typedef struct tb_runtime {
 	tb_limits_t max_limits; /* what a task may ask for at most */
 	tb_sandbox_conf_t sandbox;
 	tb_agent_conf_t agent;
-	tb_list_t endpoints;    /* tb_endpoint_t, "network.allow" in the file */
-	tb_strmap_t env;        /* bindings: variables the agent sees */
+	tb_list_t endpoints; /* tb_endpoint_t, "network.allow" in the file */
+	tb_strmap_t env;     /* bindings: variables the agent sees */
 } tb_runtime_t;
 
 extern const tb_schema_t tb_schema_runtime;
@@ -77,8 +77,7 @@ void tb_runtime_free(tb_runtime_t *rt);
  * @return 0, or TB_EPOISON naming the limit a recipe or task asked too much
  *         of (the task can never run here as submitted)
  */
-int tb_runtime_limits(tb_limits_t *out, const tb_runtime_t *rt,
-		      const tb_limits_t *recipe, const tb_limits_t *task,
-		      tb_error_t *err);
+int tb_runtime_limits(tb_limits_t *out, const tb_runtime_t *rt, const tb_limits_t *recipe,
+		      const tb_limits_t *task, tb_error_t *err);
 
 #endif

@@ -25,9 +25,9 @@ typedef struct tb_dlq_attempt {
 
 typedef struct tb_dlq {
 	uint32_t has;
-	char *task_id;      /* absent when the message could not be decoded */
-	int cause;          /* tb_dlq_cause_t */
-	char *reason;       /* the final reason, human-readable */
+	char *task_id; /* absent when the message could not be decoded */
+	int cause;     /* tb_dlq_cause_t */
+	char *reason;  /* the final reason, human-readable */
 	char *topic;
 	uint64_t partition;
 	uint64_t offset;

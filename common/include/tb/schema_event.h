@@ -10,17 +10,17 @@
 #include "tb/codec.h"
 
 typedef enum tb_event_type {
-	TB_EV_PHASE = 0,     /* lifecycle phase reached, with its duration */
-	TB_EV_MESSAGE,       /* a conversation message (role, text) */
+	TB_EV_PHASE = 0, /* lifecycle phase reached, with its duration */
+	TB_EV_MESSAGE,   /* a conversation message (role, text) */
 	TB_EV_TOOL_CALL,
 	TB_EV_TOOL_RESULT,
 	TB_EV_THOUGHT,
-	TB_EV_ARTIFACT,      /* a file saved to the store */
-	TB_EV_VERDICT,       /* a judge's verdict (summary) */
-	TB_EV_ERROR,         /* something went wrong, with its reason */
-	TB_EV_EGRESS,        /* one request through the egress proxy */
-	TB_EV_TURN,          /* interactive: turn started / ended / idle */
-	TB_EV_RESULT,        /* the task's final outcome */
+	TB_EV_ARTIFACT, /* a file saved to the store */
+	TB_EV_VERDICT,  /* a judge's verdict (summary) */
+	TB_EV_ERROR,    /* something went wrong, with its reason */
+	TB_EV_EGRESS,   /* one request through the egress proxy */
+	TB_EV_TURN,     /* interactive: turn started / ended / idle */
+	TB_EV_RESULT,   /* the task's final outcome */
 	TB_EV__COUNT
 } tb_event_type_t;
 

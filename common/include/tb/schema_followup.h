@@ -16,9 +16,9 @@ typedef enum tb_followup_kind {
 typedef struct tb_followup {
 	uint32_t has;
 	char *task_id;
-	uint64_t seq;  /* 1, 2, 3 ... per task, in the order the producer sent */
-	int kind;      /* tb_followup_kind_t */
-	char *text;    /* required for prompts, absent for end */
+	uint64_t seq; /* 1, 2, 3 ... per task, in the order the producer sent */
+	int kind;     /* tb_followup_kind_t */
+	char *text;   /* required for prompts, absent for end */
 	uint64_t sent_at;
 } tb_followup_t;
 

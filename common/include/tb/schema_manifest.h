@@ -22,8 +22,8 @@ typedef enum tb_outcome {
 } tb_outcome_t;
 
 typedef struct tb_artifact {
-	char *path;   /* relative to /outputs */
-	char *key;    /* object key in the store */
+	char *path; /* relative to /outputs */
+	char *key;  /* object key in the store */
 	uint64_t size;
 	char *sha256;
 } tb_artifact_t;

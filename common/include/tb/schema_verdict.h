@@ -20,10 +20,10 @@ typedef struct tb_verdict {
 	uint32_t has;
 	char *task_id;
 	uint64_t attempt;
-	char *judge;   /* the judge's name in the recipe manifest */
-	int outcome;   /* tb_verdict_outcome_t */
-	double score;  /* optional, 0..1 */
-	char *reason;  /* optional, human-readable */
+	char *judge;  /* the judge's name in the recipe manifest */
+	int outcome;  /* tb_verdict_outcome_t */
+	double score; /* optional, 0..1 */
+	char *reason; /* optional, human-readable */
 	uint64_t ts;
 	uint64_t duration_ms;
 } tb_verdict_t;
