@@ -4,6 +4,8 @@
  */
 #include "tb/kafka.h"
 
+#include "tb/log.h"
+
 #include <librdkafka/rdkafka_mock.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,10 +34,22 @@ static int set_props(rd_kafka_conf_t *conf, const tb_strmap_t *props, tb_error_t
 	return 0;
 }
 
+/* librdkafka's own log lines join ours, as logfmt on the same fd. */
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+	tb_log_level_t l = level <= 3   ? TB_LOG_ERROR
+			   : level == 4 ? TB_LOG_WARN
+			   : level <= 6 ? TB_LOG_INFO
+					: TB_LOG_DEBUG;
+
+	tb_log(l, NULL, "kafka %s %s: %s", rd_kafka_name(rk), fac, buf);
+}
+
 static int make(rd_kafka_t **out, rd_kafka_type_t type, rd_kafka_conf_t *conf, tb_error_t *err)
 {
 	char errstr[512];
 
+	rd_kafka_conf_set_log_cb(conf, log_cb);
 	/* rd_kafka_new takes ownership of conf only on success. */
 	*out = rd_kafka_new(type, conf, errstr, sizeof(errstr));
 	if (!*out) {
