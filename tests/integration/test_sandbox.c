@@ -1,0 +1,429 @@
+/*
+ * test_sandbox.c: real sandboxes, as root, trying to break them. Every
+ * escape attempt runs /recipe/sandbox_probe inside a sandbox and must be
+ * stopped; every limit must end the offender with its own reason while
+ * this process (standing in for the worker) carries on; and a thousand
+ * sandboxes must leave nothing behind. Skips (77) when not root or when
+ * the kernel refuses user namespaces.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sandbox.h"
+#include "sandbox_cgroup.h"
+
+static tb_seccomp_t *policy;
+static char work_root[64] = "/tmp/tb-sandbox-test-XXXXXX";
+static char recipe[128];
+static char canary[128];
+static const char *group = "tbtest";
+static char *binds_items[] = { "/usr", "/bin", "/lib", "/lib64", "/sbin" };
+static const tb_strlist_t binds = { 5, binds_items };
+static int counter;
+
+static tb_sandbox_spec_t spec(void)
+{
+	static char name[32];
+	snprintf(name, sizeof(name), "s%d", ++counter);
+	return (tb_sandbox_spec_t){
+		.name = name,
+		.hostname = "task-test",
+		.slot = 1,
+		.work_root = work_root,
+		.group = group,
+		.ro_binds = &binds,
+		.recipe_dir = recipe,
+		.workspace_mb = 8,
+		.outputs_mb = 8,
+		.memory_mb = 64,
+		.pids = 32,
+		.cpu_millis = 1000,
+		.max_open_files = 64,
+		.max_file_mb = 64,
+		.wall_ms = 0,
+	};
+}
+
+/* Runs argv in a fresh sandbox; captures stdout into @p out. */
+static tb_sandbox_exit_t run(tb_sandbox_spec_t s, const char *const *argv, char *out, size_t cap)
+{
+	const char *env[] = { "PATH=/usr/bin:/bin", "HOME=/workspace", NULL };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1 };
+	tb_sandbox_exit_t e;
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	int pipefd[2], id;
+
+	assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
+	ex.stdout_fd = pipefd[1];
+	ex.stderr_fd = pipefd[1];
+	if (tb_sandbox_create(&sb, policy, &s, &err) != 0)
+		fail_msg("create: %s", err.msg);
+	if (tb_sandbox_spawn(sb, &id, &ex, &err) != 0)
+		fail_msg("spawn %s: %s", argv[0], err.msg);
+	close(pipefd[1]);
+	if (tb_sandbox_wait(sb, id, 60000, &e, &err) != 0)
+		fail_msg("wait: %s", err.msg);
+	ssize_t n = read(pipefd[0], out, cap - 1);
+	out[n > 0 ? n : 0] = '\0';
+	close(pipefd[0]);
+	if (tb_sandbox_destroy(sb, &err) != 0)
+		fail_msg("destroy: %s", err.msg);
+	return e;
+}
+
+static void probe(const char *what, const char *arg)
+{
+	const char *argv[] = { "/recipe/sandbox_probe", what, arg, NULL };
+	char out[4096];
+	tb_sandbox_exit_t e = run(spec(), argv, out, sizeof(out));
+
+	if (e.end != TB_SANDBOX_EXITED || e.code != 0)
+		fail_msg("probe %s %s was not stopped (end %d code %d): %s", what, arg, e.end, e.code,
+			 out);
+}
+
+static void test_sandbox__runs_processes_and_reports_exit_codes(void **state)
+{
+	const char *argv[] = { "/bin/sh", "-c", "echo \"$(id -u):$(hostname):$(pwd)\"; exit 7", NULL };
+	char out[256];
+
+	(void)state;
+	tb_sandbox_exit_t e = run(spec(), argv, out, sizeof(out));
+	assert_int_equal(e.end, TB_SANDBOX_EXITED);
+	assert_int_equal(e.code, 7);
+	assert_string_equal(out, "1000:task-test:/workspace\n");
+}
+
+static void test_sandbox__missing_program_is_a_clear_error(void **state)
+{
+	const char *argv[] = { "/no/such/agent", NULL };
+	const char *env[] = { NULL };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1 };
+	tb_sandbox_spec_t s = spec();
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	int id;
+
+	(void)state;
+	assert_int_equal(tb_sandbox_create(&sb, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_spawn(sb, &id, &ex, &err), TB_ENOTFOUND);
+	assert_non_null(strstr(err.msg, "/no/such/agent"));
+	assert_non_null(strstr(err.msg, "No such file"));
+	/* The sandbox is still usable afterwards: judges run after agents. */
+	const char *ok[] = { "/bin/true", NULL };
+	ex.argv = ok;
+	tb_sandbox_exit_t e;
+	assert_int_equal(tb_sandbox_spawn(sb, &id, &ex, &err), 0);
+	assert_int_equal(tb_sandbox_wait(sb, id, 10000, &e, &err), 0);
+	assert_int_equal(e.code, 0);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+}
+
+static void test_sandbox__cannot_read_a_host_canary(void **state)
+{
+	(void)state;
+	probe("read", canary);
+	probe("read", "/etc/shadow");
+}
+
+static void test_sandbox__cannot_write_into_the_recipe_or_root(void **state)
+{
+	(void)state;
+	probe("write", "/recipe/planted");
+	probe("write", "/usr/bin/planted");
+	probe("write", "/etc/planted");
+}
+
+static void test_sandbox__sees_no_host_processes(void **state)
+{
+	(void)state;
+	probe("procs", "");
+}
+
+static void test_sandbox__cannot_mount_ptrace_or_make_user_namespaces(void **state)
+{
+	(void)state;
+	probe("mount", "");
+	probe("ptrace", "");
+	probe("userns", "");
+	probe("syscalls", "");
+}
+
+static void test_sandbox__runs_unprivileged_under_seccomp(void **state)
+{
+	(void)state;
+	probe("identity", "");
+}
+
+static void test_sandbox__cannot_escape_its_cgroup(void **state)
+{
+	(void)state;
+	probe("cgroup", "");
+}
+
+static void test_sandbox__cannot_reach_a_server_on_the_host_loopback(void **state)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int srv = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char port[16];
+
+	(void)state;
+	assert_true(srv >= 0);
+	assert_int_equal(bind(srv, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(srv, 4), 0);
+	assert_int_equal(getsockname(srv, (struct sockaddr *)&a, &len), 0);
+	snprintf(port, sizeof(port), "%d", ntohs(a.sin_port));
+	probe("connect", port);
+	close(srv);
+}
+
+static void test_limits__fork_bomb_stops_at_the_pids_limit(void **state)
+{
+	const char *argv[] = { "/recipe/sandbox_probe", "forkbomb", NULL };
+	char out[512], why[128];
+
+	(void)state;
+	tb_sandbox_exit_t e = run(spec(), argv, out, sizeof(out));
+	assert_int_equal(e.end, TB_SANDBOX_PIDS_LIMIT);
+	printf("fork bomb: %s (%s)\n", tb_sandbox_end_describe(&e, why, sizeof(why)), out);
+}
+
+static void test_limits__memory_bomb_ends_as_oom(void **state)
+{
+	const char *argv[] = { "/recipe/sandbox_probe", "membomb", NULL };
+	char out[512], why[128];
+
+	(void)state;
+	tb_sandbox_exit_t e = run(spec(), argv, out, sizeof(out));
+	assert_int_equal(e.end, TB_SANDBOX_OOM);
+	printf("memory bomb: %s\n", tb_sandbox_end_describe(&e, why, sizeof(why)));
+}
+
+static void test_limits__disk_filler_gets_enospc_in_workspace(void **state)
+{
+	(void)state;
+	probe("diskfill", "/workspace");
+	probe("diskfill", "/tmp");
+	probe("diskfill", "/outputs");
+}
+
+static void test_limits__runaway_is_killed_at_the_deadline(void **state)
+{
+	const char *argv[] = { "/recipe/sandbox_probe", "spin", NULL };
+	tb_sandbox_spec_t s = spec();
+	char out[64], why[128];
+
+	(void)state;
+	s.wall_ms = 300;
+	tb_sandbox_exit_t e = run(s, argv, out, sizeof(out));
+	assert_int_equal(e.end, TB_SANDBOX_DEADLINE);
+	printf("runaway: %s\n", tb_sandbox_end_describe(&e, why, sizeof(why)));
+}
+
+static int count_entries(const char *dir, const char *prefix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, prefix, strlen(prefix)))
+			n++;
+	closedir(d);
+	return n;
+}
+
+static int count_lines(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0, c;
+
+	if (!f)
+		return -1;
+	while ((c = fgetc(f)) != EOF)
+		n += c == '\n';
+	fclose(f);
+	return n;
+}
+
+static int count_children(void)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", getpid(), getpid());
+	FILE *f = fopen(path, "r");
+	int n = 0, c, in = 0;
+	if (!f)
+		return -1;
+	while ((c = fgetc(f)) != EOF) {
+		if (c != ' ' && !in)
+			n++;
+		in = c != ' ';
+	}
+	fclose(f);
+	return n;
+}
+
+static void test_teardown__a_thousand_sandboxes_leave_nothing(void **state)
+{
+	const char *argv[] = { "/bin/true", NULL };
+	const char *env[] = { NULL };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1 };
+	int mounts = count_lines("/proc/self/mountinfo");
+	char cg[256];
+	tb_error_t err;
+
+	(void)state;
+	for (int i = 0; i < 1000; i++) {
+		tb_sandbox_spec_t s = spec();
+		tb_sandbox_exit_t e;
+		tb_sandbox_t *sb;
+		int id;
+		if (tb_sandbox_create(&sb, policy, &s, &err) != 0)
+			fail_msg("sandbox %d: %s", i, err.msg);
+		if (tb_sandbox_spawn(sb, &id, &ex, &err) != 0 ||
+		    tb_sandbox_wait(sb, id, 10000, &e, &err) != 0)
+			fail_msg("sandbox %d: %s", i, err.msg);
+		assert_int_equal(e.code, 0);
+		if (tb_sandbox_destroy(sb, &err) != 0)
+			fail_msg("sandbox %d: %s", i, err.msg);
+	}
+	assert_int_equal(count_entries(work_root, group), 0);
+	assert_int_equal(count_children(), 0);
+	assert_int_equal(count_lines("/proc/self/mountinfo"), mounts);
+	/* No sandbox cgroup is left under our group in any hierarchy. */
+	const char *hier[] = { "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu",
+			       "/sys/fs/cgroup/unified", "/sys/fs/cgroup" };
+	for (size_t h = 0; h < sizeof(hier) / sizeof(hier[0]); h++) {
+		char own[512] = "";
+		FILE *f = fopen("/proc/self/cgroup", "r");
+		char line[512];
+		while (f && fgets(line, sizeof(line), f)) {
+			const char *name = strrchr(hier[h], '/') + 1;
+			char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+			if (c2 && ((strstr(c1, name) && c2 > strstr(c1, name)) ||
+				   (!strcmp(name, "unified") && c2 == c1 + 1))) {
+				snprintf(own, sizeof(own), "%s", c2 + 1);
+				own[strcspn(own, "\n")] = '\0';
+			}
+		}
+		if (f)
+			fclose(f);
+		snprintf(cg, sizeof(cg), "%s%s/%s", hier[h], strcmp(own, "/") ? own : "", group);
+		assert_int_equal(count_entries(cg, "s"), 0);
+	}
+}
+
+static void test_sweep__removes_what_a_dead_worker_left(void **state)
+{
+	tb_sandbox_spec_t s = spec();
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	int status;
+
+	(void)state;
+	/* A "worker" that builds a sandbox and dies without tearing down. */
+	pid_t w = fork();
+	if (w == 0) {
+		if (tb_sandbox_create(&sb, policy, &s, &err) != 0)
+			_exit(1);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(w, &status, 0), w);
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(count_entries(work_root, group), 1);
+	int removed = tb_sandbox_sweep(work_root, group, &err);
+	assert_true(removed >= 1);
+	assert_int_equal(count_entries(work_root, group), 0);
+}
+
+static int setup(void **state)
+{
+	tb_error_t err;
+	char describe[128], cmd[512];
+
+	(void)state;
+	if (!mkdtemp(work_root))
+		return -1;
+	snprintf(recipe, sizeof(recipe), "%s/recipe", work_root);
+	snprintf(canary, sizeof(canary), "%s/canary", work_root);
+	mkdir(recipe, 0755);
+	snprintf(cmd, sizeof(cmd), "cp %s %s/ && echo secret > %s", TB_PROBE, recipe, canary);
+	if (system(cmd) != 0)
+		return -1;
+	chmod(work_root, 0711);
+	if (tb_seccomp_compile(&policy, &err) != 0) {
+		fprintf(stderr, "%s\n", err.msg);
+		return -1;
+	}
+	if (tb_cgroup_describe(describe, sizeof(describe), &err) == 0)
+		printf("cgroups: %s; seccomp: %u instructions\n", describe, tb_seccomp_size(policy));
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[256];
+	(void)state;
+	tb_seccomp_free(policy);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", work_root);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sandbox__runs_processes_and_reports_exit_codes),
+		cmocka_unit_test(test_sandbox__missing_program_is_a_clear_error),
+		cmocka_unit_test(test_sandbox__cannot_read_a_host_canary),
+		cmocka_unit_test(test_sandbox__cannot_write_into_the_recipe_or_root),
+		cmocka_unit_test(test_sandbox__sees_no_host_processes),
+		cmocka_unit_test(test_sandbox__cannot_mount_ptrace_or_make_user_namespaces),
+		cmocka_unit_test(test_sandbox__runs_unprivileged_under_seccomp),
+		cmocka_unit_test(test_sandbox__cannot_escape_its_cgroup),
+		cmocka_unit_test(test_sandbox__cannot_reach_a_server_on_the_host_loopback),
+		cmocka_unit_test(test_limits__fork_bomb_stops_at_the_pids_limit),
+		cmocka_unit_test(test_limits__memory_bomb_ends_as_oom),
+		cmocka_unit_test(test_limits__disk_filler_gets_enospc_in_workspace),
+		cmocka_unit_test(test_limits__runaway_is_killed_at_the_deadline),
+		cmocka_unit_test(test_sweep__removes_what_a_dead_worker_left),
+		cmocka_unit_test(test_teardown__a_thousand_sandboxes_leave_nothing),
+	};
+	if (geteuid() != 0) {
+		printf("SKIP: sandboxes need root (the worker runs as root)\n");
+		return 77;
+	}
+	pid_t p = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | SIGCHLD, 0,
+				 NULL, NULL, 0);
+	if (p == 0)
+		_exit(0);
+	if (p < 0) {
+		printf("SKIP: this kernel refuses new user/pid/mount namespaces: %s\n",
+		       strerror(errno));
+		return 77;
+	}
+	waitpid(p, NULL, 0);
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

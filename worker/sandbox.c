@@ -1,0 +1,570 @@
+/*
+ * sandbox.c: the worker's side of a sandbox: directories, cgroup, the
+ * clone into new namespaces, the uid/gid maps, the control socket to the
+ * init process, deadlines, exit reasons, and teardown. The init process's
+ * side is sandbox_init.c; the protocol between them sandbox_proto.h.
+ */
+#include "sandbox.h"
+
+#include "sandbox_cgroup.h"
+#include "sandbox_proto.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NAMESPACES                                                                      \
+	(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | \
+	 CLONE_NEWIPC)
+#define READY_TIMEOUT_MS 10000
+#define TEARDOWN_TIMEOUT_MS 5000
+
+typedef struct proc {
+	int id;
+	int live;
+	int exited;
+	int status;
+	tb_cgroup_stats_t before; /* counters when it started */
+} proc_t;
+
+struct tb_sandbox {
+	pid_t init;
+	int ctl;
+	int dead;          /* init is gone (deadline, crash) */
+	int deadline_hit;
+	uint64_t deadline; /* CLOCK_MONOTONIC ms; 0 = none */
+	int next_id;
+	tb_cgroup_t *cg;
+	proc_t procs[TB_SBP_MAX_PROCS];
+	char dir[1024];
+	char root[1100];
+};
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+const char *tb_sandbox_end_describe(const tb_sandbox_exit_t *e, char *buf, size_t len)
+{
+	switch (e->end) {
+	case TB_SANDBOX_EXITED:
+		snprintf(buf, len, "exited with code %d", e->code);
+		break;
+	case TB_SANDBOX_SIGNALED:
+		snprintf(buf, len, "killed by signal %d (%s)", e->signal, strsignal(e->signal));
+		break;
+	case TB_SANDBOX_OOM:
+		snprintf(buf, len, "killed by the OOM killer at the memory limit");
+		break;
+	case TB_SANDBOX_PIDS_LIMIT:
+		snprintf(buf, len, "hit the process limit (a fork was refused)%s",
+			 e->signal ? ", then killed by a signal" : "");
+		break;
+	case TB_SANDBOX_DEADLINE:
+		snprintf(buf, len, "killed at the wall-clock deadline");
+		break;
+	}
+	return buf;
+}
+
+static int valid_name(const char *s)
+{
+	if (!s || !*s || strlen(s) > 200 || s[0] == '.')
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '-' || *s == '_' || *s == '.'))
+			return 0;
+	return 1;
+}
+
+static int write_proc(pid_t pid, const char *file, const char *text, tb_error_t *err)
+{
+	char path[64];
+	int fd, e;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+	if ((fd = open(path, O_WRONLY | O_CLOEXEC)) < 0)
+		return tb_error_errno(err, TB_EIO, errno, "sandbox: open %s", path);
+	n = write(fd, text, strlen(text));
+	e = errno;
+	close(fd);
+	if (n < 0)
+		return tb_error_errno(err, TB_EIO, e, "sandbox: write %s", path);
+	return 0;
+}
+
+/* Removes @p dir and everything below it without following links. The
+ * sandbox's mounts lived in its own mount namespace, so on the host these
+ * are plain (normally empty) directories. */
+static int remove_tree(int parent, const char *name)
+{
+	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d;
+	struct dirent *de;
+
+	if (fd < 0)
+		return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -1;
+	if (!(d = fdopendir(fd))) {
+		close(fd);
+		return -1;
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			remove_tree(dirfd(d), de->d_name);
+	closedir(d);
+	return unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/* Reads one response; @return 1, 0 on EOF, -1 on error. */
+static int recv_resp(tb_sandbox_t *sb, tb_sbp_resp_t *r)
+{
+	ssize_t n;
+
+	do
+		n = recv(sb->ctl, r, sizeof(*r), 0);
+	while (n < 0 && errno == EINTR);
+	if (n == 0)
+		return 0;
+	if (n != (ssize_t)sizeof(*r))
+		return -1;
+	return 1;
+}
+
+static proc_t *find(tb_sandbox_t *sb, int id)
+{
+	for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
+		if (sb->procs[i].live && sb->procs[i].id == id)
+			return &sb->procs[i];
+	return NULL;
+}
+
+static void note_exit(tb_sandbox_t *sb, const tb_sbp_resp_t *r)
+{
+	proc_t *p = find(sb, r->id);
+	if (p) {
+		p->exited = 1;
+		p->status = r->status;
+	}
+}
+
+/* Waits for a response, up to @p timeout_ms (-1 forever). Exits of other
+ * processes seen on the way are recorded. @return 1, 0 on timeout, -1 if
+ * init is gone. */
+static int await(tb_sandbox_t *sb, tb_sbp_resp_t *r, int timeout_ms)
+{
+	struct pollfd p = { sb->ctl, POLLIN, 0 };
+	int n;
+
+	do
+		n = poll(&p, 1, timeout_ms);
+	while (n < 0 && errno == EINTR);
+	if (n == 0)
+		return 0;
+	if (n < 0 || recv_resp(sb, r) <= 0) {
+		sb->dead = 1;
+		return -1;
+	}
+	return 1;
+}
+
+static void kill_init(tb_sandbox_t *sb)
+{
+	int status;
+
+	if (sb->init <= 0)
+		return;
+	/* init is pid 1 of its namespace: when it dies, the kernel kills
+	 * every other process in the namespace. */
+	kill(sb->init, SIGKILL);
+	while (waitpid(sb->init, &status, 0) < 0 && errno == EINTR)
+		;
+	sb->init = 0;
+	sb->dead = 1;
+}
+
+int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy,
+		      const tb_sandbox_spec_t *spec, tb_error_t *err)
+{
+	tb_cgroup_limits_t lim = {
+		.memory_bytes = spec->memory_mb << 20,
+		.pids = spec->pids,
+		.cpu_millis = spec->cpu_millis,
+	};
+	tb_sandbox_init_args_t args;
+	int ctl[2] = { -1, -1 }, sync[2] = { -1, -1 }, rc;
+	char map[64], cgname[256];
+	tb_sbp_resp_t r;
+	tb_sandbox_t *sb;
+
+	*out = NULL;
+	if (!valid_name(spec->name) || !valid_name(spec->group) || !spec->hostname ||
+	    !spec->hostname[0] || strlen(spec->hostname) > 63)
+		return tb_error_set(err, TB_EINVAL, "sandbox: name, group or hostname is not valid");
+	if (!(sb = calloc(1, sizeof(*sb))))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	sb->ctl = -1;
+	sb->next_id = 1;
+	if (spec->wall_ms)
+		sb->deadline = mono_ms() + spec->wall_ms;
+	snprintf(sb->dir, sizeof(sb->dir), "%s/%s-%s", spec->work_root, spec->group, spec->name);
+	snprintf(sb->root, sizeof(sb->root), "%s/root", sb->dir);
+	if ((mkdir(spec->work_root, 0711) < 0 && errno != EEXIST) || mkdir(sb->dir, 0700) < 0 ||
+	    mkdir(sb->root, 0755) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: mkdir %s", sb->dir);
+		goto fail;
+	}
+	/* The sandbox's root user (host uid_base) builds its root file system
+	 * on this directory, and has no power over host-root-owned inodes. */
+	unsigned base = TB_SANDBOX_UID_FIRST + spec->slot * TB_SANDBOX_ID_RANGE;
+	if (chown(sb->dir, base, base) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: chown %s", sb->dir);
+		goto fail;
+	}
+	snprintf(cgname, sizeof(cgname), "%s", spec->name);
+	if ((rc = tb_cgroup_create(&sb->cg, spec->group, cgname, &lim, err)) < 0)
+		goto fail;
+	/* fds >= 3, so init can make 0-2 /dev/null without clobbering them */
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0 ||
+	    pipe2(sync, O_CLOEXEC) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: socketpair");
+		goto fail;
+	}
+	for (int *fd = ctl; fd < ctl + 2; fd++)
+		if (*fd < 3) {
+			int moved = fcntl(*fd, F_DUPFD_CLOEXEC, 3);
+			close(*fd);
+			*fd = moved;
+		}
+	for (int *fd = sync; fd < sync + 2; fd++)
+		if (*fd < 3) {
+			int moved = fcntl(*fd, F_DUPFD_CLOEXEC, 3);
+			close(*fd);
+			*fd = moved;
+		}
+	args = (tb_sandbox_init_args_t){ spec, policy, sb->root, ctl[1], sync[0] };
+
+	/* A raw clone with no new stack forks in place into the namespaces
+	 * (glibc's clone() wants a stack; fork() cannot take flags). The
+	 * child never returns from tb_sandbox_init_main(). */
+	pid_t pid = (pid_t)syscall(SYS_clone, NAMESPACES | SIGCHLD, 0, NULL, NULL, 0);
+	if (pid == 0) {
+		close(ctl[0]);
+		close(sync[1]);
+		tb_sandbox_init_main(&args);
+	}
+	if (pid < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: clone into new namespaces");
+		goto fail;
+	}
+	sb->init = pid;
+	close(ctl[1]);
+	close(sync[0]);
+	ctl[1] = sync[0] = -1;
+	sb->ctl = ctl[0];
+	ctl[0] = -1;
+
+	/* Sandbox root is host uid_base; nothing inside maps to host root. */
+	snprintf(map, sizeof(map), "0 %u %u\n", base, TB_SANDBOX_ID_RANGE);
+	if ((rc = write_proc(pid, "uid_map", map, err)) < 0 ||
+	    (rc = write_proc(pid, "gid_map", map, err)) < 0 ||
+	    (rc = tb_cgroup_attach(sb->cg, pid, err)) < 0)
+		goto fail;
+	if (write(sync[1], "G", 1) != 1) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: start init");
+		goto fail;
+	}
+	close(sync[1]);
+	sync[1] = -1;
+
+	switch (await(sb, &r, READY_TIMEOUT_MS)) {
+	case 1:
+		if (r.op == TB_SBP_READY)
+			break;
+		rc = r.op == TB_SBP_FAILED
+			     ? tb_error_errno(err, TB_EIO, r.err, "sandbox: %s", r.msg)
+			     : tb_error_set(err, TB_EIO, "sandbox: unexpected message %u", r.op);
+		goto fail;
+	case 0:
+		rc = tb_error_set(err, TB_ETIMEOUT, "sandbox: not ready after %d ms",
+				  READY_TIMEOUT_MS);
+		goto fail;
+	default:
+		rc = tb_error_set(err, TB_EIO, "sandbox: init died while building");
+		goto fail;
+	}
+	*out = sb;
+	return 0;
+fail:
+	for (int i = 0; i < 2; i++) {
+		if (ctl[i] >= 0)
+			close(ctl[i]);
+		if (sync[i] >= 0)
+			close(sync[i]);
+	}
+	tb_sandbox_destroy(sb, NULL);
+	return rc;
+}
+
+static int pack_strings(tb_sbp_req_t *req, const char *cwd, const char *const *argv,
+			const char *const *envp, tb_error_t *err)
+{
+	size_t pos = 0;
+	const char *const *lists[2] = { argv, envp };
+
+	memset(req, 0, offsetof(tb_sbp_req_t, data));
+#define PUT(s)                                                                                 \
+	do {                                                                                   \
+		size_t n_ = strlen(s) + 1;                                                     \
+		if (pos + n_ > sizeof(req->data))                                              \
+			return tb_error_set(err, TB_ETOOBIG,                                   \
+					    "sandbox: arguments and environment over %zu bytes",  \
+					    sizeof(req->data));                                \
+		memcpy(req->data + pos, s, n_);                                                \
+		pos += n_;                                                                     \
+	} while (0)
+	PUT(cwd);
+	for (int l = 0; l < 2; l++) {
+		uint32_t count = 0;
+		for (const char *const *p = lists[l]; p && *p; p++, count++) {
+			if (count >= (l ? TB_SBP_MAX_ENVS : TB_SBP_MAX_ARGS))
+				return tb_error_set(err, TB_ETOOBIG, "sandbox: too many %s",
+						    l ? "environment variables" : "arguments");
+			PUT(*p);
+		}
+		if (l)
+			req->envc = count;
+		else
+			req->argc = count;
+	}
+#undef PUT
+	if (req->argc == 0)
+		return tb_error_set(err, TB_EINVAL, "sandbox: empty argv");
+	req->len = (uint32_t)pos;
+	return 0;
+}
+
+int tb_sandbox_spawn(tb_sandbox_t *sb, int *out, const tb_sandbox_exec_t *ex, tb_error_t *err)
+{
+	static tb_sbp_req_t req; /* 60 KiB: not on the stack */
+	static pthread_mutex_t req_lock = PTHREAD_MUTEX_INITIALIZER;
+	int src[4] = { ex->stdin_fd, ex->stdout_fd, ex->stderr_fd, ex->extra_fd };
+	int fds[4], nfds = 0, slot = -1, rc;
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} cbuf;
+	tb_sbp_resp_t r;
+
+	*out = 0;
+	if (!sb->dead && sb->deadline && mono_ms() >= sb->deadline) {
+		kill_init(sb);
+		sb->deadline_hit = 1;
+	}
+	if (sb->dead)
+		return tb_error_set(err, sb->deadline_hit ? TB_ETIMEOUT : TB_EIO,
+				    "sandbox: %s", sb->deadline_hit ? "deadline passed" : "gone");
+	for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
+		if (!sb->procs[i].live) {
+			slot = i;
+			break;
+		}
+	if (slot < 0)
+		return tb_error_set(err, TB_ETOOBIG, "sandbox: too many processes");
+	pthread_mutex_lock(&req_lock);
+	if ((rc = pack_strings(&req, ex->cwd ? ex->cwd : "/workspace", ex->argv, ex->envp, err)) <
+	    0)
+		goto out;
+	req.op = TB_SBP_EXEC;
+	req.id = sb->next_id++;
+	for (int i = 0; i < 4; i++)
+		if (src[i] >= 0) {
+			req.fd_mask |= 1u << i;
+			fds[nfds++] = src[i];
+		}
+	struct iovec iov = { &req, offsetof(tb_sbp_req_t, data) + req.len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (nfds) {
+		mh.msg_control = cbuf.buf;
+		mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+	}
+	proc_t *p = &sb->procs[slot];
+	memset(p, 0, sizeof(*p));
+	tb_cgroup_stats(sb->cg, &p->before);
+	if (sendmsg(sb->ctl, &mh, MSG_NOSIGNAL) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: send to init");
+		goto out;
+	}
+	for (;;) {
+		int got = await(sb, &r, READY_TIMEOUT_MS);
+		if (got <= 0) {
+			rc = tb_error_set(err, got == 0 ? TB_ETIMEOUT : TB_EIO,
+					  "sandbox: init %s while starting %s",
+					  got == 0 ? "did not answer" : "died", ex->argv[0]);
+			goto out;
+		}
+		if (r.op == TB_SBP_EXITED) {
+			note_exit(sb, &r);
+			continue;
+		}
+		if (r.id != req.id)
+			continue;
+		if (r.op == TB_SBP_STARTED) {
+			p->id = req.id;
+			p->live = 1;
+			*out = req.id;
+			rc = 0;
+		} else {
+			rc = tb_error_errno(err, r.err == ENOENT || r.err == EACCES ? TB_ENOTFOUND
+										 : TB_EIO,
+					    r.err, "sandbox: exec %s", r.msg);
+		}
+		goto out;
+	}
+out:
+	pthread_mutex_unlock(&req_lock);
+	return rc;
+}
+
+static void classify(tb_sandbox_t *sb, proc_t *p, tb_sandbox_exit_t *out)
+{
+	tb_cgroup_stats_t now;
+
+	memset(out, 0, sizeof(*out));
+	if (WIFSIGNALED(p->status))
+		out->signal = WTERMSIG(p->status);
+	tb_cgroup_stats(sb->cg, &now);
+	if (now.oom_kills > p->before.oom_kills && out->signal == SIGKILL)
+		out->end = TB_SANDBOX_OOM;
+	else if (now.pids_refused > p->before.pids_refused)
+		out->end = TB_SANDBOX_PIDS_LIMIT;
+	else if (WIFSIGNALED(p->status))
+		out->end = TB_SANDBOX_SIGNALED;
+	else
+		out->end = TB_SANDBOX_EXITED, out->code = WEXITSTATUS(p->status);
+}
+
+int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t *out,
+		    tb_error_t *err)
+{
+	uint64_t until = timeout_ms < 0 ? 0 : mono_ms() + (uint64_t)timeout_ms;
+	proc_t *p = find(sb, id);
+	tb_sbp_resp_t r;
+
+	if (!p)
+		return tb_error_set(err, TB_ENOTFOUND, "sandbox: no process %d", id);
+	while (!p->exited) {
+		if (sb->deadline_hit) {
+			memset(out, 0, sizeof(*out));
+			out->end = TB_SANDBOX_DEADLINE;
+			out->signal = SIGKILL;
+			p->live = 0;
+			return 0;
+		}
+		if (sb->dead)
+			return tb_error_set(err, TB_EIO, "sandbox: init died");
+		uint64_t now = mono_ms(), stop = until;
+		if (sb->deadline && (!stop || sb->deadline < stop))
+			stop = sb->deadline;
+		int wait_ms = stop ? (stop > now ? (int)(stop - now) : 0) : -1;
+		int got = await(sb, &r, wait_ms);
+		if (got == 1 && r.op == TB_SBP_EXITED) {
+			note_exit(sb, &r);
+		} else if (got == 0) {
+			if (sb->deadline && mono_ms() >= sb->deadline) {
+				kill_init(sb);
+				sb->deadline_hit = 1;
+			} else if (until && mono_ms() >= until) {
+				return tb_error_set(err, TB_ETIMEOUT, "sandbox: process %d still running",
+						    id);
+			}
+		}
+	}
+	classify(sb, p, out);
+	p->live = 0;
+	return 0;
+}
+
+int tb_sandbox_kill(tb_sandbox_t *sb, int id, int sig, tb_error_t *err)
+{
+	tb_sbp_req_t req;
+
+	if (!find(sb, id))
+		return tb_error_set(err, TB_ENOTFOUND, "sandbox: no process %d", id);
+	memset(&req, 0, offsetof(tb_sbp_req_t, data));
+	req.op = TB_SBP_KILL;
+	req.id = id;
+	req.sig = sig;
+	if (send(sb->ctl, &req, offsetof(tb_sbp_req_t, data), MSG_NOSIGNAL) < 0)
+		return tb_error_errno(err, TB_EIO, errno, "sandbox: send to init");
+	return 0;
+}
+
+pid_t tb_sandbox_init_pid(const tb_sandbox_t *sb)
+{
+	return sb->init;
+}
+
+const char *tb_sandbox_dir(const tb_sandbox_t *sb)
+{
+	return sb->dir;
+}
+
+int tb_sandbox_destroy(tb_sandbox_t *sb, tb_error_t *err)
+{
+	int rc = 0;
+
+	if (!sb)
+		return 0;
+	if (sb->ctl >= 0)
+		close(sb->ctl); /* init sees EOF and exits ... */
+	kill_init(sb);         /* ... or is killed, taking the namespace along */
+	if (sb->cg && (rc = tb_cgroup_destroy(sb->cg, TEARDOWN_TIMEOUT_MS, err)) < 0)
+		tb_error_prefix(err, "sandbox teardown");
+	sb->cg = NULL;
+	if (sb->dir[0] && remove_tree(AT_FDCWD, sb->dir) < 0 && errno != ENOENT && rc == 0)
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox teardown: remove %s", sb->dir);
+	free(sb);
+	return rc;
+}
+
+int tb_sandbox_sweep(const char *work_root, const char *group, tb_error_t *err)
+{
+	size_t glen = strlen(group);
+	int removed, rc;
+	struct dirent *de;
+	DIR *d;
+
+	if ((removed = tb_cgroup_sweep(group, err)) < 0)
+		return removed;
+	if (!(d = opendir(work_root)))
+		return errno == ENOENT ? removed : tb_error_errno(err, TB_EIO, errno, "sweep %s", work_root);
+	while ((de = readdir(d)))
+		if (strncmp(de->d_name, group, glen) == 0 && de->d_name[glen] == '-')
+			if ((rc = remove_tree(dirfd(d), de->d_name)) < 0)
+				tb_error_errno(err, TB_EIO, errno, "sweep %s/%s", work_root, de->d_name);
+	closedir(d);
+	return removed;
+}

@@ -1,0 +1,140 @@
+/*
+ * sandbox.h: one namespaced sandbox per task (tb_sandbox).
+ *
+ * A sandbox is an init process in new user, pid, mount, net, uts, ipc and
+ * cgroup namespaces, inside a cgroup with the task's limits, with a fresh
+ * root file system: read-only binds of the runtime's host paths, fresh
+ * /proc, a minimal /dev, size-capped tmpfs /workspace, /outputs and /tmp,
+ * the recipe read-only at /recipe and inputs read-only at /inputs. The
+ * network namespace has loopback only. Processes run in it one after the
+ * other or together (the agent, then the judges), as an unprivileged user
+ * with no capabilities, under the seccomp policy, with rlimits. The
+ * sandbox stays up until tb_sandbox_destroy(), which leaves no process,
+ * mount, cgroup or directory behind.
+ *
+ * Sandbox root (uid 0 inside) maps to host uid/gid uid_base; the agent
+ * runs as uid/gid TB_SANDBOX_AGENT_ID inside, host uid_base + that. Each
+ * slot gets its own 65536-id range, so no two live sandboxes share a host
+ * uid and none is host root.
+ *
+ * This file is the contract; sandbox.c is the worker's side, sandbox_init.c
+ * the init process, sandbox_cgroup.c and sandbox_seccomp.c the limits.
+ * The worker must run as root (it writes the uid maps and cgroups).
+ */
+#ifndef TB_SANDBOX_H
+#define TB_SANDBOX_H
+
+#include "sandbox_seccomp.h"
+#include "tb/codec.h"
+#include "tb/error.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#define TB_SANDBOX_AGENT_ID 1000
+#define TB_SANDBOX_ID_RANGE 65536u
+#define TB_SANDBOX_UID_FIRST 200000u /* slot 0's uid_base */
+
+typedef struct tb_sandbox tb_sandbox_t;
+
+typedef struct tb_sandbox_spec {
+	const char *name;     /* unique among live sandboxes: [A-Za-z0-9._-] */
+	const char *hostname; /* inside the uts namespace */
+	unsigned slot;        /* selects the uid range */
+	const char *work_root;    /* host directory for per-sandbox dirs */
+	const char *group;        /* the worker's prefix: cgroup and dir names */
+	const tb_strlist_t *ro_binds; /* host paths bound read-only */
+	const char *recipe_dir;   /* bound read-only at /recipe; may be NULL */
+	const char *inputs_dir;   /* bound read-only at /inputs; may be NULL */
+	uint64_t workspace_mb;    /* /workspace and /tmp tmpfs size */
+	uint64_t outputs_mb;      /* /outputs tmpfs size */
+	uint64_t memory_mb;       /* cgroup limits; 0 = none */
+	uint64_t pids;
+	uint64_t cpu_millis;
+	uint64_t max_open_files;  /* RLIMIT_NOFILE of every process */
+	uint64_t max_file_mb;     /* RLIMIT_FSIZE */
+	uint64_t wall_ms;         /* deadline from creation; 0 = none */
+} tb_sandbox_spec_t;
+
+/* Why a process ended. */
+typedef enum tb_sandbox_end {
+	TB_SANDBOX_EXITED = 0,  /* exited with code */
+	TB_SANDBOX_SIGNALED,    /* killed by signal */
+	TB_SANDBOX_OOM,         /* the OOM killer, at the memory limit */
+	TB_SANDBOX_PIDS_LIMIT,  /* a fork was refused at the pids limit */
+	TB_SANDBOX_DEADLINE,    /* the wall-clock deadline passed */
+} tb_sandbox_end_t;
+
+typedef struct tb_sandbox_exit {
+	tb_sandbox_end_t end;
+	int code;   /* exit code, for TB_SANDBOX_EXITED */
+	int signal; /* terminating signal, when there was one */
+} tb_sandbox_exit_t;
+
+typedef struct tb_sandbox_exec {
+	const char *const *argv; /* argv[0] is looked up as a path, not in PATH */
+	const char *const *envp; /* the whole environment */
+	const char *cwd;         /* inside the sandbox; NULL = /workspace */
+	int stdin_fd;            /* -1: /dev/null */
+	int stdout_fd;           /* -1: /dev/null */
+	int stderr_fd;           /* -1: /dev/null */
+	int extra_fd;            /* becomes fd 3 in the process; -1: none */
+} tb_sandbox_exec_t;
+
+/** A human-readable reason ("killed by the OOM killer at the memory
+ * limit"), static storage. */
+const char *tb_sandbox_end_describe(const tb_sandbox_exit_t *e, char *buf, size_t len);
+
+/**
+ * Builds a sandbox. @p policy is the worker's compiled seccomp policy and
+ * must outlive the sandbox.
+ * @param[out] out released with tb_sandbox_destroy()
+ * @return 0; TB_EIO with the step that failed (a namespace, a mount, a
+ *         cgroup); TB_EINVAL for a bad spec
+ */
+int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy,
+		      const tb_sandbox_spec_t *spec, tb_error_t *err);
+
+/**
+ * Starts a process in the sandbox. The fds are passed to the sandbox and
+ * may be closed by the caller afterwards.
+ * @param[out] out a handle for tb_sandbox_wait (>= 1)
+ * @return 0; TB_ENOTFOUND if argv[0] cannot be executed (with errno's
+ *         text); TB_EIO if the sandbox is gone; TB_ETIMEOUT past the
+ *         deadline
+ */
+int tb_sandbox_spawn(tb_sandbox_t *sb, int *out, const tb_sandbox_exec_t *ex, tb_error_t *err);
+
+/**
+ * Waits up to @p timeout_ms (-1: no limit but the deadline) for process
+ * @p id to end. When the sandbox's deadline passes, every process in it is
+ * killed and the result says TB_SANDBOX_DEADLINE.
+ * @return 0 with @p out filled; TB_ETIMEOUT if @p timeout_ms passed first;
+ *         TB_EIO if the sandbox died
+ */
+int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t *out,
+		    tb_error_t *err);
+
+/** Sends @p sig to process @p id (its whole process group). */
+int tb_sandbox_kill(tb_sandbox_t *sb, int id, int sig, tb_error_t *err);
+
+/** The init process's pid on the host, for tests and logs. */
+pid_t tb_sandbox_init_pid(const tb_sandbox_t *sb);
+
+/** The host directory that holds the sandbox's state. */
+const char *tb_sandbox_dir(const tb_sandbox_t *sb);
+
+/**
+ * Kills everything in the sandbox and removes its cgroup and directories.
+ * Frees @p sb whatever happens. @return 0, or TB_EIO naming what is left.
+ */
+int tb_sandbox_destroy(tb_sandbox_t *sb, tb_error_t *err);
+
+/**
+ * Removes what dead workers with the same @p group prefix left behind:
+ * cgroups (killing their processes) and directories under @p work_root.
+ * @return the number of sandboxes removed, or a negative TB_E* code.
+ */
+int tb_sandbox_sweep(const char *work_root, const char *group, tb_error_t *err);
+
+#endif

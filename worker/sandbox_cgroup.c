@@ -1,0 +1,519 @@
+/*
+ * sandbox_cgroup.c: cgroup v1/v2 discovery, limits and removal.
+ *
+ * Discovery reads /proc/self/mounts (where each hierarchy is) and
+ * /proc/self/cgroup (where this process sits in each). A controller is
+ * taken from v2 when the unified hierarchy offers it in cgroup.controllers,
+ * else from the v1 hierarchy that carries it. A sandbox then has one
+ * directory per hierarchy used (one in pure v2, up to three in v1).
+ *
+ * v2's "no internal processes" rule: controllers can only be enabled for
+ * children of a cgroup that has no processes of its own. If the worker's
+ * cgroup holds the worker, the worker moves itself into a "worker" leaf
+ * first (as systemd's Delegate= expects of a delegated subtree).
+ */
+#include "sandbox_cgroup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { CTL_MEMORY, CTL_PIDS, CTL_CPU, CTL_COUNT };
+static const char *const ctl_names[CTL_COUNT] = { "memory", "pids", "cpu" };
+
+#define MAX_HIER CTL_COUNT
+
+typedef struct hier {
+	char base[1100]; /* mount point + this process's path in it */
+	int v2;
+	unsigned ctls; /* bit per CTL_* served by this hierarchy */
+} hier_t;
+
+static struct {
+	pthread_once_t once;
+	int rc;
+	char why[256];
+	hier_t h[MAX_HIER];
+	int n;
+} probe = { .once = PTHREAD_ONCE_INIT };
+
+struct tb_cgroup {
+	int n;
+	struct {
+		char path[1600];
+		int v2;
+		unsigned ctls;
+	} dir[MAX_HIER];
+	char group_path[MAX_HIER][1400]; /* the worker's group directories */
+};
+
+/* ---------------------------------------------------------------- probe */
+
+/* Finds this process's path in hierarchy @p id ("" for v2, else a
+ * comma-separated controller list containing @p ctl). */
+static int own_path(char *out, size_t len, int v2, const char *ctl)
+{
+	char line[1024];
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	int found = -1;
+
+	if (!f)
+		return -1;
+	while (found < 0 && fgets(line, sizeof(line), f)) {
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = '\0';
+		char *path = c2 + 1;
+		path[strcspn(path, "\n")] = '\0';
+		const char *list = c1 + 1;
+		if (v2 ? list[0] == '\0' : 0) {
+			snprintf(out, len, "%s", path);
+			found = 0;
+		} else if (!v2) {
+			char copy[256], *save = NULL;
+			snprintf(copy, sizeof(copy), "%s", list);
+			for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+				if (strcmp(t, ctl) == 0) {
+					snprintf(out, len, "%s", path);
+					found = 0;
+				}
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+static int has_word(const char *file, const char *word)
+{
+	char buf[1024], *save = NULL;
+	FILE *f = fopen(file, "re");
+	size_t n;
+
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save))
+		if (strcmp(t, word) == 0)
+			return 1;
+	return 0;
+}
+
+static hier_t *hier_for(const char *base, int v2)
+{
+	for (int i = 0; i < probe.n; i++)
+		if (strcmp(probe.h[i].base, base) == 0)
+			return &probe.h[i];
+	if (probe.n == MAX_HIER)
+		return NULL;
+	hier_t *h = &probe.h[probe.n++];
+	snprintf(h->base, sizeof(h->base), "%s", base);
+	h->v2 = v2;
+	return h;
+}
+
+static void do_probe(void)
+{
+	char line[1024], v2mnt[256] = "";
+	char v1mnt[CTL_COUNT][256] = { "" };
+	FILE *f = fopen("/proc/self/mounts", "re");
+
+	if (!f) {
+		probe.rc = TB_EIO;
+		snprintf(probe.why, sizeof(probe.why), "cannot read /proc/self/mounts");
+		return;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char dev[256], dir[256], type[64], opts[512];
+		if (sscanf(line, "%255s %255s %63s %511s", dev, dir, type, opts) != 4)
+			continue;
+		if (strcmp(type, "cgroup2") == 0 && !v2mnt[0]) {
+			snprintf(v2mnt, sizeof(v2mnt), "%s", dir);
+		} else if (strcmp(type, "cgroup") == 0) {
+			char *save = NULL;
+			for (char *t = strtok_r(opts, ",", &save); t; t = strtok_r(NULL, ",", &save))
+				for (int c = 0; c < CTL_COUNT; c++)
+					if (strcmp(t, ctl_names[c]) == 0)
+						snprintf(v1mnt[c], sizeof(v1mnt[c]), "%s", dir);
+		}
+	}
+	fclose(f);
+
+	for (int c = 0; c < CTL_COUNT; c++) {
+		char own[256], base[1100], file[600];
+		hier_t *h = NULL;
+		if (v2mnt[0] && own_path(own, sizeof(own), 1, NULL) == 0) {
+			snprintf(base, sizeof(base), "%s%s", v2mnt, strcmp(own, "/") ? own : "");
+			snprintf(file, sizeof(file), "%s/cgroup.controllers", v2mnt);
+			if (has_word(file, ctl_names[c]))
+				h = hier_for(base, 1);
+		}
+		if (!h && v1mnt[c][0] && own_path(own, sizeof(own), 0, ctl_names[c]) == 0) {
+			snprintf(base, sizeof(base), "%s%s", v1mnt[c], strcmp(own, "/") ? own : "");
+			h = hier_for(base, 0);
+		}
+		if (h)
+			h->ctls |= 1u << c;
+	}
+	if (probe.n == 0) {
+		probe.rc = TB_EIO;
+		snprintf(probe.why, sizeof(probe.why),
+			 "no cgroup hierarchy offers memory, pids or cpu");
+	}
+}
+
+static int probed(tb_error_t *err)
+{
+	pthread_once(&probe.once, do_probe);
+	if (probe.rc < 0)
+		return tb_error_set(err, probe.rc, "cgroups: %s", probe.why);
+	return 0;
+}
+
+int tb_cgroup_describe(char *buf, size_t len, tb_error_t *err)
+{
+	size_t pos = 0;
+	int rc;
+
+	if ((rc = probed(err)) < 0)
+		return rc;
+	buf[0] = '\0';
+	for (int c = 0; c < CTL_COUNT; c++)
+		for (int i = 0; i < probe.n; i++)
+			if (probe.h[i].ctls & (1u << c) && pos < len)
+				pos += (size_t)snprintf(buf + pos, len - pos, "%s%s:%s", pos ? " " : "",
+							ctl_names[c], probe.h[i].v2 ? "v2" : "v1");
+	return 0;
+}
+
+/* ------------------------------------------------------------ file I/O */
+
+static int write_file(const char *dir, const char *file, const char *value, tb_error_t *err)
+{
+	char path[1700];
+	int fd, e;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return tb_error_errno(err, TB_EIO, errno, "cgroup: open %s", path);
+	n = write(fd, value, strlen(value));
+	e = errno;
+	close(fd);
+	if (n < 0)
+		return tb_error_errno(err, TB_EIO, e, "cgroup: write '%s' to %s", value, path);
+	return 0;
+}
+
+static int file_exists(const char *dir, const char *file)
+{
+	char path[1700];
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	return access(path, F_OK) == 0;
+}
+
+/* Reads "key N" from a flat-keyed file (memory.events, pids.events, ...). */
+static uint64_t read_key(const char *dir, const char *file, const char *key)
+{
+	char path[1700], line[256];
+	uint64_t v = 0;
+	size_t kl = strlen(key);
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	if (!(f = fopen(path, "re")))
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, kl) == 0 && line[kl] == ' ')
+			v = strtoull(line + kl + 1, NULL, 10);
+	fclose(f);
+	return v;
+}
+
+static uint64_t read_u64(const char *dir, const char *file)
+{
+	char path[1700], line[64];
+	uint64_t v = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	if ((f = fopen(path, "re"))) {
+		if (fgets(line, sizeof(line), f))
+			v = strtoull(line, NULL, 10);
+		fclose(f);
+	}
+	return v;
+}
+
+/* ------------------------------------------------------------- create */
+
+/* v2: lets children of @p dir use our controllers; see the file comment. */
+static int enable_subtree(const char *dir, unsigned ctls, tb_error_t *err)
+{
+	char value[64] = "";
+	size_t pos = 0;
+
+	for (int c = 0; c < CTL_COUNT; c++)
+		if (ctls & (1u << c))
+			pos += (size_t)snprintf(value + pos, sizeof(value) - pos, "%s+%s",
+						pos ? " " : "", ctl_names[c]);
+	return write_file(dir, "cgroup.subtree_control", value, err);
+}
+
+static int make_group(char *out, size_t len, const hier_t *h, const char *group, tb_error_t *err)
+{
+	int rc;
+
+	snprintf(out, len, "%s/%s", h->base, group);
+	if (mkdir(out, 0755) < 0 && errno != EEXIST)
+		return tb_error_errno(err, TB_EIO, errno, "cgroup: mkdir %s", out);
+	if (!h->v2)
+		return 0;
+	if (enable_subtree(h->base, h->ctls, err) < 0) {
+		/* The worker's own cgroup holds processes: move ourselves into
+		 * a leaf so the subtree can have controllers. */
+		char leaf[1200];
+		snprintf(leaf, sizeof(leaf), "%s/worker", h->base);
+		if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
+			return tb_error_errno(err, TB_EIO, errno, "cgroup: mkdir %s", leaf);
+		if ((rc = write_file(leaf, "cgroup.procs", "0", err)) < 0 ||
+		    (rc = enable_subtree(h->base, h->ctls, err)) < 0)
+			return rc;
+	}
+	return enable_subtree(out, h->ctls, err);
+}
+
+static int apply_limits(const char *dir, int v2, unsigned ctls, const tb_cgroup_limits_t *lim,
+			tb_error_t *err)
+{
+	char v[64];
+	int rc;
+
+	if ((ctls & (1u << CTL_MEMORY)) && lim->memory_bytes) {
+		snprintf(v, sizeof(v), "%llu", (unsigned long long)lim->memory_bytes);
+		if (v2) {
+			if ((rc = write_file(dir, "memory.max", v, err)) < 0)
+				return rc;
+			if (file_exists(dir, "memory.swap.max") &&
+			    (rc = write_file(dir, "memory.swap.max", "0", err)) < 0)
+				return rc;
+		} else {
+			/* memsw (memory + swap) must not be below the memory
+			 * limit, so the memory limit goes first. */
+			if ((rc = write_file(dir, "memory.limit_in_bytes", v, err)) < 0)
+				return rc;
+			if (file_exists(dir, "memory.memsw.limit_in_bytes") &&
+			    (rc = write_file(dir, "memory.memsw.limit_in_bytes", v, err)) < 0)
+				return rc;
+		}
+	}
+	if ((ctls & (1u << CTL_PIDS)) && lim->pids) {
+		snprintf(v, sizeof(v), "%llu", (unsigned long long)lim->pids);
+		if ((rc = write_file(dir, "pids.max", v, err)) < 0)
+			return rc;
+	}
+	if ((ctls & (1u << CTL_CPU)) && lim->cpu_millis) {
+		/* quota per 100 ms period: 1000 millis = one full core */
+		unsigned long long quota = (unsigned long long)lim->cpu_millis * 100;
+		if (v2) {
+			snprintf(v, sizeof(v), "%llu 100000", quota);
+			return write_file(dir, "cpu.max", v, err);
+		}
+		if ((rc = write_file(dir, "cpu.cfs_period_us", "100000", err)) < 0)
+			return rc;
+		snprintf(v, sizeof(v), "%llu", quota);
+		return write_file(dir, "cpu.cfs_quota_us", v, err);
+	}
+	return 0;
+}
+
+int tb_cgroup_create(tb_cgroup_t **out, const char *group, const char *name,
+		     const tb_cgroup_limits_t *lim, tb_error_t *err)
+{
+	tb_cgroup_t *cg;
+	int rc;
+
+	*out = NULL;
+	if ((rc = probed(err)) < 0)
+		return rc;
+	if (!(cg = calloc(1, sizeof(*cg))))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	for (int i = 0; i < probe.n; i++) {
+		const hier_t *h = &probe.h[i];
+		if ((rc = make_group(cg->group_path[i], sizeof(cg->group_path[i]), h, group, err)) < 0)
+			goto fail;
+		snprintf(cg->dir[i].path, sizeof(cg->dir[i].path), "%s/%s", cg->group_path[i], name);
+		cg->dir[i].v2 = h->v2;
+		cg->dir[i].ctls = h->ctls;
+		if (mkdir(cg->dir[i].path, 0755) < 0) {
+			rc = tb_error_errno(err, TB_EIO, errno, "cgroup: mkdir %s", cg->dir[i].path);
+			goto fail;
+		}
+		cg->n = i + 1;
+		if ((rc = apply_limits(cg->dir[i].path, h->v2, h->ctls, lim, err)) < 0)
+			goto fail;
+	}
+	*out = cg;
+	return 0;
+fail:
+	tb_cgroup_destroy(cg, 1000, NULL);
+	return rc;
+}
+
+int tb_cgroup_attach(tb_cgroup_t *cg, pid_t pid, tb_error_t *err)
+{
+	char v[32];
+	int rc;
+
+	snprintf(v, sizeof(v), "%d", (int)pid);
+	for (int i = 0; i < cg->n; i++)
+		if ((rc = write_file(cg->dir[i].path, "cgroup.procs", v, err)) < 0)
+			return rc;
+	return 0;
+}
+
+void tb_cgroup_stats(tb_cgroup_t *cg, tb_cgroup_stats_t *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (int i = 0; i < cg->n; i++) {
+		const char *d = cg->dir[i].path;
+		if (cg->dir[i].ctls & (1u << CTL_MEMORY)) {
+			if (cg->dir[i].v2) {
+				out->oom_kills = read_key(d, "memory.events", "oom_kill");
+				out->memory_peak = read_u64(d, "memory.peak");
+			} else {
+				out->oom_kills = read_key(d, "memory.oom_control", "oom_kill");
+				out->memory_peak = read_u64(d, "memory.max_usage_in_bytes");
+			}
+		}
+		if (cg->dir[i].ctls & (1u << CTL_PIDS))
+			out->pids_refused = read_key(d, "pids.events", "max");
+	}
+}
+
+/* Counts the pids listed in @p dir/cgroup.procs; SIGKILLs them if @p kill. */
+static int procs(const char *dir, int kill_them)
+{
+	char path[1700], line[32];
+	int n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	if (!(f = fopen(path, "re")))
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		long pid = strtol(line, NULL, 10);
+		if (pid > 0) {
+			n++;
+			if (kill_them)
+				kill((pid_t)pid, SIGKILL);
+		}
+	}
+	fclose(f);
+	return n;
+}
+
+int tb_cgroup_nprocs(tb_cgroup_t *cg)
+{
+	int total = 0;
+
+	for (int i = 0; i < cg->n; i++) {
+		int n = procs(cg->dir[i].path, 0);
+		if (n < 0)
+			return -1;
+		total += n;
+	}
+	return total;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Kills what is in @p dir, waits for it to empty, removes it. */
+static int remove_dir(const char *dir, int timeout_ms, tb_error_t *err)
+{
+	uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+	struct timespec pause = { 0, 200000 }; /* 0.2 ms, doubling */
+
+	for (;;) {
+		int n = procs(dir, 1);
+		if (n < 0 && errno == ENOENT)
+			return 0; /* already gone */
+		if (n == 0 && rmdir(dir) == 0)
+			return 0;
+		if (n == 0 && errno != EBUSY)
+			return tb_error_errno(err, TB_EIO, errno, "cgroup: rmdir %s", dir);
+		if (now_ms() >= deadline)
+			return tb_error_set(err, TB_EIO, "cgroup: %s still has %d processes after %d ms",
+					    dir, n, timeout_ms);
+		nanosleep(&pause, NULL);
+		if (pause.tv_nsec < 20000000)
+			pause.tv_nsec *= 2;
+	}
+}
+
+int tb_cgroup_destroy(tb_cgroup_t *cg, int timeout_ms, tb_error_t *err)
+{
+	int rc = 0;
+
+	if (!cg)
+		return 0;
+	for (int i = 0; i < cg->n; i++) {
+		int r = remove_dir(cg->dir[i].path, timeout_ms, err);
+		if (r < 0 && rc == 0)
+			rc = r;
+	}
+	free(cg);
+	return rc;
+}
+
+int tb_cgroup_sweep(const char *group_prefix, tb_error_t *err)
+{
+	size_t plen = strlen(group_prefix);
+	int removed = 0, rc;
+
+	if ((rc = probed(err)) < 0)
+		return rc;
+	for (int i = 0; i < probe.n; i++) {
+		DIR *d = opendir(probe.h[i].base);
+		struct dirent *de;
+		if (!d)
+			continue;
+		while ((de = readdir(d))) {
+			char group[1400];
+			if (de->d_type != DT_DIR || strncmp(de->d_name, group_prefix, plen) != 0)
+				continue;
+			snprintf(group, sizeof(group), "%s/%s", probe.h[i].base, de->d_name);
+			DIR *g = opendir(group);
+			struct dirent *se;
+			while (g && (se = readdir(g))) {
+				char sub[1700];
+				if (se->d_type != DT_DIR || se->d_name[0] == '.')
+					continue;
+				snprintf(sub, sizeof(sub), "%s/%s", group, se->d_name);
+				if (remove_dir(sub, 5000, err) == 0)
+					removed++;
+			}
+			if (g)
+				closedir(g);
+			rmdir(group); /* may still hold a live worker's leaf: fine */
+		}
+		closedir(d);
+	}
+	return removed;
+}

@@ -1,0 +1,663 @@
+/*
+ * sandbox_init.c: the sandbox's init process, from clone() to exit.
+ *
+ * It is a copy of a multi-threaded worker made by a raw clone(), so none of
+ * glibc's fork handlers ran: any lock another worker thread held (malloc,
+ * stdio) stays held forever here. Hence the rule for this file: no malloc,
+ * no stdio, no glibc call that assumes the worker's threads (set*id go
+ * through raw syscalls). Only system calls, stack buffers and static
+ * storage. It owns, in order: becoming root of the new user namespace,
+ * the cgroup namespace, the host name, loopback, the new root file system,
+ * and then the loop that starts processes, reaps every child (it is pid 1)
+ * and reports exits. It exits when the worker's end of the control socket
+ * closes, or with the worker (parent-death signal); the kernel then kills
+ * everything left in the pid namespace.
+ */
+#include "sandbox_proto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/mount.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PATH_LEN 4096
+
+static const tb_sandbox_init_args_t *A;
+
+/* ------------------------------------------------------------ helpers */
+
+/* Appends @p s to @p buf (NUL-terminated, capacity @p cap). */
+static void cat(char *buf, size_t cap, const char *s)
+{
+	size_t n = strnlen(buf, cap), m = strlen(s);
+	if (n + m >= cap)
+		m = cap - n - 1;
+	memcpy(buf + n, s, m);
+	buf[n + m] = '\0';
+}
+
+static void join(char *out, size_t cap, const char *a, const char *b)
+{
+	out[0] = '\0';
+	cat(out, cap, a);
+	cat(out, cap, b);
+}
+
+static void utoa(char *out, size_t cap, unsigned long long v)
+{
+	char tmp[24];
+	int n = 0;
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v && n < 23);
+	size_t i = 0;
+	while (n > 0 && i + 1 < cap)
+		out[i++] = tmp[--n];
+	out[i] = '\0';
+}
+
+static void send_resp(uint32_t op, int32_t id, int32_t pid, int32_t status, int32_t err,
+		      const char *msg)
+{
+	tb_sbp_resp_t r;
+
+	memset(&r, 0, sizeof(r));
+	r.op = op, r.id = id, r.pid = pid, r.status = status, r.err = err;
+	if (msg)
+		cat(r.msg, sizeof(r.msg), msg);
+	/* A full socket means the worker stopped reading; nothing to do. */
+	(void)send(A->ctl_fd, &r, sizeof(r), MSG_NOSIGNAL);
+}
+
+/* Reports a build step that failed and exits: the worker reads the step
+ * and errno and turns them into the error message. */
+static _Noreturn void fail(const char *step, const char *what, int errnum)
+{
+	char msg[256] = "";
+	cat(msg, sizeof(msg), step);
+	if (what) {
+		cat(msg, sizeof(msg), " ");
+		cat(msg, sizeof(msg), what);
+	}
+	send_resp(TB_SBP_FAILED, 0, 0, 0, errnum, msg);
+	_exit(1);
+}
+
+static int raw_setresuid(uid_t r, uid_t e, uid_t s)
+{
+	return (int)syscall(SYS_setresuid, r, e, s);
+}
+
+static int raw_setresgid(gid_t r, gid_t e, gid_t s)
+{
+	return (int)syscall(SYS_setresgid, r, e, s);
+}
+
+static int raw_setgroups(size_t n, const gid_t *list)
+{
+	return (int)syscall(SYS_setgroups, n, list);
+}
+
+/* mkdir -p for an absolute path, each component 0755. */
+static int mkdir_p(const char *path)
+{
+	char buf[PATH_LEN];
+	size_t n = strnlen(path, sizeof(buf) - 1);
+
+	memcpy(buf, path, n);
+	buf[n] = '\0';
+	for (size_t i = 1; i <= n; i++) {
+		if (buf[i] == '/' || buf[i] == '\0') {
+			char c = buf[i];
+			buf[i] = '\0';
+			if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+				return -1;
+			buf[i] = c;
+		}
+	}
+	return 0;
+}
+
+static int write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	size_t len = strlen(text);
+
+	if (fd < 0)
+		return -1;
+	if (write(fd, text, len) != (ssize_t)len) {
+		int e = errno;
+		close(fd);
+		errno = e ? e : EIO;
+		return -1;
+	}
+	return close(fd);
+}
+
+/* ----------------------------------------------------- the file system */
+
+static void mount_tmpfs(const char *root, const char *at, uint64_t mb, const char *mode,
+			int agent_owned)
+{
+	char path[PATH_LEN], opts[128] = "mode=", num[24];
+
+	join(path, sizeof(path), root, at);
+	if (mkdir_p(path) < 0)
+		fail("mkdir", at, errno);
+	cat(opts, sizeof(opts), mode);
+	cat(opts, sizeof(opts), ",size=");
+	utoa(num, sizeof(num), mb);
+	cat(opts, sizeof(opts), num);
+	cat(opts, sizeof(opts), "m");
+	if (agent_owned) {
+		cat(opts, sizeof(opts), ",uid=");
+		utoa(num, sizeof(num), TB_SANDBOX_AGENT_ID);
+		cat(opts, sizeof(opts), num);
+		cat(opts, sizeof(opts), ",gid=");
+		cat(opts, sizeof(opts), num);
+	}
+	if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+		fail("mount tmpfs", at, errno);
+}
+
+/* Makes the mount at @p path and everything below it read-only, nosuid
+ * and nodev. mount_setattr (Linux 5.12) does it recursively in one call;
+ * older kernels get the top mount remounted, keeping the flags the
+ * original mount has locked (a user namespace may add flags, never drop
+ * them). */
+static int make_readonly(const char *path)
+{
+#ifdef SYS_mount_setattr
+	struct mount_attr attr;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+	if (syscall(SYS_mount_setattr, -1, path, AT_RECURSIVE, &attr, sizeof(attr)) == 0)
+		return 0;
+	if (errno != ENOSYS)
+		return -1;
+#endif
+	struct statvfs st;
+	unsigned long flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV;
+	if (statvfs(path, &st) < 0)
+		return -1;
+	if (st.f_flag & ST_NOEXEC)
+		flags |= MS_NOEXEC;
+	if (st.f_flag & ST_NOATIME)
+		flags |= MS_NOATIME;
+	if (st.f_flag & ST_NODIRATIME)
+		flags |= MS_NODIRATIME;
+	if (st.f_flag & ST_RELATIME)
+		flags |= MS_RELATIME;
+	return mount(NULL, path, NULL, flags, NULL);
+}
+
+/* Binds host @p src read-only at @p dst under @p root. A symbolic link is
+ * recreated as a link (Debian's /bin -> usr/bin), not followed. A missing
+ * source is skipped: runtimes list paths that only some machines have. */
+static void bind_ro(const char *root, const char *src, const char *dst)
+{
+	char path[PATH_LEN], target[PATH_LEN];
+	struct stat st;
+	ssize_t n;
+
+	if (lstat(src, &st) < 0) {
+		if (errno == ENOENT)
+			return;
+		fail("stat", src, errno);
+	}
+	join(path, sizeof(path), root, dst);
+	if (S_ISLNK(st.st_mode)) {
+		n = readlink(src, target, sizeof(target) - 1);
+		if (n < 0)
+			fail("readlink", src, errno);
+		target[n] = '\0';
+		char parent[PATH_LEN];
+		join(parent, sizeof(parent), path, "");
+		char *slash = strrchr(parent, '/');
+		if (slash && slash != parent)
+			*slash = '\0';
+		if (mkdir_p(parent) < 0 || (symlink(target, path) < 0 && errno != EEXIST))
+			fail("symlink", dst, errno);
+		return;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		if (mkdir_p(path) < 0)
+			fail("mkdir", dst, errno);
+	} else {
+		char parent[PATH_LEN];
+		join(parent, sizeof(parent), path, "");
+		char *slash = strrchr(parent, '/');
+		if (slash && slash != parent)
+			*slash = '\0';
+		if (mkdir_p(parent) < 0)
+			fail("mkdir", dst, errno);
+		int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
+		if (fd < 0)
+			fail("create", dst, errno);
+		close(fd);
+	}
+	if (mount(src, path, NULL, MS_BIND | MS_REC, NULL) < 0)
+		fail("bind", src, errno);
+	if (make_readonly(path) < 0)
+		fail("read-only", dst, errno);
+}
+
+static void build_dev(const char *root)
+{
+	static const char *const nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
+	static const char *const links[][2] = {
+		{ "/proc/self/fd", "fd" },	   { "/proc/self/fd/0", "stdin" },
+		{ "/proc/self/fd/1", "stdout" }, { "/proc/self/fd/2", "stderr" },
+	};
+	char dev[PATH_LEN], path[PATH_LEN], src[64];
+
+	mount_tmpfs(root, "/dev", 1, "0755", 0);
+	join(dev, sizeof(dev), root, "/dev/");
+	for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
+		join(path, sizeof(path), dev, nodes[i]);
+		join(src, sizeof(src), "/dev/", nodes[i]);
+		int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+		if (fd < 0)
+			fail("create /dev/", nodes[i], errno);
+		close(fd);
+		/* Binds of the host's device nodes: a user namespace cannot
+		 * mknod, and its own mounts are nodev. */
+		if (mount(src, path, NULL, MS_BIND, NULL) < 0 && strcmp(nodes[i], "tty") != 0)
+			fail("bind", src, errno);
+	}
+	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+		join(path, sizeof(path), dev, links[i][1]);
+		if (symlink(links[i][0], path) < 0)
+			fail("symlink /dev/", links[i][1], errno);
+	}
+	mount_tmpfs(root, "/dev/shm", 16, "1777", 0);
+}
+
+static void build_etc(const char *root)
+{
+	char path[PATH_LEN], hosts[512] = "127.0.0.1 localhost ";
+
+	join(path, sizeof(path), root, "/etc");
+	if (mkdir_p(path) < 0)
+		fail("mkdir", "/etc", errno);
+	cat(hosts, sizeof(hosts), A->spec->hostname);
+	cat(hosts, sizeof(hosts), "\n::1 localhost\n");
+	static const struct {
+		const char *name, *text;
+	} files[] = {
+		{ "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"
+				 "agent:x:1000:1000:agent:/workspace:/bin/sh\n"
+				 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n" },
+		{ "/etc/group", "root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n" },
+		{ "/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n" },
+		{ "/etc/resolv.conf", "" },
+	};
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		join(path, sizeof(path), root, files[i].name);
+		if (write_file(path, files[i].text, 0644) < 0)
+			fail("write", files[i].name, errno);
+	}
+	join(path, sizeof(path), root, "/etc/hosts");
+	if (write_file(path, hosts, 0644) < 0)
+		fail("write", "/etc/hosts", errno);
+	join(path, sizeof(path), root, "/etc/hostname");
+	if (write_file(path, A->spec->hostname, 0644) < 0)
+		fail("write", "/etc/hostname", errno);
+}
+
+static void build_root(void)
+{
+	const tb_sandbox_spec_t *s = A->spec;
+	const char *root = A->root;
+	char path[PATH_LEN];
+
+	/* Nothing we mount may propagate back to the host. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		fail("make / private", NULL, errno);
+	if (mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m") < 0)
+		fail("mount root tmpfs", root, errno);
+	for (size_t i = 0; s->ro_binds && i < s->ro_binds->n; i++)
+		bind_ro(root, s->ro_binds->items[i], s->ro_binds->items[i]);
+	build_etc(root);
+	build_dev(root);
+	join(path, sizeof(path), root, "/proc");
+	if (mkdir_p(path) < 0 ||
+	    mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+		fail("mount", "/proc", errno);
+	mount_tmpfs(root, "/workspace", s->workspace_mb, "0755", 1);
+	mount_tmpfs(root, "/outputs", s->outputs_mb, "0755", 1);
+	mount_tmpfs(root, "/tmp", s->workspace_mb, "1777", 0);
+	if (s->recipe_dir)
+		bind_ro(root, s->recipe_dir, "/recipe");
+	if (s->inputs_dir)
+		bind_ro(root, s->inputs_dir, "/inputs");
+	join(path, sizeof(path), root, "/root");
+	if (mkdir_p(path) < 0)
+		fail("mkdir", "/root", errno);
+
+	/* pivot_root(".", ".") stacks the old root on top of the new one;
+	 * detaching it leaves only the new root (runc's trick: no directory
+	 * for the old root is needed). */
+	if (chdir(root) < 0)
+		fail("chdir", root, errno);
+	if (syscall(SYS_pivot_root, ".", ".") < 0)
+		fail("pivot_root", NULL, errno);
+	if (umount2(".", MNT_DETACH) < 0)
+		fail("detach old root", NULL, errno);
+	if (chdir("/") < 0)
+		fail("chdir", "/", errno);
+	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+		fail("read-only root", NULL, errno);
+}
+
+static void loopback_up(void)
+{
+	struct ifreq ifr;
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		fail("socket", "for lo", errno);
+	memset(&ifr, 0, sizeof(ifr));
+	memcpy(ifr.ifr_name, "lo", 3);
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
+		fail("get flags of", "lo", errno);
+	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+	if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+		fail("bring up", "lo", errno);
+	close(fd);
+}
+
+/* ------------------------------------------------------ the processes */
+
+static struct {
+	int32_t id;
+	pid_t pid;
+} procs[TB_SBP_MAX_PROCS];
+
+static int fd_or_null(int fd)
+{
+	return fd >= 0 ? fd : open("/dev/null", O_RDWR | O_CLOEXEC);
+}
+
+/* In the new process, between clone and execve: only syscalls. */
+static _Noreturn void exec_child(char *const *argv, char *const *envp, const char *cwd,
+				 const int fds[4], int errpipe)
+{
+	int e;
+	struct rlimit nofile = { A->spec->max_open_files, A->spec->max_open_files };
+	struct rlimit fsize = { A->spec->max_file_mb << 20, A->spec->max_file_mb << 20 };
+	struct rlimit core = { 0, 0 };
+	gid_t agent = TB_SANDBOX_AGENT_ID;
+
+	/* Its own session and process group: a kill reaches all it spawns. */
+	setsid();
+	int in = fd_or_null(fds[0]), out = fd_or_null(fds[1]), er = fd_or_null(fds[2]);
+	if (in < 0 || out < 0 || er < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(er, 2) < 0)
+		goto failed;
+	/* Received fds are >= 3 (init's 0-2 are /dev/null); dup2 onto itself
+	 * would keep close-on-exec, so clear it by hand then. */
+	if (fds[3] >= 0 && (fds[3] == 3 ? fcntl(3, F_SETFD, 0) : dup2(fds[3], 3)) < 0)
+		goto failed;
+	/* Keep only 0-3 and the exec-error pipe (close-on-exec). */
+	if (dup3(errpipe, 64, O_CLOEXEC) < 0)
+		goto failed;
+	errpipe = 64;
+	syscall(SYS_close_range, fds[3] >= 0 ? 4 : 3, 63, 0);
+	syscall(SYS_close_range, 65, ~0u, 0);
+	if (chdir(cwd) < 0)
+		goto failed;
+	if (setrlimit(RLIMIT_NOFILE, &nofile) < 0 || setrlimit(RLIMIT_FSIZE, &fsize) < 0 ||
+	    setrlimit(RLIMIT_CORE, &core) < 0)
+		goto failed;
+	/* No capabilities, not even in the sandbox's user namespace: empty
+	 * the bounding set, then leave uid 0; the kernel clears the rest. */
+	for (int cap = 0; cap <= 63; cap++)
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+			goto failed;
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	if (raw_setgroups(1, &agent) < 0 || raw_setresgid(agent, agent, agent) < 0 ||
+	    raw_setresuid(agent, agent, agent) < 0)
+		goto failed;
+	/* Last: after it, the calls above would be refused. */
+	if ((e = tb_seccomp_load(A->policy)) < 0) {
+		errno = -e;
+		goto failed;
+	}
+	execve(argv[0], argv, envp);
+failed:
+	e = errno;
+	if (write(errpipe, &e, sizeof(e)) < 0)
+		_exit(126);
+	_exit(127);
+}
+
+static void handle_exec(const tb_sbp_req_t *req, int *fds)
+{
+	static char *argv[TB_SBP_MAX_ARGS + 1], *envp[TB_SBP_MAX_ENVS + 1];
+	static char data[TB_SBP_DATA_MAX];
+	int all[4] = { -1, -1, -1, -1 }, slot = -1, errpipe[2], e = 0;
+	const char *cwd;
+	size_t pos = 0, k = 0;
+	pid_t pid;
+
+	for (int i = 0; i < 4; i++)
+		if (req->fd_mask & (1u << i))
+			all[i] = fds[k++];
+	for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
+		if (procs[i].pid == 0) {
+			slot = i;
+			break;
+		}
+	if (slot < 0 || req->argc == 0 || req->argc > TB_SBP_MAX_ARGS ||
+	    req->envc > TB_SBP_MAX_ENVS || req->len > TB_SBP_DATA_MAX) {
+		send_resp(TB_SBP_FAILED, req->id, 0, 0, slot < 0 ? EAGAIN : EINVAL,
+			  slot < 0 ? "too many processes" : "bad request");
+		goto out;
+	}
+	/* Split the strings; the worker wrote exactly argc + envc + 1. */
+	memcpy(data, req->data, req->len);
+	cwd = data;
+	pos = strnlen(data, req->len) + 1;
+	for (uint32_t i = 0; i < req->argc + req->envc; i++) {
+		if (pos >= req->len) {
+			send_resp(TB_SBP_FAILED, req->id, 0, 0, EINVAL, "truncated request");
+			goto out;
+		}
+		if (i < req->argc)
+			argv[i] = data + pos;
+		else
+			envp[i - req->argc] = data + pos;
+		pos += strnlen(data + pos, req->len - pos) + 1;
+	}
+	argv[req->argc] = NULL;
+	envp[req->envc] = NULL;
+	if (pipe2(errpipe, O_CLOEXEC) < 0) {
+		send_resp(TB_SBP_FAILED, req->id, 0, 0, errno, "pipe");
+		goto out;
+	}
+	/* Raw clone, like fork but without glibc's fork handlers (see the
+	 * file comment). */
+	pid = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+	if (pid == 0) {
+		close(errpipe[0]);
+		exec_child(argv, envp, cwd, all, errpipe[1]);
+	}
+	close(errpipe[1]);
+	if (pid < 0) {
+		send_resp(TB_SBP_FAILED, req->id, 0, 0, errno, "fork");
+		close(errpipe[0]);
+		goto out;
+	}
+	/* Reads 0 bytes when execve closed the pipe, the errno otherwise. */
+	while (read(errpipe[0], &e, sizeof(e)) < 0 && errno == EINTR)
+		;
+	close(errpipe[0]);
+	if (e) {
+		/* The child exits 127; it is reaped without a report. */
+		send_resp(TB_SBP_FAILED, req->id, 0, 0, e, argv[0]);
+	} else {
+		procs[slot].id = req->id;
+		procs[slot].pid = pid;
+		send_resp(TB_SBP_STARTED, req->id, pid, 0, 0, NULL);
+	}
+out:
+	for (size_t i = 0; i < k; i++)
+		close(fds[i]);
+}
+
+static void handle_kill(const tb_sbp_req_t *req)
+{
+	for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
+		if (procs[i].pid && procs[i].id == req->id) {
+			kill(-procs[i].pid, req->sig);
+			kill(procs[i].pid, req->sig);
+		}
+}
+
+/* Reaps every child that ended; reports the ones the worker started. */
+static void reap(void)
+{
+	int status;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+		for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
+			if (procs[i].pid == pid) {
+				send_resp(TB_SBP_EXITED, procs[i].id, pid, status, 0, NULL);
+				procs[i].pid = 0;
+			}
+}
+
+static _Noreturn void serve(void)
+{
+	static tb_sbp_req_t req;
+	sigset_t chld;
+	int sfd;
+
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
+	sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0)
+		fail("signalfd", NULL, errno);
+	send_resp(TB_SBP_READY, 0, 0, 0, 0, NULL);
+	for (;;) {
+		struct pollfd p[2] = { { A->ctl_fd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(2);
+		}
+		if (p[1].revents) {
+			struct signalfd_siginfo si;
+			while (read(sfd, &si, sizeof(si)) > 0)
+				;
+			reap();
+		}
+		if (!p[0].revents)
+			continue;
+		union {
+			char buf[CMSG_SPACE(4 * sizeof(int))];
+			struct cmsghdr align;
+		} ctl;
+		struct iovec iov = { &req, sizeof(req) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+				     .msg_controllen = sizeof(ctl.buf) };
+		ssize_t n = recvmsg(A->ctl_fd, &mh, MSG_CMSG_CLOEXEC);
+		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+			_exit(0); /* the worker closed its end: tear down */
+		if (n < (ssize_t)offsetof(tb_sbp_req_t, data))
+			continue;
+		int fds[4], nfds = 0;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+				nfds = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+				if (nfds > 4)
+					nfds = 4;
+				memcpy(fds, CMSG_DATA(c), (size_t)nfds * sizeof(int));
+			}
+		if (req.op == TB_SBP_EXEC && __builtin_popcount(req.fd_mask & 15) == nfds)
+			handle_exec(&req, fds);
+		else if (req.op == TB_SBP_KILL)
+			handle_kill(&req);
+		else
+			for (int i = 0; i < nfds; i++)
+				close(fds[i]);
+	}
+}
+
+/* A clone is not an exec: every descriptor of the worker (Kafka, Redis,
+ * S3 connections, other sandboxes' sockets) was copied in, close-on-exec
+ * or not. Keep only the control socket and the sync pipe (the worker made
+ * both >= 3), and /dev/null as 0-2. */
+static void close_range_raw(unsigned lo, unsigned hi)
+{
+	if (lo <= hi)
+		syscall(SYS_close_range, lo, hi, 0);
+}
+
+static void close_inherited(void)
+{
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	unsigned a = (unsigned)A->ctl_fd, b = (unsigned)A->sync_fd;
+
+	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+		_exit(1);
+	if (a > b) {
+		unsigned t = a;
+		a = b, b = t;
+	}
+	close_range_raw(3, a - 1);
+	close_range_raw(a + 1, b - 1);
+	close_range_raw(b + 1, ~0u);
+}
+
+_Noreturn void tb_sandbox_init_main(const tb_sandbox_init_args_t *args)
+{
+	char go;
+	ssize_t n;
+
+	A = args;
+	/* Die with the worker. If it died before this line, the sync pipe's
+	 * write end is already closed and the read below sees EOF. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	close_inherited();
+	do
+		n = read(A->sync_fd, &go, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(1);
+	close(A->sync_fd);
+	/* The worker has written our uid/gid maps: become root of the user
+	 * namespace (host uid_base), with no supplementary groups. */
+	if (raw_setgroups(0, NULL) < 0 || raw_setresgid(0, 0, 0) < 0 || raw_setresuid(0, 0, 0) < 0)
+		fail("become root of the user namespace", NULL, errno);
+	/* Now inside the sandbox's cgroup: make it this namespace's root, so
+	 * /proc/self/cgroup shows "/" and no path leads outside. */
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		fail("unshare", "cgroup namespace", errno);
+	if (sethostname(A->spec->hostname, strlen(A->spec->hostname)) < 0)
+		fail("sethostname", A->spec->hostname, errno);
+	loopback_up();
+	build_root();
+	serve();
+}
