@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -26,9 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NAMESPACES                                                                      \
-	(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | \
-	 CLONE_NEWIPC)
+#define NAMESPACES                                                                                 \
+	(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC)
 #define READY_TIMEOUT_MS 10000
 #define TEARDOWN_TIMEOUT_MS 5000
 
@@ -43,7 +44,8 @@ typedef struct proc {
 struct tb_sandbox {
 	pid_t init;
 	int ctl;
-	int dead;          /* init is gone (deadline, crash) */
+	int assigned; /* tb_sandbox_assign() done: processes may start */
+	int dead;     /* init is gone (deadline, crash) */
 	int deadline_hit;
 	uint64_t deadline; /* CLOCK_MONOTONIC ms; 0 = none */
 	int next_id;
@@ -91,6 +93,24 @@ static int valid_name(const char *s)
 		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
 		      (*s >= '0' && *s <= '9') || *s == '-' || *s == '_' || *s == '.'))
 			return 0;
+	return 1;
+}
+
+/* A bind source must be an absolute, normalised path that does not hand
+ * over the host's root or its kernel interfaces. */
+static int valid_bind(const char *p)
+{
+	static const char *const refused[] = { "/proc", "/sys", "/dev", "/run", NULL };
+	char why[64];
+
+	if (!p || p[0] != '/' || p[1] == '\0' || strlen(p) > 1024 ||
+	    tb_check_relpath(p + 1, why, sizeof(why)) != 0)
+		return 0;
+	for (int i = 0; refused[i]; i++) {
+		size_t n = strlen(refused[i]);
+		if (!strncmp(p, refused[i], n) && (p[n] == '\0' || p[n] == '/'))
+			return 0;
+	}
 	return 1;
 }
 
@@ -200,8 +220,8 @@ static void kill_init(tb_sandbox_t *sb)
 	sb->dead = 1;
 }
 
-int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy,
-		      const tb_sandbox_spec_t *spec, tb_error_t *err)
+int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
+		       const tb_sandbox_spec_t *spec, tb_error_t *err)
 {
 	tb_cgroup_limits_t lim = {
 		.memory_bytes = spec->memory_mb << 20,
@@ -215,29 +235,54 @@ int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	tb_sandbox_t *sb;
 
 	*out = NULL;
-	if (!valid_name(spec->name) || !valid_name(spec->group) || !spec->hostname ||
-	    !spec->hostname[0] || strlen(spec->hostname) > 63)
-		return tb_error_set(err, TB_EINVAL, "sandbox: name, group or hostname is not valid");
+	if (!valid_name(spec->name) || !valid_name(spec->group))
+		return tb_error_set(err, TB_EINVAL, "sandbox: name or group is not valid");
+	if (!spec->workspace_mb || !spec->outputs_mb || !spec->max_open_files || !spec->max_file_mb)
+		return tb_error_set(
+		    err, TB_EINVAL,
+		    "sandbox: tmpfs sizes and rlimits must be set (0 means unlimited)");
+	for (size_t i = 0; spec->ro_binds && i < spec->ro_binds->n; i++)
+		if (!valid_bind(spec->ro_binds->items[i]))
+			return tb_error_set(
+			    err, TB_EINVAL,
+			    "sandbox: ro_binds entry '%.100s' is not an absolute, "
+			    "normalised path, or exposes /, /proc, /sys, /dev or /run",
+			    spec->ro_binds->items[i]);
 	if (!(sb = calloc(1, sizeof(*sb))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	sb->ctl = -1;
 	sb->next_id = 1;
-	if (spec->wall_ms)
-		sb->deadline = mono_ms() + spec->wall_ms;
-	snprintf(sb->dir, sizeof(sb->dir), "%s/%s-%s", spec->work_root, spec->group, spec->name);
+	if ((size_t)snprintf(sb->dir, sizeof(sb->dir), "%s/%s-%s", spec->work_root, spec->group,
+			     spec->name) >= sizeof(sb->dir)) {
+		free(sb);
+		return tb_error_set(err, TB_EINVAL, "sandbox: work_root path too long");
+	}
 	snprintf(sb->root, sizeof(sb->root), "%s/root", sb->dir);
-	if ((mkdir(spec->work_root, 0711) < 0 && errno != EEXIST) || mkdir(sb->dir, 0700) < 0 ||
-	    mkdir(sb->root, 0755) < 0) {
+	if (mkdir(spec->work_root, 0711) < 0 && errno != EEXIST) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: mkdir %s", spec->work_root);
+		free(sb);
+		return rc;
+	}
+	if (mkdir(sb->dir, 0700) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: mkdir %s", sb->dir);
+		free(sb); /* not ours to remove if it existed */
+		return rc;
+	}
+	if (mkdir(sb->root, 0755) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: mkdir %s", sb->root);
 		goto fail;
 	}
 	/* The sandbox's root user (host uid_base) builds its root file system
 	 * on this directory, and has no power over host-root-owned inodes. */
 	unsigned base = TB_SANDBOX_UID_FIRST + spec->slot * TB_SANDBOX_ID_RANGE;
-	if (chown(sb->dir, base, base) < 0) {
+	int dfd = open(sb->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0 || fchown(dfd, base, base) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: chown %s", sb->dir);
+		if (dfd >= 0)
+			close(dfd);
 		goto fail;
 	}
+	close(dfd);
 	snprintf(cgname, sizeof(cgname), "%s", spec->name);
 	if ((rc = tb_cgroup_create(&sb->cg, spec->group, cgname, &lim, err)) < 0)
 		goto fail;
@@ -259,7 +304,13 @@ int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy,
 			close(*fd);
 			*fd = moved;
 		}
-	args = (tb_sandbox_init_args_t){ spec, policy, sb->root, ctl[1], sync[0] };
+	/* A user namespace cannot raise a hard limit above its creator's. */
+	struct rlimit hard;
+	uint64_t nofile = spec->max_open_files;
+	if (getrlimit(RLIMIT_NOFILE, &hard) == 0 && hard.rlim_max != RLIM_INFINITY &&
+	    nofile > hard.rlim_max)
+		nofile = hard.rlim_max;
+	args = (tb_sandbox_init_args_t){ spec, policy, sb->root, ctl[1], sync[0], nofile };
 
 	/* A raw clone with no new stack forks in place into the namespaces
 	 * (glibc's clone() wants a stack; fork() cannot take flags). The
@@ -287,6 +338,10 @@ int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	    (rc = write_proc(pid, "gid_map", map, err)) < 0 ||
 	    (rc = tb_cgroup_attach(sb->cg, pid, err)) < 0)
 		goto fail;
+	/* The OOM killer should take the task's processes (they raise their
+	 * own score), never init, whose death ends the whole sandbox. Lowering
+	 * needs CAP_SYS_RESOURCE, which containers may lack: best effort. */
+	write_proc(pid, "oom_score_adj", "-1000", NULL);
 	if (write(sync[1], "G", 1) != 1) {
 		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: start init");
 		goto fail;
@@ -299,8 +354,8 @@ int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		if (r.op == TB_SBP_READY)
 			break;
 		rc = r.op == TB_SBP_FAILED
-			     ? tb_error_errno(err, TB_EIO, r.err, "sandbox: %s", r.msg)
-			     : tb_error_set(err, TB_EIO, "sandbox: unexpected message %u", r.op);
+			 ? tb_error_errno(err, TB_EIO, r.err, "sandbox: %s", r.msg)
+			 : tb_error_set(err, TB_EIO, "sandbox: unexpected message %u", r.op);
 		goto fail;
 	case 0:
 		rc = tb_error_set(err, TB_ETIMEOUT, "sandbox: not ready after %d ms",
@@ -323,6 +378,89 @@ fail:
 	return rc;
 }
 
+int tb_sandbox_assign(tb_sandbox_t *sb, const tb_sandbox_spec_t *spec, tb_error_t *err)
+{
+	tb_cgroup_limits_t lim = {
+		.memory_bytes = spec->memory_mb << 20,
+		.pids = spec->pids,
+		.cpu_millis = spec->cpu_millis,
+	};
+	char recipe[PATH_MAX] = "", inputs[PATH_MAX] = "";
+	tb_sbp_req_t *req;
+	tb_sbp_resp_t r;
+	size_t pos = 0;
+	int rc;
+
+	if (sb->assigned || sb->dead)
+		return tb_error_set(err, TB_EINVAL, "sandbox: %s",
+				    sb->dead ? "gone" : "already assigned to a task");
+	if (!spec->hostname || !spec->hostname[0] || strlen(spec->hostname) > 63 ||
+	    strchr(spec->hostname, '/') || strchr(spec->hostname, '\n'))
+		return tb_error_set(err, TB_EINVAL, "sandbox: hostname is not valid");
+	/* Canonical paths: init resolves them under the host root it still
+	 * holds, and a symlink there would point into nothing once detached. */
+	if (spec->recipe_dir && !realpath(spec->recipe_dir, recipe))
+		return tb_error_errno(err, TB_EINVAL, errno, "sandbox: recipe %s",
+				      spec->recipe_dir);
+	if (spec->inputs_dir && !realpath(spec->inputs_dir, inputs))
+		return tb_error_errno(err, TB_EINVAL, errno, "sandbox: inputs %s",
+				      spec->inputs_dir);
+	if ((rc = tb_cgroup_limit(sb->cg, &lim, err)) < 0)
+		return tb_error_prefix(err, "sandbox: limits");
+	if (!(req = calloc(1, sizeof(*req))))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	req->op = TB_SBP_ASSIGN;
+	req->id = sb->next_id++;
+	const char *fields[3] = { spec->hostname, recipe, inputs };
+	for (int i = 0; i < 3; i++) {
+		size_t n = strlen(fields[i]) + 1;
+		memcpy(req->data + pos, fields[i], n);
+		pos += n;
+	}
+	req->len = (uint32_t)pos;
+	if (send(sb->ctl, req, offsetof(tb_sbp_req_t, data) + pos, MSG_NOSIGNAL) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: send to init");
+		goto out;
+	}
+	switch (await(sb, &r, READY_TIMEOUT_MS)) {
+	case 1:
+		if (r.op == TB_SBP_ASSIGNED) {
+			rc = 0;
+			break;
+		}
+		rc = r.op == TB_SBP_FAILED
+			 ? tb_error_errno(err, TB_EIO, r.err, "sandbox: %s", r.msg)
+			 : tb_error_set(err, TB_EIO, "sandbox: unexpected message");
+		goto out;
+	case 0:
+		rc = tb_error_set(err, TB_ETIMEOUT, "sandbox: assign not answered");
+		goto out;
+	default:
+		rc = tb_error_set(err, TB_EIO, "sandbox: init died while assigning");
+		goto out;
+	}
+	sb->assigned = 1;
+	if (spec->wall_ms)
+		sb->deadline = mono_ms() + spec->wall_ms;
+out:
+	free(req);
+	return rc;
+}
+
+int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy, const tb_sandbox_spec_t *spec,
+		      tb_error_t *err)
+{
+	int rc;
+
+	if ((rc = tb_sandbox_prepare(out, policy, spec, err)) < 0)
+		return rc;
+	if ((rc = tb_sandbox_assign(*out, spec, err)) < 0) {
+		tb_sandbox_destroy(*out, NULL);
+		*out = NULL;
+	}
+	return rc;
+}
+
 static int pack_strings(tb_sbp_req_t *req, const char *cwd, const char *const *argv,
 			const char *const *envp, tb_error_t *err)
 {
@@ -330,15 +468,15 @@ static int pack_strings(tb_sbp_req_t *req, const char *cwd, const char *const *a
 	const char *const *lists[2] = { argv, envp };
 
 	memset(req, 0, offsetof(tb_sbp_req_t, data));
-#define PUT(s)                                                                                 \
-	do {                                                                                   \
-		size_t n_ = strlen(s) + 1;                                                     \
-		if (pos + n_ > sizeof(req->data))                                              \
-			return tb_error_set(err, TB_ETOOBIG,                                   \
-					    "sandbox: arguments and environment over %zu bytes",  \
-					    sizeof(req->data));                                \
-		memcpy(req->data + pos, s, n_);                                                \
-		pos += n_;                                                                     \
+#define PUT(s)                                                                                     \
+	do {                                                                                       \
+		size_t n_ = strlen(s) + 1;                                                         \
+		if (pos + n_ > sizeof(req->data))                                                  \
+			return tb_error_set(err, TB_ETOOBIG,                                       \
+					    "sandbox: arguments and environment over %zu bytes",   \
+					    sizeof(req->data));                                    \
+		memcpy(req->data + pos, s, n_);                                                    \
+		pos += n_;                                                                         \
 	} while (0)
 	PUT(cwd);
 	for (int l = 0; l < 2; l++) {
@@ -379,8 +517,10 @@ int tb_sandbox_spawn(tb_sandbox_t *sb, int *out, const tb_sandbox_exec_t *ex, tb
 		sb->deadline_hit = 1;
 	}
 	if (sb->dead)
-		return tb_error_set(err, sb->deadline_hit ? TB_ETIMEOUT : TB_EIO,
-				    "sandbox: %s", sb->deadline_hit ? "deadline passed" : "gone");
+		return tb_error_set(err, sb->deadline_hit ? TB_ETIMEOUT : TB_EIO, "sandbox: %s",
+				    sb->deadline_hit ? "deadline passed" : "gone");
+	if (!sb->assigned)
+		return tb_error_set(err, TB_EINVAL, "sandbox: not assigned to a task yet");
 	for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
 		if (!sb->procs[i].live) {
 			slot = i;
@@ -394,6 +534,7 @@ int tb_sandbox_spawn(tb_sandbox_t *sb, int *out, const tb_sandbox_exec_t *ex, tb
 		goto out;
 	req.op = TB_SBP_EXEC;
 	req.id = sb->next_id++;
+	req.sig = ex->uid ? (int32_t)ex->uid : TB_SANDBOX_AGENT_ID; /* EXEC: the uid */
 	for (int i = 0; i < 4; i++)
 		if (src[i] >= 0) {
 			req.fd_mask |= 1u << i;
@@ -423,6 +564,9 @@ int tb_sandbox_spawn(tb_sandbox_t *sb, int *out, const tb_sandbox_exec_t *ex, tb
 			rc = tb_error_set(err, got == 0 ? TB_ETIMEOUT : TB_EIO,
 					  "sandbox: init %s while starting %s",
 					  got == 0 ? "did not answer" : "died", ex->argv[0]);
+			/* An exec that may still succeed later would be a process
+			 * nobody tracks: end the sandbox instead. */
+			kill_init(sb);
 			goto out;
 		}
 		if (r.op == TB_SBP_EXITED) {
@@ -437,9 +581,9 @@ int tb_sandbox_spawn(tb_sandbox_t *sb, int *out, const tb_sandbox_exec_t *ex, tb
 			*out = req.id;
 			rc = 0;
 		} else {
-			rc = tb_error_errno(err, r.err == ENOENT || r.err == EACCES ? TB_ENOTFOUND
-										 : TB_EIO,
-					    r.err, "sandbox: exec %s", r.msg);
+			rc = tb_error_errno(
+			    err, r.err == ENOENT || r.err == EACCES ? TB_ENOTFOUND : TB_EIO, r.err,
+			    "sandbox: exec %s", r.msg);
 		}
 		goto out;
 	}
@@ -456,14 +600,18 @@ static void classify(tb_sandbox_t *sb, proc_t *p, tb_sandbox_exit_t *out)
 	if (WIFSIGNALED(p->status))
 		out->signal = WTERMSIG(p->status);
 	tb_cgroup_stats(sb->cg, &now);
+	out->code = WIFEXITED(p->status) ? WEXITSTATUS(p->status) : -1;
+	int failed = WIFSIGNALED(p->status) || out->code != 0;
+	/* The counters are per sandbox: blame a limit only for an end that
+	 * went wrong, so a judge's clean exit is not a concurrent bomb's. */
 	if (now.oom_kills > p->before.oom_kills && out->signal == SIGKILL)
 		out->end = TB_SANDBOX_OOM;
-	else if (now.pids_refused > p->before.pids_refused)
+	else if (failed && now.pids_refused > p->before.pids_refused)
 		out->end = TB_SANDBOX_PIDS_LIMIT;
 	else if (WIFSIGNALED(p->status))
 		out->end = TB_SANDBOX_SIGNALED;
 	else
-		out->end = TB_SANDBOX_EXITED, out->code = WEXITSTATUS(p->status);
+		out->end = TB_SANDBOX_EXITED;
 }
 
 int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t *out,
@@ -483,22 +631,42 @@ int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t 
 			p->live = 0;
 			return 0;
 		}
-		if (sb->dead)
+		if (sb->dead) {
+			/* init itself was killed: by the OOM killer, if the
+			 * counter moved (it should not be its victim, see
+			 * oom_score_adj, but the kernel may have no choice). */
+			tb_cgroup_stats_t now;
+			tb_cgroup_stats(sb->cg, &now);
+			if (now.oom_kills > p->before.oom_kills) {
+				memset(out, 0, sizeof(*out));
+				out->end = TB_SANDBOX_OOM;
+				out->signal = SIGKILL;
+				p->live = 0;
+				return 0;
+			}
 			return tb_error_set(err, TB_EIO, "sandbox: init died");
+		}
 		uint64_t now = mono_ms(), stop = until;
 		if (sb->deadline && (!stop || sb->deadline < stop))
 			stop = sb->deadline;
-		int wait_ms = stop ? (stop > now ? (int)(stop - now) : 0) : -1;
+		uint64_t left = stop > now ? stop - now : 0;
+		int wait_ms = stop ? (int)(left > 3600000 ? 3600000 : left) : -1;
 		int got = await(sb, &r, wait_ms);
 		if (got == 1 && r.op == TB_SBP_EXITED) {
 			note_exit(sb, &r);
 		} else if (got == 0) {
 			if (sb->deadline && mono_ms() >= sb->deadline) {
+				/* Exits already reported count as exits. */
+				while (await(sb, &r, 0) == 1)
+					if (r.op == TB_SBP_EXITED)
+						note_exit(sb, &r);
+				if (p->exited)
+					break;
 				kill_init(sb);
 				sb->deadline_hit = 1;
 			} else if (until && mono_ms() >= until) {
-				return tb_error_set(err, TB_ETIMEOUT, "sandbox: process %d still running",
-						    id);
+				return tb_error_set(err, TB_ETIMEOUT,
+						    "sandbox: process %d still running", id);
 			}
 		}
 	}
@@ -522,6 +690,21 @@ int tb_sandbox_kill(tb_sandbox_t *sb, int id, int sig, tb_error_t *err)
 	return 0;
 }
 
+int tb_sandbox_kill_all(tb_sandbox_t *sb, tb_error_t *err)
+{
+	tb_sbp_req_t req;
+
+	memset(&req, 0, offsetof(tb_sbp_req_t, data));
+	req.op = TB_SBP_KILL;
+	req.id = 0; /* every process but init */
+	req.sig = SIGKILL;
+	if (sb->dead)
+		return 0;
+	if (send(sb->ctl, &req, offsetof(tb_sbp_req_t, data), MSG_NOSIGNAL) < 0)
+		return tb_error_errno(err, TB_EIO, errno, "sandbox: send to init");
+	return 0;
+}
+
 pid_t tb_sandbox_init_pid(const tb_sandbox_t *sb)
 {
 	return sb->init;
@@ -540,7 +723,7 @@ int tb_sandbox_destroy(tb_sandbox_t *sb, tb_error_t *err)
 		return 0;
 	if (sb->ctl >= 0)
 		close(sb->ctl); /* init sees EOF and exits ... */
-	kill_init(sb);         /* ... or is killed, taking the namespace along */
+	kill_init(sb);          /* ... or is killed, taking the namespace along */
 	if (sb->cg && (rc = tb_cgroup_destroy(sb->cg, TEARDOWN_TIMEOUT_MS, err)) < 0)
 		tb_error_prefix(err, "sandbox teardown");
 	sb->cg = NULL;
@@ -560,11 +743,13 @@ int tb_sandbox_sweep(const char *work_root, const char *group, tb_error_t *err)
 	if ((removed = tb_cgroup_sweep(group, err)) < 0)
 		return removed;
 	if (!(d = opendir(work_root)))
-		return errno == ENOENT ? removed : tb_error_errno(err, TB_EIO, errno, "sweep %s", work_root);
+		return errno == ENOENT ? removed
+				       : tb_error_errno(err, TB_EIO, errno, "sweep %s", work_root);
 	while ((de = readdir(d)))
 		if (strncmp(de->d_name, group, glen) == 0 && de->d_name[glen] == '-')
 			if ((rc = remove_tree(dirfd(d), de->d_name)) < 0)
-				tb_error_errno(err, TB_EIO, errno, "sweep %s/%s", work_root, de->d_name);
+				tb_error_errno(err, TB_EIO, errno, "sweep %s/%s", work_root,
+					       de->d_name);
 	closedir(d);
 	return removed;
 }

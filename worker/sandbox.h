@@ -19,7 +19,10 @@
  *
  * This file is the contract; sandbox.c is the worker's side, sandbox_init.c
  * the init process, sandbox_cgroup.c and sandbox_seccomp.c the limits.
- * The worker must run as root (it writes the uid maps and cgroups).
+ * The worker must run as root (it writes the uid maps and cgroups). A
+ * sandbox handle is used by one thread at a time, and must be created by
+ * a thread that outlives it: the kernel's parent-death signal, which ends
+ * the sandbox with the worker, fires when the creating thread exits.
  */
 #ifndef TB_SANDBOX_H
 #define TB_SANDBOX_H
@@ -32,37 +35,38 @@
 #include <sys/types.h>
 
 #define TB_SANDBOX_AGENT_ID 1000
+#define TB_SANDBOX_JUDGE_ID 1001
 #define TB_SANDBOX_ID_RANGE 65536u
 #define TB_SANDBOX_UID_FIRST 200000u /* slot 0's uid_base */
 
 typedef struct tb_sandbox tb_sandbox_t;
 
 typedef struct tb_sandbox_spec {
-	const char *name;     /* unique among live sandboxes: [A-Za-z0-9._-] */
-	const char *hostname; /* inside the uts namespace */
-	unsigned slot;        /* selects the uid range */
-	const char *work_root;    /* host directory for per-sandbox dirs */
-	const char *group;        /* the worker's prefix: cgroup and dir names */
+	const char *name;             /* unique among live sandboxes: [A-Za-z0-9._-] */
+	const char *hostname;         /* inside the uts namespace */
+	unsigned slot;                /* selects the uid range */
+	const char *work_root;        /* host directory for per-sandbox dirs */
+	const char *group;            /* the worker's prefix: cgroup and dir names */
 	const tb_strlist_t *ro_binds; /* host paths bound read-only */
-	const char *recipe_dir;   /* bound read-only at /recipe; may be NULL */
-	const char *inputs_dir;   /* bound read-only at /inputs; may be NULL */
-	uint64_t workspace_mb;    /* /workspace and /tmp tmpfs size */
-	uint64_t outputs_mb;      /* /outputs tmpfs size */
-	uint64_t memory_mb;       /* cgroup limits; 0 = none */
+	const char *recipe_dir;       /* bound read-only at /recipe; may be NULL */
+	const char *inputs_dir;       /* bound read-only at /inputs; may be NULL */
+	uint64_t workspace_mb;        /* /workspace and /tmp tmpfs size */
+	uint64_t outputs_mb;          /* /outputs tmpfs size */
+	uint64_t memory_mb;           /* cgroup limits; 0 = none */
 	uint64_t pids;
 	uint64_t cpu_millis;
-	uint64_t max_open_files;  /* RLIMIT_NOFILE of every process */
-	uint64_t max_file_mb;     /* RLIMIT_FSIZE */
-	uint64_t wall_ms;         /* deadline from creation; 0 = none */
+	uint64_t max_open_files; /* RLIMIT_NOFILE of every process */
+	uint64_t max_file_mb;    /* RLIMIT_FSIZE */
+	uint64_t wall_ms;        /* deadline from creation; 0 = none */
 } tb_sandbox_spec_t;
 
 /* Why a process ended. */
 typedef enum tb_sandbox_end {
-	TB_SANDBOX_EXITED = 0,  /* exited with code */
-	TB_SANDBOX_SIGNALED,    /* killed by signal */
-	TB_SANDBOX_OOM,         /* the OOM killer, at the memory limit */
-	TB_SANDBOX_PIDS_LIMIT,  /* a fork was refused at the pids limit */
-	TB_SANDBOX_DEADLINE,    /* the wall-clock deadline passed */
+	TB_SANDBOX_EXITED = 0, /* exited with code */
+	TB_SANDBOX_SIGNALED,   /* killed by signal */
+	TB_SANDBOX_OOM,        /* the OOM killer, at the memory limit */
+	TB_SANDBOX_PIDS_LIMIT, /* a fork was refused at the pids limit */
+	TB_SANDBOX_DEADLINE,   /* the wall-clock deadline passed */
 } tb_sandbox_end_t;
 
 typedef struct tb_sandbox_exit {
@@ -79,6 +83,9 @@ typedef struct tb_sandbox_exec {
 	int stdout_fd;           /* -1: /dev/null */
 	int stderr_fd;           /* -1: /dev/null */
 	int extra_fd;            /* becomes fd 3 in the process; -1: none */
+	unsigned uid;            /* uid and gid inside; 0 = TB_SANDBOX_AGENT_ID.
+				  * Judges run as TB_SANDBOX_JUDGE_ID so the
+				  * agent's leftovers cannot signal or trace them */
 } tb_sandbox_exec_t;
 
 /** A human-readable reason ("killed by the OOM killer at the memory
@@ -86,14 +93,36 @@ typedef struct tb_sandbox_exec {
 const char *tb_sandbox_end_describe(const tb_sandbox_exit_t *e, char *buf, size_t len);
 
 /**
- * Builds a sandbox. @p policy is the worker's compiled seccomp policy and
- * must outlive the sandbox.
+ * Builds a sandbox for one task: tb_sandbox_prepare() then
+ * tb_sandbox_assign() with the same spec. @p policy is the worker's
+ * compiled seccomp policy and must outlive the sandbox.
  * @param[out] out released with tb_sandbox_destroy()
  * @return 0; TB_EIO with the step that failed (a namespace, a mount, a
  *         cgroup); TB_EINVAL for a bad spec
  */
-int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy,
-		      const tb_sandbox_spec_t *spec, tb_error_t *err);
+int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy, const tb_sandbox_spec_t *spec,
+		      tb_error_t *err);
+
+/**
+ * Builds everything that does not depend on the task (namespaces, cgroup,
+ * root file system, /proc, /dev, tmpfs), so a worker can prepare the next
+ * sandbox of a slot while the slot is still busy and launch the task the
+ * moment it arrives. Uses spec's name, group, work_root, slot, ro_binds,
+ * sizes, rlimits and limits. A prepared sandbox is still built for one
+ * task only: nothing can run in it before tb_sandbox_assign(), and it is
+ * destroyed after that task.
+ */
+int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
+		       const tb_sandbox_spec_t *spec, tb_error_t *err);
+
+/**
+ * Gives a prepared sandbox its task: hostname, the recipe and inputs
+ * (bound read-only), the cgroup limits, and the deadline, which starts
+ * now. Afterwards the host's file system is no longer reachable from the
+ * sandbox. @return 0; TB_EIO (the sandbox is then unusable: destroy it);
+ * TB_EINVAL if already assigned or a path is not usable
+ */
+int tb_sandbox_assign(tb_sandbox_t *sb, const tb_sandbox_spec_t *spec, tb_error_t *err);
 
 /**
  * Starts a process in the sandbox. The fds are passed to the sandbox and
@@ -117,6 +146,10 @@ int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t 
 
 /** Sends @p sig to process @p id (its whole process group). */
 int tb_sandbox_kill(tb_sandbox_t *sb, int id, int sig, tb_error_t *err);
+
+/** SIGKILLs every process in the sandbox but its init, whatever session
+ * or group they moved to: between the agent and the judges. */
+int tb_sandbox_kill_all(tb_sandbox_t *sb, tb_error_t *err);
 
 /** The init process's pid on the host, for tests and logs. */
 pid_t tb_sandbox_init_pid(const tb_sandbox_t *sb);

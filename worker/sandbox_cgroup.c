@@ -81,7 +81,8 @@ static int own_path(char *out, size_t len, int v2, const char *ctl)
 		} else if (!v2) {
 			char copy[256], *save = NULL;
 			snprintf(copy, sizeof(copy), "%s", list);
-			for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+			for (char *t = strtok_r(copy, ",", &save); t;
+			     t = strtok_r(NULL, ",", &save))
 				if (strcmp(t, ctl) == 0) {
 					snprintf(out, len, "%s", path);
 					found = 0;
@@ -141,7 +142,8 @@ static void do_probe(void)
 			snprintf(v2mnt, sizeof(v2mnt), "%s", dir);
 		} else if (strcmp(type, "cgroup") == 0) {
 			char *save = NULL;
-			for (char *t = strtok_r(opts, ",", &save); t; t = strtok_r(NULL, ",", &save))
+			for (char *t = strtok_r(opts, ",", &save); t;
+			     t = strtok_r(NULL, ",", &save))
 				for (int c = 0; c < CTL_COUNT; c++)
 					if (strcmp(t, ctl_names[c]) == 0)
 						snprintf(v1mnt[c], sizeof(v1mnt[c]), "%s", dir);
@@ -150,11 +152,12 @@ static void do_probe(void)
 	fclose(f);
 
 	for (int c = 0; c < CTL_COUNT; c++) {
-		char own[256], base[1100], file[600];
+		char own[256], base[1100], file[1200];
 		hier_t *h = NULL;
 		if (v2mnt[0] && own_path(own, sizeof(own), 1, NULL) == 0) {
 			snprintf(base, sizeof(base), "%s%s", v2mnt, strcmp(own, "/") ? own : "");
-			snprintf(file, sizeof(file), "%s/cgroup.controllers", v2mnt);
+			/* what is delegated to our own cgroup, not the root */
+			snprintf(file, sizeof(file), "%s/cgroup.controllers", base);
 			if (has_word(file, ctl_names[c]))
 				h = hier_for(base, 1);
 		}
@@ -191,8 +194,9 @@ int tb_cgroup_describe(char *buf, size_t len, tb_error_t *err)
 	for (int c = 0; c < CTL_COUNT; c++)
 		for (int i = 0; i < probe.n; i++)
 			if (probe.h[i].ctls & (1u << c) && pos < len)
-				pos += (size_t)snprintf(buf + pos, len - pos, "%s%s:%s", pos ? " " : "",
-							ctl_names[c], probe.h[i].v2 ? "v2" : "v1");
+				pos += (size_t)snprintf(buf + pos, len - pos, "%s%s:%s",
+							pos ? " " : "", ctl_names[c],
+							probe.h[i].v2 ? "v2" : "v1");
 	return 0;
 }
 
@@ -211,8 +215,11 @@ static int write_file(const char *dir, const char *file, const char *value, tb_e
 	n = write(fd, value, strlen(value));
 	e = errno;
 	close(fd);
-	if (n < 0)
-		return tb_error_errno(err, TB_EIO, e, "cgroup: write '%s' to %s", value, path);
+	if (n < 0) {
+		tb_error_errno(err, TB_EIO, e, "cgroup: write '%s' to %s", value, path);
+		errno = e; /* callers act on EBUSY */
+		return TB_EIO;
+	}
 	return 0;
 }
 
@@ -281,6 +288,8 @@ static int make_group(char *out, size_t len, const hier_t *h, const char *group,
 	if (!h->v2)
 		return 0;
 	if (enable_subtree(h->base, h->ctls, err) < 0) {
+		if (errno != EBUSY)
+			return TB_EIO;
 		/* The worker's own cgroup holds processes: move ourselves into
 		 * a leaf so the subtree can have controllers. */
 		char leaf[1200];
@@ -309,11 +318,16 @@ static int apply_limits(const char *dir, int v2, unsigned ctls, const tb_cgroup_
 			    (rc = write_file(dir, "memory.swap.max", "0", err)) < 0)
 				return rc;
 		} else {
-			/* memsw (memory + swap) must not be below the memory
-			 * limit, so the memory limit goes first. */
-			if ((rc = write_file(dir, "memory.limit_in_bytes", v, err)) < 0)
-				return rc;
-			if (file_exists(dir, "memory.memsw.limit_in_bytes") &&
+			/* memsw (memory + swap) may never be below the memory
+			 * limit: lowering, memory goes first; raising, memsw. */
+			int memsw = file_exists(dir, "memory.memsw.limit_in_bytes");
+			if (write_file(dir, "memory.limit_in_bytes", v, NULL) < 0 &&
+			    (!memsw ||
+			     (rc = write_file(dir, "memory.memsw.limit_in_bytes", v, err)) < 0 ||
+			     (rc = write_file(dir, "memory.limit_in_bytes", v, err)) < 0))
+				return memsw ? rc
+					     : write_file(dir, "memory.limit_in_bytes", v, err);
+			if (memsw &&
 			    (rc = write_file(dir, "memory.memsw.limit_in_bytes", v, err)) < 0)
 				return rc;
 		}
@@ -326,6 +340,8 @@ static int apply_limits(const char *dir, int v2, unsigned ctls, const tb_cgroup_
 	if ((ctls & (1u << CTL_CPU)) && lim->cpu_millis) {
 		/* quota per 100 ms period: 1000 millis = one full core */
 		unsigned long long quota = (unsigned long long)lim->cpu_millis * 100;
+		if (quota < 1000)
+			quota = 1000; /* the kernel's smallest quota: 1 ms */
 		if (v2) {
 			snprintf(v, sizeof(v), "%llu 100000", quota);
 			return write_file(dir, "cpu.max", v, err);
@@ -351,13 +367,16 @@ int tb_cgroup_create(tb_cgroup_t **out, const char *group, const char *name,
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	for (int i = 0; i < probe.n; i++) {
 		const hier_t *h = &probe.h[i];
-		if ((rc = make_group(cg->group_path[i], sizeof(cg->group_path[i]), h, group, err)) < 0)
+		if ((rc = make_group(cg->group_path[i], sizeof(cg->group_path[i]), h, group, err)) <
+		    0)
 			goto fail;
-		snprintf(cg->dir[i].path, sizeof(cg->dir[i].path), "%s/%s", cg->group_path[i], name);
+		snprintf(cg->dir[i].path, sizeof(cg->dir[i].path), "%s/%s", cg->group_path[i],
+			 name);
 		cg->dir[i].v2 = h->v2;
 		cg->dir[i].ctls = h->ctls;
 		if (mkdir(cg->dir[i].path, 0755) < 0) {
-			rc = tb_error_errno(err, TB_EIO, errno, "cgroup: mkdir %s", cg->dir[i].path);
+			rc =
+			    tb_error_errno(err, TB_EIO, errno, "cgroup: mkdir %s", cg->dir[i].path);
 			goto fail;
 		}
 		cg->n = i + 1;
@@ -369,6 +388,17 @@ int tb_cgroup_create(tb_cgroup_t **out, const char *group, const char *name,
 fail:
 	tb_cgroup_destroy(cg, 1000, NULL);
 	return rc;
+}
+
+int tb_cgroup_limit(tb_cgroup_t *cg, const tb_cgroup_limits_t *lim, tb_error_t *err)
+{
+	int rc;
+
+	for (int i = 0; i < cg->n; i++)
+		if ((rc = apply_limits(cg->dir[i].path, cg->dir[i].v2, cg->dir[i].ctls, lim, err)) <
+		    0)
+			return rc;
+	return 0;
 }
 
 int tb_cgroup_attach(tb_cgroup_t *cg, pid_t pid, tb_error_t *err)
@@ -459,8 +489,9 @@ static int remove_dir(const char *dir, int timeout_ms, tb_error_t *err)
 		if (n == 0 && errno != EBUSY)
 			return tb_error_errno(err, TB_EIO, errno, "cgroup: rmdir %s", dir);
 		if (now_ms() >= deadline)
-			return tb_error_set(err, TB_EIO, "cgroup: %s still has %d processes after %d ms",
-					    dir, n, timeout_ms);
+			return tb_error_set(err, TB_EIO,
+					    "cgroup: %s still has %d processes after %d ms", dir, n,
+					    timeout_ms);
 		nanosleep(&pause, NULL);
 		if (pause.tv_nsec < 20000000)
 			pause.tv_nsec *= 2;
@@ -482,9 +513,8 @@ int tb_cgroup_destroy(tb_cgroup_t *cg, int timeout_ms, tb_error_t *err)
 	return rc;
 }
 
-int tb_cgroup_sweep(const char *group_prefix, tb_error_t *err)
+int tb_cgroup_sweep(const char *group, tb_error_t *err)
 {
-	size_t plen = strlen(group_prefix);
 	int removed = 0, rc;
 
 	if ((rc = probed(err)) < 0)
@@ -495,23 +525,23 @@ int tb_cgroup_sweep(const char *group_prefix, tb_error_t *err)
 		if (!d)
 			continue;
 		while ((de = readdir(d))) {
-			char group[1400];
-			if (de->d_type != DT_DIR || strncmp(de->d_name, group_prefix, plen) != 0)
+			char dir[1400];
+			if (de->d_type != DT_DIR || strcmp(de->d_name, group) != 0)
 				continue;
-			snprintf(group, sizeof(group), "%s/%s", probe.h[i].base, de->d_name);
-			DIR *g = opendir(group);
+			snprintf(dir, sizeof(dir), "%s/%s", probe.h[i].base, de->d_name);
+			DIR *g = opendir(dir);
 			struct dirent *se;
 			while (g && (se = readdir(g))) {
 				char sub[1700];
 				if (se->d_type != DT_DIR || se->d_name[0] == '.')
 					continue;
-				snprintf(sub, sizeof(sub), "%s/%s", group, se->d_name);
+				snprintf(sub, sizeof(sub), "%s/%s", dir, se->d_name);
 				if (remove_dir(sub, 5000, err) == 0)
 					removed++;
 			}
 			if (g)
 				closedir(g);
-			rmdir(group); /* may still hold a live worker's leaf: fine */
+			rmdir(dir); /* may still hold a live worker's leaf: fine */
 		}
 		closedir(d);
 	}

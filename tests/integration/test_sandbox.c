@@ -67,7 +67,7 @@ static tb_sandbox_spec_t spec(void)
 static tb_sandbox_exit_t run(tb_sandbox_spec_t s, const char *const *argv, char *out, size_t cap)
 {
 	const char *env[] = { "PATH=/usr/bin:/bin", "HOME=/workspace", NULL };
-	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1 };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, 0 };
 	tb_sandbox_exit_t e;
 	tb_sandbox_t *sb;
 	tb_error_t err;
@@ -98,13 +98,14 @@ static void probe(const char *what, const char *arg)
 	tb_sandbox_exit_t e = run(spec(), argv, out, sizeof(out));
 
 	if (e.end != TB_SANDBOX_EXITED || e.code != 0)
-		fail_msg("probe %s %s was not stopped (end %d code %d): %s", what, arg, e.end, e.code,
-			 out);
+		fail_msg("probe %s %s was not stopped (end %d code %d): %s", what, arg, e.end,
+			 e.code, out);
 }
 
 static void test_sandbox__runs_processes_and_reports_exit_codes(void **state)
 {
-	const char *argv[] = { "/bin/sh", "-c", "echo \"$(id -u):$(hostname):$(pwd)\"; exit 7", NULL };
+	const char *argv[] = { "/bin/sh", "-c", "echo \"$(id -u):$(hostname):$(pwd)\"; exit 7",
+			       NULL };
 	char out[256];
 
 	(void)state;
@@ -118,7 +119,7 @@ static void test_sandbox__missing_program_is_a_clear_error(void **state)
 {
 	const char *argv[] = { "/no/such/agent", NULL };
 	const char *env[] = { NULL };
-	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1 };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, 0 };
 	tb_sandbox_spec_t s = spec();
 	tb_sandbox_t *sb;
 	tb_error_t err;
@@ -139,11 +140,97 @@ static void test_sandbox__missing_program_is_a_clear_error(void **state)
 	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
 }
 
+static void test_sandbox__prepared_runs_nothing_until_assigned(void **state)
+{
+	const char *argv[] = { "/bin/sh", "-c", "ls -a / | tr '\\n' ' '; ls /recipe", NULL };
+	const char *env[] = { "PATH=/usr/bin:/bin", NULL };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, 0 };
+	tb_sandbox_spec_t s = spec();
+	tb_sandbox_exit_t e;
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	char out[1024];
+	int id, fds[2];
+
+	(void)state;
+	assert_int_equal(tb_sandbox_prepare(&sb, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_spawn(sb, &id, &ex, &err), TB_EINVAL);
+	assert_non_null(strstr(err.msg, "not assigned"));
+	assert_int_equal(tb_sandbox_assign(sb, &s, &err), 0);
+	assert_int_equal(tb_sandbox_assign(sb, &s, &err), TB_EINVAL);
+	assert_int_equal(pipe(fds), 0);
+	ex.stdout_fd = fds[1];
+	assert_int_equal(tb_sandbox_spawn(sb, &id, &ex, &err), 0);
+	close(fds[1]);
+	assert_int_equal(tb_sandbox_wait(sb, id, 10000, &e, &err), 0);
+	ssize_t n = read(fds[0], out, sizeof(out) - 1);
+	out[n > 0 ? n : 0] = '\0';
+	close(fds[0]);
+	/* The host root the preparation used is gone; the recipe is there. */
+	assert_null(strstr(out, ".host"));
+	assert_non_null(strstr(out, "sandbox_probe"));
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+}
+
+static void test_sandbox__refuses_dangerous_binds(void **state)
+{
+	char *bad[] = { "/", "/proc", "/sys/fs", "relative", "/usr/../etc", "/dev" };
+	tb_sandbox_spec_t s = spec();
+	tb_sandbox_t *sb;
+	tb_error_t err;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		tb_strlist_t one = { 1, &bad[i] };
+		s.ro_binds = &one;
+		assert_int_equal(tb_sandbox_prepare(&sb, policy, &s, &err), TB_EINVAL);
+		assert_non_null(strstr(err.msg, "ro_binds"));
+	}
+}
+
+static void test_sandbox__judges_are_out_of_the_agents_reach(void **state)
+{
+	const char *judge_argv[] = { "/bin/sh", "-c", "id -u; exec sleep 30", NULL };
+	const char *agent_argv[] = { "/bin/sh", "-c",
+				     "setsid sleep 60 & kill -9 -1; echo still-here", NULL };
+	const char *env[] = { "PATH=/usr/bin:/bin", NULL };
+	tb_sandbox_exec_t judge = { judge_argv, env, NULL, -1, -1, -1, -1, TB_SANDBOX_JUDGE_ID };
+	tb_sandbox_exec_t agent = { agent_argv, env, NULL, -1, -1, -1, -1, 0 };
+	tb_sandbox_spec_t s = spec();
+	tb_sandbox_exit_t e;
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	char out[64];
+	int jid, aid, fds[2];
+
+	(void)state;
+	assert_int_equal(pipe(fds), 0);
+	judge.stdout_fd = fds[1];
+	assert_int_equal(tb_sandbox_create(&sb, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_spawn(sb, &jid, &judge, &err), 0);
+	close(fds[1]);
+	/* The agent kills everything it may: not the judge (another uid). */
+	assert_int_equal(tb_sandbox_spawn(sb, &aid, &agent, &err), 0);
+	assert_int_equal(tb_sandbox_wait(sb, aid, 10000, &e, &err), 0);
+	assert_int_equal(tb_sandbox_wait(sb, jid, 300, &e, &err), TB_ETIMEOUT);
+	ssize_t n = read(fds[0], out, sizeof(out) - 1);
+	out[n > 0 ? n : 0] = '\0';
+	close(fds[0]);
+	assert_string_equal(out, "1001\n");
+	/* Between phases the worker ends whatever is left, judge included. */
+	assert_int_equal(tb_sandbox_kill_all(sb, &err), 0);
+	assert_int_equal(tb_sandbox_wait(sb, jid, 10000, &e, &err), 0);
+	assert_int_equal(e.end, TB_SANDBOX_SIGNALED);
+	assert_int_equal(e.signal, SIGKILL);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+}
+
 static void test_sandbox__cannot_read_a_host_canary(void **state)
 {
 	(void)state;
 	probe("read", canary);
 	probe("read", "/etc/shadow");
+	probe("read", "/.host/etc/passwd");
 }
 
 static void test_sandbox__cannot_write_into_the_recipe_or_root(void **state)
@@ -290,7 +377,7 @@ static void test_teardown__a_thousand_sandboxes_leave_nothing(void **state)
 {
 	const char *argv[] = { "/bin/true", NULL };
 	const char *env[] = { NULL };
-	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1 };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, 0 };
 	int mounts = count_lines("/proc/self/mountinfo");
 	char cg[256];
 	tb_error_t err;
@@ -379,7 +466,8 @@ static int setup(void **state)
 		return -1;
 	}
 	if (tb_cgroup_describe(describe, sizeof(describe), &err) == 0)
-		printf("cgroups: %s; seccomp: %u instructions\n", describe, tb_seccomp_size(policy));
+		printf("cgroups: %s; seccomp: %u instructions\n", describe,
+		       tb_seccomp_size(policy));
 	return 0;
 }
 
@@ -397,6 +485,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sandbox__runs_processes_and_reports_exit_codes),
 		cmocka_unit_test(test_sandbox__missing_program_is_a_clear_error),
+		cmocka_unit_test(test_sandbox__prepared_runs_nothing_until_assigned),
+		cmocka_unit_test(test_sandbox__refuses_dangerous_binds),
+		cmocka_unit_test(test_sandbox__judges_are_out_of_the_agents_reach),
 		cmocka_unit_test(test_sandbox__cannot_read_a_host_canary),
 		cmocka_unit_test(test_sandbox__cannot_write_into_the_recipe_or_root),
 		cmocka_unit_test(test_sandbox__sees_no_host_processes),
