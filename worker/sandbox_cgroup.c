@@ -46,6 +46,7 @@ static struct {
 } probe = { .once = PTHREAD_ONCE_INIT };
 
 struct tb_cgroup {
+	tb_cgroup_limits_t lim; /* as last written */
 	int n;
 	struct {
 		char path[1600];
@@ -383,6 +384,7 @@ int tb_cgroup_create(tb_cgroup_t **out, const char *group, const char *name,
 		if ((rc = apply_limits(cg->dir[i].path, h->v2, h->ctls, lim, err)) < 0)
 			goto fail;
 	}
+	cg->lim = *lim;
 	*out = cg;
 	return 0;
 fail:
@@ -394,6 +396,11 @@ int tb_cgroup_limit(tb_cgroup_t *cg, const tb_cgroup_limits_t *lim, tb_error_t *
 {
 	int rc;
 
+	/* A sandbox prepared with the runtime's defaults usually keeps them:
+	 * cgroup v1 writes are not free, skip them then. */
+	if (!memcmp(&cg->lim, lim, sizeof(*lim)))
+		return 0;
+	cg->lim = *lim;
 	for (int i = 0; i < cg->n; i++)
 		if ((rc = apply_limits(cg->dir[i].path, cg->dir[i].v2, cg->dir[i].ctls, lim, err)) <
 		    0)

@@ -390,14 +390,19 @@ static void assign(const tb_sbp_req_t *req)
 		join(src, sizeof(src), HOST_DIR, field[2]);
 		bind_ro("", src, "/inputs");
 	}
+	/* Answer first, then finish: init handles one message at a time, so
+	 * the worker's next request (the first EXEC) is only read after the
+	 * host root is gone and / is read-only, while the answer's trip
+	 * overlaps with the unmounting. A failure below ends init, and the
+	 * worker sees the sandbox die. */
+	assigned = 1;
+	send_resp(TB_SBP_ASSIGNED, req->id, 0, 0, 0, NULL);
 	if (umount2(HOST_DIR, MNT_DETACH) < 0)
 		fail("detach the host root", NULL, errno);
 	if (rmdir(HOST_DIR) < 0)
 		fail("rmdir", HOST_DIR, errno);
 	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
 		fail("read-only root", NULL, errno);
-	assigned = 1;
-	send_resp(TB_SBP_ASSIGNED, req->id, 0, 0, 0, NULL);
 }
 
 static void loopback_up(void)
