@@ -1,0 +1,130 @@
+/*
+ * store.h: the artifact store, one interface with implementations chosen
+ * by the configured URL:
+ *
+ *   dir:///var/lib/taskbox/artifacts   a local directory (the demo, tests)
+ *   s3://bucket[/prefix]               S3 with Signature V4 (libcurl); the
+ *                                      default for S3, since AWS refuses V2
+ *                                      for buckets made since June 2020
+ *
+ * Every object carries the SHA-256 of its content (S3: the x-amz-meta-sha256
+ * header), computed while uploading and verified while downloading. Objects
+ * stream from and to file descriptors: nothing is held whole in memory. A
+ * put never replaces an object with different content (attempts write
+ * under their own keys; a replay writing the same bytes again succeeds).
+ * S3 requests are retried with back-off on connection errors and on 5xx,
+ * 429 and SlowDown answers; the final error says what was tried and why it
+ * failed.
+ *
+ * This file owns the contract and the checks common to every store; the
+ * implementations live in store_dir.c and store_s3.c. Credentials for S3
+ * come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN
+ * in the worker's environment, never from the configuration file.
+ */
+#ifndef TB_STORE_H
+#define TB_STORE_H
+
+#include "tb/config.h"
+#include "tb/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tb_store tb_store_t;
+
+typedef struct tb_object_info {
+	uint64_t size;
+	char sha256[65]; /* lowercase hex; "" when unknown (a listing) */
+} tb_object_info_t;
+
+/** Called for each object of a listing, in key order; non-zero stops. */
+typedef int (*tb_store_list_fn)(void *ud, const char *key, const tb_object_info_t *info);
+
+/**
+ * Opens the store @p cfg names.
+ * @param[out] out released with tb_store_close()
+ * @return 0; TB_EINVAL for an unknown scheme, a bad URL or missing S3
+ *         credentials (the message names the variable)
+ */
+int tb_store_open(tb_store_t **out, const tb_store_config_t *cfg, tb_error_t *err);
+
+void tb_store_close(tb_store_t *s);
+
+/** The store's kind and location, for logs ("s3 http://host/bucket/pfx"). */
+const char *tb_store_describe(const tb_store_t *s);
+
+/**
+ * Uploads the regular file @p path as @p key, computing its SHA-256.
+ * @param[out] out size and checksum of what was stored (may be NULL)
+ * @return 0; TB_EINVAL if @p key is not a valid relative path or an object
+ *         with other content is there already; TB_EIO (final, after
+ *         retries) with the request and the answer
+ */
+int tb_store_put_file(tb_store_t *s, const char *key, const char *path, tb_object_info_t *out,
+		      tb_error_t *err);
+
+/** Same, from memory: manifests, verdicts, conversation records. */
+int tb_store_put_bytes(tb_store_t *s, const char *key, const void *data, size_t len,
+		       tb_object_info_t *out, tb_error_t *err);
+
+/**
+ * Downloads @p key into @p path (replaced atomically, and only if the
+ * content's SHA-256 matches the stored checksum).
+ * @return 0; TB_ENOTFOUND; TB_EIO for a checksum mismatch or a failed
+ *         transfer (@p path is then left untouched)
+ */
+int tb_store_get_file(tb_store_t *s, const char *key, const char *path, tb_object_info_t *out,
+		      tb_error_t *err);
+
+/** Size and checksum of @p key. @return 0, TB_ENOTFOUND, TB_EIO */
+int tb_store_head(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err);
+
+/** Lists the keys under @p prefix ("" for all). */
+int tb_store_list(tb_store_t *s, const char *prefix, tb_store_list_fn fn, void *ud,
+		  tb_error_t *err);
+
+/** Deletes @p key; deleting what is not there succeeds. */
+int tb_store_delete(tb_store_t *s, const char *key, tb_error_t *err);
+
+/**
+ * A URL anyone can GET @p key with for @p seconds (1 .. 604800).
+ * @param[out] out malloc'd; the caller frees it
+ * @return 0; TB_EINVAL where the store cannot sign (a local directory)
+ */
+int tb_store_share(tb_store_t *s, const char *key, unsigned seconds, char **out, tb_error_t *err);
+
+/* ------------------------------------------------ for implementations */
+
+struct tb_store_ops {
+	const char *name;
+	/* @p fd is readable from offset 0 for @p size bytes; @p sha256 is
+	 * its checksum, stored with it. */
+	int (*put)(tb_store_t *s, const char *key, int fd, uint64_t size, const char *sha256,
+		   tb_error_t *err);
+	/* Writes the content to @p fd (empty, at offset 0) and fills @p out
+	 * with the stored size and checksum. */
+	int (*get)(tb_store_t *s, const char *key, int fd, tb_object_info_t *out, tb_error_t *err);
+	int (*head)(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err);
+	int (*list)(tb_store_t *s, const char *prefix, tb_store_list_fn fn, void *ud,
+		    tb_error_t *err);
+	int (*del)(tb_store_t *s, const char *key, tb_error_t *err);
+	int (*share)(tb_store_t *s, const char *key, unsigned seconds, char **out, tb_error_t *err);
+	void (*close)(tb_store_t *s);
+};
+
+struct tb_store {
+	const struct tb_store_ops *ops;
+	char describe[512];
+};
+
+int tb_store_dir_open(tb_store_t **out, const char *dir, tb_error_t *err);
+int tb_store_s3_open(tb_store_t **out, const char *bucket, const char *prefix, const char *endpoint,
+		     const char *region, tb_error_t *err);
+
+/** Creates the bucket of an S3 store (tests, local development). */
+int tb_store_s3_create_bucket(tb_store_t *s, tb_error_t *err);
+
+/** SHA-256 of @p fd's content from offset 0 (streamed), and its size. */
+int tb_store_hash_fd(int fd, char sha256[65], uint64_t *size, tb_error_t *err);
+
+#endif

@@ -1,0 +1,265 @@
+/*
+ * store.c: choosing a store by URL, and what every store does the same:
+ * key checks, checksums on the way in, verification on the way out,
+ * no silent overwrites, atomic replacement of downloaded files.
+ */
+#include "tb/store.h"
+
+#include "tb/codec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HASH_CHUNK (256u << 10)
+
+int tb_store_open(tb_store_t **out, const tb_store_config_t *cfg, tb_error_t *err)
+{
+	const char *url = cfg->url;
+
+	*out = NULL;
+	if (!strncmp(url, "dir://", 6)) {
+		if (url[6] != '/')
+			return tb_error_set(err, TB_EINVAL,
+					    "store.url '%s': dir:// takes an absolute path "
+					    "(dir:///var/lib/taskbox/artifacts)",
+					    url);
+		return tb_store_dir_open(out, url + 6, err);
+	}
+	if (!strncmp(url, "s3://", 5)) {
+		char bucket[64];
+		const char *b = url + 5, *slash = strchr(b, '/');
+		size_t n = slash ? (size_t)(slash - b) : strlen(b);
+		if (n < 3 || n > 63)
+			return tb_error_set(
+			    err, TB_EINVAL,
+			    "store.url '%s': the bucket name must be 3-63 characters", url);
+		memcpy(bucket, b, n);
+		bucket[n] = '\0';
+		return tb_store_s3_open(out, bucket, slash && slash[1] ? slash + 1 : "",
+					cfg->endpoint, cfg->region, err);
+	}
+	return tb_error_set(err, TB_EINVAL,
+			    "store.url '%s': expected dir:///path or s3://bucket[/prefix]", url);
+}
+
+void tb_store_close(tb_store_t *s)
+{
+	if (s)
+		s->ops->close(s);
+}
+
+const char *tb_store_describe(const tb_store_t *s)
+{
+	return s->describe;
+}
+
+static int check_key(const char *key, tb_error_t *err)
+{
+	char why[128];
+
+	if (!key || !key[0] || strlen(key) > 1024 || tb_check_relpath(key, why, sizeof(why)) != 0)
+		return tb_error_set(err, TB_EINVAL,
+				    "store: key '%.200s' is not a valid relative path",
+				    key ? key : "");
+	return 0;
+}
+
+int tb_store_hash_fd(int fd, char sha256[65], uint64_t *size, tb_error_t *err)
+{
+	unsigned char digest[32];
+	unsigned int dlen = 0;
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	char *buf = malloc(HASH_CHUNK);
+	uint64_t total = 0;
+	int rc = 0;
+
+	if (!ctx || !buf || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (;;) {
+		ssize_t n = pread(fd, buf, HASH_CHUNK, (off_t)total);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = tb_error_errno(err, TB_EIO, errno, "store: read");
+			goto out;
+		}
+		if (n == 0)
+			break;
+		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		total += (uint64_t)n;
+	}
+	EVP_DigestFinal_ex(ctx, digest, &dlen);
+	for (unsigned i = 0; i < 32; i++)
+		snprintf(sha256 + 2 * i, 3, "%02x", digest[i]);
+	if (size)
+		*size = total;
+out:
+	EVP_MD_CTX_free(ctx);
+	free(buf);
+	return rc;
+}
+
+static int put_fd(tb_store_t *s, const char *key, int fd, tb_object_info_t *out, tb_error_t *err)
+{
+	tb_object_info_t have, info;
+	int rc;
+
+	if ((rc = tb_store_hash_fd(fd, info.sha256, &info.size, err)) < 0)
+		return rc;
+	/* Never replace other content: a later attempt writes its own keys,
+	 * and a replay of the same attempt writes the same bytes. */
+	rc = s->ops->head(s, key, &have, err);
+	if (rc == 0) {
+		if (strcmp(have.sha256, info.sha256) != 0)
+			return tb_error_set(
+			    err, TB_EINVAL,
+			    "store: %s exists with other content (sha256 %s, not %s)", key,
+			    have.sha256[0] ? have.sha256 : "unknown", info.sha256);
+	} else if (rc != TB_ENOTFOUND) {
+		return rc;
+	} else if ((rc = s->ops->put(s, key, fd, info.size, info.sha256, err)) < 0) {
+		return rc;
+	}
+	if (out)
+		*out = info;
+	return 0;
+}
+
+int tb_store_put_file(tb_store_t *s, const char *key, const char *path, tb_object_info_t *out,
+		      tb_error_t *err)
+{
+	struct stat st;
+	int fd, rc;
+
+	if ((rc = check_key(key, err)) < 0)
+		return rc;
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return tb_error_errno(err, TB_EIO, errno, "store: open %s", path);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return tb_error_set(err, TB_EINVAL, "store: %s is not a regular file", path);
+	}
+	rc = put_fd(s, key, fd, out, err);
+	close(fd);
+	if (rc < 0)
+		tb_error_prefix(err, "put %s", key);
+	return rc;
+}
+
+int tb_store_put_bytes(tb_store_t *s, const char *key, const void *data, size_t len,
+		       tb_object_info_t *out, tb_error_t *err)
+{
+	int fd, rc;
+
+	if ((rc = check_key(key, err)) < 0)
+		return rc;
+	/* A memfd gives small objects the same streaming path as files. */
+	fd = memfd_create("taskbox-object", MFD_CLOEXEC);
+	if (fd < 0)
+		return tb_error_errno(err, TB_EIO, errno, "store: memfd");
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = write(fd, (const char *)data + done, len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = tb_error_errno(err, TB_EIO, errno, "store: memfd write");
+			close(fd);
+			return rc;
+		}
+		done += (size_t)n;
+	}
+	rc = put_fd(s, key, fd, out, err);
+	close(fd);
+	if (rc < 0)
+		tb_error_prefix(err, "put %s", key);
+	return rc;
+}
+
+int tb_store_get_file(tb_store_t *s, const char *key, const char *path, tb_object_info_t *out,
+		      tb_error_t *err)
+{
+	char tmp[4096], sha[65];
+	tb_object_info_t info;
+	uint64_t size;
+	int fd, rc;
+
+	if ((rc = check_key(key, err)) < 0)
+		return rc;
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.partial-XXXXXX", path) >= sizeof(tmp))
+		return tb_error_set(err, TB_EINVAL, "store: path too long");
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return tb_error_errno(err, TB_EIO, errno, "store: create %s", tmp);
+	if ((rc = s->ops->get(s, key, fd, &info, err)) < 0)
+		goto fail;
+	if ((rc = tb_store_hash_fd(fd, sha, &size, err)) < 0)
+		goto fail;
+	if (info.sha256[0] && strcmp(sha, info.sha256) != 0) {
+		rc = tb_error_set(
+		    err, TB_EIO,
+		    "store: checksum mismatch for %s: stored %s, received %s (%llu bytes)", key,
+		    info.sha256, sha, (unsigned long long)size);
+		goto fail;
+	}
+	if (fsync(fd) < 0 || rename(tmp, path) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "store: save %s", path);
+		goto fail;
+	}
+	close(fd);
+	if (out) {
+		out->size = size;
+		memcpy(out->sha256, sha, sizeof(sha));
+	}
+	return 0;
+fail:
+	close(fd);
+	unlink(tmp);
+	return tb_error_prefix(err, "get %s", key);
+}
+
+int tb_store_head(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err)
+{
+	int rc;
+
+	if ((rc = check_key(key, err)) < 0)
+		return rc;
+	return s->ops->head(s, key, out, err);
+}
+
+int tb_store_list(tb_store_t *s, const char *prefix, tb_store_list_fn fn, void *ud, tb_error_t *err)
+{
+	return s->ops->list(s, prefix ? prefix : "", fn, ud, err);
+}
+
+int tb_store_delete(tb_store_t *s, const char *key, tb_error_t *err)
+{
+	int rc;
+
+	if ((rc = check_key(key, err)) < 0)
+		return rc;
+	return s->ops->del(s, key, err);
+}
+
+int tb_store_share(tb_store_t *s, const char *key, unsigned seconds, char **out, tb_error_t *err)
+{
+	int rc;
+
+	*out = NULL;
+	if ((rc = check_key(key, err)) < 0)
+		return rc;
+	if (seconds < 1 || seconds > 604800)
+		return tb_error_set(err, TB_EINVAL,
+				    "store: a share lasts 1 to 604800 seconds, not %u", seconds);
+	return s->ops->share(s, key, seconds, out, err);
+}

@@ -1,0 +1,713 @@
+/*
+ * store_s3.c: the artifact store on S3 with Signature V4, over libcurl.
+ *
+ * Requests are signed by sigv4.c (not CURLOPT_AWS_SIGV4: see sigv4.h).
+ * Bodies stream from the caller's file descriptor with pread, responses
+ * stream into one; only small XML answers (errors, listings, multipart
+ * bookkeeping) are held in memory, capped. Objects over MULTIPART_MIN go
+ * up in MULTIPART_PART parts, each with its own payload hash, so memory
+ * stays flat whatever the size. Easy handles are pooled so connections are
+ * reused across requests and threads.
+ *
+ * Addressing: with an endpoint (an S3-compatible server), path style
+ * http(s)://endpoint/bucket/key; without one, AWS virtual-hosted style.
+ */
+#include "tb/store.h"
+
+#include "tb/sigv4.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MULTIPART_MIN (64ull << 20)
+#define MULTIPART_PART (16ull << 20)
+#define XML_MAX (4u << 20)
+#define ATTEMPTS 5
+#define POOL_MAX 16
+
+typedef struct s3_store {
+	tb_store_t base;
+	char bucket[64];
+	char prefix[512];
+	char origin[512]; /* scheme://host[:port] */
+	char host[256];
+	int path_style;
+	tb_sigv4_creds_t creds;
+	char *access_key, *secret_key, *token, *region;
+	pthread_mutex_t lock;
+	CURL *pool[POOL_MAX];
+	int npool;
+} s3_store_t;
+
+typedef struct s3_req {
+	const char *method;
+	const char *key;   /* object key below the prefix; NULL: the bucket */
+	const char *query; /* already encoded, "" for none */
+	/* body: a file range, or memory, or nothing */
+	int body_fd;
+	uint64_t body_off, body_len;
+	const char *body_mem;
+	size_t body_mem_len;
+	const char *payload_sha; /* hex, or NULL to compute (memory / empty) */
+	const char *meta_sha;    /* stored as x-amz-meta-sha256 */
+	int out_fd;              /* response body into this fd, else memory */
+	/* results */
+	long status;
+	char etag[128];
+	char resp_sha[65];
+	uint64_t length;
+	char *xml;
+	size_t xml_len;
+	uint64_t sent;
+} s3_req_t;
+
+static CURL *take(s3_store_t *s)
+{
+	CURL *c = NULL;
+	pthread_mutex_lock(&s->lock);
+	if (s->npool > 0)
+		c = s->pool[--s->npool];
+	pthread_mutex_unlock(&s->lock);
+	return c ? c : curl_easy_init();
+}
+
+static void give(s3_store_t *s, CURL *c)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->npool < POOL_MAX) {
+		s->pool[s->npool++] = c;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (c)
+		curl_easy_cleanup(c);
+}
+
+static size_t on_read(char *buf, size_t size, size_t n, void *ud)
+{
+	s3_req_t *r = ud;
+	uint64_t left = (r->body_mem ? r->body_mem_len : r->body_len) - r->sent;
+	size_t want = size * n < left ? size * n : (size_t)left;
+	ssize_t got;
+
+	if (want == 0)
+		return 0;
+	if (r->body_mem) {
+		memcpy(buf, r->body_mem + r->sent, want);
+		got = (ssize_t)want;
+	} else {
+		do
+			got = pread(r->body_fd, buf, want, (off_t)(r->body_off + r->sent));
+		while (got < 0 && errno == EINTR);
+		if (got <= 0)
+			return CURL_READFUNC_ABORT;
+	}
+	r->sent += (uint64_t)got;
+	return (size_t)got;
+}
+
+static size_t on_write(char *buf, size_t size, size_t n, void *ud)
+{
+	s3_req_t *r = ud;
+	size_t len = size * n;
+
+	if (r->out_fd >= 0 && r->status / 100 == 2) {
+		size_t done = 0;
+		while (done < len) {
+			ssize_t w = write(r->out_fd, buf + done, len - done);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				return 0; /* aborts the transfer */
+			done += (size_t)w;
+		}
+		return len;
+	}
+	if (r->xml_len + len > XML_MAX)
+		return 0; /* an answer we would not hold: abort */
+	char *bigger = realloc(r->xml, r->xml_len + len + 1);
+	if (!bigger)
+		return 0;
+	r->xml = bigger;
+	memcpy(r->xml + r->xml_len, buf, len);
+	r->xml_len += len;
+	r->xml[r->xml_len] = '\0';
+	return len;
+}
+
+static void copy_value(char *out, size_t cap, const char *v, size_t n)
+{
+	while (n && (*v == ' ' || *v == '\t'))
+		v++, n--;
+	while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
+		n--;
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(out, v, n);
+	out[n] = '\0';
+}
+
+static size_t on_header(char *buf, size_t size, size_t n, void *ud)
+{
+	s3_req_t *r = ud;
+	size_t len = size * n;
+	char num[32];
+
+	if (len > 5 && !strncmp(buf, "HTTP/", 5)) {
+		const char *sp = memchr(buf, ' ', len);
+		r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+	} else if (len > 5 && !strncasecmp(buf, "etag:", 5)) {
+		copy_value(r->etag, sizeof(r->etag), buf + 5, len - 5);
+	} else if (len > 18 && !strncasecmp(buf, "x-amz-meta-sha256:", 18)) {
+		copy_value(r->resp_sha, sizeof(r->resp_sha), buf + 18, len - 18);
+	} else if (len > 15 && !strncasecmp(buf, "content-length:", 15)) {
+		copy_value(num, sizeof(num), buf + 15, len - 15);
+		r->length = strtoull(num, NULL, 10);
+	}
+	return len;
+}
+
+/* The text of <tag>...</tag> after @p from, unescaped, into @p out. */
+static const char *xml_text(const char *from, const char *tag, char *out, size_t cap)
+{
+	char open[64], close[64];
+	const char *a, *b;
+	size_t o = 0;
+
+	snprintf(open, sizeof(open), "<%s>", tag);
+	snprintf(close, sizeof(close), "</%s>", tag);
+	if (!from || !(a = strstr(from, open)) || !(b = strstr(a, close)))
+		return NULL;
+	for (const char *p = a + strlen(open); p < b && o + 1 < cap; p++) {
+		static const struct {
+			const char *ent;
+			char c;
+		} ents[] = { { "&amp;", '&' },
+			     { "&lt;", '<' },
+			     { "&gt;", '>' },
+			     { "&quot;", '"' },
+			     { "&apos;", '\'' } };
+		char c = *p;
+		for (size_t e = 0; e < sizeof(ents) / sizeof(ents[0]); e++)
+			if (!strncmp(p, ents[e].ent, strlen(ents[e].ent))) {
+				c = ents[e].c;
+				p += strlen(ents[e].ent) - 1;
+				break;
+			}
+		out[o++] = c;
+	}
+	out[o] = '\0';
+	return b + strlen(close);
+}
+
+static void build_path(const s3_store_t *s, const char *key, char *out, size_t cap)
+{
+	if (s->path_style)
+		snprintf(out, cap, "/%s%s%s%s", s->bucket, key ? "/" : "", key ? s->prefix : "",
+			 key ? key : "");
+	else
+		snprintf(out, cap, "/%s%s", key ? s->prefix : "", key ? key : "");
+}
+
+static int retryable(CURLcode rc, long status)
+{
+	switch (rc) {
+	case CURLE_OK:
+		return status == 500 || status == 502 || status == 503 || status == 504 ||
+		       status == 429;
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_COULDNT_RESOLVE_HOST:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* One attempt. */
+static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, int *prep_rc)
+{
+	char path[3072], url[8192], auth[TB_SIGV4_AUTH_MAX], date[TB_SIGV4_DATE_LEN], sha[65];
+	char h_auth[TB_SIGV4_AUTH_MAX + 32], h_date[64], h_sha[128], h_meta[128], h_token[4200];
+	char encoded[6200];
+	struct curl_slist *hl = NULL;
+	tb_sigv4_header_t sh[6];
+	size_t nh = 0;
+	CURLcode rc;
+
+	*prep_rc = 0;
+	build_path(s, r->key, path, sizeof(path));
+	if (tb_sigv4_encode(encoded, sizeof(encoded), path, 1) < 0) {
+		*prep_rc = tb_error_set(err, TB_EINVAL, "s3: key too long");
+		return CURLE_OK;
+	}
+	snprintf(url, sizeof(url), "%s%s%s%s", s->origin, encoded, r->query[0] ? "?" : "",
+		 r->query);
+	tb_sigv4_date(date, time(NULL));
+	if (r->payload_sha)
+		snprintf(sha, sizeof(sha), "%s", r->payload_sha);
+	else
+		tb_sha256_hex(sha, r->body_mem ? r->body_mem : "",
+			      r->body_mem ? r->body_mem_len : 0);
+	sh[nh++] = (tb_sigv4_header_t){ "host", s->host };
+	sh[nh++] = (tb_sigv4_header_t){ "x-amz-content-sha256", sha };
+	sh[nh++] = (tb_sigv4_header_t){ "x-amz-date", date };
+	if (r->meta_sha)
+		sh[nh++] = (tb_sigv4_header_t){ "x-amz-meta-sha256", r->meta_sha };
+	if (s->creds.session_token)
+		sh[nh++] = (tb_sigv4_header_t){ "x-amz-security-token", s->creds.session_token };
+	if ((*prep_rc = tb_sigv4_authorization(auth, sizeof(auth), &s->creds, r->method, path,
+					       r->query, sh, nh, sha, date, err)) < 0)
+		return CURLE_OK;
+	snprintf(h_auth, sizeof(h_auth), "Authorization: %s", auth);
+	snprintf(h_date, sizeof(h_date), "x-amz-date: %s", date);
+	snprintf(h_sha, sizeof(h_sha), "x-amz-content-sha256: %s", sha);
+	hl = curl_slist_append(hl, h_auth);
+	hl = curl_slist_append(hl, h_date);
+	hl = curl_slist_append(hl, h_sha);
+	if (r->meta_sha) {
+		snprintf(h_meta, sizeof(h_meta), "x-amz-meta-sha256: %s", r->meta_sha);
+		hl = curl_slist_append(hl, h_meta);
+	}
+	if (s->creds.session_token) {
+		snprintf(h_token, sizeof(h_token), "x-amz-security-token: %s",
+			 s->creds.session_token);
+		hl = curl_slist_append(hl, h_token);
+	}
+	/* No "Expect: 100-continue" round trip, no chunked encoding. */
+	hl = curl_slist_append(hl, "Expect:");
+	hl = curl_slist_append(hl, "Transfer-Encoding:");
+
+	curl_easy_reset(c);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L); /* stalled: give up */
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+	if (!strcmp(r->method, "HEAD")) {
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	} else if (!strcmp(r->method, "PUT") || !strcmp(r->method, "POST")) {
+		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(c, CURLOPT_READDATA, r);
+		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE,
+				 (curl_off_t)(r->body_mem ? r->body_mem_len : r->body_len));
+		if (!strcmp(r->method, "POST"))
+			curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "POST");
+	} else if (strcmp(r->method, "GET") != 0) {
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, r->method);
+	}
+	rc = curl_easy_perform(c);
+	curl_slist_free_all(hl);
+	return rc;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Runs @p r with retries. @return 0 with r->status set (any status), or
+ * TB_EIO when no answer came after ATTEMPTS tries. */
+static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
+{
+	CURL *c = take(s);
+	CURLcode rc = CURLE_OK;
+	unsigned backoff = 100;
+	int prep;
+
+	if (!c)
+		return tb_error_set(err, TB_ENOMEM, "s3: cannot create a curl handle");
+	for (int i = 1; i <= ATTEMPTS; i++) {
+		r->status = 0;
+		r->sent = 0;
+		r->etag[0] = r->resp_sha[0] = '\0';
+		r->length = 0;
+		free(r->xml);
+		r->xml = NULL;
+		r->xml_len = 0;
+		if (r->out_fd >= 0 &&
+		    (ftruncate(r->out_fd, 0) < 0 || lseek(r->out_fd, 0, SEEK_SET) < 0)) {
+			give(s, c);
+			return tb_error_errno(err, TB_EIO, errno, "s3: reset download file");
+		}
+		rc = attempt(s, c, r, err, &prep);
+		if (prep < 0) {
+			give(s, c);
+			return prep;
+		}
+		if (!retryable(rc, r->status) || i == ATTEMPTS)
+			break;
+		/* Back off: 100, 200, 400, 800 ms, with up to 50 % jitter. */
+		uint64_t until = now_ms() + backoff + (uint64_t)(rand() % (int)(backoff / 2 + 1));
+		while (now_ms() < until)
+			usleep(10000);
+		backoff *= 2;
+	}
+	give(s, c);
+	if (rc != CURLE_OK)
+		return tb_error_set(err, TB_EIO, "s3 %s %s: %s after %d attempts", r->method,
+				    r->key ? r->key : s->bucket, curl_easy_strerror(rc), ATTEMPTS);
+	return 0;
+}
+
+/* An S3 error answer as text: "HTTP 403 SignatureDoesNotMatch: ..." */
+static int s3_fail(const s3_store_t *s, s3_req_t *r, tb_error_t *err)
+{
+	char code[128] = "", msg[512] = "";
+
+	xml_text(r->xml, "Code", code, sizeof(code));
+	xml_text(r->xml, "Message", msg, sizeof(msg));
+	return tb_error_set(err, r->status == 404 ? TB_ENOTFOUND : TB_EIO,
+			    "s3 %s %s: HTTP %ld%s%s%s%s%s", r->method, r->key ? r->key : s->bucket,
+			    r->status, code[0] ? " " : "", code, msg[0] ? ": " : "", msg,
+			    r->status / 100 == 5 ? " (after retries)" : "");
+}
+
+static s3_req_t req_init(const char *method, const char *key, const char *query)
+{
+	return (s3_req_t){ .method = method,
+			   .key = key,
+			   .query = query ? query : "",
+			   .body_fd = -1,
+			   .out_fd = -1 };
+}
+
+static int hash_range(int fd, uint64_t off, uint64_t len, char out[65], tb_error_t *err)
+{
+	unsigned char d[32];
+	unsigned int dl;
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	char *buf = malloc(256 << 10);
+	int rc = 0;
+
+	if (!ctx || !buf) {
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+		goto out;
+	}
+	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	for (uint64_t done = 0; done < len;) {
+		size_t want = len - done < (256 << 10) ? (size_t)(len - done) : (256 << 10);
+		ssize_t n = pread(fd, buf, want, (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = tb_error_errno(err, TB_EIO, n < 0 ? errno : EIO, "s3: read part");
+			goto out;
+		}
+		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		done += (uint64_t)n;
+	}
+	EVP_DigestFinal_ex(ctx, d, &dl);
+	for (int i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", d[i]);
+out:
+	EVP_MD_CTX_free(ctx);
+	free(buf);
+	return rc;
+}
+
+static int put_multipart(s3_store_t *s, const char *key, int fd, uint64_t size, const char *sha,
+			 tb_error_t *err)
+{
+	char upload_id[512], query[1700], enc_id[1600];
+	size_t parts = (size_t)((size + MULTIPART_PART - 1) / MULTIPART_PART);
+	char(*etags)[128] = calloc(parts, sizeof(*etags));
+	char *xml = NULL;
+	int rc;
+
+	if (!etags)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	s3_req_t r = req_init("POST", key, "uploads");
+	r.meta_sha = sha;
+	if ((rc = s3_do(s, &r, err)) < 0)
+		goto out;
+	if (r.status != 200 || !xml_text(r.xml, "UploadId", upload_id, sizeof(upload_id))) {
+		rc = s3_fail(s, &r, err);
+		goto out;
+	}
+	tb_sigv4_encode(enc_id, sizeof(enc_id), upload_id, 0);
+	for (size_t i = 0; i < parts; i++) {
+		uint64_t off = i * MULTIPART_PART;
+		uint64_t len = size - off < MULTIPART_PART ? size - off : MULTIPART_PART;
+		char part_sha[65];
+		if ((rc = hash_range(fd, off, len, part_sha, err)) < 0)
+			goto abort;
+		snprintf(query, sizeof(query), "partNumber=%zu&uploadId=%s", i + 1, enc_id);
+		s3_req_t p = req_init("PUT", key, query);
+		p.body_fd = fd, p.body_off = off, p.body_len = len, p.payload_sha = part_sha;
+		rc = s3_do(s, &p, err);
+		if (rc == 0 && (p.status != 200 || !p.etag[0]))
+			rc = s3_fail(s, &p, err);
+		snprintf(etags[i], sizeof(etags[i]), "%s", p.etag);
+		free(p.xml);
+		if (rc < 0)
+			goto abort;
+	}
+	size_t cap = 128 + parts * 200, o = 0;
+	if (!(xml = malloc(cap))) {
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+		goto abort;
+	}
+	o += (size_t)snprintf(xml + o, cap - o, "<CompleteMultipartUpload>");
+	for (size_t i = 0; i < parts; i++)
+		o += (size_t)snprintf(xml + o, cap - o,
+				      "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag></Part>",
+				      i + 1, etags[i]);
+	o += (size_t)snprintf(xml + o, cap - o, "</CompleteMultipartUpload>");
+	snprintf(query, sizeof(query), "uploadId=%s", enc_id);
+	s3_req_t done = req_init("POST", key, query);
+	done.body_mem = xml, done.body_mem_len = o;
+	rc = s3_do(s, &done, err);
+	/* S3 may answer 200 with an <Error> body for a failed completion. */
+	if (rc == 0 && (done.status != 200 || (done.xml && strstr(done.xml, "<Error>"))))
+		rc = s3_fail(s, &done, err);
+	free(done.xml);
+	if (rc == 0)
+		goto out;
+abort:;
+	/* Leave no half-written upload behind. */
+	snprintf(query, sizeof(query), "uploadId=%s", enc_id);
+	s3_req_t ab = req_init("DELETE", key, query);
+	tb_error_t ignored;
+	s3_do(s, &ab, &ignored);
+	free(ab.xml);
+out:
+	free(r.xml);
+	free(xml);
+	free(etags);
+	return rc;
+}
+
+static int s3_put(tb_store_t *base, const char *key, int fd, uint64_t size, const char *sha256,
+		  tb_error_t *err)
+{
+	s3_store_t *s = (s3_store_t *)base;
+	int rc;
+
+	if (size >= MULTIPART_MIN)
+		return put_multipart(s, key, fd, size, sha256, err);
+	s3_req_t r = req_init("PUT", key, "");
+	r.body_fd = fd, r.body_len = size, r.payload_sha = sha256, r.meta_sha = sha256;
+	if ((rc = s3_do(s, &r, err)) == 0 && r.status != 200)
+		rc = s3_fail(s, &r, err);
+	free(r.xml);
+	return rc;
+}
+
+static int s3_get(tb_store_t *base, const char *key, int fd, tb_object_info_t *out, tb_error_t *err)
+{
+	s3_store_t *s = (s3_store_t *)base;
+	int rc;
+
+	s3_req_t r = req_init("GET", key, "");
+	r.out_fd = fd;
+	if ((rc = s3_do(s, &r, err)) == 0 && r.status != 200)
+		rc = s3_fail(s, &r, err);
+	if (rc == 0) {
+		out->size = r.length;
+		snprintf(out->sha256, sizeof(out->sha256), "%s", r.resp_sha);
+	}
+	free(r.xml);
+	return rc;
+}
+
+static int s3_head(tb_store_t *base, const char *key, tb_object_info_t *out, tb_error_t *err)
+{
+	s3_store_t *s = (s3_store_t *)base;
+	int rc;
+
+	s3_req_t r = req_init("HEAD", key, "");
+	if ((rc = s3_do(s, &r, err)) == 0 && r.status != 200)
+		rc = r.status == 404 ? tb_error_set(err, TB_ENOTFOUND, "s3: %s not found", key)
+				     : s3_fail(s, &r, err);
+	if (rc == 0) {
+		out->size = r.length;
+		snprintf(out->sha256, sizeof(out->sha256), "%s", r.resp_sha);
+	}
+	free(r.xml);
+	return rc;
+}
+
+static int s3_list(tb_store_t *base, const char *prefix, tb_store_list_fn fn, void *ud,
+		   tb_error_t *err)
+{
+	s3_store_t *s = (s3_store_t *)base;
+	char token[1024] = "", full[1600], enc_prefix[5000], enc_token[3100], query[8300];
+	size_t skip = strlen(s->prefix);
+	int rc = 0, more = 1, stop = 0;
+
+	snprintf(full, sizeof(full), "%s%s", s->prefix, prefix);
+	if (tb_sigv4_encode(enc_prefix, sizeof(enc_prefix), full, 0) < 0)
+		return tb_error_set(err, TB_EINVAL, "s3: prefix too long");
+	for (int page = 0; more && !stop && page < 100000; page++) {
+		tb_sigv4_encode(enc_token, sizeof(enc_token), token, 0);
+		snprintf(query, sizeof(query), "list-type=2&prefix=%s%s%s", enc_prefix,
+			 token[0] ? "&continuation-token=" : "", token[0] ? enc_token : "");
+		s3_req_t r = req_init("GET", NULL, query);
+		if ((rc = s3_do(s, &r, err)) == 0 && r.status != 200)
+			rc = s3_fail(s, &r, err);
+		if (rc < 0) {
+			free(r.xml);
+			return rc;
+		}
+		const char *p = r.xml;
+		char entry[8192], key[2048], size[32];
+		while (!stop && (p = xml_text(p, "Contents", entry, sizeof(entry)))) {
+			tb_object_info_t info = { 0 };
+			if (!xml_text(entry, "Key", key, sizeof(key)) || strlen(key) < skip)
+				continue;
+			if (xml_text(entry, "Size", size, sizeof(size)))
+				info.size = strtoull(size, NULL, 10);
+			stop = fn(ud, key + skip, &info) != 0;
+		}
+		char trunc[16] = "";
+		xml_text(r.xml, "IsTruncated", trunc, sizeof(trunc));
+		more = !strcmp(trunc, "true") &&
+		       xml_text(r.xml, "NextContinuationToken", token, sizeof(token));
+		free(r.xml);
+	}
+	return 0;
+}
+
+static int s3_del(tb_store_t *base, const char *key, tb_error_t *err)
+{
+	s3_store_t *s = (s3_store_t *)base;
+	int rc;
+
+	s3_req_t r = req_init("DELETE", key, "");
+	if ((rc = s3_do(s, &r, err)) == 0 && r.status != 204 && r.status != 200 && r.status != 404)
+		rc = s3_fail(s, &r, err);
+	free(r.xml);
+	return rc;
+}
+
+static int s3_share(tb_store_t *base, const char *key, unsigned seconds, char **out,
+		    tb_error_t *err)
+{
+	s3_store_t *s = (s3_store_t *)base;
+	char path[3072], date[TB_SIGV4_DATE_LEN];
+	size_t cap = 16384;
+	int rc;
+
+	build_path(s, key, path, sizeof(path));
+	tb_sigv4_date(date, time(NULL));
+	if (!(*out = malloc(cap)))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	if ((rc = tb_sigv4_presign(*out, cap, &s->creds, s->origin, s->host, path, seconds, date,
+				   err)) < 0) {
+		free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+static void s3_close(tb_store_t *base)
+{
+	s3_store_t *s = (s3_store_t *)base;
+
+	for (int i = 0; i < s->npool; i++)
+		curl_easy_cleanup(s->pool[i]);
+	pthread_mutex_destroy(&s->lock);
+	if (s->secret_key)
+		OPENSSL_cleanse(s->secret_key, strlen(s->secret_key));
+	free(s->access_key);
+	free(s->secret_key);
+	free(s->token);
+	free(s->region);
+	free(s);
+}
+
+static const struct tb_store_ops s3_ops = {
+	"s3", s3_put, s3_get, s3_head, s3_list, s3_del, s3_share, s3_close,
+};
+
+int tb_store_s3_create_bucket(tb_store_t *base, tb_error_t *err)
+{
+	s3_store_t *s = (s3_store_t *)base;
+	int rc;
+
+	s3_req_t r = req_init("PUT", NULL, "");
+	if ((rc = s3_do(s, &r, err)) == 0 && r.status != 200 &&
+	    !(r.xml && strstr(r.xml, "BucketAlreadyOwnedByYou")))
+		rc = s3_fail(s, &r, err);
+	free(r.xml);
+	return rc;
+}
+
+static void curl_init_once(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+int tb_store_s3_open(tb_store_t **out, const char *bucket, const char *prefix, const char *endpoint,
+		     const char *region, tb_error_t *err)
+{
+	const char *ak = getenv("AWS_ACCESS_KEY_ID"), *sk = getenv("AWS_SECRET_ACCESS_KEY");
+	const char *tok = getenv("AWS_SESSION_TOKEN");
+	static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+	s3_store_t *s;
+
+	*out = NULL;
+	if (!ak || !*ak || !sk || !*sk)
+		return tb_error_set(
+		    err, TB_EINVAL,
+		    "s3 store: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set "
+		    "in the worker's environment");
+	if (strlen(prefix) > 400)
+		return tb_error_set(err, TB_EINVAL, "s3 store: prefix too long");
+	pthread_once(&curl_once, curl_init_once);
+	if (!(s = calloc(1, sizeof(*s))))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	s->base.ops = &s3_ops;
+	pthread_mutex_init(&s->lock, NULL);
+	snprintf(s->bucket, sizeof(s->bucket), "%s", bucket);
+	/* The prefix is a directory: "runs" and "runs/" both mean "runs/". */
+	snprintf(s->prefix, sizeof(s->prefix), "%s%s", prefix,
+		 *prefix && prefix[strlen(prefix) - 1] != '/' ? "/" : "");
+	s->access_key = strdup(ak);
+	s->secret_key = strdup(sk);
+	s->token = tok && *tok ? strdup(tok) : NULL;
+	s->region = strdup(region ? region : "us-east-1");
+	if (endpoint && *endpoint) {
+		const char *h = strstr(endpoint, "://");
+		snprintf(s->origin, sizeof(s->origin), "%s", endpoint);
+		size_t n = strlen(s->origin);
+		if (n && s->origin[n - 1] == '/')
+			s->origin[n - 1] = '\0';
+		snprintf(s->host, sizeof(s->host), "%s", h ? h + 3 : endpoint);
+		s->host[strcspn(s->host, "/")] = '\0';
+		s->path_style = 1;
+	} else {
+		snprintf(s->host, sizeof(s->host), "%s.s3.%s.amazonaws.com", bucket, s->region);
+		snprintf(s->origin, sizeof(s->origin), "https://%s", s->host);
+	}
+	s->creds = (tb_sigv4_creds_t){ s->access_key, s->secret_key, s->token, s->region, "s3" };
+	if (!s->access_key || !s->secret_key || !s->region) {
+		s3_close(&s->base);
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	}
+	snprintf(s->base.describe, sizeof(s->base.describe), "s3 %.200s/%s/%.200s (SigV4, %.32s)",
+		 s->origin, s->bucket, s->prefix, s->region);
+	*out = &s->base;
+	return 0;
+}

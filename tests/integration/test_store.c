@@ -1,0 +1,451 @@
+/*
+ * test_store.c: the artifact store, the same tests on every backend: a
+ * local directory always, and S3 with Signature V4 against the real
+ * S3-compatible server when TASKBOX_TEST_S3_* is set (tests/run sets it).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tb/sigv4.h"
+#include "tb/store.h"
+
+#include <time.h>
+
+typedef struct fixture {
+	tb_store_t *store;
+	char dir[128];
+	char bucket[64];
+	int s3;
+} fixture_t;
+
+static char tmpdir[64] = "/tmp/tb-store-test-XXXXXX";
+static int counter;
+
+static const char *unique_key(const char *name)
+{
+	static char key[256];
+	snprintf(key, sizeof(key), "tasks/t-%d-%d/1/outputs/%s", getpid(), ++counter, name);
+	return key;
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static char *read_file(const char *path)
+{
+	static char buf[4096];
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	assert_non_null(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static int open_dir(void **state)
+{
+	fixture_t *fx = calloc(1, sizeof(*fx));
+	tb_error_t err;
+
+	snprintf(fx->dir, sizeof(fx->dir), "%s/dirstore", tmpdir);
+	if (tb_store_dir_open(&fx->store, fx->dir, &err) != 0)
+		return -1;
+	*state = fx;
+	return 0;
+}
+
+static int open_s3(void **state)
+{
+	fixture_t *fx = calloc(1, sizeof(*fx));
+	const char *endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT");
+	tb_store_config_t cfg = { 0 };
+	char url[128];
+	tb_error_t err;
+
+	if (!endpoint) {
+		free(fx);
+		*state = NULL;
+		return 0;
+	}
+	setenv("AWS_ACCESS_KEY_ID", getenv("TASKBOX_TEST_S3_ACCESS_KEY"), 1);
+	setenv("AWS_SECRET_ACCESS_KEY", getenv("TASKBOX_TEST_S3_SECRET_KEY"), 1);
+	snprintf(fx->bucket, sizeof(fx->bucket), "tb-store-%d", getpid());
+	snprintf(url, sizeof(url), "s3://%s/runs", fx->bucket);
+	cfg.url = url;
+	cfg.endpoint = (char *)endpoint;
+	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	if (tb_store_open(&fx->store, &cfg, &err) != 0 ||
+	    tb_store_s3_create_bucket(fx->store, &err) != 0) {
+		fprintf(stderr, "s3 setup: %s\n", err.msg);
+		return -1;
+	}
+	fx->s3 = 1;
+	*state = fx;
+	return 0;
+}
+
+static int close_store(void **state)
+{
+	fixture_t *fx = *state;
+	if (fx) {
+		tb_store_close(fx->store);
+		free(fx);
+	}
+	return 0;
+}
+
+#define NEED(fx)                                                                                   \
+	do {                                                                                       \
+		if (!(fx)) {                                                                       \
+			printf("SKIP: TASKBOX_TEST_S3_ENDPOINT not set (tests/run sets it)\n");    \
+			skip();                                                                    \
+		}                                                                                  \
+	} while (0)
+
+static int collect_keys(void *ud, const char *key, const tb_object_info_t *info)
+{
+	char *acc = ud;
+	size_t n = strlen(acc);
+	snprintf(acc + n, 4096 - n, "%s:%llu;", key, (unsigned long long)info->size);
+	return 0;
+}
+
+static void test_store__put_get_head_list_delete(void **state)
+{
+	fixture_t *fx = *state;
+	char src[128], dst[128], prefix[128], listing[4096] = "";
+	tb_object_info_t info;
+	tb_error_t err;
+
+	NEED(fx);
+	const char *key = unique_key("report.md");
+	snprintf(src, sizeof(src), "%s/src.txt", tmpdir);
+	snprintf(dst, sizeof(dst), "%s/dst.txt", tmpdir);
+	write_file(src, "hello artifacts\n");
+	if (tb_store_put_file(fx->store, key, src, &info, &err) != 0)
+		fail_msg("put: %s", err.msg);
+	assert_int_equal(info.size, 16);
+	assert_int_equal(tb_store_head(fx->store, key, &info, &err), 0);
+	assert_int_equal(info.size, 16);
+	assert_int_equal(strlen(info.sha256), 64);
+	if (tb_store_get_file(fx->store, key, dst, &info, &err) != 0)
+		fail_msg("get: %s", err.msg);
+	assert_string_equal(read_file(dst), "hello artifacts\n");
+
+	/* A second object under the same task, then the listing. */
+	snprintf(prefix, sizeof(prefix), "%.*s", (int)(strrchr(key, '/') - key + 1), key);
+	char second[256];
+	snprintf(second, sizeof(second), "%smore/data.bin", prefix);
+	assert_int_equal(tb_store_put_bytes(fx->store, second, "12345", 5, NULL, &err), 0);
+	assert_int_equal(tb_store_list(fx->store, prefix, collect_keys, listing, &err), 0);
+	char want[1024];
+	snprintf(want, sizeof(want), "%smore/data.bin:5;%s:16;", prefix, key);
+	assert_string_equal(listing, want);
+
+	assert_int_equal(tb_store_delete(fx->store, key, &err), 0);
+	assert_int_equal(tb_store_head(fx->store, key, &info, &err), TB_ENOTFOUND);
+	assert_int_equal(tb_store_get_file(fx->store, key, dst, &info, &err), TB_ENOTFOUND);
+	assert_int_equal(tb_store_delete(fx->store, key, &err), 0); /* already gone: fine */
+	assert_int_equal(tb_store_delete(fx->store, second, &err), 0);
+}
+
+static void test_store__never_overwrites_other_content(void **state)
+{
+	fixture_t *fx = *state;
+	tb_error_t err;
+
+	NEED(fx);
+	const char *key = unique_key("verdict.msgpack");
+	assert_int_equal(tb_store_put_bytes(fx->store, key, "first", 5, NULL, &err), 0);
+	/* A replay writing the same bytes succeeds ... */
+	assert_int_equal(tb_store_put_bytes(fx->store, key, "first", 5, NULL, &err), 0);
+	/* ... other bytes under the same key never replace them. */
+	assert_int_equal(tb_store_put_bytes(fx->store, key, "second", 6, NULL, &err), TB_EINVAL);
+	assert_non_null(strstr(err.msg, "exists with other content"));
+	tb_store_delete(fx->store, key, &err);
+}
+
+/* A PUT signed by hand, with an x-amz-meta-sha256 of our choosing. */
+static void raw_s3_put(const fixture_t *fx, const char *key, const char *body, const char *meta)
+{
+	const char *endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT");
+	tb_sigv4_creds_t c = { getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), NULL,
+			       getenv("TASKBOX_TEST_S3_REGION"), "s3" };
+	char path[512], url[1024], date[TB_SIGV4_DATE_LEN], sha[65], auth[TB_SIGV4_AUTH_MAX];
+	char h[4][TB_SIGV4_AUTH_MAX + 32];
+	const char *host = strstr(endpoint, "://") + 3;
+	tb_error_t err;
+
+	snprintf(path, sizeof(path), "/%s/runs/%s", fx->bucket, key);
+	snprintf(url, sizeof(url), "%s%s", endpoint, path);
+	tb_sigv4_date(date, time(NULL));
+	tb_sha256_hex(sha, body, strlen(body));
+	tb_sigv4_header_t sh[] = { { "host", host },
+				   { "x-amz-content-sha256", sha },
+				   { "x-amz-date", date },
+				   { "x-amz-meta-sha256", meta } };
+	assert_int_equal(
+	    tb_sigv4_authorization(auth, sizeof(auth), &c, "PUT", path, "", sh, 4, sha, date, &err),
+	    0);
+	snprintf(h[0], sizeof(h[0]), "Authorization: %s", auth);
+	snprintf(h[1], sizeof(h[1]), "x-amz-date: %s", date);
+	snprintf(h[2], sizeof(h[2]), "x-amz-content-sha256: %s", sha);
+	snprintf(h[3], sizeof(h[3]), "x-amz-meta-sha256: %s", meta);
+	struct curl_slist *hl = NULL;
+	for (int i = 0; i < 4; i++)
+		hl = curl_slist_append(hl, h[i]);
+	CURL *cu = curl_easy_init();
+	long status = 0;
+	curl_easy_setopt(cu, CURLOPT_URL, url);
+	curl_easy_setopt(cu, CURLOPT_CUSTOMREQUEST, "PUT");
+	curl_easy_setopt(cu, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(cu, CURLOPT_HTTPHEADER, hl);
+	assert_int_equal(curl_easy_perform(cu), CURLE_OK);
+	curl_easy_getinfo(cu, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(cu);
+	curl_slist_free_all(hl);
+	assert_int_equal(status, 200);
+}
+
+static void test_store__checksum_mismatch_is_detected(void **state)
+{
+	fixture_t *fx = *state;
+	char path[128], dst[128];
+	tb_object_info_t info;
+	tb_error_t err;
+	int fd;
+
+	NEED(fx);
+	const char *key = unique_key("tampered.txt");
+	snprintf(path, sizeof(path), "%s/tamper.txt", tmpdir);
+	snprintf(dst, sizeof(dst), "%s/tamper-out.txt", tmpdir);
+	write_file(path, "the real content");
+	write_file(dst, "untouched");
+	/* Store bytes under a checksum that is not theirs, behind the
+	 * wrapper's back, as a corrupted store would. */
+	if (fx->s3) {
+		raw_s3_put(fx, key, "the real content",
+			   "0000000000000000000000000000000000000000000000000000000000000000");
+	} else {
+		fd = open(path, O_RDONLY);
+		assert_int_equal(
+		    fx->store->ops->put(fx->store, key, fd, 16,
+					"000000000000000000000000000000000000000000000000"
+					"0000000000000000",
+					&err),
+		    0);
+		close(fd);
+	}
+	assert_int_equal(tb_store_get_file(fx->store, key, dst, &info, &err), TB_EIO);
+	assert_non_null(strstr(err.msg, "checksum mismatch"));
+	assert_string_equal(read_file(dst), "untouched"); /* not replaced */
+	tb_store_delete(fx->store, key, &err);
+}
+
+static void test_store__bad_keys_are_refused(void **state)
+{
+	fixture_t *fx = *state;
+	tb_error_t err;
+
+	NEED(fx);
+	assert_int_equal(tb_store_put_bytes(fx->store, "../escape", "x", 1, NULL, &err), TB_EINVAL);
+	assert_int_equal(tb_store_put_bytes(fx->store, "/abs", "x", 1, NULL, &err), TB_EINVAL);
+	assert_int_equal(tb_store_put_bytes(fx->store, "a//b", "x", 1, NULL, &err), TB_EINVAL);
+}
+
+static size_t to_buf(char *p, size_t size, size_t n, void *ud)
+{
+	char *buf = ud;
+	size_t have = strlen(buf), len = size * n;
+	if (have + len < 4096) {
+		memcpy(buf + have, p, len);
+		buf[have + len] = '\0';
+	}
+	return len;
+}
+
+static long fetch(const char *url, char *body)
+{
+	CURL *c = curl_easy_init();
+	long status = 0;
+
+	body[0] = '\0';
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_buf);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
+	assert_int_equal(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(c);
+	return status;
+}
+
+static void test_s3__signed_url_works_until_it_expires(void **state)
+{
+	fixture_t *fx = *state;
+	char body[4096], *url = NULL;
+	tb_error_t err;
+
+	NEED(fx);
+	const char *key = unique_key("shared file.txt");
+	assert_int_equal(tb_store_put_bytes(fx->store, key, "shared!", 7, NULL, &err), 0);
+	assert_int_equal(tb_store_share(fx->store, key, 60, &url, &err), 0);
+	assert_int_equal(fetch(url, body), 200);
+	assert_string_equal(body, "shared!");
+	free(url);
+	assert_int_equal(tb_store_share(fx->store, key, 1, &url, &err), 0);
+	sleep(2);
+	assert_int_equal(fetch(url, body), 403);
+	free(url);
+	assert_int_equal(tb_store_share(fx->store, key, 0, &url, &err), TB_EINVAL);
+	tb_store_delete(fx->store, key, &err);
+}
+
+static void test_s3__wrong_credentials_are_rejected(void **state)
+{
+	fixture_t *fx = *state;
+	tb_store_config_t cfg = { 0 };
+	tb_store_t *bad;
+	tb_error_t err;
+	char url[128];
+
+	NEED(fx);
+	char *secret = strdup(getenv("AWS_SECRET_ACCESS_KEY"));
+	setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret", 1);
+	snprintf(url, sizeof(url), "s3://%s/runs", fx->bucket);
+	cfg.url = url;
+	cfg.endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT");
+	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	assert_int_equal(tb_store_open(&bad, &cfg, &err), 0);
+	setenv("AWS_SECRET_ACCESS_KEY", secret, 1);
+	free(secret);
+	assert_int_equal(tb_store_put_bytes(bad, unique_key("nope"), "x", 1, NULL, &err), TB_EIO);
+	assert_non_null(strstr(err.msg, "403"));
+	tb_store_close(bad);
+}
+
+static void test_s3__dead_server_is_retried_then_a_clear_error(void **state)
+{
+	fixture_t *fx = *state;
+	tb_store_config_t cfg = { 0 };
+	tb_store_t *dead;
+	tb_error_t err;
+
+	NEED(fx);
+	/* Nothing listens on port 1 of the loopback. */
+	cfg.url = "s3://tb-dead-bucket";
+	cfg.endpoint = "http://127.0.0.1:1";
+	cfg.region = "us-east-1";
+	assert_int_equal(tb_store_open(&dead, &cfg, &err), 0);
+	assert_int_equal(tb_store_put_bytes(dead, unique_key("lost"), "x", 1, NULL, &err), TB_EIO);
+	assert_non_null(strstr(err.msg, "after 5 attempts"));
+	printf("dead server: %s\n", err.msg);
+	tb_store_close(dead);
+}
+
+static void test_s3__large_file_goes_up_in_parts_with_flat_memory(void **state)
+{
+	fixture_t *fx = *state;
+	char src[128], dst[128];
+	tb_object_info_t up, down;
+	struct rusage ru;
+	tb_error_t err;
+	uint32_t x = 12345;
+
+	NEED(fx);
+	const char *key = unique_key("big.bin");
+	snprintf(src, sizeof(src), "%s/big.bin", tmpdir);
+	snprintf(dst, sizeof(dst), "%s/big-out.bin", tmpdir);
+	FILE *f = fopen(src, "w");
+	static uint32_t block[16384];
+	for (int b = 0; b < 4096; b++) { /* 256 MiB of xorshift */
+		for (size_t i = 0; i < 16384; i++) {
+			x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+			block[i] = x;
+		}
+		assert_int_equal(fwrite(block, sizeof(block), 1, f), 1);
+	}
+	fclose(f);
+	getrusage(RUSAGE_SELF, &ru);
+	long before = ru.ru_maxrss;
+	if (tb_store_put_file(fx->store, key, src, &up, &err) != 0)
+		fail_msg("put: %s", err.msg);
+	if (tb_store_get_file(fx->store, key, dst, &down, &err) != 0)
+		fail_msg("get: %s", err.msg);
+	getrusage(RUSAGE_SELF, &ru);
+	assert_int_equal(up.size, 256u << 20);
+	assert_string_equal(up.sha256, down.sha256);
+	printf("256 MiB through S3: peak RSS grew by %ld KiB\n", ru.ru_maxrss - before);
+	assert_true(ru.ru_maxrss - before < 64 * 1024); /* flat: far below the file's size */
+	unlink(src);
+	unlink(dst);
+	tb_store_delete(fx->store, key, &err);
+}
+
+static void test_store__open_explains_bad_urls(void **state)
+{
+	tb_store_config_t cfg = { 0 };
+	tb_store_t *s;
+	tb_error_t err;
+
+	(void)state;
+	cfg.url = "ftp://x";
+	assert_int_equal(tb_store_open(&s, &cfg, &err), TB_EINVAL);
+	assert_non_null(strstr(err.msg, "expected dir:///path or s3://bucket"));
+	cfg.url = "dir://relative";
+	assert_int_equal(tb_store_open(&s, &cfg, &err), TB_EINVAL);
+	cfg.url = "s3://ab";
+	assert_int_equal(tb_store_open(&s, &cfg, &err), TB_EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest dir_tests[] = {
+		cmocka_unit_test(test_store__open_explains_bad_urls),
+		cmocka_unit_test(test_store__put_get_head_list_delete),
+		cmocka_unit_test(test_store__never_overwrites_other_content),
+		cmocka_unit_test(test_store__checksum_mismatch_is_detected),
+		cmocka_unit_test(test_store__bad_keys_are_refused),
+	};
+	const struct CMUnitTest s3_tests[] = {
+		cmocka_unit_test(test_store__put_get_head_list_delete),
+		cmocka_unit_test(test_store__never_overwrites_other_content),
+		cmocka_unit_test(test_store__checksum_mismatch_is_detected),
+		cmocka_unit_test(test_store__bad_keys_are_refused),
+		cmocka_unit_test(test_s3__signed_url_works_until_it_expires),
+		cmocka_unit_test(test_s3__wrong_credentials_are_rejected),
+		cmocka_unit_test(test_s3__dead_server_is_retried_then_a_clear_error),
+		cmocka_unit_test(test_s3__large_file_goes_up_in_parts_with_flat_memory),
+	};
+	int rc;
+
+	if (!mkdtemp(tmpdir))
+		return 1;
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	rc = cmocka_run_group_tests_name("dir store", dir_tests, open_dir, close_store);
+	rc |= cmocka_run_group_tests_name("s3 store (SigV4)", s3_tests, open_s3, close_store);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+	if (system(cmd) != 0)
+		rc |= 1;
+	curl_global_cleanup();
+	return rc;
+}
