@@ -106,7 +106,7 @@ void tb_msg_free(const tb_schema_t *schema, void *obj)
 
 /* ---------------------------------------------------------------- checks */
 
-static bool utf8_valid(const uint8_t *s, size_t n)
+bool tb_utf8_valid(const uint8_t *s, size_t n)
 {
 	size_t i = 0;
 
@@ -293,7 +293,7 @@ static int dup_str(char **out, const msgpack_object *o, uint64_t min, uint64_t m
 		FAIL(TB_ETOOBIG, "%u bytes, at most %llu allowed", n, (unsigned long long)max);
 	if (n < min)
 		FAIL(TB_EINVAL, "%u bytes, at least %llu required", n, (unsigned long long)min);
-	if (!utf8_valid((const uint8_t *)o->via.str.ptr, n))
+	if (!tb_utf8_valid((const uint8_t *)o->via.str.ptr, n))
 		FAIL(TB_EINVAL, "not valid UTF-8 (or contains NUL)");
 	*out = malloc((size_t)n + 1);
 	if (!*out)
@@ -711,7 +711,7 @@ static int check_str(const char *s, uint64_t min, uint64_t max, tb_check_fn chec
 		FAIL(TB_ETOOBIG, "%zu bytes, at most %llu allowed", n, (unsigned long long)max);
 	if (n < min)
 		FAIL(TB_EINVAL, "%zu bytes, at least %llu required", n, (unsigned long long)min);
-	if (!utf8_valid((const uint8_t *)s, n))
+	if (!tb_utf8_valid((const uint8_t *)s, n))
 		FAIL(TB_EINVAL, "not valid UTF-8");
 	if (check && check(s, why, sizeof(why)) != 0)
 		FAIL(TB_EINVAL, "%s", why);

@@ -39,8 +39,14 @@ static const tb_field_t input_fields[] = {
 	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_input_t, name), .min = 1, .max = 255,
 	 .check = tb_check_relpath},
-	{.name = "artifact", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	{.name = "artifact", .type = TB_FT_STR,
 	 .offset = offsetof(tb_input_t, artifact), .min = 1, .max = 1024,
+	 .check = tb_check_relpath},
+	{.name = "task", .type = TB_FT_STR,
+	 .offset = offsetof(tb_input_t, task), .min = 1, .max = 128,
+	 .check = tb_check_id},
+	{.name = "path", .type = TB_FT_STR,
+	 .offset = offsetof(tb_input_t, path), .min = 1, .max = 1024,
 	 .check = tb_check_relpath},
 	{.name = "sha256", .type = TB_FT_STR,
 	 .offset = offsetof(tb_input_t, sha256), .min = 64, .max = 64,
@@ -48,11 +54,24 @@ static const tb_field_t input_fields[] = {
 };
 /* clang-format on */
 
+/* An input names an artifact key, or an earlier task's output path. */
+static int input_check(const void *obj, tb_error_t *err)
+{
+	const tb_input_t *in = obj;
+
+	if (in->artifact ? (in->task || in->path) : !(in->task && in->path))
+		return tb_error_set(err, TB_EINVAL,
+				    "give either 'artifact', or 'task' and 'path' (an earlier "
+				    "task's output)");
+	return 0;
+}
+
 static const tb_schema_t input_schema = {
 	.name = "input",
 	.size = sizeof(tb_input_t),
 	.fields = input_fields,
-	.nfields = 3,
+	.nfields = sizeof(input_fields) / sizeof(input_fields[0]),
+	.check = input_check,
 };
 
 #define LIMIT(n, member, hi)                                                                       \

@@ -156,6 +156,17 @@ int tb_store_put_file(tb_store_t *s, const char *key, const char *path, tb_objec
 	return rc;
 }
 
+int tb_store_put_fd(tb_store_t *s, const char *key, int fd, tb_object_info_t *out, tb_error_t *err)
+{
+	int rc;
+
+	if ((rc = check_key(key, err)) < 0)
+		return rc;
+	if ((rc = put_fd(s, key, fd, out, err)) < 0)
+		tb_error_prefix(err, "put %s", key);
+	return rc;
+}
+
 int tb_store_put_bytes(tb_store_t *s, const char *key, const void *data, size_t len,
 		       tb_object_info_t *out, tb_error_t *err)
 {
@@ -226,6 +237,53 @@ fail:
 	close(fd);
 	unlink(tmp);
 	return tb_error_prefix(err, "get %s", key);
+}
+
+int tb_store_get_bytes(tb_store_t *s, const char *key, size_t max, char **out, size_t *len,
+		       tb_error_t *err)
+{
+	tb_object_info_t info;
+	char sha[65];
+	uint64_t size;
+	int fd, rc;
+
+	*out = NULL;
+	*len = 0;
+	if ((rc = check_key(key, err)) < 0)
+		return rc;
+	if ((rc = s->ops->head(s, key, &info, err)) < 0)
+		return rc;
+	if (info.size > max)
+		return tb_error_set(err, TB_ETOOBIG, "get %s: %llu bytes, at most %zu expected",
+				    key, (unsigned long long)info.size, max);
+	if ((fd = memfd_create("taskbox-object", MFD_CLOEXEC)) < 0)
+		return tb_error_errno(err, TB_EIO, errno, "store: memfd");
+	if ((rc = s->ops->get(s, key, fd, &info, err)) < 0 ||
+	    (rc = tb_store_hash_fd(fd, sha, &size, err)) < 0)
+		goto out;
+	if (size > max) {
+		rc = tb_error_set(err, TB_ETOOBIG, "get %s: over %zu bytes", key, max);
+		goto out;
+	}
+	if (info.sha256[0] && strcmp(sha, info.sha256) != 0) {
+		rc = tb_error_set(err, TB_EIO, "get %s: checksum mismatch: stored %s, received %s",
+				  key, info.sha256, sha);
+		goto out;
+	}
+	if (!(*out = malloc(size ? size : 1))) {
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (pread(fd, *out, size, 0) != (ssize_t)size) {
+		rc = tb_error_errno(err, TB_EIO, errno, "store: read back %s", key);
+		free(*out);
+		*out = NULL;
+		goto out;
+	}
+	*len = size;
+out:
+	close(fd);
+	return rc;
 }
 
 int tb_store_head(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err)

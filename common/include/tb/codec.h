@@ -159,6 +159,9 @@ void tb_msg_free(const tb_schema_t *schema, void *obj);
  */
 int tb_msg_peek(const tb_schema_t **out, const void *data, size_t len, tb_error_t *err);
 
+/** True if @p s holds @p n bytes of valid UTF-8 without NUL. */
+bool tb_utf8_valid(const uint8_t *s, size_t n);
+
 /* Common checks usable as tb_field_t.check. */
 int tb_check_id(const void *value, char *why, size_t whylen);      /* ids */
 int tb_check_commit(const void *value, char *why, size_t whylen);  /* 40 hex */

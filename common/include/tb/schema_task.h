@@ -20,7 +20,9 @@ typedef struct tb_recipe_ref {
 
 typedef struct tb_input {
 	char *name;     /* relative path under /inputs in the sandbox */
-	char *artifact; /* artifact key in the store */
+	char *artifact; /* an artifact key in the store, or ... */
+	char *task;     /* ... an earlier task whose output ... */
+	char *path;     /* ... this is (resolved through its manifest) */
 	char *sha256;   /* optional: expected checksum */
 } tb_input_t;
 

@@ -63,6 +63,10 @@ const char *tb_store_describe(const tb_store_t *s);
 int tb_store_put_file(tb_store_t *s, const char *key, const char *path, tb_object_info_t *out,
 		      tb_error_t *err);
 
+/** Same, from an open file (read from offset 0): for files opened safely
+ * inside a sandbox's file system, so no path is resolved twice. */
+int tb_store_put_fd(tb_store_t *s, const char *key, int fd, tb_object_info_t *out, tb_error_t *err);
+
 /** Same, from memory: manifests, verdicts, conversation records. */
 int tb_store_put_bytes(tb_store_t *s, const char *key, const void *data, size_t len,
 		       tb_object_info_t *out, tb_error_t *err);
@@ -75,6 +79,15 @@ int tb_store_put_bytes(tb_store_t *s, const char *key, const void *data, size_t 
  */
 int tb_store_get_file(tb_store_t *s, const char *key, const char *path, tb_object_info_t *out,
 		      tb_error_t *err);
+
+/**
+ * Downloads @p key into memory (small objects: manifests, verdicts), at
+ * most @p max bytes, checksum verified.
+ * @param[out] out malloc'd; the caller frees it
+ * @return 0; TB_ENOTFOUND; TB_ETOOBIG; TB_EIO
+ */
+int tb_store_get_bytes(tb_store_t *s, const char *key, size_t max, char **out, size_t *len,
+		       tb_error_t *err);
 
 /** Size and checksum of @p key. @return 0, TB_ENOTFOUND, TB_EIO */
 int tb_store_head(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err);

@@ -1,0 +1,248 @@
+/*
+ * test_collect.c: outputs out of a real sandbox into the store, with every
+ * unsafe kind of output refused; and inputs from the store (by key and by
+ * an earlier task's manifest) into a sandbox's /inputs. As root; skips
+ * (77) otherwise.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "collect.h"
+#include "inputs.h"
+#include "sandbox.h"
+
+static tb_seccomp_t *policy;
+static tb_store_t *store;
+static char root[64] = "/tmp/tb-collect-test-XXXXXX";
+static char work[128], storedir[128];
+static char *binds_items[] = { "/usr", "/bin", "/lib", "/lib64", "/sbin" };
+static const tb_strlist_t binds = { 5, binds_items };
+
+static tb_sandbox_spec_t spec(const char *base, const char *inputs)
+{
+	static char name[2][32];
+	static int k;
+	char *n = name[k++ % 2];
+	snprintf(n, 32, "%s-%d", base, getpid());
+	return (tb_sandbox_spec_t){ .name = n,
+				    .hostname = "collect",
+				    .slot = 2,
+				    .work_root = work,
+				    .group = "tbcollect",
+				    .ro_binds = &binds,
+				    .inputs_dir = inputs,
+				    .workspace_mb = 8,
+				    .outputs_mb = 8,
+				    .memory_mb = 128,
+				    .pids = 64,
+				    .max_open_files = 64,
+				    .max_file_mb = 8 };
+}
+
+static int run_sh(tb_sandbox_t *sb, const char *script, char *out, size_t cap)
+{
+	const char *argv[] = { "/bin/sh", "-c", script, NULL };
+	const char *env[] = { "PATH=/usr/bin:/bin", NULL };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, 0 };
+	tb_sandbox_exit_t e;
+	tb_error_t err;
+	int fds[2], id;
+
+	assert_int_equal(pipe(fds), 0);
+	ex.stdout_fd = fds[1];
+	ex.stderr_fd = fds[1];
+	if (tb_sandbox_spawn(sb, &id, &ex, &err) != 0)
+		fail_msg("%s", err.msg);
+	close(fds[1]);
+	assert_int_equal(tb_sandbox_wait(sb, id, 30000, &e, &err), 0);
+	ssize_t n = read(fds[0], out, cap - 1);
+	out[n > 0 ? n : 0] = '\0';
+	close(fds[0]);
+	return e.end == TB_SANDBOX_EXITED ? e.code : -1;
+}
+
+static const char *reason_of(const tb_manifest_t *m, const char *path)
+{
+	for (size_t i = 0; i < m->refused.n; i++) {
+		const tb_refused_t *r = (const tb_refused_t *)m->refused.items + i;
+		if (!strcmp(r->path, path))
+			return r->reason;
+	}
+	return NULL;
+}
+
+static void test_collect__saves_regular_files_and_refuses_the_rest(void **state)
+{
+	tb_sandbox_spec_t s = spec("c1", NULL);
+	tb_collect_limits_t lim = { .max_files = 3, .max_bytes = 1 << 20 };
+	tb_manifest_t m = { 0 };
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	char out[512], outputs[128], got[128];
+
+	(void)state;
+	assert_int_equal(tb_sandbox_create(&sb, policy, &s, &err), 0);
+	assert_int_equal(
+	    run_sh(sb,
+		   "cd /outputs && echo alpha > a.txt && mkdir sub && echo beta > sub/b.txt"
+		   " && echo gamma > sub/c.txt && echo delta > sub/d.txt"
+		   " && head -c 2000000 /dev/zero > z-big.bin"
+		   " && ln -s /etc/passwd link && ln -s a.txt inner-link"
+		   " && mkfifo fifo && touch \"$(printf 'bad\\377name')\"",
+		   out, sizeof(out)),
+	    0);
+	snprintf(outputs, sizeof(outputs), "/proc/%d/root/outputs", (int)tb_sandbox_init_pid(sb));
+	if (tb_collect_outputs(&m, store, outputs, "tasks/t-c1/1/outputs/", &lim, &err) != 0)
+		fail_msg("collect: %s", err.msg);
+	assert_int_equal(m.artifacts.n, 3);
+	const tb_artifact_t *a = m.artifacts.items;
+	assert_string_equal(a[0].path, "a.txt");
+	assert_string_equal(a[1].path, "sub/b.txt");
+	assert_string_equal(a[2].path, "sub/c.txt");
+	assert_string_equal(a[0].key, "tasks/t-c1/1/outputs/a.txt");
+	assert_string_equal(reason_of(&m, "sub/d.txt"), "over the file count limit");
+	assert_string_equal(reason_of(&m, "z-big.bin"), "over the file count limit");
+	assert_string_equal(reason_of(&m, "link"), "symbolic link (links are not followed)");
+	assert_string_equal(reason_of(&m, "inner-link"), "symbolic link (links are not followed)");
+	assert_string_equal(reason_of(&m, "fifo"), "not a regular file (fifo)");
+	assert_string_equal(reason_of(&m, "bad?name"), "name is not valid UTF-8");
+	snprintf(got, sizeof(got), "%s/got.txt", root);
+	assert_int_equal(
+	    tb_store_get_file(store, "tasks/t-c1/1/outputs/sub/b.txt", got, NULL, &err), 0);
+	FILE *f = fopen(got, "r");
+	assert_non_null(fgets(out, sizeof(out), f));
+	fclose(f);
+	assert_string_equal(out, "beta\n");
+	/* The whole manifest, refusals included, passes its own schema. */
+	m.task_id = strdup("t-c1");
+	m.attempt = 1;
+	m.recipe.url = strdup("file:///recipes/x");
+	m.recipe.commit = strdup("0123456789abcdef0123456789abcdef01234567");
+	m.conversation_key = strdup("tasks/t-c1/1/conversation.msgpack");
+	msgpack_sbuffer sb2;
+	msgpack_sbuffer_init(&sb2);
+	if (tb_msg_encode(&sb2, &tb_schema_manifest, &m, &err) != 0)
+		fail_msg("manifest: %s", err.msg);
+	msgpack_sbuffer_destroy(&sb2);
+	tb_msg_free(&tb_schema_manifest, &m);
+
+	/* With room for one file of 2 MB, the size cap speaks instead. */
+	tb_manifest_t m2 = { 0 };
+	lim.max_files = 100;
+	lim.max_bytes = 1000;
+	assert_int_equal(
+	    tb_collect_outputs(&m2, store, outputs, "tasks/t-c1/2/outputs/", &lim, &err), 0);
+	assert_string_equal(reason_of(&m2, "z-big.bin"), "over the size limit");
+	tb_msg_free(&tb_schema_manifest, &m2);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+}
+
+static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **state)
+{
+	tb_input_t in[2] = {
+		{ .name = "notes.txt", .artifact = "tasks/t-prev/2/outputs/notes.txt" },
+		{ .name = "prior/summary.md", .task = "t-prev", .path = "summary.md" }
+	};
+	tb_task_t task = { .inputs = { 2, in } };
+	tb_artifact_t art = { .path = "summary.md",
+			      .key = "tasks/t-prev/2/outputs/summary.md",
+			      .size = 8 };
+	tb_manifest_t m = { .task_id = "t-prev",
+			    .attempt = 2,
+			    .conversation_key = "tasks/t-prev/2/c",
+			    .recipe = { "file:///r", "0123456789abcdef0123456789abcdef01234567" },
+			    .artifacts = { 1, &art } };
+	tb_object_info_t info;
+	msgpack_sbuffer sb;
+	tb_sandbox_t *box;
+	tb_error_t err;
+	char dir[160], out[256];
+
+	(void)state;
+	assert_int_equal(tb_store_put_bytes(store, in[0].artifact, "my notes", 8, NULL, &err), 0);
+	assert_int_equal(tb_store_put_bytes(store, art.key, "summary!", 8, &info, &err), 0);
+	art.sha256 = info.sha256;
+	msgpack_sbuffer_init(&sb);
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_manifest, &m, &err), 0);
+	assert_int_equal(tb_store_put_bytes(store, "tasks/t-prev/2/manifest.msgpack", sb.data,
+					    sb.size, NULL, &err),
+			 0);
+	msgpack_sbuffer_destroy(&sb);
+
+	snprintf(dir, sizeof(dir), "%s/inputs-1", root);
+	if (tb_inputs_fetch(store, &task, dir, &err) != 0)
+		fail_msg("fetch: %s", err.msg);
+	tb_sandbox_spec_t s = spec("c2", dir);
+	if (tb_sandbox_create(&box, policy, &s, &err) != 0)
+		fail_msg("create: %s", err.msg);
+	assert_int_equal(run_sh(box,
+				"cat /inputs/notes.txt /inputs/prior/summary.md; "
+				"(echo x > /inputs/notes.txt) 2>/dev/null || echo ' read-only'",
+				out, sizeof(out)),
+			 0);
+	assert_string_equal(out, "my notessummary! read-only\n");
+	assert_int_equal(tb_sandbox_destroy(box, &err), 0);
+
+	/* A wrong checksum or a missing input can never succeed: poison. */
+	in[0].sha256 = "0000000000000000000000000000000000000000000000000000000000000000";
+	snprintf(dir, sizeof(dir), "%s/inputs-2", root);
+	assert_int_equal(tb_inputs_fetch(store, &task, dir, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "the task expects"));
+	in[0].sha256 = NULL;
+	in[1].path = "missing.md";
+	snprintf(dir, sizeof(dir), "%s/inputs-3", root);
+	assert_int_equal(tb_inputs_fetch(store, &task, dir, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "has no output 'missing.md'"));
+}
+
+static int setup(void **state)
+{
+	tb_error_t err;
+
+	(void)state;
+	if (!mkdtemp(root))
+		return -1;
+	chmod(root, 0711);
+	snprintf(work, sizeof(work), "%s/work", root);
+	snprintf(storedir, sizeof(storedir), "%s/store", root);
+	tb_sandbox_sweep(work, "tbcollect", &err);
+	if (tb_seccomp_compile(&policy, &err) != 0 ||
+	    tb_store_dir_open(&store, storedir, &err) != 0) {
+		fprintf(stderr, "%s\n", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	tb_store_close(store);
+	tb_seccomp_free(policy);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_collect__saves_regular_files_and_refuses_the_rest),
+		cmocka_unit_test(test_inputs__by_key_and_by_earlier_task_reach_the_sandbox),
+	};
+	if (geteuid() != 0) {
+		printf("SKIP: sandboxes need root\n");
+		return 77;
+	}
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,190 @@
+/*
+ * collect.c: the /outputs walk. Entries are visited in name order so the
+ * manifest (and which files fall past a cap) does not depend on directory
+ * order.
+ */
+#include "collect.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_DEPTH 32
+#define MAX_ENTRIES_PER_DIR 100000
+
+typedef struct walk {
+	tb_manifest_t *m;
+	tb_store_t *store;
+	const char *prefix;
+	const tb_collect_limits_t *lim;
+	uint64_t files, bytes;
+	tb_error_t *err;
+} walk_t;
+
+static int push(tb_list_t *l, size_t size, const void *item)
+{
+	void *bigger = realloc(l->items, (l->n + 1) * size);
+	if (!bigger)
+		return TB_ENOMEM;
+	l->items = bigger;
+	memcpy((char *)l->items + l->n * size, item, size);
+	l->n++;
+	return 0;
+}
+
+static int refuse(walk_t *w, const char *path, const char *reason)
+{
+	tb_refused_t r;
+	char cut[1025];
+
+	/* A refused name is the agent's: keep it printable and bounded. */
+	snprintf(cut, sizeof(cut), "%s", path);
+	for (char *p = cut; *p; p++)
+		if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x80)
+			*p = '?';
+	r.path = strdup(cut[0] ? cut : "?");
+	r.reason = strdup(reason);
+	if (!r.path || !r.reason || push(&w->m->refused, sizeof(r), &r) < 0) {
+		free(r.path);
+		free(r.reason);
+		return tb_error_set(w->err, TB_ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+static int save(walk_t *w, int fd, const char *rel, uint64_t size)
+{
+	char key[2048];
+	tb_object_info_t info;
+	tb_artifact_t a;
+	int rc;
+
+	if (w->files >= w->lim->max_files)
+		return refuse(w, rel, "over the file count limit");
+	if (size > w->lim->max_bytes - w->bytes)
+		return refuse(w, rel, "over the size limit");
+	snprintf(key, sizeof(key), "%s%s", w->prefix, rel);
+	if ((rc = tb_store_put_fd(w->store, key, fd, &info, w->err)) < 0)
+		return rc;
+	a.path = strdup(rel);
+	a.key = strdup(key);
+	a.size = info.size;
+	a.sha256 = strdup(info.sha256);
+	if (!a.path || !a.key || !a.sha256 || push(&w->m->artifacts, sizeof(a), &a) < 0) {
+		free(a.path);
+		free(a.key);
+		free(a.sha256);
+		return tb_error_set(w->err, TB_ENOMEM, "out of memory");
+	}
+	w->files++;
+	w->bytes += info.size;
+	return 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int walk_dir(walk_t *w, int dfd, const char *rel, int depth)
+{
+	DIR *d = fdopendir(dfd);
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	int rc = 0;
+
+	if (!d) {
+		close(dfd);
+		return refuse(w, rel[0] ? rel : ".", "unreadable directory");
+	}
+	while ((de = readdir(d)) && n < MAX_ENTRIES_PER_DIR) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 32;
+			char **bigger = realloc(names, cap * sizeof(*names));
+			if (!bigger) {
+				rc = tb_error_set(w->err, TB_ENOMEM, "out of memory");
+				goto out;
+			}
+			names = bigger;
+		}
+		if (!(names[n] = strdup(de->d_name))) {
+			rc = tb_error_set(w->err, TB_ENOMEM, "out of memory");
+			goto out;
+		}
+		n++;
+	}
+	qsort(names, n, sizeof(*names), by_name);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		char path[4096];
+		struct stat st;
+		int fd;
+
+		snprintf(path, sizeof(path), "%s%s%s", rel, rel[0] ? "/" : "", names[i]);
+		if (!tb_utf8_valid((const uint8_t *)names[i], strlen(names[i]))) {
+			rc = refuse(w, path, "name is not valid UTF-8");
+			continue;
+		}
+		if (strlen(path) > 1024) {
+			rc = refuse(w, path, "path longer than 1024 bytes");
+			continue;
+		}
+		if (fstatat(dirfd(d), names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			rc = refuse(w, path, "vanished while collecting");
+			continue;
+		}
+		if (S_ISLNK(st.st_mode)) {
+			rc = refuse(w, path, "symbolic link (links are not followed)");
+		} else if (S_ISDIR(st.st_mode)) {
+			if (depth >= MAX_DEPTH) {
+				rc = refuse(w, path, "nested too deep");
+				continue;
+			}
+			fd = openat(dirfd(d), names[i],
+				    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			rc = fd < 0 ? refuse(w, path, "unreadable directory")
+				    : walk_dir(w, fd, path, depth + 1);
+		} else if (S_ISREG(st.st_mode)) {
+			/* O_NONBLOCK: should it have become a fifo since the
+			 * stat, opening must not hang the worker. */
+			fd = openat(dirfd(d), names[i],
+				    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+			if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+				rc = refuse(w, path, "changed while collecting");
+			} else {
+				rc = save(w, fd, path, (uint64_t)st.st_size);
+			}
+			if (fd >= 0)
+				close(fd);
+		} else {
+			rc = refuse(w, path,
+				    S_ISFIFO(st.st_mode)   ? "not a regular file (fifo)"
+				    : S_ISSOCK(st.st_mode) ? "not a regular file (socket)"
+							   : "not a regular file (device)");
+		}
+	}
+out:
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	closedir(d);
+	return rc;
+}
+
+int tb_collect_outputs(tb_manifest_t *m, tb_store_t *store, const char *outputs_dir,
+		       const char *key_prefix, const tb_collect_limits_t *lim, tb_error_t *err)
+{
+	walk_t w = { m, store, key_prefix, lim, 0, 0, err };
+	int fd = open(outputs_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return tb_error_errno(err, TB_EIO, errno, "collect: open %s", outputs_dir);
+	return walk_dir(&w, fd, "", 0);
+}
