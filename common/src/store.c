@@ -45,8 +45,28 @@ int tb_store_open(tb_store_t **out, const tb_store_config_t *cfg, tb_error_t *er
 		return tb_store_s3_open(out, bucket, slash && slash[1] ? slash + 1 : "",
 					cfg->endpoint, cfg->region, err);
 	}
+	if (!strncmp(url, "s3v2://", 7)) {
+		char bucket[64];
+		const char *b = url + 7, *slash = strchr(b, '/');
+		size_t n = slash ? (size_t)(slash - b) : strlen(b);
+		if (n < 3 || n > 63)
+			return tb_error_set(
+			    err, TB_EINVAL,
+			    "store.url '%s': the bucket name must be 3-63 characters", url);
+		memcpy(bucket, b, n);
+		bucket[n] = '\0';
+		return tb_store_s3v2_open(out, bucket, slash && slash[1] ? slash + 1 : "",
+					  cfg->endpoint, err);
+	}
 	return tb_error_set(err, TB_EINVAL,
-			    "store.url '%s': expected dir:///path or s3://bucket[/prefix]", url);
+			    "store.url '%s': expected dir:///path, s3://bucket[/prefix] or "
+			    "s3v2://bucket[/prefix]",
+			    url);
+}
+
+int tb_store_create_bucket(tb_store_t *s, tb_error_t *err)
+{
+	return s->ops->mkbucket ? s->ops->mkbucket(s, err) : 0;
 }
 
 void tb_store_close(tb_store_t *s)
@@ -71,16 +91,17 @@ static int check_key(const char *key, tb_error_t *err)
 	return 0;
 }
 
-int tb_store_hash_fd(int fd, char sha256[65], uint64_t *size, tb_error_t *err)
+int tb_store_hash_fd(int fd, char sha256[65], char *md5, uint64_t *size, tb_error_t *err)
 {
 	unsigned char digest[32];
 	unsigned int dlen = 0;
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new(), *mctx = md5 ? EVP_MD_CTX_new() : NULL;
 	char *buf = malloc(HASH_CHUNK);
 	uint64_t total = 0;
 	int rc = 0;
 
-	if (!ctx || !buf || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+	if (!ctx || !buf || (md5 && !mctx) || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
+	    (mctx && EVP_DigestInit_ex(mctx, EVP_md5(), NULL) != 1)) {
 		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -95,17 +116,36 @@ int tb_store_hash_fd(int fd, char sha256[65], uint64_t *size, tb_error_t *err)
 		if (n == 0)
 			break;
 		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		if (mctx)
+			EVP_DigestUpdate(mctx, buf, (size_t)n);
 		total += (uint64_t)n;
 	}
 	EVP_DigestFinal_ex(ctx, digest, &dlen);
 	for (unsigned i = 0; i < 32; i++)
 		snprintf(sha256 + 2 * i, 3, "%02x", digest[i]);
+	if (mctx) {
+		EVP_DigestFinal_ex(mctx, digest, &dlen);
+		for (unsigned i = 0; i < 16; i++)
+			snprintf(md5 + 2 * i, 3, "%02x", digest[i]);
+	}
 	if (size)
 		*size = total;
 out:
 	EVP_MD_CTX_free(ctx);
+	EVP_MD_CTX_free(mctx);
 	free(buf);
 	return rc;
+}
+
+/* Whether what the store holds is the content we hashed: by SHA-256 where
+ * the store keeps it, else by the MD5 it vouches for. */
+static int same_content(const tb_object_info_t *have, const tb_object_info_t *mine)
+{
+	if (have->sha256[0])
+		return !strcmp(have->sha256, mine->sha256);
+	if (have->md5[0])
+		return !strcmp(have->md5, mine->md5);
+	return 0;
 }
 
 static int put_fd(tb_store_t *s, const char *key, int fd, tb_object_info_t *out, tb_error_t *err)
@@ -113,13 +153,14 @@ static int put_fd(tb_store_t *s, const char *key, int fd, tb_object_info_t *out,
 	tb_object_info_t have, info;
 	int rc;
 
-	if ((rc = tb_store_hash_fd(fd, info.sha256, &info.size, err)) < 0)
+	if ((rc = tb_store_hash_fd(fd, info.sha256, info.md5, &info.size, err)) < 0)
 		return rc;
 	/* Never replace other content: a later attempt writes its own keys,
 	 * and a replay of the same attempt writes the same bytes. */
+	memset(&have, 0, sizeof(have));
 	rc = s->ops->head(s, key, &have, err);
 	if (rc == 0) {
-		if (strcmp(have.sha256, info.sha256) != 0)
+		if (!same_content(&have, &info))
 			return tb_error_set(
 			    err, TB_EINVAL,
 			    "store: %s exists with other content (sha256 %s, not %s)", key,
@@ -200,13 +241,13 @@ int tb_store_put_bytes(tb_store_t *s, const char *key, const void *data, size_t 
 int tb_store_get_file(tb_store_t *s, const char *key, const char *path, tb_object_info_t *out,
 		      tb_error_t *err)
 {
-	char tmp[4096], sha[65];
-	tb_object_info_t info;
-	uint64_t size;
+	tb_object_info_t info, got;
+	char tmp[4096];
 	int fd, rc;
 
 	if ((rc = check_key(key, err)) < 0)
 		return rc;
+	memset(&info, 0, sizeof(info));
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.partial-XXXXXX", path) >= sizeof(tmp))
 		return tb_error_set(err, TB_EINVAL, "store: path too long");
 	fd = mkostemp(tmp, O_CLOEXEC);
@@ -214,13 +255,14 @@ int tb_store_get_file(tb_store_t *s, const char *key, const char *path, tb_objec
 		return tb_error_errno(err, TB_EIO, errno, "store: create %s", tmp);
 	if ((rc = s->ops->get(s, key, fd, &info, err)) < 0)
 		goto fail;
-	if ((rc = tb_store_hash_fd(fd, sha, &size, err)) < 0)
+	if ((rc = tb_store_hash_fd(fd, got.sha256, got.md5, &got.size, err)) < 0)
 		goto fail;
-	if (info.sha256[0] && strcmp(sha, info.sha256) != 0) {
+	if ((info.sha256[0] || info.md5[0]) && !same_content(&info, &got)) {
 		rc = tb_error_set(
 		    err, TB_EIO,
 		    "store: checksum mismatch for %s: stored %s, received %s (%llu bytes)", key,
-		    info.sha256, sha, (unsigned long long)size);
+		    info.sha256[0] ? info.sha256 : info.md5, info.sha256[0] ? got.sha256 : got.md5,
+		    (unsigned long long)got.size);
 		goto fail;
 	}
 	if (fsync(fd) < 0 || rename(tmp, path) < 0) {
@@ -228,10 +270,8 @@ int tb_store_get_file(tb_store_t *s, const char *key, const char *path, tb_objec
 		goto fail;
 	}
 	close(fd);
-	if (out) {
-		out->size = size;
-		memcpy(out->sha256, sha, sizeof(sha));
-	}
+	if (out)
+		*out = got;
 	return 0;
 fail:
 	close(fd);
@@ -242,15 +282,14 @@ fail:
 int tb_store_get_bytes(tb_store_t *s, const char *key, size_t max, char **out, size_t *len,
 		       tb_error_t *err)
 {
-	tb_object_info_t info;
-	char sha[65];
-	uint64_t size;
+	tb_object_info_t info, got;
 	int fd, rc;
 
 	*out = NULL;
 	*len = 0;
 	if ((rc = check_key(key, err)) < 0)
 		return rc;
+	memset(&info, 0, sizeof(info));
 	if ((rc = s->ops->head(s, key, &info, err)) < 0)
 		return rc;
 	if (info.size > max)
@@ -259,28 +298,27 @@ int tb_store_get_bytes(tb_store_t *s, const char *key, size_t max, char **out, s
 	if ((fd = memfd_create("taskbox-object", MFD_CLOEXEC)) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "store: memfd");
 	if ((rc = s->ops->get(s, key, fd, &info, err)) < 0 ||
-	    (rc = tb_store_hash_fd(fd, sha, &size, err)) < 0)
+	    (rc = tb_store_hash_fd(fd, got.sha256, got.md5, &got.size, err)) < 0)
 		goto out;
-	if (size > max) {
+	if (got.size > max) {
 		rc = tb_error_set(err, TB_ETOOBIG, "get %s: over %zu bytes", key, max);
 		goto out;
 	}
-	if (info.sha256[0] && strcmp(sha, info.sha256) != 0) {
-		rc = tb_error_set(err, TB_EIO, "get %s: checksum mismatch: stored %s, received %s",
-				  key, info.sha256, sha);
+	if ((info.sha256[0] || info.md5[0]) && !same_content(&info, &got)) {
+		rc = tb_error_set(err, TB_EIO, "get %s: checksum mismatch", key);
 		goto out;
 	}
-	if (!(*out = malloc(size ? size : 1))) {
+	if (!(*out = malloc(got.size ? got.size : 1))) {
 		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
 		goto out;
 	}
-	if (pread(fd, *out, size, 0) != (ssize_t)size) {
+	if (pread(fd, *out, got.size, 0) != (ssize_t)got.size) {
 		rc = tb_error_errno(err, TB_EIO, errno, "store: read back %s", key);
 		free(*out);
 		*out = NULL;
 		goto out;
 	}
-	*len = size;
+	*len = got.size;
 out:
 	close(fd);
 	return rc;

@@ -273,7 +273,7 @@ static void dir_close(tb_store_t *s)
 }
 
 static const struct tb_store_ops dir_ops = {
-	"dir", dir_put, dir_get, dir_head, dir_list, dir_del, dir_share, dir_close,
+	"dir", dir_put, dir_get, dir_head, dir_list, dir_del, dir_share, dir_close, NULL,
 };
 
 int tb_store_dir_open(tb_store_t **out, const char *dir, tb_error_t *err)

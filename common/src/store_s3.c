@@ -637,11 +637,7 @@ static void s3_close(tb_store_t *base)
 	free(s);
 }
 
-static const struct tb_store_ops s3_ops = {
-	"s3", s3_put, s3_get, s3_head, s3_list, s3_del, s3_share, s3_close,
-};
-
-int tb_store_s3_create_bucket(tb_store_t *base, tb_error_t *err)
+static int s3_mkbucket(tb_store_t *base, tb_error_t *err)
 {
 	s3_store_t *s = (s3_store_t *)base;
 	int rc;
@@ -658,6 +654,10 @@ static void curl_init_once(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 }
+
+static const struct tb_store_ops s3_ops = {
+	"s3", s3_put, s3_get, s3_head, s3_list, s3_del, s3_share, s3_close, s3_mkbucket,
+};
 
 int tb_store_s3_open(tb_store_t **out, const char *bucket, const char *prefix, const char *endpoint,
 		     const char *region, tb_error_t *err)

@@ -6,6 +6,9 @@
  *   s3://bucket[/prefix]               S3 with Signature V4 (libcurl); the
  *                                      default for S3, since AWS refuses V2
  *                                      for buckets made since June 2020
+ *   s3v2://bucket[/prefix]             S3-compatible servers that accept
+ *                                      Signature V2, through libs3 (no
+ *                                      multipart: one streamed request)
  *
  * Every object carries the SHA-256 of its content (S3: the x-amz-meta-sha256
  * header), computed while uploading and verified while downloading. Objects
@@ -35,6 +38,8 @@ typedef struct tb_store tb_store_t;
 typedef struct tb_object_info {
 	uint64_t size;
 	char sha256[65]; /* lowercase hex; "" when unknown (a listing) */
+	char md5[33];    /* lowercase hex, where the store vouches for it (the
+			  * ETag of a single-part S3 object); else "" */
 } tb_object_info_t;
 
 /** Called for each object of a listing, in key order; non-zero stops. */
@@ -123,6 +128,8 @@ struct tb_store_ops {
 	int (*del)(tb_store_t *s, const char *key, tb_error_t *err);
 	int (*share)(tb_store_t *s, const char *key, unsigned seconds, char **out, tb_error_t *err);
 	void (*close)(tb_store_t *s);
+	/* Creates the bucket, where there is one; may be NULL. */
+	int (*mkbucket)(tb_store_t *s, tb_error_t *err);
 };
 
 struct tb_store {
@@ -133,11 +140,15 @@ struct tb_store {
 int tb_store_dir_open(tb_store_t **out, const char *dir, tb_error_t *err);
 int tb_store_s3_open(tb_store_t **out, const char *bucket, const char *prefix, const char *endpoint,
 		     const char *region, tb_error_t *err);
+int tb_store_s3v2_open(tb_store_t **out, const char *bucket, const char *prefix,
+		       const char *endpoint, tb_error_t *err);
 
-/** Creates the bucket of an S3 store (tests, local development). */
-int tb_store_s3_create_bucket(tb_store_t *s, tb_error_t *err);
+/** Creates the bucket of an S3 store, if missing (tests, local
+ * development); a no-op for a directory. */
+int tb_store_create_bucket(tb_store_t *s, tb_error_t *err);
 
-/** SHA-256 of @p fd's content from offset 0 (streamed), and its size. */
-int tb_store_hash_fd(int fd, char sha256[65], uint64_t *size, tb_error_t *err);
+/** SHA-256 and MD5 of @p fd's content from offset 0 (streamed, one pass),
+ * and its size. @p md5 may be NULL. */
+int tb_store_hash_fd(int fd, char sha256[65], char *md5, uint64_t *size, tb_error_t *err);
 
 #endif

@@ -1,0 +1,464 @@
+/*
+ * store_s3v2.c: the artifact store on S3-compatible servers that accept
+ * AWS Signature V2, through libs3 (Debian's libs3 2.0): Ceph RGW,
+ * SeaweedFS, MinIO and the like. libs3 2.0 signs V2 only (AWS refuses V2
+ * for buckets created since June 2020: use s3:// there), has no multipart
+ * API, and does not return a PUT's ETag; so objects go up in one request
+ * (streamed from the file descriptor, never whole in memory). It also
+ * matches response headers case-sensitively ("ETag", "x-amz-meta-"), so
+ * against servers that capitalise them differently (SeaweedFS sends "Etag"
+ * and "X-Amz-Meta-Sha256") it sees neither. The checksum therefore lives
+ * in a small sidecar object, <prefix>.taskbox-sha256/<key>, written after
+ * the object (so its presence means the object is complete) and read back
+ * on head and get. Requests are retried while libs3 calls the status
+ * retryable. Selected by s3v2://bucket[/prefix].
+ */
+#include "tb/store.h"
+
+#include <errno.h>
+#include <libs3.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ATTEMPTS 5
+#define SIDECAR ".taskbox-sha256/"
+
+typedef struct v2_store {
+	tb_store_t base;
+	char bucket[64];
+	char prefix[512];
+	char host[256];
+	char *access_key, *secret_key;
+	S3BucketContext ctx;
+} v2_store_t;
+
+/* What one request's callbacks report back. */
+typedef struct v2_call {
+	S3Status status;
+	char message[512];
+	int fd;          /* body source (put) or sink (get) */
+	uint64_t offset; /* bytes moved so far */
+	uint64_t size;   /* put: body size */
+	uint64_t length; /* response Content-Length */
+	char sha256[65]; /* x-amz-meta-sha256 of the response */
+	char md5[33];    /* the ETag, when it is a plain MD5 */
+	int io_failed;
+	const char *mem; /* put from memory instead of fd */
+	char small[160]; /* a small object read into memory */
+	/* listing */
+	tb_store_list_fn fn;
+	void *ud;
+	size_t skip;
+	int stop;
+	int truncated;
+	char next[1100];
+} v2_call_t;
+
+static S3Status on_props(const S3ResponseProperties *p, void *data)
+{
+	v2_call_t *c = data;
+
+	c->length = p->contentLength;
+	/* libs3 2.0 matches "x-amz-meta-" case-sensitively and misses the
+	 * header when a server capitalises it (SeaweedFS does), so the
+	 * checksum may not come back; a single-part object's ETag is the MD5
+	 * of its content, which the server computed from what it received. */
+	if (p->eTag) {
+		const char *e = p->eTag + (p->eTag[0] == '"');
+		if (strspn(e, "0123456789abcdef") == 32) {
+			memcpy(c->md5, e, 32);
+			c->md5[32] = '\0';
+		}
+	}
+	for (int i = 0; i < p->metaDataCount; i++)
+		if (!strcasecmp(p->metaData[i].name, "sha256"))
+			snprintf(c->sha256, sizeof(c->sha256), "%s", p->metaData[i].value);
+	return S3StatusOK;
+}
+
+static void on_complete(S3Status status, const S3ErrorDetails *e, void *data)
+{
+	v2_call_t *c = data;
+
+	c->status = status;
+	c->message[0] = '\0';
+	if (e && e->message)
+		snprintf(c->message, sizeof(c->message), "%s", e->message);
+}
+
+static int on_put_data(int size, char *buf, void *data)
+{
+	v2_call_t *c = data;
+	uint64_t left = c->size - c->offset;
+	size_t want = (uint64_t)size < left ? (size_t)size : (size_t)left;
+	ssize_t n;
+
+	if (want == 0)
+		return 0;
+	do
+		n = pread(c->fd, buf, want, (off_t)c->offset);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0) {
+		c->io_failed = 1;
+		return -1; /* aborts the request */
+	}
+	c->offset += (uint64_t)n;
+	return (int)n;
+}
+
+static int on_put_mem(int size, char *buf, void *data)
+{
+	v2_call_t *c = data;
+	uint64_t left = c->size - c->offset;
+	size_t want = (uint64_t)size < left ? (size_t)size : (size_t)left;
+
+	memcpy(buf, c->mem + c->offset, want);
+	c->offset += want;
+	return (int)want;
+}
+
+static S3Status on_get_data(int size, const char *buf, void *data)
+{
+	v2_call_t *c = data;
+	size_t done = 0;
+
+	while (done < (size_t)size) {
+		ssize_t n = write(c->fd, buf + done, (size_t)size - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			c->io_failed = 1;
+			return S3StatusAbortedByCallback;
+		}
+		done += (size_t)n;
+	}
+	c->offset += (uint64_t)size;
+	return S3StatusOK;
+}
+
+static S3Status on_list(int truncated, const char *next, int count,
+			const S3ListBucketContent *contents, int nprefixes, const char **prefixes,
+			void *data)
+{
+	v2_call_t *c = data;
+
+	(void)nprefixes, (void)prefixes;
+	c->truncated = truncated;
+	c->next[0] = '\0';
+	if (next)
+		snprintf(c->next, sizeof(c->next), "%s", next);
+	else if (count > 0)
+		snprintf(c->next, sizeof(c->next), "%s", contents[count - 1].key);
+	for (int i = 0; i < count && !c->stop; i++) {
+		tb_object_info_t info = { .size = contents[i].size };
+		const char *k = contents[i].key;
+		if (strlen(k) < c->skip || !strncmp(k + c->skip, SIDECAR, strlen(SIDECAR)))
+			continue;
+		c->stop = c->fn(c->ud, k + c->skip, &info) != 0;
+	}
+	return S3StatusOK;
+}
+
+static void full_key(const v2_store_t *s, const char *key, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s%s", s->prefix, key);
+}
+
+static int fail(const v2_store_t *s, const char *what, const char *key, const v2_call_t *c,
+		tb_error_t *err)
+{
+	int notfound =
+	    c->status == S3StatusHttpErrorNotFound || c->status == S3StatusErrorNoSuchKey;
+	return tb_error_set(err, notfound ? TB_ENOTFOUND : TB_EIO, "s3v2 %s %s/%s%s: %s%s%s", what,
+			    s->bucket, s->prefix, key, S3_get_status_name(c->status),
+			    c->message[0] ? ": " : "", c->message);
+}
+
+static void backoff(int attempt)
+{
+	struct timespec ts = { 0, (long)(100000000L << (attempt < 4 ? attempt : 4)) };
+	while (ts.tv_nsec >= 1000000000L)
+		ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+	nanosleep(&ts, NULL);
+}
+
+static void sidecar_key(const v2_store_t *s, const char *key, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s" SIDECAR "%s", s->prefix, key);
+}
+
+static S3Status on_small_data(int size, const char *buf, void *data)
+{
+	v2_call_t *c = data;
+	if (c->offset + (uint64_t)size >= sizeof(c->small))
+		return S3StatusAbortedByCallback;
+	memcpy(c->small + c->offset, buf, (size_t)size);
+	c->offset += (uint64_t)size;
+	c->small[c->offset] = '\0';
+	return S3StatusOK;
+}
+
+/* Reads "<sha256> <size>" from the sidecar of @p key. */
+static int read_sidecar(v2_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err)
+{
+	S3GetObjectHandler h = { { on_props, on_complete }, on_small_data };
+	unsigned long long size = 0;
+	char k[2200], sha[65] = "";
+	v2_call_t c;
+
+	sidecar_key(s, key, k, sizeof(k));
+	for (int i = 0; i < ATTEMPTS; i++) {
+		memset(&c, 0, sizeof(c));
+		S3_get_object(&s->ctx, k, NULL, 0, 0, NULL, &h, &c);
+		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status))
+			break;
+		backoff(i);
+	}
+	if (c.status != S3StatusOK)
+		return fail(s, "HEAD", key, &c, err);
+	if (sscanf(c.small, "%64s %llu", sha, &size) != 2)
+		return tb_error_set(err, TB_EIO, "s3v2: checksum record of %s is unreadable", key);
+	snprintf(out->sha256, sizeof(out->sha256), "%s", sha);
+	out->size = size;
+	return 0;
+}
+
+static int v2_put(tb_store_t *base, const char *key, int fd, uint64_t size, const char *sha256,
+		  tb_error_t *err)
+{
+	v2_store_t *s = (v2_store_t *)base;
+	S3NameValue meta = { "sha256", sha256 };
+	S3PutProperties props = { .metaDataCount = 1, .metaData = &meta, .expires = -1 };
+	S3PutObjectHandler h = { { on_props, on_complete }, on_put_data };
+	char k[2048];
+	v2_call_t c;
+
+	full_key(s, key, k, sizeof(k));
+	for (int i = 0; i < ATTEMPTS; i++) {
+		memset(&c, 0, sizeof(c));
+		c.fd = fd, c.size = size;
+		S3_put_object(&s->ctx, k, size, &props, NULL, &h, &c);
+		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status) || c.io_failed)
+			break;
+		backoff(i);
+	}
+	if (c.io_failed)
+		return tb_error_errno(err, TB_EIO, errno, "s3v2 PUT %s: read", key);
+	if (c.status != S3StatusOK)
+		return fail(s, "PUT", key, &c, err);
+	/* The checksum record, last: its presence says the object is whole. */
+	char rec[128];
+	int n = snprintf(rec, sizeof(rec), "%s %llu\n", sha256, (unsigned long long)size);
+	S3PutProperties plain = { .expires = -1 };
+	S3PutObjectHandler mh = { { on_props, on_complete }, on_put_mem };
+	sidecar_key(s, key, k, sizeof(k));
+	for (int i = 0; i < ATTEMPTS; i++) {
+		memset(&c, 0, sizeof(c));
+		c.mem = rec, c.size = (uint64_t)n;
+		S3_put_object(&s->ctx, k, (uint64_t)n, &plain, NULL, &mh, &c);
+		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status))
+			break;
+		backoff(i);
+	}
+	return c.status == S3StatusOK ? 0 : fail(s, "PUT checksum of", key, &c, err);
+}
+
+static int v2_get(tb_store_t *base, const char *key, int fd, tb_object_info_t *out, tb_error_t *err)
+{
+	v2_store_t *s = (v2_store_t *)base;
+	S3GetObjectHandler h = { { on_props, on_complete }, on_get_data };
+	char k[2048];
+	v2_call_t c;
+
+	full_key(s, key, k, sizeof(k));
+	for (int i = 0; i < ATTEMPTS; i++) {
+		memset(&c, 0, sizeof(c));
+		c.fd = fd;
+		if (ftruncate(fd, 0) < 0 || lseek(fd, 0, SEEK_SET) < 0)
+			return tb_error_errno(err, TB_EIO, errno, "s3v2 GET %s: reset file", key);
+		S3_get_object(&s->ctx, k, NULL, 0, 0, NULL, &h, &c);
+		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status) || c.io_failed)
+			break;
+		backoff(i);
+	}
+	if (c.io_failed)
+		return tb_error_errno(err, TB_EIO, errno, "s3v2 GET %s: write", key);
+	if (c.status != S3StatusOK)
+		return fail(s, "GET", key, &c, err);
+	tb_error_t ignored;
+	if (read_sidecar(s, key, out, &ignored) < 0)
+		out->sha256[0] = '\0'; /* an object without a record: unverified */
+	out->size = c.offset;
+	snprintf(out->md5, sizeof(out->md5), "%s", c.md5);
+	return 0;
+}
+
+static int v2_head(tb_store_t *base, const char *key, tb_object_info_t *out, tb_error_t *err)
+{
+	return read_sidecar((v2_store_t *)base, key, out, err);
+}
+
+static int v2_list(tb_store_t *base, const char *prefix, tb_store_list_fn fn, void *ud,
+		   tb_error_t *err)
+{
+	v2_store_t *s = (v2_store_t *)base;
+	S3ListBucketHandler h = { { on_props, on_complete }, on_list };
+	char full[2048], marker[1100] = "";
+	v2_call_t c;
+
+	full_key(s, prefix, full, sizeof(full));
+	memset(&c, 0, sizeof(c));
+	c.fn = fn, c.ud = ud, c.skip = strlen(s->prefix);
+	for (int page = 0; page < 100000; page++) {
+		c.truncated = 0;
+		for (int i = 0; i < ATTEMPTS; i++) {
+			S3_list_bucket(&s->ctx, full, marker[0] ? marker : NULL, NULL, 1000, NULL,
+				       &h, &c);
+			if (c.status == S3StatusOK || !S3_status_is_retryable(c.status))
+				break;
+			backoff(i);
+		}
+		if (c.status != S3StatusOK)
+			return fail(s, "LIST", prefix, &c, err);
+		if (c.stop || !c.truncated || !c.next[0])
+			break;
+		snprintf(marker, sizeof(marker), "%s", c.next);
+	}
+	return 0;
+}
+
+static int v2_del(tb_store_t *base, const char *key, tb_error_t *err)
+{
+	v2_store_t *s = (v2_store_t *)base;
+	S3ResponseHandler h = { on_props, on_complete };
+	char k[2048];
+	v2_call_t c;
+
+	/* The record first: an object without one reads as absent. */
+	sidecar_key(s, key, k, sizeof(k));
+	memset(&c, 0, sizeof(c));
+	S3_delete_object(&s->ctx, k, NULL, &h, &c);
+	full_key(s, key, k, sizeof(k));
+	for (int i = 0; i < ATTEMPTS; i++) {
+		memset(&c, 0, sizeof(c));
+		S3_delete_object(&s->ctx, k, NULL, &h, &c);
+		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status))
+			break;
+		backoff(i);
+	}
+	if (c.status == S3StatusOK || c.status == S3StatusHttpErrorNotFound ||
+	    c.status == S3StatusErrorNoSuchKey)
+		return 0;
+	return fail(s, "DELETE", key, &c, err);
+}
+
+static int v2_share(tb_store_t *base, const char *key, unsigned seconds, char **out,
+		    tb_error_t *err)
+{
+	v2_store_t *s = (v2_store_t *)base;
+	char k[2048];
+	S3Status st;
+
+	full_key(s, key, k, sizeof(k));
+	if (!(*out = malloc(S3_MAX_AUTHENTICATED_QUERY_STRING_SIZE)))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	/* libs3 takes the expiry as an absolute time in seconds. */
+	st = S3_generate_authenticated_query_string(*out, &s->ctx, k,
+						    (int64_t)time(NULL) + (int64_t)seconds, NULL);
+	if (st != S3StatusOK) {
+		free(*out);
+		*out = NULL;
+		return tb_error_set(err, TB_EIO, "s3v2 share %s: %s", key, S3_get_status_name(st));
+	}
+	return 0;
+}
+
+static int v2_mkbucket(tb_store_t *base, tb_error_t *err)
+{
+	v2_store_t *s = (v2_store_t *)base;
+	S3ResponseHandler h = { on_props, on_complete };
+	v2_call_t c;
+
+	memset(&c, 0, sizeof(c));
+	S3_create_bucket(s->ctx.protocol, s->ctx.accessKeyId, s->ctx.secretAccessKey, s->host,
+			 s->bucket, S3CannedAclPrivate, NULL, NULL, &h, &c);
+	if (c.status == S3StatusOK || c.status == S3StatusErrorBucketAlreadyOwnedByYou)
+		return 0;
+	return fail(s, "create bucket", "", &c, err);
+}
+
+static void v2_close(tb_store_t *base)
+{
+	v2_store_t *s = (v2_store_t *)base;
+
+	free(s->access_key);
+	free(s->secret_key);
+	free(s);
+}
+
+static const struct tb_store_ops v2_ops = {
+	"s3v2", v2_put, v2_get, v2_head, v2_list, v2_del, v2_share, v2_close, v2_mkbucket,
+};
+
+static S3Status init_status = S3StatusInternalError;
+static void init_once(void)
+{
+	init_status = S3_initialize("taskbox", S3_INIT_ALL, NULL);
+}
+
+int tb_store_s3v2_open(tb_store_t **out, const char *bucket, const char *prefix,
+		       const char *endpoint, tb_error_t *err)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	const char *ak = getenv("AWS_ACCESS_KEY_ID"), *sk = getenv("AWS_SECRET_ACCESS_KEY");
+	v2_store_t *s;
+
+	*out = NULL;
+	if (!endpoint || !*endpoint)
+		return tb_error_set(err, TB_EINVAL,
+				    "s3v2 store: store.endpoint is required (Signature V2 is for "
+				    "S3-compatible servers; use s3:// for AWS)");
+	if (!ak || !*ak || !sk || !*sk)
+		return tb_error_set(
+		    err, TB_EINVAL,
+		    "s3v2 store: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be "
+		    "set in the worker's environment");
+	if (getenv("AWS_SESSION_TOKEN") && *getenv("AWS_SESSION_TOKEN"))
+		return tb_error_set(
+		    err, TB_EINVAL,
+		    "s3v2 store: libs3 2.0 cannot send AWS_SESSION_TOKEN; use s3://");
+	pthread_once(&once, init_once);
+	if (init_status != S3StatusOK)
+		return tb_error_set(err, TB_EIO, "s3v2 store: libs3 initialisation failed: %s",
+				    S3_get_status_name(init_status));
+	if (!(s = calloc(1, sizeof(*s))))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	s->base.ops = &v2_ops;
+	snprintf(s->bucket, sizeof(s->bucket), "%s", bucket);
+	snprintf(s->prefix, sizeof(s->prefix), "%.400s%s", prefix,
+		 *prefix && prefix[strlen(prefix) - 1] != '/' ? "/" : "");
+	const char *h = strstr(endpoint, "://");
+	snprintf(s->host, sizeof(s->host), "%s", h ? h + 3 : endpoint);
+	s->host[strcspn(s->host, "/")] = '\0';
+	s->access_key = strdup(ak);
+	s->secret_key = strdup(sk);
+	if (!s->access_key || !s->secret_key) {
+		v2_close(&s->base);
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	}
+	s->ctx =
+	    (S3BucketContext){ s->host,
+			       s->bucket,
+			       !strncmp(endpoint, "https://", 8) ? S3ProtocolHTTPS : S3ProtocolHTTP,
+			       S3UriStylePath,
+			       s->access_key,
+			       s->secret_key };
+	snprintf(s->base.describe, sizeof(s->base.describe), "s3v2 %.200s/%s/%.200s (SigV2, libs3)",
+		 endpoint, s->bucket, s->prefix);
+	*out = &s->base;
+	return 0;
+}
