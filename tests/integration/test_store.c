@@ -21,6 +21,11 @@
 #include "tb/sigv4.h"
 #include "tb/store.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
 #include <time.h>
 
 typedef struct fixture {
@@ -396,6 +401,103 @@ static void test_s3__dead_server_is_retried_then_a_clear_error(void **state)
 	tb_store_close(dead);
 }
 
+/* A loopback proxy to the S3 server that forwards one connection, cuts it
+ * after `cut` bytes from the client, and then stops listening: the server
+ * "stopped mid-upload" as far as the client can tell. */
+struct cutter {
+	int listen_fd;
+	int port;
+	long cut;
+	int target_port;
+};
+
+static void *cutter_main(void *p)
+{
+	struct cutter *c = p;
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)c->target_port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	long moved = 0;
+	char buf[16384];
+
+	/* Bounded: at most 20 connections, each relayed until the cut. */
+	for (int conn = 0; conn < 20 && moved < c->cut; conn++) {
+		struct pollfd lp = { c->listen_fd, POLLIN, 0 };
+		if (poll(&lp, 1, 10000) <= 0)
+			break;
+		int cl = accept(c->listen_fd, NULL, NULL), up = socket(AF_INET, SOCK_STREAM, 0);
+		if (cl < 0 || connect(up, (struct sockaddr *)&a, sizeof(a)) < 0) {
+			close(cl);
+			close(up);
+			break;
+		}
+		for (int open_ = 1; open_ && moved < c->cut;) {
+			struct pollfd fds[2] = { { cl, POLLIN, 0 }, { up, POLLIN, 0 } };
+			if (poll(fds, 2, 10000) <= 0)
+				break;
+			for (int i = 0; i < 2 && open_; i++) {
+				if (!fds[i].revents)
+					continue;
+				ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+				if (n <= 0 || write(i ? cl : up, buf, (size_t)n) != n)
+					open_ = 0;
+				else if (i == 0)
+					moved += n;
+			}
+		}
+		close(cl);
+		close(up);
+	}
+	close(c->listen_fd); /* gone: from now on, connection refused */
+	return NULL;
+}
+
+static void test_s3__server_gone_mid_upload_leaves_nothing(void **state)
+{
+	fixture_t *fx = *state;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	struct cutter c = { .cut = 8 << 20 };
+	tb_store_config_t cfg = { 0 };
+	tb_object_info_t info;
+	tb_store_t *via;
+	pthread_t t;
+	tb_error_t err;
+	char src[128], endpoint[64], url[128];
+
+	NEED(fx);
+	const char *key = unique_key("interrupted.bin");
+	snprintf(src, sizeof(src), "%s/interrupted.bin", tmpdir);
+	FILE *f = fopen(src, "w");
+	for (int i = 0; i < 32; i++) { /* 32 MiB: one streamed request on both paths */
+		static char block[1 << 20];
+		memset(block, 'a' + i % 26, sizeof(block));
+		assert_int_equal(fwrite(block, sizeof(block), 1, f), 1);
+	}
+	fclose(f);
+	c.target_port = (int)strtol(strrchr(getenv("TASKBOX_TEST_S3_ENDPOINT"), ':') + 1, NULL, 10);
+	c.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(c.listen_fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(c.listen_fd, 1), 0);
+	getsockname(c.listen_fd, (struct sockaddr *)&a, &len);
+	snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", ntohs(a.sin_port));
+	snprintf(url, sizeof(url), "%s://%s/runs", fx->scheme, fx->bucket);
+	cfg.url = url, cfg.endpoint = endpoint, cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	assert_int_equal(tb_store_open(&via, &cfg, &err), 0);
+	/* The existence check gets through; the upload is cut mid-body and
+	 * every retry is refused. */
+	c.cut = 64 << 10;
+	pthread_create(&t, NULL, cutter_main, &c);
+	int rc = tb_store_put_file(via, key, src, NULL, &err);
+	pthread_join(t, NULL);
+	printf("server gone: %s\n", err.msg);
+	assert_int_equal(rc, TB_EIO);
+	/* Nothing half-written: the key does not exist on the real server. */
+	assert_int_equal(tb_store_head(fx->store, key, &info, &err), TB_ENOTFOUND);
+	tb_store_close(via);
+	unlink(src);
+}
+
 static void test_s3__large_file_goes_up_in_parts_with_flat_memory(void **state)
 {
 	fixture_t *fx = *state;
@@ -468,6 +570,7 @@ int main(void)
 		cmocka_unit_test(test_s3__signed_url_works_until_it_expires),
 		cmocka_unit_test(test_s3__wrong_credentials_are_rejected),
 		cmocka_unit_test(test_s3__dead_server_is_retried_then_a_clear_error),
+		cmocka_unit_test(test_s3__server_gone_mid_upload_leaves_nothing),
 		cmocka_unit_test(test_s3__large_file_goes_up_in_parts_with_flat_memory),
 	};
 	int rc;
