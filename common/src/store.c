@@ -153,12 +153,18 @@ static int put_fd(tb_store_t *s, const char *key, int fd, tb_object_info_t *out,
 	tb_object_info_t have, info;
 	int rc;
 
-	if ((rc = tb_store_hash_fd(fd, info.sha256, info.md5, &info.size, err)) < 0)
+	memset(&info, 0, sizeof(info));
+	if ((rc = tb_store_hash_fd(fd, info.sha256, NULL, &info.size, err)) < 0)
 		return rc;
 	/* Never replace other content: a later attempt writes its own keys,
 	 * and a replay of the same attempt writes the same bytes. */
 	memset(&have, 0, sizeof(have));
 	rc = s->ops->head(s, key, &have, err);
+	if (rc == 0 && !have.sha256[0] && have.md5[0]) {
+		char sha[65];
+		if ((rc = tb_store_hash_fd(fd, sha, info.md5, NULL, err)) < 0)
+			return rc;
+	}
 	if (rc == 0) {
 		if (!same_content(&have, &info))
 			return tb_error_set(
@@ -255,7 +261,10 @@ int tb_store_get_file(tb_store_t *s, const char *key, const char *path, tb_objec
 		return tb_error_errno(err, TB_EIO, errno, "store: create %s", tmp);
 	if ((rc = s->ops->get(s, key, fd, &info, err)) < 0)
 		goto fail;
-	if ((rc = tb_store_hash_fd(fd, got.sha256, got.md5, &got.size, err)) < 0)
+	/* MD5 only where the store vouches for nothing else. */
+	memset(&got, 0, sizeof(got));
+	if ((rc = tb_store_hash_fd(fd, got.sha256, info.sha256[0] ? NULL : got.md5, &got.size,
+				   err)) < 0)
 		goto fail;
 	if ((info.sha256[0] || info.md5[0]) && !same_content(&info, &got)) {
 		rc = tb_error_set(
@@ -265,7 +274,9 @@ int tb_store_get_file(tb_store_t *s, const char *key, const char *path, tb_objec
 		    (unsigned long long)got.size);
 		goto fail;
 	}
-	if (fsync(fd) < 0 || rename(tmp, path) < 0) {
+	/* No fsync: a downloaded copy (a task's input, a CLI download) is
+	 * fetched again if lost; the rename keeps readers from half a file. */
+	if (rename(tmp, path) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "store: save %s", path);
 		goto fail;
 	}
@@ -297,8 +308,10 @@ int tb_store_get_bytes(tb_store_t *s, const char *key, size_t max, char **out, s
 				    key, (unsigned long long)info.size, max);
 	if ((fd = memfd_create("taskbox-object", MFD_CLOEXEC)) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "store: memfd");
+	memset(&got, 0, sizeof(got));
 	if ((rc = s->ops->get(s, key, fd, &info, err)) < 0 ||
-	    (rc = tb_store_hash_fd(fd, got.sha256, got.md5, &got.size, err)) < 0)
+	    (rc = tb_store_hash_fd(fd, got.sha256, info.sha256[0] ? NULL : got.md5, &got.size,
+				   err)) < 0)
 		goto out;
 	if (got.size > max) {
 		rc = tb_error_set(err, TB_ETOOBIG, "get %s: over %zu bytes", key, max);

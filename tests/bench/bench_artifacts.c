@@ -1,0 +1,287 @@
+/*
+ * bench_artifacts.c: the artifact store's speed and memory against curl
+ * doing the same to the same server in the same run. For each S3 path
+ * (s3:// SigV4 over libcurl, s3v2:// libs3): 100 objects of 64 KiB up and
+ * down (per-object latency and aggregate MB/s), and one 256 MiB object up
+ * and down (MB/s and peak RSS of the process doing it). The baseline is the
+ * curl command: one process per batch, so it reuses its connection too.
+ *
+ *   bench_artifacts [--json]      (reads TASKBOX_TEST_S3_*; tests/bench/run
+ *                                  starts the server and sets them)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tb/store.h"
+
+#define SMALL_N 100
+#define SMALL_SIZE (64 << 10)
+#define BIG_SIZE (256ull << 20)
+
+extern char **environ;
+
+typedef struct row {
+	char name[64];
+	char unit[16];
+	double median, p99, baseline;
+	int has_baseline;
+} row_t;
+
+static row_t rows[64];
+static int nrows;
+static char tmp[64] = "/tmp/tb-bench-art-XXXXXX";
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static void add(const char *name, const char *unit, double median, double p99, double base)
+{
+	row_t *r = &rows[nrows++];
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	snprintf(r->unit, sizeof(r->unit), "%s", unit);
+	r->median = median, r->p99 = p99, r->baseline = base, r->has_baseline = base > 0;
+}
+
+static void make_file(const char *path, uint64_t size)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	static char block[1 << 20];
+	uint32_t x = 2463534242u;
+
+	for (size_t i = 0; i < sizeof(block); i += 4) {
+		x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+		memcpy(block + i, &x, 4);
+	}
+	for (uint64_t done = 0; done < size;) {
+		size_t n = size - done < sizeof(block) ? (size_t)(size - done) : sizeof(block);
+		if (write(fd, block, n) != (ssize_t)n)
+			exit(1);
+		done += n;
+	}
+	close(fd);
+}
+
+/* Runs argv; returns wall seconds, and the child's peak RSS in KiB. */
+static double run(char **argv, long *rss_kib)
+{
+	struct rusage ru;
+	int status;
+	pid_t pid;
+	double t0 = now();
+
+	if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) != 0)
+		return -1;
+	if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+		return -1;
+	if (rss_kib)
+		*rss_kib = ru.ru_maxrss;
+	return now() - t0;
+}
+
+/* curl PUTs or GETs @p n objects in one process; returns seconds. */
+static double curl_batch(const char *endpoint, const char *bucket, const char *base, int n, int put,
+			 const char *file, long *rss)
+{
+	char **argv = calloc((size_t)(n * 4 + 16), sizeof(char *));
+	char sigv4[128], user[256], region[64], down_path[128];
+	int a = 0;
+
+	snprintf(down_path, sizeof(down_path), "%s/curl-down", tmp);
+
+	snprintf(region, sizeof(region), "%s", getenv("TASKBOX_TEST_S3_REGION"));
+	snprintf(sigv4, sizeof(sigv4), "aws:amz:%s:s3", region);
+	snprintf(user, sizeof(user), "%s:%s", getenv("AWS_ACCESS_KEY_ID"),
+		 getenv("AWS_SECRET_ACCESS_KEY"));
+	argv[a++] = "curl";
+	argv[a++] = "-sf";
+	argv[a++] = "--aws-sigv4";
+	argv[a++] = sigv4;
+	argv[a++] = "--user";
+	argv[a++] = user;
+	argv[a++] = "-H";
+	argv[a++] = "x-amz-content-sha256: UNSIGNED-PAYLOAD";
+	for (int i = 0; i < n; i++) {
+		char *url = malloc(512);
+		snprintf(url, 512, "%s/%s/curl/%s-%d", endpoint, bucket, base, i);
+		/* Downloads go to a real file, as ours do. */
+		argv[a++] = put ? "-T" : "-o";
+		argv[a++] = (char *)(put ? file : down_path);
+		argv[a++] = url;
+	}
+	double t = run(argv, rss);
+	for (int i = 0; i < a; i++)
+		if (argv[i] && !strncmp(argv[i], endpoint, strlen(endpoint)))
+			free(argv[i]);
+	free(argv);
+	return t;
+}
+
+/* Peak RSS of a child that does one 256 MiB put or get through @p s. */
+static double big_in_child(tb_store_t *s, const char *key, const char *file, int put, long *rss)
+{
+	struct rusage ru;
+	int status;
+	double t0 = now();
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		tb_error_t err;
+		char out[128];
+		snprintf(out, sizeof(out), "%s/big-down", tmp);
+		int rc = put ? tb_store_put_file(s, key, file, NULL, &err)
+			     : tb_store_get_file(s, key, out, NULL, &err);
+		if (rc)
+			fprintf(stderr, "bench: %s\n", err.msg);
+		_exit(rc ? 1 : 0);
+	}
+	if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+		return -1;
+	*rss = ru.ru_maxrss;
+	return now() - t0;
+}
+
+static void bench_path(const char *scheme, const char *endpoint)
+{
+	char url[128], bucket[64], small[128], big[128], name[96], key[256];
+	tb_store_config_t cfg = { 0 };
+	double up[SMALL_N], down[SMALL_N];
+	tb_store_t *s;
+	tb_error_t err;
+
+	snprintf(bucket, sizeof(bucket), "tb-bench-%s-%d", scheme, getpid());
+	snprintf(url, sizeof(url), "%s://%s/bench", scheme, bucket);
+	cfg.url = url, cfg.endpoint = (char *)endpoint,
+	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	if (tb_store_open(&s, &cfg, &err) || tb_store_create_bucket(s, &err)) {
+		fprintf(stderr, "bench %s: %s\n", scheme, err.msg);
+		return;
+	}
+	snprintf(small, sizeof(small), "%s/small.bin", tmp);
+	snprintf(big, sizeof(big), "%s/big.bin", tmp);
+
+	double t0 = now();
+	for (int i = 0; i < SMALL_N; i++) {
+		double t = now();
+		snprintf(key, sizeof(key), "small/%d", i);
+		if (tb_store_put_file(s, key, small, NULL, &err))
+			fprintf(stderr, "bench: %s\n", err.msg);
+		up[i] = (now() - t) * 1e3;
+	}
+	double up_total = now() - t0;
+	t0 = now();
+	for (int i = 0; i < SMALL_N; i++) {
+		char out[128];
+		double t = now();
+		snprintf(key, sizeof(key), "small/%d", i);
+		snprintf(out, sizeof(out), "%s/small-down", tmp);
+		if (tb_store_get_file(s, key, out, NULL, &err))
+			fprintf(stderr, "bench: %s\n", err.msg);
+		down[i] = (now() - t) * 1e3;
+	}
+	double down_total = now() - t0;
+	qsort(up, SMALL_N, sizeof(double), cmp);
+	qsort(down, SMALL_N, sizeof(double), cmp);
+
+	double mb = (double)SMALL_N * SMALL_SIZE / 1e6;
+	double c_up = curl_batch(endpoint, bucket, "small", SMALL_N, 1, small, NULL);
+	double c_down = curl_batch(endpoint, bucket, "small", SMALL_N, 0, NULL, NULL);
+	snprintf(name, sizeof(name), "%s 100x64KiB put", scheme);
+	add(name, "MB/s", mb / up_total, mb / up_total, c_up > 0 ? mb / c_up : 0);
+	snprintf(name, sizeof(name), "%s 64KiB put latency", scheme);
+	add(name, "ms", up[SMALL_N / 2], up[SMALL_N * 99 / 100], 0);
+	snprintf(name, sizeof(name), "%s 100x64KiB get", scheme);
+	add(name, "MB/s", mb / down_total, mb / down_total, c_down > 0 ? mb / c_down : 0);
+	snprintf(name, sizeof(name), "%s 64KiB get latency", scheme);
+	add(name, "ms", down[SMALL_N / 2], down[SMALL_N * 99 / 100], 0);
+
+	long rss_up = 0, rss_down = 0, c_rss_up = 0, c_rss_down = 0;
+	double bmb = (double)BIG_SIZE / 1e6;
+	double b_up = big_in_child(s, "big/0", big, 1, &rss_up);
+	double b_down = big_in_child(s, "big/0", big, 0, &rss_down);
+	double cb_up = curl_batch(endpoint, bucket, "big", 1, 1, big, &c_rss_up);
+	double cb_down = curl_batch(endpoint, bucket, "big", 1, 0, NULL, &c_rss_down);
+	snprintf(name, sizeof(name), "%s 256MiB put", scheme);
+	add(name, "MB/s", bmb / b_up, bmb / b_up, cb_up > 0 ? bmb / cb_up : 0);
+	snprintf(name, sizeof(name), "%s 256MiB get", scheme);
+	add(name, "MB/s", bmb / b_down, bmb / b_down, cb_down > 0 ? bmb / cb_down : 0);
+	snprintf(name, sizeof(name), "%s 256MiB put peak RSS", scheme);
+	add(name, "MiB", rss_up / 1024.0, rss_up / 1024.0, c_rss_up / 1024.0);
+	snprintf(name, sizeof(name), "%s 256MiB get peak RSS", scheme);
+	add(name, "MiB", rss_down / 1024.0, rss_down / 1024.0, c_rss_down / 1024.0);
+	tb_store_close(s);
+}
+
+int main(int argc, char **argv)
+{
+	const char *endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT");
+	int json = argc > 1 && !strcmp(argv[1], "--json");
+	char path[128], cmd[128];
+
+	if (!endpoint || !getenv("TASKBOX_TEST_S3_ACCESS_KEY")) {
+		fprintf(stderr,
+			"bench_artifacts: TASKBOX_TEST_S3_* not set (tests/bench/run sets it)\n");
+		return 1;
+	}
+	setenv("AWS_ACCESS_KEY_ID", getenv("TASKBOX_TEST_S3_ACCESS_KEY"), 1);
+	setenv("AWS_SECRET_ACCESS_KEY", getenv("TASKBOX_TEST_S3_SECRET_KEY"), 1);
+	if (!mkdtemp(tmp))
+		return 1;
+	snprintf(path, sizeof(path), "%s/small.bin", tmp);
+	make_file(path, SMALL_SIZE);
+	snprintf(path, sizeof(path), "%s/big.bin", tmp);
+	make_file(path, BIG_SIZE);
+	bench_path("s3", endpoint);
+	bench_path("s3v2", endpoint);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+	if (system(cmd) != 0)
+		return 1;
+
+	if (json) {
+		printf("[");
+		for (int i = 0; i < nrows; i++) {
+			printf(
+			    "%s\n {\"suite\": \"artifacts\", \"name\": \"%s\", \"unit\": \"%s\", "
+			    "\"median\": %.2f, \"p99\": %.2f",
+			    i ? "," : "", rows[i].name, rows[i].unit, rows[i].median, rows[i].p99);
+			if (rows[i].has_baseline)
+				printf(", \"baseline\": \"curl %.2f\", \"ratio\": %.2f",
+				       rows[i].baseline, rows[i].median / rows[i].baseline);
+			printf("}");
+		}
+		printf("\n]\n");
+		return 0;
+	}
+	printf("artifacts: against the S3 server at %s, curl as the baseline\n", endpoint);
+	printf("  %-28s %10s %10s %10s %8s\n", "figure", "median", "p99", "curl", "ratio");
+	for (int i = 0; i < nrows; i++) {
+		printf("  %-28s %10.2f %10.2f", rows[i].name, rows[i].median, rows[i].p99);
+		if (rows[i].has_baseline)
+			printf(" %10.2f %7.2fx", rows[i].baseline,
+			       rows[i].median / rows[i].baseline);
+		else
+			printf(" %10s %8s", "", "");
+		printf("  %s\n", rows[i].unit);
+	}
+	printf("  MB/s: higher is better (ratio >= 0.83 is within 1.2x of curl); RSS: lower is "
+	       "better, flat in file size\n");
+	return 0;
+}
