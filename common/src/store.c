@@ -156,26 +156,28 @@ static int put_fd(tb_store_t *s, const char *key, int fd, tb_object_info_t *out,
 	memset(&info, 0, sizeof(info));
 	if ((rc = tb_store_hash_fd(fd, info.sha256, NULL, &info.size, err)) < 0)
 		return rc;
-	/* Never replace other content: a later attempt writes its own keys,
-	 * and a replay of the same attempt writes the same bytes. */
-	memset(&have, 0, sizeof(have));
-	rc = s->ops->head(s, key, &have, err);
-	if (rc == 0 && !have.sha256[0] && have.md5[0]) {
-		char sha[65];
-		if ((rc = tb_store_hash_fd(fd, sha, info.md5, NULL, err)) < 0)
+	/* Create-only: a later attempt writes its own keys, and a replay of
+	 * the same attempt writes the same bytes, so an existing key is fine
+	 * only with the same content. */
+	rc = s->ops->put(s, key, fd, info.size, info.sha256, err);
+	if (rc == TB_EEXIST) {
+		memset(&have, 0, sizeof(have));
+		if ((rc = s->ops->head(s, key, &have, err)) < 0)
 			return rc;
-	}
-	if (rc == 0) {
+		if (!have.sha256[0] && have.md5[0]) {
+			char scratch[65];
+			if ((rc = tb_store_hash_fd(fd, scratch, info.md5, NULL, err)) < 0)
+				return rc;
+		}
 		if (!same_content(&have, &info))
 			return tb_error_set(
 			    err, TB_EINVAL,
 			    "store: %s exists with other content (sha256 %s, not %s)", key,
 			    have.sha256[0] ? have.sha256 : "unknown", info.sha256);
-	} else if (rc != TB_ENOTFOUND) {
-		return rc;
-	} else if ((rc = s->ops->put(s, key, fd, info.size, info.sha256, err)) < 0) {
-		return rc;
+		rc = 0;
 	}
+	if (rc < 0)
+		return rc;
 	if (out)
 		*out = info;
 	return 0;

@@ -94,9 +94,6 @@ static int dir_put(tb_store_t *s, const char *key, int fd, uint64_t size, const 
 	if (mkdir_parents(obj) < 0 || mkdir_parents(meta) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "dir store: mkdir for %s", key);
 	snprintf(line, sizeof(line), "%s %llu\n", sha256, (unsigned long long)size);
-	/* Checksum first: an object never exists without one. */
-	if (write_atomic(meta, line) < 0)
-		return tb_error_errno(err, TB_EIO, errno, "dir store: write %s", meta);
 	snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", obj);
 	if ((out = mkostemp(tmp, O_CLOEXEC)) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "dir store: create %s", tmp);
@@ -104,31 +101,46 @@ static int dir_put(tb_store_t *s, const char *key, int fd, uint64_t size, const 
 		rc = tb_error_errno(err, TB_EIO, errno, "dir store: write %s", obj);
 		goto out;
 	}
+	/* link() is the create-only step: it fails if the key exists. */
 	if (link(tmp, obj) < 0) {
 		rc = errno == EEXIST
-			 ? tb_error_set(err, TB_EINVAL, "dir store: %s already exists", key)
+			 ? tb_error_set(err, TB_EEXIST, "dir store: %s already exists", key)
 			 : tb_error_errno(err, TB_EIO, errno, "dir store: link %s", obj);
 		goto out;
 	}
-	rc = 0;
+	/* The checksum record after the object: should the worker die in
+	 * between, read_meta() finds no record and hashes the object. */
+	rc = write_atomic(meta, line) < 0
+		 ? tb_error_errno(err, TB_EIO, errno, "dir store: write %s", meta)
+		 : 0;
 out:
 	close(out);
 	unlink(tmp);
 	return rc;
 }
 
-static int read_meta(const char *meta, tb_object_info_t *out)
+/* The checksum of an object: from its record, or from the object itself
+ * if a crash lost the record. */
+static int read_meta(const char *meta, const char *obj, tb_object_info_t *out)
 {
 	char line[128];
 	unsigned long long size = 0;
 	FILE *f = fopen(meta, "re");
 
 	out->sha256[0] = '\0';
-	if (!f)
-		return -1;
-	if (fgets(line, sizeof(line), f) && sscanf(line, "%64s %llu", out->sha256, &size) == 2)
-		out->size = size;
-	fclose(f);
+	if (f) {
+		if (fgets(line, sizeof(line), f) &&
+		    sscanf(line, "%64s %llu", out->sha256, &size) == 2)
+			out->size = size;
+		fclose(f);
+	}
+	if (!out->sha256[0]) {
+		int fd = open(obj, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return -1;
+		tb_store_hash_fd(fd, out->sha256, NULL, &out->size, NULL);
+		close(fd);
+	}
 	return 0;
 }
 
@@ -143,7 +155,7 @@ static int dir_head(tb_store_t *s, const char *key, tb_object_info_t *out, tb_er
 		return errno == ENOENT
 			   ? tb_error_set(err, TB_ENOTFOUND, "dir store: %s not found", key)
 			   : tb_error_errno(err, TB_EIO, errno, "dir store: stat %s", obj);
-	read_meta(meta, out);
+	read_meta(meta, obj, out);
 	out->size = (uint64_t)st.st_size;
 	return 0;
 }
@@ -163,7 +175,7 @@ static int dir_get(tb_store_t *s, const char *key, int fd, tb_object_info_t *out
 	if (fstat(in, &st) < 0 || copy_fd(fd, in, (uint64_t)st.st_size) < 0)
 		rc = tb_error_errno(err, TB_EIO, errno, "dir store: read %s", obj);
 	close(in);
-	read_meta(meta, out);
+	read_meta(meta, obj, out);
 	out->size = (uint64_t)st.st_size;
 	return rc;
 }
@@ -238,7 +250,7 @@ static int dir_list(tb_store_t *s, const char *prefix, tb_store_list_fn fn, void
 		paths(d, k.v[i], obj, meta, sizeof(obj));
 		if (stat(obj, &st) == 0)
 			info.size = (uint64_t)st.st_size;
-		read_meta(meta, &info);
+		read_meta(meta, obj, &info);
 		if (fn(ud, k.v[i], &info) != 0)
 			break;
 	}

@@ -58,6 +58,7 @@ typedef struct s3_req {
 	size_t body_mem_len;
 	const char *payload_sha; /* hex, or NULL to compute (memory / empty) */
 	const char *meta_sha;    /* stored as x-amz-meta-sha256 */
+	int create_only;         /* If-None-Match: * */
 	int out_fd;              /* response body into this fd, else memory */
 	/* results */
 	long status;
@@ -286,6 +287,8 @@ static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, in
 			 s->creds.session_token);
 		hl = curl_slist_append(hl, h_token);
 	}
+	if (r->create_only)
+		hl = curl_slist_append(hl, "If-None-Match: *");
 	/* No "Expect: 100-continue" round trip, no chunked encoding. */
 	hl = curl_slist_append(hl, "Expect:");
 	hl = curl_slist_append(hl, "Transfer-Encoding:");
@@ -498,17 +501,48 @@ out:
 	return rc;
 }
 
+static int s3_head(tb_store_t *base, const char *key, tb_object_info_t *out, tb_error_t *err)
+{
+	s3_store_t *s = (s3_store_t *)base;
+	int rc;
+
+	s3_req_t r = req_init("HEAD", key, "");
+	if ((rc = s3_do(s, &r, err)) == 0 && r.status != 200)
+		rc = r.status == 404 ? tb_error_set(err, TB_ENOTFOUND, "s3: %s not found", key)
+				     : s3_fail(s, &r, err);
+	if (rc == 0) {
+		out->size = r.length;
+		snprintf(out->sha256, sizeof(out->sha256), "%s", r.resp_sha);
+	}
+	free(r.xml);
+	return rc;
+}
+
 static int s3_put(tb_store_t *base, const char *key, int fd, uint64_t size, const char *sha256,
 		  tb_error_t *err)
 {
 	s3_store_t *s = (s3_store_t *)base;
 	int rc;
 
-	if (size >= MULTIPART_MIN)
+	if (size >= MULTIPART_MIN) {
+		/* Large: an existence check costs nothing next to the upload,
+		 * and not every server takes conditions on completion. */
+		tb_object_info_t have;
+		rc = s3_head(base, key, &have, err);
+		if (rc == 0)
+			return tb_error_set(err, TB_EEXIST, "s3: %s exists", key);
+		if (rc != TB_ENOTFOUND)
+			return rc;
 		return put_multipart(s, key, fd, size, sha256, err);
+	}
+	/* Create-only in one request: the server answers 412 if the key is
+	 * there (AWS since 2024, SeaweedFS, MinIO). */
 	s3_req_t r = req_init("PUT", key, "");
 	r.body_fd = fd, r.body_len = size, r.payload_sha = sha256, r.meta_sha = sha256;
-	if ((rc = s3_do(s, &r, err)) == 0 && r.status != 200)
+	r.create_only = 1;
+	if ((rc = s3_do(s, &r, err)) == 0 && r.status == 412)
+		rc = tb_error_set(err, TB_EEXIST, "s3: %s exists", key);
+	else if (rc == 0 && r.status != 200)
 		rc = s3_fail(s, &r, err);
 	free(r.xml);
 	return rc;
@@ -523,23 +557,6 @@ static int s3_get(tb_store_t *base, const char *key, int fd, tb_object_info_t *o
 	r.out_fd = fd;
 	if ((rc = s3_do(s, &r, err)) == 0 && r.status != 200)
 		rc = s3_fail(s, &r, err);
-	if (rc == 0) {
-		out->size = r.length;
-		snprintf(out->sha256, sizeof(out->sha256), "%s", r.resp_sha);
-	}
-	free(r.xml);
-	return rc;
-}
-
-static int s3_head(tb_store_t *base, const char *key, tb_object_info_t *out, tb_error_t *err)
-{
-	s3_store_t *s = (s3_store_t *)base;
-	int rc;
-
-	s3_req_t r = req_init("HEAD", key, "");
-	if ((rc = s3_do(s, &r, err)) == 0 && r.status != 200)
-		rc = r.status == 404 ? tb_error_set(err, TB_ENOTFOUND, "s3: %s not found", key)
-				     : s3_fail(s, &r, err);
 	if (rc == 0) {
 		out->size = r.length;
 		snprintf(out->sha256, sizeof(out->sha256), "%s", r.resp_sha);

@@ -237,6 +237,13 @@ static int v2_put(tb_store_t *base, const char *key, int fd, uint64_t size, cons
 	char k[2048];
 	v2_call_t c;
 
+	/* libs3 cannot send If-None-Match: look first. */
+	tb_object_info_t have;
+	int rc = read_sidecar(s, key, &have, err);
+	if (rc == 0)
+		return tb_error_set(err, TB_EEXIST, "s3v2: %s exists", key);
+	if (rc != TB_ENOTFOUND)
+		return rc;
 	full_key(s, key, k, sizeof(k));
 	for (int i = 0; i < ATTEMPTS; i++) {
 		memset(&c, 0, sizeof(c));

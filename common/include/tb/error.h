@@ -27,6 +27,7 @@ enum {
 	TB_EIO = -8,       /* a system call or service failed */
 	TB_ETOOBIG = -9,   /* over a size cap */
 	TB_EVERSION = -10, /* unknown major schema version */
+	TB_EEXIST = -11,   /* already there (a create-only write) */
 };
 
 #define TB_ERROR_MSG_MAX 1024

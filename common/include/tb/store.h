@@ -115,8 +115,9 @@ int tb_store_share(tb_store_t *s, const char *key, unsigned seconds, char **out,
 
 struct tb_store_ops {
 	const char *name;
-	/* @p fd is readable from offset 0 for @p size bytes; @p sha256 is
-	 * its checksum, stored with it. */
+	/* Create-only: TB_EEXIST if @p key is there already (the wrapper
+	 * then compares contents). @p fd is readable from offset 0 for
+	 * @p size bytes; @p sha256 is its checksum, stored with it. */
 	int (*put)(tb_store_t *s, const char *key, int fd, uint64_t size, const char *sha256,
 		   tb_error_t *err);
 	/* Writes the content to @p fd (empty, at offset 0) and fills @p out
