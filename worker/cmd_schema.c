@@ -103,25 +103,6 @@ static int unhex(char *buf, size_t *len)
 	return 0;
 }
 
-/* Decodes bytes as the message kind they name and re-encodes canonically. */
-static int canonical(msgpack_sbuffer *out, const void *data, size_t len, tb_error_t *err)
-{
-	const tb_schema_t *schema;
-	void *msg;
-	int rc;
-
-	if ((rc = tb_msg_peek(&schema, data, len, err)) < 0)
-		return rc;
-	msg = calloc(1, schema->size);
-	if (!msg)
-		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	if ((rc = tb_msg_decode(schema, msg, data, len, err)) == 0)
-		rc = tb_msg_encode(out, schema, msg, err);
-	tb_msg_free(schema, msg);
-	free(msg);
-	return rc;
-}
-
 static int read_message(char **buf, size_t *len, const char *path, int hex)
 {
 	if (slurp(buf, len, path) < 0)
@@ -150,7 +131,7 @@ static int do_encode(const char *path, int hex)
 	msgpack_sbuffer_init(&canon);
 	if (tb_jsonconf_parse(&doc, text, len, INPUT_MAX, path ? path : "stdin", &err) < 0 ||
 	    tb_json_to_mpack(&raw, doc, &err) < 0 ||
-	    canonical(&canon, raw.data, raw.size, &err) < 0) {
+	    tb_msg_canonical(&canon, raw.data, raw.size, &err) < 0) {
 		fprintf(stderr, "taskbox schema encode: %s\n", err.msg);
 		goto cleanup;
 	}
@@ -183,7 +164,7 @@ static int do_decode(const char *path, int hex)
 		return rc;
 	msgpack_sbuffer_init(&canon);
 	rc = TB_EXIT_INVALID;
-	if (canonical(&canon, buf, len, &err) < 0 ||
+	if (tb_msg_canonical(&canon, buf, len, &err) < 0 ||
 	    tb_mpack_to_json(&doc, canon.data, canon.size, &err) < 0) {
 		fprintf(stderr, "taskbox schema decode: %s\n", err.msg);
 		goto cleanup;
@@ -216,7 +197,7 @@ static int do_check(int argc, char **argv, int hex)
 			continue;
 		}
 		msgpack_sbuffer_init(&canon);
-		if (canonical(&canon, buf, len, &err) < 0) {
+		if (tb_msg_canonical(&canon, buf, len, &err) < 0) {
 			printf("%s: invalid: %s\n", argv[i], err.msg);
 			worst = TB_EXIT_INVALID;
 		} else {

@@ -3,6 +3,7 @@
  */
 #include "inputs.h"
 
+#include "tb/fsutil.h"
 #include "tb/schema_manifest.h"
 
 #include <errno.h>
@@ -72,25 +73,6 @@ int tb_inputs_resolve(tb_store_t *store, const char *task_id, const char *path, 
 	return rc;
 }
 
-static int mkdir_parents(const char *path)
-{
-	char buf[4096];
-	size_t n = strlen(path);
-
-	if (n >= sizeof(buf))
-		return -1;
-	memcpy(buf, path, n + 1);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
-	return 0;
-}
-
 /* A missing input will stay missing: the task can never run (poison).
  * Other failures (the store is down) may pass. */
 static int poison_if_missing(int rc, tb_error_t *err, const char *name)
@@ -118,7 +100,7 @@ int tb_inputs_fetch(tb_store_t *store, const tb_task_t *task, const char *dir, t
 			return poison_if_missing(rc, err, in->name);
 		}
 		snprintf(path, sizeof(path), "%s/%s", dir, in->name);
-		if (mkdir_parents(path) < 0)
+		if (tb_mkdir_parents(path) < 0)
 			return tb_error_errno(err, TB_EIO, errno, "inputs: mkdir for %s", path);
 		if ((rc = tb_store_get_file(store, key, path, &got, err)) < 0) {
 			return poison_if_missing(rc, err, in->name);

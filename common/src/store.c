@@ -32,9 +32,11 @@ int tb_store_open(tb_store_t **out, const tb_store_config_t *cfg, tb_error_t *er
 					    url);
 		return tb_store_dir_open(out, url + 6, err);
 	}
-	if (!strncmp(url, "s3://", 5)) {
+	int v2 = !strncmp(url, "s3v2://", 7);
+	if (v2 || !strncmp(url, "s3://", 5)) {
 		char bucket[64];
-		const char *b = url + 5, *slash = strchr(b, '/');
+		const char *b = url + (v2 ? 7 : 5), *slash = strchr(b, '/');
+		const char *prefix = slash && slash[1] ? slash + 1 : "";
 		size_t n = slash ? (size_t)(slash - b) : strlen(b);
 		if (n < 3 || n > 63)
 			return tb_error_set(
@@ -42,21 +44,8 @@ int tb_store_open(tb_store_t **out, const tb_store_config_t *cfg, tb_error_t *er
 			    "store.url '%s': the bucket name must be 3-63 characters", url);
 		memcpy(bucket, b, n);
 		bucket[n] = '\0';
-		return tb_store_s3_open(out, bucket, slash && slash[1] ? slash + 1 : "",
-					cfg->endpoint, cfg->region, err);
-	}
-	if (!strncmp(url, "s3v2://", 7)) {
-		char bucket[64];
-		const char *b = url + 7, *slash = strchr(b, '/');
-		size_t n = slash ? (size_t)(slash - b) : strlen(b);
-		if (n < 3 || n > 63)
-			return tb_error_set(
-			    err, TB_EINVAL,
-			    "store.url '%s': the bucket name must be 3-63 characters", url);
-		memcpy(bucket, b, n);
-		bucket[n] = '\0';
-		return tb_store_s3v2_open(out, bucket, slash && slash[1] ? slash + 1 : "",
-					  cfg->endpoint, err);
+		return v2 ? tb_store_s3v2_open(out, bucket, prefix, cfg->endpoint, err)
+			  : tb_store_s3_open(out, bucket, prefix, cfg->endpoint, cfg->region, err);
 	}
 	return tb_error_set(err, TB_EINVAL,
 			    "store.url '%s': expected dir:///path, s3://bucket[/prefix] or "

@@ -7,6 +7,8 @@
  */
 #include "tb/store.h"
 
+#include "tb/fsutil.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,25 +25,6 @@ typedef struct dir_store {
 	tb_store_t base;
 	char dir[2048];
 } dir_store_t;
-
-static int mkdir_parents(const char *path)
-{
-	char buf[4096];
-	size_t n = strlen(path);
-
-	if (n >= sizeof(buf))
-		return -1;
-	memcpy(buf, path, n + 1);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
-	return 0;
-}
 
 static void paths(const dir_store_t *d, const char *key, char *obj, char *meta, size_t len)
 {
@@ -91,7 +74,7 @@ static int dir_put(tb_store_t *s, const char *key, int fd, uint64_t size, const 
 	int out = -1, rc;
 
 	paths(d, key, obj, meta, sizeof(obj));
-	if (mkdir_parents(obj) < 0 || mkdir_parents(meta) < 0)
+	if (tb_mkdir_parents(obj) < 0 || tb_mkdir_parents(meta) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "dir store: mkdir for %s", key);
 	snprintf(line, sizeof(line), "%s %llu\n", sha256, (unsigned long long)size);
 	snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", obj);
@@ -297,7 +280,7 @@ int tb_store_dir_open(tb_store_t **out, const char *dir, tb_error_t *err)
 	if (strlen(dir) >= sizeof(d->dir) - 1 || dir[0] != '/')
 		return tb_error_set(err, TB_EINVAL, "dir store: '%s' is not an absolute path", dir);
 	snprintf(probe, sizeof(probe), "%s/" META "/x", dir);
-	if (mkdir_parents(probe) < 0)
+	if (tb_mkdir_parents(probe) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "dir store: create %s", dir);
 	if (!(d = calloc(1, sizeof(*d))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");

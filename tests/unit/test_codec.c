@@ -24,20 +24,7 @@
 /* Decodes @p data as whatever it names and re-encodes it. */
 static int round_trip(msgpack_sbuffer *out, const void *data, size_t len, tb_error_t *err)
 {
-	const tb_schema_t *schema;
-	void *msg;
-	int rc;
-
-	if ((rc = tb_msg_peek(&schema, data, len, err)) < 0)
-		return rc;
-	msg = calloc(1, schema->size);
-	assert_non_null(msg);
-	rc = tb_msg_decode(schema, msg, data, len, err);
-	if (rc == 0)
-		rc = tb_msg_encode(out, schema, msg, err);
-	tb_msg_free(schema, msg);
-	free(msg);
-	return rc;
+	return tb_msg_canonical(out, data, len, err);
 }
 
 /* The task example as a JSON tree, to mutate into malformed variants. */

@@ -162,6 +162,13 @@ int tb_msg_peek(const tb_schema_t **out, const void *data, size_t len, tb_error_
 /** True if @p s holds @p n bytes of valid UTF-8 without NUL. */
 bool tb_utf8_valid(const uint8_t *s, size_t n);
 
+/**
+ * Decodes whatever message @p data is (by its "schema" key) and appends its
+ * canonical encoding to @p out: validation and normalisation in one call.
+ * @return 0, or the decoder's or encoder's error
+ */
+int tb_msg_canonical(msgpack_sbuffer *out, const void *data, size_t len, tb_error_t *err);
+
 /* Common checks usable as tb_field_t.check. */
 int tb_check_id(const void *value, char *why, size_t whylen);      /* ids */
 int tb_check_commit(const void *value, char *why, size_t whylen);  /* 40 hex */
