@@ -8,6 +8,7 @@
 
 #include "sandbox_cgroup.h"
 #include "sandbox_proto.h"
+#include "tb/fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -129,28 +130,6 @@ static int write_proc(pid_t pid, const char *file, const char *text, tb_error_t 
 	if (n < 0)
 		return tb_error_errno(err, TB_EIO, e, "sandbox: write %s", path);
 	return 0;
-}
-
-/* Removes @p dir and everything below it without following links. The
- * sandbox's mounts lived in its own mount namespace, so on the host these
- * are plain (normally empty) directories. */
-static int remove_tree(int parent, const char *name)
-{
-	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	DIR *d;
-	struct dirent *de;
-
-	if (fd < 0)
-		return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -1;
-	if (!(d = fdopendir(fd))) {
-		close(fd);
-		return -1;
-	}
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			remove_tree(dirfd(d), de->d_name);
-	closedir(d);
-	return unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
 }
 
 /* Reads one response; @return 1, 0 on EOF, -1 on error. */
@@ -727,7 +706,7 @@ int tb_sandbox_destroy(tb_sandbox_t *sb, tb_error_t *err)
 	if (sb->cg && (rc = tb_cgroup_destroy(sb->cg, TEARDOWN_TIMEOUT_MS, err)) < 0)
 		tb_error_prefix(err, "sandbox teardown");
 	sb->cg = NULL;
-	if (sb->dir[0] && remove_tree(AT_FDCWD, sb->dir) < 0 && errno != ENOENT && rc == 0)
+	if (sb->dir[0] && tb_remove_tree(AT_FDCWD, sb->dir) < 0 && errno != ENOENT && rc == 0)
 		rc = tb_error_errno(err, TB_EIO, errno, "sandbox teardown: remove %s", sb->dir);
 	free(sb);
 	return rc;
@@ -747,7 +726,7 @@ int tb_sandbox_sweep(const char *work_root, const char *group, tb_error_t *err)
 				       : tb_error_errno(err, TB_EIO, errno, "sweep %s", work_root);
 	while ((de = readdir(d)))
 		if (strncmp(de->d_name, group, glen) == 0 && de->d_name[glen] == '-')
-			if ((rc = remove_tree(dirfd(d), de->d_name)) < 0)
+			if ((rc = tb_remove_tree(dirfd(d), de->d_name)) < 0)
 				tb_error_errno(err, TB_EIO, errno, "sweep %s/%s", work_root,
 					       de->d_name);
 	closedir(d);

@@ -3,7 +3,10 @@
  */
 #include "tb/fsutil.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -26,4 +29,23 @@ int tb_mkdir_parents(const char *path)
 		*p = '/';
 	}
 	return 0;
+}
+
+int tb_remove_tree(int parent, const char *name)
+{
+	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0)
+		return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -1;
+	if (!(d = fdopendir(fd))) {
+		close(fd);
+		return -1;
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			tb_remove_tree(dirfd(d), de->d_name);
+	closedir(d);
+	return unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
 }

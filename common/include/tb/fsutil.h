@@ -11,4 +11,11 @@
  */
 int tb_mkdir_parents(const char *path);
 
+/**
+ * Removes @p name (relative to directory fd @p parent, or AT_FDCWD) and
+ * everything below it, never following a symbolic link.
+ * @return 0 (also if it was not there), or -1 with errno set
+ */
+int tb_remove_tree(int parent, const char *name);
+
 #endif
