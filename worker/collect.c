@@ -121,7 +121,8 @@ static int walk_dir(walk_t *w, int dfd, const char *rel, int depth)
 		}
 		n++;
 	}
-	qsort(names, n, sizeof(*names), by_name);
+	if (n)
+		qsort(names, n, sizeof(*names), by_name);
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		char path[4096];
 		struct stat st;

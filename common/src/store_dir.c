@@ -223,7 +223,8 @@ static int dir_list(tb_store_t *s, const char *prefix, tb_store_list_fn fn, void
 
 	if (collect(&k, d->dir, "") < 0)
 		rc = tb_error_errno(err, TB_EIO, errno, "dir store: list %s", d->dir);
-	qsort(k.v, k.n, sizeof(char *), by_str);
+	if (k.n)
+		qsort(k.v, k.n, sizeof(char *), by_str);
 	for (size_t i = 0; rc == 0 && i < k.n; i++) {
 		tb_object_info_t info = { 0 };
 		char obj[4096], meta[4096];

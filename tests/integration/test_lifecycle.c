@@ -1,0 +1,257 @@
+/*
+ * test_lifecycle.c: one-shot tasks end to end, as root: a real git recipe
+ * (made here), a real sandbox, the directory store, and a sink that keeps
+ * the events. The agent talks the protocol on fd 3 (with one bad line),
+ * writes an output, and a judge grades the conversation; then the failure
+ * and poison paths.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lifecycle.h"
+#include "tb/json_mpack.h"
+#include "tb/schema_verdict.h"
+
+static char root[64] = "/tmp/tb-lifecycle-test-XXXXXX";
+static char repo[128], url[160], work[128], runtimes[128];
+static tb_seccomp_t *policy;
+static tb_store_t *store;
+static tb_recipe_cache_t *recipes;
+
+struct events {
+	char types[256][16];
+	char phases[32][16];
+	char first_error[512];
+	int n, nphases;
+	uint64_t last_seq;
+	int seq_ok;
+};
+
+static int sink(void *ud, const tb_event_t *ev, tb_error_t *err)
+{
+	struct events *e = ud;
+	json_t *p = NULL;
+
+	(void)err;
+	if (ev->seq != (uint64_t)e->n)
+		e->seq_ok = 0;
+	snprintf(e->types[e->n++ % 256], 16, "%s", tb_event_type_name(ev->type));
+	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, err) == 0) {
+		if (ev->type == TB_EV_PHASE && e->nphases < 32)
+			snprintf(e->phases[e->nphases++], 16, "%s",
+				 json_string_value(json_object_get(p, "phase")));
+		if (ev->type == TB_EV_ERROR && !e->first_error[0])
+			snprintf(e->first_error, sizeof(e->first_error), "%s",
+				 json_string_value(json_object_get(p, "reason")));
+		json_decref(p);
+	}
+	return 0;
+}
+
+static void sh(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	if (system(cmd) != 0)
+		fail_msg("command failed: %s", cmd);
+}
+
+static char *head_commit(void)
+{
+	static char id[64];
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "cd %s && git rev-parse HEAD", repo);
+	FILE *f = popen(cmd, "r");
+	assert_non_null(fgets(id, sizeof(id), f));
+	pclose(f);
+	id[strcspn(id, "\n")] = '\0';
+	return id;
+}
+
+static tb_lifecycle_ctx_t ctx(struct events *e)
+{
+	return (tb_lifecycle_ctx_t){ policy, store,    recipes, runtimes,
+				     work,   "tblife", 3,       { sink, e } };
+}
+
+static tb_task_t task(const char *id, const char *commit, const char *runtime)
+{
+	tb_task_t t = { 0 };
+	t.id = (char *)id;
+	t.recipe.url = url;
+	t.recipe.commit = (char *)commit;
+	t.prompt = (char *)"Say hello.";
+	t.runtime = (char *)runtime;
+	return t;
+}
+
+static void test_lifecycle__one_shot_task_end_to_end(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_task_t t = task("life-ok", head_commit(), "test");
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	char *bytes;
+	size_t len;
+
+	(void)state;
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_true(e.seq_ok);
+	const char *want[] = { "validated", "prepared", "running",  "settled",
+			       "collected", "judged",   "recorded", "torn-down" };
+	assert_int_equal(e.nphases, 8);
+	for (int i = 0; i < 8; i++)
+		assert_string_equal(e.phases[i], want[i]);
+	assert_string_equal(e.types[e.n - 1], "result");
+	assert_non_null(strstr(e.first_error, "line 3: not JSON"));
+
+	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
+			 0);
+	tb_manifest_t m;
+	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
+	free(bytes);
+	assert_int_equal(m.artifacts.n, 1);
+	assert_string_equal(((tb_artifact_t *)m.artifacts.items)[0].path, "hello.txt");
+	assert_int_equal(m.verdicts.n, 1);
+	assert_int_equal(((tb_verdict_ref_t *)m.verdicts.items)[0].outcome, TB_VERDICT_PASS);
+	tb_object_info_t info;
+	assert_int_equal(tb_store_head(store, m.conversation_key, &info, &err), 0);
+	assert_true(info.size > 100);
+	tb_msg_free(&tb_schema_manifest, &m);
+}
+
+static void test_lifecycle__failing_agent_is_a_recorded_failure(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+
+	(void)state;
+	sh("cd %s && printf 'echo broken >&2; exit 3\\n' > agent.sh && git add -A && "
+	   "git -c user.name=t -c user.email=t@t commit -qm fail",
+	   repo);
+	tb_task_t t = task("life-fail", head_commit(), "test");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s", err.msg);
+	assert_int_equal(res.outcome, TB_OUTCOME_FAILED);
+	assert_non_null(strstr(res.reason, "exited with code 3"));
+	assert_non_null(strstr(res.reason, "broken"));
+	assert_string_equal(e.types[e.n - 1], "result");
+}
+
+static void test_lifecycle__poison_is_reported_not_run(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+
+	(void)state;
+	tb_task_t t = task("life-poison", head_commit(), "no-such-runtime");
+	assert_int_equal(tb_lifecycle_run(&c, &t, 1, &res, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "unknown runtime 'no-such-runtime'"));
+	t = task("life-poison2", "3333333333333333333333333333333333333333", "test");
+	assert_int_equal(tb_lifecycle_run(&c, &t, 1, &res, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "not found"));
+	t = task("life-poison3", head_commit(), "test");
+	t.limits.memory_mb = 999999;
+	TB_SET_HAS(&t.limits, TB_LIMIT_MEMORY_MB);
+	assert_int_equal(tb_lifecycle_run(&c, &t, 1, &res, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "memory_mb"));
+}
+
+static int setup(void **state)
+{
+	tb_error_t err;
+	char storedir[160], cache[160];
+
+	(void)state;
+	if (!mkdtemp(root))
+		return -1;
+	chmod(root, 0711);
+	snprintf(repo, sizeof(repo), "%s/repo", root);
+	snprintf(url, sizeof(url), "file://%s", repo);
+	snprintf(work, sizeof(work), "%s/work", root);
+	snprintf(runtimes, sizeof(runtimes), "%s/runtimes", root);
+	snprintf(storedir, sizeof(storedir), "%s/store", root);
+	snprintf(cache, sizeof(cache), "%s/cache", root);
+	char cmd[4096];
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "set -e; mkdir -p %s && git init -q %s && cd %s && "
+	    "printf '%%s\\n' '{\"v\": 1, \"name\": \"hello\", \"agent\": {\"command\": "
+	    "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"said-done\", \"command\": "
+	    "[\"/bin/sh\", \"judge.sh\"]}]}' > taskbox.json && "
+	    "printf '%%s\\n' 'read -r prompt' "
+	    "'printf \"%%s\\\\n\" "
+	    "\"{\\\"type\\\":\\\"message\\\",\\\"role\\\":\\\"user\\\",\\\"text\\\":\\\"got "
+	    "it\\\"}\" >&3' "
+	    "'printf \"%%s\\\\n\" "
+	    "\"{\\\"type\\\":\\\"tool-call\\\",\\\"id\\\":\\\"1\\\",\\\"name\\\":\\\"write\\\","
+	    "\\\"input\\\":{}}\" >&3' "
+	    "'echo \"hello from $TASKBOX_TASK_ID\" > /outputs/hello.txt' "
+	    "'echo not json >&3' "
+	    "'printf \"%%s\\\\n\" "
+	    "\"{\\\"type\\\":\\\"message\\\",\\\"role\\\":\\\"assistant\\\",\\\"text\\\":"
+	    "\\\"done\\\"}\" >&3' "
+	    "> agent.sh && "
+	    "printf '%%s\\n' 'if grep -q done; then echo "
+	    "\"{\\\"outcome\\\":\\\"pass\\\",\\\"score\\\":1}\"; "
+	    "else echo \"{\\\"outcome\\\":\\\"fail\\\"}\"; fi' > judge.sh && "
+	    "git add -A && git -c user.name=t -c user.email=t@t commit -qm hello && "
+	    "mkdir -p %s && sed 's/\"name\": \"default\"/\"name\": \"test\"/' "
+	    "%s/examples/runtimes/default.json "
+	    "> %s/test.json",
+	    repo, repo, repo, runtimes, TB_SOURCE_DIR, runtimes);
+	if (system(cmd) != 0)
+		return -1;
+	tb_sandbox_sweep(work, "tblife", &err); /* what a crashed run left */
+	if (tb_seccomp_compile(&policy, &err) || tb_store_dir_open(&store, storedir, &err) ||
+	    tb_recipe_cache_open(&recipes, cache, &err)) {
+		fprintf(stderr, "%s\n", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+	(void)state;
+	tb_recipe_cache_close(recipes);
+	tb_store_close(store);
+	tb_seccomp_free(policy);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_lifecycle__one_shot_task_end_to_end),
+		cmocka_unit_test(test_lifecycle__failing_agent_is_a_recorded_failure),
+		cmocka_unit_test(test_lifecycle__poison_is_reported_not_run),
+	};
+	if (geteuid() != 0) {
+		printf("SKIP: sandboxes need root\n");
+		return 77;
+	}
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,589 @@
+/*
+ * lifecycle.c: the phases of one one-shot attempt. Each helper below does
+ * one phase's work; tb_lifecycle_run() is the order.
+ *
+ * The conversation is kept twice while the attempt runs, both in memfds:
+ * as the MessagePack record saved to the store (schemas/keys.md), and as
+ * JSON lines for the judges' standard input. Nothing grows in the
+ * worker's heap with the conversation's length.
+ */
+#include "lifecycle.h"
+
+#include "agent_events.h"
+#include "collect.h"
+#include "inputs.h"
+#include "tb/fsutil.h"
+#include "tb/json_mpack.h"
+#include "tb/runtime.h"
+#include "tb/schema_verdict.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define AGENT_OUTPUT_TAIL 400
+
+typedef struct run {
+	const tb_lifecycle_ctx_t *ctx;
+	const tb_task_t *task;
+	uint64_t attempt;
+	uint64_t seq;
+	uint64_t phase_ms;
+	int record_fd; /* conversation record: MessagePack events */
+	int jsonl_fd;  /* the same as JSON lines, for the judges */
+	int failed;    /* the sink refused an event */
+	tb_error_t sink_err;
+	tb_runtime_t rt;
+	tb_recipe_manifest_t recipe;
+	tb_sandbox_t *sb;
+	tb_manifest_t m;
+	tb_rate_t rate;
+	tb_linebuf_t lines;
+	uint64_t line_no;
+} run_t;
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+	for (size_t done = 0; done < len;) {
+		ssize_t n = write(fd, (const char *)data + done, len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/* Stamps, records and sends one event; takes ownership of payload. */
+static void emit(run_t *r, int type, tb_bytes_t payload)
+{
+	tb_event_t ev = { 0 };
+	msgpack_sbuffer sb;
+	json_t *pj = NULL;
+	tb_error_t err;
+
+	ev.task_id = r->task->id;
+	ev.attempt = r->attempt;
+	ev.seq = r->seq++;
+	ev.ts = wall_ms();
+	ev.type = type;
+	ev.payload = payload;
+	msgpack_sbuffer_init(&sb);
+	if (tb_msg_encode(&sb, &tb_schema_event, &ev, &err) < 0) {
+		/* Only an oversized payload can get here: say so instead. */
+		free(payload.data);
+		msgpack_sbuffer_destroy(&sb);
+		r->seq--;
+		tb_bytes_t e;
+		if (type != TB_EV_ERROR && tb_agent_error_payload(&e, err.code, err.msg) == 0)
+			emit(r, TB_EV_ERROR, e);
+		return;
+	}
+	if (write_all(r->record_fd, sb.data, sb.size) < 0)
+		r->failed = 1;
+	if (tb_mpack_to_json(&pj, payload.data, payload.len, &err) == 0) {
+		json_t *line = json_pack("{s:s,s:I,s:O}", "type", tb_event_type_name(type), "seq",
+					 (json_int_t)ev.seq, "payload", pj);
+		char *text = line ? json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+		if (!text || write_all(r->jsonl_fd, text, strlen(text)) < 0 ||
+		    write_all(r->jsonl_fd, "\n", 1) < 0)
+			r->failed = 1;
+		free(text);
+		json_decref(line);
+		json_decref(pj);
+	}
+	if (r->ctx->sink.emit && r->ctx->sink.emit(r->ctx->sink.ud, &ev, &r->sink_err) < 0)
+		r->failed = 1;
+	free(payload.data);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* Emits an event whose payload is built from a JSON object (consumed). */
+static void emit_json(run_t *r, int type, json_t *obj)
+{
+	msgpack_sbuffer sb;
+	tb_error_t err;
+
+	msgpack_sbuffer_init(&sb);
+	if (obj && tb_json_to_mpack(&sb, obj, &err) == 0) {
+		tb_bytes_t p = { sb.size, (uint8_t *)msgpack_sbuffer_release(&sb) };
+		emit(r, type, p);
+	} else {
+		msgpack_sbuffer_destroy(&sb);
+		r->failed = 1;
+	}
+	json_decref(obj);
+}
+
+static void phase(run_t *r, const char *name)
+{
+	uint64_t now = wall_ms();
+	emit_json(
+	    r, TB_EV_PHASE,
+	    json_pack("{s:s,s:I}", "phase", name, "duration_ms", (json_int_t)(now - r->phase_ms)));
+	r->phase_ms = now;
+}
+
+static void error_event(run_t *r, int code, const char *phase_name, const char *reason)
+{
+	emit_json(r, TB_EV_ERROR,
+		  json_pack("{s:s,s:s,s:s}", "code", tb_error_name(code), "reason", reason, "phase",
+			    phase_name));
+}
+
+/* ------------------------------------------------------------ prepare */
+
+static int prepare(run_t *r, char *recipe_dir, size_t len, char *inputs_dir, size_t ilen,
+		   tb_limits_t *lim, tb_error_t *err)
+{
+	const tb_lifecycle_ctx_t *ctx = r->ctx;
+	char path[4096];
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/%s.json", ctx->runtimes_dir, r->task->runtime);
+	if ((rc = tb_runtime_load(&r->rt, path, err)) < 0)
+		return rc == TB_ENOTFOUND
+			   ? tb_error_set(err, TB_EPOISON, "unknown runtime '%s'", r->task->runtime)
+			   : rc;
+	if ((rc = tb_recipe_checkout(ctx->recipes, r->task->recipe.url, r->task->recipe.commit,
+				     recipe_dir, len, &r->recipe, err)) < 0)
+		return rc;
+	if ((rc = tb_runtime_limits(lim, &r->rt, &r->recipe.limits, &r->task->limits, err)) < 0)
+		return rc;
+	inputs_dir[0] = '\0';
+	if (r->task->inputs.n) {
+		snprintf(inputs_dir, ilen, "%s/%s-inputs-%s-%llu", ctx->work_root, ctx->group,
+			 r->task->id, (unsigned long long)r->attempt);
+		tb_remove_tree(AT_FDCWD, inputs_dir); /* a crashed attempt's */
+		if ((rc = tb_inputs_fetch(ctx->store, r->task, inputs_dir, err)) < 0)
+			return rc;
+	}
+	char name[256];
+	snprintf(name, sizeof(name), "%s-%llu", r->task->id, (unsigned long long)r->attempt);
+	tb_sandbox_spec_t spec = {
+		.name = name,
+		.hostname = "task",
+		.slot = ctx->slot,
+		.work_root = ctx->work_root,
+		.group = ctx->group,
+		.ro_binds = &r->rt.sandbox.ro_binds,
+		.recipe_dir = recipe_dir,
+		.inputs_dir = inputs_dir[0] ? inputs_dir : NULL,
+		.workspace_mb = r->rt.sandbox.workspace_mb,
+		.outputs_mb = lim->outputs_mb,
+		.memory_mb = lim->memory_mb,
+		.pids = lim->pids,
+		.cpu_millis = lim->cpu_millis,
+		.max_open_files = r->rt.sandbox.max_open_files,
+		.max_file_mb = r->rt.sandbox.max_file_mb,
+		.wall_ms = lim->wall_seconds * 1000,
+	};
+	return tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
+}
+
+/* -------------------------------------------------------------- agent */
+
+struct line_ctx {
+	run_t *r;
+};
+
+static void on_agent_line(void *ud, const char *line, size_t len, int too_long)
+{
+	run_t *r = ((struct line_ctx *)ud)->r;
+	char why[600];
+	tb_bytes_t payload;
+	tb_error_t err;
+	int type;
+
+	r->line_no++;
+	/* Pacing: wait for a token rather than buffer; the agent's writes
+	 * block meanwhile, so a flood costs it time, not the worker memory. */
+	uint64_t wait;
+	while ((wait = tb_rate_take(&r->rate, wall_ms())) > 0)
+		usleep((useconds_t)(wait * 1000));
+	if (too_long) {
+		snprintf(why, sizeof(why), "line %llu: %zu bytes, over the runtime's %llu",
+			 (unsigned long long)r->line_no, len,
+			 (unsigned long long)r->rt.agent.max_event_bytes);
+		if (tb_agent_error_payload(&payload, TB_ETOOBIG, why) == 0)
+			emit(r, TB_EV_ERROR, payload);
+		return;
+	}
+	if (tb_agent_parse_line(&type, &payload, line, len, &err) < 0) {
+		snprintf(why, sizeof(why), "line %llu: %.500s", (unsigned long long)r->line_no,
+			 err.msg);
+		if (tb_agent_error_payload(&payload, TB_EINVAL, why) == 0)
+			emit(r, TB_EV_ERROR, payload);
+		return;
+	}
+	emit(r, type, payload);
+}
+
+/* Reads what the agent wrote on fd 3 until it exits; fills @p end. */
+static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_len, tb_error_t *err)
+{
+	const tb_recipe_manifest_t *rm = &r->recipe;
+	char *envp[512], buf[65536];
+	const char *argv[65];
+	int in = -1, out = -1, ev[2] = { -1, -1 }, id = 0, rc, n = 0;
+	struct line_ctx lc = { r };
+	char attempt[32];
+
+	/* The prompt, as the protocol's first line, from a file: no writer
+	 * to block on whatever the agent does with its input. */
+	in = memfd_create("taskbox-prompt", MFD_CLOEXEC);
+	out = memfd_create("taskbox-agent-output", MFD_CLOEXEC);
+	json_t *prompt =
+	    json_pack("{s:s,s:i,s:s}", "type", "prompt", "turn", 1, "text", r->task->prompt);
+	char *line = prompt ? json_dumps(prompt, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(prompt);
+	if (in < 0 || out < 0 || !line || write_all(in, line, strlen(line)) < 0 ||
+	    write_all(in, "\n", 1) < 0 || lseek(in, 0, SEEK_SET) < 0 || pipe2(ev, O_CLOEXEC) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "agent: set up its input and output");
+		free(line);
+		goto out;
+	}
+	free(line);
+	snprintf(attempt, sizeof(attempt), "%llu", (unsigned long long)r->attempt);
+	static const char *const fixed[][2] = {
+		{ "TASKBOX_WORKSPACE", "/workspace" },
+		{ "TASKBOX_OUTPUTS", "/outputs" },
+		{ "TASKBOX_INPUTS", "/inputs" },
+		{ "TASKBOX_RECIPE", "/recipe" },
+		{ "TASKBOX_EVENTS_FD", "3" },
+		{ "HOME", "/workspace" },
+		{ "PATH", "/usr/local/bin:/usr/bin:/bin" },
+	};
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (asprintf(&envp[n++], "%s=%s", fixed[i][0], fixed[i][1]) < 0)
+			abort();
+	if (asprintf(&envp[n++], "TASKBOX_TASK_ID=%s", r->task->id) < 0 ||
+	    asprintf(&envp[n++], "TASKBOX_ATTEMPT=%s", attempt) < 0)
+		abort();
+	for (size_t i = 0; i < r->rt.env.n && n < 500; i++)
+		if (asprintf(&envp[n++], "%s=%s", r->rt.env.items[i].key,
+			     r->rt.env.items[i].value) < 0)
+			abort();
+	for (size_t i = 0; i < rm->agent.env.n && n < 510; i++)
+		if (asprintf(&envp[n++], "%s=%s", rm->agent.env.items[i].key,
+			     rm->agent.env.items[i].value) < 0)
+			abort();
+	envp[n] = NULL;
+	size_t argc = rm->agent.command.n < 64 ? rm->agent.command.n : 64;
+	for (size_t i = 0; i < argc; i++)
+		argv[i] = rm->agent.command.items[i];
+	argv[argc] = NULL;
+	tb_sandbox_exec_t ex = {
+		argv, (const char *const *)envp, "/recipe", in, out, out, ev[1], 0
+	};
+	rc = tb_sandbox_spawn(r->sb, &id, &ex, err);
+	close(ev[1]);
+	ev[1] = -1;
+	if (rc < 0) {
+		if (rc == TB_ENOTFOUND) /* the recipe's command: poison */
+			err->code = rc = TB_EPOISON;
+		goto out;
+	}
+	fcntl(ev[0], F_SETFL, O_NONBLOCK);
+	tb_linebuf_init(&r->lines, r->rt.agent.max_event_bytes);
+	for (;;) {
+		struct pollfd p = { ev[0], POLLIN, 0 };
+		int eof = 0;
+		if (poll(&p, 1, 50) > 0) {
+			ssize_t got;
+			while ((got = read(ev[0], buf, sizeof(buf))) > 0)
+				tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
+			eof = got == 0;
+		}
+		rc = tb_sandbox_wait(r->sb, id, eof ? 1000 : 0, end, err);
+		if (rc == 0)
+			break;
+		if (rc != TB_ETIMEOUT)
+			goto out;
+	}
+	/* What the agent wrote before it ended (its children may hold the
+	 * pipe open: take what is there, do not wait for them). */
+	ssize_t got;
+	while ((got = read(ev[0], buf, sizeof(buf))) > 0)
+		tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
+	off_t size = lseek(out, 0, SEEK_END);
+	off_t from = size > (off_t)tail_len - 1 ? size - (off_t)tail_len + 1 : 0;
+	ssize_t t = pread(out, tail, tail_len - 1, from);
+	tail[t > 0 ? t : 0] = '\0';
+	for (char *c = tail; *c; c++)
+		if ((unsigned char)*c < 0x20 && *c != '\n')
+			*c = ' ';
+	rc = 0;
+out:
+	for (int i = 0; i < n; i++)
+		free(envp[i]);
+	tb_linebuf_free(&r->lines);
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	if (ev[0] >= 0)
+		close(ev[0]);
+	if (ev[1] >= 0)
+		close(ev[1]);
+	return rc;
+}
+
+static int outcome_of(const tb_sandbox_exit_t *e)
+{
+	switch (e->end) {
+	case TB_SANDBOX_EXITED:
+		return e->code == 0 ? TB_OUTCOME_SUCCEEDED : TB_OUTCOME_FAILED;
+	case TB_SANDBOX_OOM:
+		return TB_OUTCOME_OOM_KILLED;
+	case TB_SANDBOX_PIDS_LIMIT:
+		return TB_OUTCOME_PIDS_LIMIT;
+	case TB_SANDBOX_DEADLINE:
+		return TB_OUTCOME_TIMED_OUT;
+	default:
+		return TB_OUTCOME_FAILED;
+	}
+}
+
+/* ------------------------------------------------------------- judges */
+
+/* Runs one judge in the sandbox with the conversation on its input; its
+ * last output line is {"outcome": "pass"|"fail", "score": x, "reason": s}. */
+static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *err)
+{
+	tb_verdict_t v = { 0 };
+	tb_sandbox_exit_t end;
+	char why[600] = "", key[1024], last[4096] = "";
+	const char *argv[65],
+	    *envp[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", NULL };
+	uint64_t t0 = wall_ms();
+	int out = memfd_create("taskbox-judge", MFD_CLOEXEC), id, rc;
+	int in = dup(r->jsonl_fd);
+
+	v.task_id = r->task->id;
+	v.attempt = r->attempt;
+	v.judge = j->name;
+	v.outcome = TB_VERDICT_ERROR;
+	size_t argc = j->command.n < 64 ? j->command.n : 64;
+	for (size_t i = 0; i < argc; i++)
+		argv[i] = j->command.items[i];
+	argv[argc] = NULL;
+	uint64_t timeout = TB_HAS(j, 2) ? j->timeout_seconds : r->rt.agent.judge_timeout_seconds;
+	if (out < 0 || in < 0 || lseek(in, 0, SEEK_SET) < 0) {
+		snprintf(why, sizeof(why), "cannot set up the judge's input and output");
+	} else {
+		tb_sandbox_exec_t ex = {
+			argv, envp, "/recipe", in, out, -1, -1, TB_SANDBOX_JUDGE_ID
+		};
+		if ((rc = tb_sandbox_spawn(r->sb, &id, &ex, err)) < 0) {
+			snprintf(why, sizeof(why), "%.500s", err->msg);
+		} else if ((rc = tb_sandbox_wait(r->sb, id, (int)(timeout * 1000), &end, err)) <
+			   0) {
+			tb_sandbox_kill(r->sb, id, SIGKILL, NULL);
+			tb_sandbox_wait(r->sb, id, 5000, &end, NULL);
+			snprintf(why, sizeof(why), "no verdict within %llu s",
+				 (unsigned long long)timeout);
+		} else {
+			/* The last non-empty line of its output. */
+			off_t size = lseek(out, 0, SEEK_END);
+			off_t from =
+			    size > (off_t)sizeof(last) - 1 ? size - (off_t)sizeof(last) + 1 : 0;
+			ssize_t n = pread(out, last, sizeof(last) - 1, from);
+			last[n > 0 ? n : 0] = '\0';
+			while (n > 0 && (last[n - 1] == '\n' || last[n - 1] == ' '))
+				last[--n] = '\0';
+			char *nl = strrchr(last, '\n');
+			json_error_t jerr;
+			json_t *res = json_loads(nl ? nl + 1 : last, 0, &jerr);
+			const char *o = json_string_value(json_object_get(res, "outcome"));
+			if (!o || (strcmp(o, "pass") && strcmp(o, "fail"))) {
+				snprintf(why, sizeof(why),
+					 "the judge's last line is not {\"outcome\": \"pass\" or "
+					 "\"fail\"}");
+			} else {
+				v.outcome = !strcmp(o, "pass") ? TB_VERDICT_PASS : TB_VERDICT_FAIL;
+				json_t *score = json_object_get(res, "score");
+				if (json_is_number(score) && json_number_value(score) >= 0 &&
+				    json_number_value(score) <= 1) {
+					v.score = json_number_value(score);
+					TB_SET_HAS(&v, TB_VERDICT_F_SCORE);
+				}
+				const char *reason =
+				    json_string_value(json_object_get(res, "reason"));
+				if (reason)
+					snprintf(why, sizeof(why), "%.500s", reason);
+			}
+			json_decref(res);
+		}
+	}
+	if (out >= 0)
+		close(out);
+	if (in >= 0)
+		close(in);
+	v.reason = why[0] ? why : NULL;
+	v.ts = wall_ms();
+	v.duration_ms = v.ts - t0;
+
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	snprintf(key, sizeof(key), "%sverdicts/%s.msgpack", prefix, j->name);
+	if ((rc = tb_msg_encode(&sb, &tb_schema_verdict, &v, err)) == 0)
+		rc = tb_store_put_bytes(r->ctx->store, key, sb.data, sb.size, NULL, err);
+	msgpack_sbuffer_destroy(&sb);
+	if (rc < 0)
+		return rc;
+	json_t *summary =
+	    json_pack("{s:s,s:s}", "judge", j->name, "outcome", tb_verdict_outcomes[v.outcome]);
+	if (TB_HAS(&v, TB_VERDICT_F_SCORE))
+		json_object_set_new(summary, "score", json_real(v.score));
+	if (v.reason)
+		json_object_set_new(summary, "reason", json_string(v.reason));
+	emit_json(r, TB_EV_VERDICT, summary);
+	tb_verdict_ref_t ref = { 0, strdup(j->name), v.outcome, strdup(key) };
+	void *bigger = realloc(r->m.verdicts.items, (r->m.verdicts.n + 1) * sizeof(ref));
+	if (!bigger || !ref.judge || !ref.key)
+		abort(); /* out of memory */
+	r->m.verdicts.items = bigger;
+	((tb_verdict_ref_t *)r->m.verdicts.items)[r->m.verdicts.n++] = ref;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- run */
+
+int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint64_t attempt,
+		     tb_lifecycle_result_t *out, tb_error_t *err)
+{
+	char recipe_dir[4096], inputs_dir[4096], prefix[512], key[600], outputs[128];
+	char tail[AGENT_OUTPUT_TAIL];
+	tb_sandbox_exit_t end;
+	tb_limits_t lim;
+	run_t r = { 0 };
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	r.ctx = ctx, r.task = task, r.attempt = attempt;
+	r.phase_ms = wall_ms();
+	r.m.started_at = r.phase_ms;
+	r.record_fd = memfd_create("taskbox-conversation", MFD_CLOEXEC);
+	r.jsonl_fd = memfd_create("taskbox-conversation-jsonl", MFD_CLOEXEC);
+	if (r.record_fd < 0 || r.jsonl_fd < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "lifecycle: memfd");
+		goto done;
+	}
+	snprintf(prefix, sizeof(prefix), "tasks/%s/%llu/", task->id, (unsigned long long)attempt);
+	phase(&r, "validated");
+
+	if ((rc = prepare(&r, recipe_dir, sizeof(recipe_dir), inputs_dir, sizeof(inputs_dir), &lim,
+			  err)) < 0) {
+		error_event(&r, rc, "prepared", err->msg);
+		goto done;
+	}
+	tb_rate_init(&r.rate, r.rt.agent.max_events_per_second, wall_ms());
+	phase(&r, "prepared");
+
+	phase(&r, "running");
+	if ((rc = run_agent(&r, &end, tail, sizeof(tail), err)) < 0) {
+		error_event(&r, rc, "running", err->msg);
+		goto done;
+	}
+	char how[200];
+	r.m.outcome = outcome_of(&end);
+	tb_sandbox_end_describe(&end, how, sizeof(how));
+	if (r.m.outcome != TB_OUTCOME_SUCCEEDED) {
+		snprintf(out->reason, sizeof(out->reason), "the agent %.100s%s%.380s", how,
+			 tail[0] ? "; its last output: " : "", tail);
+		r.m.reason = out->reason;
+	}
+	phase(&r, "settled");
+
+	/* Whatever the agent left running ends before anything is read. */
+	tb_sandbox_kill_all(r.sb, NULL);
+	snprintf(outputs, sizeof(outputs), "/proc/%d/root/outputs", (int)tb_sandbox_init_pid(r.sb));
+	snprintf(key, sizeof(key), "%soutputs/", prefix);
+	tb_collect_limits_t cl = { r.rt.sandbox.max_output_files, lim.outputs_mb << 20 };
+	if ((rc = tb_collect_outputs(&r.m, ctx->store, outputs, key, &cl, err)) < 0) {
+		error_event(&r, rc, "collected", err->msg);
+		goto done;
+	}
+	for (size_t i = 0; i < r.m.artifacts.n; i++) {
+		const tb_artifact_t *a = (const tb_artifact_t *)r.m.artifacts.items + i;
+		emit_json(&r, TB_EV_ARTIFACT,
+			  json_pack("{s:s,s:s,s:I,s:s}", "path", a->path, "key", a->key, "size",
+				    (json_int_t)a->size, "sha256", a->sha256));
+	}
+	phase(&r, "collected");
+
+	for (size_t i = 0; i < r.recipe.judges.n; i++)
+		if ((rc = judge(&r, (const tb_judge_t *)r.recipe.judges.items + i, prefix, err)) <
+		    0) {
+			error_event(&r, rc, "judged", err->msg);
+			goto done;
+		}
+	phase(&r, "judged");
+	phase(&r, "recorded"); /* the record's last events, then the record */
+
+	snprintf(key, sizeof(key), "%sconversation.msgpack", prefix);
+	if ((rc = tb_store_put_fd(ctx->store, key, r.record_fd, NULL, err)) < 0) {
+		error_event(&r, rc, "recorded", err->msg);
+		goto done;
+	}
+	r.m.task_id = task->id;
+	r.m.attempt = attempt;
+	r.m.recipe = task->recipe;
+	r.m.conversation_key = key;
+	r.m.events = r.seq;
+	r.m.finished_at = wall_ms();
+	/* Manifest last: it names only objects that exist. */
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	snprintf(out->manifest_key, sizeof(out->manifest_key), "%smanifest.msgpack", prefix);
+	if ((rc = tb_msg_encode(&sb, &tb_schema_manifest, &r.m, err)) == 0)
+		rc = tb_store_put_bytes(ctx->store, out->manifest_key, sb.data, sb.size, NULL, err);
+	msgpack_sbuffer_destroy(&sb);
+	if (rc < 0)
+		error_event(&r, rc, "recorded", err->msg);
+done:
+	if (r.sb) {
+		tb_error_t terr;
+		if (tb_sandbox_destroy(r.sb, &terr) < 0 && rc == 0)
+			rc = tb_error_set(err, TB_EIO, "%s", terr.msg);
+		phase(&r, "torn-down");
+	}
+	if (r.task->inputs.n && inputs_dir[0])
+		tb_remove_tree(AT_FDCWD, inputs_dir);
+	if (rc == 0 && r.failed)
+		rc = tb_error_set(err, TB_ERETRY, "events: %s",
+				  r.sink_err.msg[0] ? r.sink_err.msg : "could not be recorded");
+	out->outcome = r.m.outcome;
+	out->events = r.seq;
+	if (rc == 0)
+		emit_json(&r, TB_EV_RESULT,
+			  json_pack("{s:s,s:s,s:s}", "outcome", tb_outcomes[r.m.outcome], "reason",
+				    out->reason, "manifest_key", out->manifest_key));
+	/* Borrowed pointers out of the manifest before freeing what it owns. */
+	r.m.task_id = NULL, r.m.reason = NULL, r.m.conversation_key = NULL;
+	r.m.recipe.url = NULL, r.m.recipe.commit = NULL;
+	tb_msg_free(&tb_schema_manifest, &r.m);
+	tb_recipe_manifest_free(&r.recipe);
+	tb_runtime_free(&r.rt);
+	if (r.record_fd >= 0)
+		close(r.record_fd);
+	if (r.jsonl_fd >= 0)
+		close(r.jsonl_fd);
+	return rc;
+}

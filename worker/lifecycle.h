@@ -1,0 +1,62 @@
+/*
+ * lifecycle.h: one attempt of one one-shot task, in order, and the only
+ * place that knows the order (DESIGN.md):
+ *
+ *   validated -> prepared (runtime, recipe at its commit, inputs, sandbox)
+ *   -> running (the agent; its events streamed) -> settled -> collected
+ *   (outputs, conversation record) -> judged (each judge in the same
+ *   sandbox) -> recorded (manifest, last) -> torn down
+ *
+ * Each phase emits a "phase" event with the time the previous one took;
+ * every event goes to the sink with (task, attempt, seq, ts) stamped.
+ * Receiving, claiming (the ledger) and acknowledging (the watermark) are
+ * the caller's: this file runs a task it was given and says how it ended.
+ */
+#ifndef TB_LIFECYCLE_H
+#define TB_LIFECYCLE_H
+
+#include "recipe.h"
+#include "sandbox.h"
+#include "tb/schema_event.h"
+#include "tb/schema_manifest.h"
+#include "tb/schema_task.h"
+#include "tb/store.h"
+
+/** Where events go (the events topic, a test's list). Must not block for
+ * long; returns 0 or a negative TB_E* (the run then fails retryably). */
+typedef struct tb_event_sink {
+	int (*emit)(void *ud, const tb_event_t *ev, tb_error_t *err);
+	void *ud;
+} tb_event_sink_t;
+
+typedef struct tb_lifecycle_ctx {
+	const tb_seccomp_t *policy;
+	tb_store_t *store;
+	tb_recipe_cache_t *recipes;
+	const char *runtimes_dir; /* <name>.json */
+	const char *work_root;    /* sandboxes and per-task scratch */
+	const char *group;        /* the worker's prefix */
+	unsigned slot;
+	tb_event_sink_t sink;
+} tb_lifecycle_ctx_t;
+
+typedef struct tb_lifecycle_result {
+	int outcome; /* tb_outcome_t, when rc == 0 */
+	char reason[512];
+	char manifest_key[600];
+	uint64_t events;
+} tb_lifecycle_result_t;
+
+/**
+ * Runs attempt @p attempt of @p task to the end and records it.
+ * @return 0 when the attempt is recorded (whatever its outcome: a failing
+ *         agent is a recorded failure); TB_EPOISON when the task can never
+ *         run here (unknown runtime, limits over the runtime's, missing
+ *         commit or input): DLQ it; TB_ERETRY or TB_EIO when the platform
+ *         failed (store, recipe fetch): try again later. The reason is in
+ *         @p err.
+ */
+int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint64_t attempt,
+		     tb_lifecycle_result_t *out, tb_error_t *err);
+
+#endif
