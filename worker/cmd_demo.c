@@ -9,7 +9,10 @@
  */
 #include "cmd.h"
 
+#include "demo_recipe.h"
 #include "intake.h"
+#include "tb/fsutil.h"
+#include "worker.h"
 #include "tb/json_mpack.h"
 #include "tb/kafka.h"
 #include "tb/log.h"
@@ -17,7 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define TASKS "taskbox.tasks"
 #define EVENTS "taskbox.events"
@@ -49,11 +58,16 @@ static uint64_t now_ms(void)
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: taskbox demo\n\n"
-		     "Runs taskbox's embedded demo: an in-process Kafka mock cluster,\n"
-		     "the example tasks and some bad messages, through intake.\n"
-		     "Needs no external service. Exit: 0 when every message had the\n"
-		     "expected outcome, 1 otherwise.\n");
+	fprintf(out, "usage: taskbox demo [--recipe DIR] [--keep]\n\n"
+		     "Runs taskbox's embedded demo, all in this process: librdkafka's mock\n"
+		     "cluster, a local directory as the artifact store, the in-process\n"
+		     "ledger, one worker. It submits the hello recipe's task (committed to a\n"
+		     "fresh git repository from DIR, default examples/recipes/hello), the\n"
+		     "same task again, and bad messages; shows the conversation live, the\n"
+		     "verdict and the dead letters, and where the artifacts are. Building\n"
+		     "sandboxes needs root; without it the demo shows intake only.\n"
+		     "--keep leaves the demo's directory (store, records) in place.\n"
+		     "Exit: 0 when every message had the expected outcome, 1 otherwise.\n");
 }
 
 static int encode_task(msgpack_sbuffer *out, const char *id, int kind, const char *prompt,
@@ -182,7 +196,8 @@ static int show_dlq(const char *brokers, size_t expect)
 	tb_error_t err;
 	size_t seen = 0;
 
-	if (tb_kafka_consumer_new(&c, brokers, "taskbox-demo-dlq", NULL, NULL, &err) < 0) {
+	if (tb_kafka_consumer_new(&c, brokers, "taskbox-demo-dlq", NULL, NULL, NULL, NULL, &err) <
+	    0) {
 		fprintf(stderr, "taskbox demo: %s\n", err.msg);
 		return -1;
 	}
@@ -236,7 +251,7 @@ static size_t run_intake(rd_kafka_t *consumer, rd_kafka_t *producer, size_t *see
 	return accepted;
 }
 
-int tb_cmd_demo(int argc, char **argv)
+static int demo_intake_only(void)
 {
 	static const tb_kafka_topic_spec_t topics[] = { { TASKS, 4 }, { EVENTS, 4 }, { DLQ, 1 } };
 	msgpack_sbuffer values[NMSGS];
@@ -246,11 +261,6 @@ int tb_cmd_demo(int argc, char **argv)
 	int failed = 0, rc = TB_EXIT_FAILURE;
 	tb_error_t err;
 
-	if (argc > 1) {
-		int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
-		usage(help ? stdout : stderr);
-		return help ? TB_EXIT_OK : TB_EXIT_USAGE;
-	}
 	tb_log_set_level(TB_LOG_WARN);
 	for (size_t i = 0; i < NMSGS; i++)
 		msgpack_sbuffer_init(&values[i]);
@@ -258,7 +268,7 @@ int tb_cmd_demo(int argc, char **argv)
 	    tb_kafka_mock_start(&mock, 1, topics, 3, &err) < 0 ||
 	    tb_kafka_producer_new(&producer, tb_kafka_mock_bootstraps(mock), NULL, &err) < 0 ||
 	    tb_kafka_consumer_new(&consumer, tb_kafka_mock_bootstraps(mock), "taskbox-demo", NULL,
-				  NULL, &err) < 0) {
+				  NULL, NULL, NULL, &err) < 0) {
 		fprintf(stderr, "taskbox demo: %s\n", err.msg);
 		goto cleanup;
 	}
@@ -296,4 +306,281 @@ cleanup:
 	for (size_t i = 0; i < NMSGS; i++)
 		msgpack_sbuffer_destroy(&values[i]);
 	return rc;
+}
+
+/* ------------------------------------------------------ the full demo */
+
+struct demo_run {
+	tb_worker_deps_t deps;
+	tb_worker_stats_t stats;
+	volatile sig_atomic_t stop;
+	uint64_t expect;
+	int done;
+	int rc;
+	tb_error_t err;
+};
+
+static void *demo_worker(void *arg)
+{
+	struct demo_run *d = arg;
+	d->rc = tb_worker_run(&d->deps, &d->stop, d->expect, &d->stats, &d->err);
+	__atomic_store_n(&d->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/* One event as a line a person reads. */
+static void print_event(const tb_event_t *ev)
+{
+	json_t *p = NULL;
+	tb_error_t err;
+	const char *t = tb_event_type_name(ev->type);
+
+	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, &err) < 0)
+		return;
+#define S(k)                                                                                       \
+	(json_string_value(json_object_get(p, k)) ? json_string_value(json_object_get(p, k)) : "")
+	printf("  %-12s #%-2llu ", ev->task_id, (unsigned long long)ev->seq);
+	if (ev->type == TB_EV_PHASE)
+		printf("phase %-10s (+%lld ms)\n", S("phase"),
+		       (long long)json_integer_value(json_object_get(p, "duration_ms")));
+	else if (ev->type == TB_EV_MESSAGE)
+		printf("%s: %s\n", S("role"), S("text"));
+	else if (ev->type == TB_EV_THOUGHT)
+		printf("thought: %s\n", S("text"));
+	else if (ev->type == TB_EV_TOOL_CALL)
+		printf("tool-call %s %s\n", S("id"), S("name"));
+	else if (ev->type == TB_EV_TOOL_RESULT)
+		printf("tool-result %s\n", S("id"));
+	else if (ev->type == TB_EV_ARTIFACT)
+		printf("artifact %s -> %s\n", S("path"), S("key"));
+	else if (ev->type == TB_EV_VERDICT)
+		printf("verdict %s: %s (%s)\n", S("judge"), S("outcome"), S("reason"));
+	else if (ev->type == TB_EV_ERROR)
+		printf("error [%s] %s\n", S("code"), S("reason"));
+	else if (ev->type == TB_EV_RESULT)
+		printf("result %s%s%s\n", S("outcome"), S("reason")[0] ? ": " : "", S("reason"));
+	else
+		printf("%s\n", t ? t : "?");
+#undef S
+	json_decref(p);
+}
+
+/* Follows the events topic while the worker runs, then a little after. */
+static void follow_events(const char *brokers, struct demo_run *d)
+{
+	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(4);
+	rd_kafka_t *c;
+	tb_error_t err;
+	int quiet = 0;
+
+	if (tb_kafka_consumer_new(&c, brokers, "taskbox-demo-watch", NULL, NULL, NULL, NULL, &err) <
+	    0) {
+		fprintf(stderr, "taskbox demo: %s\n", err.msg);
+		rd_kafka_topic_partition_list_destroy(parts);
+		return;
+	}
+	for (int p = 0; p < 4; p++)
+		rd_kafka_topic_partition_list_add(parts, EVENTS, p)->offset =
+		    RD_KAFKA_OFFSET_BEGINNING;
+	rd_kafka_assign(c, parts);
+	rd_kafka_topic_partition_list_destroy(parts);
+	/* Bounded: ten minutes at most, and one quiet second after the end. */
+	for (int i = 0; i < 3000 && quiet < 5; i++) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
+		if (!m) {
+			quiet += __atomic_load_n(&d->done, __ATOMIC_SEQ_CST);
+			continue;
+		}
+		tb_event_t ev;
+		if (!m->err &&
+		    tb_msg_decode(&tb_schema_event, &ev, m->payload, m->len, &err) == 0) {
+			print_event(&ev);
+			tb_msg_free(&tb_schema_event, &ev);
+		}
+		rd_kafka_message_destroy(m);
+	}
+	rd_kafka_consumer_close(c);
+	rd_kafka_destroy(c);
+}
+
+static int demo_full(const char *recipe_src, int keep)
+{
+	static const tb_kafka_topic_spec_t topics[] = { { TASKS, 4 }, { EVENTS, 4 }, { DLQ, 1 } };
+	char base[] = "/tmp/taskbox-demo-XXXXXX", git_dir[128], url[256], commit[41];
+	char store_url[160], cache[128], work[128], runtimes[128], path[256], src[4096];
+	msgpack_sbuffer v[7];
+	struct demo_run d = { 0 };
+	tb_kafka_mock_t *mock = NULL;
+	rd_kafka_t *producer = NULL;
+	tb_config_t cfg;
+	tb_store_config_t scfg = { 0 };
+	pthread_t thread;
+	int rc = TB_EXIT_FAILURE;
+
+	tb_log_set_level(TB_LOG_WARN);
+	if (!realpath(recipe_src, src)) {
+		fprintf(stderr,
+			"taskbox demo: recipe %s: %s (run from the repository, or pass --recipe)\n",
+			recipe_src, strerror(errno));
+		return TB_EXIT_USAGE;
+	}
+	for (int i = 0; i < 7; i++)
+		msgpack_sbuffer_init(&v[i]);
+	if (!mkdtemp(base) || chmod(base, 0711) < 0)
+		return TB_EXIT_FAILURE;
+	snprintf(git_dir, sizeof(git_dir), "%s/recipes/hello.git", base);
+	snprintf(store_url, sizeof(store_url), "dir://%s/artifacts", base);
+	snprintf(cache, sizeof(cache), "%s/cache", base);
+	snprintf(work, sizeof(work), "%s/work", base);
+	snprintf(runtimes, sizeof(runtimes), "%s/runtimes", base);
+	snprintf(path, sizeof(path), "%s/default.json", runtimes);
+	if (tb_demo_recipe_commit(src, git_dir, url, sizeof(url), commit, &d.err) < 0 ||
+	    mkdir(runtimes, 0755) < 0 || mkdir(work, 0711) < 0) {
+		fprintf(stderr, "taskbox demo: %s\n", d.err.msg);
+		goto out;
+	}
+	FILE *f = fopen(path, "w");
+	if (!f)
+		goto out;
+	fputs("{\"v\": 1, \"name\": \"default\"}\n", f); /* the runtime defaults */
+	fclose(f);
+
+	printf("taskbox demo in %s\n", base);
+	printf("  recipe hello committed as %.12s in %s\n", commit, url);
+	if (tb_config_load(&cfg, NULL, &d.err) < 0) {
+		fprintf(stderr, "taskbox demo: %s\n", d.err.msg);
+		goto out;
+	}
+	free(cfg.runtimes_dir);
+	free(cfg.work_dir);
+	cfg.runtimes_dir = strdup(runtimes);
+	cfg.work_dir = strdup(work);
+	cfg.slots = 2;
+	scfg.url = store_url;
+	if (tb_kafka_mock_start(&mock, 1, topics, 3, &d.err) < 0 ||
+	    tb_store_open(&d.deps.store, &scfg, &d.err) < 0 ||
+	    tb_ledger_memory_open(&d.deps.ledger, &d.err) < 0 ||
+	    tb_recipe_cache_open(&d.deps.recipes, cache, &d.err) < 0 ||
+	    tb_seccomp_compile((tb_seccomp_t **)&d.deps.policy, &d.err) < 0 ||
+	    tb_kafka_producer_new(&producer, tb_kafka_mock_bootstraps(mock), NULL, &d.err) < 0) {
+		fprintf(stderr, "taskbox demo: %s\n", d.err.msg);
+		goto cleanup;
+	}
+	/* The tasks: the recipe's task, the same task again (a duplicate
+	 * delivery), a commit the repository does not have, and three messages
+	 * no worker can read. */
+	const struct {
+		const char *key, *what;
+	} msgs[7] = {
+		{ "demo-hello", "the hello task" },
+		{ "demo-hello", "the same task again" },
+		{ "demo-lost", "a commit that does not exist" },
+		{ "demo-branch", "a task pinned to a branch" },
+		{ "demo-future", "a task from a future version" },
+		{ NULL, "random bytes" },
+		{ "demo-late", "the hello task under another id" },
+	};
+	tb_task_t t = { 0 };
+	t.kind = TB_TASK_ONE_SHOT;
+	t.recipe.url = url;
+	t.recipe.commit = commit;
+	t.runtime = (char *)"default";
+	t.prompt = (char *)"Say hello to the queue.";
+	t.submitted_at = now_ms();
+	t.id = (char *)"demo-hello";
+	if (tb_msg_encode(&v[0], &tb_schema_task, &t, &d.err) < 0 ||
+	    tb_msg_encode(&v[1], &tb_schema_task, &t, &d.err) < 0)
+		goto cleanup;
+	t.id = (char *)"demo-lost";
+	t.recipe.commit = (char *)"0000000000000000000000000000000000000001";
+	tb_msg_encode(&v[2], &tb_schema_task, &t, &d.err);
+	/* The bad ones are the intake demo's: branch, future version, junk. */
+	msgpack_sbuffer bad[NMSGS];
+	for (int i = 0; i < NMSGS; i++)
+		msgpack_sbuffer_init(&bad[i]);
+	build_messages(bad, &d.err);
+	msgpack_sbuffer_write(&v[3], bad[MSG_BRANCH].data, bad[MSG_BRANCH].size);
+	msgpack_sbuffer_write(&v[4], bad[MSG_FUTURE].data, bad[MSG_FUTURE].size);
+	msgpack_sbuffer_write(&v[5], bad[MSG_JUNK].data, bad[MSG_JUNK].size);
+	for (int i = 0; i < NMSGS; i++)
+		msgpack_sbuffer_destroy(&bad[i]);
+	t.id = (char *)"demo-late";
+	t.recipe.commit = commit;
+	tb_msg_encode(&v[6], &tb_schema_task, &t, &d.err);
+
+	printf("\nA producer submits %d messages to %s:\n", 7, TASKS);
+	for (int i = 0; i < 7; i++) {
+		printf("  %-32s key %s\n", msgs[i].what, msgs[i].key ? msgs[i].key : "(none)");
+		tb_kafka_produce(producer, TASKS, msgs[i].key, v[i].data, v[i].size, &d.err);
+	}
+	rd_kafka_flush(producer, 10000);
+
+	d.deps.cfg = &cfg;
+	d.deps.brokers = tb_kafka_mock_bootstraps(mock);
+	d.deps.worker_id = "demo-worker";
+	d.deps.group = "tbdemo";
+	d.expect = 7;
+	tb_sandbox_sweep(work, "tbdemo", &d.err);
+	printf("\nA worker with %llu slots runs them; the events topic, live:\n",
+	       (unsigned long long)cfg.slots);
+	pthread_create(&thread, NULL, demo_worker, &d);
+	follow_events(d.deps.brokers, &d);
+	pthread_join(thread, NULL);
+	if (d.rc < 0)
+		fprintf(stderr, "taskbox demo: worker: %s\n", d.err.msg);
+	if (show_dlq(d.deps.brokers, 4) < 0)
+		printf("  (fewer dead letters than expected)\n");
+	printf("\n%llu messages: %llu attempts recorded (%llu succeeded), %llu already done, "
+	       "%llu dead-lettered.\n",
+	       (unsigned long long)d.stats.received, (unsigned long long)d.stats.recorded,
+	       (unsigned long long)d.stats.succeeded, (unsigned long long)d.stats.already,
+	       (unsigned long long)d.stats.dead);
+	printf("Artifacts, conversation records, verdicts and manifests: %s/artifacts/tasks/\n",
+	       base);
+	rc = d.rc == 0 && d.stats.succeeded == 2 && d.stats.already == 1 && d.stats.dead == 4
+		 ? TB_EXIT_OK
+		 : TB_EXIT_FAILURE;
+	if (!keep)
+		printf("(removed when the demo ends; --keep keeps them)\n");
+cleanup:
+	tb_config_free(&cfg);
+	if (producer)
+		rd_kafka_destroy(producer);
+	tb_kafka_mock_free(mock);
+	tb_store_close(d.deps.store);
+	if (d.deps.ledger)
+		d.deps.ledger->ops->close(d.deps.ledger);
+	tb_recipe_cache_close(d.deps.recipes);
+	tb_seccomp_free((tb_seccomp_t *)d.deps.policy);
+out:
+	for (int i = 0; i < 7; i++)
+		msgpack_sbuffer_destroy(&v[i]);
+	if (!keep)
+		tb_remove_tree(AT_FDCWD, base);
+	return rc;
+}
+
+int tb_cmd_demo(int argc, char **argv)
+{
+	const char *recipe = "examples/recipes/hello";
+	int keep = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return TB_EXIT_OK;
+		} else if (!strcmp(argv[i], "--keep")) {
+			keep = 1;
+		} else if (!strcmp(argv[i], "--recipe") && i + 1 < argc) {
+			recipe = argv[++i];
+		} else {
+			usage(stderr);
+			return TB_EXIT_USAGE;
+		}
+	}
+	if (geteuid() != 0) {
+		printf("taskbox demo: not root, so no sandboxes: showing intake only.\n\n");
+		return demo_intake_only();
+	}
+	return demo_full(recipe, keep);
 }

@@ -73,18 +73,25 @@ void tb_recipe_cache_close(tb_recipe_cache_t *c)
 	git_libgit2_shutdown();
 }
 
-/* Opens (or creates) the bare mirror of @p url. */
-static int open_mirror(git_repository **out, const tb_recipe_cache_t *c, const char *url,
-		       char *lockpath, size_t lplen, tb_error_t *err)
+/* The mirror of @p url and its lock file, named by the URL's hash: URLs
+ * are not paths. */
+static void mirror_paths(const tb_recipe_cache_t *c, const char *url, char *path, size_t plen,
+			 char *lockpath, size_t lplen)
 {
-	char name[65], path[PATH_MAX];
+	char name[65];
 
-	/* One mirror per URL, named by the URL's hash: URLs are not paths. */
 	tb_sha256_hex(name, url, strlen(url));
-	snprintf(path, sizeof(path), "%s/repos/%s.git", c->dir, name);
+	snprintf(path, plen, "%s/repos/%s.git", c->dir, name);
 	snprintf(lockpath, lplen, "%s/repos/%s.lock", c->dir, name);
+}
+
+/* Opens (or creates) the bare mirror; the caller holds its lock. */
+static int open_mirror(git_repository **out, const char *path, tb_error_t *err)
+{
 	if (git_repository_open_bare(out, path) == 0)
 		return 0;
+	/* A crash while creating it may have left half a mirror: start over. */
+	tb_remove_tree(AT_FDCWD, path);
 	if (git_repository_init(out, path, 1) < 0)
 		return git_fail(err, TB_EIO, "recipe: create mirror");
 	return 0;
@@ -174,7 +181,7 @@ int tb_recipe_checkout(tb_recipe_cache_t *c, const char *url, const char *commit
 	git_repository *repo = NULL;
 	git_commit *gc = NULL;
 	git_tree *tree = NULL;
-	char lockpath[PATH_MAX], origin[2300];
+	char lockpath[PATH_MAX], mirror[PATH_MAX], origin[2300];
 	git_oid oid;
 	int lock = -1, rc;
 
@@ -185,13 +192,16 @@ int tb_recipe_checkout(tb_recipe_cache_t *c, const char *url, const char *commit
 				    commit);
 	if ((size_t)snprintf(dir, len, "%s/checkouts/%s", c->dir, commit) >= len)
 		return tb_error_set(err, TB_EINVAL, "recipe: path too long");
-	if ((rc = open_mirror(&repo, c, url, lockpath, sizeof(lockpath), err)) < 0)
-		return rc;
+	/* One slot at a time per repository: creating the mirror, fetching
+	 * into it, checking out of it. */
+	mirror_paths(c, url, mirror, sizeof(mirror), lockpath, sizeof(lockpath));
 	lock = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (lock < 0 || flock(lock, LOCK_EX) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "recipe: lock %s", lockpath);
 		goto out;
 	}
+	if ((rc = open_mirror(&repo, mirror, err)) < 0)
+		goto out;
 	/* Fetch only when the mirror lacks the commit: pinned commits never
 	 * change, so a mirror that has one is up to date for it. */
 	if (git_commit_lookup(&gc, repo, &oid) < 0) {

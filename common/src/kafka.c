@@ -143,7 +143,8 @@ int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap
 }
 
 int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group,
-			  const char *instance_id, const tb_strmap_t *props, tb_error_t *err)
+			  const char *instance_id, const tb_strmap_t *props,
+			  tb_rebalance_fn rebalance, void *opaque, tb_error_t *err)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	int rc;
@@ -163,6 +164,10 @@ int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
 	    (rc = set_props(conf, props, err)) < 0) {
 		rd_kafka_conf_destroy(conf);
 		return rc;
+	}
+	if (rebalance) {
+		rd_kafka_conf_set_rebalance_cb(conf, rebalance);
+		rd_kafka_conf_set_opaque(conf, opaque);
 	}
 	if ((rc = make(out, RD_KAFKA_CONSUMER, conf, err)) < 0)
 		return rc;

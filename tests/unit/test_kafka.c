@@ -40,7 +40,8 @@ static void test_kafka__consumer_commits_only_by_hand_with_range(void **state)
 	tb_error_t err;
 
 	(void)state;
-	assert_int_equal(tb_kafka_consumer_new(&c, "127.0.0.1:1", "g", "worker-a", NULL, &err), 0);
+	assert_int_equal(
+	    tb_kafka_consumer_new(&c, "127.0.0.1:1", "g", "worker-a", NULL, NULL, NULL, &err), 0);
 	/* Ack after teardown: nothing may commit behind the worker's back. */
 	assert_setting(c, "enable.auto.commit", "false");
 	assert_setting(c, "enable.auto.offset.store", "false");

@@ -50,11 +50,18 @@ int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap
 /**
  * A consumer in @p group, subscribed to nothing yet, with manual commits.
  * @param instance_id static membership id, or NULL.
+ * @param rebalance called on assignment and revocation (it must assign);
+ *        NULL lets librdkafka assign by itself. @p opaque is its last
+ *        argument.
  * @param[out] out released with rd_kafka_consumer_close() and
  *             rd_kafka_destroy().
  */
+typedef void (*tb_rebalance_fn)(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+				rd_kafka_topic_partition_list_t *parts, void *opaque);
+
 int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group,
-			  const char *instance_id, const tb_strmap_t *props, tb_error_t *err);
+			  const char *instance_id, const tb_strmap_t *props,
+			  tb_rebalance_fn rebalance, void *opaque, tb_error_t *err);
 
 /**
  * Queues one message (copied) for @p topic keyed by @p key (may be NULL).

@@ -1,0 +1,441 @@
+/*
+ * worker.c: the consume / dispatch / complete / commit loop.
+ *
+ * The main thread owns Kafka's consumer, the watermarks and the ledger
+ * calls that decide acknowledgement; slot threads own one task attempt
+ * each and hand the result back through a mutex-protected list. A slot
+ * thread creates and destroys its own sandbox (the sandbox's init dies
+ * with the thread that made it, see sandbox.h).
+ */
+#include "worker.h"
+
+#include "intake.h"
+#include "tb/kafka.h"
+#include "tb/log.h"
+#include "tb/runtime.h"
+#include "watermark.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_PARTITIONS 256
+#define RETRY_BACKOFF_MS 1000
+
+typedef struct job {
+	struct job *next;
+	struct worker *w;
+	int32_t partition;
+	int64_t offset;
+	uint64_t attempt;
+	uint64_t max_attempts;
+	void *value; /* the task message, decoded again by the slot */
+	size_t len;
+	char key[160];
+	/* results */
+	int rc;
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	pthread_t thread;
+	unsigned slot;
+} job_t;
+
+typedef struct worker {
+	const tb_worker_deps_t *d;
+	rd_kafka_t *consumer, *producer;
+	tb_watermark_t *marks[MAX_PARTITIONS];
+	pthread_mutex_t lock;
+	job_t *finished;     /* slots push here */
+	uint64_t busy_slots; /* bit per slot */
+	unsigned running;
+	int paused;
+	uint64_t finished_messages;
+	tb_worker_stats_t *stats;
+} worker_t;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------- events */
+
+static int publish_event(void *ud, const tb_event_t *ev, tb_error_t *err)
+{
+	worker_t *w = ud;
+	msgpack_sbuffer sb;
+	int rc;
+
+	msgpack_sbuffer_init(&sb);
+	if ((rc = tb_msg_encode(&sb, &tb_schema_event, ev, err)) == 0) {
+		/* A full local queue is back-pressure, not a failure: wait. */
+		for (int i = 0; i < 600; i++) {
+			rc = tb_kafka_produce(w->producer, w->d->cfg->kafka.events_topic,
+					      ev->task_id, sb.data, sb.size, err);
+			if (rc != TB_ERETRY)
+				break;
+			rd_kafka_poll(w->producer, 100);
+		}
+	}
+	msgpack_sbuffer_destroy(&sb);
+	rd_kafka_poll(w->producer, 0);
+	return rc;
+}
+
+/* -------------------------------------------------------------- DLQ */
+
+static void dead_letter(worker_t *w, tb_dlq_t *rec)
+{
+	msgpack_sbuffer sb;
+	tb_error_t err;
+
+	msgpack_sbuffer_init(&sb);
+	if (tb_msg_encode(&sb, &tb_schema_dlq, rec, &err) < 0 ||
+	    tb_kafka_produce(w->producer, w->d->cfg->kafka.dlq_topic, rec->task_id, sb.data,
+			     sb.size, &err) < 0)
+		tb_err(rec->task_id, "dead-lettering failed: %s", err.msg);
+	else
+		tb_warn(rec->task_id, "dead-lettered (%s): %s",
+			rec->cause == TB_DLQ_MALFORMED ? "malformed" : "refused", rec->reason);
+	msgpack_sbuffer_destroy(&sb);
+	w->stats->dead++;
+}
+
+/* A task's DLQ record, with every attempt's reason from the ledger. */
+static void dead_letter_task(worker_t *w, const job_t *j, int cause, const char *reason)
+{
+	tb_msg_origin_t origin = { w->d->cfg->kafka.tasks_topic, j->partition, j->offset, NULL, 0 };
+	tb_ledger_attempt_t *hist = NULL;
+	size_t n = 0;
+	tb_dlq_t rec;
+	tb_error_t err;
+
+	if (tb_intake_dead_letter(&rec, cause, reason, j->key, j->value, j->len, &origin,
+				  now_ms()) < 0)
+		return;
+	if (w->d->ledger->ops->history(w->d->ledger, j->key, &hist, &n, &err) == 0 && n) {
+		tb_dlq_attempt_t *a = calloc(n, sizeof(*a));
+		for (size_t i = 0; a && i < n; i++) {
+			a[i].worker = strdup(hist[i].worker);
+			a[i].attempt = hist[i].attempt;
+			a[i].ts = hist[i].ts;
+			a[i].reason = strdup(hist[i].reason[0] ? hist[i].reason : "unknown");
+		}
+		if (a) {
+			rec.attempts.items = a;
+			rec.attempts.n = n;
+		}
+	}
+	free(hist);
+	dead_letter(w, &rec);
+	tb_msg_free(&tb_schema_dlq, &rec);
+}
+
+/* ---------------------------------------------------------- offsets */
+
+static void finish_offset(worker_t *w, int32_t partition, int64_t offset)
+{
+	tb_error_t err;
+
+	if (partition >= 0 && partition < MAX_PARTITIONS && w->marks[partition] &&
+	    tb_watermark_finish(w->marks[partition], offset, &err) == 0)
+		w->finished_messages++;
+}
+
+/* Commits every partition whose watermark moved (asynchronously). */
+static void commit_marks(worker_t *w)
+{
+	rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
+
+	for (int p = 0; p < MAX_PARTITIONS; p++) {
+		int64_t mark = w->marks[p] ? tb_watermark_commit(w->marks[p]) : -1;
+		if (mark >= 0)
+			rd_kafka_topic_partition_list_add(l, w->d->cfg->kafka.tasks_topic, p)
+			    ->offset = mark;
+	}
+	if (l->cnt)
+		rd_kafka_commit(w->consumer, l, 1);
+	rd_kafka_topic_partition_list_destroy(l);
+}
+
+static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
+			 rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+	worker_t *w = opaque;
+	tb_error_t err;
+
+	if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+		for (int i = 0; i < parts->cnt; i++) {
+			int p = parts->elems[i].partition;
+			if (p >= 0 && p < MAX_PARTITIONS && !w->marks[p])
+				tb_watermark_new(&w->marks[p], &err);
+		}
+		rd_kafka_assign(rk, parts);
+		tb_info(NULL, "assigned %d partitions", parts->cnt);
+	} else {
+		/* Commit what is finished; tasks still running keep going, but
+		 * their offsets are no longer ours to commit: the new owner
+		 * re-delivers them, and the ledger settles who runs them. */
+		commit_marks(w);
+		for (int i = 0; i < parts->cnt; i++) {
+			int p = parts->elems[i].partition;
+			if (p >= 0 && p < MAX_PARTITIONS) {
+				tb_watermark_free(w->marks[p]);
+				w->marks[p] = NULL;
+			}
+		}
+		rd_kafka_assign(rk, NULL);
+		tb_info(NULL, "revoked %d partitions", parts->cnt);
+	}
+}
+
+/* ------------------------------------------------------------- slots */
+
+static void *slot_main(void *arg)
+{
+	job_t *j = arg;
+	worker_t *w = j->w;
+	tb_task_t task;
+	char group[160];
+
+	snprintf(group, sizeof(group), "%s", w->d->group);
+	tb_lifecycle_ctx_t ctx = {
+		w->d->policy,        w->d->store, w->d->recipes, w->d->cfg->runtimes_dir,
+		w->d->cfg->work_dir, group,       j->slot,       { publish_event, w },
+	};
+	if ((j->rc = tb_msg_decode(&tb_schema_task, &task, j->value, j->len, &j->err)) == 0) {
+		tb_info(task.id, "attempt %llu starts in slot %u", (unsigned long long)j->attempt,
+			j->slot);
+		j->rc = tb_lifecycle_run(&ctx, &task, j->attempt, &j->res, &j->err);
+		tb_msg_free(&tb_schema_task, &task);
+	}
+	pthread_mutex_lock(&w->lock);
+	j->next = w->finished;
+	w->finished = j;
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+static int start_job(worker_t *w, job_t *j, tb_error_t *err)
+{
+	unsigned slot = 0;
+
+	while (slot < w->d->cfg->slots && (w->busy_slots >> slot & 1))
+		slot++;
+	j->slot = slot;
+	w->busy_slots |= 1ull << slot;
+	w->running++;
+	if (pthread_create(&j->thread, NULL, slot_main, j) != 0) {
+		w->busy_slots &= ~(1ull << slot);
+		w->running--;
+		return tb_error_set(err, TB_EIO, "cannot start a slot thread");
+	}
+	return 0;
+}
+
+static void free_job(job_t *j)
+{
+	free(j->value);
+	free(j);
+}
+
+/* Acts on finished attempts: record, retry, or dead-letter; then ack. */
+static void complete(worker_t *w)
+{
+	job_t *list;
+	tb_ledger_t *l = w->d->ledger;
+	tb_error_t err;
+
+	pthread_mutex_lock(&w->lock);
+	list = w->finished;
+	w->finished = NULL;
+	pthread_mutex_unlock(&w->lock);
+	for (job_t *j = list, *next; j; j = next) {
+		next = j->next;
+		pthread_join(j->thread, NULL);
+		w->busy_slots &= ~(1ull << j->slot);
+		w->running--;
+		if (j->rc == 0) {
+			l->ops->done(l, j->key, j->attempt, j->res.manifest_key, &err);
+			w->stats->recorded++;
+			w->stats->succeeded += j->res.outcome == TB_OUTCOME_SUCCEEDED;
+			tb_info(j->key, "attempt %llu recorded: %s", (unsigned long long)j->attempt,
+				tb_outcomes[j->res.outcome]);
+		} else {
+			l->ops->failed(l, j->key, j->attempt, j->err.msg, &err);
+			if (j->rc != TB_EPOISON && j->attempt < j->max_attempts &&
+			    l->ops->begin(l, j->key, w->d->worker_id, &j->attempt, &err) == 0) {
+				/* The platform failed, not the task: another attempt,
+				 * after a pause, with the offset still unfinished. */
+				w->stats->retried++;
+				tb_warn(j->key, "attempt failed (%s), retrying: %s",
+					tb_error_name(j->rc), j->err.msg);
+				usleep(RETRY_BACKOFF_MS * 1000);
+				if (start_job(w, j, &err) == 0)
+					continue;
+			}
+			dead_letter_task(w, j,
+					 j->rc == TB_EPOISON ? TB_DLQ_POISON : TB_DLQ_MAX_ATTEMPTS,
+					 j->err.msg);
+			l->ops->done(l, j->key, j->attempt, "", &err); /* dead: not again */
+		}
+		finish_offset(w, j->partition, j->offset);
+		free_job(j);
+	}
+	commit_marks(w);
+}
+
+/* ------------------------------------------------------------ intake */
+
+static void handle(worker_t *w, const rd_kafka_message_t *m)
+{
+	const tb_config_t *cfg = w->d->cfg;
+	tb_msg_origin_t origin = { rd_kafka_topic_name(m->rkt), m->partition, m->offset, m->key,
+				   m->key_len };
+	tb_intake_t in;
+	tb_error_t err;
+
+	w->stats->received++;
+	if (m->partition < 0 || m->partition >= MAX_PARTITIONS || !w->marks[m->partition] ||
+	    tb_watermark_start(w->marks[m->partition], m->offset, &err) < 0)
+		return; /* not ours (any more), or seen: nothing to ack */
+	if (tb_intake_decode(&in, m->payload, m->len, &origin, now_ms()) < 0)
+		abort(); /* out of memory */
+	if (in.kind == TB_INTAKE_DEAD) {
+		dead_letter(w, &in.dlq);
+		goto finished;
+	}
+	if (in.kind == TB_INTAKE_FOLLOWUP || in.task.kind == TB_TASK_INTERACTIVE) {
+		tb_dlq_t rec;
+		const char *id = in.kind == TB_INTAKE_FOLLOWUP ? in.followup.task_id : in.task.id;
+		if (tb_intake_dead_letter(
+			&rec, in.kind == TB_INTAKE_FOLLOWUP ? TB_DLQ_ORPHAN : TB_DLQ_POISON,
+			"interactive sessions are not supported by this worker yet", id, m->payload,
+			m->len, &origin, now_ms()) == 0) {
+			dead_letter(w, &rec);
+			tb_msg_free(&tb_schema_dlq, &rec);
+		}
+		goto finished;
+	}
+
+	/* A task: already done? how many attempts may it have? */
+	job_t *j = calloc(1, sizeof(*j));
+	if (!j || !(j->value = malloc(m->len ? m->len : 1)))
+		abort();
+	memcpy(j->value, m->payload, m->len);
+	j->len = m->len;
+	j->w = w;
+	j->partition = m->partition;
+	j->offset = m->offset;
+	snprintf(j->key, sizeof(j->key), "%s", in.task.id);
+	char path[4096];
+	tb_runtime_t rt;
+	snprintf(path, sizeof(path), "%s/%s.json", cfg->runtimes_dir, in.task.runtime);
+	j->max_attempts = tb_runtime_load(&rt, path, &err) == 0 ? rt.max_attempts : 1;
+	tb_runtime_free(&rt);
+	int rc = w->d->ledger->ops->begin(w->d->ledger, j->key, w->d->worker_id, &j->attempt, &err);
+	if (rc == TB_EEXIST) {
+		/* Done before (a replay after a crash): acknowledge only. */
+		tb_info(j->key, "already done; acknowledged without running");
+		w->stats->already++;
+		free_job(j);
+		goto finished;
+	}
+	if (rc < 0 || j->attempt > j->max_attempts) {
+		dead_letter_task(w, j, TB_DLQ_MAX_ATTEMPTS,
+				 rc < 0 ? err.msg : "no attempts left (max_attempts reached)");
+		free_job(j);
+		goto finished;
+	}
+	if (start_job(w, j, &err) < 0) {
+		tb_err(j->key, "%s", err.msg);
+		free_job(j);
+		goto finished;
+	}
+	tb_intake_free(&in);
+	return;
+finished:
+	tb_intake_free(&in);
+	finish_offset(w, m->partition, m->offset);
+	commit_marks(w);
+}
+
+/* Pauses consumption while every slot is busy. */
+static void pace(worker_t *w)
+{
+	int full = w->running >= w->d->cfg->slots;
+	rd_kafka_topic_partition_list_t *a = NULL;
+
+	if (full == w->paused || rd_kafka_assignment(w->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return;
+	if (full)
+		rd_kafka_pause_partitions(w->consumer, a);
+	else
+		rd_kafka_resume_partitions(w->consumer, a);
+	w->paused = full;
+	rd_kafka_topic_partition_list_destroy(a);
+}
+
+int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64_t max_finished,
+		  tb_worker_stats_t *stats, tb_error_t *err)
+{
+	worker_t w = { 0 };
+	rd_kafka_topic_partition_list_t *sub;
+	int rc;
+
+	memset(stats, 0, sizeof(*stats));
+	w.d = d;
+	w.stats = stats;
+	pthread_mutex_init(&w.lock, NULL);
+	if (d->cfg->slots > 64)
+		return tb_error_set(err, TB_EINVAL, "slots: at most 64 in this build");
+	if ((rc = tb_kafka_producer_new(&w.producer, d->brokers, &d->cfg->kafka.properties, err)) <
+	    0)
+		return rc;
+	if ((rc = tb_kafka_consumer_new(&w.consumer, d->brokers, d->cfg->kafka.group,
+					d->cfg->kafka.group_instance_id, &d->cfg->kafka.properties,
+					on_rebalance, &w, err)) < 0) {
+		rd_kafka_destroy(w.producer);
+		return rc;
+	}
+	sub = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(sub, d->cfg->kafka.tasks_topic, RD_KAFKA_PARTITION_UA);
+	rd_kafka_subscribe(w.consumer, sub);
+	rd_kafka_topic_partition_list_destroy(sub);
+	tb_info(NULL, "worker %s: %llu slots, tasks from %s", d->worker_id,
+		(unsigned long long)d->cfg->slots, d->cfg->kafka.tasks_topic);
+
+	while (!*stop && !(max_finished && w.finished_messages >= max_finished && !w.running)) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(w.consumer, 100);
+		if (m) {
+			if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+				handle(&w, m);
+			else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+				tb_warn(NULL, "consumer: %s", rd_kafka_message_errstr(m));
+			rd_kafka_message_destroy(m);
+		}
+		complete(&w);
+		pace(&w);
+		rd_kafka_poll(w.producer, 0);
+	}
+	/* Stopping: let running attempts finish (bounded by their deadlines),
+	 * record them and commit; then leave the group. */
+	while (w.running) {
+		usleep(50000);
+		complete(&w);
+	}
+	commit_marks(&w);
+	rd_kafka_flush(w.producer, 10000);
+	rd_kafka_consumer_close(w.consumer);
+	rd_kafka_destroy(w.consumer);
+	rd_kafka_destroy(w.producer);
+	for (int p = 0; p < MAX_PARTITIONS; p++)
+		tb_watermark_free(w.marks[p]);
+	pthread_mutex_destroy(&w.lock);
+	return 0;
+}

@@ -1,0 +1,52 @@
+/*
+ * worker.h: the worker's loop: consume the tasks topic in a consumer
+ * group, take each message through intake and the ledger, run tasks in
+ * slots (a thread each, at most `slots` at once; consumption pauses while
+ * all are busy), publish events, dead-letter what can never run, and
+ * commit each partition's watermark only for messages whose task is
+ * recorded and torn down (invariant 1). This file owns the loop and the
+ * order of acknowledgement; a task's own phases are lifecycle.c's.
+ *
+ * Not yet here (their issues): interactive sessions (follow-ups are
+ * dead-lettered as not supported), the Redis ledger's leases and fencing,
+ * rebalance hand-over of in-flight tasks, metrics.
+ */
+#ifndef TB_WORKER_H
+#define TB_WORKER_H
+
+#include "lifecycle.h"
+#include "tb/config.h"
+#include "tb/ledger.h"
+
+#include <signal.h>
+
+typedef struct tb_worker_deps {
+	const tb_config_t *cfg;
+	const char *brokers; /* resolved: the mock cluster's, or cfg's */
+	const char *worker_id;
+	tb_store_t *store;
+	tb_ledger_t *ledger;
+	tb_recipe_cache_t *recipes;
+	const tb_seccomp_t *policy;
+	const char *group; /* sandbox and directory prefix */
+} tb_worker_deps_t;
+
+typedef struct tb_worker_stats {
+	uint64_t received;  /* messages read from the tasks topic */
+	uint64_t recorded;  /* attempts recorded (any outcome) */
+	uint64_t succeeded; /* ... of which the agent succeeded */
+	uint64_t dead;      /* messages dead-lettered */
+	uint64_t already;   /* tasks delivered again after they were done */
+	uint64_t retried;   /* attempts that failed on the platform's side */
+} tb_worker_stats_t;
+
+/**
+ * Runs until *@p stop is set, or (if @p max_finished > 0) until that many
+ * messages are finished and committed.
+ * @return 0, or a negative TB_E* code when the worker cannot go on
+ *         (Kafka client creation failed); a task's failure never ends it
+ */
+int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64_t max_finished,
+		  tb_worker_stats_t *stats, tb_error_t *err);
+
+#endif
