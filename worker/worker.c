@@ -27,6 +27,7 @@
 
 typedef struct job {
 	struct job *next;
+	struct job *next_running; /* main thread's list of running attempts */
 	struct worker *w;
 	int32_t partition;
 	int64_t offset;
@@ -49,6 +50,8 @@ typedef struct worker {
 	tb_watermark_t *marks[MAX_PARTITIONS];
 	pthread_mutex_t lock;
 	job_t *finished;     /* slots push here */
+	job_t *running_jobs; /* main thread only */
+	job_t *deferred;     /* same task as a running one: waits for it */
 	uint64_t busy_slots; /* bit per slot */
 	unsigned running;
 	int paused;
@@ -235,7 +238,26 @@ static int start_job(worker_t *w, job_t *j, tb_error_t *err)
 		w->running--;
 		return tb_error_set(err, TB_EIO, "cannot start a slot thread");
 	}
+	j->next_running = w->running_jobs;
+	w->running_jobs = j;
 	return 0;
+}
+
+static int is_running(const worker_t *w, const char *key)
+{
+	for (const job_t *r = w->running_jobs; r; r = r->next_running)
+		if (!strcmp(r->key, key))
+			return 1;
+	return 0;
+}
+
+static void forget_running(worker_t *w, const job_t *j)
+{
+	for (job_t **p = &w->running_jobs; *p; p = &(*p)->next_running)
+		if (*p == j) {
+			*p = j->next_running;
+			return;
+		}
 }
 
 static void free_job(job_t *j)
@@ -243,6 +265,8 @@ static void free_job(job_t *j)
 	free(j->value);
 	free(j);
 }
+
+static void admit_deferred(worker_t *w);
 
 /* Acts on finished attempts: record, retry, or dead-letter; then ack. */
 static void complete(worker_t *w)
@@ -260,6 +284,7 @@ static void complete(worker_t *w)
 		pthread_join(j->thread, NULL);
 		w->busy_slots &= ~(1ull << j->slot);
 		w->running--;
+		forget_running(w, j);
 		if (j->rc == 0) {
 			l->ops->done(l, j->key, j->attempt, j->res.manifest_key, &err);
 			w->stats->recorded++;
@@ -287,10 +312,51 @@ static void complete(worker_t *w)
 		finish_offset(w, j->partition, j->offset);
 		free_job(j);
 	}
+	admit_deferred(w);
 	commit_marks(w);
 }
 
 /* ------------------------------------------------------------ intake */
+
+/* A task message, ours to run: already done? attempts left? */
+static void admit(worker_t *w, job_t *j)
+{
+	tb_error_t err;
+	int rc = w->d->ledger->ops->begin(w->d->ledger, j->key, w->d->worker_id, &j->attempt, &err);
+
+	if (rc == TB_EEXIST) {
+		/* Done before (a replay after a crash, a duplicate): ack only. */
+		tb_info(j->key, "already done; acknowledged without running");
+		w->stats->already++;
+	} else if (rc < 0 || j->attempt > j->max_attempts) {
+		dead_letter_task(w, j, TB_DLQ_MAX_ATTEMPTS,
+				 rc < 0 ? err.msg : "no attempts left (max_attempts reached)");
+	} else if (start_job(w, j, &err) == 0) {
+		return;
+	} else {
+		tb_err(j->key, "%s", err.msg);
+	}
+	finish_offset(w, j->partition, j->offset);
+	free_job(j);
+}
+
+/* Admits the deferred copies whose task is no longer running. */
+static void admit_deferred(worker_t *w)
+{
+	job_t *keep = NULL;
+
+	for (job_t *j = w->deferred, *next; j; j = next) {
+		next = j->next;
+		if (is_running(w, j->key)) {
+			j->next = keep;
+			keep = j;
+		} else {
+			j->next = NULL;
+			admit(w, j);
+		}
+	}
+	w->deferred = keep;
+}
 
 static void handle(worker_t *w, const rd_kafka_message_t *m)
 {
@@ -323,7 +389,7 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 		goto finished;
 	}
 
-	/* A task: already done? how many attempts may it have? */
+	/* A task. */
 	job_t *j = calloc(1, sizeof(*j));
 	if (!j || !(j->value = malloc(m->len ? m->len : 1)))
 		abort();
@@ -338,26 +404,15 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	snprintf(path, sizeof(path), "%s/%s.json", cfg->runtimes_dir, in.task.runtime);
 	j->max_attempts = tb_runtime_load(&rt, path, &err) == 0 ? rt.max_attempts : 1;
 	tb_runtime_free(&rt);
-	int rc = w->d->ledger->ops->begin(w->d->ledger, j->key, w->d->worker_id, &j->attempt, &err);
-	if (rc == TB_EEXIST) {
-		/* Done before (a replay after a crash): acknowledge only. */
-		tb_info(j->key, "already done; acknowledged without running");
-		w->stats->already++;
-		free_job(j);
-		goto finished;
-	}
-	if (rc < 0 || j->attempt > j->max_attempts) {
-		dead_letter_task(w, j, TB_DLQ_MAX_ATTEMPTS,
-				 rc < 0 ? err.msg : "no attempts left (max_attempts reached)");
-		free_job(j);
-		goto finished;
-	}
-	if (start_job(w, j, &err) < 0) {
-		tb_err(j->key, "%s", err.msg);
-		free_job(j);
-		goto finished;
-	}
 	tb_intake_free(&in);
+	if (is_running(w, j->key)) {
+		/* Delivered again while its run is live here: one live run
+		 * per task, so this copy waits and is then acknowledged. */
+		j->next = w->deferred;
+		w->deferred = j;
+		return;
+	}
+	admit(w, j);
 	return;
 finished:
 	tb_intake_free(&in);
@@ -430,6 +485,10 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		complete(&w);
 	}
 	commit_marks(&w);
+	for (job_t *j = w.deferred, *next; j; j = next) {
+		next = j->next; /* not acknowledged: delivered again later */
+		free_job(j);
+	}
 	rd_kafka_flush(w.producer, 10000);
 	rd_kafka_consumer_close(w.consumer);
 	rd_kafka_destroy(w.consumer);
