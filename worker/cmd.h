@@ -16,5 +16,6 @@ enum {
 
 int tb_cmd_demo(int argc, char **argv);
 int tb_cmd_schema(int argc, char **argv);
+int tb_cmd_worker(int argc, char **argv);
 
 #endif

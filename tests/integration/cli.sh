@@ -41,6 +41,10 @@ check "config example is valid" 0 "$tb" schema config "$root/examples/worker.jso
 check "missing config file" 1 "$tb" schema config "$tmp/nope.json"
 contains "bad env override is explained" "TASKBOX_SLOTS" env TASKBOX_SLOTS=x "$tb" schema config
 check "help" 0 "$tb" --help
+check "worker help" 0 "$tb" worker --help
+check "worker refuses the mock cluster" 3 env TASKBOX_KAFKA_BROKERS=mock "$tb" worker
+contains "and says what to do" "taskbox demo" env TASKBOX_KAFKA_BROKERS=mock "$tb" worker
+check "worker with a bad config" 3 env TASKBOX_SLOTS=0 "$tb" worker
 check "schema help" 0 "$tb" schema --help
 check "unknown command" 2 "$tb" frobnicate
 echo "$pass passed, $fail failed"

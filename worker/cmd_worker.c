@@ -1,0 +1,134 @@
+/*
+ * cmd_worker.c: `taskbox worker`: load the configuration, open what the
+ * worker uses (artifact store, ledger, recipe cache, seccomp policy),
+ * remove what a dead worker of the same id left behind, and run the loop
+ * until SIGTERM or SIGINT, which let running attempts finish first.
+ */
+#include "cmd.h"
+
+#include "tb/log.h"
+#include "worker.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: taskbox worker [--config FILE]\n\n"
+		     "Runs a worker: takes tasks from the tasks topic in the consumer group\n"
+		     "and runs each in its own sandbox (as root). Configuration: FILE and\n"
+		     "TASKBOX_* variables, see schemas/config.md; S3 credentials from\n"
+		     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Give each worker on a\n"
+		     "host a stable worker_id: on start it removes what a dead worker with\n"
+		     "the same id left (processes, cgroups, directories). SIGTERM or SIGINT\n"
+		     "stop it after the running attempts finish.\n"
+		     "Exit: 0 stopped, 1 failed, 2 usage, 3 configuration.\n");
+}
+
+int tb_cmd_worker(int argc, char **argv)
+{
+	const char *path = NULL;
+	tb_worker_deps_t d = { 0 };
+	tb_worker_stats_t stats;
+	char id[160], group[200];
+	tb_config_t cfg;
+	tb_error_t err;
+	int rc = TB_EXIT_CONFIG;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return TB_EXIT_OK;
+		} else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+			path = argv[++i];
+		} else {
+			usage(stderr);
+			return TB_EXIT_USAGE;
+		}
+	}
+	if (tb_config_load(&cfg, path, &err) < 0) {
+		fprintf(stderr, "taskbox worker: %s\n", err.msg);
+		return TB_EXIT_CONFIG;
+	}
+	tb_log_set_level((tb_log_level_t)cfg.log_level);
+	if (!strcmp(cfg.kafka.brokers, "mock")) {
+		fprintf(stderr,
+			"taskbox worker: kafka.brokers is 'mock', a cluster that lives inside "
+			"one process: run `taskbox demo`, or set kafka.brokers "
+			"(TASKBOX_KAFKA_BROKERS)\n");
+		goto out;
+	}
+	if (geteuid() != 0) {
+		fprintf(stderr, "taskbox worker: building sandboxes needs root\n");
+		goto out;
+	}
+	if (cfg.worker_id[0]) {
+		snprintf(id, sizeof(id), "%s", cfg.worker_id);
+	} else {
+		char host[64] = "host";
+		gethostname(host, sizeof(host) - 1);
+		snprintf(id, sizeof(id), "%s-%d", host, (int)getpid());
+	}
+	snprintf(group, sizeof(group), "tb-%s", id);
+	for (char *c = group; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
+			*c = '_';
+	if ((mkdir(cfg.work_dir, 0711) < 0 && errno != EEXIST) ||
+	    (mkdir(cfg.cache_dir, 0755) < 0 && errno != EEXIST)) {
+		fprintf(stderr, "taskbox worker: cannot create %s or %s: %s\n", cfg.work_dir,
+			cfg.cache_dir, strerror(errno));
+		goto out;
+	}
+	if (tb_store_open(&d.store, &cfg.store, &err) < 0 ||
+	    tb_ledger_open(&d.ledger, cfg.ledger.url, &err) < 0 ||
+	    tb_recipe_cache_open(&d.recipes, cfg.cache_dir, &err) < 0 ||
+	    tb_seccomp_compile((tb_seccomp_t **)&d.policy, &err) < 0) {
+		fprintf(stderr, "taskbox worker: %s\n", err.msg);
+		goto cleanup;
+	}
+	int swept = tb_sandbox_sweep(cfg.work_dir, group, &err);
+	if (swept > 0)
+		tb_warn(NULL, "removed %d sandboxes a dead worker %s left behind", swept, id);
+	d.cfg = &cfg;
+	d.brokers = cfg.kafka.brokers;
+	d.worker_id = id;
+	d.group = group;
+	signal(SIGTERM, on_signal);
+	signal(SIGINT, on_signal);
+	tb_info(NULL, "worker %s: store %s, ledger %s", id, tb_store_describe(d.store),
+		cfg.ledger.url);
+	if (tb_worker_run(&d, &stop, 0, &stats, &err) < 0) {
+		fprintf(stderr, "taskbox worker: %s\n", err.msg);
+		rc = TB_EXIT_FAILURE;
+	} else {
+		tb_info(
+		    NULL,
+		    "stopped: %llu messages, %llu recorded (%llu succeeded), %llu dead-lettered",
+		    (unsigned long long)stats.received, (unsigned long long)stats.recorded,
+		    (unsigned long long)stats.succeeded, (unsigned long long)stats.dead);
+		rc = TB_EXIT_OK;
+	}
+cleanup:
+	tb_store_close(d.store);
+	if (d.ledger)
+		d.ledger->ops->close(d.ledger);
+	tb_recipe_cache_close(d.recipes);
+	tb_seccomp_free((tb_seccomp_t *)d.policy);
+out:
+	tb_config_free(&cfg);
+	return rc;
+}
