@@ -22,6 +22,10 @@ static volatile sig_atomic_t stop;
 static void on_signal(int sig)
 {
 	(void)sig;
+	/* The second signal ends at once: the sandboxes die with us, and the
+	 * unacknowledged messages are delivered again. */
+	if (stop)
+		_exit(TB_EXIT_FAILURE);
 	stop = 1;
 }
 
@@ -34,7 +38,8 @@ static void usage(FILE *out)
 		     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Give each worker on a\n"
 		     "host a stable worker_id: on start it removes what a dead worker with\n"
 		     "the same id left (processes, cgroups, directories). SIGTERM or SIGINT\n"
-		     "stop it after the running attempts finish.\n"
+		     "stop it after the running attempts finish (at most 120 s; then, or on\n"
+		     "a second signal, it exits leaving them unacknowledged: they replay).\n"
 		     "Exit: 0 stopped, 1 failed, 2 usage, 3 configuration.\n");
 }
 
@@ -107,11 +112,15 @@ int tb_cmd_worker(int argc, char **argv)
 	d.brokers = cfg.kafka.brokers;
 	d.worker_id = id;
 	d.group = group;
+	d.drain_ms = 120000;
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
 	tb_info(NULL, "worker %s: store %s, ledger %s", id, tb_store_describe(d.store),
 		cfg.ledger.url);
-	if (tb_worker_run(&d, &stop, 0, &stats, &err) < 0) {
+	if ((rc = tb_worker_run(&d, &stop, 0, &stats, &err)) == TB_ETIMEOUT) {
+		fprintf(stderr, "taskbox worker: %s: exiting with tasks running\n", err.msg);
+		_exit(TB_EXIT_FAILURE);
+	} else if (rc < 0) {
 		fprintf(stderr, "taskbox worker: %s\n", err.msg);
 		rc = TB_EXIT_FAILURE;
 	} else {

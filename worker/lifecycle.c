@@ -557,6 +557,10 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	msgpack_sbuffer_destroy(&sb);
 	if (rc < 0)
 		error_event(&r, rc, "recorded", err->msg);
+	/* The done-marker only after the manifest is durable (invariant 2). */
+	else if (ctx->recorded && (rc = ctx->recorded(ctx->recorded_ud, task->id, attempt,
+						      out->manifest_key, err)) < 0)
+		error_event(&r, rc, "recorded", err->msg);
 done:
 	if (r.sb) {
 		tb_error_t terr;

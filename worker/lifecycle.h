@@ -38,6 +38,12 @@ typedef struct tb_lifecycle_ctx {
 	const char *group;        /* the worker's prefix */
 	unsigned slot;
 	tb_event_sink_t sink;
+	/* Called once the manifest is durable, before the result event: the
+	 * ledger's done-marker. May be NULL. A failure fails the run
+	 * retryably (the attempt is recorded in the store, not yet done). */
+	int (*recorded)(void *ud, const char *task, uint64_t attempt, const char *manifest_key,
+			tb_error_t *err);
+	void *recorded_ud;
 } tb_lifecycle_ctx_t;
 
 typedef struct tb_lifecycle_result {

@@ -199,6 +199,14 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 
 /* ------------------------------------------------------------- slots */
 
+/* The done-marker, from the slot, once the manifest is durable. */
+static int mark_done(void *ud, const char *task, uint64_t attempt, const char *manifest_key,
+		     tb_error_t *err)
+{
+	tb_ledger_t *l = ud;
+	return l->ops->done(l, task, attempt, manifest_key, err);
+}
+
 static void *slot_main(void *arg)
 {
 	job_t *j = arg;
@@ -208,8 +216,16 @@ static void *slot_main(void *arg)
 
 	snprintf(group, sizeof(group), "%s", w->d->group);
 	tb_lifecycle_ctx_t ctx = {
-		w->d->policy,        w->d->store, w->d->recipes, w->d->cfg->runtimes_dir,
-		w->d->cfg->work_dir, group,       j->slot,       { publish_event, w },
+		.policy = w->d->policy,
+		.store = w->d->store,
+		.recipes = w->d->recipes,
+		.runtimes_dir = w->d->cfg->runtimes_dir,
+		.work_root = w->d->cfg->work_dir,
+		.group = group,
+		.slot = j->slot,
+		.sink = { publish_event, w },
+		.recorded = mark_done,
+		.recorded_ud = w->d->ledger,
 	};
 	if ((j->rc = tb_msg_decode(&tb_schema_task, &task, j->value, j->len, &j->err)) == 0) {
 		tb_info(task.id, "attempt %llu starts in slot %u", (unsigned long long)j->attempt,
@@ -286,7 +302,7 @@ static void complete(worker_t *w)
 		w->running--;
 		forget_running(w, j);
 		if (j->rc == 0) {
-			l->ops->done(l, j->key, j->attempt, j->res.manifest_key, &err);
+			/* the slot set the done-marker before the result event */
 			w->stats->recorded++;
 			w->stats->succeeded += j->res.outcome == TB_OUTCOME_SUCCEEDED;
 			tb_info(j->key, "attempt %llu recorded: %s", (unsigned long long)j->attempt,
@@ -480,7 +496,17 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	}
 	/* Stopping: let running attempts finish (bounded by their deadlines),
 	 * record them and commit; then leave the group. */
+	uint64_t drain_until = d->drain_ms ? now_ms() + d->drain_ms : 0;
 	while (w.running) {
+		if (drain_until && now_ms() > drain_until) {
+			tb_warn(NULL,
+				"%u tasks still running after the drain timeout: leaving them "
+				"unacknowledged",
+				w.running);
+			commit_marks(&w);
+			rd_kafka_flush(w.producer, 5000);
+			return tb_error_set(err, TB_ETIMEOUT, "drain timeout");
+		}
 		usleep(50000);
 		complete(&w);
 	}

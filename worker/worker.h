@@ -29,6 +29,8 @@ typedef struct tb_worker_deps {
 	tb_recipe_cache_t *recipes;
 	const tb_seccomp_t *policy;
 	const char *group; /* sandbox and directory prefix */
+	uint64_t drain_ms; /* after a stop, how long running tasks may finish
+			    * (0: as long as their deadlines allow) */
 } tb_worker_deps_t;
 
 typedef struct tb_worker_stats {
@@ -43,8 +45,11 @@ typedef struct tb_worker_stats {
 /**
  * Runs until *@p stop is set, or (if @p max_finished > 0) until that many
  * messages are finished and committed.
- * @return 0, or a negative TB_E* code when the worker cannot go on
- *         (Kafka client creation failed); a task's failure never ends it
+ * @return 0; TB_ETIMEOUT when tasks were still running after drain_ms (the
+ *         caller exits at once: their sandboxes die with the process and
+ *         their messages, not acknowledged, are delivered again); another
+ *         negative code when the worker cannot go on (Kafka client
+ *         creation failed). A task's failure never ends it.
  */
 int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64_t max_finished,
 		  tb_worker_stats_t *stats, tb_error_t *err);

@@ -35,7 +35,17 @@ struct events {
 	int n, nphases;
 	uint64_t last_seq;
 	int seq_ok;
+	int done_marked;        /* the recorded callback ran */
+	int done_before_result; /* ... before the result event */
 };
+
+static int recorded(void *ud, const char *task, uint64_t attempt, const char *key, tb_error_t *err)
+{
+	struct events *e = ud;
+	(void)task, (void)attempt, (void)key, (void)err;
+	e->done_marked = 1;
+	return 0;
+}
 
 static int sink(void *ud, const tb_event_t *ev, tb_error_t *err)
 {
@@ -45,6 +55,8 @@ static int sink(void *ud, const tb_event_t *ev, tb_error_t *err)
 	(void)err;
 	if (ev->seq != (uint64_t)e->n)
 		e->seq_ok = 0;
+	if (ev->type == TB_EV_RESULT)
+		e->done_before_result = e->done_marked;
 	snprintf(e->types[e->n++ % 256], 16, "%s", tb_event_type_name(ev->type));
 	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, err) == 0) {
 		if (ev->type == TB_EV_PHASE && e->nphases < 32)
@@ -83,8 +95,16 @@ static char *head_commit(void)
 
 static tb_lifecycle_ctx_t ctx(struct events *e)
 {
-	return (tb_lifecycle_ctx_t){ policy, store,    recipes, runtimes,
-				     work,   "tblife", 3,       { sink, e } };
+	return (tb_lifecycle_ctx_t){ .policy = policy,
+				     .store = store,
+				     .recipes = recipes,
+				     .runtimes_dir = runtimes,
+				     .work_root = work,
+				     .group = "tblife",
+				     .slot = 3,
+				     .sink = { sink, e },
+				     .recorded = recorded,
+				     .recorded_ud = e };
 }
 
 static tb_task_t task(const char *id, const char *commit, const char *runtime)
@@ -119,6 +139,7 @@ static void test_lifecycle__one_shot_task_end_to_end(void **state)
 	for (int i = 0; i < 8; i++)
 		assert_string_equal(e.phases[i], want[i]);
 	assert_string_equal(e.types[e.n - 1], "result");
+	assert_true(e.done_before_result); /* done-marker, then the result */
 	assert_non_null(strstr(e.first_error, "line 3: not JSON"));
 
 	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
