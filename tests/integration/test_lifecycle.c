@@ -177,6 +177,44 @@ static void test_lifecycle__failing_agent_is_a_recorded_failure(void **state)
 	assert_string_equal(e.types[e.n - 1], "result");
 }
 
+static void test_lifecycle__misbehaving_recipe_is_recorded_with_reasons(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	char *bytes;
+	size_t len;
+
+	(void)state;
+	sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./* && cp -r "
+	   "%s/examples/recipes/misbehave/. . && "
+	   "git add -A && git -c user.name=t -c user.email=t@t commit -qm misbehave",
+	   repo, TB_SOURCE_DIR);
+	tb_task_t t = task("life-misbehave", head_commit(), "test");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s", err.msg);
+	assert_int_equal(res.outcome, TB_OUTCOME_FAILED);
+	assert_non_null(strstr(res.reason, "signal 11"));
+	assert_non_null(strstr(e.first_error, "line 1: not JSON"));
+	int errors = 0, messages = 0;
+	for (int i = 0; i < e.n; i++) {
+		errors += !strcmp(e.types[i], "error");
+		messages += !strcmp(e.types[i], "message");
+	}
+	assert_int_equal(errors, 4); /* garbage, unknown type, no text, too long */
+	assert_int_equal(messages, 1);
+	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
+			 0);
+	tb_manifest_t m;
+	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
+	free(bytes);
+	assert_int_equal(m.verdicts.n, 2);
+	assert_int_equal(((tb_verdict_ref_t *)m.verdicts.items)[0].outcome, TB_VERDICT_ERROR);
+	assert_int_equal(((tb_verdict_ref_t *)m.verdicts.items)[1].outcome, TB_VERDICT_ERROR);
+	tb_msg_free(&tb_schema_manifest, &m);
+}
+
 static void test_lifecycle__poison_is_reported_not_run(void **state)
 {
 	struct events e = { .seq_ok = 1 };
@@ -268,6 +306,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_lifecycle__one_shot_task_end_to_end),
 		cmocka_unit_test(test_lifecycle__failing_agent_is_a_recorded_failure),
+		cmocka_unit_test(test_lifecycle__misbehaving_recipe_is_recorded_with_reasons),
 		cmocka_unit_test(test_lifecycle__poison_is_reported_not_run),
 	};
 	if (geteuid() != 0) {

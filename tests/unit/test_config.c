@@ -193,7 +193,7 @@ static void test_recipe__example_manifest_parses(void **state)
 	if (tb_recipe_manifest_parse(&m, text, len, "hello", &err) != 0)
 		fail_msg("%s", err.msg);
 	assert_string_equal(m.agent.command.items[0], "/bin/sh");
-	assert_int_equal(m.judges.n, 1);
+	assert_int_equal(m.judges.n, 2);
 	assert_int_equal(m.limits.memory_mb, 128);
 	assert_true(TB_HAS(&m.limits, TB_LIMIT_MEMORY_MB));
 	assert_false(TB_HAS(&m.limits, TB_LIMIT_PIDS));
