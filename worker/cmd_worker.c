@@ -99,7 +99,7 @@ int tb_cmd_worker(int argc, char **argv)
 		goto out;
 	}
 	if (tb_store_open(&d.store, &cfg.store, &err) < 0 ||
-	    tb_ledger_open(&d.ledger, cfg.ledger.url, &err) < 0 ||
+	    tb_ledger_open(&d.ledger, cfg.ledger.url, cfg.ledger.prefix, id, &err) < 0 ||
 	    tb_recipe_cache_open(&d.recipes, cfg.cache_dir, &err) < 0 ||
 	    tb_seccomp_compile((tb_seccomp_t **)&d.policy, &err) < 0) {
 		fprintf(stderr, "taskbox worker: %s\n", err.msg);

@@ -24,6 +24,7 @@
 
 #define MAX_PARTITIONS 256
 #define RETRY_BACKOFF_MS 1000
+#define LEDGER_BACKOFF_MAX_MS 10000
 
 typedef struct job {
 	struct job *next;
@@ -57,6 +58,7 @@ typedef struct worker {
 	int paused;
 	uint64_t finished_messages;
 	tb_worker_stats_t *stats;
+	volatile sig_atomic_t *stop;
 } worker_t;
 
 static uint64_t now_ms(void)
@@ -284,6 +286,31 @@ static void free_job(job_t *j)
 
 static void admit_deferred(worker_t *w);
 
+/*
+ * Begins @p j's next attempt in the ledger. A ledger that cannot be
+ * reached is waited for, with back-off, for as long as it takes: nothing
+ * is run or acknowledged that the ledger has not counted. TB_ERETRY only
+ * if the worker is told to stop meanwhile (the message stays
+ * unacknowledged and is delivered again).
+ */
+static int begin_attempt(worker_t *w, job_t *j, tb_error_t *err)
+{
+	tb_ledger_t *l = w->d->ledger;
+	unsigned backoff = 250;
+	int rc;
+
+	while ((rc = l->ops->begin(l, j->key, w->d->worker_id, &j->attempt, err)) == TB_ERETRY &&
+	       !*w->stop) {
+		tb_warn(j->key, "waiting %u ms for the ledger: %s", backoff, err->msg);
+		for (unsigned t = 0; t < backoff && !*w->stop; t += 50) {
+			usleep(50000);
+			rd_kafka_poll(w->producer, 0);
+		}
+		backoff = backoff * 2 > LEDGER_BACKOFF_MAX_MS ? LEDGER_BACKOFF_MAX_MS : backoff * 2;
+	}
+	return rc;
+}
+
 /* Acts on finished attempts: record, retry, or dead-letter; then ack. */
 static void complete(worker_t *w)
 {
@@ -308,9 +335,19 @@ static void complete(worker_t *w)
 			tb_info(j->key, "attempt %llu recorded: %s", (unsigned long long)j->attempt,
 				tb_outcomes[j->res.outcome]);
 		} else {
-			l->ops->failed(l, j->key, j->attempt, j->err.msg, &err);
-			if (j->rc != TB_EPOISON && j->attempt < j->max_attempts &&
-			    l->ops->begin(l, j->key, w->d->worker_id, &j->attempt, &err) == 0) {
+			int again = TB_EPOISON;
+
+			if (l->ops->failed(l, j->key, j->attempt, j->err.msg, &err) < 0)
+				tb_warn(j->key, "the ledger did not keep this failure: %s",
+					err.msg);
+			if (j->rc != TB_EPOISON && j->attempt < j->max_attempts)
+				again = begin_attempt(w, j, &err);
+			if (again == TB_ERETRY) {
+				/* stopping while the ledger is away: not acknowledged */
+				free_job(j);
+				continue;
+			}
+			if (again == 0) {
 				/* The platform failed, not the task: another attempt,
 				 * after a pause, with the offset still unfinished. */
 				w->stats->retried++;
@@ -320,10 +357,19 @@ static void complete(worker_t *w)
 				if (start_job(w, j, &err) == 0)
 					continue;
 			}
-			dead_letter_task(w, j,
-					 j->rc == TB_EPOISON ? TB_DLQ_POISON : TB_DLQ_MAX_ATTEMPTS,
-					 j->err.msg);
-			l->ops->done(l, j->key, j->attempt, "", &err); /* dead: not again */
+			if (again == TB_EEXIST) {
+				/* another worker's attempt finished it meanwhile */
+				tb_info(j->key, "done elsewhere; acknowledged");
+				w->stats->already++;
+			} else {
+				dead_letter_task(
+				    w, j, j->rc == TB_EPOISON ? TB_DLQ_POISON : TB_DLQ_MAX_ATTEMPTS,
+				    j->err.msg);
+				/* dead: not again */
+				if (l->ops->done(l, j->key, j->attempt, "", &err) < 0)
+					tb_warn(j->key, "no done-marker for the dead letter: %s",
+						err.msg);
+			}
 		}
 		finish_offset(w, j->partition, j->offset);
 		free_job(j);
@@ -338,9 +384,12 @@ static void complete(worker_t *w)
 static void admit(worker_t *w, job_t *j)
 {
 	tb_error_t err;
-	int rc = w->d->ledger->ops->begin(w->d->ledger, j->key, w->d->worker_id, &j->attempt, &err);
+	int rc = begin_attempt(w, j, &err);
 
-	if (rc == TB_EEXIST) {
+	if (rc == TB_ERETRY) {
+		free_job(j); /* stopping: delivered again, after a restart */
+		return;
+	} else if (rc == TB_EEXIST) {
 		/* Done before (a replay after a crash, a duplicate): ack only. */
 		tb_info(j->key, "already done; acknowledged without running");
 		w->stats->already++;
@@ -462,6 +511,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	memset(stats, 0, sizeof(*stats));
 	w.d = d;
 	w.stats = stats;
+	w.stop = stop;
 	pthread_mutex_init(&w.lock, NULL);
 	if (d->cfg->slots > 64)
 		return tb_error_set(err, TB_EINVAL, "slots: at most 64 in this build");

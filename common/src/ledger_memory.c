@@ -154,14 +154,3 @@ int tb_ledger_memory_open(tb_ledger_t **out, tb_error_t *err)
 	*out = &m->base;
 	return 0;
 }
-
-int tb_ledger_open(tb_ledger_t **out, const char *url, tb_error_t *err)
-{
-	*out = NULL;
-	if (!strcmp(url, "memory:"))
-		return tb_ledger_memory_open(out, err);
-	return tb_error_set(err, TB_EINVAL,
-			    "ledger.url '%s': only 'memory:' is available in this build "
-			    "(the Redis ledger is the crash-safe replay work)",
-			    url);
-}

@@ -3,7 +3,9 @@
  * the real Kafka broker: topics of its own, a git recipe, a task and a
  * malformed message produced; the task's events end with a result, the
  * malformed message is dead-lettered, the group's committed offset covers
- * both, and SIGTERM stops the worker cleanly. Skips without Kafka or root.
+ * both, and SIGTERM stops the worker cleanly. With TASKBOX_TEST_REDIS the
+ * worker keeps its ledger on Redis, and the task's done-marker is read back
+ * from there. Skips without Kafka or root.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,11 +24,14 @@
 #include <unistd.h>
 
 #include "tb/kafka.h"
+#include "tb/ledger.h"
 #include "tb/schema_event.h"
 #include "tb/schema_task.h"
 
 static char root[64] = "/tmp/tb-worker-kafka-XXXXXX";
 static char topic_tasks[64], topic_events[64], topic_dlq[64], group[64];
+static char topic_tasks2[64], topic_dlq2[64], group2[64];
+static char commit[64], rt[128], repo[128];
 static const char *brokers;
 
 static void make_topics(void)
@@ -35,18 +40,20 @@ static void make_topics(void)
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof(errstr));
 	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-	rd_kafka_NewTopic_t *t[3] = {
+	rd_kafka_NewTopic_t *t[5] = {
 		rd_kafka_NewTopic_new(topic_tasks, 2, 1, errstr, sizeof(errstr)),
 		rd_kafka_NewTopic_new(topic_events, 2, 1, errstr, sizeof(errstr)),
 		rd_kafka_NewTopic_new(topic_dlq, 1, 1, errstr, sizeof(errstr)),
+		rd_kafka_NewTopic_new(topic_tasks2, 1, 1, errstr, sizeof(errstr)),
+		rd_kafka_NewTopic_new(topic_dlq2, 1, 1, errstr, sizeof(errstr)),
 	};
 	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
-	rd_kafka_CreateTopics(rk, t, 3, NULL, q);
+	rd_kafka_CreateTopics(rk, t, 5, NULL, q);
 	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
 	assert_non_null(ev);
 	assert_int_equal(rd_kafka_event_error(ev), 0);
 	rd_kafka_event_destroy(ev);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 5; i++)
 		rd_kafka_NewTopic_destroy(t[i]);
 	rd_kafka_queue_destroy(q);
 	rd_kafka_destroy(rk);
@@ -63,15 +70,13 @@ static void sh(const char *fmt, ...)
 		fail_msg("command failed: %s", cmd);
 }
 
-static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void **state)
+/* The hello recipe committed into a repository of the test's own. */
+static void make_recipe(void)
 {
-	char repo[128], commit[64], cmd[256], rt[128], id[64];
-	msgpack_sbuffer sb;
-	tb_error_t err;
-	rd_kafka_t *p, *c;
-	int got_result = 0, got_dlq = 0, status;
+	char cmd[256];
 
-	(void)state;
+	if (commit[0])
+		return;
 	snprintf(repo, sizeof(repo), "%s/hello", root);
 	sh("git init -q %s && cp -r %s/examples/recipes/hello/. %s/ && cd %s && git add -A && "
 	   "git -c user.name=t -c user.email=t@t commit -qm hello",
@@ -83,15 +88,20 @@ static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void 
 	commit[strcspn(commit, "\n")] = '\0';
 	snprintf(rt, sizeof(rt), "%s/runtimes", root);
 	sh("mkdir -p %s && echo '{\"v\": 1, \"name\": \"default\"}' > %s/default.json", rt, rt);
+}
 
+/* `taskbox worker` as an operator starts it; stderr to @p log if given. */
+static pid_t start_worker(const char *tasks, const char *dlq, const char *grp, const char *ledger,
+			  const char *log)
+{
 	pid_t worker = fork();
 	if (worker == 0) {
 		char v[256];
 		setenv("TASKBOX_KAFKA_BROKERS", brokers, 1);
-		setenv("TASKBOX_KAFKA_GROUP", group, 1);
-		setenv("TASKBOX_KAFKA_TASKS_TOPIC", topic_tasks, 1);
+		setenv("TASKBOX_KAFKA_GROUP", grp, 1);
+		setenv("TASKBOX_KAFKA_TASKS_TOPIC", tasks, 1);
 		setenv("TASKBOX_KAFKA_EVENTS_TOPIC", topic_events, 1);
-		setenv("TASKBOX_KAFKA_DLQ_TOPIC", topic_dlq, 1);
+		setenv("TASKBOX_KAFKA_DLQ_TOPIC", dlq, 1);
 		snprintf(v, sizeof(v), "dir://%s/store", root);
 		setenv("TASKBOX_STORE_URL", v, 1);
 		setenv("TASKBOX_RUNTIMES_DIR", rt, 1);
@@ -99,11 +109,75 @@ static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void 
 		setenv("TASKBOX_WORK_DIR", v, 1);
 		snprintf(v, sizeof(v), "%s/cache", root);
 		setenv("TASKBOX_CACHE_DIR", v, 1);
-		setenv("TASKBOX_WORKER_ID", "itest", 1);
+		setenv("TASKBOX_WORKER_ID", grp, 1);
 		setenv("TASKBOX_SLOTS", "2", 1);
+		if (ledger) {
+			setenv("TASKBOX_LEDGER_URL", ledger, 1);
+			setenv("TASKBOX_LEDGER_PREFIX", grp, 1);
+		}
+		if (log && !freopen(log, "w", stderr))
+			_exit(126);
 		execl(TB_TASKBOX, "taskbox", "worker", (char *)NULL);
 		_exit(127);
 	}
+	return worker;
+}
+
+static void produce_task(const char *topic, const char *id)
+{
+	tb_task_t t = { 0 };
+	msgpack_sbuffer sb;
+	tb_error_t err;
+	rd_kafka_t *p;
+	char url[160];
+
+	snprintf(url, sizeof(url), "file://%s", repo);
+	t.id = (char *)id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = url, t.recipe.commit = commit;
+	t.prompt = (char *)"hello?", t.runtime = (char *)"default", t.submitted_at = 1;
+	msgpack_sbuffer_init(&sb);
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
+	assert_int_equal(tb_kafka_producer_new(&p, brokers, NULL, &err), 0);
+	assert_int_equal(tb_kafka_produce(p, topic, id, sb.data, sb.size, &err), 0);
+	assert_int_equal(rd_kafka_flush(p, 30000), 0);
+	rd_kafka_destroy(p);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* The sum of @p grp's committed offsets on @p topic's first @p n partitions. */
+static int64_t committed_sum(const char *topic, const char *grp, int n)
+{
+	char errstr[256];
+	int64_t sum = -1;
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof(errstr));
+	rd_kafka_conf_set(conf, "group.id", grp, errstr, sizeof(errstr));
+	rd_kafka_t *q = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n);
+	for (int k = 0; k < n; k++)
+		rd_kafka_topic_partition_list_add(l, topic, k);
+	if (rd_kafka_committed(q, l, 10000) == 0) {
+		sum = 0;
+		for (int k = 0; k < l->cnt; k++)
+			if (l->elems[k].offset > 0)
+				sum += l->elems[k].offset;
+	}
+	rd_kafka_topic_partition_list_destroy(l);
+	rd_kafka_destroy(q);
+	return sum;
+}
+
+static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void **state)
+{
+	char id[64];
+	msgpack_sbuffer sb;
+	tb_error_t err;
+	rd_kafka_t *p, *c;
+	int got_result = 0, got_dlq = 0, status;
+
+	(void)state;
+	make_recipe();
+	pid_t worker =
+	    start_worker(topic_tasks, topic_dlq, group, getenv("TASKBOX_TEST_REDIS"), NULL);
 
 	/* A task and a malformed message, keyed like a producer would. */
 	tb_task_t t = { 0 };
@@ -154,28 +228,23 @@ static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void 
 	assert_int_equal(got_dlq, 1);
 
 	/* Both messages are acknowledged: the group's offset is past them. */
-	char errstr[256];
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof(errstr));
-	rd_kafka_conf_set(conf, "group.id", group, errstr, sizeof(errstr));
-	rd_kafka_t *q = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	int64_t committed = -1;
 	for (int i = 0; i < 40 && committed < 2; i++) { /* the commit is async: 20 s */
-		rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(2);
-		rd_kafka_topic_partition_list_add(l, topic_tasks, 0);
-		rd_kafka_topic_partition_list_add(l, topic_tasks, 1);
-		if (rd_kafka_committed(q, l, 10000) == 0) {
-			committed = 0;
-			for (int k = 0; k < l->cnt; k++)
-				if (l->elems[k].offset > 0)
-					committed += l->elems[k].offset;
-		}
-		rd_kafka_topic_partition_list_destroy(l);
+		committed = committed_sum(topic_tasks, group, 2);
 		if (committed < 2)
 			usleep(500000);
 	}
-	rd_kafka_destroy(q);
 	assert_int_equal(committed, 2);
+
+	/* On Redis, the ledger outlives the worker: the task is done there. */
+	if (getenv("TASKBOX_TEST_REDIS")) {
+		tb_ledger_t *l;
+		uint64_t att;
+		assert_int_equal(
+		    tb_ledger_open(&l, getenv("TASKBOX_TEST_REDIS"), group, "reader", &err), 0);
+		assert_int_equal(l->ops->begin(l, id, "reader", &att, &err), TB_EEXIST);
+		l->ops->close(l);
+	}
 
 	kill(worker, SIGTERM);
 	assert_int_equal(waitpid(worker, &status, 0), worker);
@@ -183,10 +252,67 @@ static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void 
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/*
+ * The ledger is down (nothing listens where it points): the worker takes
+ * the task, waits for the ledger, runs nothing and dead-letters nothing;
+ * told to stop, it exits cleanly without acknowledging the message, which
+ * is delivered again once there is a ledger.
+ */
+static void test_worker__waits_for_a_ledger_that_is_down_and_acknowledges_nothing(void **state)
+{
+	char id[64], log[128], line[1024];
+	int status, waiting = 0;
+
+	(void)state;
+	make_recipe();
+	snprintf(log, sizeof(log), "%s/ledger-down.log", root);
+	pid_t worker = start_worker(topic_tasks2, topic_dlq2, group2, "redis://127.0.0.1:1", log);
+	snprintf(id, sizeof(id), "ledger-down-%d", getpid());
+	produce_task(topic_tasks2, id);
+	for (int i = 0; i < 120 && !waiting; i++) { /* 60 s at most */
+		FILE *f = fopen(log, "r");
+		while (f && fgets(line, sizeof(line), f))
+			waiting |= strstr(line, "for the ledger") && strstr(line, id);
+		if (f)
+			fclose(f);
+		if (!waiting)
+			usleep(500000);
+	}
+	assert_true(waiting);
+	kill(worker, SIGTERM);
+	assert_int_equal(waitpid(worker, &status, 0), worker);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(committed_sum(topic_tasks2, group2, 1), 0);
+
+	/* and nothing was dead-lettered */
+	tb_error_t err;
+	rd_kafka_t *c;
+	int dead = 0;
+	assert_int_equal(
+	    tb_kafka_consumer_new(&c, brokers, "itest-reader2", NULL, NULL, NULL, NULL, &err), 0);
+	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(parts, topic_dlq2, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+	rd_kafka_assign(c, parts);
+	rd_kafka_topic_partition_list_destroy(parts);
+	for (int i = 0; i < 6; i++) { /* 3 s */
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
+		if (m) {
+			dead += !m->err;
+			rd_kafka_message_destroy(m);
+		}
+	}
+	rd_kafka_consumer_close(c);
+	rd_kafka_destroy(c);
+	assert_int_equal(dead, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_worker__runs_a_task_from_kafka_and_commits_after_teardown),
+		cmocka_unit_test(
+		    test_worker__waits_for_a_ledger_that_is_down_and_acknowledges_nothing),
 	};
 	brokers = getenv("TASKBOX_TEST_KAFKA");
 	if (!brokers) {
@@ -205,6 +331,9 @@ int main(void)
 	snprintf(topic_events, sizeof(topic_events), "tbw-%d-events", getpid());
 	snprintf(topic_dlq, sizeof(topic_dlq), "tbw-%d-dlq", getpid());
 	snprintf(group, sizeof(group), "tbw-%d", getpid());
+	snprintf(topic_tasks2, sizeof(topic_tasks2), "tbw-%d-tasks2", getpid());
+	snprintf(topic_dlq2, sizeof(topic_dlq2), "tbw-%d-dlq2", getpid());
+	snprintf(group2, sizeof(group2), "tbw-%d-2", getpid());
 	make_topics();
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];

@@ -2,8 +2,8 @@
  * ledger.h: the record of tasks across workers and crashes: how many
  * attempts each task had and why they failed, and which tasks are done.
  * One interface; implementations chosen at start-up by ledger.url:
- * "memory:" (in-process: the demo and tests, one worker) here, Redis
- * (leases, fencing, liveness) in its own file. This file owns the
+ * "memory:" (in-process: the demo and tests, one worker) or
+ * "redis://host:port[/db]" (shared by a fleet, surviving crashes). This file owns the
  * contract; it does not decide when a task is done (the lifecycle does).
  */
 #ifndef TB_LEDGER_H
@@ -45,9 +45,17 @@ struct tb_ledger {
 	const struct tb_ledger_ops *ops;
 };
 
-/** Opens the ledger @p url names ("memory:"). */
-int tb_ledger_open(tb_ledger_t **out, const char *url, tb_error_t *err);
+/**
+ * Opens the ledger @p url names ("memory:" or "redis://host:port[/db]").
+ * Redis keys start with @p prefix; @p worker names this process in the
+ * failures it records. Opening does not connect: a Redis that is down
+ * shows as TB_ERETRY from the first call, and the worker waits for it.
+ */
+int tb_ledger_open(tb_ledger_t **out, const char *url, const char *prefix, const char *worker,
+		   tb_error_t *err);
 
 int tb_ledger_memory_open(tb_ledger_t **out, tb_error_t *err);
+int tb_ledger_redis_open(tb_ledger_t **out, const char *url, const char *prefix, const char *worker,
+			 tb_error_t *err);
 
 #endif

@@ -1,0 +1,204 @@
+/*
+ * test_ledger.c: the ledger contract, run against every implementation:
+ * in memory always, and on the real Redis when TASKBOX_TEST_REDIS is set
+ * (the Redis cases skip, saying so, without it). Also: bad URLs are
+ * explained, and an unreachable Redis is TB_ERETRY (wait), never a
+ * failure that would dead-letter a task.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "tb/ledger.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static char prefix[64];
+
+static tb_ledger_t *open_or_skip(const char *which, const char *worker)
+{
+	tb_ledger_t *l = NULL;
+	tb_error_t err;
+	const char *url = !strcmp(which, "memory") ? "memory:" : getenv("TASKBOX_TEST_REDIS");
+
+	if (!url) {
+		skip(); /* prints nothing; the run's header says why */
+		return NULL;
+	}
+	if (tb_ledger_open(&l, url, prefix, worker, &err) < 0)
+		fail_msg("%s: %s", url, err.msg);
+	return l;
+}
+
+static void contract(tb_ledger_t *l)
+{
+	tb_error_t err;
+	uint64_t attempt = 0;
+	tb_ledger_attempt_t *hist;
+	size_t n;
+	char task[64];
+
+	snprintf(task, sizeof(task), "t-%d-%ld", getpid(), (long)time(NULL));
+	/* attempts count up from 1 */
+	assert_int_equal(l->ops->begin(l, task, "w-a", &attempt, &err), 0);
+	assert_int_equal(attempt, 1);
+	assert_int_equal(l->ops->history(l, task, &hist, &n, &err), 0);
+	assert_int_equal(n, 0);
+	assert_null(hist);
+	/* failures keep their reasons, oldest first, tabs and all */
+	assert_int_equal(l->ops->failed(l, task, 1, "sandbox: cgroup\tgone", &err), 0);
+	assert_int_equal(l->ops->begin(l, task, "w-a", &attempt, &err), 0);
+	assert_int_equal(attempt, 2);
+	assert_int_equal(l->ops->failed(l, task, 2, "recipe fetch timed out", &err), 0);
+	assert_int_equal(l->ops->history(l, task, &hist, &n, &err), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(hist[0].attempt, 1);
+	assert_string_equal(hist[0].reason, "sandbox: cgroup\tgone");
+	assert_int_equal(hist[1].attempt, 2);
+	assert_string_equal(hist[1].reason, "recipe fetch timed out");
+	assert_true(hist[1].ts > 0);
+	assert_true(hist[1].worker[0] != '\0');
+	free(hist);
+	/* done: every later begin refuses, whichever attempt it would be */
+	assert_int_equal(l->ops->begin(l, task, "w-a", &attempt, &err), 0);
+	assert_int_equal(attempt, 3);
+	assert_int_equal(l->ops->done(l, task, 3, "tasks/x/3/manifest.msgpack", &err), 0);
+	assert_int_equal(l->ops->begin(l, task, "w-a", &attempt, &err), TB_EEXIST);
+	assert_non_null(strstr(err.msg, task));
+	/* a second done-marker (a replay that raced) changes nothing */
+	assert_int_equal(l->ops->done(l, task, 4, "", &err), 0);
+	assert_int_equal(l->ops->begin(l, task, "w-a", &attempt, &err), TB_EEXIST);
+}
+
+static void test_ledger__memory_contract(void **state)
+{
+	tb_ledger_t *l = open_or_skip("memory", "w-a");
+
+	(void)state;
+	contract(l);
+	l->ops->close(l);
+}
+
+static void test_ledger__redis_contract(void **state)
+{
+	tb_ledger_t *l = open_or_skip("redis", "w-a");
+
+	(void)state;
+	contract(l);
+	l->ops->close(l);
+}
+
+/* Two workers (two connections) share one count and one done-marker. */
+static void test_ledger__redis_is_shared_between_workers(void **state)
+{
+	tb_ledger_t *a = open_or_skip("redis", "worker-a");
+	tb_ledger_t *b = open_or_skip("redis", "worker-b");
+	tb_ledger_attempt_t *hist;
+	tb_error_t err;
+	uint64_t att;
+	size_t n;
+	char task[64];
+
+	(void)state;
+	snprintf(task, sizeof(task), "shared-%d-%ld", getpid(), (long)time(NULL));
+	for (uint64_t i = 1; i <= 10; i++) {
+		tb_ledger_t *l = i % 2 ? a : b;
+		assert_int_equal(l->ops->begin(l, task, "x", &att, &err), 0);
+		assert_int_equal(att, i);
+	}
+	assert_int_equal(b->ops->failed(b, task, 10, "lost its slot", &err), 0);
+	assert_int_equal(a->ops->history(a, task, &hist, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(hist[0].worker, "worker-b");
+	free(hist);
+	assert_int_equal(a->ops->done(a, task, 10, "m", &err), 0);
+	assert_int_equal(b->ops->begin(b, task, "x", &att, &err), TB_EEXIST);
+	a->ops->close(a);
+	b->ops->close(b);
+}
+
+/* Another prefix is another fleet: nothing is shared. */
+static void test_ledger__redis_prefixes_are_separate(void **state)
+{
+	const char *url = getenv("TASKBOX_TEST_REDIS");
+	tb_ledger_t *a = open_or_skip("redis", "w"), *b;
+	tb_error_t err;
+	uint64_t att;
+	char other[80];
+
+	(void)state;
+	snprintf(other, sizeof(other), "%s-other", prefix);
+	assert_int_equal(tb_ledger_open(&b, url, other, "w", &err), 0);
+	assert_int_equal(a->ops->begin(a, "same-id", "w", &att, &err), 0);
+	assert_int_equal(a->ops->done(a, "same-id", att, "m", &err), 0);
+	assert_int_equal(b->ops->begin(b, "same-id", "w", &att, &err), 0);
+	assert_int_equal(att, 1);
+	a->ops->close(a);
+	b->ops->close(b);
+}
+
+/* Nothing listens on loopback port 1: every call says "wait", with the
+ * address; opening does not need the server. */
+static void test_ledger__unreachable_redis_is_retryable(void **state)
+{
+	tb_ledger_t *l;
+	tb_ledger_attempt_t *hist;
+	tb_error_t err;
+	uint64_t att = 0;
+	size_t n;
+
+	(void)state;
+	assert_int_equal(tb_ledger_open(&l, "redis://127.0.0.1:1", "tb", "w", &err), 0);
+	assert_int_equal(l->ops->begin(l, "t", "w", &att, &err), TB_ERETRY);
+	assert_non_null(strstr(err.msg, "127.0.0.1:1"));
+	assert_int_equal(att, 0);
+	assert_int_equal(l->ops->failed(l, "t", 1, "r", &err), TB_ERETRY);
+	assert_int_equal(l->ops->done(l, "t", 1, "m", &err), TB_ERETRY);
+	assert_int_equal(l->ops->history(l, "t", &hist, &n, &err), TB_ERETRY);
+	assert_int_equal(n, 0);
+	l->ops->close(l);
+}
+
+static void test_ledger__bad_urls_are_explained(void **state)
+{
+	static const char *bad[] = {
+		"redis://",      "redis://host",   "redis://h:0",  "redis://h:70000",
+		"redis://h:1/x", "redis://h:1/-2", "rediss://h:1", "postgres://h:1",
+	};
+	tb_ledger_t *l;
+	tb_error_t err;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(tb_ledger_open(&l, bad[i], "tb", "w", &err), TB_EINVAL);
+		assert_null(l);
+		assert_non_null(strstr(err.msg, "ledger.url"));
+	}
+	assert_int_equal(tb_ledger_open(&l, "redis://h:1", "has space", "w", &err), TB_EINVAL);
+	assert_non_null(strstr(err.msg, "ledger.prefix"));
+	assert_int_equal(tb_ledger_open(&l, "redis://h:1/3", "tb", "w", &err), 0);
+	l->ops->close(l);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ledger__memory_contract),
+		cmocka_unit_test(test_ledger__redis_contract),
+		cmocka_unit_test(test_ledger__redis_is_shared_between_workers),
+		cmocka_unit_test(test_ledger__redis_prefixes_are_separate),
+		cmocka_unit_test(test_ledger__unreachable_redis_is_retryable),
+		cmocka_unit_test(test_ledger__bad_urls_are_explained),
+	};
+
+	snprintf(prefix, sizeof(prefix), "taskbox-test-%d-%ld", getpid(), (long)time(NULL));
+	if (!getenv("TASKBOX_TEST_REDIS"))
+		printf("TASKBOX_TEST_REDIS is not set: the Redis cases are skipped\n");
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
