@@ -130,13 +130,20 @@ static void emit_json(run_t *r, int type, json_t *obj)
 	json_decref(obj);
 }
 
+/* Phase @p name, reached at @p at (ms): the previous phase took the rest. */
+static void phase_at(run_t *r, const char *name, uint64_t at, const char *worker)
+{
+	json_t *p = json_pack("{s:s,s:I}", "phase", name, "duration_ms",
+			      (json_int_t)(at > r->phase_ms ? at - r->phase_ms : 0));
+	if (p && worker)
+		json_object_set_new(p, "worker", json_string(worker));
+	emit_json(r, TB_EV_PHASE, p);
+	r->phase_ms = at > r->phase_ms ? at : r->phase_ms;
+}
+
 static void phase(run_t *r, const char *name)
 {
-	uint64_t now = wall_ms();
-	emit_json(
-	    r, TB_EV_PHASE,
-	    json_pack("{s:s,s:I}", "phase", name, "duration_ms", (json_int_t)(now - r->phase_ms)));
-	r->phase_ms = now;
+	phase_at(r, name, wall_ms(), NULL);
 }
 
 static void error_event(run_t *r, int code, const char *phase_name, const char *reason)
@@ -486,7 +493,13 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		goto done;
 	}
 	snprintf(prefix, sizeof(prefix), "tasks/%s/%llu/", task->id, (unsigned long long)attempt);
-	phase(&r, "validated");
+	/* The worker took, validated and claimed the message before this
+	 * slot started: those phases carry the worker's times. */
+	uint64_t got = ctx->received_ms ? ctx->received_ms : r.phase_ms;
+	r.phase_ms = got;
+	phase_at(&r, "received", got, ctx->worker);
+	phase_at(&r, "validated", got, NULL);
+	phase_at(&r, "claimed", ctx->claimed_ms ? ctx->claimed_ms : wall_ms(), NULL);
 
 	if ((rc = prepare(&r, recipe_dir, sizeof(recipe_dir), inputs_dir, sizeof(inputs_dir), &lim,
 			  err)) < 0) {

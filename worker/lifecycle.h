@@ -37,6 +37,9 @@ typedef struct tb_lifecycle_ctx {
 	const char *work_root;    /* sandboxes and per-task scratch */
 	const char *group;        /* the worker's prefix */
 	unsigned slot;
+	const char *worker;   /* named in the "received" phase; may be NULL */
+	uint64_t received_ms; /* when the worker took the message (0: now) */
+	uint64_t claimed_ms;  /* when the ledger gave it this attempt (0: now) */
 	tb_event_sink_t sink;
 	/* Called once the manifest is durable, before the result event: the
 	 * ledger's done-marker. May be NULL. A failure fails the run

@@ -34,7 +34,8 @@ typedef struct job {
 	int64_t offset;
 	uint64_t attempt;
 	uint64_t max_attempts;
-	void *value; /* the task message, decoded again by the slot */
+	uint64_t received_ms, claimed_ms; /* for the phase events */
+	void *value;                      /* the task message, decoded again by the slot */
 	size_t len;
 	char key[160];
 	/* results */
@@ -225,6 +226,9 @@ static void *slot_main(void *arg)
 		.work_root = w->d->cfg->work_dir,
 		.group = group,
 		.slot = j->slot,
+		.worker = w->d->worker_id,
+		.received_ms = j->received_ms,
+		.claimed_ms = j->claimed_ms,
 		.sink = { publish_event, w },
 		.recorded = mark_done,
 		.recorded_ud = w->d->ledger,
@@ -308,6 +312,7 @@ static int begin_attempt(worker_t *w, job_t *j, tb_error_t *err)
 		}
 		backoff = backoff * 2 > LEDGER_BACKOFF_MAX_MS ? LEDGER_BACKOFF_MAX_MS : backoff * 2;
 	}
+	j->claimed_ms = now_ms();
 	return rc;
 }
 
@@ -463,6 +468,7 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	j->w = w;
 	j->partition = m->partition;
 	j->offset = m->offset;
+	j->received_ms = now_ms();
 	snprintf(j->key, sizeof(j->key), "%s", in.task.id);
 	char path[4096];
 	tb_runtime_t rt;

@@ -32,6 +32,7 @@ struct events {
 	char types[256][16];
 	char phases[32][16];
 	char first_error[512];
+	char received_by[64]; /* the "received" phase's worker */
 	int n, nphases;
 	uint64_t last_seq;
 	int seq_ok;
@@ -62,6 +63,9 @@ static int sink(void *ud, const tb_event_t *ev, tb_error_t *err)
 		if (ev->type == TB_EV_PHASE && e->nphases < 32)
 			snprintf(e->phases[e->nphases++], 16, "%s",
 				 json_string_value(json_object_get(p, "phase")));
+		if (ev->type == TB_EV_PHASE && json_object_get(p, "worker"))
+			snprintf(e->received_by, sizeof(e->received_by), "%s",
+				 json_string_value(json_object_get(p, "worker")));
 		if (ev->type == TB_EV_ERROR && !e->first_error[0])
 			snprintf(e->first_error, sizeof(e->first_error), "%s",
 				 json_string_value(json_object_get(p, "reason")));
@@ -102,6 +106,7 @@ static tb_lifecycle_ctx_t ctx(struct events *e)
 				     .work_root = work,
 				     .group = "tblife",
 				     .slot = 3,
+				     .worker = "lifecycle-test",
 				     .sink = { sink, e },
 				     .recorded = recorded,
 				     .recorded_ud = e };
@@ -133,11 +138,12 @@ static void test_lifecycle__one_shot_task_end_to_end(void **state)
 		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
 	assert_true(e.seq_ok);
-	const char *want[] = { "validated", "prepared", "running",  "settled",
-			       "collected", "judged",   "recorded", "torn-down" };
-	assert_int_equal(e.nphases, 8);
-	for (int i = 0; i < 8; i++)
+	const char *want[] = { "received", "validated", "claimed", "prepared", "running",
+			       "settled",  "collected", "judged",  "recorded", "torn-down" };
+	assert_int_equal(e.nphases, 10);
+	for (int i = 0; i < 10; i++)
 		assert_string_equal(e.phases[i], want[i]);
+	assert_string_equal(e.received_by, "lifecycle-test");
 	assert_string_equal(e.types[e.n - 1], "result");
 	assert_true(e.done_before_result); /* done-marker, then the result */
 	assert_non_null(strstr(e.first_error, "line 3: not JSON"));
