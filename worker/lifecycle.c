@@ -312,8 +312,10 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 		struct pollfd p = { ev[0], POLLIN, 0 };
 		int eof = 0;
 		if (poll(&p, 1, 50) > 0) {
-			ssize_t got;
-			while ((got = read(ev[0], buf, sizeof(buf))) > 0)
+			/* One read per pass: a flood must not keep the deadline
+			 * (checked by the wait below) from coming. */
+			ssize_t got = read(ev[0], buf, sizeof(buf));
+			if (got > 0)
 				tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
 			eof = got == 0;
 		}
@@ -323,8 +325,9 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 		if (rc != TB_ETIMEOUT)
 			goto out;
 	}
-	/* What the agent wrote before it ended (its children may hold the
-	 * pipe open: take what is there, do not wait for them). */
+	/* What the agent wrote before it ended. Its children may hold the
+	 * pipe open and keep writing: end them first, so this read ends. */
+	tb_sandbox_kill_all(r->sb, NULL);
 	ssize_t got;
 	while ((got = read(ev[0], buf, sizeof(buf))) > 0)
 		tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
@@ -475,7 +478,7 @@ static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *
 int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint64_t attempt,
 		     tb_lifecycle_result_t *out, tb_error_t *err)
 {
-	char recipe_dir[4096], inputs_dir[4096], prefix[512], key[600], outputs[128];
+	char recipe_dir[4096], inputs_dir[4096] = "", prefix[512], key[600], outputs[128];
 	char tail[AGENT_OUTPUT_TAIL];
 	tb_sandbox_exit_t end;
 	tb_limits_t lim;
@@ -488,7 +491,9 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	r.m.started_at = r.phase_ms;
 	r.record_fd = memfd_create("taskbox-conversation", MFD_CLOEXEC);
 	r.jsonl_fd = memfd_create("taskbox-conversation-jsonl", MFD_CLOEXEC);
-	if (r.record_fd < 0 || r.jsonl_fd < 0) {
+	/* Judges read the JSONL through a dup (a shared offset): append-only
+	 * writes keep a judge's reading from moving where events go. */
+	if (r.record_fd < 0 || r.jsonl_fd < 0 || fcntl(r.jsonl_fd, F_SETFL, O_APPEND) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "lifecycle: memfd");
 		goto done;
 	}
@@ -561,6 +566,11 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	r.m.conversation_key = key;
 	r.m.events = r.seq;
 	r.m.finished_at = wall_ms();
+	if (r.failed) { /* the events are the record: incomplete, not recorded */
+		rc = tb_error_set(err, TB_ERETRY, "events: %s",
+				  r.sink_err.msg[0] ? r.sink_err.msg : "could not be recorded");
+		goto done;
+	}
 	/* Manifest last: it names only objects that exist. */
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
@@ -575,17 +585,16 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 						      out->manifest_key, err)) < 0)
 		error_event(&r, rc, "recorded", err->msg);
 done:
+	/* Once recorded (rc == 0 here) the attempt stands: what fails after
+	 * it is logged, and the worker's sweep removes what is left. */
 	if (r.sb) {
 		tb_error_t terr;
-		if (tb_sandbox_destroy(r.sb, &terr) < 0 && rc == 0)
-			rc = tb_error_set(err, TB_EIO, "%s", terr.msg);
+		if (tb_sandbox_destroy(r.sb, &terr) < 0)
+			tb_warn(task->id, "teardown: %s", terr.msg);
 		phase(&r, "torn-down");
 	}
 	if (r.task->inputs.n && inputs_dir[0])
 		tb_remove_tree(AT_FDCWD, inputs_dir);
-	if (rc == 0 && r.failed)
-		rc = tb_error_set(err, TB_ERETRY, "events: %s",
-				  r.sink_err.msg[0] ? r.sink_err.msg : "could not be recorded");
 	out->outcome = r.m.outcome;
 	out->events = r.seq;
 	if (rc == 0)

@@ -20,7 +20,8 @@ static int set(rd_kafka_conf_t *conf, const char *key, const char *value, tb_err
 	char errstr[512];
 
 	if (rd_kafka_conf_set(conf, key, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-		return tb_error_set(err, TB_EINVAL, "kafka setting %s=%s: %s", key, value, errstr);
+		/* no value: it may be a secret (sasl.password) */
+		return tb_error_set(err, TB_EINVAL, "kafka setting %s: %s", key, errstr);
 	return 0;
 }
 

@@ -44,6 +44,9 @@ typedef struct redis_ledger {
 
 static const char BEGIN_LUA[] = "if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end "
 				"return redis.call('INCR', KEYS[1])";
+/* Appends a failure and keeps the newest ARGV[2]: one round trip. */
+static const char FAILED_LUA[] = "redis.call('RPUSH', KEYS[1], ARGV[1]) "
+				 "return redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)";
 
 static void key(char *out, size_t size, const redis_ledger_t *r, const char *task, const char *what)
 {
@@ -152,12 +155,8 @@ static int redis_failed(tb_ledger_t *l, const char *task, uint64_t attempt, cons
 	snprintf(entry, sizeof(entry), "%" PRIu64 "\t%" PRIu64 "\t%s\t%s", attempt,
 		 (uint64_t)time(NULL) * 1000, r->worker, reason);
 	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "RPUSH %s %s", k, entry);
-	if (rc == 0) {
-		freeReplyObject(rep);
-		rc = run(r, &rep, REDIS_REPLY_STATUS, err, "LTRIM %s %d -1", k, -MAX_FAILURES);
-		freeReplyObject(rep);
-	}
+	rc = run(r, &rep, ANY, err, "EVAL %s 1 %s %s %d", FAILED_LUA, k, entry, MAX_FAILURES);
+	freeReplyObject(rep);
 	pthread_mutex_unlock(&r->lock);
 	return rc;
 }
@@ -217,7 +216,7 @@ static int redis_history(tb_ledger_t *l, const char *task, tb_ledger_attempt_t *
 	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "LRANGE %s 0 -1", k);
 	pthread_mutex_unlock(&r->lock);
 	if (rc < 0 || rep->elements == 0) {
-		freeReplyObject(rc < 0 ? NULL : rep);
+		freeReplyObject(rep); /* NULL when rc < 0 */
 		return rc;
 	}
 	if (!(*out = calloc(rep->elements, sizeof(**out)))) {
