@@ -384,8 +384,10 @@ int tb_sandbox_assign(tb_sandbox_t *sb, const tb_sandbox_spec_t *spec, tb_error_
 	if (spec->inputs_dir && !realpath(spec->inputs_dir, inputs))
 		return tb_error_errno(err, TB_EINVAL, errno, "sandbox: inputs %s",
 				      spec->inputs_dir);
-	if ((rc = tb_cgroup_limit(sb->cg, &lim, err)) < 0)
-		return tb_error_prefix(err, "sandbox: limits");
+	if ((rc = tb_cgroup_limit(sb->cg, &lim, err)) < 0) {
+		tb_error_prefix(err, "sandbox: limits");
+		return rc;
+	}
 	if (!(req = calloc(1, sizeof(*req))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	req->op = TB_SBP_ASSIGN;

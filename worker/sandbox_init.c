@@ -668,6 +668,8 @@ static _Noreturn void serve(void)
 		ssize_t n = recvmsg(A->ctl_fd, &mh, MSG_CMSG_CLOEXEC);
 		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
 			_exit(0); /* the worker closed its end: tear down */
+		if (n < 0)
+			continue; /* interrupted: nothing was received */
 		int short_msg = n < (ssize_t)offsetof(tb_sbp_req_t, data) ||
 				req.len > TB_SBP_DATA_MAX ||
 				(size_t)n != offsetof(tb_sbp_req_t, data) + req.len;

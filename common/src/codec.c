@@ -583,20 +583,29 @@ static int unpack_checked(msgpack_unpacked *up, const void *data, size_t len, si
 	return 0;
 }
 
-static const msgpack_object *map_get(const msgpack_object *map, const char *key)
+/* @p key's value in @p map, or NULL; *dup set if the key is there twice. */
+static const msgpack_object *map_get(const msgpack_object *map, const char *key, int *dup)
 {
+	const msgpack_object *found = NULL;
+
 	for (uint32_t i = 0; i < map->via.map.size; i++)
-		if (key_is(&map->via.map.ptr[i].key, key))
-			return &map->via.map.ptr[i].val;
-	return NULL;
+		if (key_is(&map->via.map.ptr[i].key, key)) {
+			*dup |= found != NULL;
+			found = &map->via.map.ptr[i].val;
+		}
+	return found;
 }
 
 /* Checks "v" and returns the schema named by "schema" (NULL if unknown). */
 static int read_header(const tb_schema_t **out, const msgpack_object *map, tb_error_t *err)
 {
-	const msgpack_object *name = map_get(map, "schema");
-	const msgpack_object *v = map_get(map, "v");
+	int dup_name = 0, dup_v = 0;
+	const msgpack_object *name = map_get(map, "schema", &dup_name);
+	const msgpack_object *v = map_get(map, "v", &dup_v);
 
+	if (dup_name || dup_v)
+		return tb_error_set(err, TB_EINVAL, "field '%s': appears twice",
+				    dup_name ? "schema" : "v");
 	if (!name || name->type != MSGPACK_OBJECT_STR)
 		return tb_error_set(err, TB_EINVAL, "field 'schema': required string missing");
 	if (!v || v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)

@@ -71,6 +71,8 @@ static int mem_failed(tb_ledger_t *l, const char *task, uint64_t attempt, const 
 
 	pthread_mutex_lock(&m->lock);
 	entry_t *e = find(m, task, 1);
+	if (e && e->nfail == TB_LEDGER_MAX_FAILURES) /* keep the newest */
+		memmove(e->failures, e->failures + 1, --e->nfail * sizeof(*e->failures));
 	tb_ledger_attempt_t *bigger =
 	    e ? realloc(e->failures, (e->nfail + 1) * sizeof(*bigger)) : NULL;
 	if (!bigger) {

@@ -28,7 +28,6 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_FAILURES 64 /* a failures list keeps the newest this many */
 #define ANY (-1)
 
 typedef struct redis_ledger {
@@ -155,7 +154,8 @@ static int redis_failed(tb_ledger_t *l, const char *task, uint64_t attempt, cons
 	snprintf(entry, sizeof(entry), "%" PRIu64 "\t%" PRIu64 "\t%s\t%s", attempt,
 		 (uint64_t)time(NULL) * 1000, r->worker, reason);
 	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, ANY, err, "EVAL %s 1 %s %s %d", FAILED_LUA, k, entry, MAX_FAILURES);
+	rc = run(r, &rep, ANY, err, "EVAL %s 1 %s %s %d", FAILED_LUA, k, entry,
+		 TB_LEDGER_MAX_FAILURES);
 	freeReplyObject(rep);
 	pthread_mutex_unlock(&r->lock);
 	return rc;

@@ -115,6 +115,19 @@ static size_t on_read(char *buf, size_t size, size_t n, void *ud)
 	return (size_t)got;
 }
 
+/* curl rewinds the body to resend it (a pooled connection the server had
+ * closed): the body is read by offset, so a rewind only moves the offset. */
+static int on_seek(void *ud, curl_off_t offset, int origin)
+{
+	s3_req_t *r = ud;
+	uint64_t len = r->body_mem ? r->body_mem_len : r->body_len;
+
+	if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > len)
+		return CURL_SEEKFUNC_CANTSEEK;
+	r->sent = (uint64_t)offset;
+	return CURL_SEEKFUNC_OK;
+}
+
 static size_t on_write(char *buf, size_t size, size_t n, void *ud)
 {
 	s3_req_t *r = ud;
@@ -227,6 +240,7 @@ static int retryable(CURLcode rc, long status)
 	case CURLE_COULDNT_CONNECT:
 	case CURLE_OPERATION_TIMEDOUT:
 	case CURLE_SEND_ERROR:
+	case CURLE_SEND_FAIL_REWIND:
 	case CURLE_RECV_ERROR:
 	case CURLE_GOT_NOTHING:
 	case CURLE_PARTIAL_FILE:
@@ -310,6 +324,8 @@ static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, in
 		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
 		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
 		curl_easy_setopt(c, CURLOPT_READDATA, r);
+		curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+		curl_easy_setopt(c, CURLOPT_SEEKDATA, r);
 		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE,
 				 (curl_off_t)(r->body_mem ? r->body_mem_len : r->body_len));
 		if (!strcmp(r->method, "POST"))

@@ -124,15 +124,13 @@ static void test_ledger__redis_is_shared_between_workers(void **state)
 }
 
 /* A task failing forever keeps only its newest 64 reasons. */
-static void test_ledger__redis_keeps_the_newest_failures(void **state)
+static void keeps_the_newest_failures(tb_ledger_t *l)
 {
-	tb_ledger_t *l = open_or_skip("redis", "w");
 	tb_ledger_attempt_t *hist;
 	tb_error_t err;
 	char reason[32];
 	size_t n;
 
-	(void)state;
 	for (uint64_t i = 1; i <= 70; i++) {
 		snprintf(reason, sizeof(reason), "failure %llu", (unsigned long long)i);
 		assert_int_equal(l->ops->failed(l, "capped", i, reason, &err), 0);
@@ -143,6 +141,18 @@ static void test_ledger__redis_keeps_the_newest_failures(void **state)
 	assert_string_equal(hist[63].reason, "failure 70");
 	free(hist);
 	l->ops->close(l);
+}
+
+static void test_ledger__memory_keeps_the_newest_failures(void **state)
+{
+	(void)state;
+	keeps_the_newest_failures(open_or_skip("memory", "w"));
+}
+
+static void test_ledger__redis_keeps_the_newest_failures(void **state)
+{
+	(void)state;
+	keeps_the_newest_failures(open_or_skip("redis", "w"));
 }
 
 /* Another prefix is another fleet: nothing is shared. */
@@ -214,6 +224,7 @@ int main(void)
 		cmocka_unit_test(test_ledger__memory_contract),
 		cmocka_unit_test(test_ledger__redis_contract),
 		cmocka_unit_test(test_ledger__redis_is_shared_between_workers),
+		cmocka_unit_test(test_ledger__memory_keeps_the_newest_failures),
 		cmocka_unit_test(test_ledger__redis_keeps_the_newest_failures),
 		cmocka_unit_test(test_ledger__redis_prefixes_are_separate),
 		cmocka_unit_test(test_ledger__unreachable_redis_is_retryable),

@@ -123,12 +123,22 @@ static pid_t start_worker(const char *tasks, const char *dlq, const char *grp, c
 	return worker;
 }
 
+static void produce_raw(const char *topic, const char *key, const void *data, size_t len)
+{
+	tb_error_t err;
+	rd_kafka_t *p;
+
+	assert_int_equal(tb_kafka_producer_new(&p, brokers, NULL, &err), 0);
+	assert_int_equal(tb_kafka_produce(p, topic, key, data, len, &err), 0);
+	assert_int_equal(rd_kafka_flush(p, 30000), 0);
+	rd_kafka_destroy(p);
+}
+
 static void produce_task(const char *topic, const char *id)
 {
 	tb_task_t t = { 0 };
 	msgpack_sbuffer sb;
 	tb_error_t err;
-	rd_kafka_t *p;
 	char url[160];
 
 	snprintf(url, sizeof(url), "file://%s", repo);
@@ -136,10 +146,7 @@ static void produce_task(const char *topic, const char *id)
 	t.prompt = (char *)"hello?", t.runtime = (char *)"default", t.submitted_at = 1;
 	msgpack_sbuffer_init(&sb);
 	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
-	assert_int_equal(tb_kafka_producer_new(&p, brokers, NULL, &err), 0);
-	assert_int_equal(tb_kafka_produce(p, topic, id, sb.data, sb.size, &err), 0);
-	assert_int_equal(rd_kafka_flush(p, 30000), 0);
-	rd_kafka_destroy(p);
+	produce_raw(topic, id, sb.data, sb.size);
 	msgpack_sbuffer_destroy(&sb);
 }
 
@@ -169,9 +176,8 @@ static int64_t committed_sum(const char *topic, const char *grp, int n)
 static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void **state)
 {
 	char id[64];
-	msgpack_sbuffer sb;
 	tb_error_t err;
-	rd_kafka_t *p, *c;
+	rd_kafka_t *c;
 	int got_result = 0, got_dlq = 0, status;
 
 	(void)state;
@@ -180,20 +186,9 @@ static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void 
 	    start_worker(topic_tasks, topic_dlq, group, getenv("TASKBOX_TEST_REDIS"), NULL);
 
 	/* A task and a malformed message, keyed like a producer would. */
-	tb_task_t t = { 0 };
 	snprintf(id, sizeof(id), "kafka-%d", getpid());
-	char url[160];
-	snprintf(url, sizeof(url), "file://%s", repo);
-	t.id = id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = url, t.recipe.commit = commit;
-	t.prompt = (char *)"hello?", t.runtime = (char *)"default", t.submitted_at = 1;
-	msgpack_sbuffer_init(&sb);
-	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
-	assert_int_equal(tb_kafka_producer_new(&p, brokers, NULL, &err), 0);
-	assert_int_equal(tb_kafka_produce(p, topic_tasks, id, sb.data, sb.size, &err), 0);
-	assert_int_equal(tb_kafka_produce(p, topic_tasks, id, "\xc1", 1, &err), 0);
-	assert_int_equal(rd_kafka_flush(p, 30000), 0);
-	rd_kafka_destroy(p);
-	msgpack_sbuffer_destroy(&sb);
+	produce_task(topic_tasks, id);
+	produce_raw(topic_tasks, id, "\xc1", 1);
 
 	/* Follow the events and the DLQ: bounded at 120 s. */
 	assert_int_equal(

@@ -16,6 +16,9 @@
 
 typedef struct tb_ledger tb_ledger_t;
 
+/* A task's failure history keeps its newest this many reasons. */
+#define TB_LEDGER_MAX_FAILURES 64
+
 typedef struct tb_ledger_attempt {
 	uint64_t attempt;
 	uint64_t ts;
@@ -28,7 +31,8 @@ struct tb_ledger_ops {
 	 * TB_EEXIST if the task is already done. */
 	int (*begin)(tb_ledger_t *l, const char *task, const char *worker, uint64_t *attempt,
 		     tb_error_t *err);
-	/* The attempt failed retryably (or was poison): keep the reason. */
+	/* The attempt failed retryably (or was poison): keep the reason
+	 * (the newest TB_LEDGER_MAX_FAILURES are kept). */
 	int (*failed)(tb_ledger_t *l, const char *task, uint64_t attempt, const char *reason,
 		      tb_error_t *err);
 	/* The attempt is recorded (manifest durable): the done-marker. */
