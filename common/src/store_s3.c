@@ -190,7 +190,13 @@ static size_t on_header(char *buf, size_t size, size_t n, void *ud)
 }
 
 /* The text of <tag>...</tag> after @p from, unescaped, into @p out. */
-static const char *xml_text(const char *from, const char *tag, char *out, size_t cap)
+/*
+ * Copies the content of the first <tag> after @p from into @p out,
+ * decoding entities if @p decode (an element holding elements is copied
+ * raw, so its children are decoded once, when read). Returns the text
+ * after </tag>, or NULL if there is none.
+ */
+static const char *xml_get(const char *from, const char *tag, char *out, size_t cap, int decode)
 {
 	char open[64], close[64];
 	const char *a, *b;
@@ -210,7 +216,7 @@ static const char *xml_text(const char *from, const char *tag, char *out, size_t
 			     { "&quot;", '"' },
 			     { "&apos;", '\'' } };
 		char c = *p;
-		for (size_t e = 0; e < sizeof(ents) / sizeof(ents[0]); e++)
+		for (size_t e = 0; decode && e < sizeof(ents) / sizeof(ents[0]); e++)
 			if (!strncmp(p, ents[e].ent, strlen(ents[e].ent))) {
 				c = ents[e].c;
 				p += strlen(ents[e].ent) - 1;
@@ -220,6 +226,11 @@ static const char *xml_text(const char *from, const char *tag, char *out, size_t
 	}
 	out[o] = '\0';
 	return b + strlen(close);
+}
+
+static const char *xml_text(const char *from, const char *tag, char *out, size_t cap)
+{
+	return xml_get(from, tag, out, cap, 1);
 }
 
 static void build_path(const s3_store_t *s, const char *key, char *out, size_t cap)
@@ -605,7 +616,7 @@ static int s3_list(tb_store_t *base, const char *prefix, tb_store_list_fn fn, vo
 		}
 		const char *p = r.xml;
 		char entry[8192], key[2048], size[32];
-		while (!stop && (p = xml_text(p, "Contents", entry, sizeof(entry)))) {
+		while (!stop && (p = xml_get(p, "Contents", entry, sizeof(entry), 0))) {
 			tb_object_info_t info = { 0 };
 			if (!xml_text(entry, "Key", key, sizeof(key)) || strlen(key) < skip)
 				continue;

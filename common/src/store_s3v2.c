@@ -338,18 +338,12 @@ static int v2_list(tb_store_t *base, const char *prefix, tb_store_list_fn fn, vo
 	return 0;
 }
 
-static int v2_del(tb_store_t *base, const char *key, tb_error_t *err)
+/* Deletes the object @p k with retries; 0 if it is gone (or never was). */
+static int delete_key(v2_store_t *s, const char *k, const char *what, tb_error_t *err)
 {
-	v2_store_t *s = (v2_store_t *)base;
 	S3ResponseHandler h = { on_props, on_complete };
-	char k[2048];
 	v2_call_t c;
 
-	/* The record first: an object without one reads as absent. */
-	sidecar_key(s, key, k, sizeof(k));
-	memset(&c, 0, sizeof(c));
-	S3_delete_object(&s->ctx, k, NULL, &h, &c);
-	full_key(s, key, k, sizeof(k));
 	for (int i = 0; i < ATTEMPTS; i++) {
 		memset(&c, 0, sizeof(c));
 		S3_delete_object(&s->ctx, k, NULL, &h, &c);
@@ -360,7 +354,23 @@ static int v2_del(tb_store_t *base, const char *key, tb_error_t *err)
 	if (c.status == S3StatusOK || c.status == S3StatusHttpErrorNotFound ||
 	    c.status == S3StatusErrorNoSuchKey)
 		return 0;
-	return fail(s, "DELETE", key, &c, err);
+	return fail(s, "DELETE", what, &c, err);
+}
+
+static int v2_del(tb_store_t *base, const char *key, tb_error_t *err)
+{
+	v2_store_t *s = (v2_store_t *)base;
+	char k[2048];
+	int rc;
+
+	/* The record first: an object without one reads as absent. A record
+	 * left behind would make the key read as present and refuse new
+	 * content, so its failure fails the delete. */
+	sidecar_key(s, key, k, sizeof(k));
+	if ((rc = delete_key(s, k, key, err)) < 0)
+		return rc;
+	full_key(s, key, k, sizeof(k));
+	return delete_key(s, k, key, err);
 }
 
 static int v2_share(tb_store_t *base, const char *key, unsigned seconds, char **out,

@@ -170,14 +170,15 @@ static void test_store__put_get_head_list_delete(void **state)
 		fail_msg("get: %s", err.msg);
 	assert_string_equal(read_file(dst), "hello artifacts\n");
 
-	/* A second object under the same task, then the listing. */
+	/* A second object under the same task, then the listing. Its name
+	 * holds what XML escapes, "&amp;" itself included: decoded once. */
 	snprintf(prefix, sizeof(prefix), "%.*s", (int)(strrchr(key, '/') - key + 1), key);
 	char second[256];
-	snprintf(second, sizeof(second), "%smore/data.bin", prefix);
+	snprintf(second, sizeof(second), "%smore/data&amp;<x>.bin", prefix);
 	assert_int_equal(tb_store_put_bytes(fx->store, second, "12345", 5, NULL, &err), 0);
 	assert_int_equal(tb_store_list(fx->store, prefix, collect_keys, listing, &err), 0);
 	char want[1024];
-	snprintf(want, sizeof(want), "%smore/data.bin:5;%s:16;", prefix, key);
+	snprintf(want, sizeof(want), "%smore/data&amp;<x>.bin:5;%s:16;", prefix, key);
 	assert_string_equal(listing, want);
 
 	assert_int_equal(tb_store_delete(fx->store, key, &err), 0);
