@@ -16,6 +16,9 @@
 
 #define MAX_DEPTH 32
 #define MAX_ENTRIES_PER_DIR 100000
+/* Refusals listed one by one; past this, one entry counts the rest, so a
+ * flood of junk cannot make the manifest too big to write. */
+#define MAX_REFUSED_LISTED 1000
 
 typedef struct walk {
 	tb_manifest_t *m;
@@ -23,6 +26,7 @@ typedef struct walk {
 	const char *prefix;
 	const tb_collect_limits_t *lim;
 	uint64_t files, bytes;
+	uint64_t unlisted; /* refusals past MAX_REFUSED_LISTED */
 	tb_error_t *err;
 } walk_t;
 
@@ -37,7 +41,7 @@ static int push(tb_list_t *l, size_t size, const void *item)
 	return 0;
 }
 
-static int refuse(walk_t *w, const char *path, const char *reason)
+static int add_refused(walk_t *w, const char *path, const char *reason)
 {
 	tb_refused_t r;
 	char cut[1025];
@@ -55,6 +59,15 @@ static int refuse(walk_t *w, const char *path, const char *reason)
 		return tb_error_set(w->err, TB_ENOMEM, "out of memory");
 	}
 	return 0;
+}
+
+static int refuse(walk_t *w, const char *path, const char *reason)
+{
+	if (w->m->refused.n >= MAX_REFUSED_LISTED) {
+		w->unlisted++;
+		return 0;
+	}
+	return add_refused(w, path, reason);
 }
 
 static int save(walk_t *w, int fd, const char *rel, uint64_t size)
@@ -121,6 +134,10 @@ static int walk_dir(walk_t *w, int dfd, const char *rel, int depth)
 		}
 		n++;
 	}
+	if (de &&
+	    (rc = refuse(w, rel[0] ? rel : ".",
+			 "directory has more than 100000 entries: the rest were not read")) < 0)
+		goto out;
 	if (n)
 		qsort(names, n, sizeof(*names), by_name);
 	for (size_t i = 0; i < n && rc == 0; i++) {
@@ -182,10 +199,16 @@ out:
 int tb_collect_outputs(tb_manifest_t *m, tb_store_t *store, const char *outputs_dir,
 		       const char *key_prefix, const tb_collect_limits_t *lim, tb_error_t *err)
 {
-	walk_t w = { m, store, key_prefix, lim, 0, 0, err };
+	walk_t w = { m, store, key_prefix, lim, 0, 0, 0, err };
 	int fd = open(outputs_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int rc;
 
 	if (fd < 0)
 		return tb_error_errno(err, TB_EIO, errno, "collect: open %s", outputs_dir);
-	return walk_dir(&w, fd, "", 0);
+	if ((rc = walk_dir(&w, fd, "", 0)) < 0 || !w.unlisted)
+		return rc;
+	char why[128];
+	snprintf(why, sizeof(why), "%llu more files were refused; not listed",
+		 (unsigned long long)w.unlisted);
+	return add_refused(&w, "(more)", why);
 }

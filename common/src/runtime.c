@@ -122,7 +122,7 @@ static const tb_field_t sandbox_fields[] = {
 	U64("workspace_mb", tb_sandbox_conf_t, workspace_mb, 1, 1u << 20),
 	U64("max_open_files", tb_sandbox_conf_t, max_open_files, 16, 1u << 20),
 	U64("max_file_mb", tb_sandbox_conf_t, max_file_mb, 1, 1u << 20),
-	U64("max_output_files", tb_sandbox_conf_t, max_output_files, 1, 100000),
+	U64("max_output_files", tb_sandbox_conf_t, max_output_files, 1, 10000),
 };
 /* clang-format on */
 

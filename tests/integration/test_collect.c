@@ -146,6 +146,43 @@ static void test_collect__saves_regular_files_and_refuses_the_rest(void **state)
 	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
 }
 
+/* 1,100 fifos: a thousand refusals are listed, one entry counts the rest,
+ * and the manifest still fits its schema. */
+static void test_collect__a_flood_of_refusals_is_summed_up(void **state)
+{
+	tb_sandbox_spec_t s = spec("c3", NULL);
+	tb_collect_limits_t lim = { .max_files = 10, .max_bytes = 1 << 20 };
+	tb_manifest_t m = { 0 };
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	char out[512], outputs[128];
+
+	(void)state;
+	assert_int_equal(tb_sandbox_create(&sb, policy, &s, &err), 0);
+	assert_int_equal(run_sh(sb, "cd /outputs && mkfifo $(seq -f f%04g 1100)", out, sizeof(out)),
+			 0);
+	snprintf(outputs, sizeof(outputs), "/proc/%d/root/outputs", (int)tb_sandbox_init_pid(sb));
+	if (tb_collect_outputs(&m, store, outputs, "tasks/t-c3/1/outputs/", &lim, &err) != 0)
+		fail_msg("collect: %s", err.msg);
+	assert_int_equal(m.artifacts.n, 0);
+	assert_int_equal(m.refused.n, 1001);
+	assert_string_equal(reason_of(&m, "f1000"), "not a regular file (fifo)");
+	assert_null(reason_of(&m, "f1001"));
+	assert_string_equal(reason_of(&m, "(more)"), "100 more files were refused; not listed");
+	m.task_id = strdup("t-c3");
+	m.attempt = 1;
+	m.recipe.url = strdup("file:///recipes/x");
+	m.recipe.commit = strdup("0123456789abcdef0123456789abcdef01234567");
+	m.conversation_key = strdup("tasks/t-c3/1/conversation.msgpack");
+	msgpack_sbuffer sb2;
+	msgpack_sbuffer_init(&sb2);
+	if (tb_msg_encode(&sb2, &tb_schema_manifest, &m, &err) != 0)
+		fail_msg("manifest: %s", err.msg);
+	msgpack_sbuffer_destroy(&sb2);
+	tb_msg_free(&tb_schema_manifest, &m);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+}
+
 static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **state)
 {
 	tb_input_t in[2] = {
@@ -238,6 +275,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_collect__saves_regular_files_and_refuses_the_rest),
+		cmocka_unit_test(test_collect__a_flood_of_refusals_is_summed_up),
 		cmocka_unit_test(test_inputs__by_key_and_by_earlier_task_reach_the_sandbox),
 	};
 	if (geteuid() != 0) {
