@@ -281,6 +281,15 @@ static const char *otype_name(msgpack_object_type t)
 	} while (0)
 
 /* Copies a msgpack string into a new C string after the common checks. */
+/* Whether entry @p i's key is also an earlier entry's. */
+static int key_seen_before(const tb_strmap_t *m, size_t i)
+{
+	for (size_t k = 0; k < i; k++)
+		if (strcmp(m->items[k].key, m->items[i].key) == 0)
+			return 1;
+	return 0;
+}
+
 static int dup_str(char **out, const msgpack_object *o, uint64_t min, uint64_t max,
 		   tb_check_fn check, const char *path, tb_error_t *err)
 {
@@ -394,9 +403,8 @@ static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
 			if ((rc = dup_str(&m->items[i].key, &kv->key, 1, f->item_max, f->check, sub,
 					  err)) < 0)
 				return rc;
-			for (uint32_t k = 0; k < i; k++)
-				if (strcmp(m->items[k].key, m->items[i].key) == 0)
-					FAIL(TB_EINVAL, "duplicate key '%s'", m->items[i].key);
+			if (key_seen_before(m, i))
+				FAIL(TB_EINVAL, "duplicate key '%s'", m->items[i].key);
 			snprintf(sub, sizeof(sub), "%s.%s", path, m->items[i].key);
 			if ((rc = dup_str(&m->items[i].value, &kv->val, 0, f->item_max, NULL, sub,
 					  err)) < 0)
@@ -779,6 +787,8 @@ static int encode_field(msgpack_packer *pk, const tb_field_t *f, const void *obj
 				0 ||
 			    (rc = check_str(m->items[i].value, 0, f->item_max, NULL, sub, err)) < 0)
 				return rc;
+			if (key_seen_before(m, i)) /* the decoder would refuse it */
+				FAIL(TB_EINVAL, "duplicate key '%s'", m->items[i].key);
 			pack_str(pk, m->items[i].key);
 			pack_str(pk, m->items[i].value);
 		}

@@ -18,14 +18,21 @@ static int sb_write(void *data, const char *buf, size_t len)
 	return 0;
 }
 
-static int bin_from_base64(msgpack_packer *pk, const char *b64, tb_error_t *err)
+static int bin_from_base64(msgpack_packer *pk, const char *b64, size_t n, tb_error_t *err)
 {
-	size_t n = strlen(b64);
+	static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+				       "0123456789+/";
+	size_t body = strspn(b64, alphabet);
 	unsigned char *raw;
 	int len;
 
 	if (n % 4 != 0)
 		return tb_error_set(err, TB_EINVAL, "$bin: base64 length not a multiple of 4");
+	/* EVP_DecodeBlock takes '=' anywhere as zero bits: only the last
+	 * one or two characters may be padding. */
+	if (n && (body + 2 < n || (body + 2 == n && b64[n - 2] != '=') ||
+		  (body < n && b64[n - 1] != '=')))
+		return tb_error_set(err, TB_EINVAL, "$bin: not valid base64");
 	raw = malloc(n / 4 * 3 + 1);
 	if (!raw)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
@@ -58,7 +65,8 @@ static int to_mpack(msgpack_packer *pk, const json_t *j, int depth, tb_error_t *
 	case JSON_OBJECT:
 		if (json_object_size(j) == 1 && (val = json_object_get(j, "$bin")) &&
 		    json_is_string(val))
-			return bin_from_base64(pk, json_string_value(val), err);
+			return bin_from_base64(pk, json_string_value(val), json_string_length(val),
+					       err);
 		msgpack_pack_map(pk, json_object_size(j));
 		json_object_foreach((json_t *)j, key, val)
 		{

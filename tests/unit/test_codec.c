@@ -444,6 +444,17 @@ static void test_encode__refuses_what_decode_would_refuse(void **state)
 	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &task, &err), TB_EINVAL);
 	assert_contains(err.msg, "field 'recipe.commit'");
 	assert_int_equal(sb.size, 0);
+
+	/* a label twice */
+	char good[] = "0123456789abcdef0123456789abcdef01234567", k[] = "team", v[] = "x";
+	tb_kv_t kv[2] = { { k, v }, { k, v } };
+	task.recipe.commit = good;
+	task.labels.items = kv, task.labels.n = 2;
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &task, &err), TB_EINVAL);
+	assert_contains(err.msg, "duplicate key 'team'");
+	assert_int_equal(sb.size, 0);
+	task.labels.n = 1; /* once is fine */
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &task, &err), 0);
 	msgpack_sbuffer_destroy(&sb);
 }
 

@@ -68,6 +68,17 @@ static void test_json__bad_base64_and_depth_are_refused(void **state)
 	assert_int_equal(tb_json_to_mpack(&sb, j, &err), TB_EINVAL);
 	assert_int_equal(sb.size, 0);
 	json_decref(j);
+	/* padding only at the end; no NUL inside (JSON can carry one) */
+	static const char *const bad[] = { "{\"$bin\": \"====\"}", "{\"$bin\": \"A=BC\"}",
+					   "{\"$bin\": \"AA=B\"}", "{\"$bin\": \"AAA\\u0000\"}" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		j = json_loads(bad[i], JSON_ALLOW_NUL, &jerr);
+		assert_non_null(j);
+		assert_int_equal(tb_json_to_mpack(&sb, j, &err), TB_EINVAL);
+		assert_int_equal(sb.size, 0);
+		json_decref(j);
+	}
+	check_round("{\"$bin\": \"AAA=\"}", (const uint8_t[]){ 0xc4, 0x02, 0x00, 0x00 }, 4);
 	memset(deep, '[', 40);
 	memset(deep + 40, ']', 40);
 	deep[80] = '\0';
