@@ -107,7 +107,8 @@ static void emit(run_t *r, int type, tb_bytes_t payload)
 		json_decref(line);
 		json_decref(pj);
 	}
-	if (r->ctx->sink.emit && r->ctx->sink.emit(r->ctx->sink.ud, &ev, &r->sink_err) < 0)
+	if (r->ctx->sink.emit &&
+	    r->ctx->sink.emit(r->ctx->sink.ud, &ev, sb.data, sb.size, &r->sink_err) < 0)
 		r->failed = 1;
 	free(payload.data);
 	msgpack_sbuffer_destroy(&sb);

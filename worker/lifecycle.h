@@ -22,10 +22,12 @@
 #include "tb/schema_task.h"
 #include "tb/store.h"
 
-/** Where events go (the events topic, a test's list). Must not block for
- * long; returns 0 or a negative TB_E* (the run then fails retryably). */
+/** Where events go (the events topic, a test's list): each event, and
+ * its canonical encoding (@p bytes, @p len: send these, do not encode
+ * again). Must not block for long; returns 0 or a negative TB_E* (the run
+ * then fails retryably). */
 typedef struct tb_event_sink {
-	int (*emit)(void *ud, const tb_event_t *ev, tb_error_t *err);
+	int (*emit)(void *ud, const tb_event_t *ev, const void *bytes, size_t len, tb_error_t *err);
 	void *ud;
 } tb_event_sink_t;
 

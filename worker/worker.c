@@ -71,24 +71,20 @@ static uint64_t now_ms(void)
 
 /* ------------------------------------------------------------- events */
 
-static int publish_event(void *ud, const tb_event_t *ev, tb_error_t *err)
+static int publish_event(void *ud, const tb_event_t *ev, const void *bytes, size_t len,
+			 tb_error_t *err)
 {
 	worker_t *w = ud;
-	msgpack_sbuffer sb;
 	int rc;
 
-	msgpack_sbuffer_init(&sb);
-	if ((rc = tb_msg_encode(&sb, &tb_schema_event, ev, err)) == 0) {
-		/* A full local queue is back-pressure, not a failure: wait. */
-		for (int i = 0; i < 600; i++) {
-			rc = tb_kafka_produce(w->producer, w->d->cfg->kafka.events_topic,
-					      ev->task_id, sb.data, sb.size, err);
-			if (rc != TB_ERETRY)
-				break;
-			rd_kafka_poll(w->producer, 100);
-		}
+	/* A full local queue is back-pressure, not a failure: wait. */
+	for (int i = 0; i < 600; i++) {
+		rc = tb_kafka_produce(w->producer, w->d->cfg->kafka.events_topic, ev->task_id,
+				      bytes, len, err);
+		if (rc != TB_ERETRY)
+			break;
+		rd_kafka_poll(w->producer, 100);
 	}
-	msgpack_sbuffer_destroy(&sb);
 	rd_kafka_poll(w->producer, 0);
 	return rc;
 }

@@ -48,12 +48,18 @@ static int recorded(void *ud, const char *task, uint64_t attempt, const char *ke
 	return 0;
 }
 
-static int sink(void *ud, const tb_event_t *ev, tb_error_t *err)
+static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, tb_error_t *err)
 {
 	struct events *e = ud;
 	json_t *p = NULL;
+	tb_event_t back;
 
-	(void)err;
+	/* the bytes given are the event's encoding */
+	if (tb_msg_decode(&tb_schema_event, &back, bytes, len, err) != 0 || back.seq != ev->seq ||
+	    back.type != ev->type || strcmp(back.task_id, ev->task_id) != 0)
+		e->seq_ok = 0;
+	else
+		tb_msg_free(&tb_schema_event, &back);
 	if (ev->seq != (uint64_t)e->n)
 		e->seq_ok = 0;
 	if (ev->type == TB_EV_RESULT)
