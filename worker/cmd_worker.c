@@ -108,6 +108,9 @@ int tb_cmd_worker(int argc, char **argv)
 	int swept = tb_sandbox_sweep(cfg.work_dir, group, &err);
 	if (swept > 0)
 		tb_warn(NULL, "removed %d sandboxes a dead worker %s left behind", swept, id);
+	else if (swept < 0)
+		tb_warn(NULL, "could not remove all that a dead worker %s left behind: %s", id,
+			err.msg);
 	d.cfg = &cfg;
 	d.brokers = cfg.kafka.brokers;
 	d.worker_id = id;

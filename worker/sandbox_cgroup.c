@@ -491,6 +491,9 @@ static int remove_dir(const char *dir, int timeout_ms, tb_error_t *err)
 		int n = procs(dir, 1);
 		if (n < 0 && errno == ENOENT)
 			return 0; /* already gone */
+		if (n < 0)
+			return tb_error_errno(err, TB_EIO, errno, "cgroup: read %s/cgroup.procs",
+					      dir);
 		if (n == 0 && rmdir(dir) == 0)
 			return 0;
 		if (n == 0 && errno != EBUSY)
@@ -543,7 +546,9 @@ int tb_cgroup_sweep(const char *group, tb_error_t *err)
 				if (se->d_type != DT_DIR || se->d_name[0] == '.')
 					continue;
 				snprintf(sub, sizeof(sub), "%s/%s", dir, se->d_name);
-				if (remove_dir(sub, 5000, err) == 0)
+				/* one sandbox has a leaf in every hierarchy:
+				 * count it once */
+				if (remove_dir(sub, 5000, err) == 0 && i == 0)
 					removed++;
 			}
 			if (g)

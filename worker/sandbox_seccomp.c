@@ -167,7 +167,10 @@ int tb_seccomp_compile(tb_seccomp_t **out, tb_error_t *err)
 		rc = tb_error_errno(err, TB_EIO, -rc, "seccomp: export");
 		goto cleanup;
 	}
-	size = lseek(fd, 0, SEEK_END);
+	if ((size = lseek(fd, 0, SEEK_END)) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "seccomp: size of the exported filter");
+		goto cleanup;
+	}
 	p = calloc(1, sizeof(*p));
 	if (!p || size <= 0 || size % (off_t)sizeof(struct sock_filter) != 0 ||
 	    !(p->prog.filter = malloc((size_t)size))) {
