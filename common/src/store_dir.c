@@ -40,6 +40,8 @@ static int copy_fd(int to, int from, uint64_t size)
 		ssize_t n = sendfile(to, from, &off, (size_t)(size - (uint64_t)off));
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n == 0)
+			errno = EIO; /* the source is shorter than it was */
 		if (n <= 0)
 			return -1;
 	}

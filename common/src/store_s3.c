@@ -349,13 +349,6 @@ static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, in
 	return rc;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Runs @p r with retries. @return 0 with r->status set (any status), or
  * TB_EIO when no answer came after ATTEMPTS tries. */
 static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
@@ -363,11 +356,11 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 	CURL *c = take(s);
 	CURLcode rc = CURLE_OK;
 	unsigned backoff = 100;
-	int prep;
+	int prep, i;
 
 	if (!c)
 		return tb_error_set(err, TB_ENOMEM, "s3: cannot create a curl handle");
-	for (int i = 1; i <= ATTEMPTS; i++) {
+	for (i = 1; i <= ATTEMPTS; i++) {
 		r->status = 0;
 		r->sent = 0;
 		r->etag[0] = r->resp_sha[0] = '\0';
@@ -388,15 +381,14 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 		if (!retryable(rc, r->status) || i == ATTEMPTS)
 			break;
 		/* Back off: 100, 200, 400, 800 ms, with up to 50 % jitter. */
-		uint64_t until = now_ms() + backoff + (uint64_t)(rand() % (int)(backoff / 2 + 1));
-		while (now_ms() < until)
-			usleep(10000);
+		usleep((useconds_t)(backoff + (unsigned)(rand() % (int)(backoff / 2 + 1))) * 1000);
 		backoff *= 2;
 	}
 	give(s, c);
 	if (rc != CURLE_OK)
-		return tb_error_set(err, TB_EIO, "s3 %s %s: %s after %d attempts", r->method,
-				    r->key ? r->key : s->bucket, curl_easy_strerror(rc), ATTEMPTS);
+		return tb_error_set(err, TB_EIO, "s3 %s %s: %s (attempt %d of %d)", r->method,
+				    r->key ? r->key : s->bucket, curl_easy_strerror(rc), i,
+				    ATTEMPTS);
 	return 0;
 }
 
