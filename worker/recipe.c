@@ -137,9 +137,7 @@ static int checkout(git_repository *repo, git_tree *tree, const char *dir, tb_er
 		rc = git_fail(err, TB_EIO, "recipe: checkout");
 	} else if (rename(tmp, dir) < 0 && errno != ENOTEMPTY && errno != EEXIST) {
 		rc = tb_error_errno(err, TB_EIO, errno, "recipe: rename %s", tmp);
-	} else if (access(dir, F_OK) == 0) {
-		rc = 0; /* ours, or a racing slot's identical one */
-	}
+	} /* else: ours, or a racing slot's identical one, is in place */
 	/* Lost the race to a slot with the same commit, or failed: ours goes. */
 	if (access(tmp, F_OK) == 0 && tb_remove_tree(AT_FDCWD, tmp) < 0 && rc == 0)
 		rc = tb_error_errno(err, TB_EIO, errno, "recipe: remove %s", tmp);

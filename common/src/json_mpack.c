@@ -214,11 +214,6 @@ static int to_json(json_t **out, const msgpack_object *o, int depth, tb_error_t 
 	return 0;
 }
 
-int tb_mpack_object_to_json(json_t **out, const msgpack_object *o, tb_error_t *err)
-{
-	return to_json(out, o, 1, err);
-}
-
 int tb_mpack_to_json(json_t **out, const void *data, size_t len, tb_error_t *err)
 {
 	msgpack_unpacked up;

@@ -30,7 +30,4 @@ int tb_json_to_mpack(msgpack_sbuffer *out, const json_t *json, tb_error_t *err);
  */
 int tb_mpack_to_json(json_t **out, const void *data, size_t len, tb_error_t *err);
 
-/** Same, from an unpacked object. */
-int tb_mpack_object_to_json(json_t **out, const msgpack_object *o, tb_error_t *err);
-
 #endif
