@@ -459,7 +459,7 @@ static int demo_full(const char *recipe_src, int keep)
 	scfg.url = store_url;
 	if (tb_kafka_mock_start(&mock, 1, topics, 3, &d.err) < 0 ||
 	    tb_store_open(&d.deps.store, &scfg, &d.err) < 0 ||
-	    tb_ledger_memory_open(&d.deps.ledger, &d.err) < 0 ||
+	    tb_ledger_memory_open(&d.deps.ledger, "demo", &d.err) < 0 ||
 	    tb_recipe_cache_open(&d.deps.recipes, cache, &d.err) < 0 ||
 	    tb_seccomp_compile((tb_seccomp_t **)&d.deps.policy, &d.err) < 0 ||
 	    tb_kafka_producer_new(&producer, tb_kafka_mock_bootstraps(mock), NULL, &d.err) < 0) {

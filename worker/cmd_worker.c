@@ -6,6 +6,7 @@
  */
 #include "cmd.h"
 
+#include "fault.h"
 #include "tb/log.h"
 #include "worker.h"
 
@@ -69,6 +70,10 @@ int tb_cmd_worker(int argc, char **argv)
 		return TB_EXIT_CONFIG;
 	}
 	tb_log_set_level((tb_log_level_t)cfg.log_level);
+	const char *fault = tb_fault_init();
+	if (fault)
+		tb_warn(NULL, "TASKBOX_FAULT is set: this worker kills itself at '%s' (a test)",
+			fault);
 	if (!strcmp(cfg.kafka.brokers, "mock")) {
 		fprintf(stderr,
 			"taskbox worker: kafka.brokers is 'mock', a cluster that lives inside "

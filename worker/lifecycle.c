@@ -11,6 +11,7 @@
 
 #include "agent_events.h"
 #include "collect.h"
+#include "fault.h"
 #include "inputs.h"
 #include "tb/fsutil.h"
 #include "tb/json_mpack.h"
@@ -140,6 +141,16 @@ static void phase_at(run_t *r, const char *name, uint64_t at, const char *worker
 		json_object_set_new(p, "worker", json_string(worker));
 	emit_json(r, TB_EV_PHASE, p);
 	r->phase_ms = at > r->phase_ms ? at : r->phase_ms;
+	tb_fault_point(name);
+}
+
+/* TB_EFENCED if the run was told to stop (its lease is lost). */
+static int cancelled(const run_t *r, tb_error_t *err)
+{
+	if (r->ctx->cancel && atomic_load(r->ctx->cancel))
+		return tb_error_set(err, TB_EFENCED,
+				    "the lease on this attempt was lost: stopped, nothing written");
+	return 0;
 }
 
 static void phase(run_t *r, const char *name)
@@ -323,7 +334,7 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 		rc = tb_sandbox_wait(r->sb, id, eof ? 1000 : 0, end, err);
 		if (rc == 0)
 			break;
-		if (rc != TB_ETIMEOUT)
+		if (rc != TB_ETIMEOUT || (rc = cancelled(r, err)) < 0)
 			goto out;
 	}
 	/* What the agent wrote before it ended. Its children may hold the
@@ -532,6 +543,10 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 
 	/* Whatever the agent left running ends before anything is read. */
 	tb_sandbox_kill_all(r.sb, NULL);
+	if ((rc = cancelled(&r, err)) < 0) {
+		error_event(&r, rc, "settled", err->msg);
+		goto done;
+	}
 	snprintf(outputs, sizeof(outputs), "/proc/%d/root/outputs", (int)tb_sandbox_init_pid(r.sb));
 	snprintf(key, sizeof(key), "%soutputs/", prefix);
 	tb_collect_limits_t cl = { r.rt.sandbox.max_output_files, lim.outputs_mb << 20 };
@@ -554,6 +569,10 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 			goto done;
 		}
 	phase(&r, "judged");
+	if ((rc = cancelled(&r, err)) < 0) {
+		error_event(&r, rc, "judged", err->msg);
+		goto done;
+	}
 	phase(&r, "recorded"); /* the record's last events, then the record */
 
 	snprintf(key, sizeof(key), "%sconversation.msgpack", prefix);
@@ -579,12 +598,19 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	if ((rc = tb_msg_encode(&sb, &tb_schema_manifest, &r.m, err)) == 0)
 		rc = tb_store_put_bytes(ctx->store, out->manifest_key, sb.data, sb.size, NULL, err);
 	msgpack_sbuffer_destroy(&sb);
-	if (rc < 0)
+	if (rc < 0) {
 		error_event(&r, rc, "recorded", err->msg);
-	/* The done-marker only after the manifest is durable (invariant 2). */
-	else if (ctx->recorded && (rc = ctx->recorded(ctx->recorded_ud, task->id, attempt,
-						      out->manifest_key, err)) < 0)
+		goto done;
+	}
+	tb_fault_point("manifest-durable");
+	/* The done-marker only after the manifest is durable (invariant 2);
+	 * the ledger refuses it (TB_EFENCED) if a newer attempt began. */
+	if (ctx->recorded &&
+	    (rc = ctx->recorded(ctx->recorded_ud, task->id, attempt, out->manifest_key, err)) < 0) {
 		error_event(&r, rc, "recorded", err->msg);
+		goto done;
+	}
+	tb_fault_point("done-marked");
 done:
 	/* Once recorded (rc == 0 here) the attempt stands: what fails after
 	 * it is logged, and the worker's sweep removes what is left. */
@@ -597,11 +623,12 @@ done:
 	if (r.task->inputs.n && inputs_dir[0])
 		tb_remove_tree(AT_FDCWD, inputs_dir);
 	out->outcome = r.m.outcome;
-	out->events = r.seq;
+	out->last_ms = r.phase_ms;
 	if (rc == 0)
 		emit_json(&r, TB_EV_RESULT,
 			  json_pack("{s:s,s:s,s:s}", "outcome", tb_outcomes[r.m.outcome], "reason",
 				    out->reason, "manifest_key", out->manifest_key));
+	out->events = r.seq;
 	/* Borrowed pointers out of the manifest before freeing what it owns. */
 	r.m.task_id = NULL, r.m.reason = NULL, r.m.conversation_key = NULL;
 	r.m.recipe.url = NULL, r.m.recipe.commit = NULL;
@@ -612,5 +639,36 @@ done:
 		close(r.record_fd);
 	if (r.jsonl_fd >= 0)
 		close(r.jsonl_fd);
+	return rc;
+}
+
+int tb_lifecycle_acknowledged(const tb_event_sink_t *sink, const char *task, uint64_t attempt,
+			      uint64_t seq, uint64_t since_ms, tb_error_t *err)
+{
+	uint64_t now = wall_ms();
+	json_t *p = json_pack("{s:s,s:I}", "phase", "acknowledged", "duration_ms",
+			      (json_int_t)(now > since_ms ? now - since_ms : 0));
+	tb_event_t ev = { 0 };
+	msgpack_sbuffer pb, sb;
+	int rc;
+
+	msgpack_sbuffer_init(&pb);
+	msgpack_sbuffer_init(&sb);
+	if (!p) {
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+	} else if ((rc = tb_json_to_mpack(&pb, p, err)) == 0) {
+		ev.task_id = (char *)task;
+		ev.attempt = attempt;
+		ev.seq = seq;
+		ev.ts = now;
+		ev.type = TB_EV_PHASE;
+		ev.payload.data = (uint8_t *)pb.data;
+		ev.payload.len = pb.size;
+		if ((rc = tb_msg_encode(&sb, &tb_schema_event, &ev, err)) == 0)
+			rc = sink->emit(sink->ud, &ev, sb.data, sb.size, err);
+	}
+	json_decref(p);
+	msgpack_sbuffer_destroy(&pb);
+	msgpack_sbuffer_destroy(&sb);
 	return rc;
 }

@@ -22,6 +22,8 @@
 #include "tb/schema_task.h"
 #include "tb/store.h"
 
+#include <stdatomic.h>
+
 /** Where events go (the events topic, a test's list): each event, and
  * its canonical encoding (@p bytes, @p len: send these, do not encode
  * again). Must not block for long; returns 0 or a negative TB_E* (the run
@@ -49,13 +51,18 @@ typedef struct tb_lifecycle_ctx {
 	int (*recorded)(void *ud, const char *task, uint64_t attempt, const char *manifest_key,
 			tb_error_t *err);
 	void *recorded_ud;
+	/* Set (by another thread) when the run must stop: its lease is lost.
+	 * The run ends the agent, writes nothing more and returns TB_EFENCED.
+	 * May be NULL. */
+	const atomic_int *cancel;
 } tb_lifecycle_ctx_t;
 
 typedef struct tb_lifecycle_result {
 	int outcome; /* tb_outcome_t, when rc == 0 */
 	char reason[512];
 	char manifest_key[600];
-	uint64_t events;
+	uint64_t events;  /* how many were emitted: the next event's seq */
+	uint64_t last_ms; /* when the last phase (torn-down) was reached */
 } tb_lifecycle_result_t;
 
 /**
@@ -64,10 +71,20 @@ typedef struct tb_lifecycle_result {
  *         agent is a recorded failure); TB_EPOISON when the task can never
  *         run here (unknown runtime, limits over the runtime's, missing
  *         commit or input): DLQ it; TB_ERETRY or TB_EIO when the platform
- *         failed (store, recipe fetch): try again later. The reason is in
- *         @p err.
+ *         failed (store, recipe fetch): try again later; TB_EFENCED when
+ *         ctx->cancel stopped it or the ledger fenced its done-marker.
+ *         The reason is in @p err.
  */
 int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint64_t attempt,
 		     tb_lifecycle_result_t *out, tb_error_t *err);
+
+/**
+ * The attempt's last event, from the worker once it has acknowledged the
+ * message (its offset finished; committed with the partition's
+ * watermark): the "acknowledged" phase, numbered @p seq (the result's
+ * events), with the time since @p since_ms.
+ */
+int tb_lifecycle_acknowledged(const tb_event_sink_t *sink, const char *task, uint64_t attempt,
+			      uint64_t seq, uint64_t since_ms, tb_error_t *err);
 
 #endif

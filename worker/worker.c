@@ -9,13 +9,16 @@
  */
 #include "worker.h"
 
+#include "fault.h"
 #include "intake.h"
 #include "tb/kafka.h"
 #include "tb/log.h"
 #include "tb/runtime.h"
 #include "watermark.h"
 
+#include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +27,8 @@
 
 #define MAX_PARTITIONS 256
 #define RETRY_BACKOFF_MS 1000
-#define LEDGER_BACKOFF_MAX_MS 10000
+#define WAIT_BACKOFF_MIN_MS 250
+#define WAIT_BACKOFF_MAX_MS 10000
 
 typedef struct job {
 	struct job *next;
@@ -32,9 +36,14 @@ typedef struct job {
 	struct worker *w;
 	int32_t partition;
 	int64_t offset;
+	uint64_t epoch; /* the partition's assignment this message came in */
 	uint64_t attempt;
 	uint64_t max_attempts;
 	uint64_t received_ms, claimed_ms; /* for the phase events */
+	uint64_t retry_at;                /* waiting: not before (monotonic ms) */
+	unsigned backoff;                 /* waiting: the next pause */
+	uint64_t lease_ok;                /* running: last renewal (monotonic ms) */
+	atomic_int cancel;                /* running: the lease is lost, stop */
 	void *value;                      /* the task message, decoded again by the slot */
 	size_t len;
 	char key[160];
@@ -50,13 +59,19 @@ typedef struct worker {
 	const tb_worker_deps_t *d;
 	rd_kafka_t *consumer, *producer;
 	tb_watermark_t *marks[MAX_PARTITIONS];
+	uint64_t epochs[MAX_PARTITIONS]; /* bumped at each assignment */
 	pthread_mutex_t lock;
 	job_t *finished;     /* slots push here */
 	job_t *running_jobs; /* main thread only */
-	job_t *deferred;     /* same task as a running one: waits for it */
+	job_t *waiting;      /* to begin, in arrival order: see admit_waiting */
+	job_t **waiting_tail;
+	unsigned nwaiting;
 	uint64_t busy_slots; /* bit per slot */
 	unsigned running;
 	int paused;
+	uint64_t lease_ms;
+	uint64_t next_beat; /* monotonic ms */
+	uint64_t started_ms;
 	uint64_t finished_messages;
 	tb_worker_stats_t *stats;
 	volatile sig_atomic_t *stop;
@@ -66,6 +81,13 @@ static uint64_t now_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
@@ -140,15 +162,6 @@ static void dead_letter_task(worker_t *w, const job_t *j, int cause, const char 
 
 /* ---------------------------------------------------------- offsets */
 
-static void finish_offset(worker_t *w, int32_t partition, int64_t offset)
-{
-	tb_error_t err;
-
-	if (partition >= 0 && partition < MAX_PARTITIONS && w->marks[partition] &&
-	    tb_watermark_finish(w->marks[partition], offset, &err) == 0)
-		w->finished_messages++;
-}
-
 /* Commits every partition whose watermark moved (asynchronously). */
 static void commit_marks(worker_t *w)
 {
@@ -165,6 +178,33 @@ static void commit_marks(worker_t *w)
 	rd_kafka_topic_partition_list_destroy(l);
 }
 
+static void free_job(job_t *j)
+{
+	free(j->value);
+	free(j);
+}
+
+/* Drops the waiting jobs of partition @p p: no longer ours to run. */
+static void drop_waiting(worker_t *w, int p)
+{
+	job_t *keep = NULL, **tail = &keep;
+
+	w->nwaiting = 0;
+	for (job_t *j = w->waiting, *next; j; j = next) {
+		next = j->next;
+		if (j->partition == p) {
+			free_job(j);
+			continue;
+		}
+		*tail = j;
+		tail = &j->next;
+		w->nwaiting++;
+	}
+	*tail = NULL;
+	w->waiting = keep;
+	w->waiting_tail = tail;
+}
+
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 			 rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
@@ -174,25 +214,32 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 	if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
 		for (int i = 0; i < parts->cnt; i++) {
 			int p = parts->elems[i].partition;
-			if (p >= 0 && p < MAX_PARTITIONS && !w->marks[p])
+			if (p >= 0 && p < MAX_PARTITIONS && !w->marks[p]) {
 				tb_watermark_new(&w->marks[p], &err);
+				w->epochs[p]++;
+			}
 		}
 		rd_kafka_assign(rk, parts);
 		tb_info(NULL, "assigned %d partitions", parts->cnt);
 	} else {
-		/* Commit what is finished; tasks still running keep going, but
-		 * their offsets are no longer ours to commit: the new owner
-		 * re-delivers them, and the ledger settles who runs them. */
-		commit_marks(w);
+		/* Commit what is finished (unless the partitions are lost:
+		 * then the commit would be refused anyway). Tasks still
+		 * running keep going under their leases, but their offsets are
+		 * no longer ours: the new owner delivers them again and the
+		 * ledger settles who runs them. Waiting ones are dropped. */
+		if (e == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS && !rd_kafka_assignment_lost(rk))
+			commit_marks(w);
 		for (int i = 0; i < parts->cnt; i++) {
 			int p = parts->elems[i].partition;
 			if (p >= 0 && p < MAX_PARTITIONS) {
 				tb_watermark_free(w->marks[p]);
 				w->marks[p] = NULL;
+				drop_waiting(w, p);
 			}
 		}
 		rd_kafka_assign(rk, NULL);
-		tb_info(NULL, "revoked %d partitions", parts->cnt);
+		tb_info(NULL, "%s %d partitions", rd_kafka_assignment_lost(rk) ? "lost" : "revoked",
+			parts->cnt);
 	}
 }
 
@@ -228,6 +275,7 @@ static void *slot_main(void *arg)
 		.sink = { publish_event, w },
 		.recorded = mark_done,
 		.recorded_ud = w->d->ledger,
+		.cancel = &j->cancel,
 	};
 	if ((j->rc = tb_msg_decode(&tb_schema_task, &task, j->value, j->len, &j->err)) == 0) {
 		tb_info(task.id, "attempt %llu starts in slot %u", (unsigned long long)j->attempt,
@@ -242,6 +290,7 @@ static void *slot_main(void *arg)
 	return NULL;
 }
 
+/* Runs @p j in a free slot (the caller checked there is one). */
 static int start_job(worker_t *w, job_t *j, tb_error_t *err)
 {
 	unsigned slot = 0;
@@ -249,6 +298,9 @@ static int start_job(worker_t *w, job_t *j, tb_error_t *err)
 	while (slot < w->d->cfg->slots && (w->busy_slots >> slot & 1))
 		slot++;
 	j->slot = slot;
+	j->lease_ok = mono_ms();
+	atomic_store(&j->cancel, 0);
+	memset(&j->res, 0, sizeof(j->res));
 	w->busy_slots |= 1ull << slot;
 	w->running++;
 	if (pthread_create(&j->thread, NULL, slot_main, j) != 0) {
@@ -278,41 +330,107 @@ static void forget_running(worker_t *w, const job_t *j)
 		}
 }
 
-static void free_job(job_t *j)
+/* Puts @p j at the end of the waiting line, to begin after @p delay_ms. */
+static void wait_for(worker_t *w, job_t *j, uint64_t delay_ms)
 {
-	free(j->value);
-	free(j);
+	j->retry_at = mono_ms() + delay_ms;
+	j->next = NULL;
+	*w->waiting_tail = j;
+	w->waiting_tail = &j->next;
+	w->nwaiting++;
 }
 
-static void admit_deferred(worker_t *w);
+/* ------------------------------------------------------- heartbeats */
+
+/* This worker's liveness record (schemas/keys.md). */
+static char *liveness(const worker_t *w)
+{
+	json_t *tasks = json_array();
+	for (const job_t *j = w->running_jobs; j; j = j->next_running)
+		json_array_append_new(tasks,
+				      json_pack("{s:s,s:I,s:i,s:I}", "task", j->key, "attempt",
+						(json_int_t)j->attempt, "slot", (int)j->slot,
+						"since_ms", (json_int_t)j->claimed_ms));
+	json_t *o = json_pack("{s:s,s:i,s:I,s:I,s:i,s:i,s:o,s:I}", "worker", w->d->worker_id, "pid",
+			      (int)getpid(), "started_ms", (json_int_t)w->started_ms,
+			      "heartbeat_ms", (json_int_t)now_ms(), "slots", (int)w->d->cfg->slots,
+			      "waiting", (int)w->nwaiting, "tasks", tasks, "finished",
+			      (json_int_t)w->finished_messages);
+	char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(o);
+	return text;
+}
 
 /*
- * Begins @p j's next attempt in the ledger. A ledger that cannot be
- * reached is waited for, with back-off, for as long as it takes: nothing
- * is run or acknowledged that the ledger has not counted. TB_ERETRY only
- * if the worker is told to stop meanwhile (the message stays
- * unacknowledged and is delivered again).
+ * Every third of the lease time: renews the lease of each running attempt
+ * and says this worker is alive. A lease the ledger fenced, or one not
+ * renewed for a whole lease time (the ledger unreachable: it may have
+ * expired and been taken), stops its run.
  */
-static int begin_attempt(worker_t *w, job_t *j, tb_error_t *err)
+static void heartbeat(worker_t *w)
 {
 	tb_ledger_t *l = w->d->ledger;
-	unsigned backoff = 250;
-	int rc;
+	uint64_t now = mono_ms();
+	tb_error_t err;
 
-	while ((rc = l->ops->begin(l, j->key, w->d->worker_id, &j->attempt, err)) == TB_ERETRY &&
-	       !*w->stop) {
-		tb_warn(j->key, "waiting %u ms for the ledger: %s", backoff, err->msg);
-		for (unsigned t = 0; t < backoff && !*w->stop; t += 50) {
-			usleep(50000);
-			rd_kafka_poll(w->producer, 0);
+	if (now < w->next_beat)
+		return;
+	w->next_beat = now + w->lease_ms / 3;
+	for (job_t *j = w->running_jobs; j; j = j->next_running) {
+		if (atomic_load(&j->cancel))
+			continue;
+		int rc = l->ops->renew(l, j->key, j->attempt, w->lease_ms, &err);
+		if (rc == 0) {
+			j->lease_ok = mono_ms();
+		} else if (rc == TB_EFENCED || mono_ms() - j->lease_ok >= w->lease_ms) {
+			tb_warn(j->key, "attempt %llu lost its lease, stopping it: %s",
+				(unsigned long long)j->attempt, err.msg);
+			atomic_store(&j->cancel, 1);
+		} else {
+			tb_warn(j->key, "lease not renewed: %s", err.msg);
 		}
-		backoff = backoff * 2 > LEDGER_BACKOFF_MAX_MS ? LEDGER_BACKOFF_MAX_MS : backoff * 2;
 	}
-	j->claimed_ms = now_ms();
-	return rc;
+	char *info = liveness(w);
+	if (info && l->ops->alive(l, info, w->lease_ms, &err) < 0)
+		tb_warn(NULL, "liveness not recorded: %s", err.msg);
+	free(info);
 }
 
-/* Acts on finished attempts: record, retry, or dead-letter; then ack. */
+/* ---------------------------------------------------------- outcomes */
+
+/* The message is done with here: finished in its watermark, and the
+ * attempt's events end with "acknowledged". */
+static void acknowledge(worker_t *w, job_t *j)
+{
+	tb_error_t err;
+	int32_t p = j->partition;
+
+	if (p < 0 || p >= MAX_PARTITIONS || !w->marks[p] || w->epochs[p] != j->epoch ||
+	    tb_watermark_finish(w->marks[p], j->offset, &err) < 0)
+		return; /* not ours any more: the new owner acknowledges it */
+	w->finished_messages++;
+	if (j->res.events) {
+		tb_event_sink_t sink = { publish_event, w };
+		if (tb_lifecycle_acknowledged(&sink, j->key, j->attempt, j->res.events,
+					      j->res.last_ms, &err) < 0)
+			tb_warn(j->key, "no acknowledged event: %s", err.msg);
+	}
+	tb_fault_point("acknowledged");
+}
+
+/* A task that will never run: to the DLQ with its history, then marked
+ * done so a redelivery does not dead-letter it again. */
+static void give_up(worker_t *w, job_t *j, int cause, const char *reason)
+{
+	tb_ledger_t *l = w->d->ledger;
+	tb_error_t err;
+
+	dead_letter_task(w, j, cause, reason);
+	if (l->ops->done(l, j->key, j->attempt, "", &err) < 0)
+		tb_warn(j->key, "no done-marker for the dead letter: %s", err.msg);
+}
+
+/* Acts on finished attempts: recorded, lost, retried or dead; then ack. */
 static void complete(worker_t *w)
 {
 	job_t *list;
@@ -335,93 +453,104 @@ static void complete(worker_t *w)
 			w->stats->succeeded += j->res.outcome == TB_OUTCOME_SUCCEEDED;
 			tb_info(j->key, "attempt %llu recorded: %s", (unsigned long long)j->attempt,
 				tb_outcomes[j->res.outcome]);
+		} else if (j->rc == TB_EFENCED ||
+			   (j->rc = l->ops->renew(l, j->key, j->attempt, w->lease_ms, &j->err)) ==
+			       TB_EFENCED) {
+			/* Lost its lease: another worker has begun the task, or
+			 * may. Wait for that run to end (done: acknowledged) or
+			 * its lease to lapse (then run it here). */
+			w->stats->fenced++;
+			tb_warn(j->key, "attempt %llu fenced: %s", (unsigned long long)j->attempt,
+				j->err.msg);
+			j->backoff = WAIT_BACKOFF_MIN_MS;
+			wait_for(w, j, RETRY_BACKOFF_MS);
+			continue;
 		} else {
-			int again = TB_EPOISON;
-
+			int rc = j->rc;
 			if (l->ops->failed(l, j->key, j->attempt, j->err.msg, &err) < 0)
 				tb_warn(j->key, "the ledger did not keep this failure: %s",
 					err.msg);
-			if (j->rc != TB_EPOISON && j->attempt < j->max_attempts)
-				again = begin_attempt(w, j, &err);
-			if (again == TB_ERETRY) {
-				/* stopping while the ledger is away: not acknowledged */
-				free_job(j);
+			if (rc != TB_EPOISON && j->attempt < j->max_attempts) {
+				/* The platform failed, not the task: another
+				 * attempt, after a pause, with the offset still
+				 * unfinished. */
+				w->stats->retried++;
+				tb_warn(j->key, "attempt %llu failed (%s), retrying: %s",
+					(unsigned long long)j->attempt, tb_error_name(rc),
+					j->err.msg);
+				j->backoff = WAIT_BACKOFF_MIN_MS;
+				wait_for(w, j, RETRY_BACKOFF_MS);
 				continue;
 			}
-			if (again == 0) {
-				/* The platform failed, not the task: another attempt,
-				 * after a pause, with the offset still unfinished. */
-				w->stats->retried++;
-				tb_warn(j->key, "attempt failed (%s), retrying: %s",
-					tb_error_name(j->rc), j->err.msg);
-				usleep(RETRY_BACKOFF_MS * 1000);
-				if (start_job(w, j, &err) == 0)
-					continue;
-			}
-			if (again == TB_EEXIST) {
-				/* another worker's attempt finished it meanwhile */
-				tb_info(j->key, "done elsewhere; acknowledged");
-				w->stats->already++;
-			} else {
-				dead_letter_task(
-				    w, j, j->rc == TB_EPOISON ? TB_DLQ_POISON : TB_DLQ_MAX_ATTEMPTS,
-				    j->err.msg);
-				/* dead: not again */
-				if (l->ops->done(l, j->key, j->attempt, "", &err) < 0)
-					tb_warn(j->key, "no done-marker for the dead letter: %s",
-						err.msg);
-			}
+			give_up(w, j, rc == TB_EPOISON ? TB_DLQ_POISON : TB_DLQ_MAX_ATTEMPTS,
+				j->err.msg);
 		}
-		finish_offset(w, j->partition, j->offset);
+		acknowledge(w, j);
 		free_job(j);
 	}
-	admit_deferred(w);
-	commit_marks(w);
 }
 
 /* ------------------------------------------------------------ intake */
 
-/* A task message, ours to run: already done? attempts left? */
-static void admit(worker_t *w, job_t *j)
+/*
+ * Begins the waiting jobs that are due, in order, while slots are free.
+ * The ledger decides: already done (acknowledge), out of attempts (DLQ),
+ * held by another worker's live lease or unreachable (wait, with
+ * back-off, for as long as it takes: nothing runs or is acknowledged that
+ * the ledger has not counted), or a new attempt (run it). A task running
+ * here already waits for that run to end.
+ */
+static void admit_waiting(worker_t *w)
 {
+	tb_ledger_t *l = w->d->ledger;
+	job_t *list = w->waiting;
+	uint64_t now = mono_ms();
 	tb_error_t err;
-	int rc = begin_attempt(w, j, &err);
 
-	if (rc == TB_ERETRY) {
-		free_job(j); /* stopping: delivered again, after a restart */
-		return;
-	} else if (rc == TB_EEXIST) {
-		/* Done before (a replay after a crash, a duplicate): ack only. */
-		tb_info(j->key, "already done; acknowledged without running");
-		w->stats->already++;
-	} else if (rc < 0 || j->attempt > j->max_attempts) {
-		dead_letter_task(w, j, TB_DLQ_MAX_ATTEMPTS,
-				 rc < 0 ? err.msg : "no attempts left (max_attempts reached)");
-	} else if (start_job(w, j, &err) == 0) {
-		return;
-	} else {
-		tb_err(j->key, "%s", err.msg);
-	}
-	finish_offset(w, j->partition, j->offset);
-	free_job(j);
-}
-
-/* Admits the deferred copies whose task is no longer running. */
-static void admit_deferred(worker_t *w)
-{
-	job_t *keep = NULL;
-
-	for (job_t *j = w->deferred, *next; j; j = next) {
+	w->waiting = NULL;
+	w->waiting_tail = &w->waiting;
+	w->nwaiting = 0;
+	for (job_t *j = list, *next; j; j = next) {
 		next = j->next;
-		if (is_running(w, j->key)) {
-			j->next = keep;
-			keep = j;
-		} else {
-			j->next = NULL;
-			admit(w, j);
+		if (*w->stop || j->retry_at > now || w->running >= w->d->cfg->slots ||
+		    is_running(w, j->key)) {
+			wait_for(w, j, 0);
+			j->retry_at = j->retry_at > now ? j->retry_at : now;
+			continue;
 		}
+		int rc = l->ops->begin(l, j->key, w->lease_ms, &j->attempt, &err);
+		if (rc == 0 && j->attempt <= j->max_attempts) {
+			j->claimed_ms = now_ms();
+			if (start_job(w, j, &err) == 0)
+				continue;
+			tb_err(j->key, "%s", err.msg);
+			rc = TB_ERETRY;
+		}
+		if (rc == 0) {
+			give_up(w, j, TB_DLQ_MAX_ATTEMPTS,
+				"no attempts left (max_attempts reached)");
+		} else if (rc == TB_EEXIST) {
+			/* Done before (a replay after a crash, a duplicate, or
+			 * another worker's run): acknowledge only. */
+			tb_info(j->key, "already done; acknowledged without running");
+			w->stats->already++;
+			j->attempt = 0;
+		} else {
+			/* Busy elsewhere, or the ledger away: wait and ask again. */
+			if (!j->backoff)
+				j->backoff = WAIT_BACKOFF_MIN_MS;
+			tb_warn(j->key, "waiting %u ms %s: %s", j->backoff,
+				rc == TB_EBUSY ? "for another worker's run" : "for the ledger",
+				err.msg);
+			wait_for(w, j, j->backoff);
+			j->backoff = j->backoff * 2 > WAIT_BACKOFF_MAX_MS ? WAIT_BACKOFF_MAX_MS
+									  : j->backoff * 2;
+			continue;
+		}
+		memset(&j->res, 0, sizeof(j->res));
+		acknowledge(w, j);
+		free_job(j);
 	}
-	w->deferred = keep;
 }
 
 static void handle(worker_t *w, const rd_kafka_message_t *m)
@@ -438,6 +567,13 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 		return; /* not ours (any more), or seen: nothing to ack */
 	if (tb_intake_decode(&in, m->payload, m->len, &origin, now_ms()) < 0)
 		abort(); /* out of memory */
+	job_t *j = calloc(1, sizeof(*j));
+	if (!j)
+		abort();
+	j->w = w;
+	j->partition = m->partition;
+	j->offset = m->offset;
+	j->epoch = w->epochs[m->partition];
 	if (in.kind == TB_INTAKE_DEAD) {
 		dead_letter(w, &in.dlq);
 		goto finished;
@@ -455,15 +591,11 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 		goto finished;
 	}
 
-	/* A task. */
-	job_t *j = calloc(1, sizeof(*j));
-	if (!j || !(j->value = malloc(m->len ? m->len : 1)))
+	/* A task: it waits its turn in the ledger (admit_waiting). */
+	if (!(j->value = malloc(m->len ? m->len : 1)))
 		abort();
 	memcpy(j->value, m->payload, m->len);
 	j->len = m->len;
-	j->w = w;
-	j->partition = m->partition;
-	j->offset = m->offset;
 	j->received_ms = now_ms();
 	snprintf(j->key, sizeof(j->key), "%s", in.task.id);
 	char path[4096];
@@ -472,25 +604,19 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	j->max_attempts = tb_runtime_load(&rt, path, &err) == 0 ? rt.max_attempts : 1;
 	tb_runtime_free(&rt);
 	tb_intake_free(&in);
-	if (is_running(w, j->key)) {
-		/* Delivered again while its run is live here: one live run
-		 * per task, so this copy waits and is then acknowledged. */
-		j->next = w->deferred;
-		w->deferred = j;
-		return;
-	}
-	admit(w, j);
+	wait_for(w, j, 0);
 	return;
 finished:
 	tb_intake_free(&in);
-	finish_offset(w, m->partition, m->offset);
-	commit_marks(w);
+	acknowledge(w, j);
+	free_job(j);
 }
 
-/* Pauses consumption while every slot is busy. */
+/* Pauses consumption while every slot is busy or taken by a waiting task:
+ * the waiting line never grows past the slots. */
 static void pace(worker_t *w)
 {
-	int full = w->running >= w->d->cfg->slots;
+	int full = w->running + w->nwaiting >= w->d->cfg->slots;
 	rd_kafka_topic_partition_list_t *a = NULL;
 
 	if (full == w->paused || rd_kafka_assignment(w->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -514,6 +640,9 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	w.d = d;
 	w.stats = stats;
 	w.stop = stop;
+	w.waiting_tail = &w.waiting;
+	w.lease_ms = d->cfg->ledger.lease_ms ? d->cfg->ledger.lease_ms : 15000;
+	w.started_ms = now_ms();
 	pthread_mutex_init(&w.lock, NULL);
 	if (d->cfg->slots > 64)
 		return tb_error_set(err, TB_EINVAL, "slots: at most 64 in this build");
@@ -530,10 +659,12 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	rd_kafka_topic_partition_list_add(sub, d->cfg->kafka.tasks_topic, RD_KAFKA_PARTITION_UA);
 	rd_kafka_subscribe(w.consumer, sub);
 	rd_kafka_topic_partition_list_destroy(sub);
-	tb_info(NULL, "worker %s: %llu slots, tasks from %s", d->worker_id,
-		(unsigned long long)d->cfg->slots, d->cfg->kafka.tasks_topic);
+	tb_info(NULL, "worker %s: %llu slots, tasks from %s, leases of %llu ms", d->worker_id,
+		(unsigned long long)d->cfg->slots, d->cfg->kafka.tasks_topic,
+		(unsigned long long)w.lease_ms);
 
-	while (!*stop && !(max_finished && w.finished_messages >= max_finished && !w.running)) {
+	while (!*stop && !(max_finished && w.finished_messages >= max_finished && !w.running &&
+			   !w.nwaiting)) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(w.consumer, 100);
 		if (m) {
 			if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -543,11 +674,22 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 			rd_kafka_message_destroy(m);
 		}
 		complete(&w);
+		admit_waiting(&w);
+		heartbeat(&w);
+		commit_marks(&w);
 		pace(&w);
 		rd_kafka_poll(w.producer, 0);
 	}
-	/* Stopping: let running attempts finish (bounded by their deadlines),
-	 * record them and commit; then leave the group. */
+	/* Stopping: waiting tasks are left unacknowledged (delivered again);
+	 * running attempts may finish (bounded by their deadlines), under
+	 * their leases, and are recorded and committed; then leave the group. */
+	for (job_t *j = w.waiting, *next; j; j = next) {
+		next = j->next;
+		free_job(j);
+	}
+	w.waiting = NULL;
+	w.waiting_tail = &w.waiting;
+	w.nwaiting = 0;
 	uint64_t drain_until = d->drain_ms ? now_ms() + d->drain_ms : 0;
 	while (w.running) {
 		if (drain_until && now_ms() > drain_until) {
@@ -561,12 +703,15 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		}
 		usleep(50000);
 		complete(&w);
+		heartbeat(&w);
+		rd_kafka_poll(w.producer, 0);
 	}
-	commit_marks(&w);
-	for (job_t *j = w.deferred, *next; j; j = next) {
-		next = j->next; /* not acknowledged: delivered again later */
+	/* a fenced attempt went back to waiting: it too is left */
+	for (job_t *j = w.waiting, *next; j; j = next) {
+		next = j->next;
 		free_job(j);
 	}
+	commit_marks(&w);
 	rd_kafka_flush(w.producer, 10000);
 	rd_kafka_consumer_close(w.consumer);
 	rd_kafka_destroy(w.consumer);

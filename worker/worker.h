@@ -7,9 +7,13 @@
  * recorded and torn down (invariant 1). This file owns the loop and the
  * order of acknowledgement; a task's own phases are lifecycle.c's.
  *
+ * Each task runs under a lease in the ledger (tb/ledger.h), renewed by
+ * the main thread's heartbeats; a lost lease stops the run. A task whose
+ * lease another worker holds, or whose ledger is unreachable, waits in
+ * line (pausing consumption) instead of blocking the loop.
+ *
  * Not yet here (their issues): interactive sessions (follow-ups are
- * dead-lettered as not supported), the Redis ledger's leases and fencing,
- * rebalance hand-over of in-flight tasks, metrics.
+ * dead-lettered as not supported), metrics.
  */
 #ifndef TB_WORKER_H
 #define TB_WORKER_H
@@ -40,6 +44,7 @@ typedef struct tb_worker_stats {
 	uint64_t dead;      /* messages dead-lettered */
 	uint64_t already;   /* tasks delivered again after they were done */
 	uint64_t retried;   /* attempts that failed on the platform's side */
+	uint64_t fenced;    /* attempts stopped or refused: their lease was lost */
 } tb_worker_stats_t;
 
 /**

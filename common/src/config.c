@@ -15,7 +15,7 @@ const char tb_config_defaults[] =
     " \"kafka\": {\"brokers\": \"mock\", \"group\": \"taskbox-workers\","
     "  \"tasks_topic\": \"taskbox.tasks\", \"events_topic\": \"taskbox.events\","
     "  \"dlq_topic\": \"taskbox.dlq\"},"
-    " \"ledger\": {\"url\": \"memory:\", \"prefix\": \"taskbox\"},"
+    " \"ledger\": {\"url\": \"memory:\", \"prefix\": \"taskbox\", \"lease_ms\": 15000},"
     " \"store\": {\"url\": \"dir:///var/lib/taskbox/artifacts\","
     "  \"region\": \"us-east-1\"},"
     " \"runtimes_dir\": \"/etc/taskbox/runtimes\","
@@ -62,13 +62,15 @@ static const tb_schema_t kafka_schema = {
 static const tb_field_t ledger_fields[] = {
 	STR("url", tb_ledger_config_t, url, 1),
 	STR("prefix", tb_ledger_config_t, prefix, 1),
+	{.name = "lease_ms", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_ledger_config_t, lease_ms), .min = 1000, .max = 600000},
 };
 /* clang-format on */
 static const tb_schema_t ledger_schema = {
 	.name = "ledger",
 	.size = sizeof(tb_ledger_config_t),
 	.fields = ledger_fields,
-	.nfields = 2,
+	.nfields = 3,
 	.strict = true,
 };
 

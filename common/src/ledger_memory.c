@@ -1,7 +1,9 @@
 /*
  * ledger_memory.c: the ledger in this process's memory, for the embedded
  * demo and tests: one worker, nothing survives a restart. A mutex makes it
- * safe from slot threads. Entries are kept in a small open list: the demo
+ * safe from slot threads. With one worker every lease is its own, so begin
+ * never finds one busy; fencing still holds (only the newest attempt may
+ * renew or finish), as on Redis. Entries are kept in a small open list: the demo
  * runs tens of tasks, not millions.
  */
 #include "tb/ledger.h"
@@ -14,7 +16,7 @@
 
 typedef struct entry {
 	char *task;
-	uint64_t attempts;
+	uint64_t attempts; /* the newest attempt: the fencing token */
 	int done;
 	tb_ledger_attempt_t *failures;
 	size_t nfail;
@@ -25,7 +27,17 @@ typedef struct mem_ledger {
 	tb_ledger_t base;
 	pthread_mutex_t lock;
 	entry_t *head;
+	char worker[128];
+	char *info; /* alive()'s, until info_until (ms, monotonic) */
+	uint64_t info_until;
 } mem_ledger_t;
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 static entry_t *find(mem_ledger_t *m, const char *task, int create)
 {
@@ -44,13 +56,13 @@ static entry_t *find(mem_ledger_t *m, const char *task, int create)
 	return e;
 }
 
-static int mem_begin(tb_ledger_t *l, const char *task, const char *worker, uint64_t *attempt,
+static int mem_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,
 		     tb_error_t *err)
 {
 	mem_ledger_t *m = (mem_ledger_t *)l;
 	int rc = 0;
 
-	(void)worker;
+	(void)lease_ms;
 	pthread_mutex_lock(&m->lock);
 	entry_t *e = find(m, task, 1);
 	if (!e)
@@ -61,6 +73,36 @@ static int mem_begin(tb_ledger_t *l, const char *task, const char *worker, uint6
 		*attempt = ++e->attempts;
 	pthread_mutex_unlock(&m->lock);
 	return rc;
+}
+
+/* 0 if @p attempt is @p task's newest, else TB_EFENCED. Lock held. */
+static int newest(mem_ledger_t *m, const char *task, uint64_t attempt, tb_error_t *err)
+{
+	entry_t *e = find(m, task, 0);
+
+	if (e && e->attempts == attempt)
+		return 0;
+	return tb_error_set(err, TB_EFENCED,
+			    "task %s: attempt %llu was fenced out by a newer one (%llu)", task,
+			    (unsigned long long)attempt, (unsigned long long)(e ? e->attempts : 0));
+}
+
+static int mem_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
+		     tb_error_t *err)
+{
+	mem_ledger_t *m = (mem_ledger_t *)l;
+
+	(void)lease_ms;
+	pthread_mutex_lock(&m->lock);
+	int rc = newest(m, task, attempt, err);
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
+static int mem_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err)
+{
+	(void)l, (void)task, (void)attempt, (void)err;
+	return 0; /* no other worker to hand the lease to */
 }
 
 static int mem_failed(tb_ledger_t *l, const char *task, uint64_t attempt, const char *reason,
@@ -82,7 +124,7 @@ static int mem_failed(tb_ledger_t *l, const char *task, uint64_t attempt, const 
 		memset(a, 0, sizeof(*a));
 		a->attempt = attempt;
 		a->ts = (uint64_t)time(NULL) * 1000;
-		snprintf(a->worker, sizeof(a->worker), "this-process");
+		snprintf(a->worker, sizeof(a->worker), "%s", m->worker);
 		snprintf(a->reason, sizeof(a->reason), "%s", reason);
 		e->failures = bigger;
 	}
@@ -94,15 +136,12 @@ static int mem_done(tb_ledger_t *l, const char *task, uint64_t attempt, const ch
 		    tb_error_t *err)
 {
 	mem_ledger_t *m = (mem_ledger_t *)l;
-	int rc = 0;
+	int rc;
 
-	(void)attempt, (void)manifest_key;
+	(void)manifest_key;
 	pthread_mutex_lock(&m->lock);
-	entry_t *e = find(m, task, 1);
-	if (!e)
-		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
-	else
-		e->done = 1;
+	if ((rc = newest(m, task, attempt, err)) == 0)
+		find(m, task, 0)->done = 1;
 	pthread_mutex_unlock(&m->lock);
 	return rc;
 }
@@ -127,6 +166,42 @@ static int mem_history(tb_ledger_t *l, const char *task, tb_ledger_attempt_t **o
 	return rc;
 }
 
+static int mem_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_t *err)
+{
+	mem_ledger_t *m = (mem_ledger_t *)l;
+	char *copy = strdup(info);
+
+	if (!copy)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	pthread_mutex_lock(&m->lock);
+	free(m->info);
+	m->info = copy;
+	m->info_until = mono_ms() + ttl_ms;
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+static int mem_workers(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err)
+{
+	mem_ledger_t *m = (mem_ledger_t *)l;
+	int rc = 0;
+
+	*infos = NULL;
+	*n = 0;
+	pthread_mutex_lock(&m->lock);
+	if (m->info && mono_ms() < m->info_until) {
+		if (!(*infos = calloc(1, sizeof(char *))) || !((*infos)[0] = strdup(m->info))) {
+			free(*infos);
+			*infos = NULL;
+			rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+		} else {
+			*n = 1;
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
 static void mem_close(tb_ledger_t *l)
 {
 	mem_ledger_t *m = (mem_ledger_t *)l;
@@ -136,21 +211,31 @@ static void mem_close(tb_ledger_t *l)
 		free(e->failures);
 		free(e);
 	}
+	free(m->info);
 	pthread_mutex_destroy(&m->lock);
 	free(m);
 }
 
 static const struct tb_ledger_ops mem_ops = {
-	mem_begin, mem_failed, mem_done, mem_history, mem_close,
+	.begin = mem_begin,
+	.renew = mem_renew,
+	.release = mem_release,
+	.failed = mem_failed,
+	.done = mem_done,
+	.history = mem_history,
+	.alive = mem_alive,
+	.workers = mem_workers,
+	.close = mem_close,
 };
 
-int tb_ledger_memory_open(tb_ledger_t **out, tb_error_t *err)
+int tb_ledger_memory_open(tb_ledger_t **out, const char *worker, tb_error_t *err)
 {
 	mem_ledger_t *m = calloc(1, sizeof(*m));
 
 	*out = NULL;
 	if (!m)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	snprintf(m->worker, sizeof(m->worker), "%s", worker[0] ? worker : "unnamed");
 	m->base.ops = &mem_ops;
 	pthread_mutex_init(&m->lock, NULL);
 	*out = &m->base;

@@ -4,18 +4,24 @@
  * prefix, with the task id in braces so one task's keys share a cluster
  * slot (schemas/keys.md):
  *
- *   <prefix>:task:{<id>}:attempts   counter, INCR'd by begin
+ *   <prefix>:task:{<id>}:attempts   counter, INCR'd by begin: the fencing token
+ *   <prefix>:task:{<id>}:lease      "<attempt> <worker>", PX the lease time
  *   <prefix>:task:{<id>}:done       "<attempt> <manifest key>", set once
  *   <prefix>:task:{<id>}:failures   list of "<attempt>\t<ms>\t<worker>\t<reason>"
+ *   <prefix>:worker:{<id>}          the worker's liveness JSON, PX its TTL
+ *   <prefix>:workers                sorted set: worker id by last heartbeat (ms)
  *
- * begin is one Lua script (refuse if done, else count), so two workers
- * never see the same attempt number. One connection, guarded by a mutex
- * (hiredis contexts are not thread-safe); a broken connection is dropped
- * and redialled on the next call, and every failure to reach Redis is
- * TB_ERETRY: the worker waits, it does not dead-letter.
+ * Each operation that reads and writes is one Lua script, so it is atomic:
+ * two workers never see the same attempt number, and a fenced attempt
+ * (attempts moved past it) can neither renew nor finish. One connection,
+ * guarded by a mutex (hiredis contexts are not thread-safe); a broken
+ * connection is dropped and redialled on the next call, at most once a
+ * second, and every failure to reach Redis is TB_ERETRY: the worker waits,
+ * it does not dead-letter.
  *
- * Not here yet (issue 6): leases with fencing tokens and heartbeats, and
- * worker liveness.
+ * Durability is Redis's: run it with the append-only file (appendonly yes,
+ * appendfsync always or everysec), or a restart forgets attempts and
+ * done-markers and finished tasks run again (deploy/local/services does).
  */
 #include "tb/ledger.h"
 
@@ -39,10 +45,50 @@ typedef struct redis_ledger {
 	int db;
 	char prefix[64];
 	char worker[128];
+	uint64_t redial_at; /* monotonic ms: no dialling before this */
+	char down[256];     /* why the last dial failed */
 } redis_ledger_t;
 
-static const char BEGIN_LUA[] = "if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end "
-				"return redis.call('INCR', KEYS[1])";
+#define REDIAL_MS 1000
+
+/* KEYS attempts, done, lease; ARGV worker, lease ms. {n} the attempt,
+ * {-1} done, {-2, lease, pttl} held by another worker. */
+static const char BEGIN_LUA[] =
+    "if redis.call('EXISTS', KEYS[2]) == 1 then return {-1} end "
+    "local cur = redis.call('GET', KEYS[3]) "
+    "if cur and string.sub(cur, (string.find(cur, ' ', 1, true) or 0) + 1) ~= ARGV[1] then "
+    "  return {-2, cur, redis.call('PTTL', KEYS[3])} end "
+    "local n = redis.call('INCR', KEYS[1]) "
+    "redis.call('SET', KEYS[3], n .. ' ' .. ARGV[1], 'PX', ARGV[2]) "
+    "return {n}";
+/* KEYS attempts, lease; ARGV attempt, worker, lease ms. 1, or 0 fenced. */
+static const char RENEW_LUA[] =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], 'PX', ARGV[3]) "
+    "return 1";
+/* KEYS attempts, lease; ARGV attempt. */
+static const char RELEASE_LUA[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[2]) end "
+    "return 1";
+/* KEYS attempts, done, lease; ARGV attempt, manifest key. 1, or 0 fenced. */
+static const char DONE_LUA[] = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+			       "redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], 'NX') "
+			       "redis.call('DEL', KEYS[3]) "
+			       "return 1";
+/* KEYS worker, workers; ARGV info, ttl ms, id, now ms. Forgets workers
+ * silent for a day. */
+static const char ALIVE_LUA[] =
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+    "redis.call('ZADD', KEYS[2], ARGV[4], ARGV[3]) "
+    "return redis.call('ZREMRANGEBYSCORE', KEYS[2], 0, tonumber(ARGV[4]) - 86400000)";
+/* KEYS workers; ARGV prefix. The live workers' info. */
+static const char WORKERS_LUA[] =
+    "local out = {} "
+    "for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do "
+    "  local v = redis.call('GET', ARGV[1] .. ':worker:{' .. id .. '}') "
+    "  if v then out[#out + 1] = v end "
+    "end "
+    "return out";
 /* Appends a failure and keeps the newest ARGV[2]: one round trip. */
 static const char FAILED_LUA[] = "redis.call('RPUSH', KEYS[1], ARGV[1]) "
 				 "return redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)";
@@ -52,20 +98,33 @@ static void key(char *out, size_t size, const redis_ledger_t *r, const char *tas
 	snprintf(out, size, "%s:task:{%s}:%s", r->prefix, task, what);
 }
 
-/* Connected, or TB_ERETRY naming the address. Caller holds the lock. */
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Connected, or TB_ERETRY naming the address. A failed dial is not tried
+ * again for REDIAL_MS: a worker with many leases to renew does not wait a
+ * connect timeout for each. Caller holds the lock. */
 static int dial(redis_ledger_t *r, tb_error_t *err)
 {
 	struct timeval connect_tv = { 2, 0 }, io_tv = { 5, 0 };
 
 	if (r->c)
 		return 0;
+	if (mono_ms() < r->redial_at)
+		return tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d unreachable: %s", r->host,
+				    r->port, r->down);
 	r->c = redisConnectWithTimeout(r->host, r->port, connect_tv);
 	if (!r->c || r->c->err) {
-		int rc = tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d unreachable: %s",
-				      r->host, r->port, r->c ? r->c->errstr : "out of memory");
+		snprintf(r->down, sizeof(r->down), "%s", r->c ? r->c->errstr : "out of memory");
+		r->redial_at = mono_ms() + REDIAL_MS;
 		redisFree(r->c);
 		r->c = NULL;
-		return rc;
+		return tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d unreachable: %s", r->host,
+				    r->port, r->down);
 	}
 	redisSetTimeout(r->c, io_tv);
 	if (r->db) {
@@ -118,28 +177,88 @@ static int run(redis_ledger_t *r, redisReply **out, int want, tb_error_t *err, c
 	return 0;
 }
 
-static int redis_begin(tb_ledger_t *l, const char *task, const char *worker, uint64_t *attempt,
+static int redis_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,
 		       tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
-	char k_att[512], k_done[512];
+	char k_att[512], k_done[512], k_lease[512];
 	redisReply *rep;
 	int rc;
 
-	(void)worker;
 	key(k_att, sizeof(k_att), r, task, "attempts");
 	key(k_done, sizeof(k_done), r, task, "done");
+	key(k_lease, sizeof(k_lease), r, task, "lease");
 	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 2 %s %s", BEGIN_LUA, k_att, k_done);
+	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 3 %s %s %s %s %llu", BEGIN_LUA, k_att,
+		 k_done, k_lease, r->worker, (unsigned long long)lease_ms);
 	pthread_mutex_unlock(&r->lock);
 	if (rc < 0)
 		return rc;
-	long long n = rep->integer;
+	if (rep->elements < 1 || rep->element[0]->type != REDIS_REPLY_INTEGER) {
+		freeReplyObject(rep);
+		return tb_error_set(err, TB_EIO, "ledger: begin: unexpected reply");
+	}
+	long long n = rep->element[0]->integer;
+	if (n == -1)
+		rc = tb_error_set(err, TB_EEXIST, "task %s is done", task);
+	else if (n == -2 && rep->elements == 3 && rep->element[1]->type == REDIS_REPLY_STRING)
+		rc = tb_error_set(
+		    err, TB_EBUSY, "task %s: lease '%s' held for %lld ms more", task,
+		    rep->element[1]->str,
+		    rep->element[2]->type == REDIS_REPLY_INTEGER ? rep->element[2]->integer : -1);
+	else if (n <= 0)
+		rc = tb_error_set(err, TB_EIO, "ledger: begin: unexpected reply");
+	else
+		*attempt = (uint64_t)n;
 	freeReplyObject(rep);
-	if (n < 0)
-		return tb_error_set(err, TB_EEXIST, "task %s is done", task);
-	*attempt = (uint64_t)n;
-	return 0;
+	return rc;
+}
+
+/* A fencing script's answer (@p rc, @p rep from run): 1 done, 0 fenced. */
+static int fencing(int rc, redisReply *rep, const char *task, uint64_t attempt, const char *op,
+		   tb_error_t *err)
+{
+	if (rc == 0 && rep->integer == 0)
+		rc = tb_error_set(err, TB_EFENCED,
+				  "task %s: attempt %" PRIu64 " was fenced out by a newer one (%s)",
+				  task, attempt, op);
+	freeReplyObject(rep);
+	return rc;
+}
+
+static int redis_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
+		       tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+	char k_att[512], k_lease[512];
+	redisReply *rep;
+	int rc;
+
+	key(k_att, sizeof(k_att), r, task, "attempts");
+	key(k_lease, sizeof(k_lease), r, task, "lease");
+	pthread_mutex_lock(&r->lock);
+	rc =
+	    run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 2 %s %s %llu %s %llu", RENEW_LUA, k_att,
+		k_lease, (unsigned long long)attempt, r->worker, (unsigned long long)lease_ms);
+	pthread_mutex_unlock(&r->lock);
+	return fencing(rc, rep, task, attempt, "renew", err);
+}
+
+static int redis_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+	char k_att[512], k_lease[512];
+	redisReply *rep;
+	int rc;
+
+	key(k_att, sizeof(k_att), r, task, "attempts");
+	key(k_lease, sizeof(k_lease), r, task, "lease");
+	pthread_mutex_lock(&r->lock);
+	rc = run(r, &rep, ANY, err, "EVAL %s 2 %s %s %llu", RELEASE_LUA, k_att, k_lease,
+		 (unsigned long long)attempt);
+	pthread_mutex_unlock(&r->lock);
+	freeReplyObject(rep);
+	return rc;
 }
 
 static int redis_failed(tb_ledger_t *l, const char *task, uint64_t attempt, const char *reason,
@@ -165,19 +284,20 @@ static int redis_done(tb_ledger_t *l, const char *task, uint64_t attempt, const 
 		      tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
-	char k[512], value[1100];
+	char k_att[512], k_done[512], k_lease[512];
 	redisReply *rep;
 	int rc;
 
-	key(k, sizeof(k), r, task, "done");
+	key(k_att, sizeof(k_att), r, task, "attempts");
+	key(k_done, sizeof(k_done), r, task, "done");
+	key(k_lease, sizeof(k_lease), r, task, "lease");
 	pthread_mutex_lock(&r->lock);
-	/* NX: the first done-marker stands; a later one (a replay that raced
-	 * it) changes nothing, and the task is done either way. */
-	snprintf(value, sizeof(value), "%" PRIu64 " %s", attempt, manifest_key);
-	rc = run(r, &rep, ANY, err, "SET %s %s NX", k, value);
-	freeReplyObject(rep); /* "OK" (set) or nil (was set): both mean done */
+	/* NX: the first done-marker stands (a dead letter's, then a late
+	 * success, changes nothing), and the task is done either way. */
+	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s %llu %s", DONE_LUA, k_att,
+		 k_done, k_lease, (unsigned long long)attempt, manifest_key);
 	pthread_mutex_unlock(&r->lock);
-	return rc;
+	return fencing(rc, rep, task, attempt, "done", err);
 }
 
 /* "<attempt>\t<ms>\t<worker>\t<reason>" into @p a; the reason may hold
@@ -230,6 +350,65 @@ static int redis_history(tb_ledger_t *l, const char *task, tb_ledger_attempt_t *
 	return 0;
 }
 
+static int redis_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+	char k_worker[512], k_workers[128];
+	struct timespec ts;
+	redisReply *rep;
+	int rc;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	snprintf(k_worker, sizeof(k_worker), "%s:worker:{%s}", r->prefix, r->worker);
+	snprintf(k_workers, sizeof(k_workers), "%s:workers", r->prefix);
+	pthread_mutex_lock(&r->lock);
+	rc = run(r, &rep, ANY, err, "EVAL %s 2 %s %s %s %llu %s %llu", ALIVE_LUA, k_worker,
+		 k_workers, info, (unsigned long long)ttl_ms, r->worker,
+		 (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000);
+	pthread_mutex_unlock(&r->lock);
+	freeReplyObject(rep);
+	return rc;
+}
+
+static int redis_workers(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+	char k_workers[128];
+	redisReply *rep;
+	int rc;
+
+	*infos = NULL;
+	*n = 0;
+	snprintf(k_workers, sizeof(k_workers), "%s:workers", r->prefix);
+	pthread_mutex_lock(&r->lock);
+	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 1 %s %s", WORKERS_LUA, k_workers,
+		 r->prefix);
+	pthread_mutex_unlock(&r->lock);
+	if (rc < 0 || rep->elements == 0) {
+		freeReplyObject(rep);
+		return rc;
+	}
+	if (!(*infos = calloc(rep->elements, sizeof(char *))))
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+	for (size_t i = 0; rc == 0 && i < rep->elements; i++) {
+		if (rep->element[i]->type != REDIS_REPLY_STRING)
+			continue;
+		if (!((*infos)[*n] = strdup(rep->element[i]->str)))
+			rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+		else
+			(*n)++;
+	}
+	freeReplyObject(rep);
+	if (rc < 0) {
+		for (size_t i = 0; i < *n; i++)
+			free((*infos)[i]);
+		free(*infos);
+		*infos = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
 static void redis_close(tb_ledger_t *l)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
@@ -240,7 +419,15 @@ static void redis_close(tb_ledger_t *l)
 }
 
 static const struct tb_ledger_ops redis_ops = {
-	redis_begin, redis_failed, redis_done, redis_history, redis_close,
+	.begin = redis_begin,
+	.renew = redis_renew,
+	.release = redis_release,
+	.failed = redis_failed,
+	.done = redis_done,
+	.history = redis_history,
+	.alive = redis_alive,
+	.workers = redis_workers,
+	.close = redis_close,
 };
 
 int tb_ledger_redis_open(tb_ledger_t **out, const char *url, const char *prefix, const char *worker,

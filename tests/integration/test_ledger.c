@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define LEASE 10000 /* ms: longer than any case */
+
 static char prefix[64];
 
 static tb_ledger_t *open_or_skip(const char *which, const char *worker)
@@ -46,14 +48,14 @@ static void contract(tb_ledger_t *l)
 
 	snprintf(task, sizeof(task), "t-%d-%ld", getpid(), (long)time(NULL));
 	/* attempts count up from 1 */
-	assert_int_equal(l->ops->begin(l, task, "w-a", &attempt, &err), 0);
+	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), 0);
 	assert_int_equal(attempt, 1);
 	assert_int_equal(l->ops->history(l, task, &hist, &n, &err), 0);
 	assert_int_equal(n, 0);
 	assert_null(hist);
 	/* failures keep their reasons, oldest first, tabs and all */
 	assert_int_equal(l->ops->failed(l, task, 1, "sandbox: cgroup\tgone", &err), 0);
-	assert_int_equal(l->ops->begin(l, task, "w-a", &attempt, &err), 0);
+	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), 0);
 	assert_int_equal(attempt, 2);
 	assert_int_equal(l->ops->failed(l, task, 2, "recipe fetch timed out", &err), 0);
 	assert_int_equal(l->ops->history(l, task, &hist, &n, &err), 0);
@@ -65,15 +67,55 @@ static void contract(tb_ledger_t *l)
 	assert_true(hist[1].ts > 0);
 	assert_true(hist[1].worker[0] != '\0');
 	free(hist);
-	/* done: every later begin refuses, whichever attempt it would be */
-	assert_int_equal(l->ops->begin(l, task, "w-a", &attempt, &err), 0);
+	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), 0);
 	assert_int_equal(attempt, 3);
+	/* the attempt is the fencing token: an older one can neither renew
+	 * its lease nor finish the task */
+	assert_int_equal(l->ops->renew(l, task, 2, LEASE, &err), TB_EFENCED);
+	assert_non_null(strstr(err.msg, "fenced"));
+	assert_int_equal(l->ops->done(l, task, 2, "tasks/x/2/manifest.msgpack", &err), TB_EFENCED);
+	assert_int_equal(l->ops->renew(l, task, 3, LEASE, &err), 0);
+	/* done: every later begin refuses, whichever attempt it would be */
 	assert_int_equal(l->ops->done(l, task, 3, "tasks/x/3/manifest.msgpack", &err), 0);
-	assert_int_equal(l->ops->begin(l, task, "w-a", &attempt, &err), TB_EEXIST);
+	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), TB_EEXIST);
 	assert_non_null(strstr(err.msg, task));
-	/* a second done-marker (a replay that raced) changes nothing */
-	assert_int_equal(l->ops->done(l, task, 4, "", &err), 0);
-	assert_int_equal(l->ops->begin(l, task, "w-a", &attempt, &err), TB_EEXIST);
+	/* the same attempt's second done-marker changes nothing */
+	assert_int_equal(l->ops->done(l, task, 3, "", &err), 0);
+	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), TB_EEXIST);
+	/* an unknown task has no attempt to fence with */
+	assert_int_equal(l->ops->done(l, "never-begun", 1, "m", &err), TB_EFENCED);
+}
+
+/* alive() is seen by workers() for its TTL, and not after. */
+static void liveness(tb_ledger_t *l)
+{
+	char **infos;
+	size_t n;
+	tb_error_t err;
+
+	assert_int_equal(l->ops->alive(l, "{\"worker\":\"w-a\",\"slots\":2}", 400, &err), 0);
+	assert_int_equal(l->ops->workers(l, &infos, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(infos[0], "{\"worker\":\"w-a\",\"slots\":2}");
+	free(infos[0]);
+	free(infos);
+	usleep(600000);
+	assert_int_equal(l->ops->workers(l, &infos, &n, &err), 0);
+	assert_int_equal(n, 0);
+	assert_null(infos);
+	l->ops->close(l);
+}
+
+static void test_ledger__memory_liveness(void **state)
+{
+	(void)state;
+	liveness(open_or_skip("memory", "w-a"));
+}
+
+static void test_ledger__redis_liveness(void **state)
+{
+	(void)state;
+	liveness(open_or_skip("redis", "w-a"));
 }
 
 static void test_ledger__memory_contract(void **state)
@@ -94,33 +136,89 @@ static void test_ledger__redis_contract(void **state)
 	l->ops->close(l);
 }
 
-/* Two workers (two connections) share one count and one done-marker. */
-static void test_ledger__redis_is_shared_between_workers(void **state)
+/*
+ * Two workers (two connections) share one count, one lease and one
+ * done-marker: while one holds the lease the other waits; once it is let
+ * go the other begins, and the first is fenced out.
+ */
+static void test_ledger__redis_leases_are_shared_between_workers(void **state)
 {
 	tb_ledger_t *a = open_or_skip("redis", "worker-a");
 	tb_ledger_t *b = open_or_skip("redis", "worker-b");
 	tb_ledger_attempt_t *hist;
 	tb_error_t err;
-	uint64_t att;
+	uint64_t att = 0;
 	size_t n;
 	char task[64];
 
 	(void)state;
 	snprintf(task, sizeof(task), "shared-%d-%ld", getpid(), (long)time(NULL));
-	for (uint64_t i = 1; i <= 10; i++) {
-		tb_ledger_t *l = i % 2 ? a : b;
-		assert_int_equal(l->ops->begin(l, task, "x", &att, &err), 0);
-		assert_int_equal(att, i);
-	}
-	assert_int_equal(b->ops->failed(b, task, 10, "lost its slot", &err), 0);
+	assert_int_equal(a->ops->begin(a, task, LEASE, &att, &err), 0);
+	assert_int_equal(att, 1);
+	assert_int_equal(b->ops->begin(b, task, LEASE, &att, &err), TB_EBUSY);
+	assert_non_null(strstr(err.msg, "worker-a"));
+	assert_int_equal(att, 1);
+	assert_int_equal(a->ops->renew(a, task, 1, LEASE, &err), 0);
+	assert_int_equal(a->ops->release(a, task, 1, &err), 0);
+	assert_int_equal(b->ops->begin(b, task, LEASE, &att, &err), 0);
+	assert_int_equal(att, 2);
+	/* worker-a's attempt 1, still running somewhere, is fenced out */
+	assert_int_equal(a->ops->renew(a, task, 1, LEASE, &err), TB_EFENCED);
+	assert_int_equal(a->ops->done(a, task, 1, "tasks/t/1/manifest.msgpack", &err), TB_EFENCED);
+	assert_int_equal(a->ops->begin(a, task, LEASE, &att, &err), TB_EBUSY);
+	assert_int_equal(b->ops->failed(b, task, 2, "lost its slot", &err), 0);
 	assert_int_equal(a->ops->history(a, task, &hist, &n, &err), 0);
 	assert_int_equal(n, 1);
 	assert_string_equal(hist[0].worker, "worker-b");
 	free(hist);
-	assert_int_equal(a->ops->done(a, task, 10, "m", &err), 0);
-	assert_int_equal(b->ops->begin(b, task, "x", &att, &err), TB_EEXIST);
+	assert_int_equal(b->ops->done(b, task, 2, "m", &err), 0);
+	/* done released the lease: the other worker sees done, not busy */
+	assert_int_equal(a->ops->begin(a, task, LEASE, &att, &err), TB_EEXIST);
 	a->ops->close(a);
 	b->ops->close(b);
+}
+
+/* A holder that stops renewing loses the lease when it expires. */
+static void test_ledger__redis_lease_expires_without_heartbeats(void **state)
+{
+	tb_ledger_t *a = open_or_skip("redis", "worker-a");
+	tb_ledger_t *b = open_or_skip("redis", "worker-b");
+	tb_error_t err;
+	uint64_t att = 0;
+	char task[64];
+
+	(void)state;
+	snprintf(task, sizeof(task), "expiry-%d-%ld", getpid(), (long)time(NULL));
+	assert_int_equal(a->ops->begin(a, task, 300, &att, &err), 0);
+	assert_int_equal(b->ops->begin(b, task, 300, &att, &err), TB_EBUSY);
+	usleep(200000);
+	assert_int_equal(a->ops->renew(a, task, 1, 300, &err), 0); /* a heartbeat */
+	usleep(200000);
+	assert_int_equal(b->ops->begin(b, task, 300, &att, &err), TB_EBUSY);
+	usleep(300000); /* no heartbeat for longer than the lease */
+	assert_int_equal(b->ops->begin(b, task, 300, &att, &err), 0);
+	assert_int_equal(att, 2);
+	assert_int_equal(a->ops->renew(a, task, 1, 300, &err), TB_EFENCED);
+	a->ops->close(a);
+	b->ops->close(b);
+}
+
+/* A worker restarted with its id takes its predecessor's lease at once. */
+static void test_ledger__redis_a_restarted_worker_takes_its_lease_over(void **state)
+{
+	tb_ledger_t *before = open_or_skip("redis", "worker-r");
+	tb_ledger_t *after = open_or_skip("redis", "worker-r");
+	tb_error_t err;
+	uint64_t att = 0;
+	char task[64];
+
+	(void)state;
+	snprintf(task, sizeof(task), "restart-%d-%ld", getpid(), (long)time(NULL));
+	assert_int_equal(before->ops->begin(before, task, LEASE, &att, &err), 0);
+	before->ops->close(before); /* killed: its lease stands */
+	assert_int_equal(after->ops->begin(after, task, LEASE, &att, &err), 0);
+	assert_int_equal(att, 2);
+	after->ops->close(after);
 }
 
 /* A task failing forever keeps only its newest 64 reasons. */
@@ -167,9 +265,9 @@ static void test_ledger__redis_prefixes_are_separate(void **state)
 	(void)state;
 	snprintf(other, sizeof(other), "%s-other", prefix);
 	assert_int_equal(tb_ledger_open(&b, url, other, "w", &err), 0);
-	assert_int_equal(a->ops->begin(a, "same-id", "w", &att, &err), 0);
+	assert_int_equal(a->ops->begin(a, "same-id", LEASE, &att, &err), 0);
 	assert_int_equal(a->ops->done(a, "same-id", att, "m", &err), 0);
-	assert_int_equal(b->ops->begin(b, "same-id", "w", &att, &err), 0);
+	assert_int_equal(b->ops->begin(b, "same-id", LEASE, &att, &err), 0);
 	assert_int_equal(att, 1);
 	a->ops->close(a);
 	b->ops->close(b);
@@ -187,9 +285,14 @@ static void test_ledger__unreachable_redis_is_retryable(void **state)
 
 	(void)state;
 	assert_int_equal(tb_ledger_open(&l, "redis://127.0.0.1:1", "tb", "w", &err), 0);
-	assert_int_equal(l->ops->begin(l, "t", "w", &att, &err), TB_ERETRY);
+	char **infos;
+	assert_int_equal(l->ops->begin(l, "t", LEASE, &att, &err), TB_ERETRY);
 	assert_non_null(strstr(err.msg, "127.0.0.1:1"));
 	assert_int_equal(att, 0);
+	assert_int_equal(l->ops->renew(l, "t", 1, LEASE, &err), TB_ERETRY);
+	assert_int_equal(l->ops->release(l, "t", 1, &err), TB_ERETRY);
+	assert_int_equal(l->ops->alive(l, "{}", LEASE, &err), TB_ERETRY);
+	assert_int_equal(l->ops->workers(l, &infos, &n, &err), TB_ERETRY);
 	assert_int_equal(l->ops->failed(l, "t", 1, "r", &err), TB_ERETRY);
 	assert_int_equal(l->ops->done(l, "t", 1, "m", &err), TB_ERETRY);
 	assert_int_equal(l->ops->history(l, "t", &hist, &n, &err), TB_ERETRY);
@@ -223,7 +326,11 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ledger__memory_contract),
 		cmocka_unit_test(test_ledger__redis_contract),
-		cmocka_unit_test(test_ledger__redis_is_shared_between_workers),
+		cmocka_unit_test(test_ledger__memory_liveness),
+		cmocka_unit_test(test_ledger__redis_liveness),
+		cmocka_unit_test(test_ledger__redis_leases_are_shared_between_workers),
+		cmocka_unit_test(test_ledger__redis_lease_expires_without_heartbeats),
+		cmocka_unit_test(test_ledger__redis_a_restarted_worker_takes_its_lease_over),
 		cmocka_unit_test(test_ledger__memory_keeps_the_newest_failures),
 		cmocka_unit_test(test_ledger__redis_keeps_the_newest_failures),
 		cmocka_unit_test(test_ledger__redis_prefixes_are_separate),

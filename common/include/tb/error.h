@@ -28,6 +28,7 @@ enum {
 	TB_ETOOBIG = -9,   /* over a size cap */
 	TB_EVERSION = -10, /* unknown major schema version */
 	TB_EEXIST = -11,   /* already there (a create-only write) */
+	TB_EBUSY = -12,    /* held by another (a live lease): wait for it */
 };
 
 #define TB_ERROR_MSG_MAX 1024

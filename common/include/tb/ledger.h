@@ -26,22 +26,51 @@ typedef struct tb_ledger_attempt {
 	char reason[512];
 } tb_ledger_attempt_t;
 
+/*
+ * Leases and fencing. A task's attempt number is its fencing token: begin
+ * counts it up atomically, and only the newest attempt may renew its lease
+ * or write the done-marker. The lease itself (a TTL, renewed by the
+ * worker's heartbeats) keeps a second worker from starting the task while
+ * the first is alive; when the holder dies, the lease expires and another
+ * worker begins the next attempt, which fences the old one out.
+ *
+ * A lease is held by a worker id, not a process: a worker restarted with
+ * its id (the sweep at start already assumes the old process is gone)
+ * takes its predecessor's leases over at once instead of waiting them out.
+ */
 struct tb_ledger_ops {
-	/* Starts the next attempt of @p task: *attempt = previous + 1.
-	 * TB_EEXIST if the task is already done. */
-	int (*begin)(tb_ledger_t *l, const char *task, const char *worker, uint64_t *attempt,
+	/* Starts the next attempt of @p task: *attempt = previous + 1, under a
+	 * lease of @p lease_ms held by this ledger's worker. TB_EEXIST if the
+	 * task is done; TB_EBUSY if another worker's lease is live (err says
+	 * whose and for how long): wait and try again. */
+	int (*begin)(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,
 		     tb_error_t *err);
+	/* The heartbeat: extends the lease of @p attempt by @p lease_ms.
+	 * TB_EFENCED if a newer attempt began: stop the run, write nothing. */
+	int (*renew)(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
+		     tb_error_t *err);
+	/* Lets the lease go (the attempt is over and nothing will run it
+	 * here): another worker may begin at once. A no-op if fenced. */
+	int (*release)(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err);
 	/* The attempt failed retryably (or was poison): keep the reason
-	 * (the newest TB_LEDGER_MAX_FAILURES are kept). */
+	 * (the newest TB_LEDGER_MAX_FAILURES are kept). The lease stays. */
 	int (*failed)(tb_ledger_t *l, const char *task, uint64_t attempt, const char *reason,
 		      tb_error_t *err);
-	/* The attempt is recorded (manifest durable): the done-marker. */
+	/* The attempt is recorded (manifest durable, or "" for a task
+	 * dead-lettered): the done-marker, and the lease released.
+	 * TB_EFENCED if a newer attempt began (nothing is written). */
 	int (*done)(tb_ledger_t *l, const char *task, uint64_t attempt, const char *manifest_key,
 		    tb_error_t *err);
 	/* Every failed attempt's reason, oldest first; *n set. The caller
 	 * frees the array. */
 	int (*history)(tb_ledger_t *l, const char *task, tb_ledger_attempt_t **out, size_t *n,
 		       tb_error_t *err);
+	/* This worker's liveness: @p info (a JSON object, schemas/keys.md)
+	 * stands for @p ttl_ms unless renewed. */
+	int (*alive)(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_t *err);
+	/* The live workers' info strings; the caller frees each and the
+	 * array. */
+	int (*workers)(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err);
 	void (*close)(tb_ledger_t *l);
 };
 
@@ -51,14 +80,14 @@ struct tb_ledger {
 
 /**
  * Opens the ledger @p url names ("memory:" or "redis://host:port[/db]").
- * Redis keys start with @p prefix; @p worker names this process in the
- * failures it records. Opening does not connect: a Redis that is down
+ * Redis keys start with @p prefix; @p worker names this worker in the
+ * leases it holds, the failures it records and its liveness. Opening does not connect: a Redis that is down
  * shows as TB_ERETRY from the first call, and the worker waits for it.
  */
 int tb_ledger_open(tb_ledger_t **out, const char *url, const char *prefix, const char *worker,
 		   tb_error_t *err);
 
-int tb_ledger_memory_open(tb_ledger_t **out, tb_error_t *err);
+int tb_ledger_memory_open(tb_ledger_t **out, const char *worker, tb_error_t *err);
 int tb_ledger_redis_open(tb_ledger_t **out, const char *url, const char *prefix, const char *worker,
 			 tb_error_t *err);
 

@@ -1,0 +1,23 @@
+/*
+ * fault.h: fault points, for the tests that prove crash-safe replay. A
+ * test starts the worker with TASKBOX_FAULT=<point>[@<n>] and the worker
+ * kills itself (SIGKILL: no clean-up, as a power cut) the n-th time (1 by
+ * default) it reaches that point. Without the variable a fault point is one
+ * comparison of a pointer with NULL: harmless in production, and the
+ * worker says loudly at start when one is armed.
+ *
+ * The points are the lifecycle's phases (received ... torn-down,
+ * acknowledged) and these moments inside them:
+ *   manifest-durable  the manifest is stored, the done-marker not yet set
+ *   done-marked       the done-marker is set, the sandbox still standing
+ */
+#ifndef TB_FAULT_H
+#define TB_FAULT_H
+
+/** Reads TASKBOX_FAULT. Returns the armed point's name, or NULL. */
+const char *tb_fault_init(void);
+
+/** Dies here if this is the armed point's n-th arrival. Thread-safe. */
+void tb_fault_point(const char *name);
+
+#endif
