@@ -341,7 +341,7 @@ static void print_event(const tb_event_t *ev)
 	(json_string_value(json_object_get(p, k)) ? json_string_value(json_object_get(p, k)) : "")
 	printf("  %-12s #%-2llu ", ev->task_id, (unsigned long long)ev->seq);
 	if (ev->type == TB_EV_PHASE)
-		printf("phase %-10s (+%lld ms)\n", S("phase"),
+		printf("phase %-12s (+%lld ms)\n", S("phase"),
 		       (long long)json_integer_value(json_object_get(p, "duration_ms")));
 	else if (ev->type == TB_EV_MESSAGE)
 		printf("%s: %s\n", S("role"), S("text"));

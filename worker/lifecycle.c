@@ -603,7 +603,18 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		goto done;
 	}
 	tb_fault_point("manifest-durable");
-	/* The done-marker only after the manifest is durable (invariant 2);
+	/* The result, and every event delivered, before the done-marker: a
+	 * worker that dies after it leaves the attempt's events whole up to
+	 * the result (only torn-down and acknowledged may be missing). */
+	emit_json(&r, TB_EV_RESULT,
+		  json_pack("{s:s,s:s,s:s}", "outcome", tb_outcomes[r.m.outcome], "reason",
+			    out->reason, "manifest_key", out->manifest_key));
+	if (r.failed || (ctx->sink.flush && ctx->sink.flush(ctx->sink.ud, &r.sink_err) < 0)) {
+		rc = tb_error_set(err, TB_ERETRY, "events: %s",
+				  r.sink_err.msg[0] ? r.sink_err.msg : "could not be delivered");
+		goto done;
+	}
+	/* The done-marker only after the record is durable (invariant 2);
 	 * the ledger refuses it (TB_EFENCED) if a newer attempt began. */
 	if (ctx->recorded &&
 	    (rc = ctx->recorded(ctx->recorded_ud, task->id, attempt, out->manifest_key, err)) < 0) {
@@ -624,10 +635,6 @@ done:
 		tb_remove_tree(AT_FDCWD, inputs_dir);
 	out->outcome = r.m.outcome;
 	out->last_ms = r.phase_ms;
-	if (rc == 0)
-		emit_json(&r, TB_EV_RESULT,
-			  json_pack("{s:s,s:s,s:s}", "outcome", tb_outcomes[r.m.outcome], "reason",
-				    out->reason, "manifest_key", out->manifest_key));
 	out->events = r.seq;
 	/* Borrowed pointers out of the manifest before freeing what it owns. */
 	r.m.task_id = NULL, r.m.reason = NULL, r.m.conversation_key = NULL;

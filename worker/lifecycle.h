@@ -5,7 +5,8 @@
  *   validated -> prepared (runtime, recipe at its commit, inputs, sandbox)
  *   -> running (the agent; its events streamed) -> settled -> collected
  *   (outputs, conversation record) -> judged (each judge in the same
- *   sandbox) -> recorded (manifest, last) -> torn down
+ *   sandbox) -> recorded (conversation, manifest, the result event, every
+ *   event delivered, then the done-marker) -> torn down
  *
  * Each phase emits a "phase" event with the time the previous one took;
  * every event goes to the sink with (task, attempt, seq, ts) stamped.
@@ -31,6 +32,10 @@
 typedef struct tb_event_sink {
 	int (*emit)(void *ud, const tb_event_t *ev, const void *bytes, size_t len, tb_error_t *err);
 	void *ud;
+	/* Waits until every event emitted so far is delivered (the events
+	 * are part of the record: the done-marker waits for them). May be
+	 * NULL when emit delivers at once. */
+	int (*flush)(void *ud, tb_error_t *err);
 } tb_event_sink_t;
 
 typedef struct tb_lifecycle_ctx {

@@ -111,6 +111,19 @@ static int publish_event(void *ud, const tb_event_t *ev, const void *bytes, size
 	return rc;
 }
 
+/* Every event so far delivered: the record's events before its
+ * done-marker (lifecycle.h). */
+static int flush_events(void *ud, tb_error_t *err)
+{
+	worker_t *w = ud;
+	rd_kafka_resp_err_t e = rd_kafka_flush(w->producer, 30000);
+
+	if (e)
+		return tb_error_set(err, TB_ERETRY, "events not delivered in 30 s: %s",
+				    rd_kafka_err2str(e));
+	return 0;
+}
+
 /* -------------------------------------------------------------- DLQ */
 
 static void dead_letter(worker_t *w, tb_dlq_t *rec)
@@ -272,7 +285,7 @@ static void *slot_main(void *arg)
 		.worker = w->d->worker_id,
 		.received_ms = j->received_ms,
 		.claimed_ms = j->claimed_ms,
-		.sink = { publish_event, w },
+		.sink = { publish_event, w, flush_events },
 		.recorded = mark_done,
 		.recorded_ud = w->d->ledger,
 		.cancel = &j->cancel,
@@ -410,7 +423,7 @@ static void acknowledge(worker_t *w, job_t *j)
 		return; /* not ours any more: the new owner acknowledges it */
 	w->finished_messages++;
 	if (j->res.events) {
-		tb_event_sink_t sink = { publish_event, w };
+		tb_event_sink_t sink = { publish_event, w, NULL };
 		if (tb_lifecycle_acknowledged(&sink, j->key, j->attempt, j->res.events,
 					      j->res.last_ms, &err) < 0)
 			tb_warn(j->key, "no acknowledged event: %s", err.msg);

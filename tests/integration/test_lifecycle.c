@@ -36,15 +36,26 @@ struct events {
 	int n, nphases;
 	uint64_t last_seq;
 	int seq_ok;
+	int results;            /* result events seen */
+	int flushed_result;     /* a flush after the result */
+	int done_after_flushed; /* the done-marker came after both */
 	int done_marked;        /* the recorded callback ran */
-	int done_before_result; /* ... before the result event */
 };
+
+static int flush(void *ud, tb_error_t *err)
+{
+	struct events *e = ud;
+	(void)err;
+	e->flushed_result |= e->results > 0;
+	return 0;
+}
 
 static int recorded(void *ud, const char *task, uint64_t attempt, const char *key, tb_error_t *err)
 {
 	struct events *e = ud;
 	(void)task, (void)attempt, (void)key, (void)err;
 	e->done_marked = 1;
+	e->done_after_flushed = e->flushed_result;
 	return 0;
 }
 
@@ -62,8 +73,7 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 		tb_msg_free(&tb_schema_event, &back);
 	if (ev->seq != (uint64_t)e->n)
 		e->seq_ok = 0;
-	if (ev->type == TB_EV_RESULT)
-		e->done_before_result = e->done_marked;
+	e->results += ev->type == TB_EV_RESULT;
 	snprintf(e->types[e->n++ % 256], 16, "%s", tb_event_type_name(ev->type));
 	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, err) == 0) {
 		if (ev->type == TB_EV_PHASE && e->nphases < 32)
@@ -113,7 +123,7 @@ static tb_lifecycle_ctx_t ctx(struct events *e)
 				     .group = "tblife",
 				     .slot = 3,
 				     .worker = "lifecycle-test",
-				     .sink = { sink, e },
+				     .sink = { sink, e, flush },
 				     .recorded = recorded,
 				     .recorded_ud = e };
 }
@@ -150,8 +160,11 @@ static void test_lifecycle__one_shot_task_end_to_end(void **state)
 	for (int i = 0; i < 10; i++)
 		assert_string_equal(e.phases[i], want[i]);
 	assert_string_equal(e.received_by, "lifecycle-test");
-	assert_string_equal(e.types[e.n - 1], "result");
-	assert_true(e.done_before_result); /* done-marker, then the result */
+	/* the result, delivered, then the done-marker, then teardown */
+	assert_string_equal(e.types[e.n - 2], "result");
+	assert_string_equal(e.types[e.n - 1], "phase");
+	assert_int_equal(e.results, 1);
+	assert_true(e.done_after_flushed);
 	assert_non_null(strstr(e.first_error, "line 3: not JSON"));
 
 	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
@@ -186,7 +199,7 @@ static void test_lifecycle__failing_agent_is_a_recorded_failure(void **state)
 	assert_int_equal(res.outcome, TB_OUTCOME_FAILED);
 	assert_non_null(strstr(res.reason, "exited with code 3"));
 	assert_non_null(strstr(res.reason, "broken"));
-	assert_string_equal(e.types[e.n - 1], "result");
+	assert_string_equal(e.types[e.n - 2], "result"); /* then torn-down */
 }
 
 static void test_lifecycle__misbehaving_recipe_is_recorded_with_reasons(void **state)
