@@ -467,14 +467,13 @@ static void complete(worker_t *w)
 			tb_info(j->key, "attempt %llu recorded: %s", (unsigned long long)j->attempt,
 				tb_outcomes[j->res.outcome]);
 		} else if (j->rc == TB_EFENCED ||
-			   (j->rc = l->ops->renew(l, j->key, j->attempt, w->lease_ms, &j->err)) ==
-			       TB_EFENCED) {
+			   l->ops->renew(l, j->key, j->attempt, w->lease_ms, &err) == TB_EFENCED) {
 			/* Lost its lease: another worker has begun the task, or
 			 * may. Wait for that run to end (done: acknowledged) or
 			 * its lease to lapse (then run it here). */
 			w->stats->fenced++;
 			tb_warn(j->key, "attempt %llu fenced: %s", (unsigned long long)j->attempt,
-				j->err.msg);
+				j->rc == TB_EFENCED ? j->err.msg : err.msg);
 			j->backoff = WAIT_BACKOFF_MIN_MS;
 			wait_for(w, j, RETRY_BACKOFF_MS);
 			continue;
@@ -527,8 +526,8 @@ static void admit_waiting(worker_t *w)
 		next = j->next;
 		if (*w->stop || j->retry_at > now || w->running >= w->d->cfg->slots ||
 		    is_running(w, j->key)) {
-			wait_for(w, j, 0);
-			j->retry_at = j->retry_at > now ? j->retry_at : now;
+			uint64_t at = j->retry_at;
+			wait_for(w, j, at > now ? at - now : 0);
 			continue;
 		}
 		int rc = l->ops->begin(l, j->key, w->lease_ms, &j->attempt, &err);

@@ -1,0 +1,683 @@
+/*
+ * test_replay.c: crash-safe replay, proven by killing `taskbox worker`
+ * (SIGKILL, as a power cut) against the real Kafka broker, Redis and S3
+ * server, and checking every task afterwards:
+ *
+ *   - at every lifecycle phase in turn (TASKBOX_FAULT), one task each,
+ *     the worker restarted after each death;
+ *   - a batch of tasks with the worker killed at random moments (a bounded
+ *     number of kills, each after a bounded time), restarted each time.
+ *
+ * Each prints `submitted / done / ran-twice-concurrently / lost / orphans`
+ * and requires N / N / 0 / 0 / 0. A task is done when it has one
+ * done-marker naming a complete manifest (its artifacts, conversation
+ * record and both judges' verdicts in the store) and the events of that
+ * attempt are on the events topic whole and in order up to its result.
+ * Attempts of one task ran concurrently if their events' time spans
+ * overlap. Orphans are what the workers left behind: processes in a
+ * sandbox cgroup, sandbox cgroups, mounts and directories under the work
+ * directory.
+ *
+ * The worker keeps its Kafka group membership static (group.instance.id),
+ * so a restart takes its partitions back without waiting for the dead
+ * member's session to time out; its worker id is stable, so it takes its
+ * dead predecessor's leases over at once.
+ *
+ * Skips without Kafka, Redis, S3 or root.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <hiredis/hiredis.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tb/kafka.h"
+#include "tb/schema_event.h"
+#include "tb/schema_manifest.h"
+#include "tb/schema_task.h"
+#include "tb/schema_verdict.h"
+#include "tb/store.h"
+
+#define MAX_TASKS 256
+#define MAX_ATTEMPTS 16
+#define MAX_SEQ 128
+#define LEASE_MS 3000
+
+static char root[64] = "/tmp/tb-replay-XXXXXX";
+static char repo[128], commit[64], runtimes[128], bucket[64];
+static const char *brokers, *redis_url, *s3_endpoint;
+
+/* One scenario: its own topics, group, ledger prefix and worker id. */
+typedef struct scenario {
+	const char *name;
+	char tasks[64], events[64], dlq[64], group[64], prefix[64], worker[64];
+	char config[160], log[160], work[160];
+	char ids[MAX_TASKS][64];
+	int n;
+} scenario_t;
+
+/* ------------------------------------------------------------ set-up */
+
+static int setup(void **state)
+{
+	(void)state;
+	brokers = getenv("TASKBOX_TEST_KAFKA");
+	redis_url = getenv("TASKBOX_TEST_REDIS");
+	s3_endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT");
+	if (!brokers || !redis_url || !s3_endpoint || geteuid() != 0) {
+		printf("needs TASKBOX_TEST_KAFKA, TASKBOX_TEST_REDIS, TASKBOX_TEST_S3_ENDPOINT "
+		       "and root: skipped\n");
+		brokers = NULL;
+		return 0;
+	}
+	if (!mkdtemp(root) || chmod(root, 0711) < 0) /* sandboxes' users pass through */
+		return -1;
+	setenv("AWS_ACCESS_KEY_ID", getenv("TASKBOX_TEST_S3_ACCESS_KEY"), 1);
+	setenv("AWS_SECRET_ACCESS_KEY", getenv("TASKBOX_TEST_S3_SECRET_KEY"), 1);
+
+	/* The hello recipe in a repository of our own, pinned. */
+	snprintf(repo, sizeof(repo), "%s/hello", root);
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd),
+		 "git init -q %s && cp -r %s/examples/recipes/hello/. %s/ && cd %s && "
+		 "git add -A && git -c user.name=t -c user.email=t@t commit -qm hello",
+		 repo, TB_SOURCE_DIR, repo, repo);
+	if (system(cmd) != 0)
+		return -1;
+	snprintf(cmd, sizeof(cmd), "cd %s && git rev-parse HEAD", repo);
+	FILE *f = popen(cmd, "r");
+	if (!f || !fgets(commit, sizeof(commit), f))
+		return -1;
+	pclose(f);
+	commit[strcspn(commit, "\n")] = '\0';
+	/* Attempts enough for a task hit by every kill of a batch. */
+	snprintf(runtimes, sizeof(runtimes), "%s/runtimes", root);
+	snprintf(cmd, sizeof(cmd),
+		 "mkdir -p %s && echo '{\"v\": 1, \"name\": \"default\", \"max_attempts\": 20}' "
+		 "> %s/default.json",
+		 runtimes, runtimes);
+	if (system(cmd) != 0)
+		return -1;
+
+	/* The bucket. */
+	tb_store_config_t cfg = { 0 };
+	tb_store_t *s;
+	tb_error_t err;
+	char url[128];
+	snprintf(bucket, sizeof(bucket), "tb-replay-%d", getpid());
+	snprintf(url, sizeof(url), "s3://%s/runs", bucket);
+	cfg.url = url, cfg.endpoint = (char *)s3_endpoint;
+	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	if (tb_store_open(&s, &cfg, &err) < 0 || tb_store_create_bucket(s, &err) < 0) {
+		fprintf(stderr, "s3: %s\n", err.msg);
+		return -1;
+	}
+	tb_store_close(s);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (brokers && getenv("TB_REPLAY_KEEP") == NULL) {
+		char cmd[128];
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+		if (system(cmd) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+static void make_topics(const scenario_t *sc)
+{
+	char errstr[256];
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof(errstr));
+	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	rd_kafka_NewTopic_t *t[3] = {
+		rd_kafka_NewTopic_new(sc->tasks, 4, 1, errstr, sizeof(errstr)),
+		rd_kafka_NewTopic_new(sc->events, 4, 1, errstr, sizeof(errstr)),
+		rd_kafka_NewTopic_new(sc->dlq, 1, 1, errstr, sizeof(errstr)),
+	};
+	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+	rd_kafka_CreateTopics(rk, t, 3, NULL, q);
+	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
+	assert_non_null(ev);
+	assert_int_equal(rd_kafka_event_error(ev), 0);
+	rd_kafka_event_destroy(ev);
+	for (int i = 0; i < 3; i++)
+		rd_kafka_NewTopic_destroy(t[i]);
+	rd_kafka_queue_destroy(q);
+	rd_kafka_destroy(rk);
+}
+
+static void scenario_init(scenario_t *sc, const char *name)
+{
+	memset(sc, 0, sizeof(*sc));
+	sc->name = name;
+	snprintf(sc->tasks, sizeof(sc->tasks), "replay-%s-%d.tasks", name, getpid());
+	snprintf(sc->events, sizeof(sc->events), "replay-%s-%d.events", name, getpid());
+	snprintf(sc->dlq, sizeof(sc->dlq), "replay-%s-%d.dlq", name, getpid());
+	snprintf(sc->group, sizeof(sc->group), "replay-%s-%d", name, getpid());
+	snprintf(sc->prefix, sizeof(sc->prefix), "replay-%s-%d", name, getpid());
+	snprintf(sc->worker, sizeof(sc->worker), "replay-%s-%d-w1", name, getpid());
+	snprintf(sc->config, sizeof(sc->config), "%s/%s.json", root, name);
+	snprintf(sc->log, sizeof(sc->log), "%s/%s.log", root, name);
+	snprintf(sc->work, sizeof(sc->work), "%s/work", root);
+	make_topics(sc);
+	FILE *f = fopen(sc->config, "w");
+	assert_non_null(f);
+	fprintf(
+	    f,
+	    "{\"v\": 1, \"worker_id\": \"%s\", \"slots\": 2, \"log_level\": \"info\",\n"
+	    " \"kafka\": {\"brokers\": \"%s\", \"group\": \"%s\", \"group_instance_id\": "
+	    "\"%s\",\n"
+	    "  \"tasks_topic\": \"%s\", \"events_topic\": \"%s\", \"dlq_topic\": \"%s\",\n"
+	    "  \"properties\": {\"session.timeout.ms\": \"10000\"}},\n"
+	    " \"ledger\": {\"url\": \"%s\", \"prefix\": \"%s\", \"lease_ms\": %d},\n"
+	    " \"store\": {\"url\": \"s3://%s/runs\", \"endpoint\": \"%s\", \"region\": \"%s\"},\n"
+	    " \"runtimes_dir\": \"%s\", \"work_dir\": \"%s\", \"cache_dir\": \"%s/cache\"}\n",
+	    sc->worker, brokers, sc->group, sc->worker, sc->tasks, sc->events, sc->dlq, redis_url,
+	    sc->prefix, LEASE_MS, bucket, s3_endpoint, getenv("TASKBOX_TEST_S3_REGION"), runtimes,
+	    sc->work, root);
+	fclose(f);
+}
+
+/* ----------------------------------------------------------- workers */
+
+/* `taskbox worker` with the scenario's configuration, dying at @p fault
+ * (NULL: none); its log appended to the scenario's. */
+static pid_t start_worker(const scenario_t *sc, const char *fault)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (fault)
+			setenv("TASKBOX_FAULT", fault, 1);
+		else
+			unsetenv("TASKBOX_FAULT");
+		if (!freopen(sc->log, "a", stderr))
+			_exit(126);
+		execl(TB_TASKBOX, "taskbox", "worker", "--config", sc->config, (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Waits for @p pid at most @p seconds; its status, or -1 (still alive). */
+static int wait_exit(pid_t pid, int seconds)
+{
+	int status;
+	for (int i = 0; i < seconds * 10; i++) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return status;
+		usleep(100000);
+	}
+	return -1;
+}
+
+static void show_log(const scenario_t *sc)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "tail -n 40 %s >&2", sc->log);
+	if (system(cmd) != 0)
+		fprintf(stderr, "(no log)\n");
+}
+
+static void produce_tasks(scenario_t *sc, const char *stem, int n)
+{
+	tb_error_t err;
+	rd_kafka_t *p;
+	char url[160];
+
+	snprintf(url, sizeof(url), "file://%s", repo);
+	assert_int_equal(tb_kafka_producer_new(&p, brokers, NULL, &err), 0);
+	for (int i = 0; i < n && sc->n < MAX_TASKS; i++) {
+		char *id = sc->ids[sc->n++];
+		tb_task_t t = { 0 };
+		msgpack_sbuffer sb;
+		snprintf(id, sizeof(sc->ids[0]), "%s-%d-%d", stem, getpid(), i);
+		t.id = id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = url, t.recipe.commit = commit;
+		t.prompt = (char *)"hello?", t.runtime = (char *)"default", t.submitted_at = 1;
+		msgpack_sbuffer_init(&sb);
+		assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
+		assert_int_equal(tb_kafka_produce(p, sc->tasks, id, sb.data, sb.size, &err), 0);
+		msgpack_sbuffer_destroy(&sb);
+	}
+	assert_int_equal(rd_kafka_flush(p, 30000), 0);
+	rd_kafka_destroy(p);
+}
+
+/* ------------------------------------------------------------ ledger */
+
+static redisContext *redis(void)
+{
+	char host[64];
+	int port;
+	assert_int_equal(sscanf(redis_url, "redis://%63[^:]:%d", host, &port), 2);
+	redisContext *c = redisConnect(host, port);
+	assert_true(c && !c->err);
+	return c;
+}
+
+/* Task @p id's done-marker into @p value ("" if none). */
+static void done_marker(redisContext *c, const scenario_t *sc, const char *id, char *value,
+			size_t size)
+{
+	redisReply *r = redisCommand(c, "GET %s:task:{%s}:done", sc->prefix, id);
+	value[0] = '\0';
+	if (r && r->type == REDIS_REPLY_STRING)
+		snprintf(value, size, "%s", r->str);
+	freeReplyObject(r);
+}
+
+static int count_done(const scenario_t *sc)
+{
+	redisContext *c = redis();
+	char v[700];
+	int n = 0;
+	for (int i = 0; i < sc->n; i++) {
+		done_marker(c, sc, sc->ids[i], v, sizeof(v));
+		n += v[0] != '\0';
+	}
+	redisFree(c);
+	return n;
+}
+
+/* The group's committed offsets on the tasks topic, summed. */
+static int64_t committed(const scenario_t *sc)
+{
+	char errstr[256];
+	int64_t sum = -1;
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof(errstr));
+	rd_kafka_conf_set(conf, "group.id", sc->group, errstr, sizeof(errstr));
+	rd_kafka_t *q = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
+	for (int k = 0; k < 4; k++)
+		rd_kafka_topic_partition_list_add(l, sc->tasks, k);
+	if (rd_kafka_committed(q, l, 10000) == 0) {
+		sum = 0;
+		for (int k = 0; k < l->cnt; k++)
+			if (l->elems[k].offset > 0)
+				sum += l->elems[k].offset;
+	}
+	rd_kafka_topic_partition_list_destroy(l);
+	rd_kafka_destroy(q);
+	return sum;
+}
+
+/* Runs a worker without faults until every task is done and its message
+ * committed (bounded), then stops it with SIGTERM. */
+static void finish_all(const scenario_t *sc, int seconds)
+{
+	pid_t w = start_worker(sc, NULL);
+	int all = 0;
+	for (int i = 0; i < seconds && !all; i++) {
+		sleep(1);
+		all = count_done(sc) == sc->n && committed(sc) == sc->n;
+	}
+	kill(w, SIGTERM);
+	int status = wait_exit(w, 150);
+	if (status < 0) {
+		kill(w, SIGKILL);
+		waitpid(w, &status, 0);
+	}
+	if (!all || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		show_log(sc);
+		fail_msg("%s: the last worker did not finish every task (%d of %d done, "
+			 "committed %lld; exit status %d)",
+			 sc->name, count_done(sc), sc->n, (long long)committed(sc), status);
+	}
+}
+
+/* ------------------------------------------------------------ checks */
+
+typedef struct attempt_seen {
+	uint64_t attempt;
+	uint8_t seq[MAX_SEQ]; /* times each seq was seen */
+	uint64_t first_ts, last_ts;
+	int64_t last_seq; /* in consumption order: -1 none yet */
+	int result_seq;   /* -1 none */
+	int out_of_order;
+} attempt_seen_t;
+
+typedef struct task_seen {
+	attempt_seen_t a[MAX_ATTEMPTS];
+	int n;
+} task_seen_t;
+
+static int index_of(const scenario_t *sc, const char *id)
+{
+	for (int i = 0; i < sc->n; i++)
+		if (!strcmp(sc->ids[i], id))
+			return i;
+	return -1;
+}
+
+static attempt_seen_t *attempt_of(task_seen_t *t, uint64_t attempt)
+{
+	for (int i = 0; i < t->n; i++)
+		if (t->a[i].attempt == attempt)
+			return &t->a[i];
+	if (t->n == MAX_ATTEMPTS)
+		return NULL;
+	attempt_seen_t *a = &t->a[t->n++];
+	memset(a, 0, sizeof(*a));
+	a->attempt = attempt;
+	a->last_seq = -1;
+	a->result_seq = -1;
+	return a;
+}
+
+/* Reads the whole events topic (to its end on every partition). */
+static void read_events(const scenario_t *sc, task_seen_t *seen)
+{
+	tb_error_t err;
+	rd_kafka_t *c;
+	tb_strmap_t props = { 0 };
+	tb_kv_t eof = { (char *)"enable.partition.eof", (char *)"true" };
+	props.items = &eof;
+	props.n = 1;
+	assert_int_equal(
+	    tb_kafka_consumer_new(&c, brokers, "replay-reader", NULL, &props, NULL, NULL, &err), 0);
+	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(4);
+	for (int p = 0; p < 4; p++)
+		rd_kafka_topic_partition_list_add(parts, sc->events, p)->offset =
+		    RD_KAFKA_OFFSET_BEGINNING;
+	rd_kafka_assign(c, parts);
+	rd_kafka_topic_partition_list_destroy(parts);
+	int eofs = 0;
+	time_t deadline = time(NULL) + 120;
+	while (eofs < 4 && time(NULL) < deadline) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
+		if (!m)
+			continue;
+		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+			eofs++;
+		} else if (!m->err) {
+			tb_event_t ev;
+			if (tb_msg_decode(&tb_schema_event, &ev, m->payload, m->len, &err) == 0) {
+				int i = index_of(sc, ev.task_id);
+				attempt_seen_t *a =
+				    i >= 0 ? attempt_of(&seen[i], ev.attempt) : NULL;
+				if (a && ev.seq < MAX_SEQ) {
+					a->seq[ev.seq]++;
+					if ((int64_t)ev.seq <= a->last_seq)
+						a->out_of_order = 1;
+					a->last_seq = (int64_t)ev.seq;
+					if (!a->first_ts || ev.ts < a->first_ts)
+						a->first_ts = ev.ts;
+					if (ev.ts > a->last_ts)
+						a->last_ts = ev.ts;
+					if (ev.type == TB_EV_RESULT)
+						a->result_seq = (int)ev.seq;
+				}
+				tb_msg_free(&tb_schema_event, &ev);
+			}
+		}
+		rd_kafka_message_destroy(m);
+	}
+	rd_kafka_consumer_close(c);
+	rd_kafka_destroy(c);
+	assert_int_equal(eofs, 4);
+}
+
+/* The done attempt's manifest, whole: artifacts, record, verdicts. */
+static int manifest_complete(tb_store_t *s, const char *id, uint64_t attempt, const char *key)
+{
+	tb_manifest_t m;
+	tb_object_info_t info;
+	tb_error_t err;
+	char *bytes;
+	size_t len;
+	int ok;
+
+	if (tb_store_get_bytes(s, key, 1 << 20, &bytes, &len, &err) < 0) {
+		fprintf(stderr, "%s: manifest %s: %s\n", id, key, err.msg);
+		return 0;
+	}
+	ok = tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err) == 0;
+	free(bytes);
+	if (!ok) {
+		fprintf(stderr, "%s: manifest: %s\n", id, err.msg);
+		return 0;
+	}
+	ok = !strcmp(m.task_id, id) && m.attempt == attempt && m.outcome == TB_OUTCOME_SUCCEEDED &&
+	     m.verdicts.n == 2 && m.artifacts.n == 1 &&
+	     tb_store_head(s, m.conversation_key, &info, &err) == 0;
+	for (size_t i = 0; ok && i < m.artifacts.n; i++) {
+		const tb_artifact_t *a = (const tb_artifact_t *)m.artifacts.items + i;
+		ok = tb_store_head(s, a->key, &info, &err) == 0 && info.size == a->size;
+	}
+	for (size_t i = 0; ok && i < m.verdicts.n; i++) {
+		const tb_verdict_ref_t *v = (const tb_verdict_ref_t *)m.verdicts.items + i;
+		ok = v->outcome == TB_VERDICT_PASS;
+	}
+	if (!ok)
+		fprintf(stderr, "%s: manifest %s is not complete\n", id, key);
+	tb_msg_free(&tb_schema_manifest, &m);
+	return ok;
+}
+
+/* The done attempt's events: 0 .. result, each once, in order. */
+static int events_complete(const char *id, const task_seen_t *t, uint64_t attempt)
+{
+	for (int i = 0; i < t->n; i++) {
+		const attempt_seen_t *a = &t->a[i];
+		if (a->attempt != attempt)
+			continue;
+		int ok = a->result_seq > 0 && !a->out_of_order;
+		for (int s = 0; ok && s <= a->result_seq; s++)
+			ok = a->seq[s] == 1;
+		if (!ok)
+			fprintf(stderr, "%s: attempt %llu's events are not whole (result at %d)\n",
+				id, (unsigned long long)attempt, a->result_seq);
+		return ok;
+	}
+	fprintf(stderr, "%s: no events of attempt %llu\n", id, (unsigned long long)attempt);
+	return 0;
+}
+
+static int overlapping(const task_seen_t *t)
+{
+	for (int i = 0; i < t->n; i++)
+		for (int j = i + 1; j < t->n; j++)
+			if (t->a[i].first_ts <= t->a[j].last_ts &&
+			    t->a[j].first_ts <= t->a[i].last_ts)
+				return 1;
+	return 0;
+}
+
+static int count_lines_with(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	int n = 0;
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* What the workers left: processes in a sandbox cgroup of theirs, sandbox
+ * cgroups, mounts and directories under the work directory. */
+static int orphans(const scenario_t *sc)
+{
+	char group[96], needle[128], cmd[512], line[64];
+	int n = 0;
+
+	snprintf(group, sizeof(group), "tb-%s", sc->worker);
+	snprintf(needle, sizeof(needle), "/%s/", group);
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char path[300];
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cgroup", e->d_name);
+		if (count_lines_with(path, needle)) {
+			fprintf(stderr, "orphan: process %s\n", e->d_name);
+			n++;
+		}
+	}
+	if (d)
+		closedir(d);
+	snprintf(cmd, sizeof(cmd), "find /sys/fs/cgroup -type d -path '*/%s/*' | wc -l", group);
+	FILE *f = popen(cmd, "r");
+	if (f && fgets(line, sizeof(line), f) && atoi(line) > 0) {
+		fprintf(stderr, "orphan: %d sandbox cgroups\n", atoi(line));
+		n += atoi(line);
+	}
+	if (f)
+		pclose(f);
+	int mounts = count_lines_with("/proc/self/mountinfo", sc->work);
+	if (mounts)
+		fprintf(stderr, "orphan: %d mounts under %s\n", mounts, sc->work);
+	n += mounts;
+	if ((d = opendir(sc->work))) {
+		while ((e = readdir(d)))
+			if (!strncmp(e->d_name, group, strlen(group))) {
+				fprintf(stderr, "orphan: directory %s/%s\n", sc->work, e->d_name);
+				n++;
+			}
+		closedir(d);
+	}
+	return n;
+}
+
+/* Checks every task of @p sc; prints the summary line and requires it. */
+static void check(const scenario_t *sc)
+{
+	static task_seen_t seen[MAX_TASKS];
+	tb_store_config_t cfg = { 0 };
+	tb_store_t *s;
+	tb_error_t err;
+	char url[128], v[700];
+	int done = 0, twice = 0, lost = 0;
+
+	memset(seen, 0, sizeof(seen));
+	read_events(sc, seen);
+	snprintf(url, sizeof(url), "s3://%s/runs", bucket);
+	cfg.url = url, cfg.endpoint = (char *)s3_endpoint;
+	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	assert_int_equal(tb_store_open(&s, &cfg, &err), 0);
+	redisContext *c = redis();
+	for (int i = 0; i < sc->n; i++) {
+		unsigned long long att = 0;
+		int off = 0;
+		done_marker(c, sc, sc->ids[i], v, sizeof(v));
+		if (sscanf(v, "%llu %n", &att, &off) != 1 || !v[off]) {
+			fprintf(stderr, "%s: no done-marker with a manifest ('%s')\n", sc->ids[i],
+				v);
+			lost++;
+			continue;
+		}
+		done += manifest_complete(s, sc->ids[i], att, v + off) &&
+			events_complete(sc->ids[i], &seen[i], att);
+		twice += overlapping(&seen[i]);
+	}
+	redisFree(c);
+	tb_store_close(s);
+	int left = orphans(sc);
+	printf("replay %-12s submitted %d / done %d / ran-twice-concurrently %d / lost %d / "
+	       "orphans %d\n",
+	       sc->name, sc->n, done, twice, lost, left);
+	fflush(stdout);
+	assert_int_equal(done, sc->n);
+	assert_int_equal(twice, 0);
+	assert_int_equal(lost, 0);
+	assert_int_equal(left, 0);
+}
+
+/* ------------------------------------------------------------- tests */
+
+/* One task per fault point, the worker killed there, then restarted. */
+static void test_replay__kill_at_every_phase(void **state)
+{
+	static const char *const points[] = {
+		"received",    "validated", "claimed",      "prepared", "running",
+		"settled",     "collected", "judged",       "recorded", "manifest-durable",
+		"done-marked", "torn-down", "acknowledged",
+	};
+	const int npoints = (int)(sizeof(points) / sizeof(points[0]));
+	static scenario_t scenario; /* static: a failing assert longjmps past any free */
+	scenario_t *sc = &scenario;
+	char stem[64];
+
+	(void)state;
+	if (!brokers)
+		skip();
+	scenario_init(sc, "phases");
+	for (int i = 0; i < npoints; i++) {
+		snprintf(stem, sizeof(stem), "at-%s", points[i]);
+		produce_tasks(sc, stem, 1);
+		pid_t w = start_worker(sc, points[i]);
+		int status = wait_exit(w, 120);
+		if (status < 0) {
+			kill(w, SIGKILL);
+			waitpid(w, &status, 0);
+			show_log(sc);
+			fail_msg("the worker never reached fault point %s", points[i]);
+		}
+		if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+			show_log(sc);
+			fail_msg("fault point %s: the worker ended with status %d, not SIGKILL",
+				 points[i], status);
+		}
+	}
+	finish_all(sc, 180);
+	check(sc);
+}
+
+/* A batch, the worker killed at random moments, restarted each time. */
+static void test_replay__random_kills_during_a_batch(void **state)
+{
+	const char *env = getenv("TB_REPLAY_TASKS");
+	int n = env ? atoi(env) : 200, kills = 0;
+	unsigned seed = (unsigned)getpid();
+	static scenario_t scenario;
+	scenario_t *sc = &scenario;
+
+	(void)state;
+	if (!brokers)
+		skip();
+	if (n < 1 || n > MAX_TASKS)
+		n = 200;
+	scenario_init(sc, "random");
+	produce_tasks(sc, "batch", n);
+	printf("random kills: seed %u\n", seed);
+	srand(seed);
+	for (int k = 0; k < 8 && count_done(sc) < sc->n; k++) { /* at most 8 kills */
+		pid_t w = start_worker(sc, NULL);
+		usleep((useconds_t)(1500 + rand() % 3500) * 1000); /* 1.5 to 5 s */
+		kill(w, SIGKILL);
+		waitpid(w, NULL, 0);
+		kills++;
+	}
+	printf("random kills: %d kills, %d of %d tasks done before the last worker\n", kills,
+	       count_done(sc), sc->n);
+	finish_all(sc, 300);
+	check(sc);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_replay__kill_at_every_phase),
+		cmocka_unit_test(test_replay__random_kills_during_a_batch),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
