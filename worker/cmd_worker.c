@@ -72,8 +72,7 @@ int tb_cmd_worker(int argc, char **argv)
 	tb_log_set_level((tb_log_level_t)cfg.log_level);
 	const char *fault = tb_fault_init();
 	if (fault)
-		tb_warn(NULL, "TASKBOX_FAULT is set: this worker kills itself at '%s' (a test)",
-			fault);
+		tb_warn(NULL, "TASKBOX_FAULT is set: fault point '%s' is armed (a test)", fault);
 	if (!strcmp(cfg.kafka.brokers, "mock")) {
 		fprintf(stderr,
 			"taskbox worker: kafka.brokers is 'mock', a cluster that lives inside "

@@ -35,11 +35,16 @@ const char *tb_fault_init(void)
 	return armed_name;
 }
 
-void tb_fault_point(const char *name)
+int tb_fault_hit(const char *name)
 {
 	if (!armed_name || strcmp(name, armed_name))
-		return;
-	if (atomic_fetch_add(&arrivals, 1) + 1 != armed_at)
+		return 0;
+	return atomic_fetch_add(&arrivals, 1) + 1 == armed_at;
+}
+
+void tb_fault_point(const char *name)
+{
+	if (!tb_fault_hit(name))
 		return;
 	/* write(2), not stdio: another thread may hold stderr's lock */
 	char line[128];

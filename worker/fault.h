@@ -10,12 +10,18 @@
  * acknowledged) and these moments inside them:
  *   manifest-durable  the manifest is stored, the done-marker not yet set
  *   done-marked       the done-marker is set, the sandbox still standing
+ * and one that does not kill but breaks the Kafka consumer (a fatal error,
+ * as when the group coordinator fences a static member):
+ *   consumer-fatal    a task message was received
  */
 #ifndef TB_FAULT_H
 #define TB_FAULT_H
 
 /** Reads TASKBOX_FAULT. Returns the armed point's name, or NULL. */
 const char *tb_fault_init(void);
+
+/** Whether this is the armed point's n-th arrival. Thread-safe. */
+int tb_fault_hit(const char *name);
 
 /** Dies here if this is the armed point's n-th arrival. Thread-safe. */
 void tb_fault_point(const char *name);

@@ -89,6 +89,11 @@ int tb_watermark_finish(tb_watermark_t *w, int64_t offset, tb_error_t *err)
 	return 0;
 }
 
+void tb_watermark_resend(tb_watermark_t *w)
+{
+	w->committed = -1;
+}
+
 int64_t tb_watermark_commit(tb_watermark_t *w)
 {
 	int64_t mark;

@@ -44,6 +44,13 @@ int tb_watermark_finish(tb_watermark_t *w, int64_t offset, tb_error_t *err);
  */
 int64_t tb_watermark_commit(tb_watermark_t *w);
 
+/**
+ * Makes the next tb_watermark_commit() return the mark even if it has not
+ * moved: commits are asynchronous and one may have failed (the broker
+ * away), so the worker sends the mark again now and then.
+ */
+void tb_watermark_resend(tb_watermark_t *w);
+
 /** Messages received and not finished. */
 size_t tb_watermark_in_flight(const tb_watermark_t *w);
 

@@ -27,6 +27,10 @@
 
 #define MAX_PARTITIONS 256
 #define RETRY_BACKOFF_MS 1000
+#define RETRY_BACKOFF_MAX_MS 60000
+/* Attempts the platform failed (a service away, a lost lease) do not
+ * count against the runtime's max_attempts, up to this many. */
+#define PLATFORM_FAILURES_MAX 20
 #define WAIT_BACKOFF_MIN_MS 250
 #define WAIT_BACKOFF_MAX_MS 10000
 
@@ -42,6 +46,7 @@ typedef struct job {
 	uint64_t received_ms, claimed_ms; /* for the phase events */
 	uint64_t retry_at;                /* waiting: not before (monotonic ms) */
 	unsigned backoff;                 /* waiting: the next pause */
+	unsigned failures;                /* platform failures here: the retry pause */
 	uint64_t lease_ok;                /* running: last renewal (monotonic ms) */
 	atomic_int cancel;                /* running: the lease is lost, stop */
 	void *value;                      /* the task message, decoded again by the slot */
@@ -200,22 +205,32 @@ static void free_job(job_t *j)
 /* Drops the waiting jobs of partition @p p: no longer ours to run. */
 static void drop_waiting(worker_t *w, int p)
 {
-	job_t *keep = NULL, **tail = &keep;
+	job_t **link = &w->waiting;
 
 	w->nwaiting = 0;
+	while (*link) {
+		job_t *j = *link;
+		if (j->partition == p) {
+			*link = j->next;
+			free_job(j);
+		} else {
+			link = &j->next;
+			w->nwaiting++;
+		}
+	}
+	w->waiting_tail = link;
+}
+
+/* Frees every waiting job: they are left unacknowledged (delivered again). */
+static void drop_all_waiting(worker_t *w)
+{
 	for (job_t *j = w->waiting, *next; j; j = next) {
 		next = j->next;
-		if (j->partition == p) {
-			free_job(j);
-			continue;
-		}
-		*tail = j;
-		tail = &j->next;
-		w->nwaiting++;
+		free_job(j);
 	}
-	*tail = NULL;
-	w->waiting = keep;
-	w->waiting_tail = tail;
+	w->waiting = NULL;
+	w->waiting_tail = &w->waiting;
+	w->nwaiting = 0;
 }
 
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
@@ -375,8 +390,8 @@ static char *liveness(const worker_t *w)
 }
 
 /*
- * Every third of the lease time: renews the lease of each running attempt
- * and says this worker is alive. A lease the ledger fenced, or one not
+ * Every third of the lease time: renews the lease of each running attempt,
+ * says this worker is alive and has the offsets committed again. A lease the ledger fenced, or one not
  * renewed for a whole lease time (the ledger unreachable: it may have
  * expired and been taken), stops its run.
  */
@@ -403,6 +418,11 @@ static void heartbeat(worker_t *w)
 			tb_warn(j->key, "lease not renewed: %s", err.msg);
 		}
 	}
+	/* A commit sent while the broker was away is lost: send the marks
+	 * again (committing the same offset twice is harmless). */
+	for (int p = 0; p < MAX_PARTITIONS; p++)
+		if (w->marks[p])
+			tb_watermark_resend(w->marks[p]);
 	char *info = liveness(w);
 	if (info && l->ops->alive(l, info, w->lease_ms, &err) < 0)
 		tb_warn(NULL, "liveness not recorded: %s", err.msg);
@@ -474,28 +494,37 @@ static void complete(worker_t *w)
 			w->stats->fenced++;
 			tb_warn(j->key, "attempt %llu fenced: %s", (unsigned long long)j->attempt,
 				j->rc == TB_EFENCED ? j->err.msg : err.msg);
+			if (l->ops->failed(l, j->key, j->attempt, TB_EFENCED,
+					   j->rc == TB_EFENCED ? j->err.msg : err.msg, &err) < 0)
+				tb_warn(j->key, "the ledger did not keep this failure: %s",
+					err.msg);
 			j->backoff = WAIT_BACKOFF_MIN_MS;
 			wait_for(w, j, RETRY_BACKOFF_MS);
 			continue;
 		} else {
 			int rc = j->rc;
-			if (l->ops->failed(l, j->key, j->attempt, j->err.msg, &err) < 0)
+			if (l->ops->failed(l, j->key, j->attempt, rc, j->err.msg, &err) < 0)
 				tb_warn(j->key, "the ledger did not keep this failure: %s",
 					err.msg);
-			if (rc != TB_EPOISON && j->attempt < j->max_attempts) {
+			if (rc != TB_EPOISON) {
 				/* The platform failed, not the task: another
-				 * attempt, after a pause, with the offset still
-				 * unfinished. */
+				 * attempt after a pause growing with each failure
+				 * (admission decides whether one is left), with
+				 * the offset still unfinished. */
+				uint64_t pause = (uint64_t)RETRY_BACKOFF_MS
+						 << (j->failures < 6 ? j->failures : 6);
+				j->failures++;
 				w->stats->retried++;
-				tb_warn(j->key, "attempt %llu failed (%s), retrying: %s",
+				tb_warn(j->key, "attempt %llu failed (%s), retrying in %llu ms: %s",
 					(unsigned long long)j->attempt, tb_error_name(rc),
-					j->err.msg);
+					(unsigned long long)pause, j->err.msg);
 				j->backoff = WAIT_BACKOFF_MIN_MS;
-				wait_for(w, j, RETRY_BACKOFF_MS);
+				wait_for(w, j,
+					 pause < RETRY_BACKOFF_MAX_MS ? pause
+								      : RETRY_BACKOFF_MAX_MS);
 				continue;
 			}
-			give_up(w, j, rc == TB_EPOISON ? TB_DLQ_POISON : TB_DLQ_MAX_ATTEMPTS,
-				j->err.msg);
+			give_up(w, j, TB_DLQ_POISON, j->err.msg);
 		}
 		acknowledge(w, j);
 		free_job(j);
@@ -503,6 +532,41 @@ static void complete(worker_t *w)
 }
 
 /* ------------------------------------------------------------ intake */
+
+/*
+ * Whether attempt j->attempt is past the task's budget: max_attempts
+ * counts the attempts that ended without a word (the worker died: a task
+ * that kills its worker each time ends in the DLQ) and those that failed
+ * for the task's own reasons; attempts the platform failed (the store,
+ * ledger or events away, a lost lease: a code other than poison in the
+ * ledger) are excused, PLATFORM_FAILURES_MAX of them. Why, into @p why.
+ */
+static int over_budget(worker_t *w, const job_t *j, char *why, size_t len)
+{
+	tb_ledger_t *l = w->d->ledger;
+	tb_ledger_attempt_t *hist = NULL;
+	uint64_t excused = 0;
+	size_t n = 0;
+	tb_error_t err;
+
+	if (j->attempt <= j->max_attempts)
+		return 0;
+	if (l->ops->history(l, j->key, &hist, &n, &err) < 0)
+		tb_warn(j->key, "no history to count attempts by: %s", err.msg);
+	for (size_t i = 0; i < n; i++)
+		excused += hist[i].code[0] && strcmp(hist[i].code, tb_error_name(TB_EPOISON));
+	if (excused >= PLATFORM_FAILURES_MAX)
+		snprintf(why, len, "the platform failed this task %llu times; the last: %.400s",
+			 (unsigned long long)excused, n ? hist[n - 1].reason : "?");
+	else if (j->attempt - excused > j->max_attempts)
+		snprintf(why, len,
+			 "no attempts left: %llu of %llu begun ended without a result "
+			 "(max_attempts %llu)",
+			 (unsigned long long)(j->attempt - 1 - excused),
+			 (unsigned long long)(j->attempt - 1), (unsigned long long)j->max_attempts);
+	free(hist);
+	return excused >= PLATFORM_FAILURES_MAX || j->attempt - excused > j->max_attempts;
+}
 
 /*
  * Begins the waiting jobs that are due, in order, while slots are free.
@@ -530,8 +594,10 @@ static void admit_waiting(worker_t *w)
 			wait_for(w, j, at > now ? at - now : 0);
 			continue;
 		}
+		char why[600];
 		int rc = l->ops->begin(l, j->key, w->lease_ms, &j->attempt, &err);
-		if (rc == 0 && j->attempt <= j->max_attempts) {
+		int spent = rc == 0 && over_budget(w, j, why, sizeof(why));
+		if (rc == 0 && !spent) {
 			j->claimed_ms = now_ms();
 			if (start_job(w, j, &err) == 0)
 				continue;
@@ -539,8 +605,7 @@ static void admit_waiting(worker_t *w)
 			rc = TB_ERETRY;
 		}
 		if (rc == 0) {
-			give_up(w, j, TB_DLQ_MAX_ATTEMPTS,
-				"no attempts left (max_attempts reached)");
+			give_up(w, j, TB_DLQ_MAX_ATTEMPTS, why);
 		} else if (rc == TB_EEXIST) {
 			/* Done before (a replay after a crash, a duplicate, or
 			 * another worker's run): acknowledge only. */
@@ -604,6 +669,9 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	}
 
 	/* A task: it waits its turn in the ledger (admit_waiting). */
+	if (tb_fault_hit("consumer-fatal"))
+		rd_kafka_test_fatal_error(w->consumer, RD_KAFKA_RESP_ERR__FENCED,
+					  "fault point consumer-fatal");
 	if (!(j->value = malloc(m->len ? m->len : 1)))
 		abort();
 	memcpy(j->value, m->payload, m->len);
@@ -622,6 +690,54 @@ finished:
 	tb_intake_free(&in);
 	acknowledge(w, j);
 	free_job(j);
+}
+
+/* Creates the consumer and subscribes it to the tasks topic. */
+static int join(worker_t *w, tb_error_t *err)
+{
+	const tb_config_t *cfg = w->d->cfg;
+	rd_kafka_topic_partition_list_t *sub;
+	int rc;
+
+	if ((rc = tb_kafka_consumer_new(&w->consumer, w->d->brokers, cfg->kafka.group,
+					cfg->kafka.group_instance_id, &cfg->kafka.properties,
+					on_rebalance, w, err)) < 0)
+		return rc;
+	sub = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(sub, cfg->kafka.tasks_topic, RD_KAFKA_PARTITION_UA);
+	rd_kafka_subscribe(w->consumer, sub);
+	rd_kafka_topic_partition_list_destroy(sub);
+	w->paused = 0;
+	return 0;
+}
+
+/*
+ * A consumer with a fatal error (a static member fenced by the group
+ * coordinator, seen after a broker restart) consumes nothing more. The
+ * worker gives its assignment up as if revoked (running tasks finish under
+ * their leases; their messages, delivered again, are found done) and joins
+ * the group again with a new consumer.
+ */
+static void rejoin_if_fatal(worker_t *w)
+{
+	char why[512];
+	tb_error_t err;
+
+	if (!rd_kafka_fatal_error(w->consumer, why, sizeof(why)))
+		return;
+	tb_warn(NULL, "consumer failed (%s): joining the group again", why);
+	for (int p = 0; p < MAX_PARTITIONS; p++) {
+		tb_watermark_free(w->marks[p]);
+		w->marks[p] = NULL;
+	}
+	drop_all_waiting(w);
+	rd_kafka_destroy_flags(w->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+	w->consumer = NULL;
+	for (unsigned pause = 250; join(w, &err) < 0 && !*w->stop;
+	     pause = pause * 2 > 10000 ? 10000 : pause * 2) {
+		tb_err(NULL, "cannot join the group again, retrying in %u ms: %s", pause, err.msg);
+		usleep(pause * 1000);
+	}
 }
 
 /* Pauses consumption while every slot is busy or taken by a waiting task:
@@ -645,7 +761,6 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		  tb_worker_stats_t *stats, tb_error_t *err)
 {
 	worker_t w = { 0 };
-	rd_kafka_topic_partition_list_t *sub;
 	int rc;
 
 	memset(stats, 0, sizeof(*stats));
@@ -661,16 +776,10 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	if ((rc = tb_kafka_producer_new(&w.producer, d->brokers, &d->cfg->kafka.properties, err)) <
 	    0)
 		return rc;
-	if ((rc = tb_kafka_consumer_new(&w.consumer, d->brokers, d->cfg->kafka.group,
-					d->cfg->kafka.group_instance_id, &d->cfg->kafka.properties,
-					on_rebalance, &w, err)) < 0) {
+	if ((rc = join(&w, err)) < 0) {
 		rd_kafka_destroy(w.producer);
 		return rc;
 	}
-	sub = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(sub, d->cfg->kafka.tasks_topic, RD_KAFKA_PARTITION_UA);
-	rd_kafka_subscribe(w.consumer, sub);
-	rd_kafka_topic_partition_list_destroy(sub);
 	tb_info(NULL, "worker %s: %llu slots, tasks from %s, leases of %llu ms", d->worker_id,
 		(unsigned long long)d->cfg->slots, d->cfg->kafka.tasks_topic,
 		(unsigned long long)w.lease_ms);
@@ -685,6 +794,9 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 				tb_warn(NULL, "consumer: %s", rd_kafka_message_errstr(m));
 			rd_kafka_message_destroy(m);
 		}
+		rejoin_if_fatal(&w);
+		if (!w.consumer)
+			break;
 		complete(&w);
 		admit_waiting(&w);
 		heartbeat(&w);
@@ -695,13 +807,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	/* Stopping: waiting tasks are left unacknowledged (delivered again);
 	 * running attempts may finish (bounded by their deadlines), under
 	 * their leases, and are recorded and committed; then leave the group. */
-	for (job_t *j = w.waiting, *next; j; j = next) {
-		next = j->next;
-		free_job(j);
-	}
-	w.waiting = NULL;
-	w.waiting_tail = &w.waiting;
-	w.nwaiting = 0;
+	drop_all_waiting(&w);
 	uint64_t drain_until = d->drain_ms ? now_ms() + d->drain_ms : 0;
 	while (w.running) {
 		if (drain_until && now_ms() > drain_until) {
@@ -718,15 +824,13 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		heartbeat(&w);
 		rd_kafka_poll(w.producer, 0);
 	}
-	/* a fenced attempt went back to waiting: it too is left */
-	for (job_t *j = w.waiting, *next; j; j = next) {
-		next = j->next;
-		free_job(j);
-	}
+	drop_all_waiting(&w); /* attempts retried or fenced meanwhile: left too */
 	commit_marks(&w);
 	rd_kafka_flush(w.producer, 10000);
-	rd_kafka_consumer_close(w.consumer);
-	rd_kafka_destroy(w.consumer);
+	if (w.consumer) { /* none if told to stop while joining again */
+		rd_kafka_consumer_close(w.consumer);
+		rd_kafka_destroy(w.consumer);
+	}
 	rd_kafka_destroy(w.producer);
 	for (int p = 0; p < MAX_PARTITIONS; p++)
 		tb_watermark_free(w.marks[p]);

@@ -105,8 +105,8 @@ static int mem_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_er
 	return 0; /* no other worker to hand the lease to */
 }
 
-static int mem_failed(tb_ledger_t *l, const char *task, uint64_t attempt, const char *reason,
-		      tb_error_t *err)
+static int mem_failed(tb_ledger_t *l, const char *task, uint64_t attempt, int code,
+		      const char *reason, tb_error_t *err)
 {
 	mem_ledger_t *m = (mem_ledger_t *)l;
 	int rc = 0;
@@ -125,6 +125,7 @@ static int mem_failed(tb_ledger_t *l, const char *task, uint64_t attempt, const 
 		a->attempt = attempt;
 		a->ts = (uint64_t)time(NULL) * 1000;
 		snprintf(a->worker, sizeof(a->worker), "%s", m->worker);
+		snprintf(a->code, sizeof(a->code), "%s", tb_error_name(code));
 		snprintf(a->reason, sizeof(a->reason), "%s", reason);
 		e->failures = bigger;
 	}

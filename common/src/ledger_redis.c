@@ -7,7 +7,7 @@
  *   <prefix>:task:{<id>}:attempts   counter, INCR'd by begin: the fencing token
  *   <prefix>:task:{<id>}:lease      "<attempt> <worker>", PX the lease time
  *   <prefix>:task:{<id>}:done       "<attempt> <manifest key>", set once
- *   <prefix>:task:{<id>}:failures   list of "<attempt>\t<ms>\t<worker>\t<reason>"
+ *   <prefix>:task:{<id>}:failures   list of "<attempt>\t<ms>\t<worker>\t<code>\t<reason>"
  *   <prefix>:worker:{<id>}          the worker's liveness JSON, PX its TTL
  *   <prefix>:workers                sorted set: worker id by last heartbeat (ms)
  *
@@ -261,8 +261,8 @@ static int redis_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_
 	return rc;
 }
 
-static int redis_failed(tb_ledger_t *l, const char *task, uint64_t attempt, const char *reason,
-			tb_error_t *err)
+static int redis_failed(tb_ledger_t *l, const char *task, uint64_t attempt, int code,
+			const char *reason, tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
 	char k[512], entry[1024];
@@ -270,8 +270,8 @@ static int redis_failed(tb_ledger_t *l, const char *task, uint64_t attempt, cons
 	int rc;
 
 	key(k, sizeof(k), r, task, "failures");
-	snprintf(entry, sizeof(entry), "%" PRIu64 "\t%" PRIu64 "\t%s\t%s", attempt,
-		 (uint64_t)time(NULL) * 1000, r->worker, reason);
+	snprintf(entry, sizeof(entry), "%" PRIu64 "\t%" PRIu64 "\t%s\t%s\t%s", attempt,
+		 (uint64_t)time(NULL) * 1000, r->worker, tb_error_name(code), reason);
 	pthread_mutex_lock(&r->lock);
 	rc = run(r, &rep, ANY, err, "EVAL %s 1 %s %s %d", FAILED_LUA, k, entry,
 		 TB_LEDGER_MAX_FAILURES);
@@ -300,22 +300,24 @@ static int redis_done(tb_ledger_t *l, const char *task, uint64_t attempt, const 
 	return fencing(rc, rep, task, attempt, "done", err);
 }
 
-/* "<attempt>\t<ms>\t<worker>\t<reason>" into @p a; the reason may hold
- * tabs. An entry not in this shape is kept whole as the reason. */
+/* "<attempt>\t<ms>\t<worker>\t<code>\t<reason>" into @p a; the reason may
+ * hold tabs. An entry not in this shape is kept whole as the reason. */
 static void parse_failure(tb_ledger_attempt_t *a, const char *s)
 {
 	unsigned long long att, ts;
-	int off = 0, wlen;
+	int off = 0;
 
 	memset(a, 0, sizeof(*a));
 	if (sscanf(s, "%llu\t%llu\t%n", &att, &ts, &off) == 2 && off > 0) {
-		const char *tab = strchr(s + off, '\t');
-		if (tab) {
+		const char *w = s + off, *tab1 = strchr(w, '\t');
+		const char *tab2 = tab1 ? strchr(tab1 + 1, '\t') : NULL;
+		if (tab2) {
 			a->attempt = att;
 			a->ts = ts;
-			wlen = (int)(tab - (s + off));
-			snprintf(a->worker, sizeof(a->worker), "%.*s", wlen, s + off);
-			s = tab + 1;
+			snprintf(a->worker, sizeof(a->worker), "%.*s", (int)(tab1 - w), w);
+			snprintf(a->code, sizeof(a->code), "%.*s", (int)(tab2 - tab1 - 1),
+				 tab1 + 1);
+			s = tab2 + 1;
 		}
 	}
 	snprintf(a->reason, sizeof(a->reason), "%s", s);

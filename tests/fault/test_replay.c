@@ -6,7 +6,12 @@
  *   - at every lifecycle phase in turn (TASKBOX_FAULT), one task each,
  *     the worker restarted after each death;
  *   - a batch of tasks with the worker killed at random moments (a bounded
- *     number of kills, each after a bounded time), restarted each time.
+ *     number of kills, each after a bounded time), restarted each time;
+ *   - a task that kills its worker every time (dead-lettered after
+ *     max_attempts);
+ *   - Kafka, Redis and the S3 server each down for a while mid-batch;
+ *   - three workers in one group, stopped, killed and restarted mid-batch;
+ *   - the Kafka consumer failing for good (fenced) mid-batch.
  *
  * Each prints `submitted / done / ran-twice-concurrently / lost / orphans`
  * and requires N / N / 0 / 0 / 0. A task is done when it has one
@@ -32,6 +37,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <librdkafka/rdkafka.h>
 #include <signal.h>
@@ -44,6 +50,7 @@
 #include <unistd.h>
 
 #include "tb/kafka.h"
+#include "tb/schema_dlq.h"
 #include "tb/schema_event.h"
 #include "tb/schema_manifest.h"
 #include "tb/schema_task.h"
@@ -59,11 +66,15 @@ static char root[64] = "/tmp/tb-replay-XXXXXX";
 static char repo[128], commit[64], runtimes[128], bucket[64];
 static const char *brokers, *redis_url, *s3_endpoint;
 
-/* One scenario: its own topics, group, ledger prefix and worker id. */
+#define MAX_WORKERS 3
+
+/* One scenario: its own topics, group, ledger prefix and worker ids. */
 typedef struct scenario {
 	const char *name;
-	char tasks[64], events[64], dlq[64], group[64], prefix[64], worker[64];
-	char config[160], log[160], work[160];
+	char tasks[64], events[64], dlq[64], group[64], prefix[64];
+	int nworkers;
+	char worker[MAX_WORKERS][64], config[MAX_WORKERS][160];
+	char log[160], work[160];
 	char ids[MAX_TASKS][64];
 	int n;
 } scenario_t;
@@ -102,12 +113,17 @@ static int setup(void **state)
 		return -1;
 	pclose(f);
 	commit[strcspn(commit, "\n")] = '\0';
-	/* Attempts enough for a task hit by every kill of a batch. */
+	/* Runtimes: "killable" has attempts enough for a task hit by every
+	 * kill of a batch (each kill spends an attempt); "standard" has the
+	 * default 3 (service outages must not spend them); "twice" has 2. */
 	snprintf(runtimes, sizeof(runtimes), "%s/runtimes", root);
-	snprintf(cmd, sizeof(cmd),
-		 "mkdir -p %s && echo '{\"v\": 1, \"name\": \"default\", \"max_attempts\": 20}' "
-		 "> %s/default.json",
-		 runtimes, runtimes);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "mkdir -p %s && cd %s && "
+	    "echo '{\"v\": 1, \"name\": \"killable\", \"max_attempts\": 20}' > killable.json && "
+	    "echo '{\"v\": 1, \"name\": \"standard\"}' > standard.json && "
+	    "echo '{\"v\": 1, \"name\": \"twice\", \"max_attempts\": 2}' > twice.json",
+	    runtimes, runtimes);
 	if (system(cmd) != 0)
 		return -1;
 
@@ -163,43 +179,54 @@ static void make_topics(const scenario_t *sc)
 	rd_kafka_destroy(rk);
 }
 
-static void scenario_init(scenario_t *sc, const char *name)
+/* Scenario @p name with @p nworkers worker ids; @p static_members: each
+ * keeps its Kafka group membership across restarts (group.instance.id). */
+static void scenario_init(scenario_t *sc, const char *name, int nworkers, int static_members)
 {
 	memset(sc, 0, sizeof(*sc));
 	sc->name = name;
+	sc->nworkers = nworkers;
 	snprintf(sc->tasks, sizeof(sc->tasks), "replay-%s-%d.tasks", name, getpid());
 	snprintf(sc->events, sizeof(sc->events), "replay-%s-%d.events", name, getpid());
 	snprintf(sc->dlq, sizeof(sc->dlq), "replay-%s-%d.dlq", name, getpid());
 	snprintf(sc->group, sizeof(sc->group), "replay-%s-%d", name, getpid());
 	snprintf(sc->prefix, sizeof(sc->prefix), "replay-%s-%d", name, getpid());
-	snprintf(sc->worker, sizeof(sc->worker), "replay-%s-%d-w1", name, getpid());
-	snprintf(sc->config, sizeof(sc->config), "%s/%s.json", root, name);
 	snprintf(sc->log, sizeof(sc->log), "%s/%s.log", root, name);
 	snprintf(sc->work, sizeof(sc->work), "%s/work", root);
 	make_topics(sc);
-	FILE *f = fopen(sc->config, "w");
-	assert_non_null(f);
-	fprintf(
-	    f,
-	    "{\"v\": 1, \"worker_id\": \"%s\", \"slots\": 2, \"log_level\": \"info\",\n"
-	    " \"kafka\": {\"brokers\": \"%s\", \"group\": \"%s\", \"group_instance_id\": "
-	    "\"%s\",\n"
-	    "  \"tasks_topic\": \"%s\", \"events_topic\": \"%s\", \"dlq_topic\": \"%s\",\n"
-	    "  \"properties\": {\"session.timeout.ms\": \"10000\"}},\n"
-	    " \"ledger\": {\"url\": \"%s\", \"prefix\": \"%s\", \"lease_ms\": %d},\n"
-	    " \"store\": {\"url\": \"s3://%s/runs\", \"endpoint\": \"%s\", \"region\": \"%s\"},\n"
-	    " \"runtimes_dir\": \"%s\", \"work_dir\": \"%s\", \"cache_dir\": \"%s/cache\"}\n",
-	    sc->worker, brokers, sc->group, sc->worker, sc->tasks, sc->events, sc->dlq, redis_url,
-	    sc->prefix, LEASE_MS, bucket, s3_endpoint, getenv("TASKBOX_TEST_S3_REGION"), runtimes,
-	    sc->work, root);
-	fclose(f);
+	for (int k = 0; k < nworkers; k++) {
+		char instance[100] = "";
+		snprintf(sc->worker[k], sizeof(sc->worker[k]), "replay-%s-%d-w%d", name, getpid(),
+			 k + 1);
+		snprintf(sc->config[k], sizeof(sc->config[k]), "%s/%s-w%d.json", root, name, k + 1);
+		if (static_members)
+			snprintf(instance, sizeof(instance), "\"group_instance_id\": \"%s\", ",
+				 sc->worker[k]);
+		FILE *f = fopen(sc->config[k], "w");
+		assert_non_null(f);
+		fprintf(
+		    f,
+		    "{\"v\": 1, \"worker_id\": \"%s\", \"slots\": 2, \"log_level\": \"info\",\n"
+		    " \"kafka\": {\"brokers\": \"%s\", \"group\": \"%s\", %s\n"
+		    "  \"tasks_topic\": \"%s\", \"events_topic\": \"%s\", \"dlq_topic\": \"%s\",\n"
+		    "  \"properties\": {\"session.timeout.ms\": \"10000\"}},\n"
+		    " \"ledger\": {\"url\": \"%s\", \"prefix\": \"%s\", \"lease_ms\": %d},\n"
+		    " \"store\": {\"url\": \"s3://%s/runs\", \"endpoint\": \"%s\", "
+		    "\"region\": \"%s\"},\n"
+		    " \"runtimes_dir\": \"%s\", \"work_dir\": \"%s\", \"cache_dir\": "
+		    "\"%s/cache\"}\n",
+		    sc->worker[k], brokers, sc->group, instance, sc->tasks, sc->events, sc->dlq,
+		    redis_url, sc->prefix, LEASE_MS, bucket, s3_endpoint,
+		    getenv("TASKBOX_TEST_S3_REGION"), runtimes, sc->work, root);
+		fclose(f);
+	}
 }
 
 /* ----------------------------------------------------------- workers */
 
-/* `taskbox worker` with the scenario's configuration, dying at @p fault
- * (NULL: none); its log appended to the scenario's. */
-static pid_t start_worker(const scenario_t *sc, const char *fault)
+/* `taskbox worker` number @p k of the scenario, dying at @p fault (NULL:
+ * none); its log appended to the scenario's. */
+static pid_t start_worker(const scenario_t *sc, int k, const char *fault)
 {
 	pid_t pid = fork();
 	if (pid == 0) {
@@ -209,7 +236,7 @@ static pid_t start_worker(const scenario_t *sc, const char *fault)
 			unsetenv("TASKBOX_FAULT");
 		if (!freopen(sc->log, "a", stderr))
 			_exit(126);
-		execl(TB_TASKBOX, "taskbox", "worker", "--config", sc->config, (char *)NULL);
+		execl(TB_TASKBOX, "taskbox", "worker", "--config", sc->config[k], (char *)NULL);
 		_exit(127);
 	}
 	return pid;
@@ -235,7 +262,7 @@ static void show_log(const scenario_t *sc)
 		fprintf(stderr, "(no log)\n");
 }
 
-static void produce_tasks(scenario_t *sc, const char *stem, int n)
+static void produce_tasks(scenario_t *sc, const char *stem, int n, const char *runtime)
 {
 	tb_error_t err;
 	rd_kafka_t *p;
@@ -249,7 +276,7 @@ static void produce_tasks(scenario_t *sc, const char *stem, int n)
 		msgpack_sbuffer sb;
 		snprintf(id, sizeof(sc->ids[0]), "%s-%d-%d", stem, getpid(), i);
 		t.id = id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = url, t.recipe.commit = commit;
-		t.prompt = (char *)"hello?", t.runtime = (char *)"default", t.submitted_at = 1;
+		t.prompt = (char *)"hello?", t.runtime = (char *)runtime, t.submitted_at = 1;
 		msgpack_sbuffer_init(&sb);
 		assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
 		assert_int_equal(tb_kafka_produce(p, sc->tasks, id, sb.data, sb.size, &err), 0);
@@ -318,28 +345,38 @@ static int64_t committed(const scenario_t *sc)
 	return sum;
 }
 
-/* Runs a worker without faults until every task is done and its message
- * committed (bounded), then stops it with SIGTERM. */
-static void finish_all(const scenario_t *sc, int seconds)
+/* Waits until every task is done and its message committed (bounded),
+ * then stops the @p n workers in @p pids with SIGTERM: each must exit 0. */
+static void run_until_done(const scenario_t *sc, const pid_t *pids, int n, int seconds)
 {
-	pid_t w = start_worker(sc, NULL);
-	int all = 0;
+	int all = 0, clean = 1, status = 0;
 	for (int i = 0; i < seconds && !all; i++) {
 		sleep(1);
 		all = count_done(sc) == sc->n && committed(sc) == sc->n;
 	}
-	kill(w, SIGTERM);
-	int status = wait_exit(w, 150);
-	if (status < 0) {
-		kill(w, SIGKILL);
-		waitpid(w, &status, 0);
+	for (int k = 0; k < n; k++)
+		kill(pids[k], SIGTERM);
+	for (int k = 0; k < n; k++) {
+		if ((status = wait_exit(pids[k], 150)) < 0) {
+			kill(pids[k], SIGKILL);
+			waitpid(pids[k], &status, 0);
+		}
+		clean &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
 	}
-	if (!all || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+	if (!all || !clean) {
 		show_log(sc);
-		fail_msg("%s: the last worker did not finish every task (%d of %d done, "
-			 "committed %lld; exit status %d)",
-			 sc->name, count_done(sc), sc->n, (long long)committed(sc), status);
+		fail_msg("%s: the workers did not finish every task (%d of %d done, "
+			 "committed %lld; clean exits: %s)",
+			 sc->name, count_done(sc), sc->n, (long long)committed(sc),
+			 clean ? "yes" : "no");
 	}
+}
+
+/* Runs worker 0 without faults until every task is done, then stops it. */
+static void finish_all(const scenario_t *sc, int seconds)
+{
+	pid_t w = start_worker(sc, 0, NULL);
+	run_until_done(sc, &w, 1, seconds);
 }
 
 /* ------------------------------------------------------------ checks */
@@ -512,14 +549,14 @@ static int count_lines_with(const char *path, const char *needle)
 	return n;
 }
 
-/* What the workers left: processes in a sandbox cgroup of theirs, sandbox
+/* What worker @p id left: processes in a sandbox cgroup of its, sandbox
  * cgroups, mounts and directories under the work directory. */
-static int orphans(const scenario_t *sc)
+static int orphans_of(const scenario_t *sc, const char *id)
 {
-	char group[96], needle[128], cmd[512], line[64];
+	char group[96], needle[300], cmd[512], line[64];
 	int n = 0;
 
-	snprintf(group, sizeof(group), "tb-%s", sc->worker);
+	snprintf(group, sizeof(group), "tb-%s", id);
 	snprintf(needle, sizeof(needle), "/%s/", group);
 	DIR *d = opendir("/proc");
 	struct dirent *e;
@@ -537,15 +574,17 @@ static int orphans(const scenario_t *sc)
 		closedir(d);
 	snprintf(cmd, sizeof(cmd), "find /sys/fs/cgroup -type d -path '*/%s/*' | wc -l", group);
 	FILE *f = popen(cmd, "r");
-	if (f && fgets(line, sizeof(line), f) && atoi(line) > 0) {
-		fprintf(stderr, "orphan: %d sandbox cgroups\n", atoi(line));
-		n += atoi(line);
+	long cgroups = f && fgets(line, sizeof(line), f) ? strtol(line, NULL, 10) : 0;
+	if (cgroups > 0) {
+		fprintf(stderr, "orphan: %ld sandbox cgroups\n", cgroups);
+		n += (int)cgroups;
 	}
 	if (f)
 		pclose(f);
-	int mounts = count_lines_with("/proc/self/mountinfo", sc->work);
+	snprintf(needle, sizeof(needle), "%s/%s", sc->work, group);
+	int mounts = count_lines_with("/proc/self/mountinfo", needle);
 	if (mounts)
-		fprintf(stderr, "orphan: %d mounts under %s\n", mounts, sc->work);
+		fprintf(stderr, "orphan: %d mounts under %s\n", mounts, needle);
 	n += mounts;
 	if ((d = opendir(sc->work))) {
 		while ((e = readdir(d)))
@@ -591,7 +630,9 @@ static void check(const scenario_t *sc)
 	}
 	redisFree(c);
 	tb_store_close(s);
-	int left = orphans(sc);
+	int left = 0;
+	for (int k = 0; k < sc->nworkers; k++)
+		left += orphans_of(sc, sc->worker[k]);
 	printf("replay %-12s submitted %d / done %d / ran-twice-concurrently %d / lost %d / "
 	       "orphans %d\n",
 	       sc->name, sc->n, done, twice, lost, left);
@@ -620,11 +661,11 @@ static void test_replay__kill_at_every_phase(void **state)
 	(void)state;
 	if (!brokers)
 		skip();
-	scenario_init(sc, "phases");
+	scenario_init(sc, "phases", 1, 1);
 	for (int i = 0; i < npoints; i++) {
 		snprintf(stem, sizeof(stem), "at-%s", points[i]);
-		produce_tasks(sc, stem, 1);
-		pid_t w = start_worker(sc, points[i]);
+		produce_tasks(sc, stem, 1, "killable");
+		pid_t w = start_worker(sc, 0, points[i]);
 		int status = wait_exit(w, 120);
 		if (status < 0) {
 			kill(w, SIGKILL);
@@ -646,7 +687,7 @@ static void test_replay__kill_at_every_phase(void **state)
 static void test_replay__random_kills_during_a_batch(void **state)
 {
 	const char *env = getenv("TB_REPLAY_TASKS");
-	int n = env ? atoi(env) : 200, kills = 0;
+	int n = env ? (int)strtol(env, NULL, 10) : 200, kills = 0;
 	unsigned seed = (unsigned)getpid();
 	static scenario_t scenario;
 	scenario_t *sc = &scenario;
@@ -656,12 +697,12 @@ static void test_replay__random_kills_during_a_batch(void **state)
 		skip();
 	if (n < 1 || n > MAX_TASKS)
 		n = 200;
-	scenario_init(sc, "random");
-	produce_tasks(sc, "batch", n);
+	scenario_init(sc, "random", 1, 1);
+	produce_tasks(sc, "batch", n, "killable");
 	printf("random kills: seed %u\n", seed);
 	srand(seed);
 	for (int k = 0; k < 8 && count_done(sc) < sc->n; k++) { /* at most 8 kills */
-		pid_t w = start_worker(sc, NULL);
+		pid_t w = start_worker(sc, 0, NULL);
 		usleep((useconds_t)(1500 + rand() % 3500) * 1000); /* 1.5 to 5 s */
 		kill(w, SIGKILL);
 		waitpid(w, NULL, 0);
@@ -673,11 +714,218 @@ static void test_replay__random_kills_during_a_batch(void **state)
 	check(sc);
 }
 
+/* The DLQ records of task @p id; the last one's cause and reason. */
+static int dead_letters(const scenario_t *sc, const char *id, int *cause, char *reason, size_t len)
+{
+	tb_error_t err;
+	rd_kafka_t *c;
+	tb_kv_t eof = { (char *)"enable.partition.eof", (char *)"true" };
+	tb_strmap_t props = { 1, &eof };
+	int n = 0, done = 0;
+
+	assert_int_equal(
+	    tb_kafka_consumer_new(&c, brokers, "replay-reader", NULL, &props, NULL, NULL, &err), 0);
+	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(parts, sc->dlq, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+	rd_kafka_assign(c, parts);
+	rd_kafka_topic_partition_list_destroy(parts);
+	for (time_t until = time(NULL) + 60; !done && time(NULL) < until;) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
+		if (!m)
+			continue;
+		tb_dlq_t rec;
+		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			done = 1;
+		else if (!m->err &&
+			 tb_msg_decode(&tb_schema_dlq, &rec, m->payload, m->len, &err) == 0) {
+			if (rec.task_id && !strcmp(rec.task_id, id)) {
+				n++;
+				*cause = rec.cause;
+				snprintf(reason, len, "%s", rec.reason ? rec.reason : "");
+			}
+			tb_msg_free(&tb_schema_dlq, &rec);
+		}
+		rd_kafka_message_destroy(m);
+	}
+	rd_kafka_consumer_close(c);
+	rd_kafka_destroy(c);
+	return n;
+}
+
+/* A task that kills its worker every time it runs ends in the DLQ after
+ * max_attempts (here 2), and the worker lives on. */
+static void test_replay__a_task_that_kills_its_worker_is_dead_lettered(void **state)
+{
+	static scenario_t scenario;
+	scenario_t *sc = &scenario;
+	char reason[1024] = "";
+	int cause = -1, status;
+
+	(void)state;
+	if (!brokers)
+		skip();
+	scenario_init(sc, "crashloop", 1, 1);
+	produce_tasks(sc, "crash", 1, "twice");
+	for (int k = 0; k < 2; k++) {
+		pid_t w = start_worker(sc, 0, "running");
+		if ((status = wait_exit(w, 120)) < 0 || !WIFSIGNALED(status)) {
+			if (status < 0)
+				kill(w, SIGKILL), waitpid(w, NULL, 0);
+			show_log(sc);
+			fail_msg("run %d: the task did not kill its worker (status %d)", k + 1,
+				 status);
+		}
+	}
+	/* the third delivery: no attempt left, dead-lettered without running */
+	pid_t w = start_worker(sc, 0, "running");
+	int all = 0;
+	for (int i = 0; i < 120 && !all; i++) {
+		sleep(1);
+		all = count_done(sc) == 1 && committed(sc) == 1;
+		assert_int_equal(waitpid(w, &status, WNOHANG), 0); /* still alive */
+	}
+	kill(w, SIGTERM);
+	status = wait_exit(w, 150);
+	if (!all || status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		show_log(sc);
+		fail_msg("the worker did not dead-letter the task and stop cleanly (%d)", status);
+	}
+	assert_int_equal(dead_letters(sc, sc->ids[0], &cause, reason, sizeof(reason)), 1);
+	printf("crash loop: dead-lettered: %s\n", reason);
+	assert_int_equal(cause, TB_DLQ_MAX_ATTEMPTS);
+	assert_non_null(strstr(reason, "2 of 2 begun ended without a result"));
+}
+
+/*
+ * deploy/local/services @p action @p name (the services this suite runs).
+ * The services it starts must not hold our descriptors (ctest's output
+ * pipes would never close): they get none but /dev/null.
+ */
+static void services(const char *action, const char *name)
+{
+	char cmd[512];
+	int status;
+
+	snprintf(cmd, sizeof(cmd), "%s/deploy/local/services %s %s", TB_SOURCE_DIR, action, name);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+		if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+			_exit(126);
+		close_range(3, ~0u, 0);
+		setenv("TB_KEEP_DATA", "1", 1); /* a restart, not a fresh service */
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("%s failed (status %d)", cmd, status);
+}
+
+/*
+ * Kafka stopped for 5 s and started, Redis restarted, the S3 server down
+ * for 10 s, each while tasks run: nothing is lost or run twice, and the
+ * outages do not spend the tasks' attempts (runtime "standard": 3).
+ */
+static void test_replay__services_down_mid_batch(void **state)
+{
+	static const struct {
+		const char *name;
+		unsigned seconds;
+	} outages[] = { { "kafka", 5 }, { "redis", 3 }, { "s3", 10 } };
+	static scenario_t scenario;
+	scenario_t *sc = &scenario;
+	char stem[32];
+
+	(void)state;
+	if (!brokers)
+		skip();
+	scenario_init(sc, "outages", 1, 1);
+	pid_t w = start_worker(sc, 0, NULL);
+	for (size_t i = 0; i < sizeof(outages) / sizeof(outages[0]); i++) {
+		snprintf(stem, sizeof(stem), "during-%s", outages[i].name);
+		produce_tasks(sc, stem, 16, "standard");
+		sleep(2); /* tasks in flight */
+		printf("outage: %s down for %u s with %d of %d tasks done\n", outages[i].name,
+		       outages[i].seconds, count_done(sc), sc->n);
+		fflush(stdout);
+		services("stop", outages[i].name);
+		sleep(outages[i].seconds);
+		services("start --reuse", outages[i].name);
+		assert_int_equal(waitpid(w, NULL, WNOHANG), 0); /* the worker lives on */
+	}
+	run_until_done(sc, &w, 1, 300);
+	check(sc);
+}
+
+/*
+ * Three workers in one group (dynamic membership), started and stopped
+ * during a batch: one stops cleanly and comes back, one is killed and
+ * comes back. Every rebalance hands partitions over with tasks in flight.
+ */
+static void test_replay__rebalances_during_a_batch(void **state)
+{
+	static scenario_t scenario;
+	scenario_t *sc = &scenario;
+	pid_t w[MAX_WORKERS];
+	int status;
+
+	(void)state;
+	if (!brokers)
+		skip();
+	scenario_init(sc, "fleet", 3, 0);
+	produce_tasks(sc, "fleet", 120, "killable");
+	w[0] = start_worker(sc, 0, NULL);
+	w[1] = start_worker(sc, 1, NULL);
+	sleep(4);
+	w[2] = start_worker(sc, 2, NULL); /* a third joins */
+	sleep(4);
+	printf("fleet: %d of %d done; worker 1 stops\n", count_done(sc), sc->n);
+	kill(w[0], SIGTERM); /* leaves: its running tasks finish first */
+	status = wait_exit(w[0], 150);
+	assert_true(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	sleep(2);
+	w[0] = start_worker(sc, 0, NULL); /* and comes back */
+	sleep(4);
+	printf("fleet: %d of %d done; worker 2 is killed\n", count_done(sc), sc->n);
+	kill(w[1], SIGKILL);
+	waitpid(w[1], NULL, 0);
+	sleep(2);
+	w[1] = start_worker(sc, 1, NULL);
+	run_until_done(sc, w, 3, 300);
+	check(sc);
+}
+
+/* The Kafka consumer fails for good mid-batch (fenced): the worker joins
+ * the group again with a new one and finishes the batch. */
+static void test_replay__a_failed_consumer_is_replaced(void **state)
+{
+	static scenario_t scenario;
+	scenario_t *sc = &scenario;
+	char cmd[400];
+
+	(void)state;
+	if (!brokers)
+		skip();
+	scenario_init(sc, "rejoin", 1, 1);
+	produce_tasks(sc, "rejoin", 8, "standard");
+	pid_t w = start_worker(sc, 0, "consumer-fatal@3");
+	run_until_done(sc, &w, 1, 180);
+	snprintf(cmd, sizeof(cmd), "grep -q 'joining the group again' %.300s", sc->log);
+	assert_int_equal(system(cmd), 0);
+	check(sc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_replay__kill_at_every_phase),
 		cmocka_unit_test(test_replay__random_kills_during_a_batch),
+		cmocka_unit_test(test_replay__a_task_that_kills_its_worker_is_dead_lettered),
+		cmocka_unit_test(test_replay__services_down_mid_batch),
+		cmocka_unit_test(test_replay__rebalances_during_a_batch),
+		cmocka_unit_test(test_replay__a_failed_consumer_is_replaced),
 	};
+	if (getenv("TB_REPLAY_ONLY")) /* e.g. "*rebalances*" */
+		cmocka_set_test_filter(getenv("TB_REPLAY_ONLY"));
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -54,16 +54,18 @@ static void contract(tb_ledger_t *l)
 	assert_int_equal(n, 0);
 	assert_null(hist);
 	/* failures keep their reasons, oldest first, tabs and all */
-	assert_int_equal(l->ops->failed(l, task, 1, "sandbox: cgroup\tgone", &err), 0);
+	assert_int_equal(l->ops->failed(l, task, 1, TB_EIO, "sandbox: cgroup\tgone", &err), 0);
 	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), 0);
 	assert_int_equal(attempt, 2);
-	assert_int_equal(l->ops->failed(l, task, 2, "recipe fetch timed out", &err), 0);
+	assert_int_equal(l->ops->failed(l, task, 2, TB_ERETRY, "recipe fetch timed out", &err), 0);
 	assert_int_equal(l->ops->history(l, task, &hist, &n, &err), 0);
 	assert_int_equal(n, 2);
 	assert_int_equal(hist[0].attempt, 1);
 	assert_string_equal(hist[0].reason, "sandbox: cgroup\tgone");
+	assert_string_equal(hist[0].code, "io");
 	assert_int_equal(hist[1].attempt, 2);
 	assert_string_equal(hist[1].reason, "recipe fetch timed out");
+	assert_string_equal(hist[1].code, "retryable");
 	assert_true(hist[1].ts > 0);
 	assert_true(hist[1].worker[0] != '\0');
 	free(hist);
@@ -166,10 +168,11 @@ static void test_ledger__redis_leases_are_shared_between_workers(void **state)
 	assert_int_equal(a->ops->renew(a, task, 1, LEASE, &err), TB_EFENCED);
 	assert_int_equal(a->ops->done(a, task, 1, "tasks/t/1/manifest.msgpack", &err), TB_EFENCED);
 	assert_int_equal(a->ops->begin(a, task, LEASE, &att, &err), TB_EBUSY);
-	assert_int_equal(b->ops->failed(b, task, 2, "lost its slot", &err), 0);
+	assert_int_equal(b->ops->failed(b, task, 2, TB_EFENCED, "lost its slot", &err), 0);
 	assert_int_equal(a->ops->history(a, task, &hist, &n, &err), 0);
 	assert_int_equal(n, 1);
 	assert_string_equal(hist[0].worker, "worker-b");
+	assert_string_equal(hist[0].code, "fenced");
 	free(hist);
 	assert_int_equal(b->ops->done(b, task, 2, "m", &err), 0);
 	/* done released the lease: the other worker sees done, not busy */
@@ -231,7 +234,7 @@ static void keeps_the_newest_failures(tb_ledger_t *l)
 
 	for (uint64_t i = 1; i <= 70; i++) {
 		snprintf(reason, sizeof(reason), "failure %llu", (unsigned long long)i);
-		assert_int_equal(l->ops->failed(l, "capped", i, reason, &err), 0);
+		assert_int_equal(l->ops->failed(l, "capped", i, TB_EIO, reason, &err), 0);
 	}
 	assert_int_equal(l->ops->history(l, "capped", &hist, &n, &err), 0);
 	assert_int_equal(n, 64);
@@ -293,7 +296,7 @@ static void test_ledger__unreachable_redis_is_retryable(void **state)
 	assert_int_equal(l->ops->release(l, "t", 1, &err), TB_ERETRY);
 	assert_int_equal(l->ops->alive(l, "{}", LEASE, &err), TB_ERETRY);
 	assert_int_equal(l->ops->workers(l, &infos, &n, &err), TB_ERETRY);
-	assert_int_equal(l->ops->failed(l, "t", 1, "r", &err), TB_ERETRY);
+	assert_int_equal(l->ops->failed(l, "t", 1, TB_EIO, "r", &err), TB_ERETRY);
 	assert_int_equal(l->ops->done(l, "t", 1, "m", &err), TB_ERETRY);
 	assert_int_equal(l->ops->history(l, "t", &hist, &n, &err), TB_ERETRY);
 	assert_int_equal(n, 0);

@@ -40,6 +40,10 @@ static void test_watermark__commits_lowest_unfinished(void **state)
 	assert_int_equal(tb_watermark_finish(w, 13, &err), 0);
 	assert_int_equal(tb_watermark_commit(w), 15); /* all done: one past */
 	assert_int_equal(tb_watermark_in_flight(w), 0);
+	/* a commit that may have been lost is sent again, once */
+	tb_watermark_resend(w);
+	assert_int_equal(tb_watermark_commit(w), 15);
+	assert_int_equal(tb_watermark_commit(w), -1);
 	tb_watermark_free(w);
 }
 

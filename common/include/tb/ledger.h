@@ -23,6 +23,7 @@ typedef struct tb_ledger_attempt {
 	uint64_t attempt;
 	uint64_t ts;
 	char worker[128];
+	char code[24]; /* tb_error_name() of why it failed */
 	char reason[512];
 } tb_ledger_attempt_t;
 
@@ -52,10 +53,10 @@ struct tb_ledger_ops {
 	/* Lets the lease go (the attempt is over and nothing will run it
 	 * here): another worker may begin at once. A no-op if fenced. */
 	int (*release)(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err);
-	/* The attempt failed retryably (or was poison): keep the reason
-	 * (the newest TB_LEDGER_MAX_FAILURES are kept). The lease stays. */
-	int (*failed)(tb_ledger_t *l, const char *task, uint64_t attempt, const char *reason,
-		      tb_error_t *err);
+	/* The attempt failed (@p code, a TB_E*, and the reason): kept, the
+	 * newest TB_LEDGER_MAX_FAILURES of them. The lease stays. */
+	int (*failed)(tb_ledger_t *l, const char *task, uint64_t attempt, int code,
+		      const char *reason, tb_error_t *err);
 	/* The attempt is recorded (manifest durable, or "" for a task
 	 * dead-lettered): the done-marker, and the lease released.
 	 * TB_EFENCED if a newer attempt began (nothing is written). */
