@@ -8,14 +8,16 @@
 
 enum {
 	TB_EXIT_OK = 0,
-	TB_EXIT_FAILURE = 1, /* the operation ran and failed */
-	TB_EXIT_USAGE = 2,   /* bad arguments */
-	TB_EXIT_CONFIG = 3,  /* configuration could not be loaded */
-	TB_EXIT_INVALID = 4, /* an input failed its schema */
+	TB_EXIT_FAILURE = 1,   /* the operation ran and failed */
+	TB_EXIT_USAGE = 2,     /* bad arguments */
+	TB_EXIT_CONFIG = 3,    /* configuration could not be loaded */
+	TB_EXIT_INVALID = 4,   /* an input failed its schema */
+	TB_EXIT_NOT_FOUND = 5, /* the thing named does not exist */
 };
 
 int tb_cmd_demo(int argc, char **argv);
 int tb_cmd_schema(int argc, char **argv);
+int tb_cmd_status(int argc, char **argv);
 int tb_cmd_worker(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ static const struct {
 } commands[] = {
 	{ "demo", tb_cmd_demo, "run the embedded demo (no external services)" },
 	{ "schema", tb_cmd_schema, "encode, decode and check wire messages" },
+	{ "status", tb_cmd_status, "a task's state, or the fleet's workers and lag" },
 	{ "worker", tb_cmd_worker, "run a worker (tasks from Kafka, each in a sandbox)" },
 };
 

@@ -18,6 +18,7 @@ typedef struct entry {
 	char *task;
 	uint64_t attempts; /* the newest attempt: the fencing token */
 	int done;
+	char *manifest; /* the done-marker's */
 	tb_ledger_attempt_t *failures;
 	size_t nfail;
 	struct entry *next;
@@ -139,10 +140,14 @@ static int mem_done(tb_ledger_t *l, const char *task, uint64_t attempt, const ch
 	mem_ledger_t *m = (mem_ledger_t *)l;
 	int rc;
 
-	(void)manifest_key;
 	pthread_mutex_lock(&m->lock);
-	if ((rc = newest(m, task, attempt, err)) == 0)
-		find(m, task, 0)->done = 1;
+	entry_t *e = find(m, task, 0);
+	if ((rc = newest(m, task, attempt, err)) == 0 && !e->done) {
+		if (!(e->manifest = strdup(manifest_key)))
+			rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+		else
+			e->done = 1;
+	}
 	pthread_mutex_unlock(&m->lock);
 	return rc;
 }
@@ -165,6 +170,26 @@ static int mem_history(tb_ledger_t *l, const char *task, tb_ledger_attempt_t **o
 	}
 	pthread_mutex_unlock(&m->lock);
 	return rc;
+}
+
+static int mem_inspect(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, tb_error_t *err)
+{
+	mem_ledger_t *m = (mem_ledger_t *)l;
+
+	(void)err;
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&m->lock);
+	entry_t *e = find(m, task, 0);
+	if (e) {
+		out->attempts = e->attempts;
+		out->done = e->done;
+		if (e->done) {
+			out->done_attempt = e->attempts;
+			snprintf(out->manifest, sizeof(out->manifest), "%s", e->manifest);
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	return 0;
 }
 
 static int mem_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_t *err)
@@ -209,6 +234,7 @@ static void mem_close(tb_ledger_t *l)
 	for (entry_t *e = m->head, *next; e; e = next) {
 		next = e->next;
 		free(e->task);
+		free(e->manifest);
 		free(e->failures);
 		free(e);
 	}
@@ -224,6 +250,7 @@ static const struct tb_ledger_ops mem_ops = {
 	.failed = mem_failed,
 	.done = mem_done,
 	.history = mem_history,
+	.inspect = mem_inspect,
 	.alive = mem_alive,
 	.workers = mem_workers,
 	.close = mem_close,

@@ -75,6 +75,10 @@ static const char DONE_LUA[] = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then re
 			       "redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], 'NX') "
 			       "redis.call('DEL', KEYS[3]) "
 			       "return 1";
+/* KEYS attempts, lease, done. {attempts, lease, pttl, done}, false for
+ * what is missing. */
+static const char INSPECT_LUA[] = "return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), "
+				  "redis.call('PTTL', KEYS[2]), redis.call('GET', KEYS[3])}";
 /* KEYS worker, workers; ARGV info, ttl ms, id, now ms. Forgets workers
  * silent for a day. */
 static const char ALIVE_LUA[] =
@@ -352,6 +356,45 @@ static int redis_history(tb_ledger_t *l, const char *task, tb_ledger_attempt_t *
 	return 0;
 }
 
+static int redis_inspect(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+	char k_att[512], k_lease[512], k_done[512];
+	redisReply *rep;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	key(k_att, sizeof(k_att), r, task, "attempts");
+	key(k_lease, sizeof(k_lease), r, task, "lease");
+	key(k_done, sizeof(k_done), r, task, "done");
+	pthread_mutex_lock(&r->lock);
+	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 3 %s %s %s", INSPECT_LUA, k_att, k_lease,
+		 k_done);
+	pthread_mutex_unlock(&r->lock);
+	if (rc < 0)
+		return rc;
+	/* A missing key's false arrives as a nil element. */
+	redisReply **e = rep->element;
+	size_t n = rep->elements;
+	if (n > 0 && e[0]->type == REDIS_REPLY_STRING)
+		out->attempts = strtoull(e[0]->str, NULL, 10);
+	if (n > 1 && e[1]->type == REDIS_REPLY_STRING)
+		snprintf(out->lease, sizeof(out->lease), "%s", e[1]->str);
+	if (n > 2 && e[2]->type == REDIS_REPLY_INTEGER && e[2]->integer > 0)
+		out->lease_left = (uint64_t)e[2]->integer;
+	if (n > 3 && e[3]->type == REDIS_REPLY_STRING) {
+		int off = 0;
+		unsigned long long att = 0;
+		out->done = 1;
+		if (sscanf(e[3]->str, "%llu %n", &att, &off) >= 1) {
+			out->done_attempt = att;
+			snprintf(out->manifest, sizeof(out->manifest), "%s", e[3]->str + off);
+		}
+	}
+	freeReplyObject(rep);
+	return 0;
+}
+
 static int redis_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
@@ -427,6 +470,7 @@ static const struct tb_ledger_ops redis_ops = {
 	.failed = redis_failed,
 	.done = redis_done,
 	.history = redis_history,
+	.inspect = redis_inspect,
 	.alive = redis_alive,
 	.workers = redis_workers,
 	.close = redis_close,

@@ -173,6 +173,29 @@ static int64_t committed_sum(const char *topic, const char *grp, int n)
 	return sum;
 }
 
+/* `taskbox status [TASK]` with the first test's settings; its output into
+ * @p out; its exit code. */
+static int status_of(const char *task, char *out, size_t len)
+{
+	char cmd[1024];
+	size_t n = 0;
+	int status;
+
+	snprintf(cmd, sizeof(cmd),
+		 "TASKBOX_KAFKA_BROKERS=%s TASKBOX_KAFKA_GROUP=%s TASKBOX_KAFKA_TASKS_TOPIC=%s "
+		 "TASKBOX_LEDGER_URL=%s TASKBOX_LEDGER_PREFIX=%s TASKBOX_STORE_URL=dir://%s/store "
+		 "%s status %s 2>&1",
+		 brokers, group, topic_tasks, getenv("TASKBOX_TEST_REDIS"), group, root, TB_TASKBOX,
+		 task ? task : "");
+	FILE *f = popen(cmd, "r");
+	assert_non_null(f);
+	n = fread(out, 1, len - 1, f);
+	out[n] = '\0';
+	status = pclose(f);
+	printf("%s", out);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void **state)
 {
 	char id[64];
@@ -230,6 +253,20 @@ static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void 
 			usleep(500000);
 	}
 	assert_int_equal(committed, 2);
+
+	/* On Redis, `taskbox status` tells the task and the fleet. */
+	if (getenv("TASKBOX_TEST_REDIS")) {
+		char out[8192];
+		assert_int_equal(status_of(id, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "done"));
+		assert_non_null(strstr(out, "verdict"));
+		assert_non_null(strstr(out, "artifact  hello.txt"));
+		assert_int_equal(status_of(NULL, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "1 workers alive"));
+		assert_non_null(strstr(out, group)); /* the worker's id */
+		assert_non_null(strstr(out, "total lag 0"));
+		assert_int_equal(status_of("never-submitted", out, sizeof(out)), 5);
+	}
 
 	/* On Redis, the ledger outlives the worker: the task is done there. */
 	if (getenv("TASKBOX_TEST_REDIS")) {

@@ -39,6 +39,16 @@ typedef struct tb_ledger_attempt {
  * its id (the sweep at start already assumes the old process is gone)
  * takes its predecessor's leases over at once instead of waiting them out.
  */
+/* What the ledger knows of one task (for `taskbox status`). */
+typedef struct tb_ledger_task {
+	uint64_t attempts;   /* begun so far; 0: the ledger never saw it */
+	char lease[200];     /* "<attempt> <worker>", or "" when none is live */
+	uint64_t lease_left; /* ms until the lease lapses */
+	int done;            /* the done-marker is set */
+	uint64_t done_attempt;
+	char manifest[600]; /* the done-marker's manifest key; "" dead-lettered */
+} tb_ledger_task_t;
+
 struct tb_ledger_ops {
 	/* Starts the next attempt of @p task: *attempt = previous + 1, under a
 	 * lease of @p lease_ms held by this ledger's worker. TB_EEXIST if the
@@ -66,6 +76,8 @@ struct tb_ledger_ops {
 	 * frees the array. */
 	int (*history)(tb_ledger_t *l, const char *task, tb_ledger_attempt_t **out, size_t *n,
 		       tb_error_t *err);
+	/* What the ledger knows of @p task, read at one instant. */
+	int (*inspect)(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, tb_error_t *err);
 	/* This worker's liveness: @p info (a JSON object, schemas/keys.md)
 	 * stands for @p ttl_ms unless renewed. */
 	int (*alive)(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_t *err);
