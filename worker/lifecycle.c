@@ -525,6 +525,10 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	}
 	tb_rate_init(&r.rate, r.rt.agent.max_events_per_second, wall_ms());
 	phase(&r, "prepared");
+	if ((rc = cancelled(&r, err)) < 0) {
+		error_event(&r, rc, "prepared", err->msg);
+		goto done;
+	}
 
 	phase(&r, "running");
 	if ((rc = run_agent(&r, &end, tail, sizeof(tail), err)) < 0) {
@@ -563,8 +567,9 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	phase(&r, "collected");
 
 	for (size_t i = 0; i < r.recipe.judges.n; i++)
-		if ((rc = judge(&r, (const tb_judge_t *)r.recipe.judges.items + i, prefix, err)) <
-		    0) {
+		if ((rc = cancelled(&r, err)) < 0 ||
+		    (rc = judge(&r, (const tb_judge_t *)r.recipe.judges.items + i, prefix, err)) <
+			0) {
 			error_event(&r, rc, "judged", err->msg);
 			goto done;
 		}

@@ -31,6 +31,8 @@
 /* Attempts the platform failed (a service away, a lost lease) do not
  * count against the runtime's max_attempts, up to this many. */
 #define PLATFORM_FAILURES_MAX 20
+/* A consumer stuck this long in one join state is replaced. */
+#define STUCK_MS 60000
 #define WAIT_BACKOFF_MIN_MS 250
 #define WAIT_BACKOFF_MAX_MS 10000
 
@@ -49,6 +51,8 @@ typedef struct job {
 	unsigned failures;                /* platform failures here: the retry pause */
 	uint64_t lease_ok;                /* running: last renewal (monotonic ms) */
 	atomic_int cancel;                /* running: the lease is lost, stop */
+	uint64_t undelivered;             /* tb_kafka_undelivered() at its start */
+	int failure_unkept;               /* err holds a failure the ledger missed */
 	void *value;                      /* the task message, decoded again by the slot */
 	size_t len;
 	char key[160];
@@ -98,16 +102,15 @@ static uint64_t mono_ms(void)
 
 /* ------------------------------------------------------------- events */
 
-static int publish_event(void *ud, const tb_event_t *ev, const void *bytes, size_t len,
-			 tb_error_t *err)
+/* Produces to @p topic, waiting while the local queue is full (back-
+ * pressure, not a failure), a minute at most. */
+static int produce(worker_t *w, const char *topic, const char *key, const void *bytes, size_t len,
+		   tb_error_t *err)
 {
-	worker_t *w = ud;
-	int rc;
+	int rc = 0;
 
-	/* A full local queue is back-pressure, not a failure: wait. */
 	for (int i = 0; i < 600; i++) {
-		rc = tb_kafka_produce(w->producer, w->d->cfg->kafka.events_topic, ev->task_id,
-				      bytes, len, err);
+		rc = tb_kafka_produce(w->producer, topic, key, bytes, len, err);
 		if (rc != TB_ERETRY)
 			break;
 		rd_kafka_poll(w->producer, 100);
@@ -116,40 +119,51 @@ static int publish_event(void *ud, const tb_event_t *ev, const void *bytes, size
 	return rc;
 }
 
-/* Every event so far delivered: the record's events before its
- * done-marker (lifecycle.h). */
+/* The sink's ud is the job. */
+static int publish_event(void *ud, const tb_event_t *ev, const void *bytes, size_t len,
+			 tb_error_t *err)
+{
+	job_t *j = ud;
+	return produce(j->w, j->w->d->cfg->kafka.events_topic, ev->task_id, bytes, len, err);
+}
+
+/* Every event so far delivered, and none lost since the attempt began:
+ * the record's events before its done-marker (lifecycle.h). */
 static int flush_events(void *ud, tb_error_t *err)
 {
-	worker_t *w = ud;
-	rd_kafka_resp_err_t e = rd_kafka_flush(w->producer, 30000);
-
-	if (e)
-		return tb_error_set(err, TB_ERETRY, "events not delivered in 30 s: %s",
-				    rd_kafka_err2str(e));
-	return 0;
+	job_t *j = ud;
+	return tb_kafka_flush(j->w->producer, 30000, j->undelivered, err);
 }
 
 /* -------------------------------------------------------------- DLQ */
 
-static void dead_letter(worker_t *w, tb_dlq_t *rec)
+/* Sends @p rec to the DLQ topic and waits for its delivery: a message is
+ * acknowledged (or marked done) only once its DLQ record is durable. */
+static int dead_letter(worker_t *w, tb_dlq_t *rec)
 {
+	uint64_t since = tb_kafka_undelivered();
 	msgpack_sbuffer sb;
 	tb_error_t err;
+	int rc;
 
 	msgpack_sbuffer_init(&sb);
-	if (tb_msg_encode(&sb, &tb_schema_dlq, rec, &err) < 0 ||
-	    tb_kafka_produce(w->producer, w->d->cfg->kafka.dlq_topic, rec->task_id, sb.data,
-			     sb.size, &err) < 0)
-		tb_err(rec->task_id, "dead-lettering failed: %s", err.msg);
-	else
-		tb_warn(rec->task_id, "dead-lettered (%s): %s",
-			rec->cause == TB_DLQ_MALFORMED ? "malformed" : "refused", rec->reason);
+	if ((rc = tb_msg_encode(&sb, &tb_schema_dlq, rec, &err)) == 0 &&
+	    (rc = produce(w, w->d->cfg->kafka.dlq_topic, rec->task_id, sb.data, sb.size, &err)) ==
+		0)
+		rc = tb_kafka_flush(w->producer, 30000, since, &err);
 	msgpack_sbuffer_destroy(&sb);
+	if (rc < 0) {
+		tb_err(rec->task_id, "dead-lettering failed: %s", err.msg);
+		return rc;
+	}
+	tb_warn(rec->task_id, "dead-lettered (%s): %s",
+		rec->cause == TB_DLQ_MALFORMED ? "malformed" : "refused", rec->reason);
 	w->stats->dead++;
+	return 0;
 }
 
 /* A task's DLQ record, with every attempt's reason from the ledger. */
-static void dead_letter_task(worker_t *w, const job_t *j, int cause, const char *reason)
+static int dead_letter_task(worker_t *w, const job_t *j, int cause, const char *reason)
 {
 	tb_msg_origin_t origin = { w->d->cfg->kafka.tasks_topic, j->partition, j->offset, NULL, 0 };
 	tb_ledger_attempt_t *hist = NULL;
@@ -159,7 +173,7 @@ static void dead_letter_task(worker_t *w, const job_t *j, int cause, const char 
 
 	if (tb_intake_dead_letter(&rec, cause, reason, j->key, j->value, j->len, &origin,
 				  now_ms()) < 0)
-		return;
+		abort(); /* out of memory */
 	if (w->d->ledger->ops->history(w->d->ledger, j->key, &hist, &n, &err) == 0 && n) {
 		tb_dlq_attempt_t *a = calloc(n, sizeof(*a));
 		for (size_t i = 0; a && i < n; i++) {
@@ -174,14 +188,16 @@ static void dead_letter_task(worker_t *w, const job_t *j, int cause, const char 
 		}
 	}
 	free(hist);
-	dead_letter(w, &rec);
+	int rc = dead_letter(w, &rec);
 	tb_msg_free(&tb_schema_dlq, &rec);
+	return rc;
 }
 
 /* ---------------------------------------------------------- offsets */
 
-/* Commits every partition whose watermark moved (asynchronously). */
-static void commit_marks(worker_t *w)
+/* Commits every partition whose watermark moved (asynchronously unless
+ * @p sync: the last commit before leaving the group). */
+static void commit_marks_how(worker_t *w, int sync)
 {
 	rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
 
@@ -191,15 +207,43 @@ static void commit_marks(worker_t *w)
 			rd_kafka_topic_partition_list_add(l, w->d->cfg->kafka.tasks_topic, p)
 			    ->offset = mark;
 	}
-	if (l->cnt)
-		rd_kafka_commit(w->consumer, l, 1);
+	if (l->cnt) {
+		rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, l, !sync);
+		if (e)
+			tb_warn(NULL, "commit: %s", rd_kafka_err2str(e));
+	}
 	rd_kafka_topic_partition_list_destroy(l);
+}
+
+static void commit_marks(worker_t *w)
+{
+	commit_marks_how(w, 0);
 }
 
 static void free_job(job_t *j)
 {
 	free(j->value);
 	free(j);
+}
+
+/* Whether @p j's message is still ours: its partition assigned in the
+ * assignment it came in. */
+static int ours(const worker_t *w, const job_t *j)
+{
+	return j->partition >= 0 && j->partition < MAX_PARTITIONS && w->marks[j->partition] &&
+	       w->epochs[j->partition] == j->epoch;
+}
+
+/* Lets go of @p j (not ours any more, or stopping): its lease released so
+ * the partition's new owner need not wait it out. */
+static void let_go(worker_t *w, job_t *j)
+{
+	tb_ledger_t *l = w->d->ledger;
+	tb_error_t err;
+
+	if (j->attempt && l->ops->release(l, j->key, j->attempt, &err) < 0)
+		tb_warn(j->key, "lease not released: %s", err.msg);
+	free_job(j);
 }
 
 /* Drops the waiting jobs of partition @p p: no longer ours to run. */
@@ -212,7 +256,7 @@ static void drop_waiting(worker_t *w, int p)
 		job_t *j = *link;
 		if (j->partition == p) {
 			*link = j->next;
-			free_job(j);
+			let_go(w, j);
 		} else {
 			link = &j->next;
 			w->nwaiting++;
@@ -221,12 +265,12 @@ static void drop_waiting(worker_t *w, int p)
 	w->waiting_tail = link;
 }
 
-/* Frees every waiting job: they are left unacknowledged (delivered again). */
+/* Lets every waiting job go: left unacknowledged (delivered again). */
 static void drop_all_waiting(worker_t *w)
 {
 	for (job_t *j = w->waiting, *next; j; j = next) {
 		next = j->next;
-		free_job(j);
+		let_go(w, j);
 	}
 	w->waiting = NULL;
 	w->waiting_tail = &w->waiting;
@@ -248,15 +292,17 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 			}
 		}
 		rd_kafka_assign(rk, parts);
+		w->paused = 0; /* new partitions come unpaused; pace() decides */
 		tb_info(NULL, "assigned %d partitions", parts->cnt);
 	} else {
-		/* Commit what is finished (unless the partitions are lost:
-		 * then the commit would be refused anyway). Tasks still
-		 * running keep going under their leases, but their offsets are
-		 * no longer ours: the new owner delivers them again and the
-		 * ledger settles who runs them. Waiting ones are dropped. */
-		if (e == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS && !rd_kafka_assignment_lost(rk))
-			commit_marks(w);
+		/* No commit here: the main loop commits every pass, and a
+		 * commit sent from inside a rebalance (with the coordinator
+		 * away, after a broker restart) can keep librdkafka 2.0.2 from
+		 * finishing the unassign. What finished since the last commit
+		 * is delivered to the new owner, which finds it done. Tasks
+		 * still running keep going under their leases, but their
+		 * offsets are no longer ours. Waiting ones are let go. */
+		int lost = rd_kafka_assignment_lost(rk);
 		for (int i = 0; i < parts->cnt; i++) {
 			int p = parts->elems[i].partition;
 			if (p >= 0 && p < MAX_PARTITIONS) {
@@ -266,8 +312,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 			}
 		}
 		rd_kafka_assign(rk, NULL);
-		tb_info(NULL, "%s %d partitions", rd_kafka_assignment_lost(rk) ? "lost" : "revoked",
-			parts->cnt);
+		tb_info(NULL, "%s %d partitions", lost ? "lost" : "revoked", parts->cnt);
 	}
 }
 
@@ -300,7 +345,7 @@ static void *slot_main(void *arg)
 		.worker = w->d->worker_id,
 		.received_ms = j->received_ms,
 		.claimed_ms = j->claimed_ms,
-		.sink = { publish_event, w, flush_events },
+		.sink = { publish_event, j, flush_events },
 		.recorded = mark_done,
 		.recorded_ud = w->d->ledger,
 		.cancel = &j->cancel,
@@ -410,7 +455,9 @@ static void heartbeat(worker_t *w)
 		int rc = l->ops->renew(l, j->key, j->attempt, w->lease_ms, &err);
 		if (rc == 0) {
 			j->lease_ok = mono_ms();
-		} else if (rc == TB_EFENCED || mono_ms() - j->lease_ok >= w->lease_ms) {
+		} else if (rc == TB_EFENCED || mono_ms() - j->lease_ok >= w->lease_ms * 2 / 3) {
+			/* fenced, or two beats missed: stop before the lease
+			 * can lapse and another worker begin */
 			tb_warn(j->key, "attempt %llu lost its lease, stopping it: %s",
 				(unsigned long long)j->attempt, err.msg);
 			atomic_store(&j->cancel, 1);
@@ -443,7 +490,7 @@ static void acknowledge(worker_t *w, job_t *j)
 		return; /* not ours any more: the new owner acknowledges it */
 	w->finished_messages++;
 	if (j->res.events) {
-		tb_event_sink_t sink = { publish_event, w, NULL };
+		tb_event_sink_t sink = { publish_event, j, NULL };
 		if (tb_lifecycle_acknowledged(&sink, j->key, j->attempt, j->res.events,
 					      j->res.last_ms, &err) < 0)
 			tb_warn(j->key, "no acknowledged event: %s", err.msg);
@@ -453,14 +500,47 @@ static void acknowledge(worker_t *w, job_t *j)
 
 /* A task that will never run: to the DLQ with its history, then marked
  * done so a redelivery does not dead-letter it again. */
-static void give_up(worker_t *w, job_t *j, int cause, const char *reason)
+static int give_up(worker_t *w, job_t *j, int cause, const char *reason)
+{
+	tb_ledger_t *l = w->d->ledger;
+	tb_error_t err;
+	int rc;
+
+	if ((rc = dead_letter_task(w, j, cause, reason)) < 0)
+		return rc;
+	if (l->ops->done(l, j->key, j->attempt, "", &err) < 0)
+		tb_warn(j->key, "no done-marker for the dead letter: %s", err.msg);
+	return 0;
+}
+
+/* Keeps a failure the ledger could not take, to be written before the
+ * next attempt begins (it decides whether one is excused). */
+static void keep_failure(worker_t *w, job_t *j, int code, const char *reason)
 {
 	tb_ledger_t *l = w->d->ledger;
 	tb_error_t err;
 
-	dead_letter_task(w, j, cause, reason);
-	if (l->ops->done(l, j->key, j->attempt, "", &err) < 0)
-		tb_warn(j->key, "no done-marker for the dead letter: %s", err.msg);
+	if (l->ops->failed(l, j->key, j->attempt, code, reason, &err) == 0) {
+		j->failure_unkept = 0;
+		return;
+	}
+	tb_warn(j->key, "the ledger did not keep this failure yet: %s", err.msg);
+	if (reason != j->err.msg)
+		snprintf(j->err.msg, sizeof(j->err.msg), "%s", reason);
+	j->err.code = code;
+	j->failure_unkept = 1;
+}
+
+/* Back in line after @p pause, if the message is still ours. */
+static void retry_later(worker_t *w, job_t *j, uint64_t pause)
+{
+	if (!ours(w, j)) {
+		tb_info(j->key, "its partition moved: left to the new owner");
+		let_go(w, j);
+		return;
+	}
+	j->backoff = WAIT_BACKOFF_MIN_MS;
+	wait_for(w, j, pause < RETRY_BACKOFF_MAX_MS ? pause : RETRY_BACKOFF_MAX_MS);
 }
 
 /* Acts on finished attempts: recorded, lost, retried or dead; then ack. */
@@ -492,39 +572,34 @@ static void complete(worker_t *w)
 			 * may. Wait for that run to end (done: acknowledged) or
 			 * its lease to lapse (then run it here). */
 			w->stats->fenced++;
+			if (j->rc != TB_EFENCED)
+				j->err = err;
 			tb_warn(j->key, "attempt %llu fenced: %s", (unsigned long long)j->attempt,
-				j->rc == TB_EFENCED ? j->err.msg : err.msg);
-			if (l->ops->failed(l, j->key, j->attempt, TB_EFENCED,
-					   j->rc == TB_EFENCED ? j->err.msg : err.msg, &err) < 0)
-				tb_warn(j->key, "the ledger did not keep this failure: %s",
-					err.msg);
-			j->backoff = WAIT_BACKOFF_MIN_MS;
-			wait_for(w, j, RETRY_BACKOFF_MS);
+				j->err.msg);
+			keep_failure(w, j, TB_EFENCED, j->err.msg);
+			retry_later(w, j, RETRY_BACKOFF_MS);
+			continue;
+		} else if (j->rc != TB_EPOISON) {
+			/* The platform failed, not the task: another attempt
+			 * after a pause growing with each failure (admission
+			 * decides whether one is left), with the offset still
+			 * unfinished. */
+			uint64_t pause = (uint64_t)RETRY_BACKOFF_MS
+					 << (j->failures < 6 ? j->failures : 6);
+			j->failures++;
+			w->stats->retried++;
+			tb_warn(j->key, "attempt %llu failed (%s), retrying in %llu ms: %s",
+				(unsigned long long)j->attempt, tb_error_name(j->rc),
+				(unsigned long long)pause, j->err.msg);
+			keep_failure(w, j, j->rc, j->err.msg);
+			retry_later(w, j, pause);
 			continue;
 		} else {
-			int rc = j->rc;
-			if (l->ops->failed(l, j->key, j->attempt, rc, j->err.msg, &err) < 0)
-				tb_warn(j->key, "the ledger did not keep this failure: %s",
-					err.msg);
-			if (rc != TB_EPOISON) {
-				/* The platform failed, not the task: another
-				 * attempt after a pause growing with each failure
-				 * (admission decides whether one is left), with
-				 * the offset still unfinished. */
-				uint64_t pause = (uint64_t)RETRY_BACKOFF_MS
-						 << (j->failures < 6 ? j->failures : 6);
-				j->failures++;
-				w->stats->retried++;
-				tb_warn(j->key, "attempt %llu failed (%s), retrying in %llu ms: %s",
-					(unsigned long long)j->attempt, tb_error_name(rc),
-					(unsigned long long)pause, j->err.msg);
-				j->backoff = WAIT_BACKOFF_MIN_MS;
-				wait_for(w, j,
-					 pause < RETRY_BACKOFF_MAX_MS ? pause
-								      : RETRY_BACKOFF_MAX_MS);
+			keep_failure(w, j, j->rc, j->err.msg);
+			if (give_up(w, j, TB_DLQ_POISON, j->err.msg) < 0) {
+				retry_later(w, j, RETRY_BACKOFF_MS); /* the DLQ is away */
 				continue;
 			}
-			give_up(w, j, TB_DLQ_POISON, j->err.msg);
 		}
 		acknowledge(w, j);
 		free_job(j);
@@ -540,6 +615,7 @@ static void complete(worker_t *w)
  * for the task's own reasons; attempts the platform failed (the store,
  * ledger or events away, a lost lease: a code other than poison in the
  * ledger) are excused, PLATFORM_FAILURES_MAX of them. Why, into @p why.
+ * @return 1 over, 0 not, TB_ERETRY if the ledger cannot say (wait).
  */
 static int over_budget(worker_t *w, const job_t *j, char *why, size_t len)
 {
@@ -551,8 +627,10 @@ static int over_budget(worker_t *w, const job_t *j, char *why, size_t len)
 
 	if (j->attempt <= j->max_attempts)
 		return 0;
-	if (l->ops->history(l, j->key, &hist, &n, &err) < 0)
-		tb_warn(j->key, "no history to count attempts by: %s", err.msg);
+	if (l->ops->history(l, j->key, &hist, &n, &err) < 0) {
+		snprintf(why, len, "no history to count attempts by: %.500s", err.msg);
+		return TB_ERETRY;
+	}
 	for (size_t i = 0; i < n; i++)
 		excused += hist[i].code[0] && strcmp(hist[i].code, tb_error_name(TB_EPOISON));
 	if (excused >= PLATFORM_FAILURES_MAX)
@@ -595,17 +673,28 @@ static void admit_waiting(worker_t *w)
 			continue;
 		}
 		char why[600];
-		int rc = l->ops->begin(l, j->key, w->lease_ms, &j->attempt, &err);
-		int spent = rc == 0 && over_budget(w, j, why, sizeof(why));
+		int rc = 0, spent = 0;
+		if (j->failure_unkept) /* the last attempt's, first */
+			keep_failure(w, j, j->err.code, j->err.msg);
+		if (j->failure_unkept)
+			rc =
+			    tb_error_set(&err, TB_ERETRY, "%s", "its last failure is not kept yet");
+		else if ((rc = l->ops->begin(l, j->key, w->lease_ms, &j->attempt, &err)) == 0 &&
+			 (spent = over_budget(w, j, why, sizeof(why))) < 0)
+			rc = tb_error_set(&err, spent, "%s", why);
 		if (rc == 0 && !spent) {
 			j->claimed_ms = now_ms();
+			j->undelivered = tb_kafka_undelivered();
 			if (start_job(w, j, &err) == 0)
 				continue;
 			tb_err(j->key, "%s", err.msg);
+			keep_failure(w, j, TB_EIO, err.msg);
 			rc = TB_ERETRY;
 		}
-		if (rc == 0) {
-			give_up(w, j, TB_DLQ_MAX_ATTEMPTS, why);
+		if (rc == 0 && give_up(w, j, TB_DLQ_MAX_ATTEMPTS, why) < 0) {
+			rc = tb_error_set(&err, TB_ERETRY, "%s", "the DLQ is away");
+		} else if (rc == 0) {
+			/* dead-lettered: acknowledged below */
 		} else if (rc == TB_EEXIST) {
 			/* Done before (a replay after a crash, a duplicate, or
 			 * another worker's run): acknowledge only. */
@@ -617,7 +706,8 @@ static void admit_waiting(worker_t *w)
 			if (!j->backoff)
 				j->backoff = WAIT_BACKOFF_MIN_MS;
 			tb_warn(j->key, "waiting %u ms %s: %s", j->backoff,
-				rc == TB_EBUSY ? "for another worker's run" : "for the ledger",
+				rc == TB_EBUSY ? "for another worker's run"
+					       : "for the ledger or DLQ",
 				err.msg);
 			wait_for(w, j, j->backoff);
 			j->backoff = j->backoff * 2 > WAIT_BACKOFF_MAX_MS ? WAIT_BACKOFF_MAX_MS
@@ -651,8 +741,9 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	j->partition = m->partition;
 	j->offset = m->offset;
 	j->epoch = w->epochs[m->partition];
+	int dead = 0;
 	if (in.kind == TB_INTAKE_DEAD) {
-		dead_letter(w, &in.dlq);
+		dead = dead_letter(w, &in.dlq);
 		goto finished;
 	}
 	if (in.kind == TB_INTAKE_FOLLOWUP || in.task.kind == TB_TASK_INTERACTIVE) {
@@ -661,10 +752,10 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 		if (tb_intake_dead_letter(
 			&rec, in.kind == TB_INTAKE_FOLLOWUP ? TB_DLQ_ORPHAN : TB_DLQ_POISON,
 			"interactive sessions are not supported by this worker yet", id, m->payload,
-			m->len, &origin, now_ms()) == 0) {
-			dead_letter(w, &rec);
-			tb_msg_free(&tb_schema_dlq, &rec);
-		}
+			m->len, &origin, now_ms()) < 0)
+			abort(); /* out of memory */
+		dead = dead_letter(w, &rec);
+		tb_msg_free(&tb_schema_dlq, &rec);
 		goto finished;
 	}
 
@@ -688,7 +779,10 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	return;
 finished:
 	tb_intake_free(&in);
-	acknowledge(w, j);
+	/* Not in the DLQ: left unacknowledged (its partition's commits wait at
+	 * it) until it is delivered again, after a restart or a rebalance. */
+	if (dead == 0)
+		acknowledge(w, j);
 	free_job(j);
 }
 
@@ -712,31 +806,49 @@ static int join(worker_t *w, tb_error_t *err)
 }
 
 /*
- * A consumer with a fatal error (a static member fenced by the group
- * coordinator, seen after a broker restart) consumes nothing more. The
- * worker gives its assignment up as if revoked (running tasks finish under
- * their leases; their messages, delivered again, are found done) and joins
- * the group again with a new consumer.
+ * Replaces the consumer (why: @p why). The worker gives its assignment up
+ * as if revoked (running tasks finish under their leases; their
+ * messages, delivered again, are found done) and joins the group again.
  */
-static void rejoin_if_fatal(worker_t *w)
+static void rejoin(worker_t *w, const char *why)
 {
-	char why[512];
 	tb_error_t err;
 
-	if (!rd_kafka_fatal_error(w->consumer, why, sizeof(why)))
-		return;
 	tb_warn(NULL, "consumer failed (%s): joining the group again", why);
 	for (int p = 0; p < MAX_PARTITIONS; p++) {
 		tb_watermark_free(w->marks[p]);
 		w->marks[p] = NULL;
 	}
 	drop_all_waiting(w);
+	tb_kafka_forget(w->consumer);
 	rd_kafka_destroy_flags(w->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
 	w->consumer = NULL;
 	for (unsigned pause = 250; join(w, &err) < 0 && !*w->stop;
 	     pause = pause * 2 > 10000 ? 10000 : pause * 2) {
 		tb_err(NULL, "cannot join the group again, retrying in %u ms: %s", pause, err.msg);
 		usleep(pause * 1000);
+	}
+}
+
+/*
+ * A consumer that cannot go on is replaced: one with a fatal error (a
+ * static member fenced by the group coordinator, seen after a broker
+ * restart), or one stuck finishing an unassign (librdkafka 2.0.2, with
+ * commits outstanding to a coordinator that went away) for a minute.
+ */
+static void rejoin_if_stuck(worker_t *w)
+{
+	char why[512], state[40];
+
+	if (rd_kafka_fatal_error(w->consumer, why, sizeof(why))) {
+		rejoin(w, why);
+		return;
+	}
+	uint64_t for_ms = tb_kafka_join_state(w->consumer, state, sizeof(state));
+	if (!strcmp(state, "wait-unassign-to-complete") && for_ms > STUCK_MS) {
+		snprintf(why, sizeof(why), "stuck in %s for %llu s", state,
+			 (unsigned long long)for_ms / 1000);
+		rejoin(w, why);
 	}
 }
 
@@ -760,80 +872,93 @@ static void pace(worker_t *w)
 int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64_t max_finished,
 		  tb_worker_stats_t *stats, tb_error_t *err)
 {
-	worker_t w = { 0 };
+	worker_t *w = calloc(1, sizeof(*w));
 	int rc;
 
 	memset(stats, 0, sizeof(*stats));
-	w.d = d;
-	w.stats = stats;
-	w.stop = stop;
-	w.waiting_tail = &w.waiting;
-	w.lease_ms = d->cfg->ledger.lease_ms ? d->cfg->ledger.lease_ms : 15000;
-	w.started_ms = now_ms();
-	pthread_mutex_init(&w.lock, NULL);
-	if (d->cfg->slots > 64)
-		return tb_error_set(err, TB_EINVAL, "slots: at most 64 in this build");
-	if ((rc = tb_kafka_producer_new(&w.producer, d->brokers, &d->cfg->kafka.properties, err)) <
+	if (!w)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	w->d = d;
+	w->stats = stats;
+	w->stop = stop;
+	w->waiting_tail = &w->waiting;
+	w->lease_ms = d->cfg->ledger.lease_ms ? d->cfg->ledger.lease_ms : 15000;
+	w->started_ms = now_ms();
+	pthread_mutex_init(&w->lock, NULL);
+	if (d->cfg->slots > 64) {
+		rc = tb_error_set(err, TB_EINVAL, "slots: at most 64 in this build");
+		goto fail;
+	}
+	if ((rc = tb_kafka_producer_new(&w->producer, d->brokers, &d->cfg->kafka.properties, err)) <
 	    0)
-		return rc;
-	if ((rc = join(&w, err)) < 0) {
-		rd_kafka_destroy(w.producer);
-		return rc;
+		goto fail;
+	if ((rc = join(w, err)) < 0) {
+		rd_kafka_destroy(w->producer);
+		goto fail;
 	}
 	tb_info(NULL, "worker %s: %llu slots, tasks from %s, leases of %llu ms", d->worker_id,
 		(unsigned long long)d->cfg->slots, d->cfg->kafka.tasks_topic,
-		(unsigned long long)w.lease_ms);
+		(unsigned long long)w->lease_ms);
 
-	while (!*stop && !(max_finished && w.finished_messages >= max_finished && !w.running &&
-			   !w.nwaiting)) {
-		rd_kafka_message_t *m = rd_kafka_consumer_poll(w.consumer, 100);
+	while (!*stop && !(max_finished && w->finished_messages >= max_finished && !w->running &&
+			   !w->nwaiting)) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 100);
 		if (m) {
 			if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-				handle(&w, m);
+				handle(w, m);
 			else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 				tb_warn(NULL, "consumer: %s", rd_kafka_message_errstr(m));
 			rd_kafka_message_destroy(m);
 		}
-		rejoin_if_fatal(&w);
-		if (!w.consumer)
+		rejoin_if_stuck(w);
+		if (!w->consumer)
 			break;
-		complete(&w);
-		admit_waiting(&w);
-		heartbeat(&w);
-		commit_marks(&w);
-		pace(&w);
-		rd_kafka_poll(w.producer, 0);
+		complete(w);
+		admit_waiting(w);
+		heartbeat(w);
+		commit_marks(w);
+		pace(w);
+		rd_kafka_poll(w->producer, 0);
 	}
 	/* Stopping: waiting tasks are left unacknowledged (delivered again);
 	 * running attempts may finish (bounded by their deadlines), under
 	 * their leases, and are recorded and committed; then leave the group. */
-	drop_all_waiting(&w);
+	drop_all_waiting(w);
 	uint64_t drain_until = d->drain_ms ? now_ms() + d->drain_ms : 0;
-	while (w.running) {
+	while (w->running) {
 		if (drain_until && now_ms() > drain_until) {
 			tb_warn(NULL,
 				"%u tasks still running after the drain timeout: leaving them "
 				"unacknowledged",
-				w.running);
-			commit_marks(&w);
-			rd_kafka_flush(w.producer, 5000);
+				w->running);
+			commit_marks(w);
+			rd_kafka_flush(w->producer, 5000);
+			/* w stays allocated: the slot threads still use it
+			 * until the caller exits, which it does at once. */
 			return tb_error_set(err, TB_ETIMEOUT, "drain timeout");
 		}
 		usleep(50000);
-		complete(&w);
-		heartbeat(&w);
-		rd_kafka_poll(w.producer, 0);
+		complete(w);
+		heartbeat(w);
+		rd_kafka_poll(w->producer, 0);
 	}
-	drop_all_waiting(&w); /* attempts retried or fenced meanwhile: left too */
-	commit_marks(&w);
-	rd_kafka_flush(w.producer, 10000);
-	if (w.consumer) { /* none if told to stop while joining again */
-		rd_kafka_consumer_close(w.consumer);
-		rd_kafka_destroy(w.consumer);
+	drop_all_waiting(w); /* attempts retried or fenced meanwhile: left too */
+	if (w->consumer)
+		commit_marks_how(w, 1);
+	rd_kafka_flush(w->producer, 10000);
+	if (w->consumer) { /* none if told to stop while joining again */
+		tb_kafka_forget(w->consumer);
+		rd_kafka_consumer_close(w->consumer);
+		rd_kafka_destroy(w->consumer);
 	}
-	rd_kafka_destroy(w.producer);
+	rd_kafka_destroy(w->producer);
 	for (int p = 0; p < MAX_PARTITIONS; p++)
-		tb_watermark_free(w.marks[p]);
-	pthread_mutex_destroy(&w.lock);
+		tb_watermark_free(w->marks[p]);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
 	return 0;
+fail:
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+	return rc;
 }

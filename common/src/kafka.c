@@ -6,9 +6,13 @@
 
 #include "tb/log.h"
 
+#include <jansson.h>
 #include <librdkafka/rdkafka_mock.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct tb_kafka_mock {
 	rd_kafka_t *owner; /* the mock cluster lives inside this handle */
@@ -123,6 +127,41 @@ void tb_kafka_mock_free(tb_kafka_mock_t *m)
 	free(m);
 }
 
+/* Messages that could not be delivered (after librdkafka's retries), in
+ * this process: counted by the delivery report, read by the flushes. */
+static atomic_ulong undelivered;
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	(void)rk, (void)opaque;
+	if (!m->err)
+		return;
+	atomic_fetch_add(&undelivered, 1);
+	tb_warn(NULL, "kafka: a message to %s was not delivered: %s",
+		m->rkt ? rd_kafka_topic_name(m->rkt) : "?", rd_kafka_err2str(m->err));
+}
+
+uint64_t tb_kafka_undelivered(void)
+{
+	return atomic_load(&undelivered);
+}
+
+int tb_kafka_flush(rd_kafka_t *producer, int timeout_ms, uint64_t since, tb_error_t *err)
+{
+	char why[256];
+	rd_kafka_resp_err_t e = rd_kafka_flush(producer, timeout_ms);
+
+	if (rd_kafka_fatal_error(producer, why, sizeof(why)))
+		return tb_error_set(err, TB_EIO, "kafka producer failed for good: %s", why);
+	if (e)
+		return tb_error_set(err, TB_ERETRY, "kafka: not delivered in %d ms: %s", timeout_ms,
+				    rd_kafka_err2str(e));
+	if (tb_kafka_undelivered() != since)
+		return tb_error_set(err, TB_ERETRY, "kafka: %llu messages not delivered since",
+				    (unsigned long long)(tb_kafka_undelivered() - since));
+	return 0;
+}
+
 int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap_t *props,
 			  tb_error_t *err)
 {
@@ -140,7 +179,77 @@ int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap
 		rd_kafka_conf_destroy(conf);
 		return rc;
 	}
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	return make(out, RD_KAFKA_PRODUCER, conf, err);
+}
+
+/*
+ * Group members' join states, from librdkafka's statistics (the only place
+ * it tells them): a member stuck in one state (seen with 2.0.2 after a
+ * broker restart: "wait-unassign-to-complete" for good) is noticed by
+ * the worker, which then replaces its consumer. A few members per process.
+ */
+#define MAX_WATCHED 16
+static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct watched {
+	const rd_kafka_t *rk;
+	char state[40];
+	uint64_t since; /* monotonic ms */
+} watched[MAX_WATCHED];
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+	json_t *root = json_loadb(json, len, 0, NULL);
+	const char *state =
+	    json_string_value(json_object_get(json_object_get(root, "cgrp"), "join_state"));
+
+	(void)opaque;
+	pthread_mutex_lock(&watch_lock);
+	struct watched *w = NULL;
+	for (int i = 0; i < MAX_WATCHED && !w; i++)
+		if (watched[i].rk == rk || !watched[i].rk)
+			w = &watched[i];
+	if (w && state) {
+		if (w->rk != rk || strcmp(w->state, state)) {
+			w->rk = rk;
+			snprintf(w->state, sizeof(w->state), "%s", state);
+			w->since = mono_ms();
+		}
+	}
+	pthread_mutex_unlock(&watch_lock);
+	json_decref(root);
+	return 0; /* librdkafka frees json */
+}
+
+uint64_t tb_kafka_join_state(const rd_kafka_t *rk, char *state, size_t len)
+{
+	uint64_t for_ms = 0;
+
+	snprintf(state, len, "unknown");
+	pthread_mutex_lock(&watch_lock);
+	for (int i = 0; i < MAX_WATCHED; i++)
+		if (watched[i].rk == rk) {
+			snprintf(state, len, "%s", watched[i].state);
+			for_ms = mono_ms() - watched[i].since;
+		}
+	pthread_mutex_unlock(&watch_lock);
+	return for_ms;
+}
+
+void tb_kafka_forget(const rd_kafka_t *rk)
+{
+	pthread_mutex_lock(&watch_lock);
+	for (int i = 0; i < MAX_WATCHED; i++)
+		if (watched[i].rk == rk)
+			memset(&watched[i], 0, sizeof(watched[i]));
+	pthread_mutex_unlock(&watch_lock);
 }
 
 int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group,
@@ -169,6 +278,12 @@ int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
 	if (rebalance) {
 		rd_kafka_conf_set_rebalance_cb(conf, rebalance);
 		rd_kafka_conf_set_opaque(conf, opaque);
+		/* the join state, every 5 s, for tb_kafka_join_state() */
+		if ((rc = set(conf, "statistics.interval.ms", "5000", err)) < 0) {
+			rd_kafka_conf_destroy(conf);
+			return rc;
+		}
+		rd_kafka_conf_set_stats_cb(conf, on_stats);
 	}
 	if ((rc = make(out, RD_KAFKA_CONSUMER, conf, err)) < 0)
 		return rc;

@@ -1,6 +1,7 @@
 /*
  * test_kafka.c: the client settings taskbox's invariants rest on, read back
- * from the clients tb_kafka builds (no broker needed).
+ * from the clients tb_kafka builds (no broker needed), and the join state
+ * of a group member on librdkafka's mock cluster.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -69,12 +70,56 @@ static void test_kafka__extra_properties_apply_and_bad_ones_are_explained(void *
 	assert_null(p);
 }
 
+static void assign_all(rd_kafka_t *rk, rd_kafka_resp_err_t e,
+		       rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+	(void)opaque;
+	rd_kafka_assign(rk, e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS ? parts : NULL);
+}
+
+/* A group member's join state, from its statistics, on the mock cluster:
+ * the worker replaces a consumer stuck in one (worker.c). */
+static void test_kafka__a_members_join_state_is_known(void **state)
+{
+	static const tb_kafka_topic_spec_t topics[] = { { "joined", 2 } };
+	tb_kafka_mock_t *mock;
+	rd_kafka_t *c;
+	tb_error_t err;
+	char st[40];
+
+	(void)state;
+	assert_int_equal(tb_kafka_mock_start(&mock, 1, topics, 1, &err), 0);
+	assert_int_equal(tb_kafka_consumer_new(&c, tb_kafka_mock_bootstraps(mock), "g", NULL, NULL,
+					       assign_all, NULL, &err),
+			 0);
+	assert_int_equal(tb_kafka_join_state(c, st, sizeof(st)), 0);
+	assert_string_equal(st, "unknown");
+	rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(sub, "joined", RD_KAFKA_PARTITION_UA);
+	assert_int_equal(rd_kafka_subscribe(c, sub), 0);
+	rd_kafka_topic_partition_list_destroy(sub);
+	for (int i = 0; i < 300 && strcmp(st, "steady"); i++) { /* 30 s at most */
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
+		if (m)
+			rd_kafka_message_destroy(m);
+		tb_kafka_join_state(c, st, sizeof(st));
+	}
+	assert_string_equal(st, "steady");
+	tb_kafka_forget(c);
+	assert_int_equal(tb_kafka_join_state(c, st, sizeof(st)), 0);
+	assert_string_equal(st, "unknown");
+	rd_kafka_consumer_close(c);
+	rd_kafka_destroy(c);
+	tb_kafka_mock_free(mock);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kafka__producer_is_idempotent),
 		cmocka_unit_test(test_kafka__consumer_commits_only_by_hand_with_range),
 		cmocka_unit_test(test_kafka__extra_properties_apply_and_bad_ones_are_explained),
+		cmocka_unit_test(test_kafka__a_members_join_state_is_known),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,6 +47,18 @@ void tb_kafka_mock_free(tb_kafka_mock_t *m);
 int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap_t *props,
 			  tb_error_t *err);
 
+/** Messages this process's producers could not deliver, so far: a count
+ * to pass to tb_kafka_flush() as @p since. */
+uint64_t tb_kafka_undelivered(void);
+
+/**
+ * Waits until every message produced so far on @p producer is delivered.
+ * @return 0; TB_ERETRY if the time ran out or a message of any producer
+ *         here was not delivered since tb_kafka_undelivered() said
+ *         @p since; TB_EIO if the producer failed for good.
+ */
+int tb_kafka_flush(rd_kafka_t *producer, int timeout_ms, uint64_t since, tb_error_t *err);
+
 /**
  * A consumer in @p group, subscribed to nothing yet, with manual commits.
  * @param instance_id static membership id, or NULL.
@@ -58,6 +70,17 @@ int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap
  */
 typedef void (*tb_rebalance_fn)(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 				rd_kafka_topic_partition_list_t *parts, void *opaque);
+
+/**
+ * A group member's join state (librdkafka's words: "steady",
+ * "wait-unassign-to-complete", ...) as of its last statistics (every 5 s;
+ * members made with a rebalance callback only), and how long it has been
+ * in it, in ms. "unknown" and 0 before the first statistics.
+ */
+uint64_t tb_kafka_join_state(const rd_kafka_t *rk, char *state, size_t len);
+
+/** Forgets @p rk's join state: call before destroying it. */
+void tb_kafka_forget(const rd_kafka_t *rk);
 
 int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group,
 			  const char *instance_id, const tb_strmap_t *props,
