@@ -139,11 +139,37 @@ static void test_producer__broker_outage_delays_but_loses_nothing(void **state)
 	assert_in_order_once(N + 100);
 }
 
+/* A message that cannot be delivered (the broker away past the message
+ * timeout) is reported by tb_kafka_flush, which the lifecycle calls before
+ * a done-marker. */
+static void test_producer__an_undelivered_message_fails_the_flush(void **state)
+{
+	rd_kafka_t *p;
+	tb_error_t err;
+
+	(void)state;
+	uint64_t since = tb_kafka_undelivered();
+	tb_kv_t kv[] = { { (char *)"message.timeout.ms", (char *)"2000" } };
+	tb_strmap_t props = { 1, kv };
+	assert_int_equal(tb_kafka_producer_new(&p, tb_kafka_mock_bootstraps(mock), &props, &err),
+			 0);
+	assert_int_equal(tb_kafka_flush(p, 10000, since, &err), 0);
+	rd_kafka_mock_broker_set_down(tb_kafka_mock_cluster(mock), 1);
+	produce_range(p, 0, 1);
+	int rc = tb_kafka_flush(p, 20000, since, &err);
+	rd_kafka_mock_broker_set_up(tb_kafka_mock_cluster(mock), 1);
+	assert_true(rc == TB_ERETRY || rc == TB_EIO);
+	assert_non_null(strstr(err.msg, "not delivered"));
+	assert_true(tb_kafka_undelivered() > since);
+	rd_kafka_destroy(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_producer__retryable_errors_neither_reorder_nor_duplicate),
 		cmocka_unit_test(test_producer__broker_outage_delays_but_loses_nothing),
+		cmocka_unit_test(test_producer__an_undelivered_message_fails_the_flush),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
