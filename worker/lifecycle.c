@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #define AGENT_OUTPUT_TAIL 400
+#define MAX_PHASES 16
 
 typedef struct run {
 	const tb_lifecycle_ctx_t *ctx;
@@ -48,6 +49,7 @@ typedef struct run {
 	tb_rate_t rate;
 	tb_linebuf_t lines;
 	uint64_t line_no;
+	int recorded_phase; /* reached: later phases are not in the manifest */
 } run_t;
 
 static uint64_t wall_ms(void)
@@ -140,6 +142,17 @@ static void phase_at(run_t *r, const char *name, uint64_t at, const char *worker
 	if (p && worker)
 		json_object_set_new(p, "worker", json_string(worker));
 	emit_json(r, TB_EV_PHASE, p);
+	/* The manifest keeps the phases up to "recorded", the last before
+	 * it is written. */
+	if (r->m.phases.items && r->m.phases.n < MAX_PHASES && !r->recorded_phase) {
+		tb_phase_time_t *t = (tb_phase_time_t *)r->m.phases.items + r->m.phases.n;
+		if ((t->name = strdup(name))) {
+			t->at = at;
+			t->duration_ms = at > r->phase_ms ? at - r->phase_ms : 0;
+			r->m.phases.n++;
+		}
+	}
+	r->recorded_phase |= !strcmp(name, "recorded");
 	r->phase_ms = at > r->phase_ms ? at : r->phase_ms;
 	tb_fault_point(name);
 }
@@ -501,12 +514,17 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	r.ctx = ctx, r.task = task, r.attempt = attempt;
 	r.phase_ms = wall_ms();
 	r.m.started_at = r.phase_ms;
+	r.m.runtime = task->runtime;
 	r.record_fd = memfd_create("taskbox-conversation", MFD_CLOEXEC);
 	r.jsonl_fd = memfd_create("taskbox-conversation-jsonl", MFD_CLOEXEC);
 	/* Judges read the JSONL through a dup (a shared offset): append-only
 	 * writes keep a judge's reading from moving where events go. */
 	if (r.record_fd < 0 || r.jsonl_fd < 0 || fcntl(r.jsonl_fd, F_SETFL, O_APPEND) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "lifecycle: memfd");
+		goto done;
+	}
+	if (!(r.m.phases.items = calloc(MAX_PHASES, sizeof(tb_phase_time_t)))) {
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
 		goto done;
 	}
 	snprintf(prefix, sizeof(prefix), "tasks/%s/%llu/", task->id, (unsigned long long)attempt);
@@ -642,7 +660,7 @@ done:
 	out->last_ms = r.phase_ms;
 	out->events = r.seq;
 	/* Borrowed pointers out of the manifest before freeing what it owns. */
-	r.m.task_id = NULL, r.m.reason = NULL, r.m.conversation_key = NULL;
+	r.m.task_id = NULL, r.m.reason = NULL, r.m.conversation_key = NULL, r.m.runtime = NULL;
 	r.m.recipe.url = NULL, r.m.recipe.commit = NULL;
 	tb_msg_free(&tb_schema_manifest, &r.m);
 	tb_recipe_manifest_free(&r.recipe);

@@ -93,6 +93,23 @@ static const tb_schema_t verdict_ref_schema = {
 };
 
 /* clang-format off */
+static const tb_field_t phase_fields[] = {
+	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_phase_time_t, name), .min = 1, .max = 32},
+	{.name = "at", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_phase_time_t, at), .max = UINT64_MAX},
+	{.name = "duration_ms", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_phase_time_t, duration_ms), .max = UINT64_MAX},
+};
+/* clang-format on */
+static const tb_schema_t phase_schema = {
+	.name = "phase",
+	.size = sizeof(tb_phase_time_t),
+	.fields = phase_fields,
+	.nfields = 3,
+};
+
+/* clang-format off */
 static const tb_field_t manifest_fields[] = {
 	{.name = "task_id", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_manifest_t, task_id), .min = 1, .max = 128,
@@ -123,6 +140,12 @@ static const tb_field_t manifest_fields[] = {
 	{.name = "verdicts", .type = TB_FT_LIST,
 	 .offset = offsetof(tb_manifest_t, verdicts), .max = 64,
 	 .sub = &verdict_ref_schema},
+	{.name = "runtime", .type = TB_FT_STR,
+	 .offset = offsetof(tb_manifest_t, runtime), .min = 1, .max = 128,
+	 .check = tb_check_id},
+	{.name = "phases", .type = TB_FT_LIST,
+	 .offset = offsetof(tb_manifest_t, phases), .max = 32,
+	 .sub = &phase_schema},
 };
 /* clang-format on */
 

@@ -176,6 +176,15 @@ static void test_lifecycle__one_shot_task_end_to_end(void **state)
 	assert_string_equal(((tb_artifact_t *)m.artifacts.items)[0].path, "hello.txt");
 	assert_int_equal(m.verdicts.n, 1);
 	assert_int_equal(((tb_verdict_ref_t *)m.verdicts.items)[0].outcome, TB_VERDICT_PASS);
+	/* the runtime and the phases up to "recorded", with their times */
+	assert_string_equal(m.runtime, "test");
+	assert_int_equal(m.phases.n, 9);
+	const tb_phase_time_t *ph = m.phases.items;
+	for (int i = 0; i < 9; i++) {
+		assert_string_equal(ph[i].name, want[i]);
+		assert_true(ph[i].at >= m.started_at - 60000 && ph[i].at <= m.finished_at);
+		assert_true(i == 0 || ph[i].at >= ph[i - 1].at);
+	}
 	tb_object_info_t info;
 	assert_int_equal(tb_store_head(store, m.conversation_key, &info, &err), 0);
 	assert_true(info.size > 100);

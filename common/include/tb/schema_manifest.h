@@ -40,6 +40,12 @@ typedef struct tb_verdict_ref {
 	char *key;   /* the verdict object in the store */
 } tb_verdict_ref_t;
 
+typedef struct tb_phase_time {
+	char *name;           /* "received" ... "recorded" */
+	uint64_t at;          /* ms since epoch, when it was reached */
+	uint64_t duration_ms; /* how long the phase before it took */
+} tb_phase_time_t;
+
 typedef struct tb_manifest {
 	uint32_t has;
 	char *task_id;
@@ -54,6 +60,8 @@ typedef struct tb_manifest {
 	tb_list_t artifacts; /* tb_artifact_t */
 	tb_list_t refused;   /* tb_refused_t */
 	tb_list_t verdicts;  /* tb_verdict_ref_t */
+	char *runtime;       /* the runtime the attempt ran under */
+	tb_list_t phases;    /* tb_phase_time_t, in order, up to "recorded" */
 } tb_manifest_t;
 
 extern const tb_schema_t tb_schema_manifest;
