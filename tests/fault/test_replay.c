@@ -492,7 +492,7 @@ static int manifest_complete(tb_store_t *s, const char *id, uint64_t attempt, co
 		return 0;
 	}
 	ok = !strcmp(m.task_id, id) && m.attempt == attempt && m.outcome == TB_OUTCOME_SUCCEEDED &&
-	     m.verdicts.n == 2 && m.artifacts.n == 1 &&
+	     m.verdicts.n == 2 && m.artifacts.n == 1 && m.runtime && m.phases.n == 9 &&
 	     tb_store_head(s, m.conversation_key, &info, &err) == 0;
 	for (size_t i = 0; ok && i < m.artifacts.n; i++) {
 		const tb_artifact_t *a = (const tb_artifact_t *)m.artifacts.items + i;
