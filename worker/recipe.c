@@ -111,8 +111,18 @@ static int fetch(git_repository *repo, const char *url, tb_error_t *err)
 	opts.download_tags = GIT_REMOTE_DOWNLOAD_TAGS_ALL;
 	if (git_remote_create_anonymous(&remote, repo, url) < 0)
 		return git_fail(err, TB_EPOISON, "recipe: bad repository URL");
-	if (git_remote_fetch(remote, &refspecs, &opts, NULL) < 0)
-		rc = git_fail(err, TB_ERETRY, "recipe: fetch");
+	if ((rc = git_remote_fetch(remote, &refspecs, &opts, NULL)) < 0) {
+		/* A repository that is not there (or refuses us) will not be
+		 * there on the next attempt either: poison. A network error
+		 * may pass: retry. */
+		const git_error *e = git_error_last();
+		const char *m = e && e->message ? e->message : "";
+		int gone = rc == GIT_ENOTFOUND || rc == GIT_EAUTH || strstr(m, "404") ||
+			   strstr(m, "not found") || strstr(m, "does not exist") ||
+			   strstr(m, "not a git repository") || strstr(m, "failed to resolve path");
+		rc = git_fail(err, gone ? TB_EPOISON : TB_ERETRY,
+			      gone ? "recipe: no such repository" : "recipe: fetch");
+	}
 	git_remote_free(remote);
 	return rc;
 }

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-static const char *const dlq_causes[] = {
+const char *const tb_dlq_causes[] = {
 	"malformed", "poison", "max-attempts", "orphan", NULL,
 };
 
@@ -50,7 +50,7 @@ static const tb_field_t dlq_fields[] = {
 	 .offset = offsetof(tb_dlq_t, task_id), .min = 1, .max = 128,
 	 .check = tb_check_id},
 	{.name = "cause", .type = TB_FT_ENUM, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_dlq_t, cause), .names = dlq_causes},
+	 .offset = offsetof(tb_dlq_t, cause), .names = tb_dlq_causes},
 	{.name = "reason", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_dlq_t, reason), .min = 1, .max = 4096},
 	{.name = "topic", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,

@@ -11,7 +11,8 @@
  *     max_attempts);
  *   - Kafka, Redis and the S3 server each down for a while mid-batch;
  *   - three workers in one group, stopped, killed and restarted mid-batch;
- *   - the Kafka consumer failing for good (fenced) mid-batch.
+ *   - the Kafka consumer failing for good (fenced) mid-batch;
+ *   - a batch of 50 tasks on 4 slots mixed with every kind of bad input.
  *
  * Each prints `submitted / done / ran-twice-concurrently / lost / orphans`
  * and requires N / N / 0 / 0 / 0. A task is done when it has one
@@ -64,6 +65,7 @@
 
 static char root[64] = "/tmp/tb-replay-XXXXXX";
 static char repo[128], commit[64], runtimes[128], bucket[64];
+static char misbehave_commit[64], bare_commit[64];
 static const char *brokers, *redis_url, *s3_endpoint;
 
 #define MAX_WORKERS 3
@@ -77,6 +79,8 @@ typedef struct scenario {
 	char log[160], work[160];
 	char ids[MAX_TASKS][64];
 	int n;
+	int extra; /* messages on the tasks topic besides the tasks in ids */
+	int slots; /* per worker: 2 unless set before scenario_init */
 } scenario_t;
 
 /* ------------------------------------------------------------ set-up */
@@ -113,6 +117,28 @@ static int setup(void **state)
 		return -1;
 	pclose(f);
 	commit[strcspn(commit, "\n")] = '\0';
+	/* The misbehaving example recipe, and a repository without a
+	 * taskbox.json, each at a commit. */
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "git init -q %s/misbehave && cp -r %s/examples/recipes/misbehave/. %s/misbehave/ && "
+	    "cd %s/misbehave && git add -A && "
+	    "git -c user.name=t -c user.email=t@t commit -qm misbehave && "
+	    "git init -q %s/bare && cd %s/bare && echo hi > README && git add -A && "
+	    "git -c user.name=t -c user.email=t@t commit -qm bare",
+	    root, TB_SOURCE_DIR, root, root, root, root);
+	if (system(cmd) != 0)
+		return -1;
+	const char *which[] = { "misbehave", "bare" };
+	char *into[] = { misbehave_commit, bare_commit };
+	for (int i = 0; i < 2; i++) {
+		snprintf(cmd, sizeof(cmd), "cd %s/%s && git rev-parse HEAD", root, which[i]);
+		f = popen(cmd, "r");
+		if (!f || !fgets(into[i], 64, f))
+			return -1;
+		pclose(f);
+		into[i][strcspn(into[i], "\n")] = '\0';
+	}
 	/* Runtimes: "killable" has attempts enough for a task hit by every
 	 * kill of a batch (each kill spends an attempt); "standard" has the
 	 * default 3 (service outages must not spend them); "twice" has 2. */
@@ -183,7 +209,9 @@ static void make_topics(const scenario_t *sc)
  * keeps its Kafka group membership across restarts (group.instance.id). */
 static void scenario_init(scenario_t *sc, const char *name, int nworkers, int static_members)
 {
+	int slots = sc->slots ? sc->slots : 2;
 	memset(sc, 0, sizeof(*sc));
+	sc->slots = slots;
 	sc->name = name;
 	sc->nworkers = nworkers;
 	snprintf(sc->tasks, sizeof(sc->tasks), "replay-%s-%d.tasks", name, getpid());
@@ -206,7 +234,7 @@ static void scenario_init(scenario_t *sc, const char *name, int nworkers, int st
 		assert_non_null(f);
 		fprintf(
 		    f,
-		    "{\"v\": 1, \"worker_id\": \"%s\", \"slots\": 2, \"log_level\": \"info\",\n"
+		    "{\"v\": 1, \"worker_id\": \"%s\", \"slots\": %d, \"log_level\": \"info\",\n"
 		    " \"kafka\": {\"brokers\": \"%s\", \"group\": \"%s\", %s\n"
 		    "  \"tasks_topic\": \"%s\", \"events_topic\": \"%s\", \"dlq_topic\": \"%s\",\n"
 		    "  \"properties\": {\"session.timeout.ms\": \"10000\"}},\n"
@@ -215,8 +243,8 @@ static void scenario_init(scenario_t *sc, const char *name, int nworkers, int st
 		    "\"region\": \"%s\"},\n"
 		    " \"runtimes_dir\": \"%s\", \"work_dir\": \"%s\", \"cache_dir\": "
 		    "\"%s/cache\"}\n",
-		    sc->worker[k], brokers, sc->group, instance, sc->tasks, sc->events, sc->dlq,
-		    redis_url, sc->prefix, LEASE_MS, bucket, s3_endpoint,
+		    sc->worker[k], sc->slots, brokers, sc->group, instance, sc->tasks, sc->events,
+		    sc->dlq, redis_url, sc->prefix, LEASE_MS, bucket, s3_endpoint,
 		    getenv("TASKBOX_TEST_S3_REGION"), runtimes, sc->work, root);
 		fclose(f);
 	}
@@ -260,6 +288,35 @@ static void show_log(const scenario_t *sc)
 	snprintf(cmd, sizeof(cmd), "tail -n 40 %s >&2", sc->log);
 	if (system(cmd) != 0)
 		fprintf(stderr, "(no log)\n");
+}
+
+/* One message as is, keyed @p key: counted as an extra message. */
+static void produce_raw(scenario_t *sc, const char *key, const void *data, size_t len)
+{
+	tb_error_t err;
+	rd_kafka_t *p;
+
+	assert_int_equal(tb_kafka_producer_new(&p, brokers, NULL, &err), 0);
+	assert_int_equal(tb_kafka_produce(p, sc->tasks, key, data, len, &err), 0);
+	assert_int_equal(rd_kafka_flush(p, 30000), 0);
+	rd_kafka_destroy(p);
+	sc->extra++;
+}
+
+/* Task @p id of recipe @p url at @p at: counted as an extra message. */
+static void produce_task_at(scenario_t *sc, const char *id, const char *url, const char *at)
+{
+	tb_task_t t = { 0 };
+	msgpack_sbuffer sb;
+	tb_error_t err;
+
+	t.id = (char *)id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = (char *)url;
+	t.recipe.commit = (char *)at, t.prompt = (char *)"hello?";
+	t.runtime = (char *)"standard", t.submitted_at = 1;
+	msgpack_sbuffer_init(&sb);
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
+	produce_raw(sc, id, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
 }
 
 static void produce_tasks(scenario_t *sc, const char *stem, int n, const char *runtime)
@@ -352,7 +409,7 @@ static void run_until_done(const scenario_t *sc, const pid_t *pids, int n, int s
 	int all = 0, clean = 1, status = 0;
 	for (int i = 0; i < seconds && !all; i++) {
 		sleep(1);
-		all = count_done(sc) == sc->n && committed(sc) == sc->n;
+		all = count_done(sc) == sc->n && committed(sc) == sc->n + sc->extra;
 	}
 	for (int k = 0; k < n; k++)
 		kill(pids[k], SIGTERM);
@@ -915,6 +972,150 @@ static void test_replay__a_failed_consumer_is_replaced(void **state)
 	check(sc);
 }
 
+/* Every DLQ record of the scenario: task id (or ""), cause, reason. */
+typedef struct dlq_seen {
+	char id[64];
+	int cause;
+	char reason[400];
+} dlq_seen_t;
+
+static int read_dlq(const scenario_t *sc, dlq_seen_t *out, int max)
+{
+	tb_error_t err;
+	rd_kafka_t *c;
+	tb_kv_t eof = { (char *)"enable.partition.eof", (char *)"true" };
+	tb_strmap_t props = { 1, &eof };
+	int n = 0, done = 0;
+
+	assert_int_equal(
+	    tb_kafka_consumer_new(&c, brokers, "replay-reader", NULL, &props, NULL, NULL, &err), 0);
+	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(parts, sc->dlq, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+	rd_kafka_assign(c, parts);
+	rd_kafka_topic_partition_list_destroy(parts);
+	for (time_t until = time(NULL) + 60; !done && time(NULL) < until;) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
+		tb_dlq_t rec;
+		if (!m)
+			continue;
+		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+			done = 1;
+		} else if (!m->err && n < max &&
+			   tb_msg_decode(&tb_schema_dlq, &rec, m->payload, m->len, &err) == 0) {
+			snprintf(out[n].id, sizeof(out[n].id), "%s",
+				 rec.task_id ? rec.task_id : "");
+			out[n].cause = rec.cause;
+			snprintf(out[n].reason, sizeof(out[n].reason), "%s",
+				 rec.reason ? rec.reason : "");
+			n++;
+			tb_msg_free(&tb_schema_dlq, &rec);
+		}
+		rd_kafka_message_destroy(m);
+	}
+	rd_kafka_consumer_close(c);
+	rd_kafka_destroy(c);
+	return n;
+}
+
+static const dlq_seen_t *find_dlq(const dlq_seen_t *d, int n, const char *id)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(d[i].id, id))
+			return &d[i];
+	fail_msg("task %s is not in the DLQ", id);
+	return NULL;
+}
+
+/*
+ * The worker issue's batch: 50 tasks over 4 partitions and 4 slots, mixed
+ * with every kind of bad input. The tasks all complete; each bad input
+ * ends with a clear reason in the DLQ, or in the task's record.
+ */
+static void test_replay__a_batch_with_every_kind_of_bad_input(void **state)
+{
+	static scenario_t scenario;
+	scenario_t *sc = &scenario;
+	char url[200], id[6][64];
+	static dlq_seen_t dlq[32];
+
+	(void)state;
+	if (!brokers)
+		skip();
+	sc->slots = 4;
+	scenario_init(sc, "mixed", 1, 1);
+	produce_tasks(sc, "good", 25, "standard");
+	/* not MessagePack; MessagePack that is not a task */
+	produce_raw(sc, "bad-bytes", "\xc1\xc1", 2);
+	produce_raw(sc, "bad-schema", "\x82\xa6schema\xa4task\xa1v\x01", 16);
+	for (int i = 0; i < 6; i++)
+		snprintf(id[i], sizeof(id[i]), "bad-%d-%d", i, getpid());
+	snprintf(url, sizeof(url), "file://%s/no-such-repository", root);
+	produce_task_at(sc, id[0], url, commit); /* unknown recipe URL */
+	snprintf(url, sizeof(url), "file://%s", repo);
+	produce_task_at(sc, id[1], url, "0123456789abcdef0123456789abcdef01234567"); /* commit */
+	snprintf(url, sizeof(url), "file://%s/bare", root);
+	produce_task_at(sc, id[2], url, bare_commit); /* no taskbox.json */
+	snprintf(url, sizeof(url), "file://%s/misbehave", root);
+	produce_task_at(sc, id[3], url, misbehave_commit); /* crash, garbage, hung judge */
+	produce_tasks(sc, "good-more", 25, "standard");
+	pid_t w = start_worker(sc, 0, NULL);
+	run_until_done(sc, &w, 1, 300);
+	check(sc);
+
+	int n = read_dlq(sc, dlq, 32), malformed = 0;
+	for (int i = 0; i < n; i++) {
+		printf("dlq %-24s %-12s %s\n", dlq[i].id[0] ? dlq[i].id : "(no id)",
+		       tb_dlq_causes[dlq[i].cause], dlq[i].reason);
+		malformed += dlq[i].cause == TB_DLQ_MALFORMED;
+	}
+	assert_int_equal(malformed, 2);
+	assert_int_equal(n, 5);
+	const dlq_seen_t *d = find_dlq(dlq, n, "bad-bytes");
+	assert_non_null(strstr(d->reason, "not valid MessagePack"));
+	d = find_dlq(dlq, n, "bad-schema");
+	assert_non_null(strstr(d->reason, "required but missing"));
+	d = find_dlq(dlq, n, id[0]);
+	assert_int_equal(d->cause, TB_DLQ_POISON);
+	assert_non_null(strstr(d->reason, "no such repository"));
+	d = find_dlq(dlq, n, id[1]);
+	assert_int_equal(d->cause, TB_DLQ_POISON);
+	assert_non_null(strstr(d->reason, "not found"));
+	d = find_dlq(dlq, n, id[2]);
+	assert_int_equal(d->cause, TB_DLQ_POISON);
+	assert_non_null(strstr(d->reason, "taskbox.json"));
+
+	/* The misbehaving agent is a recorded failure, its judges' verdicts
+	 * say what went wrong. */
+	redisContext *c = redis();
+	char v[700];
+	unsigned long long att = 0;
+	int off = 0;
+	done_marker(c, sc, id[3], v, sizeof(v));
+	redisFree(c);
+	assert_true(sscanf(v, "%llu %n", &att, &off) == 1 && v[off]);
+	tb_store_config_t cfg = { 0 };
+	tb_store_t *st;
+	tb_error_t err;
+	char surl[128], *bytes;
+	size_t len;
+	tb_manifest_t m;
+	snprintf(surl, sizeof(surl), "s3://%s/runs", bucket);
+	cfg.url = surl, cfg.endpoint = (char *)s3_endpoint;
+	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	assert_int_equal(tb_store_open(&st, &cfg, &err), 0);
+	assert_int_equal(tb_store_get_bytes(st, v + off, 1 << 20, &bytes, &len, &err), 0);
+	tb_store_close(st);
+	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
+	free(bytes);
+	printf("misbehaving agent: %s: %s\n", tb_outcomes[m.outcome], m.reason ? m.reason : "");
+	assert_int_not_equal(m.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_int_equal(m.verdicts.n, 2);
+	for (size_t i = 0; i < m.verdicts.n; i++)
+		assert_int_equal(((tb_verdict_ref_t *)m.verdicts.items)[i].outcome,
+				 TB_VERDICT_ERROR);
+	tb_msg_free(&tb_schema_manifest, &m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -924,6 +1125,7 @@ int main(void)
 		cmocka_unit_test(test_replay__services_down_mid_batch),
 		cmocka_unit_test(test_replay__rebalances_during_a_batch),
 		cmocka_unit_test(test_replay__a_failed_consumer_is_replaced),
+		cmocka_unit_test(test_replay__a_batch_with_every_kind_of_bad_input),
 	};
 	if (getenv("TB_REPLAY_ONLY")) /* e.g. "*rebalances*" */
 		cmocka_set_test_filter(getenv("TB_REPLAY_ONLY"));

@@ -43,5 +43,6 @@ enum { TB_DLQ_F_PARTITION = 4, TB_DLQ_F_OFFSET = 5 };
 #define TB_DLQ_ORIGINAL_MAX (1u << 20)
 
 extern const tb_schema_t tb_schema_dlq;
+extern const char *const tb_dlq_causes[]; /* by tb_dlq_cause_t */
 
 #endif
