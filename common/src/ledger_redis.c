@@ -102,6 +102,18 @@ static void key(char *out, size_t size, const redis_ledger_t *r, const char *tas
 	snprintf(out, size, "%s:task:{%s}:%s", r->prefix, task, what);
 }
 
+/* A task's keys, as the scripts take them. */
+typedef struct task_keys {
+	char att[512], lease[512], done[512];
+} task_keys_t;
+
+static void task_keys(task_keys_t *k, const redis_ledger_t *r, const char *task)
+{
+	key(k->att, sizeof(k->att), r, task, "attempts");
+	key(k->lease, sizeof(k->lease), r, task, "lease");
+	key(k->done, sizeof(k->done), r, task, "done");
+}
+
 static uint64_t mono_ms(void)
 {
 	struct timespec ts;
@@ -185,16 +197,14 @@ static int redis_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint
 		       tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
-	char k_att[512], k_done[512], k_lease[512];
+	task_keys_t k;
 	redisReply *rep;
 	int rc;
 
-	key(k_att, sizeof(k_att), r, task, "attempts");
-	key(k_done, sizeof(k_done), r, task, "done");
-	key(k_lease, sizeof(k_lease), r, task, "lease");
+	task_keys(&k, r, task);
 	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 3 %s %s %s %s %llu", BEGIN_LUA, k_att,
-		 k_done, k_lease, r->worker, (unsigned long long)lease_ms);
+	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 3 %s %s %s %s %llu", BEGIN_LUA, k.att,
+		 k.done, k.lease, r->worker, (unsigned long long)lease_ms);
 	pthread_mutex_unlock(&r->lock);
 	if (rc < 0)
 		return rc;
@@ -234,16 +244,15 @@ static int redis_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint6
 		       tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
-	char k_att[512], k_lease[512];
+	task_keys_t k;
 	redisReply *rep;
 	int rc;
 
-	key(k_att, sizeof(k_att), r, task, "attempts");
-	key(k_lease, sizeof(k_lease), r, task, "lease");
+	task_keys(&k, r, task);
 	pthread_mutex_lock(&r->lock);
 	rc =
-	    run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 2 %s %s %llu %s %llu", RENEW_LUA, k_att,
-		k_lease, (unsigned long long)attempt, r->worker, (unsigned long long)lease_ms);
+	    run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 2 %s %s %llu %s %llu", RENEW_LUA, k.att,
+		k.lease, (unsigned long long)attempt, r->worker, (unsigned long long)lease_ms);
 	pthread_mutex_unlock(&r->lock);
 	return fencing(rc, rep, task, attempt, "renew", err);
 }
@@ -251,14 +260,13 @@ static int redis_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint6
 static int redis_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
-	char k_att[512], k_lease[512];
+	task_keys_t k;
 	redisReply *rep;
 	int rc;
 
-	key(k_att, sizeof(k_att), r, task, "attempts");
-	key(k_lease, sizeof(k_lease), r, task, "lease");
+	task_keys(&k, r, task);
 	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, ANY, err, "EVAL %s 2 %s %s %llu", RELEASE_LUA, k_att, k_lease,
+	rc = run(r, &rep, ANY, err, "EVAL %s 2 %s %s %llu", RELEASE_LUA, k.att, k.lease,
 		 (unsigned long long)attempt);
 	pthread_mutex_unlock(&r->lock);
 	freeReplyObject(rep);
@@ -288,18 +296,16 @@ static int redis_done(tb_ledger_t *l, const char *task, uint64_t attempt, const 
 		      tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
-	char k_att[512], k_done[512], k_lease[512];
+	task_keys_t k;
 	redisReply *rep;
 	int rc;
 
-	key(k_att, sizeof(k_att), r, task, "attempts");
-	key(k_done, sizeof(k_done), r, task, "done");
-	key(k_lease, sizeof(k_lease), r, task, "lease");
+	task_keys(&k, r, task);
 	pthread_mutex_lock(&r->lock);
 	/* NX: the first done-marker stands (a dead letter's, then a late
 	 * success, changes nothing), and the task is done either way. */
-	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s %llu %s", DONE_LUA, k_att,
-		 k_done, k_lease, (unsigned long long)attempt, manifest_key);
+	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s %llu %s", DONE_LUA, k.att,
+		 k.done, k.lease, (unsigned long long)attempt, manifest_key);
 	pthread_mutex_unlock(&r->lock);
 	return fencing(rc, rep, task, attempt, "done", err);
 }
@@ -359,17 +365,15 @@ static int redis_history(tb_ledger_t *l, const char *task, tb_ledger_attempt_t *
 static int redis_inspect(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
-	char k_att[512], k_lease[512], k_done[512];
+	task_keys_t k;
 	redisReply *rep;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	key(k_att, sizeof(k_att), r, task, "attempts");
-	key(k_lease, sizeof(k_lease), r, task, "lease");
-	key(k_done, sizeof(k_done), r, task, "done");
+	task_keys(&k, r, task);
 	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 3 %s %s %s", INSPECT_LUA, k_att, k_lease,
-		 k_done);
+	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 3 %s %s %s", INSPECT_LUA, k.att, k.lease,
+		 k.done);
 	pthread_mutex_unlock(&r->lock);
 	if (rc < 0)
 		return rc;

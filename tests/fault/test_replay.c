@@ -771,8 +771,14 @@ static void test_replay__random_kills_during_a_batch(void **state)
 	check(sc);
 }
 
-/* The DLQ records of task @p id; the last one's cause and reason. */
-static int dead_letters(const scenario_t *sc, const char *id, int *cause, char *reason, size_t len)
+/* Every DLQ record of the scenario: task id (or ""), cause, reason. */
+typedef struct dlq_seen {
+	char id[64];
+	int cause;
+	char reason[400];
+} dlq_seen_t;
+
+static int read_dlq(const scenario_t *sc, dlq_seen_t *out, int max)
 {
 	tb_error_t err;
 	rd_kafka_t *c;
@@ -788,18 +794,19 @@ static int dead_letters(const scenario_t *sc, const char *id, int *cause, char *
 	rd_kafka_topic_partition_list_destroy(parts);
 	for (time_t until = time(NULL) + 60; !done && time(NULL) < until;) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
+		tb_dlq_t rec;
 		if (!m)
 			continue;
-		tb_dlq_t rec;
-		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
 			done = 1;
-		else if (!m->err &&
-			 tb_msg_decode(&tb_schema_dlq, &rec, m->payload, m->len, &err) == 0) {
-			if (rec.task_id && !strcmp(rec.task_id, id)) {
-				n++;
-				*cause = rec.cause;
-				snprintf(reason, len, "%s", rec.reason ? rec.reason : "");
-			}
+		} else if (!m->err && n < max &&
+			   tb_msg_decode(&tb_schema_dlq, &rec, m->payload, m->len, &err) == 0) {
+			snprintf(out[n].id, sizeof(out[n].id), "%s",
+				 rec.task_id ? rec.task_id : "");
+			out[n].cause = rec.cause;
+			snprintf(out[n].reason, sizeof(out[n].reason), "%s",
+				 rec.reason ? rec.reason : "");
+			n++;
 			tb_msg_free(&tb_schema_dlq, &rec);
 		}
 		rd_kafka_message_destroy(m);
@@ -807,6 +814,30 @@ static int dead_letters(const scenario_t *sc, const char *id, int *cause, char *
 	rd_kafka_consumer_close(c);
 	rd_kafka_destroy(c);
 	return n;
+}
+
+static const dlq_seen_t *find_dlq(const dlq_seen_t *d, int n, const char *id)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(d[i].id, id))
+			return &d[i];
+	fail_msg("task %s is not in the DLQ", id);
+	return NULL;
+}
+
+/* The DLQ records of task @p id; the last one's cause and reason. */
+static int dead_letters(const scenario_t *sc, const char *id, int *cause, char *reason, size_t len)
+{
+	static dlq_seen_t all[64];
+	int n = read_dlq(sc, all, 64), found = 0;
+
+	for (int i = 0; i < n; i++)
+		if (!strcmp(all[i].id, id)) {
+			found++;
+			*cause = all[i].cause;
+			snprintf(reason, len, "%s", all[i].reason);
+		}
+	return found;
 }
 
 /* A task that kills its worker every time it runs ends in the DLQ after
@@ -970,60 +1001,6 @@ static void test_replay__a_failed_consumer_is_replaced(void **state)
 	snprintf(cmd, sizeof(cmd), "grep -q 'joining the group again' %.300s", sc->log);
 	assert_int_equal(system(cmd), 0);
 	check(sc);
-}
-
-/* Every DLQ record of the scenario: task id (or ""), cause, reason. */
-typedef struct dlq_seen {
-	char id[64];
-	int cause;
-	char reason[400];
-} dlq_seen_t;
-
-static int read_dlq(const scenario_t *sc, dlq_seen_t *out, int max)
-{
-	tb_error_t err;
-	rd_kafka_t *c;
-	tb_kv_t eof = { (char *)"enable.partition.eof", (char *)"true" };
-	tb_strmap_t props = { 1, &eof };
-	int n = 0, done = 0;
-
-	assert_int_equal(
-	    tb_kafka_consumer_new(&c, brokers, "replay-reader", NULL, &props, NULL, NULL, &err), 0);
-	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(parts, sc->dlq, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
-	rd_kafka_assign(c, parts);
-	rd_kafka_topic_partition_list_destroy(parts);
-	for (time_t until = time(NULL) + 60; !done && time(NULL) < until;) {
-		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
-		tb_dlq_t rec;
-		if (!m)
-			continue;
-		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-			done = 1;
-		} else if (!m->err && n < max &&
-			   tb_msg_decode(&tb_schema_dlq, &rec, m->payload, m->len, &err) == 0) {
-			snprintf(out[n].id, sizeof(out[n].id), "%s",
-				 rec.task_id ? rec.task_id : "");
-			out[n].cause = rec.cause;
-			snprintf(out[n].reason, sizeof(out[n].reason), "%s",
-				 rec.reason ? rec.reason : "");
-			n++;
-			tb_msg_free(&tb_schema_dlq, &rec);
-		}
-		rd_kafka_message_destroy(m);
-	}
-	rd_kafka_consumer_close(c);
-	rd_kafka_destroy(c);
-	return n;
-}
-
-static const dlq_seen_t *find_dlq(const dlq_seen_t *d, int n, const char *id)
-{
-	for (int i = 0; i < n; i++)
-		if (!strcmp(d[i].id, id))
-			return &d[i];
-	fail_msg("task %s is not in the DLQ", id);
-	return NULL;
 }
 
 /*
