@@ -16,6 +16,7 @@ enum {
 };
 
 int tb_cmd_demo(int argc, char **argv);
+int tb_cmd_dlq(int argc, char **argv);
 int tb_cmd_schema(int argc, char **argv);
 int tb_cmd_status(int argc, char **argv);
 int tb_cmd_worker(int argc, char **argv);

@@ -13,6 +13,7 @@ static const struct {
 	const char *summary;
 } commands[] = {
 	{ "demo", tb_cmd_demo, "run the embedded demo (no external services)" },
+	{ "dlq", tb_cmd_dlq, "list dead letters; send a task back after a fix" },
 	{ "schema", tb_cmd_schema, "encode, decode and check wire messages" },
 	{ "status", tb_cmd_status, "a task's state, or the fleet's workers and lag" },
 	{ "worker", tb_cmd_worker, "run a worker (tasks from Kafka, each in a sandbox)" },

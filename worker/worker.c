@@ -621,29 +621,35 @@ static int over_budget(worker_t *w, const job_t *j, char *why, size_t len)
 {
 	tb_ledger_t *l = w->d->ledger;
 	tb_ledger_attempt_t *hist = NULL;
+	tb_ledger_task_t t;
 	uint64_t excused = 0;
 	size_t n = 0;
 	tb_error_t err;
 
 	if (j->attempt <= j->max_attempts)
 		return 0;
-	if (l->ops->history(l, j->key, &hist, &n, &err) < 0) {
+	/* Counted from the last revive (`taskbox dlq send`) on. */
+	if (l->ops->inspect(l, j->key, &t, &err) < 0 ||
+	    l->ops->history(l, j->key, &hist, &n, &err) < 0) {
 		snprintf(why, len, "no history to count attempts by: %.500s", err.msg);
 		return TB_ERETRY;
 	}
+	uint64_t base = t.base < j->attempt ? t.base : 0, begun = j->attempt - base;
 	for (size_t i = 0; i < n; i++)
-		excused += hist[i].code[0] && strcmp(hist[i].code, tb_error_name(TB_EPOISON));
+		excused += hist[i].attempt > base && hist[i].code[0] &&
+			   strcmp(hist[i].code, tb_error_name(TB_EPOISON));
+	int over = excused >= PLATFORM_FAILURES_MAX || begun - excused > j->max_attempts;
 	if (excused >= PLATFORM_FAILURES_MAX)
 		snprintf(why, len, "the platform failed this task %llu times; the last: %.400s",
 			 (unsigned long long)excused, n ? hist[n - 1].reason : "?");
-	else if (j->attempt - excused > j->max_attempts)
+	else if (over)
 		snprintf(why, len,
 			 "no attempts left: %llu of %llu begun ended without a result "
 			 "(max_attempts %llu)",
-			 (unsigned long long)(j->attempt - 1 - excused),
-			 (unsigned long long)(j->attempt - 1), (unsigned long long)j->max_attempts);
+			 (unsigned long long)(begun - 1 - excused), (unsigned long long)(begun - 1),
+			 (unsigned long long)j->max_attempts);
 	free(hist);
-	return excused >= PLATFORM_FAILURES_MAX || j->attempt - excused > j->max_attempts;
+	return over;
 }
 
 /*

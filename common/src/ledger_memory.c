@@ -17,6 +17,7 @@
 typedef struct entry {
 	char *task;
 	uint64_t attempts; /* the newest attempt: the fencing token */
+	uint64_t base;     /* attempts before the last revive */
 	int done;
 	char *manifest; /* the done-marker's */
 	tb_ledger_attempt_t *failures;
@@ -172,6 +173,27 @@ static int mem_history(tb_ledger_t *l, const char *task, tb_ledger_attempt_t **o
 	return rc;
 }
 
+static int mem_revive(tb_ledger_t *l, const char *task, tb_error_t *err)
+{
+	mem_ledger_t *m = (mem_ledger_t *)l;
+	int rc = 0;
+
+	pthread_mutex_lock(&m->lock);
+	entry_t *e = find(m, task, 0);
+	if (!e || !e->done) {
+		rc = tb_error_set(err, TB_ENOTFOUND, "task %s is not dead-lettered", task);
+	} else if (e->manifest && e->manifest[0]) {
+		rc = tb_error_set(err, TB_EEXIST, "task %s is done with a record", task);
+	} else {
+		e->done = 0;
+		free(e->manifest);
+		e->manifest = NULL;
+		e->base = e->attempts;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
 static int mem_inspect(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, tb_error_t *err)
 {
 	mem_ledger_t *m = (mem_ledger_t *)l;
@@ -182,6 +204,7 @@ static int mem_inspect(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, 
 	entry_t *e = find(m, task, 0);
 	if (e) {
 		out->attempts = e->attempts;
+		out->base = e->base;
 		out->done = e->done;
 		if (e->done) {
 			out->done_attempt = e->attempts;
@@ -250,6 +273,7 @@ static const struct tb_ledger_ops mem_ops = {
 	.failed = mem_failed,
 	.done = mem_done,
 	.history = mem_history,
+	.revive = mem_revive,
 	.inspect = mem_inspect,
 	.alive = mem_alive,
 	.workers = mem_workers,

@@ -7,6 +7,8 @@
  *   <prefix>:task:{<id>}:attempts   counter, INCR'd by begin: the fencing token
  *   <prefix>:task:{<id>}:lease      "<attempt> <worker>", PX the lease time
  *   <prefix>:task:{<id>}:done       "<attempt> <manifest key>", set once
+ *                                   (a dead letter's, "<attempt> ", revivable)
+ *   <prefix>:task:{<id>}:base       attempts before the last revive
  *   <prefix>:task:{<id>}:failures   list of "<attempt>\t<ms>\t<worker>\t<code>\t<reason>"
  *   <prefix>:worker:{<id>}          the worker's liveness JSON, PX its TTL
  *   <prefix>:workers                sorted set: worker id by last heartbeat (ms)
@@ -75,10 +77,19 @@ static const char DONE_LUA[] = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then re
 			       "redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], 'NX') "
 			       "redis.call('DEL', KEYS[3]) "
 			       "return 1";
-/* KEYS attempts, lease, done. {attempts, lease, pttl, done}, false for
- * what is missing. */
-static const char INSPECT_LUA[] = "return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), "
-				  "redis.call('PTTL', KEYS[2]), redis.call('GET', KEYS[3])}";
+/* KEYS attempts, lease, done, base. {attempts, lease, pttl, done, base},
+ * false (nil) for what is missing. */
+static const char INSPECT_LUA[] =
+    "return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), "
+    "redis.call('PTTL', KEYS[2]), redis.call('GET', KEYS[3]), redis.call('GET', KEYS[4])}";
+/* KEYS attempts, done, base. 1 revived, 0 not dead-lettered, -1 done
+ * with a record. A dead letter's marker is "<attempt> " (no manifest). */
+static const char REVIVE_LUA[] = "local d = redis.call('GET', KEYS[2]) "
+				 "if not d then return 0 end "
+				 "if not string.match(d, '^%d+ $') then return -1 end "
+				 "redis.call('DEL', KEYS[2]) "
+				 "redis.call('SET', KEYS[3], redis.call('GET', KEYS[1]) or '0') "
+				 "return 1";
 /* KEYS worker, workers; ARGV info, ttl ms, id, now ms. Forgets workers
  * silent for a day. */
 static const char ALIVE_LUA[] =
@@ -104,7 +115,7 @@ static void key(char *out, size_t size, const redis_ledger_t *r, const char *tas
 
 /* A task's keys, as the scripts take them. */
 typedef struct task_keys {
-	char att[512], lease[512], done[512];
+	char att[512], lease[512], done[512], base[512];
 } task_keys_t;
 
 static void task_keys(task_keys_t *k, const redis_ledger_t *r, const char *task)
@@ -112,6 +123,7 @@ static void task_keys(task_keys_t *k, const redis_ledger_t *r, const char *task)
 	key(k->att, sizeof(k->att), r, task, "attempts");
 	key(k->lease, sizeof(k->lease), r, task, "lease");
 	key(k->done, sizeof(k->done), r, task, "done");
+	key(k->base, sizeof(k->base), r, task, "base");
 }
 
 static uint64_t mono_ms(void)
@@ -372,8 +384,8 @@ static int redis_inspect(tb_ledger_t *l, const char *task, tb_ledger_task_t *out
 	memset(out, 0, sizeof(*out));
 	task_keys(&k, r, task);
 	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 3 %s %s %s", INSPECT_LUA, k.att, k.lease,
-		 k.done);
+	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 4 %s %s %s %s", INSPECT_LUA, k.att,
+		 k.lease, k.done, k.base);
 	pthread_mutex_unlock(&r->lock);
 	if (rc < 0)
 		return rc;
@@ -395,7 +407,32 @@ static int redis_inspect(tb_ledger_t *l, const char *task, tb_ledger_task_t *out
 			snprintf(out->manifest, sizeof(out->manifest), "%s", e[3]->str + off);
 		}
 	}
+	if (n > 4 && e[4]->type == REDIS_REPLY_STRING)
+		out->base = strtoull(e[4]->str, NULL, 10);
 	freeReplyObject(rep);
+	return 0;
+}
+
+static int redis_revive(tb_ledger_t *l, const char *task, tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+	task_keys_t k;
+	redisReply *rep;
+	int rc;
+
+	task_keys(&k, r, task);
+	pthread_mutex_lock(&r->lock);
+	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s", REVIVE_LUA, k.att, k.done,
+		 k.base);
+	pthread_mutex_unlock(&r->lock);
+	if (rc < 0)
+		return rc;
+	long long v = rep->integer;
+	freeReplyObject(rep);
+	if (v == 0)
+		return tb_error_set(err, TB_ENOTFOUND, "task %s is not dead-lettered", task);
+	if (v < 0)
+		return tb_error_set(err, TB_EEXIST, "task %s is done with a record", task);
 	return 0;
 }
 
@@ -474,6 +511,7 @@ static const struct tb_ledger_ops redis_ops = {
 	.failed = redis_failed,
 	.done = redis_done,
 	.history = redis_history,
+	.revive = redis_revive,
 	.inspect = redis_inspect,
 	.alive = redis_alive,
 	.workers = redis_workers,

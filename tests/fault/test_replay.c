@@ -304,7 +304,8 @@ static void produce_raw(scenario_t *sc, const char *key, const void *data, size_
 }
 
 /* Task @p id of recipe @p url at @p at: counted as an extra message. */
-static void produce_task_at(scenario_t *sc, const char *id, const char *url, const char *at)
+static void produce_task_at(scenario_t *sc, const char *id, const char *url, const char *at,
+			    const char *runtime)
 {
 	tb_task_t t = { 0 };
 	msgpack_sbuffer sb;
@@ -312,7 +313,7 @@ static void produce_task_at(scenario_t *sc, const char *id, const char *url, con
 
 	t.id = (char *)id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = (char *)url;
 	t.recipe.commit = (char *)at, t.prompt = (char *)"hello?";
-	t.runtime = (char *)"standard", t.submitted_at = 1;
+	t.runtime = (char *)runtime, t.submitted_at = 1;
 	msgpack_sbuffer_init(&sb);
 	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
 	produce_raw(sc, id, sb.data, sb.size);
@@ -776,6 +777,8 @@ typedef struct dlq_seen {
 	char id[64];
 	int cause;
 	char reason[400];
+	int32_t partition;
+	int64_t offset;
 } dlq_seen_t;
 
 static int read_dlq(const scenario_t *sc, dlq_seen_t *out, int max)
@@ -804,6 +807,8 @@ static int read_dlq(const scenario_t *sc, dlq_seen_t *out, int max)
 			snprintf(out[n].id, sizeof(out[n].id), "%s",
 				 rec.task_id ? rec.task_id : "");
 			out[n].cause = rec.cause;
+			out[n].partition = m->partition;
+			out[n].offset = m->offset;
 			snprintf(out[n].reason, sizeof(out[n].reason), "%s",
 				 rec.reason ? rec.reason : "");
 			n++;
@@ -1027,13 +1032,17 @@ static void test_replay__a_batch_with_every_kind_of_bad_input(void **state)
 	for (int i = 0; i < 6; i++)
 		snprintf(id[i], sizeof(id[i]), "bad-%d-%d", i, getpid());
 	snprintf(url, sizeof(url), "file://%s/no-such-repository", root);
-	produce_task_at(sc, id[0], url, commit); /* unknown recipe URL */
+	produce_task_at(sc, id[0], url, commit, "standard"); /* unknown recipe URL */
 	snprintf(url, sizeof(url), "file://%s", repo);
-	produce_task_at(sc, id[1], url, "0123456789abcdef0123456789abcdef01234567"); /* commit */
+	produce_task_at(sc, id[1], url, "0123456789abcdef0123456789abcdef01234567",
+			"standard"); /* commit */
 	snprintf(url, sizeof(url), "file://%s/bare", root);
-	produce_task_at(sc, id[2], url, bare_commit); /* no taskbox.json */
+	produce_task_at(sc, id[2], url, bare_commit, "standard"); /* no taskbox.json */
 	snprintf(url, sizeof(url), "file://%s/misbehave", root);
-	produce_task_at(sc, id[3], url, misbehave_commit); /* crash, garbage, hung judge */
+	produce_task_at(sc, id[3], url, misbehave_commit,
+			"standard"); /* crash, garbage, hung judge */
+	snprintf(url, sizeof(url), "file://%s", repo);
+	produce_task_at(sc, id[4], url, commit, "later"); /* a runtime not there yet */
 	produce_tasks(sc, "good-more", 25, "standard");
 	pid_t w = start_worker(sc, 0, NULL);
 	run_until_done(sc, &w, 1, 300);
@@ -1046,7 +1055,7 @@ static void test_replay__a_batch_with_every_kind_of_bad_input(void **state)
 		malformed += dlq[i].cause == TB_DLQ_MALFORMED;
 	}
 	assert_int_equal(malformed, 2);
-	assert_int_equal(n, 5);
+	assert_int_equal(n, 6);
 	const dlq_seen_t *d = find_dlq(dlq, n, "bad-bytes");
 	assert_non_null(strstr(d->reason, "not valid MessagePack"));
 	d = find_dlq(dlq, n, "bad-schema");
@@ -1091,6 +1100,34 @@ static void test_replay__a_batch_with_every_kind_of_bad_input(void **state)
 		assert_int_equal(((tb_verdict_ref_t *)m.verdicts.items)[i].outcome,
 				 TB_VERDICT_ERROR);
 	tb_msg_free(&tb_schema_manifest, &m);
+
+	/* The operator adds the missing runtime and sends the task back. */
+	d = find_dlq(dlq, n, id[4]);
+	assert_int_equal(d->cause, TB_DLQ_POISON);
+	assert_non_null(strstr(d->reason, "unknown runtime 'later'"));
+	char cmd[4096], line[600];
+	int listed = 0;
+	snprintf(cmd, sizeof(cmd), "%s dlq list --config %.200s", TB_TASKBOX, sc->config[0]);
+	FILE *f = popen(cmd, "r");
+	while (f && fgets(line, sizeof(line), f))
+		listed += strstr(line, id[4]) && strstr(line, "unknown runtime");
+	assert_int_equal(pclose(f), 0);
+	assert_int_equal(listed, 1);
+	snprintf(cmd, sizeof(cmd),
+		 "cp %s/standard.json %s/later.json && "
+		 "sed -i 's/standard/later/' %s/later.json && "
+		 "%s dlq send --config %.200s %d:%lld",
+		 runtimes, runtimes, runtimes, TB_TASKBOX, sc->config[0], (int)d->partition,
+		 (long long)d->offset);
+	assert_int_equal(system(cmd), 0);
+	const dlq_seen_t *bad = find_dlq(dlq, n, "bad-bytes");
+	snprintf(cmd, sizeof(cmd), "%s dlq send --config %.200s %d:%lld 2>/dev/null", TB_TASKBOX,
+		 sc->config[0], (int)bad->partition, (long long)bad->offset);
+	assert_int_not_equal(system(cmd), 0); /* nothing to send back */
+	snprintf(sc->ids[sc->n++], sizeof(sc->ids[0]), "%s", id[4]);
+	w = start_worker(sc, 0, NULL);
+	run_until_done(sc, &w, 1, 300);
+	check(sc); /* the revived task is done, its record whole */
 }
 
 int main(void)

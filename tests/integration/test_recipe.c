@@ -136,7 +136,10 @@ static void test_recipe__missing_or_bad_manifest_is_poison(void **state)
 	assert_non_null(strstr(err.msg, "field 'agent': required but missing"));
 }
 
-static void test_recipe__unreachable_repository_is_retryable(void **state)
+/* A repository that is not there will not be there next time: poison. A
+ * server that does not answer may answer later: retry. (Nothing listens
+ * on loopback port 1.) */
+static void test_recipe__missing_repository_is_poison_unreachable_is_retryable(void **state)
 {
 	char dir[PATH_MAX];
 	tb_recipe_manifest_t m;
@@ -144,6 +147,11 @@ static void test_recipe__unreachable_repository_is_retryable(void **state)
 
 	(void)state;
 	assert_int_equal(tb_recipe_checkout(rc_cache, "file:///nonexistent/repo.git",
+					    "2222222222222222222222222222222222222222", dir,
+					    sizeof(dir), &m, &err),
+			 TB_EPOISON);
+	assert_non_null(strstr(err.msg, "no such repository"));
+	assert_int_equal(tb_recipe_checkout(rc_cache, "http://127.0.0.1:1/repo.git",
 					    "2222222222222222222222222222222222222222", dir,
 					    sizeof(dir), &m, &err),
 			 TB_ERETRY);
@@ -183,7 +191,8 @@ int main(void)
 		cmocka_unit_test(test_recipe__a_later_commit_is_fetched),
 		cmocka_unit_test(test_recipe__unknown_commit_is_poison),
 		cmocka_unit_test(test_recipe__missing_or_bad_manifest_is_poison),
-		cmocka_unit_test(test_recipe__unreachable_repository_is_retryable),
+		cmocka_unit_test(
+		    test_recipe__missing_repository_is_poison_unreachable_is_retryable),
 	};
 	if (system("git --version >/dev/null 2>&1") != 0) {
 		printf("SKIP: the git command is needed to make test repositories\n");

@@ -47,6 +47,8 @@ typedef struct tb_ledger_task {
 	int done;            /* the done-marker is set */
 	uint64_t done_attempt;
 	char manifest[600]; /* the done-marker's manifest key; "" dead-lettered */
+	uint64_t base;      /* attempts before the last revive: the budget counts
+			       * only those after it */
 } tb_ledger_task_t;
 
 struct tb_ledger_ops {
@@ -76,6 +78,11 @@ struct tb_ledger_ops {
 	 * frees the array. */
 	int (*history)(tb_ledger_t *l, const char *task, tb_ledger_attempt_t **out, size_t *n,
 		       tb_error_t *err);
+	/* A dead-lettered task may run again (`taskbox dlq send`): its
+	 * done-marker goes and its attempt budget starts afresh (attempt
+	 * numbers go on). TB_EEXIST if it is done with a record (it would not
+	 * run again); TB_ENOTFOUND if it is not dead-lettered. */
+	int (*revive)(tb_ledger_t *l, const char *task, tb_error_t *err);
 	/* What the ledger knows of @p task, read at one instant. */
 	int (*inspect)(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, tb_error_t *err);
 	/* This worker's liveness: @p info (a JSON object, schemas/keys.md)
