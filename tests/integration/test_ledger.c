@@ -86,6 +86,31 @@ static void contract(tb_ledger_t *l)
 	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), TB_EEXIST);
 	/* an unknown task has no attempt to fence with */
 	assert_int_equal(l->ops->done(l, "never-begun", 1, "m", &err), TB_EFENCED);
+
+	/* inspect, and revive: a task done with a record stays done; a dead
+	 * letter may run again, its budget counted from here */
+	tb_ledger_task_t t;
+	assert_int_equal(l->ops->inspect(l, task, &t, &err), 0);
+	assert_true(t.done);
+	assert_int_equal(t.done_attempt, 3);
+	assert_string_equal(t.manifest, "tasks/x/3/manifest.msgpack");
+	assert_int_equal(l->ops->revive(l, task, &err), TB_EEXIST);
+	char dead[80];
+	snprintf(dead, sizeof(dead), "%s-dead", task);
+	assert_int_equal(l->ops->revive(l, dead, &err), TB_ENOTFOUND);
+	assert_int_equal(l->ops->begin(l, dead, LEASE, &attempt, &err), 0);
+	assert_int_equal(l->ops->done(l, dead, 1, "", &err), 0);
+	assert_int_equal(l->ops->inspect(l, dead, &t, &err), 0);
+	assert_true(t.done && !t.manifest[0]);
+	assert_int_equal(l->ops->revive(l, dead, &err), 0);
+	assert_int_equal(l->ops->inspect(l, dead, &t, &err), 0);
+	assert_false(t.done);
+	assert_int_equal(t.base, 1);
+	assert_int_equal(l->ops->begin(l, dead, LEASE, &attempt, &err), 0);
+	assert_int_equal(attempt, 2);
+	assert_int_equal(l->ops->revive(l, dead, &err), TB_ENOTFOUND);
+	assert_int_equal(l->ops->inspect(l, "never-seen", &t, &err), 0);
+	assert_int_equal(t.attempts, 0);
 }
 
 /* alive() is seen by workers() for its TTL, and not after. */
