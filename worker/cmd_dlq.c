@@ -44,19 +44,32 @@ static int each_record(const tb_config_t *cfg, int32_t only, int64_t from, recor
 		       tb_error_t *err)
 {
 	const rd_kafka_metadata_t *md = NULL;
-	tb_kv_t eof = { (char *)"enable.partition.eof", (char *)"true" };
-	tb_strmap_t props = { 1, &eof };
+	size_t np = cfg->kafka.properties.n;
+	tb_kv_t *kv = calloc(np + 1, sizeof(*kv));
+	unsigned char *at_end = NULL;
 	rd_kafka_t *c;
 	int rc = 0;
 
-	if ((rc = tb_kafka_consumer_new(&c, cfg->kafka.brokers, "taskbox-dlq-reader", NULL, &props,
-					NULL, NULL, err)) < 0)
+	if (!kv)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	/* the fleet's settings (security ...), and an end-of-partition event */
+	if (np)
+		memcpy(kv, cfg->kafka.properties.items, np * sizeof(*kv));
+	kv[np].key = (char *)"enable.partition.eof", kv[np].value = (char *)"true";
+	tb_strmap_t props = { np + 1, kv };
+	rc = tb_kafka_consumer_new(&c, cfg->kafka.brokers, "taskbox-dlq-reader", NULL, &props, NULL,
+				   NULL, err);
+	free(kv);
+	if (rc < 0)
 		return rc;
 	rd_kafka_topic_t *t = rd_kafka_topic_new(c, cfg->kafka.dlq_topic, NULL);
-	rd_kafka_resp_err_t e = rd_kafka_metadata(c, 0, t, &md, 10000);
+	rd_kafka_resp_err_t e =
+	    t ? rd_kafka_metadata(c, 0, t, &md, 10000) : RD_KAFKA_RESP_ERR__INVALID_ARG;
 	if (e || md->topic_cnt != 1 || md->topics[0].err) {
 		rc = tb_error_set(err, TB_EIO, "kafka: topic %s: %s", cfg->kafka.dlq_topic,
-				  rd_kafka_err2str(e ? e : md->topics[0].err));
+				  e                    ? rd_kafka_err2str(e)
+				  : md->topic_cnt != 1 ? "not in the metadata"
+						       : rd_kafka_err2str(md->topics[0].err));
 		goto out;
 	}
 	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(8);
@@ -66,7 +79,13 @@ static int each_record(const tb_config_t *cfg, int32_t only, int64_t from, recor
 			rd_kafka_topic_partition_list_add(parts, cfg->kafka.dlq_topic, p)->offset =
 			    from >= 0 ? from : RD_KAFKA_OFFSET_BEGINNING;
 	}
+	/* one flag per partition: a partition may report its end twice */
 	int want = parts->cnt, ended = 0, stop = 0;
+	if (!(at_end = calloc(1024, 1))) {
+		rd_kafka_topic_partition_list_destroy(parts);
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+		goto out;
+	}
 	rd_kafka_assign(c, parts);
 	rd_kafka_topic_partition_list_destroy(parts);
 	for (time_t until = time(NULL) + 60; ended < want && !stop && time(NULL) < until;) {
@@ -76,7 +95,8 @@ static int each_record(const tb_config_t *cfg, int32_t only, int64_t from, recor
 		if (!m)
 			continue;
 		if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-			ended++;
+			if (m->partition >= 0 && m->partition < 1024 && !at_end[m->partition]++)
+				ended++;
 		} else if (m->err) {
 			rc = tb_error_set(err, TB_EIO, "kafka: %s", rd_kafka_message_errstr(m));
 			stop = 1;
@@ -93,9 +113,11 @@ static int each_record(const tb_config_t *cfg, int32_t only, int64_t from, recor
 		rc = tb_error_set(err, TB_EIO,
 				  "kafka: the DLQ topic was not read to its end in 60 s");
 out:
+	free(at_end);
 	if (md)
 		rd_kafka_metadata_destroy(md);
-	rd_kafka_topic_destroy(t);
+	if (t)
+		rd_kafka_topic_destroy(t);
 	rd_kafka_consumer_close(c);
 	rd_kafka_destroy(c);
 	return rc;
@@ -248,6 +270,12 @@ int tb_cmd_dlq(int argc, char **argv)
 	if (!strcmp(cfg.kafka.brokers, "mock")) {
 		fprintf(stderr, "taskbox dlq: kafka.brokers is 'mock', a cluster inside one "
 				"process: set kafka.brokers (TASKBOX_KAFKA_BROKERS)\n");
+		rc = TB_EXIT_CONFIG;
+	} else if (!strcmp(what, "send") && !strcmp(cfg.ledger.url, "memory:")) {
+		fprintf(stderr,
+			"taskbox dlq: ledger.url is 'memory:', which lives inside one "
+			"worker: point it at the fleet's Redis (TASKBOX_LEDGER_URL), or the "
+			"task would be found done and not run\n");
 		rc = TB_EXIT_CONFIG;
 	} else if (!strcmp(what, "list")) {
 		if (each_record(&cfg, -1, -1, print_record, &as_json, &err) < 0) {

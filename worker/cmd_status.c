@@ -137,12 +137,13 @@ static json_t *lag_json(const tb_config_t *cfg, tb_error_t *err)
 				  &cfg->kafka.properties, NULL, NULL, err) < 0)
 		return NULL;
 	rd_kafka_topic_t *t = rd_kafka_topic_new(c, cfg->kafka.tasks_topic, NULL);
-	rd_kafka_resp_err_t e = rd_kafka_metadata(c, 0, t, &md, 10000);
+	rd_kafka_resp_err_t e =
+	    t ? rd_kafka_metadata(c, 0, t, &md, 10000) : RD_KAFKA_RESP_ERR__INVALID_ARG;
 	if (e || md->topic_cnt != 1 || md->topics[0].err) {
 		tb_error_set(err, TB_EIO, "kafka: topic %s: %s", cfg->kafka.tasks_topic,
-			     rd_kafka_err2str(e               ? e
-					      : md->topic_cnt ? md->topics[0].err
-							      : e));
+			     e                    ? rd_kafka_err2str(e)
+			     : md->topic_cnt != 1 ? "not in the metadata"
+						  : rd_kafka_err2str(md->topics[0].err));
 		goto out;
 	}
 	int np = md->topics[0].partition_cnt;
@@ -173,7 +174,8 @@ static json_t *lag_json(const tb_config_t *cfg, tb_error_t *err)
 out:
 	if (md)
 		rd_kafka_metadata_destroy(md);
-	rd_kafka_topic_destroy(t);
+	if (t)
+		rd_kafka_topic_destroy(t);
 	rd_kafka_destroy(c);
 	return parts;
 }
@@ -260,7 +262,9 @@ static void print_fleet(const json_t *o)
 		json_int_t hb = json_integer_value(json_object_get(w, "heartbeat_ms"));
 		printf("  %-24s pid %-7lld slots %-3lld running %-3zu waiting %-3lld "
 		       "finished %-6lld heartbeat %.1f s ago\n",
-		       json_string_value(json_object_get(w, "worker")),
+		       json_string_value(json_object_get(w, "worker"))
+			   ? json_string_value(json_object_get(w, "worker"))
+			   : "(unreadable)",
 		       (long long)json_integer_value(json_object_get(w, "pid")),
 		       (long long)json_integer_value(json_object_get(w, "slots")),
 		       json_array_size(json_object_get(w, "tasks")),

@@ -635,9 +635,17 @@ static int over_budget(worker_t *w, const job_t *j, char *why, size_t len)
 		return TB_ERETRY;
 	}
 	uint64_t base = t.base < j->attempt ? t.base : 0, begun = j->attempt - base;
-	for (size_t i = 0; i < n; i++)
-		excused += hist[i].attempt > base && hist[i].code[0] &&
-			   strcmp(hist[i].code, tb_error_name(TB_EPOISON));
+	/* distinct attempts since base, before this one (a failure may be
+	 * kept twice when a reply was lost) */
+	for (size_t i = 0; i < n; i++) {
+		int dup = 0;
+		for (size_t k = 0; k < i && !dup; k++)
+			dup = hist[k].attempt == hist[i].attempt;
+		excused += !dup && hist[i].attempt > base && hist[i].attempt < j->attempt &&
+			   hist[i].code[0] && strcmp(hist[i].code, tb_error_name(TB_EPOISON));
+	}
+	if (excused > begun - 1)
+		excused = begun - 1;
 	int over = excused >= PLATFORM_FAILURES_MAX || begun - excused > j->max_attempts;
 	if (excused >= PLATFORM_FAILURES_MAX)
 		snprintf(why, len, "the platform failed this task %llu times; the last: %.400s",
@@ -686,8 +694,12 @@ static void admit_waiting(worker_t *w)
 			rc =
 			    tb_error_set(&err, TB_ERETRY, "%s", "its last failure is not kept yet");
 		else if ((rc = l->ops->begin(l, j->key, w->lease_ms, &j->attempt, &err)) == 0 &&
-			 (spent = over_budget(w, j, why, sizeof(why))) < 0)
+			 (spent = over_budget(w, j, why, sizeof(why))) < 0) {
+			/* this attempt never ran: excused, and its lease let go */
+			keep_failure(w, j, TB_ERETRY, why);
+			l->ops->release(l, j->key, j->attempt, &err);
 			rc = tb_error_set(&err, spent, "%s", why);
+		}
 		if (rc == 0 && !spent) {
 			j->claimed_ms = now_ms();
 			j->undelivered = tb_kafka_undelivered();

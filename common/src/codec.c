@@ -106,6 +106,17 @@ void tb_msg_free(const tb_schema_t *schema, void *obj)
 
 /* ---------------------------------------------------------------- checks */
 
+void tb_utf8_trim(char *s)
+{
+	size_t n = strlen(s);
+
+	for (size_t cut = 0; cut < 4 && cut <= n; cut++)
+		if (tb_utf8_valid((const uint8_t *)s, n - cut)) {
+			s[n - cut] = '\0';
+			return;
+		}
+}
+
 bool tb_utf8_valid(const uint8_t *s, size_t n)
 {
 	size_t i = 0;

@@ -8,6 +8,8 @@
  */
 #include "tb/ledger.h"
 
+#include "tb/codec.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +131,7 @@ static int mem_failed(tb_ledger_t *l, const char *task, uint64_t attempt, int co
 		snprintf(a->worker, sizeof(a->worker), "%s", m->worker);
 		snprintf(a->code, sizeof(a->code), "%s", tb_error_name(code));
 		snprintf(a->reason, sizeof(a->reason), "%s", reason);
+		tb_utf8_trim(a->reason);
 		e->failures = bigger;
 	}
 	pthread_mutex_unlock(&m->lock);

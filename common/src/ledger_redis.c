@@ -27,6 +27,8 @@
  */
 #include "tb/ledger.h"
 
+#include "tb/codec.h"
+
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -296,6 +298,7 @@ static int redis_failed(tb_ledger_t *l, const char *task, uint64_t attempt, int 
 	key(k, sizeof(k), r, task, "failures");
 	snprintf(entry, sizeof(entry), "%" PRIu64 "\t%" PRIu64 "\t%s\t%s\t%s", attempt,
 		 (uint64_t)time(NULL) * 1000, r->worker, tb_error_name(code), reason);
+	tb_utf8_trim(entry);
 	pthread_mutex_lock(&r->lock);
 	rc = run(r, &rep, ANY, err, "EVAL %s 1 %s %s %d", FAILED_LUA, k, entry,
 		 TB_LEDGER_MAX_FAILURES);
@@ -343,6 +346,8 @@ static void parse_failure(tb_ledger_attempt_t *a, const char *s)
 		}
 	}
 	snprintf(a->reason, sizeof(a->reason), "%s", s);
+	tb_utf8_trim(a->worker);
+	tb_utf8_trim(a->reason);
 }
 
 static int redis_history(tb_ledger_t *l, const char *task, tb_ledger_attempt_t **out, size_t *n,

@@ -545,9 +545,29 @@ static void test_peek__names_the_kind(void **state)
 	free(b);
 }
 
+/* A byte-wise cut that split a character loses the half character only. */
+static void test_utf8__trim_drops_a_half_character(void **state)
+{
+	char cut[] = "caf\xc3";                /* "café" cut inside the é */
+	char whole[] = "caf\xc3\xa9";          /* whole: kept */
+	char three[] = "\xe2\x82\xac\xe2\x82"; /* "€" and two bytes of another */
+	char empty[] = "";
+
+	(void)state;
+	tb_utf8_trim(cut);
+	assert_string_equal(cut, "caf");
+	tb_utf8_trim(whole);
+	assert_string_equal(whole, "caf\xc3\xa9");
+	tb_utf8_trim(three);
+	assert_string_equal(three, "\xe2\x82\xac");
+	tb_utf8_trim(empty);
+	assert_string_equal(empty, "");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_utf8__trim_drops_a_half_character),
 		cmocka_unit_test(test_examples__round_trip_byte_for_byte),
 		cmocka_unit_test(test_examples__json_encodes_to_the_hex_bytes),
 		cmocka_unit_test(test_decode__every_truncation_is_refused),

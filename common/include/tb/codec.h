@@ -162,6 +162,10 @@ int tb_msg_peek(const tb_schema_t **out, const void *data, size_t len, tb_error_
 /** True if @p s holds @p n bytes of valid UTF-8 without NUL. */
 bool tb_utf8_valid(const uint8_t *s, size_t n);
 
+/** Drops a character a byte-wise cut left half-written at the end of the
+ * NUL-terminated @p s (snprintf truncates bytes, not characters). */
+void tb_utf8_trim(char *s);
+
 /**
  * Decodes whatever message @p data is (by its "schema" key) and appends its
  * canonical encoding to @p out: validation and normalisation in one call.
