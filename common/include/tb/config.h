@@ -22,7 +22,7 @@ typedef struct tb_kafka_config {
 } tb_kafka_config_t;
 
 typedef struct tb_ledger_config {
-	char *url;    /* "memory:" or "redis://host:port[/db]" */
+	char *url;         /* "memory:" or "redis://host:port[/db]" */
 	char *prefix;      /* key prefix in Redis */
 	uint64_t lease_ms; /* a task's lease; heartbeats renew it every third */
 } tb_ledger_config_t;
