@@ -27,7 +27,8 @@ static void usage(FILE *out)
 		     "send: the task in the record at PARTITION:OFFSET goes back to the tasks\n"
 		     "topic, unchanged, after a fix; the ledger forgets its dead letter and\n"
 		     "counts its attempts afresh. A malformed message cannot be sent back\n"
-		     "(fix it at its producer), nor a task that is done with a record.\n"
+		     "(fix it at its producer), nor a task that is done with a record or\n"
+		     "that the ledger does not hold dead (sent back already, or not yet).\n"
 		     "Configuration as for `taskbox worker` (schemas/config.md).\n"
 		     "Exit: 0 done, 1 a service failed or the record cannot be sent, 2 usage,\n"
 		     "3 configuration, 5 no record there.\n");
@@ -204,8 +205,19 @@ static int send_back(const tb_config_t *cfg, int32_t partition, int64_t offset)
 		fprintf(stderr, "taskbox dlq: %s\n", err.msg);
 		goto out;
 	}
+	/* Only a task the ledger holds dead: a worker writes that marker just
+	 * after the DLQ record, and a task sent back before it would be found
+	 * done and not run. */
 	int rv = l->ops->revive(l, f.rec.task_id, &err);
-	if (rv == TB_EEXIST || (rv < 0 && rv != TB_ENOTFOUND)) {
+	if (rv == TB_ENOTFOUND) {
+		fprintf(stderr,
+			"taskbox dlq: the ledger (%s, prefix %s) holds no dead letter for task %s: "
+			"a worker may still be writing it, or it was sent back already; try again "
+			"in a moment\n",
+			cfg->ledger.url, cfg->ledger.prefix, f.rec.task_id);
+		goto out;
+	}
+	if (rv < 0) {
 		fprintf(stderr, "taskbox dlq: %s\n", err.msg);
 		goto out;
 	}
@@ -216,8 +228,8 @@ static int send_back(const tb_config_t *cfg, int32_t partition, int64_t offset)
 		fprintf(stderr, "taskbox dlq: %s\n", err.msg);
 		goto out;
 	}
-	printf("task %s sent back to %s%s\n", f.rec.task_id, cfg->kafka.tasks_topic,
-	       rv == 0 ? "; its attempts count afresh" : "");
+	printf("task %s sent back to %s; its attempts count afresh\n", f.rec.task_id,
+	       cfg->kafka.tasks_topic);
 	rc = TB_EXIT_OK;
 out:
 	if (p)
