@@ -292,7 +292,10 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 			}
 		}
 		rd_kafka_assign(rk, parts);
-		w->paused = 0; /* new partitions come unpaused; pace() decides */
+		/* A partition assigned again keeps the pause it had (librdkafka
+		 * keeps its state): resume all, and let pace() decide again. */
+		rd_kafka_resume_partitions(rk, parts);
+		w->paused = 0;
 		tb_info(NULL, "assigned %d partitions", parts->cnt);
 	} else {
 		/* No commit here: the main loop commits every pass, and a
