@@ -252,6 +252,40 @@ static void scenario_init(scenario_t *sc, const char *name, int nworkers, int st
 
 /* ----------------------------------------------------------- workers */
 
+/* Every worker started and not yet reaped: a failing test (an assert
+ * jumps out of it) leaves none running; see stop_leftovers. */
+#define MAX_LIVE 64
+static pid_t live[MAX_LIVE];
+
+static void forget_pid(pid_t pid)
+{
+	for (int i = 0; i < MAX_LIVE; i++)
+		if (live[i] == pid)
+			live[i] = 0;
+}
+
+/* waitpid for a worker, forgetting it once reaped. */
+static pid_t reap(pid_t pid, int *status, int flags)
+{
+	pid_t got = waitpid(pid, status, flags);
+	if (got == pid)
+		forget_pid(pid);
+	return got;
+}
+
+/* Per-test teardown: kills (by pid) the workers a failed test left. */
+static int stop_leftovers(void **state)
+{
+	(void)state;
+	for (int i = 0; i < MAX_LIVE; i++)
+		if (live[i] > 0) {
+			kill(live[i], SIGKILL);
+			waitpid(live[i], NULL, 0);
+			live[i] = 0;
+		}
+	return 0;
+}
+
 /* `taskbox worker` number @p k of the scenario, dying at @p fault (NULL:
  * none); its log appended to the scenario's. */
 static pid_t start_worker(const scenario_t *sc, int k, const char *fault)
@@ -267,6 +301,11 @@ static pid_t start_worker(const scenario_t *sc, int k, const char *fault)
 		execl(TB_TASKBOX, "taskbox", "worker", "--config", sc->config[k], (char *)NULL);
 		_exit(127);
 	}
+	for (int i = 0; pid > 0 && i < MAX_LIVE; i++)
+		if (!live[i]) {
+			live[i] = pid;
+			break;
+		}
 	return pid;
 }
 
@@ -275,7 +314,7 @@ static int wait_exit(pid_t pid, int seconds)
 {
 	int status;
 	for (int i = 0; i < seconds * 10; i++) {
-		if (waitpid(pid, &status, WNOHANG) == pid)
+		if (reap(pid, &status, WNOHANG) == pid)
 			return status;
 		usleep(100000);
 	}
@@ -417,7 +456,7 @@ static void run_until_done(const scenario_t *sc, const pid_t *pids, int n, int s
 	for (int k = 0; k < n; k++) {
 		if ((status = wait_exit(pids[k], 150)) < 0) {
 			kill(pids[k], SIGKILL);
-			waitpid(pids[k], &status, 0);
+			reap(pids[k], &status, 0);
 		}
 		clean &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
 	}
@@ -727,7 +766,7 @@ static void test_replay__kill_at_every_phase(void **state)
 		int status = wait_exit(w, 120);
 		if (status < 0) {
 			kill(w, SIGKILL);
-			waitpid(w, &status, 0);
+			reap(w, &status, 0);
 			show_log(sc);
 			fail_msg("the worker never reached fault point %s", points[i]);
 		}
@@ -763,7 +802,7 @@ static void test_replay__random_kills_during_a_batch(void **state)
 		pid_t w = start_worker(sc, 0, NULL);
 		usleep((useconds_t)(1500 + rand() % 3500) * 1000); /* 1.5 to 5 s */
 		kill(w, SIGKILL);
-		waitpid(w, NULL, 0);
+		reap(w, NULL, 0);
 		kills++;
 	}
 	printf("random kills: %d kills, %d of %d tasks done before the last worker\n", kills,
@@ -863,7 +902,7 @@ static void test_replay__a_task_that_kills_its_worker_is_dead_lettered(void **st
 		pid_t w = start_worker(sc, 0, "running");
 		if ((status = wait_exit(w, 120)) < 0 || !WIFSIGNALED(status)) {
 			if (status < 0)
-				kill(w, SIGKILL), waitpid(w, NULL, 0);
+				kill(w, SIGKILL), reap(w, NULL, 0);
 			show_log(sc);
 			fail_msg("run %d: the task did not kill its worker (status %d)", k + 1,
 				 status);
@@ -875,7 +914,7 @@ static void test_replay__a_task_that_kills_its_worker_is_dead_lettered(void **st
 	for (int i = 0; i < 120 && !all; i++) {
 		sleep(1);
 		all = count_done(sc) == 1 && committed(sc) == 1;
-		assert_int_equal(waitpid(w, &status, WNOHANG), 0); /* still alive */
+		assert_int_equal(reap(w, &status, WNOHANG), 0); /* still alive */
 	}
 	kill(w, SIGTERM);
 	status = wait_exit(w, 150);
@@ -944,7 +983,7 @@ static void test_replay__services_down_mid_batch(void **state)
 		services("stop", outages[i].name);
 		sleep(outages[i].seconds);
 		services("start --reuse", outages[i].name);
-		assert_int_equal(waitpid(w, NULL, WNOHANG), 0); /* the worker lives on */
+		assert_int_equal(reap(w, NULL, WNOHANG), 0); /* the worker lives on */
 	}
 	run_until_done(sc, &w, 1, 300);
 	check(sc);
@@ -981,7 +1020,7 @@ static void test_replay__rebalances_during_a_batch(void **state)
 	sleep(4);
 	printf("fleet: %d of %d done; worker 2 is killed\n", count_done(sc), sc->n);
 	kill(w[1], SIGKILL);
-	waitpid(w[1], NULL, 0);
+	reap(w[1], NULL, 0);
 	sleep(2);
 	w[1] = start_worker(sc, 1, NULL);
 	run_until_done(sc, w, 3, 300);
@@ -1137,13 +1176,16 @@ static void test_replay__a_batch_with_every_kind_of_bad_input(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_replay__kill_at_every_phase),
-		cmocka_unit_test(test_replay__random_kills_during_a_batch),
-		cmocka_unit_test(test_replay__a_task_that_kills_its_worker_is_dead_lettered),
-		cmocka_unit_test(test_replay__services_down_mid_batch),
-		cmocka_unit_test(test_replay__rebalances_during_a_batch),
-		cmocka_unit_test(test_replay__a_failed_consumer_is_replaced),
-		cmocka_unit_test(test_replay__a_batch_with_every_kind_of_bad_input),
+		cmocka_unit_test_teardown(test_replay__kill_at_every_phase, stop_leftovers),
+		cmocka_unit_test_teardown(test_replay__random_kills_during_a_batch, stop_leftovers),
+		cmocka_unit_test_teardown(
+		    test_replay__a_task_that_kills_its_worker_is_dead_lettered, stop_leftovers),
+		cmocka_unit_test_teardown(test_replay__services_down_mid_batch, stop_leftovers),
+		cmocka_unit_test_teardown(test_replay__rebalances_during_a_batch, stop_leftovers),
+		cmocka_unit_test_teardown(test_replay__a_failed_consumer_is_replaced,
+					  stop_leftovers),
+		cmocka_unit_test_teardown(test_replay__a_batch_with_every_kind_of_bad_input,
+					  stop_leftovers),
 	};
 	if (getenv("TB_REPLAY_ONLY")) /* e.g. "*rebalances*" */
 		cmocka_set_test_filter(getenv("TB_REPLAY_ONLY"));
