@@ -156,8 +156,7 @@ static int dead_letter(worker_t *w, tb_dlq_t *rec)
 		tb_err(rec->task_id, "dead-lettering failed: %s", err.msg);
 		return rc;
 	}
-	tb_warn(rec->task_id, "dead-lettered (%s): %s",
-		rec->cause == TB_DLQ_MALFORMED ? "malformed" : "refused", rec->reason);
+	tb_warn(rec->task_id, "dead-lettered (%s): %s", tb_dlq_causes[rec->cause], rec->reason);
 	w->stats->dead++;
 	return 0;
 }
@@ -486,10 +485,8 @@ static void heartbeat(worker_t *w)
 static void acknowledge(worker_t *w, job_t *j)
 {
 	tb_error_t err;
-	int32_t p = j->partition;
 
-	if (p < 0 || p >= MAX_PARTITIONS || !w->marks[p] || w->epochs[p] != j->epoch ||
-	    tb_watermark_finish(w->marks[p], j->offset, &err) < 0)
+	if (!ours(w, j) || tb_watermark_finish(w->marks[j->partition], j->offset, &err) < 0)
 		return; /* not ours any more: the new owner acknowledges it */
 	w->finished_messages++;
 	if (j->res.events) {

@@ -213,8 +213,11 @@ static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
 	(void)opaque;
 	pthread_mutex_lock(&watch_lock);
 	struct watched *w = NULL;
-	for (int i = 0; i < MAX_WATCHED && !w; i++)
-		if (watched[i].rk == rk || !watched[i].rk)
+	for (int i = 0; i < MAX_WATCHED && !w; i++) /* its entry, */
+		if (watched[i].rk == rk)
+			w = &watched[i];
+	for (int i = 0; i < MAX_WATCHED && !w; i++) /* or a free one */
+		if (!watched[i].rk)
 			w = &watched[i];
 	if (w && state) {
 		if (w->rk != rk || strcmp(w->state, state)) {

@@ -12,7 +12,8 @@
  *   - Kafka, Redis and the S3 server each down for a while mid-batch;
  *   - three workers in one group, stopped, killed and restarted mid-batch;
  *   - the Kafka consumer failing for good (fenced) mid-batch;
- *   - a batch of 50 tasks on 4 slots mixed with every kind of bad input.
+ *   - a batch of 50 tasks on 4 slots mixed with every kind of bad input;
+ *   - slow tasks, each delivered twice to two workers: the lease holds.
  *
  * Each prints `submitted / done / ran-twice-concurrently / lost / orphans`
  * and requires N / N / 0 / 0 / 0. A task is done when it has one
@@ -65,7 +66,7 @@
 
 static char root[64] = "/tmp/tb-replay-XXXXXX";
 static char repo[128], commit[64], runtimes[128], bucket[64];
-static char misbehave_commit[64], bare_commit[64];
+static char misbehave_commit[64], bare_commit[64], slow_commit[64];
 static const char *brokers, *redis_url, *s3_endpoint;
 
 #define MAX_WORKERS 3
@@ -129,9 +130,17 @@ static int setup(void **state)
 	    root, TB_SOURCE_DIR, root, root, root, root);
 	if (system(cmd) != 0)
 		return -1;
-	const char *which[] = { "misbehave", "bare" };
-	char *into[] = { misbehave_commit, bare_commit };
-	for (int i = 0; i < 2; i++) {
+	/* hello, with an agent that outlasts two leases */
+	snprintf(cmd, sizeof(cmd),
+		 "git init -q %s/slow && cp -r %s/examples/recipes/hello/. %s/slow/ && "
+		 "cd %s/slow && printf 'sleep 7\\n' | cat - agent.sh > a && mv a agent.sh && "
+		 "git add -A && git -c user.name=t -c user.email=t@t commit -qm slow",
+		 root, TB_SOURCE_DIR, root, root);
+	if (system(cmd) != 0)
+		return -1;
+	const char *which[] = { "misbehave", "bare", "slow" };
+	char *into[] = { misbehave_commit, bare_commit, slow_commit };
+	for (int i = 0; i < 3; i++) {
 		snprintf(cmd, sizeof(cmd), "cd %s/%s && git rev-parse HEAD", root, which[i]);
 		f = popen(cmd, "r");
 		if (!f || !fgets(into[i], 64, f))
@@ -1173,6 +1182,50 @@ static void test_replay__a_batch_with_every_kind_of_bad_input(void **state)
 	check(sc); /* the revived task is done, its record whole */
 }
 
+/*
+ * Leases hold across heartbeats: each slow task (7 s, over two lease
+ * times) is delivered twice, under two keys, so both workers of the group
+ * may take it at once. The worker holding the lease renews it while the
+ * agent runs; the other waits and then finds it done. Without renewals the
+ * lease would lapse mid-run and the task run twice at once.
+ */
+static void test_replay__a_lease_outlives_a_long_run(void **state)
+{
+	static scenario_t scenario;
+	scenario_t *sc = &scenario;
+	char url[200], key[80];
+	pid_t w[2];
+	tb_error_t err;
+
+	(void)state;
+	if (!brokers)
+		skip();
+	scenario_init(sc, "lease", 2, 0);
+	snprintf(url, sizeof(url), "file://%s/slow", root);
+	w[0] = start_worker(sc, 0, NULL);
+	w[1] = start_worker(sc, 1, NULL);
+	sleep(4); /* both in the group */
+	for (int i = 0; i < 4; i++) {
+		char *id = sc->ids[sc->n++];
+		tb_task_t t = { 0 };
+		msgpack_sbuffer sb;
+		snprintf(id, sizeof(sc->ids[0]), "slow-%d-%d", getpid(), i);
+		t.id = id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = url;
+		t.recipe.commit = slow_commit, t.prompt = (char *)"hello?";
+		t.runtime = (char *)"standard", t.submitted_at = 1;
+		msgpack_sbuffer_init(&sb);
+		assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
+		for (int copy = 0; copy < 2; copy++) { /* other keys, other partitions */
+			snprintf(key, sizeof(key), "%s-%c", id, 'a' + copy);
+			produce_raw(sc, key, sb.data, sb.size);
+		}
+		msgpack_sbuffer_destroy(&sb);
+		sc->extra--; /* one of the two is the task's own message */
+	}
+	run_until_done(sc, w, 2, 300);
+	check(sc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1186,6 +1239,7 @@ int main(void)
 					  stop_leftovers),
 		cmocka_unit_test_teardown(test_replay__a_batch_with_every_kind_of_bad_input,
 					  stop_leftovers),
+		cmocka_unit_test_teardown(test_replay__a_lease_outlives_a_long_run, stop_leftovers),
 	};
 	if (getenv("TB_REPLAY_ONLY")) /* e.g. "*rebalances*" */
 		cmocka_set_test_filter(getenv("TB_REPLAY_ONLY"));
