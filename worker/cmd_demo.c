@@ -8,6 +8,7 @@
  * (sandbox, agent, artifacts, judges) joins the demo as it lands.
  */
 #include "cmd.h"
+#include "follow.h"
 
 #include "demo_recipe.h"
 #include "intake.h"
@@ -328,43 +329,6 @@ static void *demo_worker(void *arg)
 	return NULL;
 }
 
-/* One event as a line a person reads. */
-static void print_event(const tb_event_t *ev)
-{
-	json_t *p = NULL;
-	tb_error_t err;
-	const char *t = tb_event_type_name(ev->type);
-
-	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, &err) < 0)
-		return;
-#define S(k)                                                                                       \
-	(json_string_value(json_object_get(p, k)) ? json_string_value(json_object_get(p, k)) : "")
-	printf("  %-12s #%-2llu ", ev->task_id, (unsigned long long)ev->seq);
-	if (ev->type == TB_EV_PHASE)
-		printf("phase %-12s (+%lld ms)\n", S("phase"),
-		       (long long)json_integer_value(json_object_get(p, "duration_ms")));
-	else if (ev->type == TB_EV_MESSAGE)
-		printf("%s: %s\n", S("role"), S("text"));
-	else if (ev->type == TB_EV_THOUGHT)
-		printf("thought: %s\n", S("text"));
-	else if (ev->type == TB_EV_TOOL_CALL)
-		printf("tool-call %s %s\n", S("id"), S("name"));
-	else if (ev->type == TB_EV_TOOL_RESULT)
-		printf("tool-result %s\n", S("id"));
-	else if (ev->type == TB_EV_ARTIFACT)
-		printf("artifact %s -> %s\n", S("path"), S("key"));
-	else if (ev->type == TB_EV_VERDICT)
-		printf("verdict %s: %s (%s)\n", S("judge"), S("outcome"), S("reason"));
-	else if (ev->type == TB_EV_ERROR)
-		printf("error [%s] %s\n", S("code"), S("reason"));
-	else if (ev->type == TB_EV_RESULT)
-		printf("result %s%s%s\n", S("outcome"), S("reason")[0] ? ": " : "", S("reason"));
-	else
-		printf("%s\n", t ? t : "?");
-#undef S
-	json_decref(p);
-}
-
 /* Follows the events topic while the worker runs, then a little after. */
 static void follow_events(const char *brokers, struct demo_run *d)
 {
@@ -394,7 +358,7 @@ static void follow_events(const char *brokers, struct demo_run *d)
 		tb_event_t ev;
 		if (!m->err &&
 		    tb_msg_decode(&tb_schema_event, &ev, m->payload, m->len, &err) == 0) {
-			print_event(&ev);
+			tb_follow_print_event(stdout, &ev);
 			tb_msg_free(&tb_schema_event, &ev);
 		}
 		rd_kafka_message_destroy(m);

@@ -12,10 +12,13 @@ static const struct {
 	int (*run)(int argc, char **argv);
 	const char *summary;
 } commands[] = {
+	{ "artifacts", tb_cmd_artifacts, "list, download or share a done task's files" },
 	{ "demo", tb_cmd_demo, "run the embedded demo (no external services)" },
 	{ "dlq", tb_cmd_dlq, "list dead letters; send a task back after a fix" },
 	{ "schema", tb_cmd_schema, "encode, decode and check wire messages" },
 	{ "status", tb_cmd_status, "a task's state, or the fleet's workers and lag" },
+	{ "submit", tb_cmd_submit, "put a task on the tasks topic (--wait: follow it)" },
+	{ "watch", tb_cmd_watch, "print the events of one task or of all, as they come" },
 	{ "worker", tb_cmd_worker, "run a worker (tasks from Kafka, each in a sandbox)" },
 };
 
@@ -23,7 +26,7 @@ static void usage(FILE *out)
 {
 	fprintf(out, "usage: taskbox <command> [options]\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 	fprintf(out, "\n'taskbox <command> --help' describes each one.\n");
 }
 

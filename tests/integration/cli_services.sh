@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# The taskbox command end to end against the real services, as a producer
+# and an operator use it: a worker runs; `submit --wait` follows a task to
+# its outcome; `watch` replays its events; `status` and `artifacts` read
+# its record; a shared URL downloads an artifact with curl; a task
+# dead-lettered for a missing runtime is sent back with `dlq send` after
+# the runtime is added, and succeeds. Topics, bucket, ledger prefix and
+# group are this run's own. Usage: cli_services.sh TASKBOX SOURCE_DIR
+set -u
+tb=$1 root=$2
+if [ -z "${TASKBOX_TEST_KAFKA:-}" ] || [ -z "${TASKBOX_TEST_S3_ENDPOINT:-}" ]; then
+  echo "skipped: TASKBOX_TEST_* not set (tests/run starts the services)"
+  exit 77
+fi
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+# expect NAME WANT_EXIT OUT CMD...: runs CMD, stdout to OUT, stderr to OUT.err
+expect() {
+  local name=$1 want=$2 out=$3; shift 3
+  "$@" >"$out" 2>"$out.err"; local got=$?
+  if [ "$got" = "$want" ]; then ok; else
+    bad "$name: exit $got, wanted $want"; tail -20 "$out" "$out.err"; fi
+}
+has() { # has NAME NEEDLE OUT: in what the command wrote to stdout or stderr
+  if cat "$3" "$3.err" 2>/dev/null | grep -qF -- "$2"; then ok; else
+    bad "$1: '$2' not in $3:"; tail -20 "$3" "$3.err" 2>/dev/null; fi
+}
+
+run=tbcli-$$
+tmp=$(mktemp -d /tmp/tb-cli-XXXXXX)
+chmod 711 "$tmp" # the sandboxes' users pass through to their work dirs
+worker=
+cleanup() {
+  if [ -n "$worker" ] && kill -0 "$worker" 2>/dev/null; then
+    kill "$worker"; wait "$worker"
+  fi
+  [ "$fail" = 0 ] && rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+"$root/deploy/local/services" topic "$run.tasks:4" "$run.events:4" "$run.dlq:1" || exit 1
+export AWS_ACCESS_KEY_ID=$TASKBOX_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$TASKBOX_TEST_S3_SECRET_KEY
+curl -sf -X PUT --aws-sigv4 "aws:amz:$TASKBOX_TEST_S3_REGION:s3" \
+  --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" "$TASKBOX_TEST_S3_ENDPOINT/$run" || {
+  echo "cannot create bucket $run"; exit 1; }
+
+# The hello recipe in a repository of our own, pinned.
+git init -q "$tmp/hello" && cp -r "$root/examples/recipes/hello/." "$tmp/hello/" &&
+  git -C "$tmp/hello" add -A && git -C "$tmp/hello" -c user.name=t -c user.email=t@t commit -qm hello || exit 1
+commit=$(git -C "$tmp/hello" rev-parse HEAD)
+mkdir -p "$tmp/runtimes" && cp "$root/examples/runtimes/default.json" "$tmp/runtimes/"
+cfg=$tmp/worker.json
+cat >"$cfg" <<EOF
+{
+  "v": 1, "worker_id": "$run", "slots": 2, "log_level": "info",
+  "kafka": {"brokers": "$TASKBOX_TEST_KAFKA", "group": "$run", "tasks_topic": "$run.tasks",
+            "events_topic": "$run.events", "dlq_topic": "$run.dlq"},
+  "ledger": {"url": "$TASKBOX_TEST_REDIS", "prefix": "$run", "lease_ms": 6000},
+  "store": {"url": "s3://$run", "endpoint": "$TASKBOX_TEST_S3_ENDPOINT",
+            "region": "$TASKBOX_TEST_S3_REGION"},
+  "runtimes_dir": "$tmp/runtimes", "work_dir": "$tmp/work", "cache_dir": "$tmp/cache"
+}
+EOF
+"$tb" worker --config "$cfg" >"$tmp/worker.log" 2>&1 &
+worker=$!
+submit=("$tb" submit --config "$cfg" --recipe "file://$tmp/hello" --commit "$commit")
+
+# submit --wait: phases live, the conversation, the verdicts, the outcome.
+expect "submit --wait succeeds" 0 "$tmp/submit.out" \
+  "${submit[@]}" --prompt world --label team=cli --wait --timeout 180
+id=$(head -1 "$tmp/submit.out")
+for needle in "phase received" "assistant: hello, queue!" "verdict wrote-greeting: pass" \
+  "verdict file-says-hello: pass" "artifact hello.txt" "result succeeded" \
+  "phase acknowledged" "task $id: succeeded (attempt 1)"; do
+  has "submit --wait shows '$needle'" "$needle" "$tmp/submit.out"
+done
+
+# watch: the same task's events again, as JSON lines, in order.
+expect "watch --json" 0 "$tmp/watch.json" "$tb" watch --config "$cfg" --json --timeout 60 "$id"
+if python3 - "$tmp/watch.json" "$id" <<'EOF'; then ok; else bad "watch --json lines"; fi
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert evs and all(e["task_id"] == sys.argv[2] for e in evs), evs
+assert [e["seq"] for e in evs] == list(range(len(evs))), [e["seq"] for e in evs]
+assert evs[-1]["type"] == "phase" and evs[-1]["payload"]["phase"] == "acknowledged"
+assert any(e["type"] == "result" and e["payload"]["outcome"] == "succeeded" for e in evs)
+EOF
+expect "watch every task for 3 s" 0 "$tmp/watch-all.out" \
+  "$tb" watch --config "$cfg" --since 600 --timeout 3
+has "watch shows every task" "$id" "$tmp/watch-all.out"
+
+# status and artifacts read the record.
+expect "status of the task" 0 "$tmp/status.out" "$tb" status --config "$cfg" "$id"
+has "status says done" "task $id: done" "$tmp/status.out"
+has "status lists the artifact" "artifact  hello.txt" "$tmp/status.out"
+expect "status of the fleet" 0 "$tmp/fleet.out" "$tb" status --config "$cfg"
+has "the fleet has our worker" "$run" "$tmp/fleet.out"
+expect "artifacts list" 0 "$tmp/list.out" "$tb" artifacts list --config "$cfg" "$id"
+has "artifacts list names hello.txt" "hello.txt" "$tmp/list.out"
+expect "artifacts get" 0 "$tmp/get.out" \
+  "$tb" artifacts get --config "$cfg" -o "$tmp/got.txt" "$id" hello.txt
+if grep -qF "hello, queue! (task $id, attempt 1)" "$tmp/got.txt"; then ok; else
+  bad "the artifact is the agent's file"; fi
+expect "artifacts get of a missing file" 5 "$tmp/get-missing.out" \
+  "$tb" artifacts get --config "$cfg" -o "$tmp/nope" "$id" nope.txt
+expect "artifacts of an unknown task" 5 "$tmp/list-unknown.out" \
+  "$tb" artifacts list --config "$cfg" "no-such-task"
+expect "artifacts share" 0 "$tmp/share.out" \
+  "$tb" artifacts share --config "$cfg" --expires 60 "$id" hello.txt
+if curl -sf "$(cat "$tmp/share.out")" -o "$tmp/shared.txt" && cmp -s "$tmp/shared.txt" "$tmp/got.txt"
+then ok; else bad "the shared URL downloads the artifact"; fi
+expect "share with a bad lifetime" 2 "$tmp/share-bad.out" \
+  "$tb" artifacts share --config "$cfg" --expires 0 "$id" hello.txt
+
+# Bad input: refused before anything is sent.
+expect "submit refuses a short commit" 4 "$tmp/bad.out" \
+  "$tb" submit --config "$cfg" --recipe "file://$tmp/hello" --commit abc123 --prompt x
+has "and names the field" "commit" "$tmp/bad.out"
+expect "submit without a prompt" 2 "$tmp/usage.out" \
+  "$tb" submit --config "$cfg" --recipe "file://$tmp/hello" --commit "$commit"
+expect "submit to the mock cluster" 3 "$tmp/mock.out" \
+  env TASKBOX_KAFKA_BROKERS=mock "${submit[@]}" --prompt x
+
+# A runtime the worker lacks: dead-lettered; added; sent back; succeeds.
+expect "submit --wait of a dead letter" 7 "$tmp/dead.out" \
+  "${submit[@]}" --prompt again --runtime later --wait --timeout 180
+dead=$(head -1 "$tmp/dead.out")
+has "the dead letter's reason" "unknown runtime 'later'" "$tmp/dead.out"
+expect "dlq list" 0 "$tmp/dlq.json" "$tb" dlq list --config "$cfg" --json
+at=$(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["task"] == sys.argv[2]:
+        print("%d:%d" % (r["partition"], r["offset"]))' "$tmp/dlq.json" "$dead")
+if [ -n "$at" ]; then ok; else bad "dlq list has $dead"; cat "$tmp/dlq.json"; fi
+sed 's/"name": "default"/"name": "later"/' "$root/examples/runtimes/default.json" >"$tmp/runtimes/later.json"
+expect "dlq send" 0 "$tmp/send.out" "$tb" dlq send --config "$cfg" "$at"
+expect "watch the task sent back" 0 "$tmp/revived.out" "$tb" watch --config "$cfg" --timeout 180 "$dead"
+has "it succeeded" "task $dead: succeeded (attempt 2)" "$tmp/revived.out"
+
+# With no worker, --wait gives up at its timeout and says the task goes on.
+kill "$worker" && wait "$worker"
+expect "submit --wait --timeout with no worker" 8 "$tmp/timeout.out" \
+  "${submit[@]}" --prompt late --wait --timeout 3
+has "and says so" "goes on" "$tmp/timeout.out"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ] || echo "files kept in $tmp"
+[ "$fail" = 0 ]

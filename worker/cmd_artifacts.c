@@ -1,0 +1,251 @@
+/*
+ * cmd_artifacts.c: `taskbox artifacts`: a done task's saved files, from
+ * the manifest its done-marker names: list them, download one (checksum
+ * verified), or share one as a signed URL that expires.
+ */
+#include "cmd.h"
+
+#include "tb/config.h"
+#include "tb/ledger.h"
+#include "tb/schema_manifest.h"
+#include "tb/store.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_SHARE_SECONDS 3600
+
+static void usage(FILE *out)
+{
+	fprintf(
+	    out,
+	    "usage: taskbox artifacts list  [--config FILE] [--json] TASK_ID\n"
+	    "       taskbox artifacts get   [--config FILE] [-o FILE] TASK_ID PATH\n"
+	    "       taskbox artifacts share [--config FILE] [--expires SECONDS] TASK_ID PATH\n\n"
+	    "The files a done task's agent wrote under /outputs, as its manifest\n"
+	    "records them (the attempt its done-marker names), plus its conversation\n"
+	    "record and manifest. PATH is the file's path under /outputs as `list`\n"
+	    "shows it; `conversation` and `manifest` name the record and the manifest.\n"
+	    "  get -o FILE         where to write it (default: PATH's last part, here);\n"
+	    "                      written only if its SHA-256 matches the stored one\n"
+	    "  share --expires S   the URL's lifetime, 1..604800 (default 3600);\n"
+	    "                      S3 stores only\n"
+	    "Exit: 0 done, 1 the store failed, 2 usage, 3 configuration, 5 no such\n"
+	    "task, task not done, or no such file in it.\n");
+}
+
+typedef struct found {
+	tb_manifest_t m;
+	char manifest_key[1024];
+	int have;
+} found_t;
+
+/* The manifest of @p task's done attempt. TB_EXIT_*. */
+static int find(tb_ledger_t *l, tb_store_t *s, const char *task, found_t *f)
+{
+	tb_ledger_task_t t;
+	tb_error_t err;
+	char *bytes = NULL;
+	size_t len;
+
+	if (l->ops->inspect(l, task, &t, &err) < 0) {
+		fprintf(stderr, "taskbox artifacts: %s\n", err.msg);
+		return TB_EXIT_FAILURE;
+	}
+	if (!t.done || !t.manifest[0]) {
+		fprintf(stderr, "taskbox artifacts: task %s %s\n", task,
+			t.done       ? "was dead-lettered: it has no record"
+			: t.attempts ? "is not done yet (see taskbox status)"
+				     : "is unknown to the ledger");
+		return TB_EXIT_NOT_FOUND;
+	}
+	snprintf(f->manifest_key, sizeof(f->manifest_key), "%s", t.manifest);
+	if (tb_store_get_bytes(s, t.manifest, 8u << 20, &bytes, &len, &err) < 0 ||
+	    tb_msg_decode(&tb_schema_manifest, &f->m, bytes, len, &err) < 0) {
+		free(bytes);
+		fprintf(stderr, "taskbox artifacts: manifest %s: %s\n", t.manifest, err.msg);
+		return err.code == TB_ENOTFOUND ? TB_EXIT_NOT_FOUND : TB_EXIT_FAILURE;
+	}
+	free(bytes);
+	f->have = 1;
+	return TB_EXIT_OK;
+}
+
+/* The store key of @p path in the manifest, or NULL. */
+static const char *key_of(const found_t *f, const char *path)
+{
+	if (!strcmp(path, "conversation"))
+		return f->m.conversation_key;
+	if (!strcmp(path, "manifest"))
+		return f->manifest_key;
+	for (size_t i = 0; i < f->m.artifacts.n; i++) {
+		const tb_artifact_t *a = (const tb_artifact_t *)f->m.artifacts.items + i;
+		if (!strcmp(a->path, path))
+			return a->key;
+	}
+	return NULL;
+}
+
+static void list(const found_t *f, int as_json)
+{
+	if (as_json) {
+		json_t *arts = json_array();
+		for (size_t i = 0; i < f->m.artifacts.n; i++) {
+			const tb_artifact_t *a = (const tb_artifact_t *)f->m.artifacts.items + i;
+			json_array_append_new(
+			    arts, json_pack("{s:s,s:s,s:I,s:s}", "path", a->path, "key", a->key,
+					    "size", (json_int_t)a->size, "sha256", a->sha256));
+		}
+		json_t *o = json_pack("{s:s,s:I,s:s,s:s,s:o}", "task", f->m.task_id, "attempt",
+				      (json_int_t)f->m.attempt, "manifest", f->manifest_key,
+				      "conversation", f->m.conversation_key, "artifacts", arts);
+		char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+		printf("%s\n", text ? text : "{}");
+		free(text);
+		json_decref(o);
+		return;
+	}
+	printf("task %s attempt %llu: %zu artifacts\n", f->m.task_id,
+	       (unsigned long long)f->m.attempt, f->m.artifacts.n);
+	for (size_t i = 0; i < f->m.artifacts.n; i++) {
+		const tb_artifact_t *a = (const tb_artifact_t *)f->m.artifacts.items + i;
+		printf("  %-32s %10llu  %.12s  %s\n", a->path, (unsigned long long)a->size,
+		       a->sha256, a->key);
+	}
+	printf("  %-32s %10s  %-12s  %s\n", "conversation", "", "", f->m.conversation_key);
+	printf("  %-32s %10s  %-12s  %s\n", "manifest", "", "", f->manifest_key);
+}
+
+static int get(tb_store_t *s, const found_t *f, const char *path, const char *out)
+{
+	const char *key = key_of(f, path);
+	tb_object_info_t info;
+	tb_error_t err;
+
+	if (!key) {
+		fprintf(stderr, "taskbox artifacts: task %s has no artifact %s\n", f->m.task_id,
+			path);
+		return TB_EXIT_NOT_FOUND;
+	}
+	if (!out) {
+		const char *slash = strrchr(path, '/');
+		out = slash ? slash + 1 : path;
+		if (!strcmp(path, "conversation"))
+			out = "conversation.msgpack";
+		else if (!strcmp(path, "manifest"))
+			out = "manifest.msgpack";
+	}
+	if (tb_store_get_file(s, key, out, &info, &err) < 0) {
+		fprintf(stderr, "taskbox artifacts: %s: %s\n", key, err.msg);
+		return err.code == TB_ENOTFOUND ? TB_EXIT_NOT_FOUND : TB_EXIT_FAILURE;
+	}
+	printf("%s (%llu bytes, sha256 %s)\n", out, (unsigned long long)info.size, info.sha256);
+	return TB_EXIT_OK;
+}
+
+static int share(tb_store_t *s, const found_t *f, const char *path, unsigned seconds)
+{
+	const char *key = key_of(f, path);
+	tb_error_t err;
+	char *url;
+
+	if (!key) {
+		fprintf(stderr, "taskbox artifacts: task %s has no artifact %s\n", f->m.task_id,
+			path);
+		return TB_EXIT_NOT_FOUND;
+	}
+	if (tb_store_share(s, key, seconds, &url, &err) < 0) {
+		fprintf(stderr, "taskbox artifacts: %s\n", err.msg);
+		return TB_EXIT_FAILURE;
+	}
+	printf("%s\n", url);
+	free(url);
+	return TB_EXIT_OK;
+}
+
+int tb_cmd_artifacts(int argc, char **argv)
+{
+	const char *path = NULL, *out = NULL, *what = argc > 1 ? argv[1] : "", *args[2] = { 0 };
+	int as_json = 0, nargs = 0, rc = TB_EXIT_CONFIG;
+	unsigned seconds = DEFAULT_SHARE_SECONDS;
+	tb_ledger_t *l = NULL;
+	tb_store_t *store = NULL;
+	found_t f = { 0 };
+	tb_config_t cfg;
+	tb_error_t err;
+
+	if (!strcmp(what, "--help") || !strcmp(what, "-h")) {
+		usage(stdout);
+		return TB_EXIT_OK;
+	}
+	int want = !strcmp(what, "list")                            ? 1
+		   : !strcmp(what, "get") || !strcmp(what, "share") ? 2
+								    : 0;
+	for (int i = 2; want && i < argc; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		char *end;
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return TB_EXIT_OK;
+		} else if (!strcmp(argv[i], "--config") && v) {
+			path = v, i++;
+		} else if (!strcmp(argv[i], "--json") && want == 1) {
+			as_json = 1;
+		} else if (!strcmp(argv[i], "-o") && v && !strcmp(what, "get")) {
+			out = v, i++;
+		} else if (!strcmp(argv[i], "--expires") && v && !strcmp(what, "share")) {
+			errno = 0;
+			long long s = strtoll(v, &end, 10);
+			if (errno || end == v || *end || s < 1 || s > 604800) {
+				fprintf(stderr, "taskbox artifacts: --expires wants 1..604800 "
+						"seconds\n");
+				return TB_EXIT_USAGE;
+			}
+			seconds = (unsigned)s, i++;
+		} else if (argv[i][0] != '-' && nargs < want) {
+			args[nargs++] = argv[i];
+		} else {
+			want = 0;
+		}
+	}
+	if (!want || nargs != want) {
+		usage(stderr);
+		return TB_EXIT_USAGE;
+	}
+	if (tb_config_load(&cfg, path, &err) < 0) {
+		fprintf(stderr, "taskbox artifacts: %s\n", err.msg);
+		return TB_EXIT_CONFIG;
+	}
+	if (!strcmp(cfg.ledger.url, "memory:")) {
+		fprintf(stderr, "taskbox artifacts: ledger.url is 'memory:', which lives inside "
+				"one worker: point it at the fleet's Redis (TASKBOX_LEDGER_URL)\n");
+		goto out;
+	}
+	if (tb_ledger_open(&l, cfg.ledger.url, cfg.ledger.prefix, "artifacts", &err) < 0 ||
+	    tb_store_open(&store, &cfg.store, &err) < 0) {
+		fprintf(stderr, "taskbox artifacts: %s\n", err.msg);
+		rc = TB_EXIT_FAILURE;
+		goto out;
+	}
+	if ((rc = find(l, store, args[0], &f)) != TB_EXIT_OK)
+		goto out;
+	if (want == 1) {
+		list(&f, as_json);
+		rc = TB_EXIT_OK;
+	} else if (!strcmp(what, "get")) {
+		rc = get(store, &f, args[1], out);
+	} else {
+		rc = share(store, &f, args[1], seconds);
+	}
+out:
+	if (f.have)
+		tb_msg_free(&tb_schema_manifest, &f.m);
+	if (l)
+		l->ops->close(l);
+	tb_store_close(store);
+	tb_config_free(&cfg);
+	return rc;
+}

@@ -1,0 +1,450 @@
+/*
+ * cmd_submit.c: `taskbox submit`: a task from flags or a JSON file onto
+ * the tasks topic, keyed by its id; prints the id. With --wait it follows
+ * the task's events live and exits with its outcome.
+ */
+#include "cmd.h"
+#include "follow.h"
+
+#include "tb/config.h"
+#include "tb/json_mpack.h"
+#include "tb/kafka.h"
+#include "tb/schema_task.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: taskbox submit [--config FILE] [--wait [--json] [--timeout SECONDS]]\n"
+		"                      (--file TASK.json | --recipe URL --commit SHA\n"
+		"                       (--prompt TEXT | --prompt-file FILE) [options])\n\n"
+		"Puts one task on the tasks topic and prints its id.\n"
+		"  --file FILE         the task as JSON (schemas/task.md); `id` and\n"
+		"                      `submitted_at` are filled in when missing\n"
+		"  --recipe URL        the recipe's git repository\n"
+		"  --commit SHA        its pinned commit (40 hex digits)\n"
+		"  --prompt TEXT       the first prompt (--prompt-file: from a file, - stdin)\n"
+		"  --id ID             the task id (default: t-<date>-<time>-<random>)\n"
+		"  --runtime NAME      the runtime (default: default)\n"
+		"  --interactive       an interactive task (follow-ups: taskbox send/end)\n"
+		"  --input NAME=KEY    an artifact key placed at /inputs/NAME, or\n"
+		"  --input NAME=TASK:PATH  an earlier task's output (repeatable)\n"
+		"  --limit KEY=N       wall_seconds, memory_mb, pids, cpu_millis, outputs_mb\n"
+		"  --label KEY=VALUE   copied to the task's events (repeatable)\n"
+		"  --wait              follow the task's events until it is settled\n"
+		"  --json              with --wait: events as JSON lines\n"
+		"  --timeout SECONDS   with --wait: give up waiting after this long\n"
+		"Exit: 0 submitted (with --wait: succeeded), 1 Kafka failed, 2 usage,\n"
+		"3 configuration, 4 the task is invalid (the field is named); with\n"
+		"--wait also 6 the task ended without success, 7 dead-lettered,\n"
+		"8 --timeout passed first (the task goes on).\n");
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* t-20261129-134501-9f2c4e1a: sortable by time, unique by chance. */
+static void new_id(char *buf, size_t len)
+{
+	unsigned char r[4] = { 0 };
+	time_t now = time(NULL);
+	struct tm tm;
+	char when[32];
+
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) { /* never short for 4 bytes */
+		uint64_t t = now_ms();
+		memcpy(r, &t, sizeof(r));
+	}
+	gmtime_r(&now, &tm);
+	strftime(when, sizeof(when), "%Y%m%d-%H%M%S", &tm);
+	snprintf(buf, len, "t-%s-%02x%02x%02x%02x", when, r[0], r[1], r[2], r[3]);
+}
+
+static json_t *load_file(const char *path)
+{
+	json_error_t je;
+	json_t *doc = !strcmp(path, "-") ? json_loadf(stdin, 0, &je) : json_load_file(path, 0, &je);
+
+	if (!doc)
+		fprintf(stderr, "taskbox submit: %s:%d: %s\n", path, je.line, je.text);
+	else if (!json_is_object(doc)) {
+		fprintf(stderr, "taskbox submit: %s: a task is a JSON object\n", path);
+		json_decref(doc);
+		doc = NULL;
+	}
+	return doc;
+}
+
+static char *read_text(const char *path)
+{
+	FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "rb");
+	size_t cap = TB_PROMPT_MAX_BYTES + 2, n;
+	char *buf = f ? malloc(cap) : NULL;
+
+	if (!f) {
+		fprintf(stderr, "taskbox submit: %s: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	if (buf) {
+		n = fread(buf, 1, cap - 1, f);
+		buf[n] = '\0';
+	}
+	if (f != stdin)
+		fclose(f);
+	return buf; /* too long: the schema check names the limit */
+}
+
+/* "K=V" split at the first '='; 0 or -1 with a message. */
+static int split(const char *flag, char *arg, char **k, char **v)
+{
+	char *eq = strchr(arg, '=');
+
+	if (!eq || eq == arg) {
+		fprintf(stderr, "taskbox submit: %s wants KEY=VALUE, not '%s'\n", flag, arg);
+		return -1;
+	}
+	*eq = '\0';
+	*k = arg, *v = eq + 1;
+	return 0;
+}
+
+static json_t *object_at(json_t *doc, const char *key)
+{
+	json_t *o = json_object_get(doc, key);
+	if (!json_is_object(o)) {
+		o = json_object();
+		json_object_set_new(doc, key, o);
+	}
+	return o;
+}
+
+static int add_input(json_t *doc, char *arg)
+{
+	char *name, *what;
+	json_t *inputs = json_object_get(doc, "inputs");
+
+	if (split("--input", arg, &name, &what) < 0)
+		return -1;
+	if (!json_is_array(inputs)) {
+		inputs = json_array();
+		json_object_set_new(doc, "inputs", inputs);
+	}
+	/* TASK:PATH names an earlier task's output; an artifact key is a
+	 * path (tasks/...), so a ':' before any '/' marks the first form. */
+	char *colon = strchr(what, ':'), *slash = strchr(what, '/');
+	if (colon && (!slash || colon < slash)) {
+		*colon = '\0';
+		json_array_append_new(inputs, json_pack("{s:s,s:s,s:s}", "name", name, "task", what,
+							"path", colon + 1));
+	} else {
+		json_array_append_new(inputs,
+				      json_pack("{s:s,s:s}", "name", name, "artifact", what));
+	}
+	return 0;
+}
+
+static int add_limit(json_t *doc, char *arg)
+{
+	char *k, *v, *end;
+
+	if (split("--limit", arg, &k, &v) < 0)
+		return -1;
+	errno = 0;
+	long long n = strtoll(v, &end, 10);
+	if (errno || end == v || *end || n < 0) {
+		fprintf(stderr, "taskbox submit: --limit %s wants a whole number, not '%s'\n", k,
+			v);
+		return -1;
+	}
+	json_object_set_new(object_at(doc, "limits"), k, json_integer(n));
+	return 0;
+}
+
+#define MAX_REPEATS 64 /* --input, --limit, --label: each at most this often */
+
+typedef struct submit_args {
+	const char *config, *file, *recipe, *commit, *prompt, *prompt_file, *id, *runtime;
+	int interactive, wait, json;
+	uint64_t timeout_ms;
+	char *inputs[MAX_REPEATS], *limits[MAX_REPEATS], *labels[MAX_REPEATS];
+	size_t ninputs, nlimits, nlabels;
+} submit_args_t;
+
+/* The task document from the arguments; NULL after a message. */
+static json_t *build(submit_args_t *a)
+{
+	json_t *doc;
+
+	if (a->file) {
+		if (a->recipe || a->commit || a->prompt || a->prompt_file) {
+			fprintf(stderr, "taskbox submit: --file or --recipe/--commit/--prompt, "
+					"not both\n");
+			return NULL;
+		}
+		if (!(doc = load_file(a->file)))
+			return NULL;
+	} else {
+		if (!a->recipe || !a->commit || (!a->prompt == !a->prompt_file)) {
+			fprintf(stderr, "taskbox submit: --recipe, --commit and one of --prompt "
+					"or --prompt-file are needed (or --file)\n");
+			return NULL;
+		}
+		char *text = a->prompt_file ? read_text(a->prompt_file) : NULL;
+		if (a->prompt_file && !text)
+			return NULL;
+		doc =
+		    json_pack("{s:s,s:i,s:s,s:{s:s,s:s},s:s,s:s}", "schema", "task", "v", 1, "kind",
+			      a->interactive ? "interactive" : "one-shot", "recipe", "url",
+			      a->recipe, "commit", a->commit, "prompt", text ? text : a->prompt,
+			      "runtime", a->runtime ? a->runtime : "default");
+		free(text);
+		if (!doc) {
+			fprintf(stderr, "taskbox submit: the prompt is not UTF-8 text\n");
+			return NULL;
+		}
+	}
+	if (a->id)
+		json_object_set_new(doc, "id", json_string(a->id));
+	if (!json_object_get(doc, "id")) {
+		char id[64];
+		new_id(id, sizeof(id));
+		json_object_set_new(doc, "id", json_string(id));
+	}
+	if (!json_object_get(doc, "submitted_at"))
+		json_object_set_new(doc, "submitted_at", json_integer((json_int_t)now_ms()));
+	int bad = 0;
+	for (size_t i = 0; i < a->ninputs && !bad; i++)
+		bad = add_input(doc, a->inputs[i]);
+	for (size_t i = 0; i < a->nlimits && !bad; i++)
+		bad = add_limit(doc, a->limits[i]);
+	for (size_t i = 0; i < a->nlabels && !bad; i++) {
+		char *k, *v;
+		if (!(bad = split("--label", a->labels[i], &k, &v)))
+			json_object_set_new(object_at(doc, "labels"), k, json_string(v));
+	}
+	if (bad) {
+		json_decref(doc);
+		return NULL;
+	}
+	return doc;
+}
+
+/* The canonical bytes of a valid task; TB_EXIT_* on failure. */
+static int encode(json_t *doc, msgpack_sbuffer *out, char *id, size_t idlen)
+{
+	msgpack_sbuffer raw;
+	tb_task_t task;
+	tb_error_t err;
+	int rc;
+
+	msgpack_sbuffer_init(&raw);
+	if ((rc = tb_json_to_mpack(&raw, doc, &err)) == 0 &&
+	    (rc = tb_msg_decode(&tb_schema_task, &task, raw.data, raw.size, &err)) == 0) {
+		rc = tb_msg_encode(out, &tb_schema_task, &task, &err);
+		snprintf(id, idlen, "%s", task.id);
+		tb_msg_free(&tb_schema_task, &task);
+	}
+	msgpack_sbuffer_destroy(&raw);
+	if (rc < 0) {
+		fprintf(stderr, "taskbox submit: not a valid task: %s\n", err.msg);
+		return TB_EXIT_INVALID;
+	}
+	return TB_EXIT_OK;
+}
+
+static int produce(const tb_config_t *cfg, const char *id, const msgpack_sbuffer *bytes)
+{
+	rd_kafka_t *p;
+	tb_error_t err;
+	int rc = -1;
+
+	if (tb_kafka_producer_new(&p, cfg->kafka.brokers, &cfg->kafka.properties, &err) == 0) {
+		uint64_t since = tb_kafka_undelivered();
+		if ((rc = tb_kafka_produce(p, cfg->kafka.tasks_topic, id, bytes->data, bytes->size,
+					   &err)) == 0)
+			rc = tb_kafka_flush(p, 30000, since, &err);
+		rd_kafka_destroy(p);
+	}
+	if (rc < 0)
+		fprintf(stderr, "taskbox submit: %s\n", err.msg);
+	return rc < 0 ? TB_EXIT_FAILURE : TB_EXIT_OK;
+}
+
+/* --wait: the task's events from just before it was submitted. */
+static int wait_for(const tb_config_t *cfg, const submit_args_t *a, const char *id, uint64_t since)
+{
+	tb_ledger_t *l = NULL;
+	tb_store_t *store = NULL;
+	tb_follow_result_t res;
+	tb_error_t err;
+
+	if (strcmp(cfg->ledger.url, "memory:") &&
+	    (tb_ledger_open(&l, cfg->ledger.url, cfg->ledger.prefix, "submit", &err) < 0 ||
+	     tb_store_open(&store, &cfg->store, &err) < 0)) {
+		fprintf(stderr, "taskbox submit: %s (waiting on events alone)\n", err.msg);
+		if (l)
+			l->ops->close(l);
+		l = NULL;
+	}
+	tb_follow_opts_t o = { .task = id,
+			       .since_ms = (int64_t)since,
+			       .until_settled = 1,
+			       .timeout_ms = a->timeout_ms,
+			       .json = a->json,
+			       .out = stdout,
+			       .ledger = l,
+			       .store = store,
+			       .stop = &stop };
+	int rc = tb_follow(cfg, &o, &res, &err);
+	if (l)
+		l->ops->close(l);
+	tb_store_close(store);
+	if (rc == TB_ETIMEOUT) {
+		fprintf(stderr, "taskbox submit: %s: %s; task %s goes on\n", id, err.msg, id);
+		return TB_EXIT_TIMEOUT;
+	} else if (rc < 0) {
+		fprintf(stderr, "taskbox submit: %s\n", err.msg);
+		return TB_EXIT_FAILURE;
+	} else if (!res.settled) {
+		return TB_EXIT_TIMEOUT; /* interrupted */
+	}
+	fprintf(a->json ? stderr : stdout, "task %s: %s (attempt %llu)%s%s\n", id, res.outcome,
+		(unsigned long long)res.attempt, res.reason[0] ? ": " : "", res.reason);
+	return tb_cmd_outcome_exit(res.outcome);
+}
+
+/* A flag with a value: 0 taken, 1 unknown, -1 bad value (said why). */
+static int value_flag(submit_args_t *a, const char *f, char *v)
+{
+	static const struct {
+		const char *flag;
+		size_t offset;
+	} strings[] = {
+		{ "--config", offsetof(submit_args_t, config) },
+		{ "--file", offsetof(submit_args_t, file) },
+		{ "--recipe", offsetof(submit_args_t, recipe) },
+		{ "--commit", offsetof(submit_args_t, commit) },
+		{ "--prompt", offsetof(submit_args_t, prompt) },
+		{ "--prompt-file", offsetof(submit_args_t, prompt_file) },
+		{ "--id", offsetof(submit_args_t, id) },
+		{ "--runtime", offsetof(submit_args_t, runtime) },
+	};
+	char *end;
+
+	for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++)
+		if (!strcmp(f, strings[i].flag)) {
+			*(const char **)((char *)a + strings[i].offset) = v;
+			return 0;
+		}
+	char **list = !strcmp(f, "--input")   ? a->inputs
+		      : !strcmp(f, "--limit") ? a->limits
+		      : !strcmp(f, "--label") ? a->labels
+					      : NULL;
+	size_t *n = list == a->inputs ? &a->ninputs : list == a->limits ? &a->nlimits : &a->nlabels;
+	if (list) {
+		if (*n >= MAX_REPEATS) {
+			fprintf(stderr, "taskbox submit: %s at most %d times\n", f, MAX_REPEATS);
+			return -1;
+		}
+		list[(*n)++] = v;
+		return 0;
+	}
+	if (strcmp(f, "--timeout"))
+		return 1;
+	errno = 0;
+	long long s = strtoll(v, &end, 10);
+	if (errno || end == v || *end || s < 1 || s > 7 * 86400) {
+		fprintf(stderr, "taskbox submit: --timeout wants 1..604800 seconds\n");
+		return -1;
+	}
+	a->timeout_ms = (uint64_t)s * 1000;
+	return 0;
+}
+
+int tb_cmd_submit(int argc, char **argv)
+{
+	submit_args_t a = { 0 };
+	char id[160];
+	tb_config_t cfg;
+	tb_error_t err;
+	int rc = 0;
+
+	for (int i = 1; i < argc; i++) {
+		const char *f = argv[i];
+		char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+			usage(stdout);
+			return TB_EXIT_OK;
+		} else if (!strcmp(f, "--interactive")) {
+			a.interactive = 1;
+		} else if (!strcmp(f, "--wait")) {
+			a.wait = 1;
+		} else if (!strcmp(f, "--json")) {
+			a.json = 1;
+		} else if (v && (rc = value_flag(&a, f, v)) == 0) {
+			i++;
+		} else {
+			if (!v || rc > 0)
+				usage(stderr);
+			return TB_EXIT_USAGE;
+		}
+	}
+	json_t *doc = build(&a);
+	if (!doc)
+		return TB_EXIT_USAGE;
+	msgpack_sbuffer bytes;
+	msgpack_sbuffer_init(&bytes);
+	rc = encode(doc, &bytes, id, sizeof(id));
+	json_decref(doc);
+	if (rc != TB_EXIT_OK) {
+		msgpack_sbuffer_destroy(&bytes);
+		return rc;
+	}
+	if (tb_config_load(&cfg, a.config, &err) < 0) {
+		fprintf(stderr, "taskbox submit: %s\n", err.msg);
+		msgpack_sbuffer_destroy(&bytes);
+		return TB_EXIT_CONFIG;
+	}
+	if (!strcmp(cfg.kafka.brokers, "mock")) {
+		fprintf(stderr, "taskbox submit: kafka.brokers is 'mock', which lives inside one "
+				"process: point it at the cluster (TASKBOX_KAFKA_BROKERS)\n");
+		rc = TB_EXIT_CONFIG;
+		goto out;
+	}
+	/* Events are stamped by the workers' clocks: a little slack. */
+	uint64_t since = now_ms() - 2000;
+	if ((rc = produce(&cfg, id, &bytes)) != TB_EXIT_OK)
+		goto out;
+	printf("%s\n", id);
+	fflush(stdout);
+	if (a.wait) {
+		signal(SIGINT, on_signal);
+		signal(SIGTERM, on_signal);
+		rc = wait_for(&cfg, &a, id, since);
+	}
+out:
+	msgpack_sbuffer_destroy(&bytes);
+	tb_config_free(&cfg);
+	return rc;
+}

@@ -1,0 +1,164 @@
+/*
+ * cmd_watch.c: `taskbox watch`: the events topic as it happens, for one
+ * task or all of them, readable or as JSON lines for scripts.
+ */
+#include "cmd.h"
+#include "follow.h"
+
+#include "tb/config.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(
+	    out,
+	    "usage: taskbox watch [--config FILE] [--json] [--since SECONDS | --from-beginning]\n"
+	    "                     [--follow] [--timeout SECONDS] [TASK_ID]\n\n"
+	    "Prints events (schemas/event.md) as they arrive: phases, the conversation,\n"
+	    "artifacts, verdicts, errors and egress, one per line.\n"
+	    "With TASK_ID: that task's events from the oldest the topic keeps, until\n"
+	    "the task is settled (--follow: go on after that, for a replay or a task\n"
+	    "sent back from the DLQ). Without: every task's events from now on, until\n"
+	    "interrupted.\n"
+	    "  --json              one JSON object per event: task_id, attempt, seq,\n"
+	    "                      ts, type, payload\n"
+	    "  --since SECONDS     start with the events of the last SECONDS\n"
+	    "  --from-beginning    start with the oldest event the topic keeps\n"
+	    "  --timeout SECONDS   stop after this long\n"
+	    "Exit: 0 (with TASK_ID: the task succeeded), 1 Kafka failed, 2 usage,\n"
+	    "3 configuration, 6 the task ended without success, 7 dead-lettered,\n"
+	    "8 --timeout passed or interrupted before the task was settled.\n");
+}
+
+static int seconds(const char *flag, const char *v, uint64_t *out)
+{
+	char *end;
+
+	errno = 0;
+	long long s = strtoll(v, &end, 10);
+	if (errno || end == v || *end || s < 1 || s > 366LL * 86400) {
+		fprintf(stderr, "taskbox watch: %s wants 1..31622400 seconds, not '%s'\n", flag, v);
+		return -1;
+	}
+	*out = (uint64_t)s;
+	return 0;
+}
+
+int tb_cmd_watch(int argc, char **argv)
+{
+	const char *path = NULL, *task = NULL;
+	int json = 0, follow = 0, rc = TB_EXIT_OK;
+	uint64_t since_s = 0, timeout_s = 0;
+	int64_t since = TB_FOLLOW_END;
+	int from_beginning = 0;
+	tb_ledger_t *l = NULL;
+	tb_store_t *store = NULL;
+	tb_config_t cfg;
+	tb_error_t err;
+
+	for (int i = 1; i < argc; i++) {
+		const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+			usage(stdout);
+			return TB_EXIT_OK;
+		} else if (!strcmp(f, "--json")) {
+			json = 1;
+		} else if (!strcmp(f, "--follow")) {
+			follow = 1;
+		} else if (!strcmp(f, "--from-beginning")) {
+			from_beginning = 1;
+		} else if (!strcmp(f, "--config") && v) {
+			path = v, i++;
+		} else if (!strcmp(f, "--since") && v) {
+			if (seconds(f, v, &since_s) < 0)
+				return TB_EXIT_USAGE;
+			i++;
+		} else if (!strcmp(f, "--timeout") && v) {
+			if (seconds(f, v, &timeout_s) < 0)
+				return TB_EXIT_USAGE;
+			i++;
+		} else if (f[0] != '-' && !task) {
+			task = f;
+		} else {
+			usage(stderr);
+			return TB_EXIT_USAGE;
+		}
+	}
+	if (since_s && from_beginning) {
+		fprintf(stderr, "taskbox watch: --since or --from-beginning, not both\n");
+		return TB_EXIT_USAGE;
+	}
+	if (from_beginning || (task && !since_s))
+		since = TB_FOLLOW_BEGINNING;
+	else if (since_s)
+		since = (int64_t)time(NULL) * 1000 - (int64_t)since_s * 1000;
+	if (tb_config_load(&cfg, path, &err) < 0) {
+		fprintf(stderr, "taskbox watch: %s\n", err.msg);
+		return TB_EXIT_CONFIG;
+	}
+	if (!strcmp(cfg.kafka.brokers, "mock")) {
+		fprintf(stderr, "taskbox watch: kafka.brokers is 'mock', which lives inside one "
+				"process: point it at the cluster (TASKBOX_KAFKA_BROKERS)\n");
+		rc = TB_EXIT_CONFIG;
+		goto out;
+	}
+	/* The ledger tells when a task is settled without an acknowledged
+	 * event (see follow.h); watching works without it. */
+	if (task && !follow && strcmp(cfg.ledger.url, "memory:") &&
+	    (tb_ledger_open(&l, cfg.ledger.url, cfg.ledger.prefix, "watch", &err) < 0 ||
+	     tb_store_open(&store, &cfg.store, &err) < 0)) {
+		fprintf(stderr, "taskbox watch: %s (going by the events alone)\n", err.msg);
+		if (l)
+			l->ops->close(l);
+		l = NULL;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	tb_follow_opts_t o = { .task = task,
+			       .since_ms = since,
+			       .until_settled = task && !follow,
+			       .timeout_ms = timeout_s * 1000,
+			       .json = json,
+			       .out = stdout,
+			       .ledger = l,
+			       .store = store,
+			       .stop = &stop };
+	tb_follow_result_t res;
+	int got = tb_follow(&cfg, &o, &res, &err);
+	if (got == TB_ETIMEOUT && !o.until_settled) {
+		rc = TB_EXIT_OK; /* the time asked for is up */
+	} else if (got == TB_ETIMEOUT) {
+		fprintf(stderr, "taskbox watch: %s: %s before it was settled\n", task, err.msg);
+		rc = TB_EXIT_TIMEOUT;
+	} else if (got < 0) {
+		fprintf(stderr, "taskbox watch: %s\n", err.msg);
+		rc = TB_EXIT_FAILURE;
+	} else if (o.until_settled && !res.settled) {
+		rc = TB_EXIT_TIMEOUT; /* interrupted */
+	} else if (o.until_settled) {
+		fprintf(json ? stderr : stdout, "task %s: %s (attempt %llu)%s%s\n", task,
+			res.outcome, (unsigned long long)res.attempt, res.reason[0] ? ": " : "",
+			res.reason);
+		rc = tb_cmd_outcome_exit(res.outcome);
+	}
+out:
+	if (l)
+		l->ops->close(l);
+	tb_store_close(store);
+	tb_config_free(&cfg);
+	return rc;
+}

@@ -1,0 +1,411 @@
+/*
+ * follow.c: reads the events topic without joining a group (partitions
+ * assigned by hand, nothing committed), prints what is asked for, and for
+ * one task works out when it is settled and how (see follow.h).
+ */
+#include "follow.h"
+
+#include "tb/json_mpack.h"
+#include "tb/kafka.h"
+#include "tb/schema_manifest.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_PARTITIONS 1024
+#define LEDGER_CHECK_MS 1000
+/* A done-marker is written only after the attempt's result event was
+ * delivered; this long for it to arrive before the manifest is asked. */
+#define RESULT_GRACE_MS 1500
+
+typedef struct seen {
+	uint64_t attempt;
+	int64_t last_seq; /* duplicates (producer retries) are skipped */
+	int has_result, acknowledged;
+	char outcome[32];
+	char reason[512]; /* the result's, else the last error's */
+} seen_t;
+
+typedef struct follow {
+	const tb_follow_opts_t *o;
+	tb_follow_result_t *res;
+	seen_t *seen;
+	size_t nseen;
+	int np;
+	unsigned char eof[MAX_PARTITIONS];
+	uint64_t ledger_at, done_since;
+} follow_t;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static const char *str(const json_t *p, const char *k)
+{
+	const char *s = json_string_value(json_object_get(p, k));
+	return s ? s : "";
+}
+
+void tb_follow_print_event(FILE *out, const tb_event_t *ev)
+{
+	json_t *p = NULL;
+	tb_error_t err;
+	const char *t = tb_event_type_name(ev->type);
+
+	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, &err) < 0) {
+		fprintf(out, "  %-12s #%-2llu %s (payload unreadable: %s)\n", ev->task_id,
+			(unsigned long long)ev->seq, t ? t : "?", err.msg);
+		return;
+	}
+	fprintf(out, "  %-12s #%-2llu ", ev->task_id, (unsigned long long)ev->seq);
+	switch (ev->type) {
+	case TB_EV_PHASE:
+		fprintf(out, "phase %-12s (+%lld ms)%s%s\n", str(p, "phase"),
+			(long long)json_integer_value(json_object_get(p, "duration_ms")),
+			str(p, "worker")[0] ? " on " : "", str(p, "worker"));
+		break;
+	case TB_EV_MESSAGE:
+		fprintf(out, "%s: %s\n", str(p, "role"), str(p, "text"));
+		break;
+	case TB_EV_THOUGHT:
+		fprintf(out, "thought: %s\n", str(p, "text"));
+		break;
+	case TB_EV_TOOL_CALL:
+		fprintf(out, "tool-call %s %s\n", str(p, "id"), str(p, "name"));
+		break;
+	case TB_EV_TOOL_RESULT:
+		fprintf(out, "tool-result %s%s\n", str(p, "id"),
+			json_is_true(json_object_get(p, "is_error")) ? " (error)" : "");
+		break;
+	case TB_EV_ARTIFACT:
+		fprintf(out, "artifact %s (%lld bytes) -> %s\n", str(p, "path"),
+			(long long)json_integer_value(json_object_get(p, "size")), str(p, "key"));
+		break;
+	case TB_EV_VERDICT:
+		fprintf(out, "verdict %s: %s%s%s\n", str(p, "judge"), str(p, "outcome"),
+			str(p, "reason")[0] ? ": " : "", str(p, "reason"));
+		break;
+	case TB_EV_ERROR:
+		fprintf(out, "error [%s] %s\n", str(p, "code"), str(p, "reason"));
+		break;
+	case TB_EV_EGRESS:
+		fprintf(out, "egress %s %s%s -> %lld (%lld ms)\n", str(p, "method"), str(p, "host"),
+			str(p, "path"), (long long)json_integer_value(json_object_get(p, "status")),
+			(long long)json_integer_value(json_object_get(p, "duration_ms")));
+		break;
+	case TB_EV_TURN:
+		fprintf(out, "%s %lld\n", str(p, "state"),
+			(long long)json_integer_value(json_object_get(p, "turn")));
+		break;
+	case TB_EV_RESULT:
+		fprintf(out, "result %s%s%s\n", str(p, "outcome"), str(p, "reason")[0] ? ": " : "",
+			str(p, "reason"));
+		break;
+	default:
+		fprintf(out, "%s\n", t ? t : "?");
+	}
+	json_decref(p);
+}
+
+void tb_follow_print_json(FILE *out, const tb_event_t *ev)
+{
+	json_t *p = NULL;
+	tb_error_t err;
+	const char *t = tb_event_type_name(ev->type);
+
+	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, &err) < 0)
+		p = json_pack("{s:s}", "unreadable", err.msg);
+	json_t *o = json_pack("{s:s,s:I,s:I,s:I,s:s,s:o}", "task_id", ev->task_id, "attempt",
+			      (json_int_t)ev->attempt, "seq", (json_int_t)ev->seq, "ts",
+			      (json_int_t)ev->ts, "type", t ? t : "?", "payload", p);
+	char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	if (text)
+		fprintf(out, "%s\n", text);
+	free(text);
+	json_decref(o);
+}
+
+/* The attempt's record, made on first sight; NULL only without memory. */
+static seen_t *attempt_of(follow_t *f, uint64_t attempt)
+{
+	for (size_t i = 0; i < f->nseen; i++)
+		if (f->seen[i].attempt == attempt)
+			return &f->seen[i];
+	seen_t *more = realloc(f->seen, (f->nseen + 1) * sizeof(*more));
+	if (!more)
+		return NULL;
+	f->seen = more;
+	seen_t *s = &f->seen[f->nseen++];
+	memset(s, 0, sizeof(*s));
+	s->attempt = attempt;
+	s->last_seq = -1;
+	return s;
+}
+
+static void settle(follow_t *f, uint64_t attempt, const char *outcome, const char *reason)
+{
+	f->res->settled = 1;
+	f->res->attempt = attempt;
+	snprintf(f->res->outcome, sizeof(f->res->outcome), "%s", outcome);
+	snprintf(f->res->reason, sizeof(f->res->reason), "%.500s", reason ? reason : "");
+}
+
+/* Whether the acknowledged @p attempt still settles the task: not if the
+ * ledger shows it was sent back from the DLQ since, or a newer attempt is
+ * done. Without a ledger the events alone decide. */
+static int settles(const follow_t *f, uint64_t attempt)
+{
+	tb_ledger_t *l = f->o->ledger;
+	tb_ledger_task_t t;
+	tb_error_t err;
+
+	if (!l)
+		return 1;
+	return l->ops->inspect(l, f->o->task, &t, &err) == 0 && t.done &&
+	       t.done_attempt == attempt;
+}
+
+/* What one task's event tells: results, errors, the acknowledgement. */
+static void track(follow_t *f, seen_t *s, const tb_event_t *ev)
+{
+	json_t *p = NULL;
+	tb_error_t err;
+
+	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, &err) < 0)
+		return;
+	if (ev->type == TB_EV_RESULT) {
+		s->has_result = 1;
+		snprintf(s->outcome, sizeof(s->outcome), "%s", str(p, "outcome"));
+		snprintf(s->reason, sizeof(s->reason), "%s", str(p, "reason"));
+	} else if (ev->type == TB_EV_ERROR && !s->has_result) {
+		snprintf(s->reason, sizeof(s->reason), "[%s] %s", str(p, "code"), str(p, "reason"));
+	} else if (ev->type == TB_EV_PHASE && !strcmp(str(p, "phase"), "acknowledged")) {
+		s->acknowledged = 1;
+		if (settles(f, s->attempt))
+			settle(f, s->attempt, s->has_result ? s->outcome : "dead-lettered",
+			       s->reason);
+	}
+	json_decref(p);
+}
+
+/* One message from the topic: printed if selected; tracked for a task. */
+static void consume(follow_t *f, const rd_kafka_message_t *m)
+{
+	const tb_follow_opts_t *o = f->o;
+	tb_event_t ev;
+	tb_error_t err;
+
+	if (o->task && (m->key_len != strlen(o->task) || memcmp(m->key, o->task, m->key_len)))
+		return;
+	if (tb_msg_decode(&tb_schema_event, &ev, m->payload, m->len, &err) < 0) {
+		fprintf(stderr, "taskbox: skipped an unreadable event at %s [%d] offset %lld: %s\n",
+			rd_kafka_topic_name(m->rkt), (int)m->partition, (long long)m->offset,
+			err.msg);
+		return;
+	}
+	if (o->task && strcmp(ev.task_id, o->task)) {
+		tb_msg_free(&tb_schema_event, &ev);
+		return;
+	}
+	seen_t *s = o->task ? attempt_of(f, ev.attempt) : NULL;
+	if (s && (int64_t)ev.seq <= s->last_seq) { /* delivered twice */
+		tb_msg_free(&tb_schema_event, &ev);
+		return;
+	}
+	if (o->json)
+		tb_follow_print_json(o->out, &ev);
+	else
+		tb_follow_print_event(o->out, &ev);
+	fflush(o->out);
+	f->res->events++;
+	if (s) {
+		s->last_seq = (int64_t)ev.seq;
+		track(f, s, &ev);
+	}
+	tb_msg_free(&tb_schema_event, &ev);
+}
+
+/* The outcome recorded in a done attempt's manifest. */
+static void outcome_from_manifest(follow_t *f, uint64_t attempt, const char *key)
+{
+	tb_manifest_t m;
+	tb_error_t err;
+	char *bytes = NULL;
+	size_t len;
+
+	if (!f->o->store) {
+		settle(f, attempt, "recorded", "no store to read the manifest from");
+		return;
+	}
+	if (tb_store_get_bytes(f->o->store, key, 8u << 20, &bytes, &len, &err) < 0 ||
+	    tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err) < 0) {
+		free(bytes);
+		settle(f, attempt, "recorded", err.msg);
+		return;
+	}
+	free(bytes);
+	settle(f, attempt, tb_outcomes[m.outcome], m.reason);
+	tb_msg_free(&tb_schema_manifest, &m);
+}
+
+/* At the end of the topic: does the ledger say the task is done? */
+static void ask_ledger(follow_t *f)
+{
+	tb_ledger_t *l = f->o->ledger;
+	tb_ledger_task_t t;
+	tb_error_t err;
+	uint64_t now = now_ms();
+
+	if (now - f->ledger_at < LEDGER_CHECK_MS)
+		return;
+	f->ledger_at = now;
+	if (l->ops->inspect(l, f->o->task, &t, &err) < 0 || !t.done)
+		return;
+	seen_t *s = NULL;
+	for (size_t i = 0; i < f->nseen; i++)
+		if (f->seen[i].attempt == t.done_attempt)
+			s = &f->seen[i];
+	if (s && s->has_result) {
+		settle(f, t.done_attempt, s->outcome, s->reason);
+		return;
+	}
+	if (!f->done_since)
+		f->done_since = now;
+	if (now - f->done_since < RESULT_GRACE_MS)
+		return;
+	if (t.manifest[0])
+		outcome_from_manifest(f, t.done_attempt, t.manifest);
+	else
+		settle(f, t.done_attempt, "dead-lettered",
+		       s && s->reason[0] ? s->reason : "see `taskbox dlq list`");
+}
+
+/* Where each partition starts, per o->since_ms. */
+static int start_offsets(rd_kafka_t *c, const char *topic, int np, int64_t since,
+			 rd_kafka_topic_partition_list_t **out, tb_error_t *err)
+{
+	rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(np);
+
+	for (int p = 0; p < np; p++)
+		rd_kafka_topic_partition_list_add(l, topic, p)->offset =
+		    since == TB_FOLLOW_BEGINNING ? RD_KAFKA_OFFSET_BEGINNING
+		    : since == TB_FOLLOW_END     ? RD_KAFKA_OFFSET_END
+						 : since;
+	if (since >= 0) {
+		/* the first offset at or after the time; the end if none */
+		rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(c, l, 10000);
+		if (e) {
+			rd_kafka_topic_partition_list_destroy(l);
+			return tb_error_set(err, TB_EIO, "kafka: offsets of %s by time: %s", topic,
+					    rd_kafka_err2str(e));
+		}
+		for (int i = 0; i < l->cnt; i++)
+			if (l->elems[i].err || l->elems[i].offset < 0)
+				l->elems[i].offset = RD_KAFKA_OFFSET_END;
+	}
+	*out = l;
+	return 0;
+}
+
+static int partitions(rd_kafka_t *c, const char *topic, int *np, tb_error_t *err)
+{
+	const rd_kafka_metadata_t *md = NULL;
+	rd_kafka_topic_t *t = rd_kafka_topic_new(c, topic, NULL);
+	rd_kafka_resp_err_t e =
+	    t ? rd_kafka_metadata(c, 0, t, &md, 10000) : RD_KAFKA_RESP_ERR__INVALID_ARG;
+	int rc = 0;
+
+	if (e || md->topic_cnt != 1 || md->topics[0].err || md->topics[0].partition_cnt < 1)
+		rc = tb_error_set(err, TB_EIO, "kafka: topic %s: %s", topic,
+				  e                    ? rd_kafka_err2str(e)
+				  : md->topic_cnt != 1 ? "not in the metadata"
+				  : md->topics[0].err  ? rd_kafka_err2str(md->topics[0].err)
+						       : "no partitions");
+	else
+		*np = md->topics[0].partition_cnt < MAX_PARTITIONS ? md->topics[0].partition_cnt
+								   : MAX_PARTITIONS;
+	if (md)
+		rd_kafka_metadata_destroy(md);
+	if (t)
+		rd_kafka_topic_destroy(t);
+	return rc;
+}
+
+static int all_eof(const follow_t *f)
+{
+	for (int p = 0; p < f->np; p++)
+		if (!f->eof[p])
+			return 0;
+	return 1;
+}
+
+int tb_follow(const tb_config_t *cfg, const tb_follow_opts_t *o, tb_follow_result_t *res,
+	      tb_error_t *err)
+{
+	const char *topic = cfg->kafka.events_topic;
+	follow_t f = { .o = o, .res = res };
+	tb_kv_t items[64 + 1];
+	tb_strmap_t props = { 0, items };
+	rd_kafka_topic_partition_list_t *parts = NULL;
+	char group[64];
+	rd_kafka_t *c;
+	int rc;
+
+	memset(res, 0, sizeof(*res));
+	for (size_t i = 0; i < cfg->kafka.properties.n && i < 64; i++)
+		items[props.n++] = cfg->kafka.properties.items[i];
+	items[props.n++] = (tb_kv_t){ "enable.partition.eof", "true" };
+	/* Assigned by hand: the group is never joined and nothing committed. */
+	snprintf(group, sizeof(group), "taskbox-follow-%d", (int)getpid());
+	if ((rc = tb_kafka_consumer_new(&c, cfg->kafka.brokers, group, NULL, &props, NULL, NULL,
+					err)) < 0)
+		return rc;
+	if ((rc = partitions(c, topic, &f.np, err)) < 0 ||
+	    (rc = start_offsets(c, topic, f.np, o->since_ms, &parts, err)) < 0)
+		goto out;
+	rd_kafka_resp_err_t e = rd_kafka_assign(c, parts);
+	if (e) {
+		rc = tb_error_set(err, TB_EIO, "kafka: assign %s: %s", topic, rd_kafka_err2str(e));
+		goto out;
+	}
+	uint64_t deadline = o->timeout_ms ? now_ms() + o->timeout_ms : 0;
+	while (!(o->stop && *o->stop) && !(o->until_settled && res->settled)) {
+		if (deadline && now_ms() > deadline) {
+			rc = tb_error_set(err, TB_ETIMEOUT, "waited %llu s",
+					  (unsigned long long)(o->timeout_ms / 1000));
+			break;
+		}
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
+		if (m && m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+			if (m->partition >= 0 && m->partition < f.np)
+				f.eof[m->partition] = 1;
+		} else if (m && (m->err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
+				 m->err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)) {
+			rc = tb_error_set(err, TB_EIO, "kafka: %s: %s", topic,
+					  rd_kafka_message_errstr(m));
+			rd_kafka_message_destroy(m);
+			break;
+		} else if (m && !m->err) {
+			if (m->partition >= 0 && m->partition < f.np)
+				f.eof[m->partition] = 0;
+			consume(&f, m);
+		} /* other errors are transient: librdkafka retries them */
+		if (m)
+			rd_kafka_message_destroy(m);
+		if (o->task && o->until_settled && o->ledger && !res->settled && all_eof(&f))
+			ask_ledger(&f);
+	}
+out:
+	if (parts)
+		rd_kafka_topic_partition_list_destroy(parts);
+	free(f.seen);
+	rd_kafka_consumer_close(c);
+	rd_kafka_destroy(c);
+	return rc;
+}
