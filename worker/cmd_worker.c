@@ -7,6 +7,8 @@
 #include "cmd.h"
 
 #include "fault.h"
+#include "metrics.h"
+#include "tb/kafka.h"
 #include "tb/log.h"
 #include "worker.h"
 
@@ -19,6 +21,14 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t stop;
+static const char *tasks_topic; /* for on_lag */
+
+/* The consumer's statistics: the tasks topic's lag, to the metrics. */
+static void on_lag(const char *topic, const int64_t *lag, int n)
+{
+	if (tasks_topic && !strcmp(topic, tasks_topic))
+		tb_metrics_lag(lag, n);
+}
 
 static void on_signal(int sig)
 {
@@ -50,6 +60,7 @@ int tb_cmd_worker(int argc, char **argv)
 	tb_worker_deps_t d = { 0 };
 	tb_worker_stats_t stats;
 	char id[160], group[200];
+	tb_metrics_server_t *metrics = NULL;
 	tb_config_t cfg;
 	tb_error_t err;
 	int rc = TB_EXIT_CONFIG;
@@ -102,6 +113,16 @@ int tb_cmd_worker(int argc, char **argv)
 			cfg.cache_dir, strerror(errno));
 		goto out;
 	}
+	tb_metrics_init(id, (unsigned)cfg.slots);
+	tasks_topic = cfg.kafka.tasks_topic;
+	tb_kafka_on_lag(on_lag);
+	if (cfg.metrics_listen[0] && tb_metrics_serve(&metrics, cfg.metrics_listen, &err) < 0) {
+		fprintf(stderr, "taskbox worker: %s\n", err.msg);
+		goto out;
+	}
+	if (metrics)
+		tb_info(NULL, "metrics on %s, port %u: GET /metrics", cfg.metrics_listen,
+			tb_metrics_port(metrics));
 	if (tb_store_open(&d.store, &cfg.store, &err) < 0 ||
 	    tb_ledger_open(&d.ledger, cfg.ledger.url, cfg.ledger.prefix, id, &err) < 0 ||
 	    tb_recipe_cache_open(&d.recipes, cfg.cache_dir, &err) < 0 ||
@@ -139,12 +160,16 @@ int tb_cmd_worker(int argc, char **argv)
 		rc = TB_EXIT_OK;
 	}
 cleanup:
+	tb_metrics_stop(metrics);
+	metrics = NULL;
 	tb_store_close(d.store);
 	if (d.ledger)
 		d.ledger->ops->close(d.ledger);
 	tb_recipe_cache_close(d.recipes);
 	tb_seccomp_free((tb_seccomp_t *)d.policy);
 out:
+	tb_kafka_on_lag(NULL);
+	tb_metrics_stop(metrics);
 	tb_config_free(&cfg);
 	return rc;
 }

@@ -167,8 +167,7 @@ static int settles(const follow_t *f, uint64_t attempt)
 
 	if (!l)
 		return 1;
-	return l->ops->inspect(l, f->o->task, &t, &err) == 0 && t.done &&
-	       t.done_attempt == attempt;
+	return l->ops->inspect(l, f->o->task, &t, &err) == 0 && t.done && t.done_attempt == attempt;
 }
 
 /* What one task's event tells: results, errors, the acknowledgement. */
@@ -291,26 +290,51 @@ static int start_offsets(rd_kafka_t *c, const char *topic, int np, int64_t since
 			 rd_kafka_topic_partition_list_t **out, tb_error_t *err)
 {
 	rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(np);
+	int64_t *end = calloc((size_t)np, sizeof(*end));
+	int rc = 0;
 
+	if (!end) {
+		rd_kafka_topic_partition_list_destroy(l);
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	}
 	for (int p = 0; p < np; p++)
 		rd_kafka_topic_partition_list_add(l, topic, p)->offset =
-		    since == TB_FOLLOW_BEGINNING ? RD_KAFKA_OFFSET_BEGINNING
-		    : since == TB_FOLLOW_END     ? RD_KAFKA_OFFSET_END
-						 : since;
-	if (since >= 0) {
-		/* the first offset at or after the time; the end if none */
+		    since == TB_FOLLOW_BEGINNING ? RD_KAFKA_OFFSET_BEGINNING : since;
+	/* "The end" as a number read first, not left to librdkafka to resolve
+	 * when fetching starts, and before the search by time: an event
+	 * produced after it is at or past it, one produced before is found by
+	 * the search. (Read the other way round, an event could slip between
+	 * the two.) */
+	for (int p = 0; p < np && since != TB_FOLLOW_BEGINNING; p++) {
+		int64_t lo;
+		rd_kafka_resp_err_t e =
+		    rd_kafka_query_watermark_offsets(c, topic, p, &lo, &end[p], 10000);
+		if (e) {
+			rc = tb_error_set(err, TB_EIO, "kafka: end of %s [%d]: %s", topic, p,
+					  rd_kafka_err2str(e));
+			goto out;
+		}
+		l->elems[p].offset = since == TB_FOLLOW_END ? end[p] : since;
+	}
+	if (since >= 0) { /* the first offset at or after the time, if any */
 		rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(c, l, 10000);
 		if (e) {
-			rd_kafka_topic_partition_list_destroy(l);
-			return tb_error_set(err, TB_EIO, "kafka: offsets of %s by time: %s", topic,
-					    rd_kafka_err2str(e));
+			rc = tb_error_set(err, TB_EIO, "kafka: offsets of %s by time: %s", topic,
+					  rd_kafka_err2str(e));
+			goto out;
 		}
-		for (int i = 0; i < l->cnt; i++)
-			if (l->elems[i].err || l->elems[i].offset < 0)
-				l->elems[i].offset = RD_KAFKA_OFFSET_END;
+		for (int p = 0; p < np; p++)
+			if (l->elems[p].err || l->elems[p].offset < 0 ||
+			    l->elems[p].offset > end[p])
+				l->elems[p].offset = end[p];
 	}
-	*out = l;
-	return 0;
+out:
+	free(end);
+	if (rc < 0)
+		rd_kafka_topic_partition_list_destroy(l);
+	else
+		*out = l;
+	return rc;
 }
 
 static int partitions(rd_kafka_t *c, const char *topic, int *np, tb_error_t *err)

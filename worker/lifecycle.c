@@ -13,6 +13,7 @@
 #include "collect.h"
 #include "fault.h"
 #include "inputs.h"
+#include "metrics.h"
 #include "tb/fsutil.h"
 #include "tb/json_mpack.h"
 #include "tb/runtime.h"
@@ -142,6 +143,7 @@ static void phase_at(run_t *r, const char *name, uint64_t at, const char *worker
 	if (p && worker)
 		json_object_set_new(p, "worker", json_string(worker));
 	emit_json(r, TB_EV_PHASE, p);
+	tb_metrics_phase(name, at > r->phase_ms ? at - r->phase_ms : 0);
 	/* The manifest keeps the phases up to "recorded", the last before
 	 * it is written. */
 	if (r->m.phases.items && r->m.phases.n < MAX_PHASES && !r->recorded_phase) {
@@ -225,7 +227,14 @@ static int prepare(run_t *r, char *recipe_dir, size_t len, char *inputs_dir, siz
 		.max_file_mb = r->rt.sandbox.max_file_mb,
 		.wall_ms = lim->wall_seconds * 1000,
 	};
-	return tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (rc == 0)
+		tb_metrics_launch((uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000 +
+				  (uint64_t)((t1.tv_nsec - t0.tv_nsec) / 1000));
+	return rc;
 }
 
 /* -------------------------------------------------------------- agent */

@@ -11,6 +11,7 @@
 
 #include "fault.h"
 #include "intake.h"
+#include "metrics.h"
 #include "tb/kafka.h"
 #include "tb/log.h"
 #include "tb/runtime.h"
@@ -124,7 +125,10 @@ static int publish_event(void *ud, const tb_event_t *ev, const void *bytes, size
 			 tb_error_t *err)
 {
 	job_t *j = ud;
-	return produce(j->w, j->w->d->cfg->kafka.events_topic, ev->task_id, bytes, len, err);
+	int rc = produce(j->w, j->w->d->cfg->kafka.events_topic, ev->task_id, bytes, len, err);
+	if (rc == 0)
+		tb_metrics_events(1);
+	return rc;
 }
 
 /* Every event so far delivered, and none lost since the attempt began:
@@ -158,6 +162,7 @@ static int dead_letter(worker_t *w, tb_dlq_t *rec)
 	}
 	tb_warn(rec->task_id, "dead-lettered (%s): %s", tb_dlq_causes[rec->cause], rec->reason);
 	w->stats->dead++;
+	tb_metrics_dlq(tb_dlq_causes[rec->cause]);
 	return 0;
 }
 
@@ -508,6 +513,7 @@ static int give_up(worker_t *w, job_t *j, int cause, const char *reason)
 
 	if ((rc = dead_letter_task(w, j, cause, reason)) < 0)
 		return rc;
+	tb_metrics_task("dead-lettered");
 	if (l->ops->done(l, j->key, j->attempt, "", &err) < 0)
 		tb_warn(j->key, "no done-marker for the dead letter: %s", err.msg);
 	return 0;
@@ -564,6 +570,7 @@ static void complete(worker_t *w)
 			/* the slot set the done-marker before the result event */
 			w->stats->recorded++;
 			w->stats->succeeded += j->res.outcome == TB_OUTCOME_SUCCEEDED;
+			tb_metrics_task(tb_outcomes[j->res.outcome]);
 			tb_info(j->key, "attempt %llu recorded: %s", (unsigned long long)j->attempt,
 				tb_outcomes[j->res.outcome]);
 		} else if (j->rc == TB_EFENCED ||
@@ -572,6 +579,7 @@ static void complete(worker_t *w)
 			 * may. Wait for that run to end (done: acknowledged) or
 			 * its lease to lapse (then run it here). */
 			w->stats->fenced++;
+			tb_metrics_failure(tb_error_name(TB_EFENCED));
 			if (j->rc != TB_EFENCED)
 				j->err = err;
 			tb_warn(j->key, "attempt %llu fenced: %s", (unsigned long long)j->attempt,
@@ -588,6 +596,7 @@ static void complete(worker_t *w)
 					 << (j->failures < 6 ? j->failures : 6);
 			j->failures++;
 			w->stats->retried++;
+			tb_metrics_failure(tb_error_name(j->rc));
 			tb_warn(j->key, "attempt %llu failed (%s), retrying in %llu ms: %s",
 				(unsigned long long)j->attempt, tb_error_name(j->rc),
 				(unsigned long long)pause, j->err.msg);
@@ -933,6 +942,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 			break;
 		complete(w);
 		admit_waiting(w);
+		tb_metrics_busy(w->running, w->nwaiting);
 		heartbeat(w);
 		commit_marks(w);
 		pace(w);

@@ -204,6 +204,42 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static _Atomic(tb_kafka_lag_fn) lag_hook;
+
+void tb_kafka_on_lag(tb_kafka_lag_fn fn)
+{
+	atomic_store(&lag_hook, fn);
+}
+
+/* Each topic's "consumer_lag" per partition, from a statistics object. */
+static void report_lag(const json_t *root)
+{
+	tb_kafka_lag_fn fn = atomic_load(&lag_hook);
+	const char *topic;
+	json_t *t;
+	int64_t lag[1024];
+
+	if (!fn)
+		return;
+	json_object_foreach(json_object_get(root, "topics"), topic, t)
+	{
+		const char *key;
+		json_t *p;
+		int n = 0;
+		json_object_foreach(json_object_get(t, "partitions"), key, p)
+		{
+			json_int_t id = json_integer_value(json_object_get(p, "partition"));
+			json_t *l = json_object_get(p, "consumer_lag");
+			if (id < 0 || id >= 1024 || !json_is_integer(l)) /* -1: the UA partition */
+				continue;
+			while (n <= id)
+				lag[n++] = -1;
+			lag[id] = json_integer_value(l);
+		}
+		fn(topic, lag, n);
+	}
+}
+
 static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
 {
 	json_t *root = json_loadb(json, len, 0, NULL);
@@ -227,6 +263,7 @@ static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
 		}
 	}
 	pthread_mutex_unlock(&watch_lock);
+	report_lag(root);
 	json_decref(root);
 	return 0; /* librdkafka frees json */
 }

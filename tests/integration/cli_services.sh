@@ -59,11 +59,20 @@ cat >"$cfg" <<EOF
   "ledger": {"url": "$TASKBOX_TEST_REDIS", "prefix": "$run", "lease_ms": 6000},
   "store": {"url": "s3://$run", "endpoint": "$TASKBOX_TEST_S3_ENDPOINT",
             "region": "$TASKBOX_TEST_S3_REGION"},
-  "runtimes_dir": "$tmp/runtimes", "work_dir": "$tmp/work", "cache_dir": "$tmp/cache"
+  "runtimes_dir": "$tmp/runtimes", "work_dir": "$tmp/work", "cache_dir": "$tmp/cache",
+  "metrics_listen": "127.0.0.1:0"
 }
 EOF
 "$tb" worker --config "$cfg" >"$tmp/worker.log" 2>&1 &
 worker=$!
+# The metrics endpoint's port, from the worker's log (port 0: any free one).
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*metrics on .*, port \([0-9]*\).*/\1/p' "$tmp/worker.log")
+  [ -n "$port" ] && break; sleep 0.1
+done
+metric() { # metric NAME_AND_LABELS: its value now
+  curl -sf "http://127.0.0.1:$port/metrics" | awk -v k="$1" '$1 == k { print $2 }'
+}
 submit=("$tb" submit --config "$cfg" --recipe "file://$tmp/hello" --commit "$commit")
 
 # submit --wait: phases live, the conversation, the verdicts, the outcome.
@@ -75,6 +84,13 @@ for needle in "phase received" "assistant: hello, queue!" "verdict wrote-greetin
   "phase acknowledged" "task $id: succeeded (attempt 1)"; do
   has "submit --wait shows '$needle'" "$needle" "$tmp/submit.out"
 done
+
+# The worker's metrics count it.
+[ "$(metric 'taskbox_tasks_total{outcome="succeeded"}')" = 1 ] && ok || bad "metrics: 1 succeeded"
+[ "$(metric 'taskbox_sandbox_launch_seconds_count')" = 1 ] && ok || bad "metrics: 1 sandbox launch"
+[ "$(metric 'taskbox_phase_duration_seconds_count{phase="judged"}')" = 1 ] && ok ||
+  bad "metrics: the judged phase timed once"
+[ "$(metric 'taskbox_events_total')" -ge 20 ] 2>/dev/null && ok || bad "metrics: events counted"
 
 # watch: the same task's events again, as JSON lines, in order.
 expect "watch --json" 0 "$tmp/watch.json" "$tb" watch --config "$cfg" --json --timeout 60 "$id"
@@ -139,6 +155,14 @@ sed 's/"name": "default"/"name": "later"/' "$root/examples/runtimes/default.json
 expect "dlq send" 0 "$tmp/send.out" "$tb" dlq send --config "$cfg" "$at"
 expect "watch the task sent back" 0 "$tmp/revived.out" "$tb" watch --config "$cfg" --timeout 180 "$dead"
 has "it succeeded" "task $dead: succeeded (attempt 2)" "$tmp/revived.out"
+
+[ "$(metric 'taskbox_dlq_messages_total{cause="poison"}')" = 1 ] && ok || bad "metrics: 1 DLQ record"
+[ "$(metric 'taskbox_tasks_total{outcome="dead-lettered"}')" = 1 ] && ok || bad "metrics: 1 dead letter"
+[ "$(metric 'taskbox_tasks_total{outcome="succeeded"}')" = 2 ] && ok || bad "metrics: 2 succeeded"
+[ "$(metric 'taskbox_slots')" = 2 ] && ok || bad "metrics: 2 slots"
+# the consumer's statistics come every 5 s: by now a round has come
+if curl -sf "http://127.0.0.1:$port/metrics" | grep -q '^taskbox_consumer_lag{partition="[0-3]"} 0$'
+then ok; else bad "metrics: the consumer lag of a partition"; fi
 
 # With no worker, --wait gives up at its timeout and says the task goes on.
 kill "$worker" && wait "$worker"

@@ -79,6 +79,15 @@ typedef void (*tb_rebalance_fn)(rd_kafka_t *rk, rd_kafka_resp_err_t err,
  */
 uint64_t tb_kafka_join_state(const rd_kafka_t *rk, char *state, size_t len);
 
+/**
+ * Called from a consumer's statistics (every 5 s, on its poll thread)
+ * with each subscribed topic's lag per partition: @p lag[p] is the
+ * messages not yet committed on partition p, or -1 when this consumer
+ * does not hold p. One hook per process (the worker's metrics).
+ */
+typedef void (*tb_kafka_lag_fn)(const char *topic, const int64_t *lag, int n);
+void tb_kafka_on_lag(tb_kafka_lag_fn fn);
+
 /** Forgets @p rk's join state: call before destroying it. */
 void tb_kafka_forget(const rd_kafka_t *rk);
 

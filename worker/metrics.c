@@ -1,0 +1,397 @@
+/*
+ * metrics.c: the registry behind metrics.h (one mutex: every update is a
+ * few additions, and a scrape renders a few kilobytes) and its HTTP
+ * endpoint on libmicrohttpd's own thread.
+ */
+#include "metrics.h"
+
+#include "tb/schema_dlq.h"
+#include "tb/schema_manifest.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_VALUES 32 /* label values per family; more are folded into "other" */
+#define MAX_LAG_PARTITIONS 1024
+
+/* Seconds; phases span milliseconds (claims) to minutes (agents). */
+static const double buckets[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+				  0.5,   1,      2.5,   5,    10,    30,   60,  300 };
+#define NBUCKETS (sizeof(buckets) / sizeof(buckets[0]))
+
+typedef struct histogram {
+	uint64_t counts[NBUCKETS]; /* per bucket, not cumulative */
+	uint64_t count;
+	double sum;
+} histogram_t;
+
+typedef struct family { /* one label, its values in first-seen order */
+	size_t n;
+	char names[MAX_VALUES][48];
+	uint64_t counts[MAX_VALUES];
+	histogram_t hist[MAX_VALUES]; /* histogram families only */
+} family_t;
+
+static const char *const phases[] = { "received", "validated", "claimed",     "prepared",
+				      "running",  "settled",   "collected",   "judged",
+				      "recorded", "torn-down", "acknowledged" };
+static const char *const egress_classes[] = { "2xx", "3xx", "4xx", "5xx", "refused" };
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	char worker[128];
+	unsigned slots, busy, waiting;
+	family_t tasks, failures, dlq, phase;
+	histogram_t launch;
+	int64_t lag[MAX_LAG_PARTITIONS];
+	int nlag;
+	uint64_t egress[5];
+	uint64_t events;
+} R;
+
+/* The slot for @p name in @p f: made on first sight; "other" when full. */
+static size_t slot(family_t *f, const char *name)
+{
+	for (size_t i = 0; i < f->n; i++)
+		if (!strcmp(f->names[i], name))
+			return i;
+	if (f->n < MAX_VALUES - 1 || (f->n == MAX_VALUES - 1 && !strcmp(name, "other"))) {
+		snprintf(f->names[f->n], sizeof(f->names[0]), "%s", name);
+		return f->n++;
+	}
+	return slot(f, "other");
+}
+
+static void observe(histogram_t *h, double v)
+{
+	size_t b = 0;
+	while (b < NBUCKETS && v > buckets[b])
+		b++;
+	if (b < NBUCKETS)
+		h->counts[b]++;
+	h->count++;
+	h->sum += v;
+}
+
+/* Every known label value appears from the start, at 0, so rates and
+ * alerts see a series before its first event. */
+static void seed(void)
+{
+	for (size_t i = 0; tb_outcomes[i]; i++)
+		slot(&R.tasks, tb_outcomes[i]);
+	slot(&R.tasks, "dead-lettered");
+	for (size_t i = 0; tb_dlq_causes[i]; i++)
+		slot(&R.dlq, tb_dlq_causes[i]);
+	for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
+		slot(&R.phase, phases[i]);
+}
+
+void tb_metrics_reset(void)
+{
+	pthread_mutex_lock(&lock);
+	memset(&R, 0, sizeof(R));
+	seed();
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_metrics_init(const char *worker_id, unsigned slots)
+{
+	tb_metrics_reset();
+	pthread_mutex_lock(&lock);
+	snprintf(R.worker, sizeof(R.worker), "%s", worker_id);
+	R.slots = slots;
+	pthread_mutex_unlock(&lock);
+}
+
+static void count(family_t *f, const char *name)
+{
+	pthread_mutex_lock(&lock);
+	if (!R.tasks.n)
+		seed();
+	f->counts[slot(f, name && name[0] ? name : "unknown")]++;
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_metrics_task(const char *outcome)
+{
+	count(&R.tasks, outcome);
+}
+
+void tb_metrics_failure(const char *code)
+{
+	count(&R.failures, code);
+}
+
+void tb_metrics_dlq(const char *cause)
+{
+	count(&R.dlq, cause);
+}
+
+void tb_metrics_phase(const char *phase, uint64_t duration_ms)
+{
+	pthread_mutex_lock(&lock);
+	if (!R.tasks.n)
+		seed();
+	observe(&R.phase.hist[slot(&R.phase, phase)], (double)duration_ms / 1e3);
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_metrics_launch(uint64_t duration_us)
+{
+	pthread_mutex_lock(&lock);
+	observe(&R.launch, (double)duration_us / 1e6);
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_metrics_busy(unsigned slots_busy, unsigned waiting)
+{
+	pthread_mutex_lock(&lock);
+	R.busy = slots_busy;
+	R.waiting = waiting;
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_metrics_lag(const int64_t *lag, int n)
+{
+	pthread_mutex_lock(&lock);
+	R.nlag = n < MAX_LAG_PARTITIONS ? n : MAX_LAG_PARTITIONS;
+	for (int i = 0; i < R.nlag; i++)
+		R.lag[i] = lag[i];
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_metrics_egress(int status)
+{
+	int c = status >= 200 && status < 600 ? status / 100 - 2 : 4;
+
+	pthread_mutex_lock(&lock);
+	R.egress[c]++;
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_metrics_events(uint64_t n)
+{
+	pthread_mutex_lock(&lock);
+	R.events += n;
+	pthread_mutex_unlock(&lock);
+}
+
+/* ------------------------------------------------------------ render */
+
+/* A label value, escaped as the text format wants (\\, \", \n). */
+static void label(FILE *f, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			fputc('\\', f), fputc(*v, f);
+		else if (*v == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*v, f);
+	}
+}
+
+static void head(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void counters(FILE *f, const char *name, const char *key, const family_t *fam,
+		     const char *help)
+{
+	head(f, name, "counter", help);
+	for (size_t i = 0; i < fam->n; i++) {
+		fprintf(f, "%s{%s=\"", name, key);
+		label(f, fam->names[i]);
+		fprintf(f, "\"} %llu\n", (unsigned long long)fam->counts[i]);
+	}
+}
+
+/* One histogram's series; @p key/@p value: its label, or NULL. */
+static void histogram(FILE *f, const char *name, const char *key, const char *value,
+		      const histogram_t *h)
+{
+	char lbl[128] = "";
+	uint64_t cum = 0;
+
+	if (key)
+		snprintf(lbl, sizeof(lbl), "%s=\"%s\",", key, value); /* known names only */
+	for (size_t b = 0; b < NBUCKETS; b++) {
+		cum += h->counts[b];
+		fprintf(f, "%s_bucket{%sle=\"%g\"} %llu\n", name, lbl, buckets[b],
+			(unsigned long long)cum);
+	}
+	fprintf(f, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, lbl, (unsigned long long)h->count);
+	if (key)
+		lbl[strlen(lbl) - 1] = '\0'; /* no trailing comma */
+	fprintf(f, "%s_sum%s%s%s %.6f\n", name, key ? "{" : "", lbl, key ? "}" : "", h->sum);
+	fprintf(f, "%s_count%s%s%s %llu\n", name, key ? "{" : "", lbl, key ? "}" : "",
+		(unsigned long long)h->count);
+}
+
+char *tb_metrics_render(size_t *len)
+{
+	char *buf = NULL;
+	size_t size = 0;
+	FILE *f = open_memstream(&buf, &size);
+
+	if (!f)
+		return NULL;
+	pthread_mutex_lock(&lock);
+	if (!R.tasks.n)
+		seed();
+	head(f, "taskbox_worker_info", "gauge", "This worker (always 1).");
+	fputs("taskbox_worker_info{worker=\"", f);
+	label(f, R.worker);
+	fputs("\"} 1\n", f);
+	head(f, "taskbox_slots", "gauge", "Sandboxes this worker runs at once, at most.");
+	fprintf(f, "taskbox_slots %u\n", R.slots);
+	head(f, "taskbox_slots_busy", "gauge", "Sandboxes running now.");
+	fprintf(f, "taskbox_slots_busy %u\n", R.busy);
+	head(f, "taskbox_tasks_waiting", "gauge",
+	     "Tasks in the worker's line (lease busy, ledger away, back-off).");
+	fprintf(f, "taskbox_tasks_waiting %u\n", R.waiting);
+	counters(f, "taskbox_tasks_total", "outcome", &R.tasks,
+		 "Tasks settled by this worker, by outcome.");
+	counters(f, "taskbox_attempt_failures_total", "code", &R.failures,
+		 "Attempts that failed and will be tried again, by error code.");
+	counters(f, "taskbox_dlq_messages_total", "cause", &R.dlq,
+		 "Records this worker wrote to the DLQ, by cause.");
+	head(f, "taskbox_phase_duration_seconds", "histogram",
+	     "Time from the previous lifecycle phase to this one.");
+	for (size_t i = 0; i < R.phase.n; i++)
+		histogram(f, "taskbox_phase_duration_seconds", "phase", R.phase.names[i],
+			  &R.phase.hist[i]);
+	head(f, "taskbox_sandbox_launch_seconds", "histogram",
+	     "Time to create a task's sandbox (namespaces, mounts, cgroup, seccomp).");
+	histogram(f, "taskbox_sandbox_launch_seconds", NULL, NULL, &R.launch);
+	head(f, "taskbox_consumer_lag", "gauge",
+	     "Tasks on a partition this worker holds not yet committed.");
+	for (int p = 0; p < R.nlag; p++)
+		if (R.lag[p] >= 0)
+			fprintf(f, "taskbox_consumer_lag{partition=\"%d\"} %lld\n", p,
+				(long long)R.lag[p]);
+	head(f, "taskbox_egress_requests_total", "counter",
+	     "Requests through the egress proxy, by status class.");
+	for (int c = 0; c < 5; c++)
+		fprintf(f, "taskbox_egress_requests_total{status=\"%s\"} %llu\n", egress_classes[c],
+			(unsigned long long)R.egress[c]);
+	head(f, "taskbox_events_total", "counter", "Events produced to the events topic.");
+	fprintf(f, "taskbox_events_total %llu\n", (unsigned long long)R.events);
+	pthread_mutex_unlock(&lock);
+	if (fclose(f) != 0) {
+		free(buf);
+		return NULL;
+	}
+	if (len)
+		*len = size;
+	return buf;
+}
+
+/* ------------------------------------------------------------ serve */
+
+struct tb_metrics_server {
+	struct MHD_Daemon *d;
+	unsigned port;
+};
+
+static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *url,
+			      const char *method, const char *version, const char *upload,
+			      size_t *upload_size, void **state)
+{
+	static const char not_found[] = "not found: try /metrics\n", ok[] = "ok\n";
+	struct MHD_Response *r;
+	unsigned status = MHD_HTTP_OK;
+	enum MHD_Result rc;
+
+	(void)cls, (void)version, (void)upload, (void)upload_size, (void)state;
+	if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
+		r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+		status = MHD_HTTP_METHOD_NOT_ALLOWED;
+		if (r)
+			MHD_add_response_header(r, "Allow", "GET, HEAD");
+	} else if (!strcmp(url, "/metrics")) {
+		size_t len = 0;
+		char *text = tb_metrics_render(&len);
+		if (!text)
+			return MHD_NO; /* out of memory: the connection is closed */
+		r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+		if (!r)
+			free(text);
+		else
+			MHD_add_response_header(r, "Content-Type",
+						"text/plain; version=0.0.4; charset=utf-8");
+	} else if (!strcmp(url, "/healthz")) {
+		r = MHD_create_response_from_buffer(sizeof(ok) - 1, (void *)ok,
+						    MHD_RESPMEM_PERSISTENT);
+	} else {
+		status = MHD_HTTP_NOT_FOUND;
+		r = MHD_create_response_from_buffer(sizeof(not_found) - 1, (void *)not_found,
+						    MHD_RESPMEM_PERSISTENT);
+	}
+	if (!r)
+		return MHD_NO;
+	rc = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return rc;
+}
+
+int tb_metrics_serve(tb_metrics_server_t **out, const char *listen, tb_error_t *err)
+{
+	char host[256];
+	const char *colon = strrchr(listen, ':');
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
+
+	*out = NULL;
+	if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(host) || !colon[1])
+		return tb_error_set(err, TB_EINVAL,
+				    "metrics_listen '%s': expected host:port (e.g. 0.0.0.0:9464)",
+				    listen);
+	size_t hl = (size_t)(colon - listen);
+	if (listen[0] == '[' && listen[hl - 1] == ']') /* [::1]:9464 */
+		memcpy(host, listen + 1, hl - 2), host[hl - 2] = '\0';
+	else
+		memcpy(host, listen, hl), host[hl] = '\0';
+	int gai = getaddrinfo(host, colon + 1, &hints, &ai);
+	if (gai)
+		return tb_error_set(err, TB_EINVAL, "metrics_listen '%s': %s", listen,
+				    gai_strerror(gai));
+	tb_metrics_server_t *s = calloc(1, sizeof(*s));
+	if (!s) {
+		freeaddrinfo(ai);
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	}
+	unsigned flags =
+	    MHD_USE_INTERNAL_POLLING_THREAD | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+	/* A scrape is one short request: few connections, short timeouts. */
+	s->d = MHD_start_daemon(flags, 0, NULL, NULL, answer, NULL, MHD_OPTION_SOCK_ADDR,
+				ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, 16u,
+				MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+	freeaddrinfo(ai);
+	if (!s->d) {
+		free(s);
+		return tb_error_set(err, TB_EIO,
+				    "metrics_listen '%s': cannot listen there (in use?)", listen);
+	}
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+	s->port = info ? info->port : 0;
+	*out = s;
+	return 0;
+}
+
+unsigned tb_metrics_port(const tb_metrics_server_t *s)
+{
+	return s->port;
+}
+
+void tb_metrics_stop(tb_metrics_server_t *s)
+{
+	if (!s)
+		return;
+	MHD_stop_daemon(s->d);
+	free(s);
+}

@@ -1,0 +1,70 @@
+/*
+ * metrics.h: the worker's Prometheus metrics. One registry per process
+ * (a worker is one process), written from any thread by the functions
+ * below, and served as Prometheus text on `metrics_listen` by
+ * tb_metrics_serve() (libmicrohttpd): GET /metrics, and GET /healthz for
+ * probes. Every name is listed in the README's "Metrics" table; the deploy/
+ * dashboards and alert rules use them, and tests/deploy checks they agree.
+ *
+ *   taskbox_worker_info{worker}             1
+ *   taskbox_slots, taskbox_slots_busy       sandboxes: configured, running
+ *   taskbox_tasks_waiting                   tasks in the worker's line
+ *   taskbox_tasks_total{outcome}            tasks settled here, by outcome
+ *                                           (the manifest's, or dead-lettered)
+ *   taskbox_attempt_failures_total{code}    attempts that failed and will be
+ *                                           tried again, by error code
+ *   taskbox_phase_duration_seconds{phase}   histogram: time to reach a phase
+ *   taskbox_sandbox_launch_seconds          histogram: sandbox creation
+ *   taskbox_consumer_lag{partition}         tasks not yet committed, per
+ *                                           partition this worker holds
+ *   taskbox_egress_requests_total{status}   proxy requests: 2xx .. 5xx, refused
+ *   taskbox_dlq_messages_total{cause}       DLQ records written, by cause
+ *   taskbox_events_total                    events produced
+ */
+#ifndef TB_METRICS_H
+#define TB_METRICS_H
+
+#include "tb/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/** Names the worker and its slot count (taskbox_worker_info, _slots). */
+void tb_metrics_init(const char *worker_id, unsigned slots);
+
+void tb_metrics_task(const char *outcome);
+void tb_metrics_failure(const char *code);
+void tb_metrics_phase(const char *phase, uint64_t duration_ms);
+void tb_metrics_launch(uint64_t duration_us);
+void tb_metrics_busy(unsigned slots_busy, unsigned waiting);
+/** The lags of one stats round (lag[p] < 0: not held): replaces the last. */
+void tb_metrics_lag(const int64_t *lag, int n);
+/** @p status: the HTTP status, or 0 for a request the proxy refused. */
+void tb_metrics_egress(int status);
+void tb_metrics_dlq(const char *cause);
+void tb_metrics_events(uint64_t n);
+
+/**
+ * The registry as Prometheus text (version 0.0.4).
+ * @return a malloc'd, NUL-terminated string, or NULL without memory
+ */
+char *tb_metrics_render(size_t *len);
+
+/** Forgets every value (tests). */
+void tb_metrics_reset(void);
+
+typedef struct tb_metrics_server tb_metrics_server_t;
+
+/**
+ * Serves the registry on @p listen ("host:port", IPv4 or [IPv6]; port 0
+ * picks one, see tb_metrics_port()).
+ * @return 0; TB_EINVAL for a bad address; TB_EIO if it cannot listen
+ */
+int tb_metrics_serve(tb_metrics_server_t **out, const char *listen, tb_error_t *err);
+
+/** The port it listens on. */
+unsigned tb_metrics_port(const tb_metrics_server_t *s);
+
+void tb_metrics_stop(tb_metrics_server_t *s);
+
+#endif
