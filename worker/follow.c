@@ -337,7 +337,7 @@ out:
 	return rc;
 }
 
-static int partitions(rd_kafka_t *c, const char *topic, int *np, tb_error_t *err)
+static int partitions_of(rd_kafka_t *c, const char *topic, int *np, tb_error_t *err)
 {
 	const rd_kafka_metadata_t *md = NULL;
 	rd_kafka_topic_t *t = rd_kafka_topic_new(c, topic, NULL);
@@ -369,11 +369,10 @@ static int all_eof(const follow_t *f)
 	return 1;
 }
 
-int tb_follow(const tb_config_t *cfg, const tb_follow_opts_t *o, tb_follow_result_t *res,
-	      tb_error_t *err)
+int tb_follow_open(const tb_config_t *cfg, int64_t since_ms, rd_kafka_t **out, int *partitions,
+		   tb_error_t *err)
 {
 	const char *topic = cfg->kafka.events_topic;
-	follow_t f = { .o = o, .res = res };
 	tb_kv_t items[64 + 1];
 	tb_strmap_t props = { 0, items };
 	rd_kafka_topic_partition_list_t *parts = NULL;
@@ -381,7 +380,6 @@ int tb_follow(const tb_config_t *cfg, const tb_follow_opts_t *o, tb_follow_resul
 	rd_kafka_t *c;
 	int rc;
 
-	memset(res, 0, sizeof(*res));
 	for (size_t i = 0; i < cfg->kafka.properties.n && i < 64; i++)
 		items[props.n++] = cfg->kafka.properties.items[i];
 	items[props.n++] = (tb_kv_t){ "enable.partition.eof", "true" };
@@ -390,14 +388,35 @@ int tb_follow(const tb_config_t *cfg, const tb_follow_opts_t *o, tb_follow_resul
 	if ((rc = tb_kafka_consumer_new(&c, cfg->kafka.brokers, group, NULL, &props, NULL, NULL,
 					err)) < 0)
 		return rc;
-	if ((rc = partitions(c, topic, &f.np, err)) < 0 ||
-	    (rc = start_offsets(c, topic, f.np, o->since_ms, &parts, err)) < 0)
-		goto out;
+	if ((rc = partitions_of(c, topic, partitions, err)) < 0 ||
+	    (rc = start_offsets(c, topic, *partitions, since_ms, &parts, err)) < 0)
+		goto fail;
 	rd_kafka_resp_err_t e = rd_kafka_assign(c, parts);
+	rd_kafka_topic_partition_list_destroy(parts);
 	if (e) {
 		rc = tb_error_set(err, TB_EIO, "kafka: assign %s: %s", topic, rd_kafka_err2str(e));
-		goto out;
+		goto fail;
 	}
+	*out = c;
+	return 0;
+fail:
+	rd_kafka_destroy(c);
+	return rc;
+}
+
+int tb_follow(const tb_config_t *cfg, const tb_follow_opts_t *o, tb_follow_result_t *res,
+	      tb_error_t *err)
+{
+	const char *topic = cfg->kafka.events_topic;
+	follow_t f = { .o = o, .res = res };
+	rd_kafka_t *c;
+	int rc;
+
+	memset(res, 0, sizeof(*res));
+	if ((rc = tb_follow_open(cfg, o->since_ms, &c, &f.np, err)) < 0)
+		return rc;
+	if (f.np > MAX_PARTITIONS)
+		f.np = MAX_PARTITIONS;
 	uint64_t deadline = o->timeout_ms ? now_ms() + o->timeout_ms : 0;
 	while (!(o->stop && *o->stop) && !(o->until_settled && res->settled)) {
 		if (deadline && now_ms() > deadline) {
@@ -425,9 +444,6 @@ int tb_follow(const tb_config_t *cfg, const tb_follow_opts_t *o, tb_follow_resul
 		if (o->task && o->until_settled && o->ledger && !res->settled && all_eof(&f))
 			ask_ledger(&f);
 	}
-out:
-	if (parts)
-		rd_kafka_topic_partition_list_destroy(parts);
 	free(f.seen);
 	rd_kafka_consumer_close(c);
 	rd_kafka_destroy(c);

@@ -21,6 +21,8 @@
 #include "tb/schema_event.h"
 #include "tb/store.h"
 
+#include <librdkafka/rdkafka.h>
+
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,6 +58,16 @@ typedef struct tb_follow_result {
  */
 int tb_follow(const tb_config_t *cfg, const tb_follow_opts_t *o, tb_follow_result_t *res,
 	      tb_error_t *err);
+
+/**
+ * A consumer of @p cfg's events topic, every partition assigned from
+ * @p since_ms (ms since the epoch, or TB_FOLLOW_*), no group joined: for
+ * readers with a loop of their own (`taskbox top`).
+ * @param[out] out destroyed with rd_kafka_consumer_close + rd_kafka_destroy
+ * @param[out] partitions the topic's partition count
+ */
+int tb_follow_open(const tb_config_t *cfg, int64_t since_ms, rd_kafka_t **out, int *partitions,
+		   tb_error_t *err);
 
 /** One event as a line a person reads ("task #seq what"). */
 void tb_follow_print_event(FILE *out, const tb_event_t *ev);

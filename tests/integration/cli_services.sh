@@ -35,7 +35,7 @@ cleanup() {
   if [ -n "$worker" ] && kill -0 "$worker" 2>/dev/null; then
     kill "$worker"; wait "$worker"
   fi
-  [ "$fail" = 0 ] && rm -rf "$tmp"
+  [ "${KEEP:-}" ] || { [ "$fail" = 0 ] && rm -rf "$tmp"; }
 }
 trap cleanup EXIT
 
@@ -163,6 +163,30 @@ has "it succeeded" "task $dead: succeeded (attempt 2)" "$tmp/revived.out"
 # the consumer's statistics come every 5 s: by now a round has come
 if curl -sf "http://127.0.0.1:$port/metrics" | grep -q '^taskbox_consumer_lag{partition="[0-3]"} 0$'
 then ok; else bad "metrics: the consumer lag of a partition"; fi
+
+# top, in a terminal (tmux): the fleet as the dashboard draws it; q quits.
+expect "top --once" 0 "$tmp/top-once.out" "$tb" top --config "$cfg" --once --interval 1
+has "top --once counts the worker" "workers 1 alive" "$tmp/top-once.out"
+sock=$tmp/tmux.sock
+tmux -S "$sock" new-session -d -s top -x 150 -y 45 \
+  "$tb top --config $cfg --interval 1 2>$tmp/top.err; echo \$? >$tmp/top.exit"
+tmux_pid=$(tmux -S "$sock" display-message -p '#{pid}')
+for _ in $(seq 100); do # a frame with the minute's three settlements, 20 s at most
+  tmux -S "$sock" capture-pane -p -t top >"$tmp/top.screen" 2>/dev/null
+  grep -q "3 settled" "$tmp/top.screen" && break
+  sleep 0.2
+done
+for needle in "workers 1 alive" "slots 0/2 busy" "lag 0" "DLQ 1" \
+  "3 settled (0.1/s), 1 not succeeded, 1 errors" "$run" "dead-lettered" \
+  "error: unknown runtime 'later'"; do
+  has "top shows '$needle'" "$needle" "$tmp/top.screen"
+done
+if [ "$(grep -c "$dead" "$tmp/top.screen")" -ge 2 ]; then ok; else
+  bad "top lists the task sent back twice (dead-lettered, then succeeded)"; fi
+tmux -S "$sock" send-keys -t top q
+for _ in $(seq 50); do [ -s "$tmp/top.exit" ] && break; sleep 0.1; done
+[ "$(cat "$tmp/top.exit" 2>/dev/null)" = 0 ] && ok || bad "top quits with q (exit 0)"
+kill "$tmux_pid" 2>/dev/null
 
 # With no worker, --wait gives up at its timeout and says the task goes on.
 kill "$worker" && wait "$worker"
