@@ -11,6 +11,7 @@
 
 #include "agent_events.h"
 #include "collect.h"
+#include "egress.h"
 #include "fault.h"
 #include "inputs.h"
 #include "metrics.h"
@@ -50,7 +51,8 @@ typedef struct run {
 	tb_rate_t rate;
 	tb_linebuf_t lines;
 	uint64_t line_no;
-	int recorded_phase; /* reached: later phases are not in the manifest */
+	int recorded_phase;  /* reached: later phases are not in the manifest */
+	tb_egress_t *egress; /* the sandbox's way out; NULL when it has none */
 } run_t;
 
 static uint64_t wall_ms(void)
@@ -178,6 +180,23 @@ static void error_event(run_t *r, int code, const char *phase_name, const char *
 	emit_json(r, TB_EV_ERROR,
 		  json_pack("{s:s,s:s,s:s}", "code", tb_error_name(code), "reason", reason, "phase",
 			    phase_name));
+}
+
+/* Egress records become events here, on the lifecycle's thread. */
+static void emit_egress(void *ud, json_t *payload)
+{
+	emit_json(ud, TB_EV_EGRESS, payload);
+}
+
+static void egress_flush(run_t *r, const char *phase_name)
+{
+	char why[128];
+	uint64_t dropped = tb_egress_drain(r->egress, emit_egress, r);
+	if (dropped) {
+		snprintf(why, sizeof(why), "%llu egress records dropped: over %d waiting",
+			 (unsigned long long)dropped, TB_EGRESS_QUEUE_MAX);
+		error_event(r, TB_ETOOBIG, phase_name, why);
+	}
 }
 
 /* ------------------------------------------------------------ prepare */
@@ -316,6 +335,7 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 	if (asprintf(&envp[n++], "TASKBOX_TASK_ID=%s", r->task->id) < 0 ||
 	    asprintf(&envp[n++], "TASKBOX_ATTEMPT=%s", attempt) < 0)
 		abort();
+	n = tb_egress_env(r->egress, envp, n, 480); /* token, proxy, endpoints */
 	for (size_t i = 0; i < r->rt.env.n && n < 500; i++)
 		if (asprintf(&envp[n++], "%s=%s", r->rt.env.items[i].key,
 			     r->rt.env.items[i].value) < 0)
@@ -353,6 +373,7 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 				tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
 			eof = got == 0;
 		}
+		egress_flush(r, "running");
 		rc = tb_sandbox_wait(r->sb, id, eof ? 1000 : 0, end, err);
 		if (rc == 0)
 			break;
@@ -374,8 +395,10 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 			*c = ' ';
 	rc = 0;
 out:
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
+		explicit_bzero(envp[i], strlen(envp[i])); /* the task token */
 		free(envp[i]);
+	}
 	tb_linebuf_free(&r->lines);
 	if (in >= 0)
 		close(in);
@@ -550,6 +573,12 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		error_event(&r, rc, "prepared", err->msg);
 		goto done;
 	}
+	/* The sandbox's one way out, for the agent only (judges get no token). */
+	if ((rc = tb_egress_start(&r.egress, &r.rt, tb_sandbox_init_pid(r.sb), task->id, attempt,
+				  wall_ms() + lim.wall_seconds * 1000 + 60000, err)) < 0) {
+		error_event(&r, rc, "prepared", err->msg);
+		goto done;
+	}
 	tb_rate_init(&r.rate, r.rt.agent.max_events_per_second, wall_ms());
 	phase(&r, "prepared");
 	if ((rc = cancelled(&r, err)) < 0) {
@@ -558,7 +587,12 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	}
 
 	phase(&r, "running");
-	if ((rc = run_agent(&r, &end, tail, sizeof(tail), err)) < 0) {
+	rc = run_agent(&r, &end, tail, sizeof(tail), err);
+	/* The agent and everything it started are gone: so is its way out,
+	 * and its last egress records are events before it settles. */
+	tb_egress_stop(r.egress);
+	egress_flush(&r, "running");
+	if (rc < 0) {
 		error_event(&r, rc, "running", err->msg);
 		goto done;
 	}
@@ -656,7 +690,12 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	tb_fault_point("done-marked");
 done:
 	/* Once recorded (rc == 0 here) the attempt stands: what fails after
-	 * it is logged, and the worker's sweep removes what is left. */
+	 * it is logged, and the worker's sweep removes what is left. The
+	 * proxy goes before the sandbox (already, when the agent ran). */
+	tb_egress_stop(r.egress);
+	egress_flush(&r, "torn-down");
+	tb_egress_free(r.egress);
+	r.egress = NULL;
 	if (r.sb) {
 		tb_error_t terr;
 		if (tb_sandbox_destroy(r.sb, &terr) < 0)

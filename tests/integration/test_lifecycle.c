@@ -3,7 +3,8 @@
  * (made here), a real sandbox, the directory store, and a sink that keeps
  * the events. The agent talks the protocol on fd 3 (with one bad line),
  * writes an output, and a judge grades the conversation; then the failure
- * and poison paths.
+ * and poison paths; and the network boundary: an agent reaching a fake
+ * provider (on this host's loopback) only through the egress proxy.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,10 +12,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,7 +46,12 @@ struct events {
 	int flushed_result;     /* a flush after the result */
 	int done_after_flushed; /* the done-marker came after both */
 	int done_marked;        /* the recorded callback ran */
+	int secret_seen;        /* events holding the provider's key */
+	int egress, egress_200, egress_403, egress_401;
+	int last_egress, settled; /* their positions */
 };
+
+#define PROVIDER_KEY "sk-lifecycle-9f8e7d6c5b4a"
 
 static int flush(void *ud, tb_error_t *err)
 {
@@ -74,11 +85,24 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 	if (ev->seq != (uint64_t)e->n)
 		e->seq_ok = 0;
 	e->results += ev->type == TB_EV_RESULT;
+	if (memmem(bytes, len, PROVIDER_KEY, strlen(PROVIDER_KEY)))
+		e->secret_seen++;
 	snprintf(e->types[e->n++ % 256], 16, "%s", tb_event_type_name(ev->type));
 	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, err) == 0) {
 		if (ev->type == TB_EV_PHASE && e->nphases < 32)
 			snprintf(e->phases[e->nphases++], 16, "%s",
 				 json_string_value(json_object_get(p, "phase")));
+		if (ev->type == TB_EV_PHASE &&
+		    !strcmp(json_string_value(json_object_get(p, "phase")), "settled"))
+			e->settled = e->n;
+		if (ev->type == TB_EV_EGRESS) {
+			int st = (int)json_integer_value(json_object_get(p, "status"));
+			e->egress++;
+			e->egress_200 += st == 200;
+			e->egress_403 += st == 403;
+			e->egress_401 += st == 401;
+			e->last_egress = e->n;
+		}
 		if (ev->type == TB_EV_PHASE && json_object_get(p, "worker"))
 			snprintf(e->received_by, sizeof(e->received_by), "%s",
 				 json_string_value(json_object_get(p, "worker")));
@@ -270,6 +294,209 @@ static void test_lifecycle__poison_is_reported_not_run(void **state)
 	assert_non_null(strstr(err.msg, "memory_mb"));
 }
 
+/* A fake provider on this host's loopback: answers each request with what
+ * it got, the Authorization header included (as careless servers do). */
+static struct {
+	int fd;
+	unsigned port;
+	volatile int stop;
+	pthread_t th;
+	int requests;
+	char auth[256];
+} provider;
+
+static void *provider_main(void *arg)
+{
+	(void)arg;
+	for (int rounds = 0; rounds < 6000 && !provider.stop; rounds++) { /* 10 min at most */
+		struct pollfd pf = { provider.fd, POLLIN, 0 };
+		if (poll(&pf, 1, 100) <= 0)
+			continue;
+		int fd = accept(provider.fd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		struct timeval tv = { 5, 0 };
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		char buf[16384], resp[1024], body[512];
+		size_t have = 0;
+		char *end = NULL;
+		while (have < sizeof(buf) - 1 && !end) {
+			ssize_t r = recv(fd, buf + have, sizeof(buf) - 1 - have, 0);
+			if (r <= 0)
+				break;
+			have += (size_t)r;
+			buf[have] = '\0';
+			end = strstr(buf, "\r\n\r\n");
+		}
+		if (end) {
+			*end = '\0';
+			char *a = strcasestr(buf, "\r\nAuthorization: ");
+			char auth[256] = "";
+			if (a)
+				snprintf(auth, sizeof(auth), "%.*s", (int)strcspn(a + 17, "\r"),
+					 a + 17);
+			snprintf(provider.auth, sizeof(provider.auth), "%s", auth);
+			provider.requests++;
+			int bl = snprintf(body, sizeof(body), "{\"auth\":\"%s\"}", auth);
+			int rl = snprintf(resp, sizeof(resp),
+					  "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+					  "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
+					  bl, body);
+			if (send(fd, resp, (size_t)rl, MSG_NOSIGNAL) < 0)
+				provider.requests += 1000; /* noticed below */
+		}
+		close(fd);
+	}
+	return NULL;
+}
+
+/* The artifact at @p path of manifest @p m, NUL-terminated; NULL if none. */
+static char *artifact(const tb_manifest_t *m, const char *path)
+{
+	tb_error_t err;
+	char *bytes;
+	size_t len;
+	for (size_t i = 0; i < m->artifacts.n; i++) {
+		const tb_artifact_t *a = (const tb_artifact_t *)m->artifacts.items + i;
+		if (strcmp(a->path, path) != 0)
+			continue;
+		if (tb_store_get_bytes(store, a->key, 1 << 20, &bytes, &len, &err) != 0)
+			fail_msg("get %s: %s", a->key, err.msg);
+		char *text = malloc(len + 1);
+		memcpy(text, bytes, len);
+		text[len] = '\0';
+		free(bytes);
+		return text;
+	}
+	return NULL;
+}
+
+static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	char path[512], *bytes;
+	size_t len;
+
+	(void)state;
+	if (access("/usr/bin/curl", X_OK) != 0)
+		skip(); /* the agent below uses curl from the host's /usr */
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof(a);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	provider.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(bind(provider.fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(provider.fd, 16), 0);
+	assert_int_equal(getsockname(provider.fd, (struct sockaddr *)&a, &al), 0);
+	provider.port = ntohs(a.sin_port);
+	assert_int_equal(pthread_create(&provider.th, NULL, provider_main, NULL), 0);
+	/* The key is in the worker's environment, nowhere else. */
+	setenv("TB_LIFE_PROVIDER_KEY", PROVIDER_KEY, 1);
+
+	/* A runtime allowing one endpoint: the fake provider. */
+	snprintf(path, sizeof(path), "%s/net.json", runtimes);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f,
+		"{\"v\": 1, \"name\": \"net\", \"network\": {\"allow\": [{\"name\": \"provider\", "
+		"\"host\": \"localhost\", \"port\": %u, \"scheme\": \"http\", \"methods\": "
+		"[\"POST\"], \"path_prefixes\": [\"/v1/\"], \"credential\": {\"header\": "
+		"\"Authorization\", \"format\": \"Bearer {}\", \"env\": "
+		"\"TB_LIFE_PROVIDER_KEY\"}}]}}\n",
+		provider.port);
+	fclose(f);
+	/* An agent that uses its binding, tries the provider directly, tries
+	 * a host outside the policy and goes without its token; then shows
+	 * everything it can see of its environment and processes. */
+	sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
+	snprintf(path, sizeof(path), "%s/taskbox.json", repo);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f, "{\"v\": 1, \"name\": \"net\", \"agent\": {\"command\": [\"/bin/sh\", "
+		   "\"agent.sh\"]}}\n");
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/agent.sh", repo);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f,
+		"read -r prompt\n"
+		"o=/outputs\n"
+		"curl -sS -m 10 -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{\"q\":1}' "
+		"\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" > $o/resp.txt 2>&1; echo \"via-proxy=$?\" "
+		">> $o/codes.txt\n"
+		"curl -s -m 5 -o /dev/null http://127.0.0.1:%u/v1/echo; echo \"direct=$?\" >> "
+		"$o/codes.txt\n"
+		"curl -s -m 5 -o /dev/null -w 'forbidden=%%{http_code}\\n' -H "
+		"\"Proxy-Authorization: Bearer $TASKBOX_TOKEN\" http://other.example.test/v1/x "
+		">> $o/codes.txt\n"
+		"curl -s -m 5 -o /dev/null -w 'notoken=%%{http_code}\\n' -d x "
+		"\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" >> $o/codes.txt\n"
+		"env > $o/env.txt\n"
+		"cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline > $o/proc.txt 2>/dev/null\n"
+		"cat /workspace/* /tmp/* > $o/files.txt 2>/dev/null\n"
+		"printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' "
+		">&3\n",
+		provider.port);
+	fclose(f);
+	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm net", repo);
+
+	tb_task_t t = task("life-net", head_commit(), "net");
+	int rc = tb_lifecycle_run(&c, &t, 1, &res, &err);
+	provider.stop = 1;
+	pthread_join(provider.th, NULL);
+	close(provider.fd);
+	unsetenv("TB_LIFE_PROVIDER_KEY");
+	if (rc != 0)
+		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+
+	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
+			 0);
+	tb_manifest_t m;
+	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
+	free(bytes);
+	char *codes = artifact(&m, "codes.txt"), *resp = artifact(&m, "resp.txt");
+	char *env = artifact(&m, "env.txt");
+	assert_non_null(codes);
+	assert_non_null(resp);
+	assert_non_null(env);
+	/* through its binding, with the key added; directly, refused (another
+	 * loopback); elsewhere, 403; without the token, 401 */
+	if (!strstr(codes, "via-proxy=0\n") || !strstr(codes, "direct=7\n") ||
+	    !strstr(codes, "forbidden=403\n") || !strstr(codes, "notoken=401\n"))
+		fail_msg("agent's results: %s / %s", codes, resp);
+	assert_int_equal(provider.requests, 1);
+	assert_string_equal(provider.auth, "Bearer " PROVIDER_KEY);
+	assert_non_null(strstr(resp, "\"auth\":\"Bearer *************************\""));
+	assert_non_null(strstr(env, "TASKBOX_TOKEN=tb1."));
+	assert_non_null(strstr(env, "TASKBOX_ENDPOINT_PROVIDER=http://127.0.0.1:3128/provider\n"));
+	assert_non_null(strstr(env, "http_proxy=http://127.0.0.1:3128\n"));
+	/* the key nowhere: outputs (environment, processes, files), the
+	 * conversation record, the events */
+	for (size_t i = 0; i < m.artifacts.n; i++) {
+		const tb_artifact_t *ar = (const tb_artifact_t *)m.artifacts.items + i;
+		char *text = artifact(&m, ar->path);
+		if (strstr(text, PROVIDER_KEY))
+			fail_msg("the key is in the sandbox's %s", ar->path);
+		free(text);
+	}
+	assert_int_equal(tb_store_get_bytes(store, m.conversation_key, 1 << 24, &bytes, &len, &err),
+			 0);
+	assert_null(memmem(bytes, len, PROVIDER_KEY, strlen(PROVIDER_KEY)));
+	free(bytes);
+	assert_int_equal(e.secret_seen, 0);
+	/* each request an egress event, before the agent settled */
+	assert_int_equal(e.egress, 3);
+	assert_int_equal(e.egress_200, 1);
+	assert_int_equal(e.egress_403, 1);
+	assert_int_equal(e.egress_401, 1);
+	assert_true(e.last_egress < e.settled);
+	free(codes);
+	free(resp);
+	free(env);
+	tb_msg_free(&tb_schema_manifest, &m);
+}
+
 static int setup(void **state)
 {
 	tb_error_t err;
@@ -342,6 +569,7 @@ int main(void)
 		cmocka_unit_test(test_lifecycle__failing_agent_is_a_recorded_failure),
 		cmocka_unit_test(test_lifecycle__misbehaving_recipe_is_recorded_with_reasons),
 		cmocka_unit_test(test_lifecycle__poison_is_reported_not_run),
+		cmocka_unit_test(test_lifecycle__agent_reaches_its_provider_only_through_the_proxy),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");

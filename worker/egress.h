@@ -1,0 +1,68 @@
+/*
+ * egress.h: a sandbox's network boundary as the task lifecycle uses it
+ * (DESIGN.md invariant 5): the task token, the egress proxy listening on
+ * 127.0.0.1:TB_EGRESS_PORT inside the sandbox's network namespace, the
+ * variables that tell the agent where it is, and the proxy's audit
+ * records queued for the lifecycle to emit as "egress" events from its
+ * own thread (the proxy calls back from its threads; events are
+ * numbered by the lifecycle alone).
+ *
+ * The key that signs task tokens is the worker's: made from getrandom()
+ * on first use and kept in memory only, never written anywhere. This
+ * file owns the wiring; proxy.c owns the serving, task_token.c the token.
+ */
+#ifndef TB_EGRESS_H
+#define TB_EGRESS_H
+
+#include "tb/error.h"
+#include "tb/runtime.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define TB_EGRESS_PORT 3128
+#define TB_EGRESS_QUEUE_MAX 4096 /* audit records waiting to be emitted */
+
+typedef struct tb_egress tb_egress_t;
+
+/**
+ * Issues the task's token (valid until @p expires_ms) and starts the
+ * proxy inside the network namespace of process @p netns_of, serving
+ * @p rt's endpoints (which must outlive it). A runtime that allows no
+ * endpoint gets no proxy: @p out is set to NULL and 0 returned.
+ * @param[out] out released with tb_egress_free()
+ * @return 0; TB_EIO (with the step) when the proxy cannot start
+ */
+int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, const char *task_id,
+		    uint64_t attempt, uint64_t expires_ms, tb_error_t *err);
+
+/**
+ * Adds the agent's variables to @p envp (each malloc'd "NAME=value", freed
+ * by the caller): TASKBOX_TOKEN, HTTP_PROXY and http_proxy, NO_PROXY and
+ * no_proxy (the proxy's own address, so its binding URLs are not sent
+ * through it as a forward proxy), and TASKBOX_ENDPOINT_<NAME> =
+ * http://127.0.0.1:<port>/<name> per endpoint (the name upper-cased,
+ * '-' and '.' as '_'). Adds nothing when @p e is NULL.
+ * @param n entries already in @p envp; @param cap its size, NULL included
+ * @return the new count (stops at cap - 1)
+ */
+int tb_egress_env(const tb_egress_t *e, char **envp, int n, int cap);
+
+/**
+ * Hands each queued audit record to @p fn as an "egress" event payload
+ * (a JSON object: method, host, path, status, bytes_in, bytes_out,
+ * duration_ms, and endpoint and reason when known; @p fn owns it).
+ * @return how many records were dropped since the last call because the
+ *         queue was full
+ */
+uint64_t tb_egress_drain(tb_egress_t *e, void (*fn)(void *ud, json_t *payload), void *ud);
+
+/** Stops the proxy: every connection closed, every thread joined. The
+ * queue stays for a last tb_egress_drain(). NULL is fine. */
+void tb_egress_stop(tb_egress_t *e);
+
+/** Stops (if needed) and frees, wiping the token. NULL is fine. */
+void tb_egress_free(tb_egress_t *e);
+
+#endif

@@ -1,0 +1,117 @@
+/*
+ * proxy.h: the worker's egress proxy, one per sandbox (DESIGN.md
+ * invariant 5: the only way out of a sandbox).
+ *
+ * The sandbox's network namespace has loopback only. The worker makes a
+ * listening socket inside it (tb_proxy_listen: a short-lived thread joins
+ * that namespace, binds 127.0.0.1:<port> and leaves; the socket stays in
+ * the namespace it was made in while the worker uses it from its own), and
+ * serves plain HTTP/1.1 on it. Upstream connections are made from the
+ * worker's namespace, with libcurl (HTTPS spoken by the proxy), to the
+ * endpoints the runtime allows and nowhere else.
+ *
+ * The agent uses it in two forms:
+ *  - reverse proxy per binding: http://127.0.0.1:<port>/<endpoint name>/<path>
+ *    (what the TASKBOX_ENDPOINT_<NAME> variables point to);
+ *  - forward proxy (HTTP_PROXY): absolute-form targets http://<host>/<path>,
+ *    the host matched by name against the endpoints'. CONNECT is refused
+ *    (403): the agent speaks plain HTTP and the proxy speaks HTTPS upstream,
+ *    so the provider's key can be added and the agent never holds it.
+ * Every request carries the task token (X-Taskbox-Token: <token>, or
+ * Proxy-Authorization: Bearer <token>), checked against the proxy's task
+ * and attempt; neither header goes upstream. The endpoint's credential is
+ * added (header or query), and a client's header of the same name is
+ * dropped. The upstream host is always the endpoint's configured name,
+ * never the client's Host. Responses stream back as they arrive (chunked
+ * to the client when the upstream gave no length), with the secret masked
+ * ('*') wherever the upstream echoes it (secrets of 8 bytes or more).
+ *
+ * Refusals: 400 malformed or smuggling-shaped requests (proxy_http.h) and
+ * paths (proxy_policy.h), 401 missing, malformed, forged or expired token,
+ * 403 another task's token, a place or method the runtime does not allow,
+ * CONNECT; 408 a head not complete within header_timeout_ms; 431 a head
+ * over max_head_bytes; 502 the upstream failed (or the worker lacks the
+ * endpoint's secret); 503 over max_conns connections. Each refusal closes
+ * the connection; successful exchanges keep it alive.
+ *
+ * Threads: tb_proxy_start() starts one accept thread that polls the
+ * listening socket and a stop eventfd, and one thread per connection (at
+ * most max_conns; the accept thread answers 503 beyond). Connection
+ * threads block only on their own client (with deadlines) and on their
+ * upstream transfer; every wait also watches the stop eventfd, so the
+ * worker's own threads never wait on a client. tb_proxy_stop() wakes
+ * everything, shuts the client sockets, aborts transfers (curl's progress
+ * callback, at most about a second), joins every thread and closes every
+ * fd. Nothing here touches the sandbox itself.
+ */
+#ifndef TB_PROXY_H
+#define TB_PROXY_H
+
+#include "task_token.h"
+#include "tb/codec.h"
+#include "tb/error.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* One request through the proxy, for the "egress" event
+ * (schemas/event.md). Never holds a secret or the token; strings are
+ * valid during the callback only. */
+typedef struct tb_proxy_audit {
+	const char *method;
+	const char *host;     /* the endpoint's host; else what the client named */
+	const char *path;     /* normalised when it could be; never the query */
+	const char *endpoint; /* the endpoint's name, or NULL when none matched */
+	int status;           /* what the client got */
+	uint64_t bytes_in;    /* response body bytes from upstream to the sandbox */
+	uint64_t bytes_out;   /* request body bytes from the sandbox to upstream */
+	uint64_t duration_ms;
+	const char *reason; /* why it failed or was refused, or NULL */
+	int refused;        /* the proxy answered itself: upstream never asked */
+} tb_proxy_audit_t;
+
+typedef struct tb_proxy_conf {
+	int listen_fd;                  /* from tb_proxy_listen(); the proxy takes it */
+	const tb_list_t *endpoints;     /* tb_endpoint_t; must outlive the proxy */
+	const tb_task_token_key_t *key; /* copied */
+	const char *task_id;            /* copied */
+	uint64_t attempt;
+	unsigned max_conns;          /* concurrent connections; 0: 32 */
+	unsigned max_head_bytes;     /* request line and headers; 0: 16384 */
+	unsigned header_timeout_ms;  /* to read a whole head; 0: 10000 */
+	unsigned idle_timeout_ms;    /* between requests on a connection; 0: 30000 */
+	unsigned io_timeout_ms;      /* a stalled body read or write; 0: 60000 */
+	unsigned connect_timeout_ms; /* to the upstream; 0: 10000 */
+	/* Called once per request from the proxy's threads, possibly several
+	 * at once: must be thread-safe and quick. May be NULL. */
+	void (*audit)(void *ud, const tb_proxy_audit_t *a);
+	void *audit_ud;
+} tb_proxy_conf_t;
+
+typedef struct tb_proxy tb_proxy_t;
+
+/**
+ * Makes a listening TCP socket on 127.0.0.1:@p port (0: any free port)
+ * in the network namespace of process @p netns_of (0: the caller's own).
+ * @param[out] out the socket (non-blocking, close-on-exec)
+ * @return 0; TB_EIO naming the step that failed
+ */
+int tb_proxy_listen(int *out, pid_t netns_of, unsigned port, tb_error_t *err);
+
+/**
+ * Starts serving @p conf->listen_fd. Reads every endpoint's secret now
+ * (an endpoint whose secret cannot be read answers 502 and says why).
+ * Takes the listening socket on every path.
+ * @param[out] out stopped and freed with tb_proxy_stop()
+ * @return 0; TB_EINVAL bad conf; TB_EIO or TB_ENOMEM
+ */
+int tb_proxy_start(tb_proxy_t **out, const tb_proxy_conf_t *conf, tb_error_t *err);
+
+/** The port it listens on. */
+unsigned tb_proxy_port(const tb_proxy_t *p);
+
+/** Closes every connection, joins every thread, wipes the secrets and
+ * frees @p p (NULL is fine). Returns when nothing of it is left. */
+void tb_proxy_stop(tb_proxy_t *p);
+
+#endif

@@ -1,0 +1,390 @@
+/*
+ * proxy_policy.c: the egress proxy's decisions and credentials
+ * (proxy_policy.h). No sockets and no state: every function works on what
+ * it is given.
+ */
+#include "proxy_policy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static int unreserved(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '-' || c == '_' || c == '~' || c == '.';
+}
+
+int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_error_t *err)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	const char *s = target;
+	size_t o = 0;
+
+	path[0] = query[0] = '\0';
+	if (!s || s[0] != '/')
+		return tb_error_set(err, TB_EINVAL, "the path must start with '/'");
+	for (; *s && *s != '?'; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (o + 4 >= TB_PROXY_PATH_MAX)
+			return tb_error_set(err, TB_EINVAL, "the path is over %d bytes",
+					    TB_PROXY_PATH_MAX - 4);
+		if (c < 0x20 || c > 0x7e)
+			return tb_error_set(err, TB_EINVAL,
+					    "the path holds a control character or a byte above "
+					    "0x7e");
+		if (c == '\\' || c == ' ' || c == '#')
+			return tb_error_set(err, TB_EINVAL, "the path holds '%c'", c);
+		if (c != '%') {
+			path[o++] = (char)c;
+			continue;
+		}
+		int hi = hexval(s[1]), lo = hi < 0 ? -1 : hexval(s[2]);
+		if (hi < 0 || lo < 0)
+			return tb_error_set(err, TB_EINVAL, "the path holds a bad %%-escape");
+		unsigned char v = (unsigned char)(hi << 4 | lo);
+		/* What a server may decode into a separator or a dot segment
+		 * after the prefix was checked: refused, never guessed at. */
+		if (v == '/' || v == '\\' || v == '.' || v < 0x20 || v == 0x7f)
+			return tb_error_set(err, TB_EINVAL,
+					    "the path holds an encoded '/', '\\', '.' or control "
+					    "character (%%%c%c)",
+					    hex[hi], hex[lo]);
+		if (unreserved(v)) {
+			path[o++] = (char)v;
+		} else {
+			path[o++] = '%';
+			path[o++] = hex[hi];
+			path[o++] = hex[lo];
+		}
+		s += 2;
+	}
+	path[o] = '\0';
+	/* Dot segments: "/a/../b" and "/a/./b" read differently on each side. */
+	for (const char *seg = path; seg;) {
+		seg++;
+		const char *next = strchr(seg, '/');
+		size_t n = next ? (size_t)(next - seg) : strlen(seg);
+		if ((n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+			return tb_error_set(err, TB_EINVAL, "the path holds a '.' or '..' segment");
+		seg = next;
+	}
+	if (*s == '?') {
+		size_t q = 0;
+		for (s++; *s; s++) {
+			unsigned char c = (unsigned char)*s;
+			if (q + 1 >= TB_PROXY_PATH_MAX)
+				return tb_error_set(err, TB_EINVAL, "the query is over %d bytes",
+						    TB_PROXY_PATH_MAX - 1);
+			if (c <= 0x20 || c > 0x7e || c == '#')
+				return tb_error_set(err, TB_EINVAL,
+						    "the query holds a space, a control character, "
+						    "'#' or a byte above 0x7e");
+			if (c == '%' && (hexval(s[1]) < 0 || hexval(s[2]) < 0))
+				return tb_error_set(err, TB_EINVAL,
+						    "the query holds a bad %%-escape");
+			query[q++] = (char)c;
+		}
+		query[q] = '\0';
+	}
+	return 0;
+}
+
+int tb_proxy_policy_method_ok(const tb_endpoint_t *ep, const char *method)
+{
+	if (!ep->methods.n)
+		return 1;
+	for (size_t i = 0; i < ep->methods.n; i++)
+		if (strcmp(ep->methods.items[i], method) == 0)
+			return 1;
+	return 0;
+}
+
+int tb_proxy_policy_path_ok(const tb_endpoint_t *ep, const char *path)
+{
+	if (!ep->path_prefixes.n)
+		return 1;
+	for (size_t i = 0; i < ep->path_prefixes.n; i++) {
+		const char *p = ep->path_prefixes.items[i];
+		if (strncmp(path, p, strlen(p)) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* "a, b, c" of a list, for reasons. */
+static void join(char *out, size_t cap, const tb_strlist_t *l)
+{
+	size_t o = 0;
+	out[0] = '\0';
+	for (size_t i = 0; i < l->n && o + 1 < cap; i++) {
+		int n = snprintf(out + o, cap - o, "%s%s", i ? ", " : "", l->items[i]);
+		if (n < 0)
+			break;
+		o += (size_t)n;
+	}
+}
+
+/* 1 if the query sets parameter @p name (compared after decoding). */
+static int query_sets(const char *query, const char *name)
+{
+	for (const char *p = query; *p;) {
+		const char *amp = strchr(p, '&'), *e = amp ? amp : p + strlen(p);
+		char buf[256];
+		size_t o = 0;
+		for (const char *c = p; c < e && *c != '=' && o + 1 < sizeof(buf); c++) {
+			if (*c == '%' && c + 2 < e && hexval(c[1]) >= 0 && hexval(c[2]) >= 0) {
+				buf[o++] = (char)(hexval(c[1]) << 4 | hexval(c[2]));
+				c += 2;
+			} else {
+				buf[o++] = *c == '+' ? ' ' : *c;
+			}
+		}
+		buf[o] = '\0';
+		if (strcmp(buf, name) == 0)
+			return 1;
+		p = amp ? amp + 1 : e;
+	}
+	return 0;
+}
+
+static int valid_method(const char *m)
+{
+	size_t n = 0;
+	for (; m[n]; n++)
+		if (m[n] < 'A' || m[n] > 'Z')
+			return 0;
+	return n >= 1 && n <= 16;
+}
+
+/* Host names compare without case and without one trailing dot. */
+static int same_host(const char *want, const char *got)
+{
+	size_t wn = strlen(want), gn = strlen(got);
+	if (wn && want[wn - 1] == '.')
+		wn--;
+	if (gn && got[gn - 1] == '.')
+		gn--;
+	return wn == gn && strncasecmp(want, got, wn) == 0;
+}
+
+void tb_proxy_policy_decide(tb_proxy_decision_t *out, const tb_list_t *endpoints,
+			    const tb_proxy_target_t *req)
+{
+	const tb_endpoint_t *eps = endpoints ? endpoints->items : NULL;
+	size_t n = endpoints ? endpoints->n : 0;
+	const tb_endpoint_t *ep = NULL;
+	char list[400];
+	tb_error_t err;
+
+	out->status = 403;
+	out->endpoint = NULL;
+	out->reason[0] = out->path[0] = out->query[0] = '\0';
+	if (!req->method || !valid_method(req->method)) {
+		out->status = 400;
+		snprintf(out->reason, sizeof(out->reason), "bad method");
+		return;
+	}
+	if (tb_proxy_path_normalise(out->path, out->query, req->path, &err) < 0) {
+		out->status = 400;
+		snprintf(out->reason, sizeof(out->reason), "%.400s", err.msg);
+		return;
+	}
+	if (req->binding) {
+		for (size_t i = 0; i < n && !ep; i++)
+			if (strcmp(eps[i].name, req->binding) == 0)
+				ep = &eps[i];
+		if (!ep) {
+			snprintf(out->reason, sizeof(out->reason),
+				 "no endpoint named '%.100s' in the runtime's network.allow",
+				 req->binding);
+			return;
+		}
+	} else if (req->host) {
+		/* The first endpoint for this host (and port) that allows the
+		 * request; failing that the first for the host, for the reason. */
+		for (size_t i = 0; i < n; i++) {
+			if (!same_host(eps[i].host, req->host) ||
+			    (req->port && req->port != eps[i].port))
+				continue;
+			if (!ep)
+				ep = &eps[i];
+			if (tb_proxy_policy_method_ok(&eps[i], req->method) &&
+			    tb_proxy_policy_path_ok(&eps[i], out->path)) {
+				ep = &eps[i];
+				break;
+			}
+		}
+		if (!ep) {
+			snprintf(out->reason, sizeof(out->reason),
+				 "host '%.200s'%s is not in the runtime's network.allow", req->host,
+				 req->port ? " at that port" : "");
+			return;
+		}
+	} else {
+		out->status = 400;
+		snprintf(out->reason, sizeof(out->reason), "the request names no endpoint");
+		return;
+	}
+	out->endpoint = ep;
+	if (!tb_proxy_policy_method_ok(ep, req->method)) {
+		join(list, sizeof(list), &ep->methods);
+		snprintf(out->reason, sizeof(out->reason),
+			 "method %.16s is not allowed for endpoint '%.64s' (allowed: %.300s)",
+			 req->method, ep->name, list);
+		return;
+	}
+	if (!tb_proxy_policy_path_ok(ep, out->path)) {
+		join(list, sizeof(list), &ep->path_prefixes);
+		snprintf(out->reason, sizeof(out->reason),
+			 "path '%.180s' is outside endpoint '%.64s''s path prefixes (%.200s)",
+			 out->path, ep->name, list);
+		return;
+	}
+	if (ep->credential.query && query_sets(out->query, ep->credential.query)) {
+		out->status = 400;
+		snprintf(out->reason, sizeof(out->reason),
+			 "the query may not set '%.100s': the proxy adds it", ep->credential.query);
+		return;
+	}
+	out->status = 0;
+}
+
+int tb_proxy_secret_load(char **out, const tb_credential_t *cred, tb_error_t *err)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	int rc = 0;
+
+	*out = NULL;
+	if (cred->env) {
+		const char *v = getenv(cred->env);
+		if (!v || !v[0])
+			return tb_error_set(err, TB_ENOTFOUND,
+					    "credential: the worker's environment has no %s",
+					    cred->env);
+		len = strlen(v);
+		if (len > TB_PROXY_SECRET_MAX)
+			return tb_error_set(err, TB_ETOOBIG, "credential: %s is over %d bytes",
+					    cred->env, TB_PROXY_SECRET_MAX);
+		if (!(buf = strdup(v)))
+			return tb_error_set(err, TB_ENOMEM, "out of memory");
+	} else if (cred->file) {
+		int fd = open(cred->file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+		if (fd < 0)
+			return tb_error_errno(err, errno == ENOENT ? TB_ENOTFOUND : TB_EIO, errno,
+					      "credential: open %s", cred->file);
+		if (!(buf = malloc(TB_PROXY_SECRET_MAX + 2))) {
+			close(fd);
+			return tb_error_set(err, TB_ENOMEM, "out of memory");
+		}
+		while (len < TB_PROXY_SECRET_MAX + 2) {
+			ssize_t got = read(fd, buf + len, TB_PROXY_SECRET_MAX + 2 - len);
+			if (got < 0 && errno == EINTR)
+				continue;
+			if (got < 0) {
+				rc = tb_error_errno(err, TB_EIO, errno, "credential: read %s",
+						    cred->file);
+				break;
+			}
+			if (got == 0)
+				break;
+			len += (size_t)got;
+		}
+		close(fd);
+		if (rc == 0 && len && buf[len - 1] == '\n')
+			len--;
+		if (rc == 0 && len && buf[len - 1] == '\r')
+			len--;
+		if (rc == 0 && len > TB_PROXY_SECRET_MAX)
+			rc = tb_error_set(err, TB_ETOOBIG, "credential: %s is over %d bytes",
+					  cred->file, TB_PROXY_SECRET_MAX);
+		else if (rc == 0 && !len)
+			rc = tb_error_set(err, TB_ENOTFOUND, "credential: %s is empty", cred->file);
+		if (rc == 0)
+			buf[len] = '\0';
+	} else {
+		return tb_error_set(err, TB_EINVAL, "credential: names neither env nor file");
+	}
+	for (size_t i = 0; rc == 0 && i < len; i++)
+		if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
+			rc =
+			    tb_error_set(err, TB_EINVAL, "credential: %s holds a control character",
+					 cred->env ? cred->env : cred->file);
+	if (rc < 0) {
+		OPENSSL_cleanse(buf, len);
+		free(buf);
+		return rc;
+	}
+	*out = buf;
+	return 0;
+}
+
+void tb_proxy_secret_free(char *secret)
+{
+	if (!secret)
+		return;
+	OPENSSL_cleanse(secret, strlen(secret));
+	free(secret);
+}
+
+int tb_proxy_credential_render(char **out, const tb_credential_t *cred, const char *secret,
+			       tb_error_t *err)
+{
+	const char *fmt = cred->format ? cred->format : "{}";
+	const char *at = strstr(fmt, "{}");
+	size_t slen = strlen(secret), flen = strlen(fmt);
+	char *v;
+
+	*out = NULL;
+	if (!at)
+		at = fmt + flen, flen += 2; /* no {}: the secret after the text */
+	size_t vlen = flen - 2 + slen;
+	if (!(v = malloc(vlen + 1)))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	size_t pre = (size_t)(at - fmt);
+	memcpy(v, fmt, pre);
+	memcpy(v + pre, secret, slen);
+	memcpy(v + pre + slen, at + (at[0] ? 2 : 0), flen - 2 - pre);
+	v[vlen] = '\0';
+	if (cred->query) {
+		static const char hex[] = "0123456789ABCDEF";
+		char *q = malloc(vlen * 3 + 1);
+		size_t o = 0;
+		if (!q) {
+			tb_proxy_secret_free(v);
+			return tb_error_set(err, TB_ENOMEM, "out of memory");
+		}
+		for (size_t i = 0; i < vlen; i++) {
+			unsigned char c = (unsigned char)v[i];
+			if (unreserved(c)) {
+				q[o++] = (char)c;
+			} else {
+				q[o++] = '%';
+				q[o++] = hex[c >> 4];
+				q[o++] = hex[c & 15];
+			}
+		}
+		q[o] = '\0';
+		tb_proxy_secret_free(v);
+		v = q;
+	}
+	*out = v;
+	return 0;
+}

@@ -1,0 +1,101 @@
+/*
+ * proxy_policy.h: what the egress proxy lets through, and the provider
+ * credentials it adds (schemas/runtime.md, "network.allow").
+ *
+ * Pure decisions, no sockets: given the runtime's endpoints and one
+ * request (its method, which endpoint it names and its path), allow it
+ * and say where it goes, or refuse it with a status and a reason a human
+ * can act on. An endpoint is named either by its binding name (the
+ * reverse-proxy form, http://127.0.0.1:<port>/<name>/<path>) or by the
+ * host (and port) of an absolute-form URI (the forward-proxy form,
+ * HTTP_PROXY): the host is matched by name against the endpoint's
+ * configured host; the upstream is always the configured host, never
+ * what the client wrote.
+ *
+ * Paths are matched against path_prefixes after normalisation, and a path
+ * a server might read differently from how it is matched is refused
+ * rather than guessed at: "." and ".." segments, encoded '/', '\', '.'
+ * and NUL (%2f, %5c, %2e, %00), bad escapes, backslashes, control
+ * characters, bytes above 0x7e, fragments. Percent-escapes of other
+ * unreserved characters are decoded (RFC 3986 6.2.2.2) and the remaining
+ * escapes upper-cased, so "/%76%31/" matches the prefix "/v1/".
+ *
+ * This file also reads secrets (from the worker's environment or a file,
+ * as the endpoint's credential says) and renders them; it does not hold
+ * them beyond the calls (proxy.c does).
+ */
+#ifndef TB_PROXY_POLICY_H
+#define TB_PROXY_POLICY_H
+
+#include "tb/codec.h"
+#include "tb/error.h"
+#include "tb/runtime.h"
+
+#include <stddef.h>
+
+#define TB_PROXY_PATH_MAX 8192
+#define TB_PROXY_SECRET_MAX 8192
+
+typedef struct tb_proxy_target {
+	const char *method;  /* as the client sent it */
+	const char *binding; /* reverse-proxy form: the first path segment; or NULL */
+	const char *host;    /* forward-proxy form: the URI's host; or NULL */
+	unsigned port;       /* forward form: the URI's port, 0 when it gave none */
+	const char *path;    /* what follows: "/..." with an optional "?query" */
+} tb_proxy_target_t;
+
+typedef struct tb_proxy_decision {
+	int status;                    /* 0: allowed; else 400 or 403 */
+	const tb_endpoint_t *endpoint; /* the endpoint named (also when refused), or NULL */
+	char reason[512];              /* when refused: why, for the client and the audit */
+	char path[TB_PROXY_PATH_MAX];  /* normalised path, no query */
+	char query[TB_PROXY_PATH_MAX]; /* the query without '?', possibly empty */
+} tb_proxy_decision_t;
+
+/**
+ * Decides one request against @p endpoints (tb_endpoint_t items).
+ * @param[out] out always filled: status 0 and the endpoint when allowed
+ */
+void tb_proxy_policy_decide(tb_proxy_decision_t *out, const tb_list_t *endpoints,
+			    const tb_proxy_target_t *req);
+
+/**
+ * Normalises the path of a request target ("/a/b?q"), as described above.
+ * @param path out, TB_PROXY_PATH_MAX bytes
+ * @param query out, TB_PROXY_PATH_MAX bytes: what follows '?' (checked
+ *        for control characters, spaces and bytes above 0x7e, not decoded)
+ * @return 0; TB_EINVAL with the reason in @p err
+ */
+int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_error_t *err);
+
+/** 1 if @p method (upper-case) is allowed by @p ep (any when none are listed). */
+int tb_proxy_policy_method_ok(const tb_endpoint_t *ep, const char *method);
+
+/** 1 if normalised @p path starts with one of @p ep's prefixes (any when none). */
+int tb_proxy_policy_path_ok(const tb_endpoint_t *ep, const char *path);
+
+/**
+ * Reads the secret of @p cred: the worker's environment variable or the
+ * file it names (its content without one trailing newline).
+ * @param[out] out released with tb_proxy_secret_free()
+ * @return 0; TB_ENOTFOUND when the variable or file is missing or empty;
+ *         TB_ETOOBIG over TB_PROXY_SECRET_MAX; TB_EINVAL when it holds a
+ *         control character (it could split a header); the message names
+ *         the variable or file, never the secret
+ */
+int tb_proxy_secret_load(char **out, const tb_credential_t *cred, tb_error_t *err);
+
+/** Wipes and frees a secret (NULL is fine). */
+void tb_proxy_secret_free(char *secret);
+
+/**
+ * The value to send: the credential's format with {} replaced by
+ * @p secret ("Bearer {}"), or the secret alone; for the query form,
+ * percent-encoded as a query value.
+ * @param[out] out released with tb_proxy_secret_free()
+ * @return 0; TB_ENOMEM
+ */
+int tb_proxy_credential_render(char **out, const tb_credential_t *cred, const char *secret,
+			       tb_error_t *err);
+
+#endif
