@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,6 +54,10 @@ typedef struct run {
 	uint64_t line_no;
 	int recorded_phase;  /* reached: later phases are not in the manifest */
 	tb_egress_t *egress; /* the sandbox's way out; NULL when it has none */
+	uint64_t turn;       /* the prompt the agent is answering, 1-based */
+	uint64_t turns_ended;
+	int turn_ended;      /* the agent has just ended its turn */
+	char ended_why[160]; /* an interactive session ended before the agent did */
 } run_t;
 
 static uint64_t wall_ms(void)
@@ -291,7 +296,163 @@ static void on_agent_line(void *ud, const char *line, size_t len, int too_long)
 			emit(r, TB_EV_ERROR, payload);
 		return;
 	}
+	if (type == TB_EV_TURN) { /* numbered here: the agent need not count */
+		free(payload.data);
+		r->turn_ended = 1;
+		r->turns_ended++;
+		emit_json(
+		    r, TB_EV_TURN,
+		    json_pack("{s:s,s:I}", "state", "turn-ended", "turn", (json_int_t)r->turn));
+		return;
+	}
 	emit(r, type, payload);
+}
+
+/* ------------------------------------------------ interactive sessions */
+
+/*
+ * An interactive task's side of the agent: the prompts go to its input one
+ * turn at a time, as the session's follow-ups arrive (session.h); between
+ * turns the sandbox is frozen and the session idle; an `end`, the idle
+ * timeout or the deadline ends it. The input is a socket, not a pipe: an
+ * agent that closed it must not SIGPIPE the worker.
+ */
+typedef struct turns {
+	tb_session_t *s;
+	int wr;        /* the agent's input; -1 once closed */
+	char *pending; /* what is not written yet */
+	size_t plen, poff;
+	int close_after; /* close the input once pending is written */
+	enum { T_RUNNING, T_IDLE, T_ENDING } st;
+	int frozen;
+	uint64_t idle_since, idle_ms; /* monotonic ms */
+} turns_t;
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Queues one protocol line for the agent's input. */
+static void queue_line(turns_t *t, json_t *obj)
+{
+	char *line = obj ? json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	size_t n = line ? strlen(line) : 0;
+
+	json_decref(obj);
+	if (!line)
+		abort(); /* out of memory */
+	if (t->poff == t->plen)
+		t->poff = t->plen = 0;
+	char *more = realloc(t->pending, t->plen + n + 1);
+	if (!more)
+		abort();
+	t->pending = more;
+	memcpy(t->pending + t->plen, line, n);
+	t->pending[t->plen + n] = '\n';
+	t->plen += n + 1;
+	free(line);
+}
+
+/* Writes what it can without blocking; closes the input after an end. */
+static void flush_input(turns_t *t)
+{
+	while (t->wr >= 0 && t->poff < t->plen) {
+		ssize_t n = send(t->wr, t->pending + t->poff, t->plen - t->poff,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0)
+			t->poff += (size_t)n;
+		else if (n < 0 && errno == EINTR)
+			continue;
+		else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		else { /* the agent closed its input: nothing more reaches it */
+			t->poff = t->plen;
+			break;
+		}
+	}
+	if (t->wr >= 0 && t->close_after && t->poff == t->plen) {
+		close(t->wr);
+		t->wr = -1;
+	}
+}
+
+static void thaw_turns(run_t *r, turns_t *t)
+{
+	tb_error_t err;
+
+	if (t->frozen && tb_sandbox_freeze(r->sb, 0, &err) < 0)
+		tb_warn(r->task->id, "thaw: %s", err.msg);
+	t->frozen = 0;
+}
+
+static void end_session(run_t *r, turns_t *t, const char *why)
+{
+	thaw_turns(r, t);
+	tb_session_close(t->s, why);
+	snprintf(r->ended_why, sizeof(r->ended_why), "%s", why);
+	queue_line(t, json_pack("{s:s}", "type", "end"));
+	t->close_after = 1;
+	t->st = T_ENDING;
+}
+
+/* The agent is ready for its next prompt: the next follow-up, the end,
+ * or, with none yet, idle (frozen) until one comes. */
+static void next_turn(run_t *r, turns_t *t)
+{
+	tb_error_t err;
+	uint64_t seq;
+	char *text;
+	int kind;
+
+	if (!tb_session_take(t->s, &kind, &text, &seq)) {
+		if (t->st == T_IDLE)
+			return;
+		t->st = T_IDLE;
+		t->idle_since = mono_ms();
+		emit_json(r, TB_EV_TURN,
+			  json_pack("{s:s,s:I}", "state", "idle", "turn", (json_int_t)r->turn));
+		if (tb_sandbox_freeze(r->sb, 1, &err) == 0)
+			t->frozen = 1;
+		else /* no freezer here: idle, but not free */
+			tb_info(r->task->id, "idle without freezing: %s", err.msg);
+		return;
+	}
+	thaw_turns(r, t);
+	if (kind == TB_FOLLOWUP_END) {
+		end_session(r, t, "ended by its producer");
+		return;
+	}
+	r->turn++;
+	emit_json(r, TB_EV_MESSAGE, json_pack("{s:s,s:s}", "role", "user", "text", text));
+	emit_json(r, TB_EV_TURN,
+		  json_pack("{s:s,s:I,s:I}", "state", "turn-started", "turn", (json_int_t)r->turn,
+			    "followup", (json_int_t)seq));
+	queue_line(t, json_pack("{s:s,s:I,s:s}", "type", "prompt", "turn", (json_int_t)r->turn,
+				"text", text));
+	free(text);
+	t->st = T_RUNNING;
+}
+
+/* After the agent's output was read: turn ends, follow-ups, idle time. */
+static void drive_turns(run_t *r, turns_t *t, int followup_ready)
+{
+	if (r->turn_ended) {
+		r->turn_ended = 0;
+		if (t->st == T_RUNNING)
+			next_turn(r, t);
+	}
+	if (t->st == T_IDLE && followup_ready) {
+		next_turn(r, t);
+	} else if (t->st == T_IDLE && mono_ms() - t->idle_since >= t->idle_ms) {
+		char why[96];
+		snprintf(why, sizeof(why), "idle for %llu s",
+			 (unsigned long long)(t->idle_ms / 1000));
+		end_session(r, t, why);
+	}
+	flush_input(t);
 }
 
 /* Reads what the agent wrote on fd 3 until it exits; fills @p end. */
@@ -303,17 +464,39 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 	int in = -1, out = -1, ev[2] = { -1, -1 }, id = 0, rc, n = 0;
 	struct line_ctx lc = { r };
 	char attempt[32];
+	turns_t t = { .s = r->ctx->session, .wr = -1 };
+	int interactive = t.s && r->task->kind == TB_TASK_INTERACTIVE;
 
-	/* The prompt, as the protocol's first line, from a file: no writer
-	 * to block on whatever the agent does with its input. */
-	in = memfd_create("taskbox-prompt", MFD_CLOEXEC);
+	r->turn = 1;
 	out = memfd_create("taskbox-agent-output", MFD_CLOEXEC);
 	json_t *prompt =
 	    json_pack("{s:s,s:i,s:s}", "type", "prompt", "turn", 1, "text", r->task->prompt);
 	char *line = prompt ? json_dumps(prompt, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 	json_decref(prompt);
-	if (in < 0 || out < 0 || !line || write_all(in, line, strlen(line)) < 0 ||
-	    write_all(in, "\n", 1) < 0 || lseek(in, 0, SEEK_SET) < 0 || pipe2(ev, O_CLOEXEC) < 0) {
+	int sv[2] = { -1, -1 };
+	if (interactive) {
+		/* Prompts turn by turn, through a socket (see turns_t). */
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
+			in = sv[0], t.wr = sv[1];
+			shutdown(in, SHUT_WR);
+		}
+		t.idle_ms = r->rt.agent.idle_timeout_seconds * 1000;
+		emit_json(r, TB_EV_MESSAGE,
+			  json_pack("{s:s,s:s}", "role", "user", "text", r->task->prompt));
+		if (line)
+			queue_line(&t, json_loads(line, 0, NULL));
+	} else {
+		/* The prompt, as the protocol's first line, from a file: no
+		 * writer to block on whatever the agent does with its input. */
+		in = memfd_create("taskbox-prompt", MFD_CLOEXEC);
+		if (in >= 0 && line &&
+		    (write_all(in, line, strlen(line)) < 0 || write_all(in, "\n", 1) < 0 ||
+		     lseek(in, 0, SEEK_SET) < 0)) {
+			close(in);
+			in = -1;
+		}
+	}
+	if (in < 0 || out < 0 || !line || pipe2(ev, O_CLOEXEC) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "agent: set up its input and output");
 		free(line);
 		goto out;
@@ -362,10 +545,19 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 	}
 	fcntl(ev[0], F_SETFL, O_NONBLOCK);
 	tb_linebuf_init(&r->lines, r->rt.agent.max_event_bytes);
+	if (interactive) {
+		emit_json(r, TB_EV_TURN,
+			  json_pack("{s:s,s:i}", "state", "turn-started", "turn", 1));
+		flush_input(&t);
+	}
 	for (;;) {
-		struct pollfd p = { ev[0], POLLIN, 0 };
+		struct pollfd p[3] = { { ev[0], POLLIN, 0 }, { -1, 0, 0 }, { -1, 0, 0 } };
 		int eof = 0;
-		if (poll(&p, 1, 50) > 0) {
+		if (interactive && t.wr >= 0 && t.poff < t.plen)
+			p[1] = (struct pollfd){ t.wr, POLLOUT, 0 };
+		if (interactive && t.st == T_IDLE)
+			p[2] = (struct pollfd){ tb_session_fd(t.s), POLLIN, 0 };
+		if (poll(p, 3, 50) > 0 && p[0].revents) {
 			/* One read per pass: a flood must not keep the deadline
 			 * (checked by the wait below) from coming. */
 			ssize_t got = read(ev[0], buf, sizeof(buf));
@@ -373,6 +565,8 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 				tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
 			eof = got == 0;
 		}
+		if (interactive)
+			drive_turns(r, &t, (p[2].revents & POLLIN) != 0);
 		egress_flush(r, "running");
 		rc = tb_sandbox_wait(r->sb, id, eof ? 1000 : 0, end, err);
 		if (rc == 0)
@@ -388,8 +582,8 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 		tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
 	off_t size = lseek(out, 0, SEEK_END);
 	off_t from = size > (off_t)tail_len - 1 ? size - (off_t)tail_len + 1 : 0;
-	ssize_t t = pread(out, tail, tail_len - 1, from);
-	tail[t > 0 ? t : 0] = '\0';
+	ssize_t tl = pread(out, tail, tail_len - 1, from);
+	tail[tl > 0 ? tl : 0] = '\0';
 	for (char *c = tail; *c; c++)
 		if ((unsigned char)*c < 0x20 && *c != '\n')
 			*c = ' ';
@@ -400,6 +594,13 @@ out:
 		free(envp[i]);
 	}
 	tb_linebuf_free(&r->lines);
+	if (interactive) {
+		tb_session_close(t.s, r->ended_why[0] ? r->ended_why : "the agent exited");
+		thaw_turns(r, &t);
+		if (t.wr >= 0)
+			close(t.wr);
+		free(t.pending);
+	}
 	if (in >= 0)
 		close(in);
 	if (out >= 0)
@@ -603,6 +804,15 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		snprintf(out->reason, sizeof(out->reason), "the agent %.100s%s%.380s", how,
 			 tail[0] ? "; its last output: " : "", tail);
 		r.m.reason = out->reason;
+	} else if (r.ended_why[0]) {
+		snprintf(out->reason, sizeof(out->reason), "the session ended: %s", r.ended_why);
+		r.m.reason = out->reason;
+	}
+	if (ctx->session && task->kind == TB_TASK_INTERACTIVE) {
+		r.m.turns = r.turns_ended;
+		r.m.followups = tb_session_taken(ctx->session);
+		TB_SET_HAS(&r.m, TB_MANIFEST_TURNS);
+		TB_SET_HAS(&r.m, TB_MANIFEST_FOLLOWUPS);
 	}
 	phase(&r, "settled");
 

@@ -18,6 +18,7 @@
 
 #include "recipe.h"
 #include "sandbox.h"
+#include "session.h"
 #include "tb/schema_event.h"
 #include "tb/schema_manifest.h"
 #include "tb/schema_task.h"
@@ -60,6 +61,9 @@ typedef struct tb_lifecycle_ctx {
 	 * The run ends the agent, writes nothing more and returns TB_EFENCED.
 	 * May be NULL. */
 	const atomic_int *cancel;
+	/* Interactive tasks: the session's follow-ups (session.h), rewound
+	 * by the caller before each attempt. NULL for one-shot tasks. */
+	tb_session_t *session;
 } tb_lifecycle_ctx_t;
 
 typedef struct tb_lifecycle_result {

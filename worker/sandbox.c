@@ -9,6 +9,7 @@
 #include "sandbox_cgroup.h"
 #include "sandbox_proto.h"
 #include "tb/fsutil.h"
+#include "tb/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -48,6 +49,7 @@ struct tb_sandbox {
 	int assigned; /* tb_sandbox_assign() done: processes may start */
 	int dead;     /* init is gone (deadline, crash) */
 	int deadline_hit;
+	int frozen;        /* tb_sandbox_freeze(): thawed before any kill */
 	uint64_t deadline; /* CLOCK_MONOTONIC ms; 0 = none */
 	int next_id;
 	tb_cgroup_t *cg;
@@ -184,12 +186,34 @@ static int await(tb_sandbox_t *sb, tb_sbp_resp_t *r, int timeout_ms)
 	return 1;
 }
 
+static void thaw(tb_sandbox_t *sb)
+{
+	tb_error_t err;
+
+	if (sb->frozen && sb->cg && tb_cgroup_freeze(sb->cg, 0, &err) < 0)
+		tb_log(TB_LOG_WARN, NULL, "sandbox %s: %s", sb->dir, err.msg);
+	sb->frozen = 0;
+}
+
+int tb_sandbox_freeze(tb_sandbox_t *sb, int frozen, tb_error_t *err)
+{
+	int rc;
+
+	if (sb->dead)
+		return tb_error_set(err, TB_EIO, "sandbox: gone");
+	if ((rc = tb_cgroup_freeze(sb->cg, frozen, err)) < 0)
+		return rc;
+	sb->frozen = frozen;
+	return 0;
+}
+
 static void kill_init(tb_sandbox_t *sb)
 {
 	int status;
 
 	if (sb->init <= 0)
 		return;
+	thaw(sb); /* a frozen process cannot die */
 	/* init is pid 1 of its namespace: when it dies, the kernel kills
 	 * every other process in the namespace. */
 	kill(sb->init, SIGKILL);
@@ -666,6 +690,7 @@ int tb_sandbox_kill(tb_sandbox_t *sb, int id, int sig, tb_error_t *err)
 	req.op = TB_SBP_KILL;
 	req.id = id;
 	req.sig = sig;
+	thaw(sb);
 	if (send(sb->ctl, &req, offsetof(tb_sbp_req_t, data), MSG_NOSIGNAL) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "sandbox: send to init");
 	return 0;
@@ -681,6 +706,7 @@ int tb_sandbox_kill_all(tb_sandbox_t *sb, tb_error_t *err)
 	req.sig = SIGKILL;
 	if (sb->dead)
 		return 0;
+	thaw(sb);
 	if (send(sb->ctl, &req, offsetof(tb_sbp_req_t, data), MSG_NOSIGNAL) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "sandbox: send to init");
 	return 0;

@@ -147,6 +147,13 @@ int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t 
 /** Sends @p sig to process @p id (its whole process group). */
 int tb_sandbox_kill(tb_sandbox_t *sb, int id, int sig, tb_error_t *err);
 
+/**
+ * Freezes every process of the sandbox (@p frozen 1: they use no CPU and
+ * the agent's wall clock goes on) or thaws them. Kills and teardown thaw
+ * first. @return 0; TB_EINVAL where the machine has no cgroup freezer
+ */
+int tb_sandbox_freeze(tb_sandbox_t *sb, int frozen, tb_error_t *err);
+
 /** SIGKILLs every process in the sandbox but its init, whatever session
  * or group they moved to: between the agent and the judges. */
 int tb_sandbox_kill_all(tb_sandbox_t *sb, tb_error_t *err);

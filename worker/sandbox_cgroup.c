@@ -26,8 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { CTL_MEMORY, CTL_PIDS, CTL_CPU, CTL_COUNT };
-static const char *const ctl_names[CTL_COUNT] = { "memory", "pids", "cpu" };
+/* The freezer is not a controller on v2 (every non-root cgroup has
+ * cgroup.freeze); there it rides with the v2 hierarchy the others use. */
+enum { CTL_MEMORY, CTL_PIDS, CTL_CPU, CTL_FREEZER, CTL_COUNT };
+static const char *const ctl_names[CTL_COUNT] = { "memory", "pids", "cpu", "freezer" };
 
 #define MAX_HIER CTL_COUNT
 
@@ -156,20 +158,28 @@ static void do_probe(void)
 		char own[256], base[1100], file[1200];
 		hier_t *h = NULL;
 		if (v2mnt[0] && own_path(own, sizeof(own), 1, NULL) == 0) {
-			snprintf(base, sizeof(base), "%s%s", v2mnt, strcmp(own, "/") ? own : "");
+			snprintf(base, sizeof(base), "%.255s%.255s", v2mnt, strcmp(own, "/") ? own : "");
 			/* what is delegated to our own cgroup, not the root */
 			snprintf(file, sizeof(file), "%s/cgroup.controllers", base);
-			if (has_word(file, ctl_names[c]))
+			if (c == CTL_FREEZER) {
+				for (int i = 0; i < probe.n && !h; i++)
+					if (probe.h[i].v2)
+						h = &probe.h[i];
+			} else if (has_word(file, ctl_names[c])) {
 				h = hier_for(base, 1);
+			}
 		}
 		if (!h && v1mnt[c][0] && own_path(own, sizeof(own), 0, ctl_names[c]) == 0) {
-			snprintf(base, sizeof(base), "%s%s", v1mnt[c], strcmp(own, "/") ? own : "");
+			snprintf(base, sizeof(base), "%.255s%.255s", v1mnt[c], strcmp(own, "/") ? own : "");
 			h = hier_for(base, 0);
 		}
 		if (h)
 			h->ctls |= 1u << c;
 	}
-	if (probe.n == 0) {
+	int limits = 0;
+	for (int i = 0; i < probe.n; i++)
+		limits |= (probe.h[i].ctls & ~(1u << CTL_FREEZER)) != 0;
+	if (!limits) {
 		probe.rc = TB_EIO;
 		snprintf(probe.why, sizeof(probe.why),
 			 "no cgroup hierarchy offers memory, pids or cpu");
@@ -273,7 +283,7 @@ static int enable_subtree(const char *dir, unsigned ctls, tb_error_t *err)
 	size_t pos = 0;
 
 	for (int c = 0; c < CTL_COUNT; c++)
-		if (ctls & (1u << c))
+		if (ctls & (1u << c) && c != CTL_FREEZER) /* not a v2 controller */
 			pos += (size_t)snprintf(value + pos, sizeof(value) - pos, "%s+%s",
 						pos ? " " : "", ctl_names[c]);
 	return write_file(dir, "cgroup.subtree_control", value, err);
@@ -439,6 +449,54 @@ void tb_cgroup_stats(tb_cgroup_t *cg, tb_cgroup_stats_t *out)
 	}
 }
 
+/* Writes the freezer state of @p dir (v2 cgroup.freeze, v1 freezer.state)
+ * and waits, a second at most, until the kernel says it holds. */
+static int freeze_dir(const char *dir, int v2, int frozen, tb_error_t *err)
+{
+	const char *file = v2 ? "cgroup.freeze" : "freezer.state";
+	const char *value = v2 ? (frozen ? "1" : "0") : (frozen ? "FROZEN" : "THAWED");
+	struct timespec pause = { 0, 1000000 }; /* 1 ms */
+	char path[1700], state[64];
+	int rc;
+
+	if ((rc = write_file(dir, file, value, err)) < 0)
+		return rc;
+	snprintf(path, sizeof(path), "%s/%s", dir, v2 ? "cgroup.events" : "freezer.state");
+	for (int i = 0; i < 1000; i++) {
+		if (v2) {
+			if (read_key(dir, "cgroup.events", "frozen") == (uint64_t)frozen)
+				return 0;
+		} else {
+			FILE *f = fopen(path, "re");
+			int got = f && fgets(state, sizeof(state), f);
+			if (f)
+				fclose(f);
+			if (got && !strncmp(state, value, strlen(value)))
+				return 0; /* FREEZING until every task is frozen */
+		}
+		nanosleep(&pause, NULL);
+	}
+	return tb_error_set(err, TB_ETIMEOUT, "cgroup: %s not %s after 1 s", dir,
+			    frozen ? "frozen" : "thawed");
+}
+
+int tb_cgroup_freeze(tb_cgroup_t *cg, int frozen, tb_error_t *err)
+{
+	for (int i = 0; i < cg->n; i++)
+		if (cg->dir[i].ctls & (1u << CTL_FREEZER))
+			return freeze_dir(cg->dir[i].path, cg->dir[i].v2, frozen, err);
+	return tb_error_set(err, TB_EINVAL, "cgroup: no freezer on this machine");
+}
+
+/* Thaws @p dir if it has a freezer (a frozen process cannot die). */
+static void thaw_dir(const char *dir)
+{
+	if (file_exists(dir, "cgroup.freeze"))
+		freeze_dir(dir, 1, 0, NULL);
+	else if (file_exists(dir, "freezer.state"))
+		freeze_dir(dir, 0, 0, NULL);
+}
+
 /* Counts the pids listed in @p dir/cgroup.procs; SIGKILLs them if @p kill. */
 static int procs(const char *dir, int kill_them)
 {
@@ -487,6 +545,7 @@ static int remove_dir(const char *dir, int timeout_ms, tb_error_t *err)
 	uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
 	struct timespec pause = { 0, 200000 }; /* 0.2 ms, doubling */
 
+	thaw_dir(dir);
 	for (;;) {
 		int n = procs(dir, 1);
 		if (n < 0 && errno == ENOENT)

@@ -55,6 +55,14 @@ int tb_cgroup_limit(tb_cgroup_t *cg, const tb_cgroup_limits_t *lim, tb_error_t *
 /** Moves process @p pid into the sandbox cgroup in every hierarchy. */
 int tb_cgroup_attach(tb_cgroup_t *cg, pid_t pid, tb_error_t *err);
 
+/**
+ * Freezes (@p frozen 1) or thaws the sandbox's processes: frozen, they use
+ * no CPU until thawed (v2 cgroup.freeze, or the v1 freezer). Waits until
+ * the kernel reports the state. @return 0; TB_EINVAL without a freezer;
+ * TB_EIO, TB_ETIMEOUT
+ */
+int tb_cgroup_freeze(tb_cgroup_t *cg, int frozen, tb_error_t *err);
+
 /** Reads the counters (missing ones read as 0). */
 void tb_cgroup_stats(tb_cgroup_t *cg, tb_cgroup_stats_t *out);
 

@@ -146,6 +146,10 @@ static const tb_field_t manifest_fields[] = {
 	{.name = "phases", .type = TB_FT_LIST,
 	 .offset = offsetof(tb_manifest_t, phases), .max = 32,
 	 .sub = &phase_schema},
+	{.name = "turns", .type = TB_FT_U64,
+	 .offset = offsetof(tb_manifest_t, turns), .max = 1000001},
+	{.name = "followups", .type = TB_FT_U64,
+	 .offset = offsetof(tb_manifest_t, followups), .max = 1000000},
 };
 /* clang-format on */
 

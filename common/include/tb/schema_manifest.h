@@ -62,7 +62,11 @@ typedef struct tb_manifest {
 	tb_list_t verdicts;  /* tb_verdict_ref_t */
 	char *runtime;       /* the runtime the attempt ran under */
 	tb_list_t phases;    /* tb_phase_time_t, in order, up to "recorded" */
+	uint64_t turns;      /* interactive: turns the agent ended (has bit) */
+	uint64_t followups;  /* interactive: the last follow-up seq taken (has bit) */
 } tb_manifest_t;
+
+enum { TB_MANIFEST_TURNS = 14, TB_MANIFEST_FOLLOWUPS = 15 }; /* has bits */
 
 extern const tb_schema_t tb_schema_manifest;
 extern const char *const tb_outcomes[];
