@@ -30,6 +30,8 @@ static inline int tb_cmd_outcome_exit(const char *outcome)
 }
 
 int tb_cmd_demo(int argc, char **argv);
+int tb_cmd_end(int argc, char **argv);
+int tb_cmd_send(int argc, char **argv);
 int tb_cmd_dlq(int argc, char **argv);
 int tb_cmd_schema(int argc, char **argv);
 int tb_cmd_status(int argc, char **argv);

@@ -12,9 +12,11 @@
 #include "fault.h"
 #include "intake.h"
 #include "metrics.h"
+#include "session.h"
 #include "tb/kafka.h"
 #include "tb/log.h"
 #include "tb/runtime.h"
+#include "tb/schema_manifest.h"
 #include "watermark.h"
 
 #include <jansson.h>
@@ -57,6 +59,7 @@ typedef struct job {
 	void *value;                      /* the task message, decoded again by the slot */
 	size_t len;
 	char key[160];
+	tb_session_t *session; /* interactive: its follow-ups, held with their offsets */
 	/* results */
 	int rc;
 	tb_lifecycle_result_t res;
@@ -226,6 +229,7 @@ static void commit_marks(worker_t *w)
 
 static void free_job(job_t *j)
 {
+	tb_session_free(j->session);
 	free(j->value);
 	free(j);
 }
@@ -342,6 +346,7 @@ static void *slot_main(void *arg)
 
 	snprintf(group, sizeof(group), "%s", w->d->group);
 	tb_lifecycle_ctx_t ctx = {
+		.session = j->session,
 		.policy = w->d->policy,
 		.store = w->d->store,
 		.recipes = w->d->recipes,
@@ -380,6 +385,8 @@ static int start_job(worker_t *w, job_t *j, tb_error_t *err)
 	j->slot = slot;
 	j->lease_ok = mono_ms();
 	atomic_store(&j->cancel, 0);
+	if (j->session) /* a new attempt replays the session from its start */
+		tb_session_rewind(j->session);
 	memset(&j->res, 0, sizeof(j->res));
 	w->busy_slots |= 1ull << slot;
 	w->running++;
@@ -391,6 +398,18 @@ static int start_job(worker_t *w, job_t *j, tb_error_t *err)
 	j->next_running = w->running_jobs;
 	w->running_jobs = j;
 	return 0;
+}
+
+/* The job of task @p key from partition @p p, running or waiting. */
+static job_t *find_job(worker_t *w, const char *key, int32_t p)
+{
+	for (job_t *r = w->running_jobs; r; r = r->next_running)
+		if (r->partition == p && !strcmp(r->key, key))
+			return r;
+	for (job_t *r = w->waiting; r; r = r->next)
+		if (r->partition == p && !strcmp(r->key, key))
+			return r;
+	return NULL;
 }
 
 static int is_running(const worker_t *w, const char *key)
@@ -494,6 +513,13 @@ static void acknowledge(worker_t *w, job_t *j)
 	if (!ours(w, j) || tb_watermark_finish(w->marks[j->partition], j->offset, &err) < 0)
 		return; /* not ours any more: the new owner acknowledges it */
 	w->finished_messages++;
+	/* An interactive task's follow-ups finish with it: they are in its
+	 * record (or, dead-lettered, in its DLQ record's task). */
+	int64_t offs[TB_SESSION_MAX_FOLLOWUPS];
+	size_t n = j->session ? tb_session_offsets(j->session, offs, TB_SESSION_MAX_FOLLOWUPS) : 0;
+	for (size_t i = 0; i < n; i++)
+		if (tb_watermark_finish(w->marks[j->partition], offs[i], &err) == 0)
+			w->finished_messages++;
 	if (j->res.events) {
 		tb_event_sink_t sink = { publish_event, j, NULL };
 		if (tb_lifecycle_acknowledged(&sink, j->key, j->attempt, j->res.events,
@@ -747,6 +773,102 @@ static void admit_waiting(worker_t *w)
 	}
 }
 
+/* A follow-up that no session takes, to the DLQ with @p why. @return 0
+ * (acknowledge it), or < 0 when the DLQ is away (leave it). */
+static int refuse(worker_t *w, const tb_followup_t *f, const rd_kafka_message_t *m,
+		  const tb_msg_origin_t *origin, const char *why)
+{
+	tb_dlq_t rec;
+
+	if (tb_intake_dead_letter(&rec, TB_DLQ_ORPHAN, why, f->task_id, m->payload, m->len, origin,
+				  now_ms()) < 0)
+		abort(); /* out of memory */
+	int rc = dead_letter(w, &rec);
+	tb_msg_free(&tb_schema_dlq, &rec);
+	return rc;
+}
+
+/* A follow-up for a task with no session here: replayed after its session
+ * took it (acknowledged), or refused with what the ledger says. */
+static int orphan(worker_t *w, const tb_followup_t *f, const rd_kafka_message_t *m,
+		  const tb_msg_origin_t *origin)
+{
+	tb_ledger_t *l = w->d->ledger;
+	unsigned long long seq = (unsigned long long)f->seq;
+	tb_ledger_task_t t;
+	tb_manifest_t man;
+	tb_error_t err;
+	char why[1024], *bytes = NULL;
+	size_t len;
+
+	if (l->ops->inspect(l, f->task_id, &t, &err) < 0) {
+		snprintf(why, sizeof(why),
+			 "follow-up %llu: task %s has no session here, and the ledger cannot say "
+			 "whether one took it: %.600s",
+			 seq, f->task_id, err.msg);
+	} else if (t.done && !t.manifest[0]) {
+		snprintf(why, sizeof(why), "follow-up %llu: task %s was dead-lettered", seq,
+			 f->task_id);
+	} else if (t.done) {
+		int got = tb_store_get_bytes(w->d->store, t.manifest, 8u << 20, &bytes, &len, &err);
+		got = got == 0 ? tb_msg_decode(&tb_schema_manifest, &man, bytes, len, &err) : got;
+		free(bytes);
+		if (got < 0) {
+			snprintf(
+			    why, sizeof(why),
+			    "follow-up %llu: task %s is done; its manifest is unreadable: %.600s",
+			    seq, f->task_id, err.msg);
+		} else {
+			int interactive = TB_HAS(&man, TB_MANIFEST_FOLLOWUPS);
+			uint64_t took = man.followups;
+			tb_msg_free(&tb_schema_manifest, &man);
+			if (interactive && f->seq <= took) {
+				tb_info(f->task_id,
+					"follow-up %llu delivered again: its session took it", seq);
+				return 0;
+			}
+			snprintf(why, sizeof(why), "follow-up %llu: task %s is done%s", seq,
+				 f->task_id,
+				 interactive ? ": its session had ended" : " and was one-shot");
+		}
+	} else {
+		snprintf(why, sizeof(why),
+			 "follow-up %llu: no session for task %s on this partition (an unknown "
+			 "task, or a follow-up sent before its task)",
+			 seq, f->task_id);
+	}
+	return refuse(w, f, m, origin, why);
+}
+
+/* A follow-up: to its task's session, which holds it (offset and all) until
+ * its attempt is recorded. @return 1 held; 0 acknowledge it now (a
+ * duplicate, or dead-lettered); < 0 leave it (the DLQ is away). */
+static int followup(worker_t *w, const tb_followup_t *f, const rd_kafka_message_t *m,
+		    const tb_msg_origin_t *origin)
+{
+	job_t *s = find_job(w, f->task_id, m->partition);
+	char why[512];
+
+	if (s && !s->session) {
+		snprintf(why, sizeof(why), "follow-up %llu: task %s is one-shot: it takes none",
+			 (unsigned long long)f->seq, f->task_id);
+		return refuse(w, f, m, origin, why);
+	}
+	if (!s)
+		return orphan(w, f, m, origin);
+	switch (tb_session_put(s->session, f, m->offset, why, sizeof(why))) {
+	case TB_SESSION_QUEUED:
+		tb_info(f->task_id, "follow-up %llu to its session", (unsigned long long)f->seq);
+		return 1;
+	case TB_SESSION_DUPLICATE:
+		tb_info(f->task_id, "follow-up %llu again: its session has it already",
+			(unsigned long long)f->seq);
+		return 0;
+	default:
+		return refuse(w, f, m, origin, why);
+	}
+}
+
 static void handle(worker_t *w, const rd_kafka_message_t *m)
 {
 	const tb_config_t *cfg = w->d->cfg;
@@ -773,18 +895,18 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 		dead = dead_letter(w, &in.dlq);
 		goto finished;
 	}
-	if (in.kind == TB_INTAKE_FOLLOWUP || in.task.kind == TB_TASK_INTERACTIVE) {
-		tb_dlq_t rec;
-		const char *id = in.kind == TB_INTAKE_FOLLOWUP ? in.followup.task_id : in.task.id;
-		if (tb_intake_dead_letter(
-			&rec, in.kind == TB_INTAKE_FOLLOWUP ? TB_DLQ_ORPHAN : TB_DLQ_POISON,
-			"interactive sessions are not supported by this worker yet", id, m->payload,
-			m->len, &origin, now_ms()) < 0)
-			abort(); /* out of memory */
-		dead = dead_letter(w, &rec);
-		tb_msg_free(&tb_schema_dlq, &rec);
+	if (in.kind == TB_INTAKE_FOLLOWUP) {
+		int held = followup(w, &in.followup, m, &origin);
+		if (held == 1) { /* its offset finishes with the session's task */
+			tb_intake_free(&in);
+			free_job(j);
+			return;
+		}
+		dead = held;
 		goto finished;
 	}
+	if (in.task.kind == TB_TASK_INTERACTIVE && tb_session_new(&j->session, &err) < 0)
+		tb_err(in.task.id, "no session (it runs one turn only): %s", err.msg);
 
 	/* A task: it waits its turn in the ledger (admit_waiting). */
 	if (tb_fault_hit("consumer-fatal"))
@@ -883,7 +1005,14 @@ static void rejoin_if_stuck(worker_t *w)
  * the waiting line never grows past the slots. */
 static void pace(worker_t *w)
 {
-	int full = w->running + w->nwaiting >= w->d->cfg->slots;
+	/* Sessions hold slots while they idle, and their follow-ups come on
+	 * the same partitions: with one running, reading stops only when the
+	 * line is full, or sessions could wait on follow-ups never read. */
+	int sessions = 0;
+	for (const job_t *r = w->running_jobs; r && !sessions; r = r->next_running)
+		sessions = r->session != NULL;
+	int full = sessions ? w->nwaiting >= w->d->cfg->slots
+			    : w->running + w->nwaiting >= w->d->cfg->slots;
 	rd_kafka_topic_partition_list_t *a = NULL;
 
 	if (full == w->paused || rd_kafka_assignment(w->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR)

@@ -18,8 +18,9 @@
 
 typedef struct entry {
 	char *task;
-	uint64_t attempts; /* the newest attempt: the fencing token */
-	uint64_t base;     /* attempts before the last revive */
+	uint64_t attempts;  /* the newest attempt: the fencing token */
+	uint64_t base;      /* attempts before the last revive */
+	uint64_t followups; /* numbers handed out by next_followup */
 	int done;
 	char *manifest; /* the done-marker's */
 	tb_ledger_attempt_t *failures;
@@ -269,6 +270,21 @@ static void mem_close(tb_ledger_t *l)
 	free(m);
 }
 
+static int mem_next_followup(tb_ledger_t *l, const char *task, uint64_t *seq, tb_error_t *err)
+{
+	mem_ledger_t *m = (mem_ledger_t *)l;
+	int rc = 0;
+
+	pthread_mutex_lock(&m->lock);
+	entry_t *e = find(m, task, 1);
+	if (!e)
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+	else
+		*seq = ++e->followups;
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
 static const struct tb_ledger_ops mem_ops = {
 	.begin = mem_begin,
 	.renew = mem_renew,
@@ -280,6 +296,7 @@ static const struct tb_ledger_ops mem_ops = {
 	.inspect = mem_inspect,
 	.alive = mem_alive,
 	.workers = mem_workers,
+	.next_followup = mem_next_followup,
 	.close = mem_close,
 };
 

@@ -509,6 +509,24 @@ static void redis_close(tb_ledger_t *l)
 	free(r);
 }
 
+static int redis_next_followup(tb_ledger_t *l, const char *task, uint64_t *seq, tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+	redisReply *rep;
+	char k[512];
+	int rc;
+
+	key(k, sizeof(k), r, task, "followups");
+	pthread_mutex_lock(&r->lock);
+	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "INCR %s", k);
+	pthread_mutex_unlock(&r->lock);
+	if (rc < 0)
+		return rc;
+	*seq = rep->integer > 0 ? (uint64_t)rep->integer : 0;
+	freeReplyObject(rep);
+	return 0;
+}
+
 static const struct tb_ledger_ops redis_ops = {
 	.begin = redis_begin,
 	.renew = redis_renew,
@@ -520,6 +538,7 @@ static const struct tb_ledger_ops redis_ops = {
 	.inspect = redis_inspect,
 	.alive = redis_alive,
 	.workers = redis_workers,
+	.next_followup = redis_next_followup,
 	.close = redis_close,
 };
 

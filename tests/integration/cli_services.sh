@@ -188,6 +188,48 @@ for _ in $(seq 50); do [ -s "$tmp/top.exit" ] && break; sleep 0.1; done
 [ "$(cat "$tmp/top.exit" 2>/dev/null)" = 0 ] && ok || bad "top quits with q (exit 0)"
 kill "$tmux_pid" 2>/dev/null
 
+# An interactive session: submitted, two follow-ups and an end sent with
+# `taskbox send` / `end` (numbered by the ledger), watched to its outcome.
+git init -q "$tmp/chat" && cp -r "$root/examples/recipes/chat/." "$tmp/chat/" &&
+  git -C "$tmp/chat" add -A && git -C "$tmp/chat" -c user.name=t -c user.email=t@t commit -qm chat || exit 1
+chat_commit=$(git -C "$tmp/chat" rev-parse HEAD)
+expect "submit --interactive" 0 "$tmp/chat.out" "$tb" submit --config "$cfg" --interactive \
+  --recipe "file://$tmp/chat" --commit "$chat_commit" --prompt first
+chat=$(head -1 "$tmp/chat.out")
+expect "send" 0 "$tmp/send1.out" "$tb" send --config "$cfg" "$chat" second
+has "send says its number" "follow-up 1 to $chat" "$tmp/send1.out"
+expect "send from a file" 0 "$tmp/send2.out" \
+  "$tb" send --config "$cfg" "$chat" --file <(printf 'third')
+has "numbered after the last" "follow-up 2 to $chat" "$tmp/send2.out"
+expect "end" 0 "$tmp/end.out" "$tb" end --config "$cfg" "$chat"
+has "end is number 3" "end 3 to $chat" "$tmp/end.out"
+expect "watch the session to its end" 0 "$tmp/chat-watch.out" \
+  "$tb" watch --config "$cfg" --timeout 120 "$chat"
+for needle in "turn-started 1" "assistant: turn 1: you said first" "turn-started 3" \
+  "assistant: turn 3: you said third" "verdict answered-every-turn: pass" \
+  "task $chat: succeeded (attempt 1): the session ended: ended by its producer"; do
+  has "the session shows '$needle'" "$needle" "$tmp/chat-watch.out"
+done
+expect "the session's transcript" 0 "$tmp/transcript.out" \
+  "$tb" artifacts get --config "$cfg" -o "$tmp/transcript.txt" "$chat" transcript.txt
+if [ "$(cat "$tmp/transcript.txt")" = "$(printf 'turn 1: first\nturn 2: second\nturn 3: third')" ]
+then ok; else bad "the transcript has the three turns"; fi
+# Follow-ups no session takes: dead-lettered with the reason.
+expect "send to a one-shot task" 0 "$tmp/send-oneshot.out" "$tb" send --config "$cfg" --seq 1 "$id" hi
+expect "send to a finished session" 0 "$tmp/send-done.out" "$tb" send --config "$cfg" "$chat" late
+expect "send to an unknown task" 0 "$tmp/send-unknown.out" \
+  "$tb" send --config "$cfg" --seq 1 no-such-task hi
+expect "send refuses a huge prompt" 4 "$tmp/send-big.out" \
+  "$tb" send --config "$cfg" --seq 9 "$chat" --file <(head -c 300000 /dev/zero | tr '\0' x)
+for _ in $(seq 100); do # the DLQ records, 20 s at most
+  "$tb" dlq list --config "$cfg" >"$tmp/dlq2.out" 2>&1
+  [ "$(grep -c orphan "$tmp/dlq2.out")" -ge 3 ] && break; sleep 0.2
+done
+for needle in "task $id is done and was one-shot" "task $chat is done: its session had ended" \
+  "no session for task no-such-task"; do
+  has "the DLQ says '$needle'" "$needle" "$tmp/dlq2.out"
+done
+
 # With no worker, --wait gives up at its timeout and says the task goes on.
 kill "$worker" && wait "$worker"
 expect "submit --wait --timeout with no worker" 8 "$tmp/timeout.out" \

@@ -111,6 +111,14 @@ static void contract(tb_ledger_t *l)
 	assert_int_equal(l->ops->revive(l, dead, &err), TB_ENOTFOUND);
 	assert_int_equal(l->ops->inspect(l, "never-seen", &t, &err), 0);
 	assert_int_equal(t.attempts, 0);
+	/* follow-up numbers, per task, from 1 */
+	uint64_t seq;
+	assert_int_equal(l->ops->next_followup(l, dead, &seq, &err), 0);
+	assert_int_equal(seq, 1);
+	assert_int_equal(l->ops->next_followup(l, dead, &seq, &err), 0);
+	assert_int_equal(seq, 2);
+	assert_int_equal(l->ops->next_followup(l, task, &seq, &err), 0);
+	assert_int_equal(seq, 1);
 }
 
 /* alive() is seen by workers() for its TTL, and not after. */

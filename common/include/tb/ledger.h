@@ -83,6 +83,9 @@ struct tb_ledger_ops {
 	 * numbers go on). TB_EEXIST if it is done with a record (it would not
 	 * run again); TB_ENOTFOUND if it is not dead-lettered. */
 	int (*revive)(tb_ledger_t *l, const char *task, tb_error_t *err);
+	/* The next follow-up number for @p task (1, 2, 3 ...), counted here
+	 * for producers that keep no count of their own (`taskbox send`). */
+	int (*next_followup)(tb_ledger_t *l, const char *task, uint64_t *seq, tb_error_t *err);
 	/* What the ledger knows of @p task, read at one instant. */
 	int (*inspect)(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, tb_error_t *err);
 	/* This worker's liveness: @p info (a JSON object, schemas/keys.md)
