@@ -10,6 +10,8 @@
  * acknowledged) and these moments inside them:
  *   manifest-durable  the manifest is stored, the done-marker not yet set
  *   done-marked       the done-marker is set, the sandbox still standing
+ *   turn-started      an interactive session began a turn after the
+ *                     first (a follow-up's prompt is on its way)
  * and one that does not kill but breaks the Kafka consumer (a fatal error,
  * as when the group coordinator fences a static member):
  *   consumer-fatal    a task message was received

@@ -434,6 +434,7 @@ static void next_turn(run_t *r, turns_t *t)
 				"text", text));
 	free(text);
 	t->st = T_RUNNING;
+	tb_fault_point("turn-started");
 }
 
 /* After the agent's output was read: turn ends, follow-ups, idle time. */

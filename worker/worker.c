@@ -312,7 +312,10 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 		 * finishing the unassign. What finished since the last commit
 		 * is delivered to the new owner, which finds it done. Tasks
 		 * still running keep going under their leases, but their
-		 * offsets are no longer ours. Waiting ones are let go. */
+		 * offsets are no longer ours. Waiting ones are let go.
+		 * Interactive sessions are stopped: their follow-ups now go
+		 * to the new owner, which replays the session from its first
+		 * prompt once this attempt has let its lease go. */
 		int lost = rd_kafka_assignment_lost(rk);
 		for (int i = 0; i < parts->cnt; i++) {
 			int p = parts->elems[i].partition;
@@ -320,6 +323,12 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 				tb_watermark_free(w->marks[p]);
 				w->marks[p] = NULL;
 				drop_waiting(w, p);
+				for (job_t *r = w->running_jobs; r; r = r->next_running)
+					if (r->partition == p && r->session) {
+						tb_info(r->key, "its partition moved: the session "
+								"stops, to go on at the new owner");
+						atomic_store(&r->cancel, 1);
+					}
 			}
 		}
 		rd_kafka_assign(rk, NULL);
@@ -1079,8 +1088,13 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	}
 	/* Stopping: waiting tasks are left unacknowledged (delivered again);
 	 * running attempts may finish (bounded by their deadlines), under
-	 * their leases, and are recorded and committed; then leave the group. */
+	 * their leases, and are recorded and committed; then leave the group.
+	 * Interactive sessions stop at once (their follow-ups are no longer
+	 * read here): the next owner replays them from their first prompt. */
 	drop_all_waiting(w);
+	for (job_t *r = w->running_jobs; r; r = r->next_running)
+		if (r->session)
+			atomic_store(&r->cancel, 1);
 	uint64_t drain_until = d->drain_ms ? now_ms() + d->drain_ms : 0;
 	while (w->running) {
 		if (drain_until && now_ms() > drain_until) {
