@@ -1,11 +1,13 @@
 /*
  * cmd_demo.c: `taskbox demo`, the embedded default. Everything runs in
- * this process: librdkafka's mock cluster stands in for Kafka, and nothing
- * outside is touched. It submits the example tasks (one-shot, interactive
- * with follow-ups) and three bad messages, takes them through intake as a
- * worker does (decode, validate, dead-letter the bad ones with the reason,
- * commit), and prints what happened. The task lifecycle beyond intake
- * (sandbox, agent, artifacts, judges) joins the demo as it lands.
+ * this process: librdkafka's mock cluster stands in for Kafka, the
+ * in-process ledger for Redis, a temporary directory for the artifact
+ * store. It submits the example recipes' tasks (the hello recipe one-shot,
+ * the chat recipe as an interactive session with a follow-up and an end),
+ * a duplicate, a missing commit and three bad messages; one worker runs
+ * them in sandboxes while the events topic is shown live; then the DLQ
+ * and where the records are. Without root (no sandboxes) it shows intake
+ * only.
  */
 #include "cmd.h"
 #include "follow.h"
@@ -33,6 +35,7 @@
 #define EVENTS "taskbox.events"
 #define DLQ "taskbox.dlq"
 #define DEMO_COMMIT "5d41402abc4b2a76b9719d911017c592ae3f0c11"
+#define DEMO_MSGS 10 /* the full demo's messages */
 
 enum { MSG_HELLO, MSG_CHAT, MSG_FOLLOWUP, MSG_END, MSG_BRANCH, MSG_FUTURE, MSG_JUNK, NMSGS };
 #define EXPECT_ACCEPTED 4 /* the first four are valid */
@@ -59,12 +62,14 @@ static uint64_t now_ms(void)
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: taskbox demo [--recipe DIR] [--keep]\n\n"
+	fprintf(out, "usage: taskbox demo [--recipe DIR] [--chat DIR] [--keep]\n\n"
 		     "Runs taskbox's embedded demo, all in this process: librdkafka's mock\n"
 		     "cluster, a local directory as the artifact store, the in-process\n"
 		     "ledger, one worker. It submits the hello recipe's task (committed to a\n"
 		     "fresh git repository from DIR, default examples/recipes/hello), the\n"
-		     "same task again, and bad messages; shows the conversation live, the\n"
+		     "same task again, an interactive session of the chat recipe (--chat\n"
+		     "DIR, default examples/recipes/chat) with a follow-up and an end, and\n"
+		     "bad messages; shows the conversation live, the\n"
 		     "verdict and the dead letters, and where the artifacts are. Building\n"
 		     "sandboxes needs root; without it the demo shows intake only.\n"
 		     "--keep leaves the demo's directory (store, records) in place.\n"
@@ -367,12 +372,13 @@ static void follow_events(const char *brokers, struct demo_run *d)
 	rd_kafka_destroy(c);
 }
 
-static int demo_full(const char *recipe_src, int keep)
+static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 {
 	static const tb_kafka_topic_spec_t topics[] = { { TASKS, 4 }, { EVENTS, 4 }, { DLQ, 1 } };
 	char base[] = "/tmp/taskbox-demo-XXXXXX", git_dir[128], url[256], commit[41];
 	char store_url[160], cache[128], work[128], runtimes[128], path[256], src[4096];
-	msgpack_sbuffer v[7];
+	msgpack_sbuffer v[DEMO_MSGS];
+	char chat_git[128], chat_url[256], chat_commit[41], chat[4096];
 	struct demo_run d = { 0 };
 	tb_kafka_mock_t *mock = NULL;
 	rd_kafka_t *producer = NULL;
@@ -388,7 +394,13 @@ static int demo_full(const char *recipe_src, int keep)
 			recipe_src, strerror(errno));
 		return TB_EXIT_USAGE;
 	}
-	for (int i = 0; i < 7; i++)
+	if (!realpath(chat_src, chat)) {
+		fprintf(stderr,
+			"taskbox demo: recipe %s: %s (run from the repository, or pass --chat)\n",
+			chat_src, strerror(errno));
+		return TB_EXIT_USAGE;
+	}
+	for (int i = 0; i < DEMO_MSGS; i++)
 		msgpack_sbuffer_init(&v[i]);
 	if (!mkdtemp(base) || chmod(base, 0711) < 0)
 		return TB_EXIT_FAILURE;
@@ -398,7 +410,10 @@ static int demo_full(const char *recipe_src, int keep)
 	snprintf(work, sizeof(work), "%s/work", base);
 	snprintf(runtimes, sizeof(runtimes), "%s/runtimes", base);
 	snprintf(path, sizeof(path), "%s/default.json", runtimes);
+	snprintf(chat_git, sizeof(chat_git), "%s/recipes/chat.git", base);
 	if (tb_demo_recipe_commit(src, git_dir, url, sizeof(url), commit, &d.err) < 0 ||
+	    tb_demo_recipe_commit(chat, chat_git, chat_url, sizeof(chat_url), chat_commit, &d.err) <
+		0 ||
 	    mkdir(runtimes, 0755) < 0 || mkdir(work, 0711) < 0) {
 		fprintf(stderr, "taskbox demo: %s\n", d.err.msg);
 		goto out;
@@ -411,6 +426,7 @@ static int demo_full(const char *recipe_src, int keep)
 
 	printf("taskbox demo in %s\n", base);
 	printf("  recipe hello committed as %.12s in %s\n", commit, url);
+	printf("  recipe chat committed as %.12s in %s\n", chat_commit, chat_url);
 	if (tb_config_load(&cfg, NULL, &d.err) < 0) {
 		fprintf(stderr, "taskbox demo: %s\n", d.err.msg);
 		goto out;
@@ -435,7 +451,7 @@ static int demo_full(const char *recipe_src, int keep)
 	 * no worker can read. */
 	const struct {
 		const char *key, *what;
-	} msgs[7] = {
+	} msgs[DEMO_MSGS] = {
 		{ "demo-hello", "the hello task" },
 		{ "demo-hello", "the same task again" },
 		{ "demo-lost", "a commit that does not exist" },
@@ -443,6 +459,9 @@ static int demo_full(const char *recipe_src, int keep)
 		{ "demo-future", "a task from a future version" },
 		{ NULL, "random bytes" },
 		{ "demo-late", "the hello task under another id" },
+		{ "demo-chat", "an interactive chat session" },
+		{ "demo-chat", "its follow-up 1" },
+		{ "demo-chat", "its end (follow-up 2)" },
 	};
 	tb_task_t t = { 0 };
 	t.kind = TB_TASK_ONE_SHOT;
@@ -471,9 +490,18 @@ static int demo_full(const char *recipe_src, int keep)
 	t.id = (char *)"demo-late";
 	t.recipe.commit = commit;
 	tb_msg_encode(&v[6], &tb_schema_task, &t, &d.err);
+	/* The session: a prompt, a follow-up, the end. */
+	t.id = (char *)"demo-chat";
+	t.kind = TB_TASK_INTERACTIVE;
+	t.recipe.url = chat_url;
+	t.recipe.commit = chat_commit;
+	t.prompt = (char *)"Let's write a haiku about queues.";
+	tb_msg_encode(&v[7], &tb_schema_task, &t, &d.err);
+	encode_followup(&v[8], 1, "Now make it rhyme.", &d.err);
+	encode_followup(&v[9], 2, NULL, &d.err);
 
-	printf("\nA producer submits %d messages to %s:\n", 7, TASKS);
-	for (int i = 0; i < 7; i++) {
+	printf("\nA producer submits %d messages to %s:\n", DEMO_MSGS, TASKS);
+	for (int i = 0; i < DEMO_MSGS; i++) {
 		printf("  %-32s key %s\n", msgs[i].what, msgs[i].key ? msgs[i].key : "(none)");
 		tb_kafka_produce(producer, TASKS, msgs[i].key, v[i].data, v[i].size, &d.err);
 	}
@@ -483,7 +511,7 @@ static int demo_full(const char *recipe_src, int keep)
 	d.deps.brokers = tb_kafka_mock_bootstraps(mock);
 	d.deps.worker_id = "demo-worker";
 	d.deps.group = "tbdemo";
-	d.expect = 7;
+	d.expect = DEMO_MSGS;
 	tb_sandbox_sweep(work, "tbdemo", &d.err);
 	printf("\nA worker with %llu slots runs them; the events topic, live:\n",
 	       (unsigned long long)cfg.slots);
@@ -501,7 +529,7 @@ static int demo_full(const char *recipe_src, int keep)
 	       (unsigned long long)d.stats.dead);
 	printf("Artifacts, conversation records, verdicts and manifests: %s/artifacts/tasks/\n",
 	       base);
-	rc = d.rc == 0 && d.stats.succeeded == 2 && d.stats.already == 1 && d.stats.dead == 4
+	rc = d.rc == 0 && d.stats.succeeded == 3 && d.stats.already == 1 && d.stats.dead == 4
 		 ? TB_EXIT_OK
 		 : TB_EXIT_FAILURE;
 	if (!keep)
@@ -517,7 +545,7 @@ cleanup:
 	tb_recipe_cache_close(d.deps.recipes);
 	tb_seccomp_free((tb_seccomp_t *)d.deps.policy);
 out:
-	for (int i = 0; i < 7; i++)
+	for (int i = 0; i < DEMO_MSGS; i++)
 		msgpack_sbuffer_destroy(&v[i]);
 	if (!keep)
 		tb_remove_tree(AT_FDCWD, base);
@@ -526,7 +554,7 @@ out:
 
 int tb_cmd_demo(int argc, char **argv)
 {
-	const char *recipe = "examples/recipes/hello";
+	const char *recipe = "examples/recipes/hello", *chat = "examples/recipes/chat";
 	int keep = 0;
 
 	for (int i = 1; i < argc; i++) {
@@ -537,6 +565,8 @@ int tb_cmd_demo(int argc, char **argv)
 			keep = 1;
 		} else if (!strcmp(argv[i], "--recipe") && i + 1 < argc) {
 			recipe = argv[++i];
+		} else if (!strcmp(argv[i], "--chat") && i + 1 < argc) {
+			chat = argv[++i];
 		} else {
 			usage(stderr);
 			return TB_EXIT_USAGE;
@@ -546,5 +576,5 @@ int tb_cmd_demo(int argc, char **argv)
 		printf("taskbox demo: not root, so no sandboxes: showing intake only.\n\n");
 		return demo_intake_only();
 	}
-	return demo_full(recipe, keep);
+	return demo_full(recipe, chat, keep);
 }
