@@ -19,6 +19,9 @@
 #include "tb/schema_manifest.h"
 #include "watermark.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -54,7 +57,7 @@ typedef struct job {
 	unsigned failures;                /* platform failures here: the retry pause */
 	uint64_t lease_ok;                /* running: last renewal (monotonic ms) */
 	atomic_int cancel;                /* running: the lease is lost, stop */
-	uint64_t undelivered;             /* tb_kafka_undelivered() at its start */
+	tb_kafka_tracker_t *events;       /* its events in flight (the record's) */
 	int failure_unkept;               /* err holds a failure the ledger missed */
 	void *value;                      /* the task message, decoded again by the slot */
 	size_t len;
@@ -75,6 +78,7 @@ typedef struct worker {
 	uint64_t epochs[MAX_PARTITIONS]; /* bumped at each assignment */
 	pthread_mutex_t lock;
 	job_t *finished;     /* slots push here */
+	int wake[2];         /* a byte when a slot finished or a message came */
 	job_t *running_jobs; /* main thread only */
 	job_t *waiting;      /* to begin, in arrival order: see admit_waiting */
 	job_t **waiting_tail;
@@ -109,12 +113,13 @@ static uint64_t mono_ms(void)
 /* Produces to @p topic, waiting while the local queue is full (back-
  * pressure, not a failure), a minute at most. */
 static int produce(worker_t *w, const char *topic, const char *key, const void *bytes, size_t len,
-		   tb_error_t *err)
+		   tb_kafka_tracker_t *t, tb_error_t *err)
 {
 	int rc = 0;
 
 	for (int i = 0; i < 600; i++) {
-		rc = tb_kafka_produce(w->producer, topic, key, bytes, len, err);
+		rc = t ? tb_kafka_produce_tracked(w->producer, topic, key, bytes, len, t, err)
+		       : tb_kafka_produce(w->producer, topic, key, bytes, len, err);
 		if (rc != TB_ERETRY)
 			break;
 		rd_kafka_poll(w->producer, 100);
@@ -128,7 +133,8 @@ static int publish_event(void *ud, const tb_event_t *ev, const void *bytes, size
 			 tb_error_t *err)
 {
 	job_t *j = ud;
-	int rc = produce(j->w, j->w->d->cfg->kafka.events_topic, ev->task_id, bytes, len, err);
+	int rc = produce(j->w, j->w->d->cfg->kafka.events_topic, ev->task_id, bytes, len, j->events,
+			 err);
 	if (rc == 0)
 		tb_metrics_events(1);
 	return rc;
@@ -139,7 +145,7 @@ static int publish_event(void *ud, const tb_event_t *ev, const void *bytes, size
 static int flush_events(void *ud, tb_error_t *err)
 {
 	job_t *j = ud;
-	return tb_kafka_flush(j->w->producer, 30000, j->undelivered, err);
+	return tb_kafka_await(j->w->producer, j->events, 30000, err);
 }
 
 /* -------------------------------------------------------------- DLQ */
@@ -148,16 +154,19 @@ static int flush_events(void *ud, tb_error_t *err)
  * acknowledged (or marked done) only once its DLQ record is durable. */
 static int dead_letter(worker_t *w, tb_dlq_t *rec)
 {
-	uint64_t since = tb_kafka_undelivered();
+	tb_kafka_tracker_t *t = tb_kafka_tracker_new();
 	msgpack_sbuffer sb;
 	tb_error_t err;
 	int rc;
 
+	if (!t)
+		abort(); /* out of memory */
 	msgpack_sbuffer_init(&sb);
 	if ((rc = tb_msg_encode(&sb, &tb_schema_dlq, rec, &err)) == 0 &&
-	    (rc = produce(w, w->d->cfg->kafka.dlq_topic, rec->task_id, sb.data, sb.size, &err)) ==
-		0)
-		rc = tb_kafka_flush(w->producer, 30000, since, &err);
+	    (rc = produce(w, w->d->cfg->kafka.dlq_topic, rec->task_id, sb.data, sb.size, t,
+			  &err)) == 0)
+		rc = tb_kafka_await(w->producer, t, 30000, &err);
+	tb_kafka_tracker_release(t);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc < 0) {
 		tb_err(rec->task_id, "dead-lettering failed: %s", err.msg);
@@ -229,6 +238,7 @@ static void commit_marks(worker_t *w)
 
 static void free_job(job_t *j)
 {
+	tb_kafka_tracker_release(j->events); /* its events in flight keep it */
 	tb_session_free(j->session);
 	free(j->value);
 	free(j);
@@ -381,6 +391,9 @@ static void *slot_main(void *arg)
 	j->next = w->finished;
 	w->finished = j;
 	pthread_mutex_unlock(&w->lock);
+	char b = 's';
+	if (write(w->wake[1], &b, 1) < 0) { /* full: a wake-up is pending anyway */
+	}
 	return NULL;
 }
 
@@ -746,7 +759,7 @@ static void admit_waiting(worker_t *w)
 		}
 		if (rc == 0 && !spent) {
 			j->claimed_ms = now_ms();
-			j->undelivered = tb_kafka_undelivered();
+			tb_kafka_tracker_reset(j->events);
 			if (start_job(w, j, &err) == 0)
 				continue;
 			tb_err(j->key, "%s", err.msg);
@@ -921,7 +934,7 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	if (tb_fault_hit("consumer-fatal"))
 		rd_kafka_test_fatal_error(w->consumer, RD_KAFKA_RESP_ERR__FENCED,
 					  "fault point consumer-fatal");
-	if (!(j->value = malloc(m->len ? m->len : 1)))
+	if (!(j->value = malloc(m->len ? m->len : 1)) || !(j->events = tb_kafka_tracker_new()))
 		abort();
 	memcpy(j->value, m->payload, m->len);
 	j->len = m->len;
@@ -944,6 +957,22 @@ finished:
 	free_job(j);
 }
 
+/* The next message, if one is there; else sleeps until one comes, a slot
+ * finishes (the wake pipe) or 100 ms pass (heartbeats, back-offs). */
+static rd_kafka_message_t *next_message(worker_t *w)
+{
+	rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 0);
+	char buf[64];
+
+	if (m)
+		return m;
+	struct pollfd p = { w->wake[0], POLLIN, 0 };
+	if (poll(&p, 1, 100) > 0)
+		while (read(w->wake[0], buf, sizeof(buf)) > 0)
+			;
+	return rd_kafka_consumer_poll(w->consumer, 0);
+}
+
 /* Creates the consumer and subscribes it to the tasks topic. */
 static int join(worker_t *w, tb_error_t *err)
 {
@@ -960,6 +989,14 @@ static int join(worker_t *w, tb_error_t *err)
 	rd_kafka_subscribe(w->consumer, sub);
 	rd_kafka_topic_partition_list_destroy(sub);
 	w->paused = 0;
+	/* A byte on the wake pipe when the consumer's queue stops being
+	 * empty: the main loop sleeps on the pipe, so a message, and a slot
+	 * that finished, are acted on at once. */
+	rd_kafka_queue_t *q = rd_kafka_queue_get_consumer(w->consumer);
+	if (q) {
+		rd_kafka_queue_io_event_enable(q, w->wake[1], "c", 1);
+		rd_kafka_queue_destroy(q);
+	}
 	return 0;
 }
 
@@ -1010,18 +1047,15 @@ static void rejoin_if_stuck(worker_t *w)
 	}
 }
 
-/* Pauses consumption while every slot is busy or taken by a waiting task:
- * the waiting line never grows past the slots. */
+/* Pauses consumption while the waiting line is full (slots long): the
+ * line holds the next tasks, read and decoded, so a slot that frees starts
+ * one at once instead of waiting for a fetch (a resumed partition's first
+ * fetch takes hundreds of ms). Sessions hold slots while they idle, and
+ * their follow-ups come on the same partitions: reading goes on while
+ * the line has room, so they are never starved. */
 static void pace(worker_t *w)
 {
-	/* Sessions hold slots while they idle, and their follow-ups come on
-	 * the same partitions: with one running, reading stops only when the
-	 * line is full, or sessions could wait on follow-ups never read. */
-	int sessions = 0;
-	for (const job_t *r = w->running_jobs; r && !sessions; r = r->next_running)
-		sessions = r->session != NULL;
-	int full = sessions ? w->nwaiting >= w->d->cfg->slots
-			    : w->running + w->nwaiting >= w->d->cfg->slots;
+	int full = w->nwaiting >= w->d->cfg->slots;
 	rd_kafka_topic_partition_list_t *a = NULL;
 
 	if (full == w->paused || rd_kafka_assignment(w->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -1050,6 +1084,11 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	w->lease_ms = d->cfg->ledger.lease_ms ? d->cfg->ledger.lease_ms : 15000;
 	w->started_ms = now_ms();
 	pthread_mutex_init(&w->lock, NULL);
+	if (pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "worker: pipe");
+		w->wake[0] = w->wake[1] = -1;
+		goto fail;
+	}
 	if (d->cfg->slots > 64) {
 		rc = tb_error_set(err, TB_EINVAL, "slots: at most 64 in this build");
 		goto fail;
@@ -1067,7 +1106,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 
 	while (!*stop && !(max_finished && w->finished_messages >= max_finished && !w->running &&
 			   !w->nwaiting)) {
-		rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 100);
+		rd_kafka_message_t *m = next_message(w);
 		if (m) {
 			if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 				handle(w, m);
@@ -1125,10 +1164,16 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	rd_kafka_destroy(w->producer);
 	for (int p = 0; p < MAX_PARTITIONS; p++)
 		tb_watermark_free(w->marks[p]);
+	close(w->wake[0]);
+	close(w->wake[1]);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
 	return 0;
 fail:
+	if (w->wake[0] >= 0) {
+		close(w->wake[0]);
+		close(w->wake[1]);
+	}
 	pthread_mutex_destroy(&w->lock);
 	free(w);
 	return rc;

@@ -131,9 +131,40 @@ void tb_kafka_mock_free(tb_kafka_mock_t *m)
  * this process: counted by the delivery report, read by the flushes. */
 static atomic_ulong undelivered;
 
+struct tb_kafka_tracker {
+	atomic_long pending, failed, refs;
+};
+
+tb_kafka_tracker_t *tb_kafka_tracker_new(void)
+{
+	tb_kafka_tracker_t *t = calloc(1, sizeof(*t));
+	if (t)
+		atomic_store(&t->refs, 1);
+	return t;
+}
+
+void tb_kafka_tracker_release(tb_kafka_tracker_t *t)
+{
+	if (t && atomic_fetch_sub(&t->refs, 1) == 1)
+		free(t);
+}
+
+void tb_kafka_tracker_reset(tb_kafka_tracker_t *t)
+{
+	atomic_store(&t->failed, 0);
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
+	tb_kafka_tracker_t *t = m->_private;
+
 	(void)rk, (void)opaque;
+	if (t) {
+		if (m->err)
+			atomic_fetch_add(&t->failed, 1);
+		atomic_fetch_sub(&t->pending, 1);
+		tb_kafka_tracker_release(t);
+	}
 	if (!m->err)
 		return;
 	atomic_fetch_add(&undelivered, 1);
@@ -144,6 +175,50 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 uint64_t tb_kafka_undelivered(void)
 {
 	return atomic_load(&undelivered);
+}
+
+int tb_kafka_produce_tracked(rd_kafka_t *producer, const char *topic, const char *key,
+			     const void *value, size_t len, tb_kafka_tracker_t *t, tb_error_t *err)
+{
+	atomic_fetch_add(&t->refs, 1);
+	atomic_fetch_add(&t->pending, 1);
+	rd_kafka_resp_err_t e = rd_kafka_producev(
+	    producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+	    RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+	    RD_KAFKA_V_OPAQUE(t), RD_KAFKA_V_END);
+
+	if (e) {
+		atomic_fetch_sub(&t->pending, 1);
+		atomic_fetch_sub(&t->refs, 1); /* the owner still holds one */
+	}
+	if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+		return tb_error_set(err, TB_ERETRY, "produce to %s: local queue full", topic);
+	if (e)
+		return tb_error_set(err, TB_EIO, "produce to %s: %s", topic, rd_kafka_err2str(e));
+	return 0;
+}
+
+int tb_kafka_await(rd_kafka_t *producer, tb_kafka_tracker_t *t, int timeout_ms, tb_error_t *err)
+{
+	struct timespec ts;
+	char why[256];
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	int64_t until = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + timeout_ms;
+	while (atomic_load(&t->pending) > 0) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		if ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 >= until)
+			return tb_error_set(err, TB_ERETRY,
+					    "kafka: %ld messages not delivered in %d ms",
+					    (long)atomic_load(&t->pending), timeout_ms);
+		rd_kafka_poll(producer, 5); /* delivery reports, whoever's */
+	}
+	if (rd_kafka_fatal_error(producer, why, sizeof(why)))
+		return tb_error_set(err, TB_EIO, "kafka producer failed for good: %s", why);
+	if (atomic_load(&t->failed))
+		return tb_error_set(err, TB_ERETRY, "kafka: %ld messages not delivered",
+				    (long)atomic_load(&t->failed));
+	return 0;
 }
 
 int tb_kafka_flush(rd_kafka_t *producer, int timeout_ms, uint64_t since, tb_error_t *err)

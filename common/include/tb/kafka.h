@@ -17,6 +17,7 @@
 #include "tb/error.h"
 
 #include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
 
 typedef struct tb_kafka_mock tb_kafka_mock_t;
 
@@ -87,6 +88,35 @@ uint64_t tb_kafka_join_state(const rd_kafka_t *rk, char *state, size_t len);
  */
 typedef void (*tb_kafka_lag_fn)(const char *topic, const int64_t *lag, int n);
 void tb_kafka_on_lag(tb_kafka_lag_fn fn);
+
+/**
+ * Counts one sender's messages still in flight (a task's events), so it
+ * can wait for its own deliveries rather than the whole producer's (which,
+ * with other senders busy, may never be idle). Reference-counted: each
+ * message in flight holds it, so its owner may release it at any time.
+ */
+typedef struct tb_kafka_tracker tb_kafka_tracker_t;
+
+/** A new tracker, or NULL without memory. */
+tb_kafka_tracker_t *tb_kafka_tracker_new(void);
+
+/** The owner's reference: freed once no message holds it either. */
+void tb_kafka_tracker_release(tb_kafka_tracker_t *t);
+
+/** Forgets failures counted so far (a new attempt begins). */
+void tb_kafka_tracker_reset(tb_kafka_tracker_t *t);
+
+/** tb_kafka_produce(), the message counted by @p t until its delivery
+ * report. */
+int tb_kafka_produce_tracked(rd_kafka_t *producer, const char *topic, const char *key,
+			     const void *value, size_t len, tb_kafka_tracker_t *t, tb_error_t *err);
+
+/**
+ * Waits until every message @p t counted was delivered, serving delivery
+ * reports meanwhile. @return 0; TB_ERETRY when one was not delivered or
+ * @p timeout_ms passed; TB_EIO when the producer failed for good
+ */
+int tb_kafka_await(rd_kafka_t *producer, tb_kafka_tracker_t *t, int timeout_ms, tb_error_t *err);
 
 /** Forgets @p rk's join state: call before destroying it. */
 void tb_kafka_forget(const rd_kafka_t *rk);

@@ -1,0 +1,868 @@
+/*
+ * bench_worker.c: what the worker costs around a task, against the real
+ * services tests/bench/run starts (Kafka, Redis, S3), with `taskbox worker`
+ * processes of the optimised build. Suites (any of them, in one run):
+ *
+ *   task     per-task overhead, message produced -> offset committed, a
+ *            trivial agent and one judge, with 1 slot (one task at a time)
+ *            and 8 slots (waves of 8); the lifecycle phases' medians; the
+ *            baseline is the same agent and judge run directly (fork+exec)
+ *            throughput: 200 trivial tasks through one worker of 8 slots,
+ *            tasks/s and CPU seconds per task (worker and sandboxes)
+ *   events   events/s from one chatty task (100,000 events) and from 8 at
+ *            once, stamped by the worker; baseline: this process producing
+ *            the same number of same-sized messages to the same topic
+ *   fleet    1, 2 and 4 workers in one group on 8 partitions, sleep-bound
+ *            agents (1 s), 2 slots each: throughput and its ratio to one
+ *   memory   a worker's RSS idle, and per busy slot (8 sleeping agents)
+ *
+ * Usage: bench_worker --taskbox PATH [--json] [-n N] SUITE...
+ * Prints one line per figure: suite, name, unit, median, p99, baseline,
+ * ratio. Timing figures are for reading, never for asserting.
+ */
+#include "follow.h"
+
+#include "tb/config.h"
+#include "tb/json_mpack.h"
+#include "tb/kafka.h"
+#include "tb/schema_event.h"
+#include "tb/schema_task.h"
+#include "tb/store.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_TASKS 512
+#define MAX_WORKERS 4
+#define CHATTY_EVENTS 100000
+
+static const char *taskbox;
+static char root[64] = "/tmp/tb-bench-XXXXXX";
+static char trivial_url[160], chatty_url[160], sleepy_url[160];
+static char trivial_commit[64], chatty_commit[64], sleepy_commit[64];
+static int json_out, first_row = 1;
+
+/* ------------------------------------------------------------ output */
+
+static void row(const char *suite, const char *name, const char *unit, double median, double p99,
+		const char *baseline, double base)
+{
+	double ratio = base > 0 ? median / base : 0;
+	if (json_out) {
+		printf("%s\n {\"suite\": \"%s\", \"name\": \"%s\", \"unit\": \"%s\", \"median\": "
+		       "%.3f, \"p99\": %.3f",
+		       first_row ? "[" : ",", suite, name, unit, median, p99);
+		if (baseline)
+			printf(", \"baseline\": \"%s\", \"ratio\": %.2f", baseline, ratio);
+		printf("}");
+	} else {
+		printf("  %-8s %-44s %9.2f %9.2f %-7s", suite, name, median, p99, unit);
+		if (baseline)
+			printf("  %.2fx %s", ratio, baseline);
+		printf("\n");
+	}
+	first_row = 0;
+	fflush(stdout);
+}
+
+static double mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static void stats(double *t, int n, double *median, double *p99)
+{
+	if (n <= 0) {
+		*median = *p99 = 0;
+		return;
+	}
+	qsort(t, (size_t)n, sizeof(double), cmp_double);
+	*median = t[n / 2];
+	*p99 = t[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1];
+}
+
+static int sh(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------ set-up */
+
+static int write_file(const char *dir, const char *name, const char *text)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return -1;
+	fputs(text, f);
+	return fclose(f) == 0 ? 0 : -1;
+}
+
+/* A recipe repository named @p name whose agent is the sh script @p agent,
+ * with one judge that passes. */
+static int recipe(const char *name, const char *agent, char *url, char *commit)
+{
+	char dir[200], manifest[512], cmd[300];
+
+	snprintf(dir, sizeof(dir), "%s/%s", root, name);
+	snprintf(manifest, sizeof(manifest),
+		 "{\"v\": 1, \"name\": \"%s\", \"agent\": {\"command\": [\"/bin/sh\", "
+		 "\"agent.sh\"]}, \"judges\": [{\"name\": \"ok\", \"command\": [\"/bin/sh\", "
+		 "\"judge.sh\"]}]}\n",
+		 name);
+	if (mkdir(dir, 0755) < 0 || write_file(dir, "taskbox.json", manifest) < 0 ||
+	    write_file(dir, "agent.sh", agent) < 0 ||
+	    write_file(dir, "judge.sh", "echo '{\"outcome\":\"pass\"}'\n") < 0 ||
+	    sh("cd %s && git init -q . && git add -A && "
+	       "git -c user.name=b -c user.email=b@b commit -qm %s",
+	       dir, name) < 0)
+		return -1;
+	snprintf(url, 160, "file://%.150s", dir);
+	snprintf(cmd, sizeof(cmd), "cd %s && git rev-parse HEAD", dir);
+	FILE *f = popen(cmd, "r");
+	if (!f || !fgets(commit, 64, f))
+		return -1;
+	pclose(f);
+	commit[strcspn(commit, "\n")] = '\0';
+	return 0;
+}
+
+typedef struct run {
+	char name[64];
+	char tasks[96], events[96], dlq[96], group[96], prefix[96];
+	char config[MAX_WORKERS][300];
+	char log[300];
+	tb_config_t cfg; /* worker 1's, for this process's clients */
+	pid_t pids[MAX_WORKERS];
+	int nworkers;
+	rd_kafka_t *producer, *events_c, *offsets_c;
+	int np;
+} run_t;
+
+static int topics(const run_t *r)
+{
+	char errstr[256];
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_conf_set(conf, "bootstrap.servers", getenv("TASKBOX_TEST_KAFKA"), errstr,
+			  sizeof(errstr));
+	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	rd_kafka_NewTopic_t *t[3] = {
+		rd_kafka_NewTopic_new(r->tasks, 8, 1, errstr, sizeof(errstr)),
+		rd_kafka_NewTopic_new(r->events, 8, 1, errstr, sizeof(errstr)),
+		rd_kafka_NewTopic_new(r->dlq, 1, 1, errstr, sizeof(errstr)),
+	};
+	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+	rd_kafka_CreateTopics(rk, t, 3, NULL, q);
+	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
+	int rc = ev && !rd_kafka_event_error(ev) ? 0 : -1;
+	if (ev)
+		rd_kafka_event_destroy(ev);
+	for (int i = 0; i < 3; i++)
+		rd_kafka_NewTopic_destroy(t[i]);
+	rd_kafka_queue_destroy(q);
+	rd_kafka_destroy(rk);
+	return rc;
+}
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
+
+/* A producer that says where each task landed (its offset, for the
+ * commit watch); no batching delay: latency is measured. */
+static rd_kafka_t *producer_new(const char *brokers)
+{
+	char errstr[256];
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof(errstr)) ||
+	    rd_kafka_conf_set(conf, "linger.ms", "0", errstr, sizeof(errstr))) {
+		rd_kafka_conf_destroy(conf);
+		return NULL;
+	}
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	return rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+}
+
+/* The events consumer, once the new topic has leaders (10 s at most). */
+static int follow_open(run_t *r, tb_error_t *err)
+{
+	int rc = -1;
+	for (int i = 0; i < 20 && rc < 0; i++) {
+		if ((rc = tb_follow_open(&r->cfg, TB_FOLLOW_END, &r->events_c, &r->np, err)) < 0)
+			usleep(500000);
+	}
+	return rc;
+}
+
+/* A run's topics, configuration and clients; workers start later. */
+static int run_init(run_t *r, const char *name, int nworkers, int slots)
+{
+	tb_error_t err;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	snprintf(r->tasks, sizeof(r->tasks), "bench-%s-%d.tasks", name, getpid());
+	snprintf(r->events, sizeof(r->events), "bench-%s-%d.events", name, getpid());
+	snprintf(r->dlq, sizeof(r->dlq), "bench-%s-%d.dlq", name, getpid());
+	snprintf(r->group, sizeof(r->group), "bench-%s-%d", name, getpid());
+	snprintf(r->prefix, sizeof(r->prefix), "bench-%s-%d", name, getpid());
+	snprintf(r->log, sizeof(r->log), "%s/%s.log", root, name);
+	r->nworkers = nworkers;
+	if (topics(r) < 0) {
+		fprintf(stderr, "bench: cannot create the topics of %s\n", name);
+		return -1;
+	}
+	for (int k = 0; k < nworkers; k++) {
+		snprintf(r->config[k], sizeof(r->config[k]), "%s/%s-w%d.json", root, name, k + 1);
+		FILE *f = fopen(r->config[k], "w");
+		if (!f)
+			return -1;
+		fprintf(f,
+			"{\"v\": 1, \"worker_id\": \"%s-w%d\", \"slots\": %d, \"log_level\": "
+			"\"warn\",\n"
+			" \"kafka\": {\"brokers\": \"%s\", \"group\": \"%s\", \"tasks_topic\": "
+			"\"%s\", \"events_topic\": \"%s\", \"dlq_topic\": \"%s\"},\n"
+			" \"ledger\": {\"url\": \"%s\", \"prefix\": \"%s\"},\n"
+			" \"store\": {\"url\": \"s3://tb-bench-%d/%s\", \"endpoint\": \"%s\", "
+			"\"region\": \"%s\"},\n"
+			" \"runtimes_dir\": \"%s/runtimes\", \"work_dir\": \"%s/work\", "
+			"\"cache_dir\": \"%s/cache\"}\n",
+			r->prefix, k + 1, slots, getenv("TASKBOX_TEST_KAFKA"), r->group, r->tasks,
+			r->events, r->dlq, getenv("TASKBOX_TEST_REDIS"), r->prefix, getpid(), name,
+			getenv("TASKBOX_TEST_S3_ENDPOINT"), getenv("TASKBOX_TEST_S3_REGION"), root,
+			root, root);
+		fclose(f);
+	}
+	if (tb_config_load(&r->cfg, r->config[0], &err) < 0 ||
+	    (r->producer = producer_new(r->cfg.kafka.brokers)) == NULL ||
+	    follow_open(r, &err) < 0 ||
+	    tb_kafka_consumer_new(&r->offsets_c, r->cfg.kafka.brokers, r->group, NULL, NULL, NULL,
+				  NULL, &err) < 0) {
+		fprintf(stderr, "bench: %s\n", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static pid_t start_worker(run_t *r, int k)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (!freopen(r->log, "a", stderr))
+			_exit(126);
+		execl(taskbox, "taskbox", "worker", "--config", r->config[k], (char *)NULL);
+		_exit(127);
+	}
+	r->pids[k] = pid;
+	return pid;
+}
+
+static void stop_workers(run_t *r)
+{
+	for (int k = 0; k < r->nworkers; k++)
+		if (r->pids[k] > 0)
+			kill(r->pids[k], SIGTERM);
+	for (int k = 0; k < r->nworkers; k++)
+		if (r->pids[k] > 0) {
+			int status;
+			for (int i = 0; i < 300 && waitpid(r->pids[k], &status, WNOHANG) == 0; i++)
+				usleep(100000);
+			if (kill(r->pids[k], 0) == 0) {
+				kill(r->pids[k], SIGKILL);
+				waitpid(r->pids[k], &status, 0);
+			}
+			r->pids[k] = 0;
+		}
+}
+
+static void run_free(run_t *r)
+{
+	stop_workers(r);
+	if (r->events_c) {
+		rd_kafka_consumer_close(r->events_c);
+		rd_kafka_destroy(r->events_c);
+	}
+	if (r->offsets_c) {
+		rd_kafka_consumer_close(r->offsets_c);
+		rd_kafka_destroy(r->offsets_c);
+	}
+	if (r->producer)
+		rd_kafka_destroy(r->producer);
+	tb_config_free(&r->cfg);
+}
+
+/* ------------------------------------------------------------ traffic */
+
+typedef struct sent {
+	char id[64];
+	double t0; /* mono ms at produce */
+	int32_t partition;
+	int64_t offset; /* -1 until delivered */
+	double acked;   /* mono ms the acknowledged event was read, 0 before */
+	double committed;
+} sent_t;
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	sent_t *s = m->_private;
+	(void)rk, (void)opaque;
+	if (s && !m->err) {
+		s->partition = m->partition;
+		s->offset = m->offset;
+	}
+}
+
+/* Queues task @p s (its id set) of @p url at @p commit. */
+static int produce_task(run_t *r, sent_t *s, const char *url, const char *commit)
+{
+	tb_task_t t = { 0 };
+	msgpack_sbuffer sb;
+	tb_error_t err;
+
+	t.id = s->id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = (char *)url;
+	t.recipe.commit = (char *)commit, t.prompt = (char *)"go";
+	t.runtime = (char *)"bench", t.submitted_at = wall_ms();
+	msgpack_sbuffer_init(&sb);
+	int rc = tb_msg_encode(&sb, &tb_schema_task, &t, &err);
+	s->offset = -1;
+	s->acked = s->committed = 0;
+	s->t0 = mono_ms();
+	if (rc == 0 && rd_kafka_producev(r->producer, RD_KAFKA_V_TOPIC(r->tasks),
+					 RD_KAFKA_V_KEY(s->id, strlen(s->id)),
+					 RD_KAFKA_V_VALUE(sb.data, sb.size),
+					 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+					 RD_KAFKA_V_OPAQUE(s), RD_KAFKA_V_END))
+		rc = -1;
+	msgpack_sbuffer_destroy(&sb);
+	return rc;
+}
+
+typedef struct phases {
+	double ms[16][MAX_TASKS];
+	int n[16];
+} phases_t;
+
+static const char *const phase_names[] = { "claimed",  "prepared",  "running",
+					   "settled",  "collected", "judged",
+					   "recorded", "torn-down", "acknowledged" };
+#define NPHASES (sizeof(phase_names) / sizeof(phase_names[0]))
+
+/* Reads events until every task of @p s is acknowledged (or @p secs
+ * pass); notes phase durations into @p ph (may be NULL). */
+static int await_acks(run_t *r, sent_t *s, int n, phases_t *ph, int secs)
+{
+	int left = 0;
+	for (int i = 0; i < n; i++)
+		left += s[i].acked == 0;
+	double until = mono_ms() + secs * 1000.0;
+	while (left > 0 && mono_ms() < until) {
+		rd_kafka_poll(r->producer, 0);
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(r->events_c, 50);
+		tb_event_t ev;
+		tb_error_t err;
+		if (!m)
+			continue;
+		if (m->err || tb_msg_decode(&tb_schema_event, &ev, m->payload, m->len, &err) < 0) {
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		double now = mono_ms();
+		if (ev.type == TB_EV_PHASE) {
+			json_t *p = NULL;
+			if (tb_mpack_to_json(&p, ev.payload.data, ev.payload.len, &err) == 0) {
+				const char *name = json_string_value(json_object_get(p, "phase"));
+				double d =
+				    (double)json_integer_value(json_object_get(p, "duration_ms"));
+				for (size_t k = 0; ph && name && k < NPHASES; k++)
+					if (!strcmp(name, phase_names[k]) && ph->n[k] < MAX_TASKS)
+						ph->ms[k][ph->n[k]++] = d;
+				if (name && !strcmp(name, "acknowledged"))
+					for (int i = 0; i < n; i++)
+						if (!s[i].acked && !strcmp(s[i].id, ev.task_id)) {
+							s[i].acked = now;
+							left--;
+						}
+			}
+			json_decref(p);
+		}
+		tb_msg_free(&tb_schema_event, &ev);
+		rd_kafka_message_destroy(m);
+	}
+	return left == 0 ? 0 : -1;
+}
+
+/* Polls the group's committed offsets until each task's is past it. */
+static int await_commits(run_t *r, sent_t *s, int n, int secs)
+{
+	double until = mono_ms() + secs * 1000.0;
+	int left = n;
+	while (left > 0 && mono_ms() < until) {
+		rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
+		for (int p = 0; p < 8; p++)
+			rd_kafka_topic_partition_list_add(l, r->tasks, p);
+		if (rd_kafka_committed(r->offsets_c, l, 5000) == 0) {
+			double now = mono_ms();
+			for (int i = 0; i < n; i++)
+				if (!s[i].committed && s[i].offset >= 0 &&
+				    s[i].partition < l->cnt &&
+				    l->elems[s[i].partition].offset > s[i].offset) {
+					s[i].committed = now;
+					left--;
+				}
+		}
+		rd_kafka_topic_partition_list_destroy(l);
+		if (left)
+			usleep(2000);
+	}
+	return left == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------ suites */
+
+/* User + system CPU of @p pid and of its reaped children, in seconds. */
+static double cpu_seconds(pid_t pid)
+{
+	char path[64], buf[2048];
+	unsigned long long v[4] = { 0 };
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f && fgets(buf, sizeof(buf), f)) {
+		char *p = strrchr(buf, ')');
+		if (p)
+			sscanf(p + 2,
+			       "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
+			       &v[0], &v[1], &v[2], &v[3]);
+	}
+	if (f)
+		fclose(f);
+	return (double)(v[0] + v[1] + v[2] + v[3]) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The trivial agent and its judge, run directly: the floor. */
+static double direct_run(int n, double *p99)
+{
+	double t[256];
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s/trivial && echo '{\"type\":\"prompt\",\"turn\":1,\"text\":\"go\"}' | "
+		 "/bin/sh agent.sh 3>/dev/null && /bin/sh judge.sh >/dev/null",
+		 root);
+	if (n > 256)
+		n = 256;
+	for (int i = 0; i < n; i++) {
+		double t0 = mono_ms();
+		if (sh("%s", cmd) < 0)
+			return 0;
+		t[i] = mono_ms() - t0;
+	}
+	double median;
+	stats(t, n, &median, p99);
+	return median;
+}
+
+static int suite_task(int n)
+{
+	static sent_t s[MAX_TASKS];
+	static phases_t ph;
+	double lat[MAX_TASKS], ack[MAX_TASKS], med, p99, base_p99;
+	run_t r;
+
+	if (n > MAX_TASKS)
+		n = MAX_TASKS;
+	double base = direct_run(n, &base_p99);
+	if (run_init(&r, "task1", 1, 1) < 0)
+		return -1;
+	start_worker(&r, 0);
+	/* warm-up: the group joined, the recipe cloned into the cache */
+	for (int i = 0; i < 3; i++) {
+		snprintf(s[0].id, sizeof(s[0].id), "warm-%d", i);
+		produce_task(&r, &s[0], trivial_url, trivial_commit);
+		if (await_acks(&r, s, 1, NULL, 120) < 0) {
+			fprintf(stderr, "bench task: no worker answered (log %s)\n", r.log);
+			run_free(&r);
+			return -1;
+		}
+	}
+	memset(&ph, 0, sizeof(ph));
+	for (int i = 0; i < n; i++) {
+		snprintf(s[i].id, sizeof(s[i].id), "one-%d", i);
+		produce_task(&r, &s[i], trivial_url, trivial_commit);
+		rd_kafka_flush(r.producer, 10000);
+		if (await_acks(&r, &s[i], 1, &ph, 60) < 0 || await_commits(&r, &s[i], 1, 30) < 0) {
+			fprintf(stderr, "bench task: task %d not done\n", i);
+			break;
+		}
+		lat[i] = s[i].committed - s[i].t0;
+		ack[i] = s[i].acked - s[i].t0;
+	}
+	stats(lat, n, &med, &p99);
+	row("task", "overhead, 1 slot: produced -> committed", "ms", med, p99, "agent+judge direct",
+	    base);
+	stats(ack, n, &med, &p99);
+	row("task", "1 slot: produced -> acknowledged event", "ms", med, p99, NULL, 0);
+	for (size_t k = 0; k < NPHASES; k++) {
+		char name[64];
+		stats(ph.ms[k], ph.n[k], &med, &p99);
+		snprintf(name, sizeof(name), "  phase %s (time to reach it)", phase_names[k]);
+		row("task", name, "ms", med, p99, NULL, 0);
+	}
+	run_free(&r);
+
+	/* 8 slots: waves of 8, each task's latency */
+	memset(&ph, 0, sizeof(ph));
+	if (run_init(&r, "task8", 1, 8) < 0)
+		return -1;
+	start_worker(&r, 0);
+	snprintf(s[0].id, sizeof(s[0].id), "warm8");
+	produce_task(&r, &s[0], trivial_url, trivial_commit);
+	await_acks(&r, s, 1, NULL, 120);
+	int waves = n / 8 > 0 ? n / 8 : 1, k = 0;
+	for (int w = 0; w < waves; w++) {
+		for (int i = 0; i < 8; i++) {
+			snprintf(s[w * 8 + i].id, sizeof(s[0].id), "eight-%d-%d", w, i);
+			produce_task(&r, &s[w * 8 + i], trivial_url, trivial_commit);
+		}
+		rd_kafka_flush(r.producer, 10000);
+		if (await_acks(&r, &s[w * 8], 8, &ph, 120) < 0 ||
+		    await_commits(&r, &s[w * 8], 8, 60) < 0)
+			break;
+		for (int i = 0; i < 8; i++, k++)
+			lat[k] = s[w * 8 + i].committed - s[w * 8 + i].t0;
+	}
+	stats(lat, k, &med, &p99);
+	row("task", "overhead, 8 slots (waves of 8): produced -> committed", "ms", med, p99,
+	    "agent+judge direct", base);
+	for (size_t q = 0; q < NPHASES; q++) {
+		char name[64];
+		stats(ph.ms[q], ph.n[q], &med, &p99);
+		snprintf(name, sizeof(name), "  8 slots: phase %s", phase_names[q]);
+		row("task", name, "ms", med, p99, NULL, 0);
+	}
+
+	/* throughput: 200 at once through the same worker */
+	int total = 200;
+	double cpu0 = cpu_seconds(r.pids[0]), t0 = mono_ms();
+	for (int i = 0; i < total; i++) {
+		snprintf(s[i].id, sizeof(s[0].id), "bulk-%d", i);
+		produce_task(&r, &s[i], trivial_url, trivial_commit);
+	}
+	rd_kafka_flush(r.producer, 10000);
+	int ok = await_acks(&r, s, total, NULL, 600) == 0;
+	double secs = (mono_ms() - t0) / 1000, cpu = cpu_seconds(r.pids[0]) - cpu0;
+	if (ok) {
+		row("task", "throughput, 1 worker, 8 slots (200 tasks)", "tasks/s", total / secs,
+		    total / secs, "target 100/s", 100);
+		row("task", "CPU per task (worker + sandboxes)", "ms", cpu * 1000 / total,
+		    cpu * 1000 / total, NULL, 0);
+	} else {
+		fprintf(stderr, "bench task: the 200 tasks did not all finish (log %s)\n", r.log);
+	}
+	run_free(&r);
+	return 0;
+}
+
+/* Produces @p n messages like a chatty task's events, from here: how fast
+ * the same cluster takes them without a worker. events/s */
+static double raw_produce_rate(run_t *r, int n, size_t size)
+{
+	char *payload = malloc(size);
+	memset(payload, 'x', size);
+	double t0 = mono_ms();
+	for (int i = 0; i < n; i++) {
+		while (rd_kafka_producev(r->producer, RD_KAFKA_V_TOPIC(r->events),
+					 RD_KAFKA_V_KEY("raw", 3), RD_KAFKA_V_VALUE(payload, size),
+					 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+					 RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+			rd_kafka_poll(r->producer, 10);
+	}
+	rd_kafka_flush(r->producer, 60000);
+	double secs = (mono_ms() - t0) / 1000;
+	free(payload);
+	return n / secs;
+}
+
+/* Reads the events topic until @p want chatty events of @p ntasks tasks
+ * came; events/s from their worker stamps (first to last), per task and
+ * for all. */
+static int chatty_rates(run_t *r, int ntasks, int want, double *per_task, double *all, size_t *size)
+{
+	uint64_t first[8] = { 0 }, last[8] = { 0 }, lo = 0, hi = 0;
+	char ids[8][64] = { "" };
+	int count[8] = { 0 }, got = 0;
+	double until = mono_ms() + 300000;
+
+	while (got < want && mono_ms() < until) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(r->events_c, 100);
+		tb_event_t ev;
+		tb_error_t err;
+		if (!m)
+			continue;
+		if (!m->err &&
+		    tb_msg_decode(&tb_schema_event, &ev, m->payload, m->len, &err) == 0) {
+			if (ev.type == TB_EV_THOUGHT) {
+				int k = 0;
+				while (k < ntasks && ids[k][0] && strcmp(ids[k], ev.task_id))
+					k++;
+				if (k < ntasks) {
+					if (!ids[k][0])
+						snprintf(ids[k], sizeof(ids[k]), "%s", ev.task_id);
+					first[k] = first[k] ? first[k] : ev.ts;
+					last[k] = ev.ts;
+					count[k]++;
+					lo = lo && lo < ev.ts ? lo : ev.ts;
+					hi = hi > ev.ts ? hi : ev.ts;
+					*size = m->len;
+					got++;
+				}
+			}
+			tb_msg_free(&tb_schema_event, &ev);
+		}
+		rd_kafka_message_destroy(m);
+	}
+	double sum = 0;
+	for (int k = 0; k < ntasks; k++)
+		sum += last[k] > first[k] ? count[k] * 1000.0 / (double)(last[k] - first[k]) : 0;
+	*per_task = sum / ntasks;
+	*all = hi > lo ? got * 1000.0 / (double)(hi - lo) : 0;
+	return got == want ? 0 : -1;
+}
+
+static int suite_events(void)
+{
+	static sent_t s[8];
+	double per, all;
+	size_t size = 0;
+	run_t r;
+
+	if (run_init(&r, "events", 1, 8) < 0)
+		return -1;
+	start_worker(&r, 0);
+	snprintf(s[0].id, sizeof(s[0].id), "warm");
+	produce_task(&r, &s[0], trivial_url, trivial_commit);
+	if (await_acks(&r, s, 1, NULL, 120) < 0) {
+		fprintf(stderr, "bench events: no worker answered (log %s)\n", r.log);
+		run_free(&r);
+		return -1;
+	}
+	snprintf(s[0].id, sizeof(s[0].id), "chatty-1");
+	produce_task(&r, &s[0], chatty_url, chatty_commit);
+	rd_kafka_flush(r.producer, 10000);
+	if (chatty_rates(&r, 1, CHATTY_EVENTS, &per, &all, &size) == 0) {
+		double raw = raw_produce_rate(&r, CHATTY_EVENTS, size);
+		row("events", "one chatty task (100,000 events)", "ev/s", per, per, "raw producer",
+		    raw);
+	} else {
+		fprintf(stderr,
+			"bench events: the chatty task's events did not all come (log %s)\n",
+			r.log);
+	}
+	await_acks(&r, s, 1, NULL, 120);
+	for (int i = 0; i < 8; i++) {
+		snprintf(s[i].id, sizeof(s[i].id), "chatty-8-%d", i);
+		produce_task(&r, &s[i], chatty_url, chatty_commit);
+	}
+	rd_kafka_flush(r.producer, 10000);
+	if (chatty_rates(&r, 8, 8 * CHATTY_EVENTS, &per, &all, &size) == 0) {
+		row("events", "8 chatty tasks at once: all together", "ev/s", all, all, NULL, 0);
+		row("events", "8 chatty tasks at once: per task", "ev/s", per, per, NULL, 0);
+	}
+	run_free(&r);
+	return 0;
+}
+
+/* 48 sleep-bound tasks through @p k workers of 2 slots: tasks/s. */
+static double fleet_rate(int k)
+{
+	static sent_t s[48];
+	char name[32];
+	run_t r;
+
+	snprintf(name, sizeof(name), "fleet%d", k);
+	if (run_init(&r, name, k, 2) < 0)
+		return 0;
+	for (int i = 0; i < k; i++)
+		start_worker(&r, i);
+	/* every worker in the group and warm: one task per slot, then a pause */
+	for (int i = 0; i < 2 * k; i++) {
+		snprintf(s[i].id, sizeof(s[i].id), "warm-%d", i);
+		produce_task(&r, &s[i], trivial_url, trivial_commit);
+	}
+	rd_kafka_flush(r.producer, 10000);
+	await_acks(&r, s, 2 * k, NULL, 120);
+	sleep(5);
+	double t0 = mono_ms();
+	for (int i = 0; i < 48; i++) {
+		snprintf(s[i].id, sizeof(s[i].id), "sleepy-%d", i);
+		produce_task(&r, &s[i], sleepy_url, sleepy_commit);
+	}
+	rd_kafka_flush(r.producer, 10000);
+	int ok = await_acks(&r, s, 48, NULL, 300) == 0;
+	double secs = (mono_ms() - t0) / 1000;
+	run_free(&r);
+	return ok ? 48 / secs : 0;
+}
+
+static int suite_fleet(void)
+{
+	double one = fleet_rate(1);
+	if (!one) {
+		fprintf(stderr, "bench fleet: one worker did not finish\n");
+		return -1;
+	}
+	row("fleet", "1 worker, 2 slots, 1 s agents", "tasks/s", one, one, NULL, 0);
+	for (int k = 2; k <= 4; k *= 2) {
+		char name[64];
+		double rate = fleet_rate(k);
+		snprintf(name, sizeof(name), "%d workers, 2 slots each", k);
+		row("fleet", name, "tasks/s", rate, rate, "1 worker", one);
+	}
+	return 0;
+}
+
+static double rss_mib(pid_t pid)
+{
+	char path[64], line[256];
+	double kib = 0;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "VmRSS:", 6))
+			kib = strtod(line + 6, NULL);
+	if (f)
+		fclose(f);
+	return kib / 1024;
+}
+
+static int suite_memory(void)
+{
+	static sent_t s[8];
+	run_t r;
+
+	if (run_init(&r, "memory", 1, 8) < 0)
+		return -1;
+	start_worker(&r, 0);
+	snprintf(s[0].id, sizeof(s[0].id), "warm");
+	produce_task(&r, &s[0], trivial_url, trivial_commit);
+	if (await_acks(&r, s, 1, NULL, 120) < 0) {
+		run_free(&r);
+		return -1;
+	}
+	sleep(2);
+	double idle = rss_mib(r.pids[0]);
+	for (int i = 0; i < 8; i++) {
+		snprintf(s[i].id, sizeof(s[i].id), "busy-%d", i);
+		produce_task(&r, &s[i], sleepy_url, sleepy_commit);
+	}
+	rd_kafka_flush(r.producer, 10000);
+	usleep(700000); /* all eight running their 1 s agents */
+	double busy = rss_mib(r.pids[0]);
+	await_acks(&r, s, 8, NULL, 120);
+	row("memory", "worker RSS, idle (8 slots)", "MiB", idle, idle, "target 30 MiB", 30);
+	row("memory", "worker RSS per busy slot", "MiB", (busy - idle) / 8, (busy - idle) / 8,
+	    "target 1 MiB", 1);
+	run_free(&r);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *suites[8];
+	int nsuites = 0, n = 40;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			json_out = 1;
+		else if (!strcmp(argv[i], "--taskbox") && i + 1 < argc)
+			taskbox = argv[++i];
+		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+			n = (int)strtol(argv[++i], NULL, 10);
+		else if (nsuites < 8)
+			suites[nsuites++] = argv[i];
+	}
+	if (!taskbox || !nsuites || !getenv("TASKBOX_TEST_KAFKA")) {
+		fprintf(stderr, "usage: bench_worker --taskbox PATH [--json] [-n N] "
+				"task|events|fleet|memory ...\n(with TASKBOX_TEST_* from "
+				"deploy/local/services env)\n");
+		return 2;
+	}
+	setenv("AWS_ACCESS_KEY_ID", getenv("TASKBOX_TEST_S3_ACCESS_KEY"), 1);
+	setenv("AWS_SECRET_ACCESS_KEY", getenv("TASKBOX_TEST_S3_SECRET_KEY"), 1);
+	if (!mkdtemp(root) || chmod(root, 0711) < 0)
+		return 1;
+	char spec[512], bucket[64];
+	tb_store_config_t scfg = { 0 };
+	tb_store_t *store;
+	tb_error_t err;
+	snprintf(bucket, sizeof(bucket), "s3://tb-bench-%d", getpid());
+	scfg.url = bucket, scfg.endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT");
+	scfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	if (tb_store_open(&store, &scfg, &err) < 0 || tb_store_create_bucket(store, &err) < 0) {
+		fprintf(stderr, "bench: %s\n", err.msg);
+		return 1;
+	}
+	tb_store_close(store);
+	snprintf(spec, sizeof(spec),
+		 "read -r p\nyes '{\"type\":\"thought\",\"text\":\"x\"}' | head -n %d >&3\n",
+		 CHATTY_EVENTS);
+	/* a runtime whose event cap does not pace the chatty agent */
+	if (recipe("trivial",
+		   "read -r p\necho '{\"type\":\"message\",\"role\":\"assistant\",\"text\":"
+		   "\"ok\"}' >&3\n",
+		   trivial_url, trivial_commit) < 0 ||
+	    recipe("chatty", spec, chatty_url, chatty_commit) < 0 ||
+	    recipe("sleepy", "read -r p\nsleep 1\n", sleepy_url, sleepy_commit) < 0 ||
+	    sh("mkdir -p %s/runtimes && sed -e 's/\"name\": \"default\"/\"name\": \"bench\"/' "
+	       "-e 's/\"max_events_per_second\": [0-9]*/\"max_events_per_second\": 1000000/' "
+	       "%s > %s/runtimes/bench.json",
+	       root, TB_RUNTIME_EXAMPLE, root) < 0) {
+		fprintf(stderr, "bench: cannot make the recipes in %s\n", root);
+		return 1;
+	}
+	if (!json_out) {
+		printf("worker benchmarks (Kafka %s, Redis, S3 %s)\n", getenv("TASKBOX_TEST_KAFKA"),
+		       getenv("TASKBOX_TEST_S3_ENDPOINT"));
+		printf("  %-8s %-44s %9s %9s %-7s  %s\n", "suite", "figure", "median", "p99",
+		       "unit", "ratio to baseline");
+	}
+	int rc = 0;
+	for (int i = 0; i < nsuites; i++) {
+		int got = !strcmp(suites[i], "task")     ? suite_task(n)
+			  : !strcmp(suites[i], "events") ? suite_events()
+			  : !strcmp(suites[i], "fleet")  ? suite_fleet()
+			  : !strcmp(suites[i], "memory")
+			      ? suite_memory()
+			      : (fprintf(stderr, "bench: unknown suite %s\n", suites[i]), -1);
+		rc |= got < 0;
+	}
+	if (json_out)
+		printf("%s\n", first_row ? "[]" : "\n]");
+	sh("rm -rf %s", root);
+	return rc;
+}
