@@ -5,6 +5,7 @@
  */
 #include "egress.h"
 
+#include "agent_events.h"
 #include "metrics.h"
 #include "proxy.h"
 #include "task_token.h"
@@ -15,6 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define HELD_MAX 16 /* statuses summarised at once; more are dropped */
+
+/* Requests with one status that found no room in the event rate: one
+ * event for all of them, when there is room or at the end. */
+typedef struct held {
+	int status;
+	uint64_t count, bytes_in, bytes_out, duration_ms;
+	json_t *last; /* the latest one's payload */
+} held_t;
+
 struct tb_egress {
 	tb_proxy_t *proxy;
 	const tb_runtime_t *rt;
@@ -22,6 +33,8 @@ struct tb_egress {
 	pthread_mutex_t lock;
 	json_t *queue; /* payloads waiting for the lifecycle's thread */
 	uint64_t dropped;
+	held_t held[HELD_MAX]; /* the lifecycle's thread only */
+	size_t nheld;
 };
 
 /* The worker's token key, made once and held in memory only. */
@@ -96,20 +109,28 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, c
 fail:
 	tb_error_prefix(err, "egress");
 	tb_egress_free(e);
+	/* Bad input (a task id no token can carry, a bad configuration) fails
+	 * every attempt alike: poison, not a platform failure to retry. */
+	if (rc == TB_EINVAL)
+		return err->code = TB_EPOISON;
 	return rc == TB_ENOMEM ? rc : (err->code = TB_EIO);
 }
 
 int tb_egress_env(const tb_egress_t *e, char **envp, int n, int cap)
 {
-	char url[64];
+	char url[64], proxy[TB_TASK_TOKEN_MAX + 80];
 
 	if (!e)
 		return n;
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d", TB_EGRESS_PORT);
+	/* The token as the proxy's password: standard clients send it
+	 * (Proxy-Authorization: Basic) with HTTP_PROXY alone. Its characters
+	 * (base64url and '.') need no escaping in a URL. */
+	snprintf(proxy, sizeof(proxy), "http://taskbox:%s@127.0.0.1:%d", e->token, TB_EGRESS_PORT);
 	const char *fixed[][2] = {
 		{ "TASKBOX_TOKEN", e->token },
-		{ "HTTP_PROXY", url },
-		{ "http_proxy", url },
+		{ "HTTP_PROXY", proxy },
+		{ "http_proxy", proxy },
 		{ "NO_PROXY", "127.0.0.1,localhost" },
 		{ "no_proxy", "127.0.0.1,localhost" },
 	};
@@ -128,10 +149,56 @@ int tb_egress_env(const tb_egress_t *e, char **envp, int n, int cap)
 		if (asprintf(&envp[n++], "TASKBOX_ENDPOINT_%s=%s/%s", name, url, eps[i].name) < 0)
 			abort();
 	}
+	OPENSSL_cleanse(proxy, sizeof(proxy));
 	return n;
 }
 
-uint64_t tb_egress_drain(tb_egress_t *e, void (*fn)(void *ud, json_t *payload), void *ud)
+/* Folds @p v into the summary for its status; 0, or -1 when there is no
+ * room for another status. */
+static int hold(tb_egress_t *e, json_t *v)
+{
+	int status = (int)json_integer_value(json_object_get(v, "status"));
+	held_t *h = NULL;
+
+	for (size_t i = 0; i < e->nheld && !h; i++)
+		if (e->held[i].status == status)
+			h = &e->held[i];
+	if (!h) {
+		if (e->nheld == HELD_MAX)
+			return -1;
+		h = &e->held[e->nheld++];
+		*h = (held_t){ .status = status };
+	}
+	h->count++;
+	h->bytes_in += (uint64_t)json_integer_value(json_object_get(v, "bytes_in"));
+	h->bytes_out += (uint64_t)json_integer_value(json_object_get(v, "bytes_out"));
+	h->duration_ms += (uint64_t)json_integer_value(json_object_get(v, "duration_ms"));
+	json_decref(h->last);
+	h->last = json_incref(v);
+	return 0;
+}
+
+/* Hands the oldest summary on (as its one record when it holds one). */
+static void release_first(tb_egress_t *e, void (*fn)(void *ud, json_t *payload), void *ud)
+{
+	held_t h = e->held[0];
+	json_t *p = h.count > 1 ? json_deep_copy(h.last) : json_incref(h.last);
+
+	memmove(e->held, e->held + 1, (e->nheld - 1) * sizeof(held_t));
+	e->nheld--;
+	json_decref(h.last);
+	if (p && h.count > 1) {
+		json_object_set_new(p, "count", json_integer((json_int_t)h.count));
+		json_object_set_new(p, "bytes_in", json_integer((json_int_t)h.bytes_in));
+		json_object_set_new(p, "bytes_out", json_integer((json_int_t)h.bytes_out));
+		json_object_set_new(p, "duration_ms", json_integer((json_int_t)h.duration_ms));
+	}
+	if (p)
+		fn(ud, p);
+}
+
+uint64_t tb_egress_drain(tb_egress_t *e, tb_rate_t *rate, uint64_t now_ms, int last,
+			 void (*fn)(void *ud, json_t *payload), void *ud)
 {
 	json_t *batch = NULL, *v;
 	uint64_t dropped;
@@ -147,8 +214,20 @@ uint64_t tb_egress_drain(tb_egress_t *e, void (*fn)(void *ud, json_t *payload), 
 	dropped = e->dropped;
 	e->dropped = 0;
 	pthread_mutex_unlock(&e->lock);
-	json_array_foreach(batch, i, v) fn(ud, json_incref(v));
+	/* Oldest first: the summaries waiting, then the new records, each
+	 * while the rate has room; what finds none is summarised. */
+	while (e->nheld && (!rate || tb_rate_take(rate, now_ms) == 0))
+		release_first(e, fn, ud);
+	json_array_foreach(batch, i, v)
+	{
+		if (!e->nheld && (!rate || tb_rate_take(rate, now_ms) == 0))
+			fn(ud, json_incref(v));
+		else if (hold(e, v) < 0)
+			dropped++;
+	}
 	json_decref(batch);
+	while (last && e->nheld)
+		release_first(e, fn, ud);
 	return dropped;
 }
 
@@ -167,6 +246,8 @@ void tb_egress_free(tb_egress_t *e)
 	tb_egress_stop(e);
 	OPENSSL_cleanse(e->token, sizeof(e->token));
 	json_decref(e->queue);
+	for (size_t i = 0; i < e->nheld; i++)
+		json_decref(e->held[i].last);
 	pthread_mutex_destroy(&e->lock);
 	free(e);
 }

@@ -14,6 +14,7 @@
 #ifndef TB_EGRESS_H
 #define TB_EGRESS_H
 
+#include "agent_events.h"
 #include "tb/error.h"
 #include "tb/runtime.h"
 
@@ -32,14 +33,18 @@ typedef struct tb_egress tb_egress_t;
  * @p rt's endpoints (which must outlive it). A runtime that allows no
  * endpoint gets no proxy: @p out is set to NULL and 0 returned.
  * @param[out] out released with tb_egress_free()
- * @return 0; TB_EIO (with the step) when the proxy cannot start
+ * @return 0; TB_EPOISON when no attempt could start it (a task id no
+ *         token can carry, a bad configuration); TB_ENOMEM; TB_EIO (with
+ *         the step) when the proxy cannot start here and now
  */
 int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, const char *task_id,
 		    uint64_t attempt, uint64_t expires_ms, tb_error_t *err);
 
 /**
  * Adds the agent's variables to @p envp (each malloc'd "NAME=value", freed
- * by the caller): TASKBOX_TOKEN, HTTP_PROXY and http_proxy, NO_PROXY and
+ * by the caller): TASKBOX_TOKEN, HTTP_PROXY and http_proxy
+ * (http://taskbox:<token>@127.0.0.1:<port>: the token as the proxy's
+ * password, so standard clients need nothing else), NO_PROXY and
  * no_proxy (the proxy's own address, so its binding URLs are not sent
  * through it as a forward proxy), and TASKBOX_ENDPOINT_<NAME> =
  * http://127.0.0.1:<port>/<name> per endpoint (the name upper-cased,
@@ -50,13 +55,21 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, c
 int tb_egress_env(const tb_egress_t *e, char **envp, int n, int cap);
 
 /**
- * Hands each queued audit record to @p fn as an "egress" event payload
- * (a JSON object: method, host, path, status, bytes_in, bytes_out,
- * duration_ms, and endpoint and reason when known; @p fn owns it).
- * @return how many records were dropped since the last call because the
- *         queue was full
+ * Hands queued audit records to @p fn as "egress" event payloads (a JSON
+ * object: method, host, path, status, bytes_in, bytes_out, duration_ms,
+ * and endpoint and reason when known; @p fn owns it), each taking a token
+ * from @p rate (the run's event pacing, shared with the agent's own
+ * events; NULL: no pacing) without waiting. Records that find no token
+ * are summarised, one payload per status: the latest record's, with
+ * "count" and the bytes and durations summed; summaries go out first as
+ * tokens come, and all of them when @p last (the proxy is stopped). So a
+ * loop of requests costs the events topic no more than the runtime's
+ * agent.max_events_per_second, and no request goes uncounted.
+ * @return how many records were dropped since the last call: the queue
+ *         was full, or over 16 statuses waited to be summarised
  */
-uint64_t tb_egress_drain(tb_egress_t *e, void (*fn)(void *ud, json_t *payload), void *ud);
+uint64_t tb_egress_drain(tb_egress_t *e, tb_rate_t *rate, uint64_t now_ms, int last,
+			 void (*fn)(void *ud, json_t *payload), void *ud);
 
 /** Stops the proxy: every connection closed, every thread joined. The
  * queue stays for a last tb_egress_drain(). NULL is fine. */

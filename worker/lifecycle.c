@@ -193,10 +193,14 @@ static void emit_egress(void *ud, json_t *payload)
 	emit_json(ud, TB_EV_EGRESS, payload);
 }
 
-static void egress_flush(run_t *r, const char *phase_name)
+/* Paced by the run's event rate, as the agent's events are (a loop of
+ * refused requests must not flood the events topic); what finds no room
+ * is summarised per status (tb_egress_drain). @p last: the proxy is
+ * stopped, every summary goes out now. */
+static void egress_flush(run_t *r, const char *phase_name, int last)
 {
 	char why[128];
-	uint64_t dropped = tb_egress_drain(r->egress, emit_egress, r);
+	uint64_t dropped = tb_egress_drain(r->egress, &r->rate, wall_ms(), last, emit_egress, r);
 	if (dropped) {
 		snprintf(why, sizeof(why), "%llu egress records dropped: over %d waiting",
 			 (unsigned long long)dropped, TB_EGRESS_QUEUE_MAX);
@@ -568,7 +572,7 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 		}
 		if (interactive)
 			drive_turns(r, &t, (p[2].revents & POLLIN) != 0);
-		egress_flush(r, "running");
+		egress_flush(r, "running", 0);
 		rc = tb_sandbox_wait(r->sb, id, eof ? 1000 : 0, end, err);
 		if (rc == 0)
 			break;
@@ -793,7 +797,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	/* The agent and everything it started are gone: so is its way out,
 	 * and its last egress records are events before it settles. */
 	tb_egress_stop(r.egress);
-	egress_flush(&r, "running");
+	egress_flush(&r, "running", 1);
 	if (rc < 0) {
 		error_event(&r, rc, "running", err->msg);
 		goto done;
@@ -904,7 +908,7 @@ done:
 	 * it is logged, and the worker's sweep removes what is left. The
 	 * proxy goes before the sandbox (already, when the agent ran). */
 	tb_egress_stop(r.egress);
-	egress_flush(&r, "torn-down");
+	egress_flush(&r, "torn-down", 1);
 	tb_egress_free(r.egress);
 	r.egress = NULL;
 	if (r.sb) {

@@ -40,6 +40,7 @@
 #define RESP_HEAD_MAX (64 << 10) /* the upstream's response headers */
 #define MASK_MIN 8               /* shorter secrets are not masked */
 #define LINGER_MS 500            /* reading what a refused client still sends */
+#define B64 "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 typedef struct secret {
 	char *value;    /* rendered header or query value; NULL: none or unreadable */
@@ -98,7 +99,9 @@ typedef struct exchange {
 	long status;
 	char *rhead; /* the upstream's headers to pass on */
 	size_t rlen;
-	char rlength[24]; /* its Content-Length, "" when none */
+	char rlength[24];    /* its Content-Length, "" when none */
+	int rchunked;        /* it sent Transfer-Encoding: its Content-Length is void */
+	const char *framing; /* why its framing was refused, or NULL */
 	int head_sent, resp_chunked, resp_nobody, client_err;
 	uint64_t bytes_in;
 } exchange_t;
@@ -140,6 +143,7 @@ static const char *reason_phrase(long status)
 		{ 403, "Forbidden" },
 		{ 404, "Not Found" },
 		{ 405, "Method Not Allowed" },
+		{ 407, "Proxy Authentication Required" },
 		{ 408, "Request Timeout" },
 		{ 409, "Conflict" },
 		{ 413, "Content Too Large" },
@@ -283,14 +287,14 @@ static void safe_path(char *out, size_t cap, const char *target)
 /* Answers with @p status and @p reason, then closes gently: what the
  * client is still sending is read for a moment, so that closing with
  * unread data (which sends a reset) does not destroy the answer. */
-static void refuse(conn_t *c, int status, const char *reason)
+static void refuse_with(conn_t *c, int status, const char *reason, const char *extra)
 {
 	char head[512], body[700];
 	int bl = snprintf(body, sizeof(body), "taskbox proxy: %.600s\n", reason);
 	int hl = snprintf(head, sizeof(head),
 			  "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
-			  "Content-Length: %d\r\nConnection: close\r\n\r\n",
-			  status, reason_phrase(status), bl);
+			  "%sContent-Length: %d\r\nConnection: close\r\n\r\n",
+			  status, reason_phrase(status), extra ? extra : "", bl);
 	struct iovec iov[2] = { { head, (size_t)hl }, { body, (size_t)bl } };
 	unsigned t = c->p->conf.io_timeout_ms < 5000 ? c->p->conf.io_timeout_ms : 5000;
 
@@ -306,6 +310,11 @@ static void refuse(conn_t *c, int status, const char *reason)
 		drained += (size_t)n;
 	}
 	c->off = c->have = 0;
+}
+
+static void refuse(conn_t *c, int status, const char *reason)
+{
+	refuse_with(c, status, reason, NULL);
 }
 
 /* ----------------------------------------------------------- masking */
@@ -373,6 +382,11 @@ static int send_resp_head(exchange_t *x)
 	int ll;
 
 	x->resp_nobody = x->is_head || x->status == 204 || x->status == 304;
+	/* An answer before the client's whole body (an early 413, say): what
+	 * the client still sends cannot be told from its next request, so the
+	 * connection ends with this answer, and says so. */
+	if (x->body_mode && !x->body_done)
+		x->req.keep_alive = 0;
 	if (!x->resp_nobody && !x->rlength[0]) {
 		if (x->req.minor == 1)
 			x->resp_chunked = 1;
@@ -420,16 +434,23 @@ static size_t on_header(char *b, size_t size, size_t nitems, void *ud)
 		x->status = sp ? strtol(sp + 1, NULL, 10) : 0;
 		x->rlen = 0;
 		x->rlength[0] = '\0';
+		x->rchunked = 0;
 		return len;
 	}
 	if ((len == 2 && b[0] == '\r') || (len == 1 && b[0] == '\n')) {
 		if (x->status >= 100 && x->status < 200) {
 			x->rlen = 0; /* an interim answer (100 Continue): not passed on */
 			x->rlength[0] = '\0';
+			x->rchunked = 0;
 			return len;
 		}
 		if (x->status < 200 || x->status > 999)
 			return 0;
+		/* RFC 9112 6.3: Transfer-Encoding overrides Content-Length
+		 * (curl decodes the body by it); the client gets the body
+		 * framed anew, never a length that does not describe it. */
+		if (x->rchunked)
+			x->rlength[0] = '\0';
 		return send_resp_head(x) < 0 ? 0 : len;
 	}
 	if (b[0] == ' ' || b[0] == '\t')
@@ -438,15 +459,31 @@ static size_t on_header(char *b, size_t size, size_t nitems, void *ud)
 	if (!colon)
 		return len;
 	size_t nl = (size_t)(colon - b);
+	if (nl == 17 && strncasecmp(b, "Transfer-Encoding", 17) == 0)
+		x->rchunked = 1; /* and dropped below: hop-by-hop */
 	if (nl == 14 && strncasecmp(b, "Content-Length", 14) == 0) {
 		const char *v = colon + 1, *e = b + len;
+		char got[sizeof(x->rlength)];
 		while (v < e && (*v == ' ' || *v == '\t'))
 			v++;
+		while (e > v && (e[-1] == '\r' || e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\t'))
+			e--;
 		size_t d = 0;
-		while (v + d < e && v[d] >= '0' && v[d] <= '9' && d < sizeof(x->rlength) - 1)
+		while (v + d < e && v[d] >= '0' && v[d] <= '9' && d < sizeof(got) - 1)
 			d++;
-		memcpy(x->rlength, v, d);
-		x->rlength[d] = '\0';
+		memcpy(got, v, d);
+		got[d] = '\0';
+		/* A length that is not one number, or two that differ: the
+		 * body's end is not known, so nothing of it is passed on. */
+		if (!d || v + d != e || d > 18) {
+			x->framing = "a malformed Content-Length";
+			return 0;
+		}
+		if (x->rlength[0] && strcmp(x->rlength, got) != 0) {
+			x->framing = "two different Content-Length values";
+			return 0;
+		}
+		memcpy(x->rlength, got, d + 1);
 		return len;
 	}
 	if (hop_by_hop(b, nl))
@@ -543,29 +580,8 @@ static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t cc, curl
 	return atomic_load(&x->c->p->stopping) ? 1 : 0;
 }
 
-/* 1 for addresses on this machine or next to it: loopback, link-local
- * (cloud metadata services live there), unspecified. */
-static int internal_addr(const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET) {
-		uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
-		return (a >> 24) == 127 || (a >> 24) == 0 || (a >> 16) == 0xa9fe;
-	}
-	if (sa->sa_family == AF_INET6) {
-		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-		if (IN6_IS_ADDR_V4MAPPED(a)) {
-			struct sockaddr_in v4 = { .sin_family = AF_INET };
-			memcpy(&v4.sin_addr, a->s6_addr + 12, 4);
-			return internal_addr((const struct sockaddr *)&v4);
-		}
-		return IN6_IS_ADDR_LOOPBACK(a) || IN6_IS_ADDR_UNSPECIFIED(a) ||
-		       IN6_IS_ADDR_LINKLOCAL(a);
-	}
-	return 1;
-}
-
-/* 1 when the runtime names an address itself ("127.0.0.1", "::1") or
- * "localhost": then it means what it says. */
+/* 1 when the runtime names an address itself ("127.0.0.1", "10.0.0.5",
+ * "::1") or "localhost": then it means what it says. */
 static int names_an_address(const char *host)
 {
 	struct in6_addr a6;
@@ -575,18 +591,55 @@ static int names_an_address(const char *host)
 }
 
 /* DNS rebinding: a host name the runtime allows may come to resolve to
- * this machine (the worker's own services) or to a metadata service. The
+ * this machine (the worker's own services), its private networks or a
+ * metadata service (tb_proxy_addr_internal() lists the ranges). The
  * address is checked as curl connects, after resolution, so no answer
  * given between a check and the connection can slip past. */
 static curl_socket_t on_open(void *ud, curlsocktype purpose, struct curl_sockaddr *addr)
 {
 	exchange_t *x = ud;
 	if (purpose == CURLSOCKTYPE_IPCXN && !names_an_address(x->ep->host) &&
-	    internal_addr(&addr->addr)) {
+	    tb_proxy_addr_internal(&addr->addr)) {
 		x->blocked = 1;
 		return CURL_SOCKET_BAD;
 	}
 	return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+}
+
+/* 1 for a header that asks a server (or a gateway in front of it) to
+ * use another method, path or host than the request line's: honoured by
+ * some frameworks, they would take a request around the runtime's method
+ * and path policy. Never sent upstream. */
+static int overrides_target(const char *name)
+{
+	static const char *const names[] = {
+		"X-HTTP-Method-Override",
+		"X-HTTP-Method",
+		"X-Method-Override",
+		"X-Original-Method",
+		"X-Original-URL",
+		"X-Original-URI",
+		"X-Rewrite-URL",
+		"X-Envoy-Original-Path",
+		"X-Original-Host",
+		"X-Host",
+		"Forwarded",
+	};
+	if (strncasecmp(name, "X-Forwarded-", 12) == 0) /* -Host, -Prefix, -Uri, -Path... */
+		return 1;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcasecmp(name, names[i]) == 0)
+			return 1;
+	return 0;
+}
+
+/* With a credential, what could make an echo of the key slip past the
+ * masking: a compressed answer (it is passed on undecoded) or one cut
+ * into ranges (each piece too short to match). */
+static int defeats_masking(const char *name)
+{
+	return strcasecmp(name, "Accept-Encoding") == 0 || strcasecmp(name, "Range") == 0 ||
+	       strcasecmp(name, "If-Range") == 0;
 }
 
 /* The client's headers that go upstream, and the credential. */
@@ -596,6 +649,7 @@ static struct curl_slist *upstream_headers(const exchange_t *x, int *ok)
 	const tb_http_request_t *r = &x->req;
 	const char *connection = tb_http_header_get(r, "Connection");
 	const char *cred = x->ep->credential.header;
+	int has_cred = x->ep->credential.header || x->ep->credential.query;
 	struct curl_slist *l = NULL, *n;
 	int has_accept = 0;
 
@@ -604,7 +658,8 @@ static struct curl_slist *upstream_headers(const exchange_t *x, int *ok)
 		const char *name = r->headers[i].name, *v = r->headers[i].value;
 		int skip = hop_by_hop(name, strlen(name)) ||
 			   (connection && tb_http_has_token(connection, name)) ||
-			   (cred && strcasecmp(name, cred) == 0);
+			   (cred && strcasecmp(name, cred) == 0) || overrides_target(name) ||
+			   (has_cred && defeats_masking(name));
 		for (size_t k = 0; k < sizeof(drop) / sizeof(drop[0]) && !skip; k++)
 			skip = strcasecmp(name, drop[k]) == 0;
 		if (skip)
@@ -641,6 +696,9 @@ static struct curl_slist *upstream_headers(const exchange_t *x, int *ok)
 		goto fail;
 	l = n;
 	if (!has_accept && !(n = curl_slist_append(l, "Accept:")))
+		goto fail;
+	l = n;
+	if (has_cred && !(n = curl_slist_append(l, "Accept-Encoding: identity")))
 		goto fail;
 	l = n;
 	*ok = 1;
@@ -705,6 +763,12 @@ static int forward(exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0)
 	curl_easy_setopt(h, CURLOPT_PROXY, ""); /* direct: not the worker's *_proxy */
 	curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, on_open);
 	curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, x);
+#if LIBCURL_VERSION_NUM >= 0x075700
+	/* An aborted transfer does not wait for its resolver thread (a
+	 * getaddrinfo() that may take the resolver's whole timeout): that
+	 * would hold tb_proxy_stop() up. The thread ends on its own. */
+	curl_easy_setopt(h, CURLOPT_QUICK_EXIT, 1L);
+#endif
 	if (x->is_head)
 		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
 	else if (strcmp(x->req.method, "GET") != 0 || x->body_mode)
@@ -739,10 +803,13 @@ static int forward(exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0)
 			snprintf(why, sizeof(why), "the request body stalled");
 		else if (x->body_err)
 			snprintf(why, sizeof(why), "malformed or truncated request body");
+		else if (x->framing)
+			snprintf(why, sizeof(why), "upstream %.64s: its answer has %s", ep->name,
+				 x->framing);
 		else if (x->blocked)
 			snprintf(why, sizeof(why),
-				 "upstream %.64s: '%.253s' resolved to a loopback, link-local or "
-				 "unspecified address: refused",
+				 "upstream %.64s: '%.253s' resolved to an internal address "
+				 "(loopback, private, link-local, ...): refused",
 				 ep->name, ep->host);
 		else
 			snprintf(why, sizeof(why), "upstream %s: %s", ep->name,
@@ -863,6 +930,34 @@ static int split_target(tb_proxy_target_t *t, char *binding, size_t blen, char *
 	return 0;
 }
 
+/* The password of a Basic credential ("user:password" in base64) in
+ * @p out, or NULL when @p b64 is not one or is too long. */
+static const char *basic_password(char *out, size_t cap, const char *b64)
+{
+	size_t o = 0;
+	uint32_t acc = 0;
+	int bits = 0;
+
+	while (*b64 == ' ')
+		b64++;
+	for (const char *s = b64; *s && *s != '='; s++) {
+		const char *at = strchr(B64, *s);
+		if (!at || o + 1 >= cap)
+			return NULL;
+		acc = acc << 6 | (uint32_t)(at - B64);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			out[o++] = (char)(acc >> bits & 0xff);
+		}
+	}
+	out[o] = '\0';
+	if (memchr(out, '\0', o))
+		return NULL;
+	const char *colon = strchr(out, ':');
+	return colon ? colon + 1 : NULL;
+}
+
 /* Serves one request whose head is in c->head. Returns 1 when the
  * connection may carry another. */
 static int serve(conn_t *c, size_t hlen, uint64_t t0)
@@ -871,7 +966,7 @@ static int serve(conn_t *c, size_t hlen, uint64_t t0)
 	exchange_t x = { .c = c, .status = 0 };
 	tb_proxy_target_t t = { 0 };
 	tb_proxy_decision_t *d = NULL;
-	char why[600], binding[72], host[264], spath[300];
+	char why[600], binding[72], host[264], spath[300], basic[TB_TASK_TOKEN_MAX + 200];
 	char *path = NULL;
 	tb_error_t err;
 	int status, keep = 0;
@@ -888,14 +983,20 @@ static int serve(conn_t *c, size_t hlen, uint64_t t0)
 	/* The task token first: nothing is said to a client without one. */
 	const char *tok = tb_http_header_get(r, "X-Taskbox-Token");
 	const char *pa = tb_http_header_get(r, "Proxy-Authorization");
+	int forward_form = r->target[0] != '/';
 	if (!tok && pa && strncasecmp(pa, "Bearer ", 7) == 0)
 		for (tok = pa + 7; *tok == ' ';)
 			tok++;
+	if (!tok && pa && strncasecmp(pa, "Basic ", 6) == 0)
+		tok = basic_password(basic, sizeof(basic), pa + 6);
 	if (!tok) {
-		status = 401;
+		/* A forward-proxy client (HTTP_PROXY) is asked the standard way:
+		 * clients that hold the token as the proxy URL's password
+		 * answer with Basic. */
+		status = forward_form ? 407 : 401;
 		snprintf(why, sizeof(why),
-			 "no task token: send X-Taskbox-Token or Proxy-Authorization: Bearer "
-			 "with $TASKBOX_TOKEN");
+			 "no task token: send X-Taskbox-Token, Proxy-Authorization: Bearer, or "
+			 "Proxy-Authorization: Basic with $TASKBOX_TOKEN as the password");
 	} else {
 		int rc = tb_task_token_verify(&p->key, tok, strlen(tok), p->task_id,
 					      p->conf.attempt, wall_ms(), &err);
@@ -903,8 +1004,11 @@ static int serve(conn_t *c, size_t hlen, uint64_t t0)
 		if (rc < 0)
 			snprintf(why, sizeof(why), "%.500s", err.msg);
 	}
+	OPENSSL_cleanse(basic, sizeof(basic));
 	if (status) {
-		refuse(c, status, why);
+		refuse_with(c, status, why,
+			    status == 407 ? "Proxy-Authenticate: Basic realm=\"taskbox\"\r\n"
+					  : NULL);
 		audit(c, r->method, NULL, spath, NULL, status, 0, 0, t0, why);
 		return 0;
 	}
@@ -952,6 +1056,17 @@ static int serve(conn_t *c, size_t hlen, uint64_t t0)
 		goto out;
 	}
 	if (x.ep->credential.header || x.ep->credential.query) {
+		/* The upstream would echo the request, the key it was given
+		 * included, in forms the masking may not know. */
+		if (strcmp(r->method, "TRACE") == 0) {
+			snprintf(why, sizeof(why),
+				 "TRACE is not allowed for endpoint '%.64s': it echoes the "
+				 "credential the proxy adds",
+				 x.ep->name);
+			refuse(c, 403, why);
+			audit(c, r->method, ahost, d->path, x.ep, 403, 0, 0, t0, why);
+			goto out;
+		}
 		if (!x.sec->value) {
 			snprintf(why, sizeof(why),
 				 "the worker has no credential for endpoint '%s': %s", x.ep->name,
@@ -1086,10 +1201,13 @@ static void reap(tb_proxy_t *p, int all)
 
 static void overloaded(tb_proxy_t *p, int fd)
 {
-	static const char msg[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-				  "Content-Length: 52\r\nConnection: close\r\n\r\n"
-				  "taskbox proxy: too many connections from this task\n";
-	ssize_t w = send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	static const char body[] = "taskbox proxy: too many connections from this task\n";
+	char msg[256];
+	int n = snprintf(msg, sizeof(msg),
+			 "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+			 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+			 sizeof(body) - 1, body);
+	ssize_t w = send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
 	(void)w;
 	if (p->conf.audit) {
 		tb_proxy_audit_t a = { .method = "-",

@@ -17,22 +17,45 @@
  *    the host matched by name against the endpoints'. CONNECT is refused
  *    (403): the agent speaks plain HTTP and the proxy speaks HTTPS upstream,
  *    so the provider's key can be added and the agent never holds it.
- * Every request carries the task token (X-Taskbox-Token: <token>, or
- * Proxy-Authorization: Bearer <token>), checked against the proxy's task
- * and attempt; neither header goes upstream. The endpoint's credential is
- * added (header or query), and a client's header of the same name is
- * dropped. The upstream host is always the endpoint's configured name,
- * never the client's Host. Responses stream back as they arrive (chunked
- * to the client when the upstream gave no length), with the secret masked
- * ('*') wherever the upstream echoes it (secrets of 8 bytes or more).
+ * Every request carries the task token (X-Taskbox-Token: <token>,
+ * Proxy-Authorization: Bearer <token>, or Proxy-Authorization: Basic with
+ * the token as the password, which is what standard clients send for
+ * HTTP_PROXY=http://taskbox:<token>@127.0.0.1:3128), checked against the
+ * proxy's task and attempt; none of these headers goes upstream. The
+ * endpoint's credential is added (header or query), and a client's header
+ * of the same name is dropped. The upstream host is always the endpoint's
+ * configured name, never the client's Host.
+ *
+ * Headers that ask a server or a gateway in front of it for another
+ * method, path or host than the request line's are always dropped, never
+ * refused: X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override,
+ * X-Original-Method, X-Original-URL, X-Original-URI, X-Rewrite-URL,
+ * X-Envoy-Original-Path, X-Original-Host, X-Host, Forwarded and every
+ * X-Forwarded-* (a client has no business saying where it came from).
+ *
+ * Responses stream back as they arrive (chunked to the client when the
+ * upstream gave no length, or gave Transfer-Encoding, which voids its
+ * Content-Length), with the secret masked ('*') wherever the upstream
+ * echoes it (secrets of 8 bytes or more). Masking is best effort: it
+ * knows the secret as sent and percent-encoded, nothing else (not
+ * base64, JSON escapes or a hash of it). For an endpoint with a
+ * credential the proxy also keeps the echo whole and plain: the client's
+ * Accept-Encoding, Range and If-Range are dropped (Accept-Encoding:
+ * identity is sent instead) and TRACE is refused. A provider that echoes
+ * its key in some other form, or compresses unasked, is not caught.
  *
  * Refusals: 400 malformed or smuggling-shaped requests (proxy_http.h) and
  * paths (proxy_policy.h), 401 missing, malformed, forged or expired token,
- * 403 another task's token, a place or method the runtime does not allow,
- * CONNECT; 408 a head not complete within header_timeout_ms; 431 a head
- * over max_head_bytes; 502 the upstream failed (or the worker lacks the
- * endpoint's secret); 503 over max_conns connections. Each refusal closes
- * the connection; successful exchanges keep it alive.
+ * 407 (with Proxy-Authenticate: Basic) a forward-proxy request without
+ * one; 403 another task's token, a place or method the runtime does not
+ * allow, CONNECT, TRACE to an endpoint with a credential; 408 a head not
+ * complete within header_timeout_ms; 431 a head over max_head_bytes; 502
+ * the upstream failed, resolved to an internal address, or framed its
+ * answer ambiguously (a malformed Content-Length, or two that differ), or
+ * the worker lacks the endpoint's secret; 503 over max_conns connections.
+ * Each refusal closes the connection. Successful exchanges keep it alive,
+ * unless the answer came before the client's whole body (then it says
+ * "Connection: close" and closes).
  *
  * Threads: tb_proxy_start() starts one accept thread that polls the
  * listening socket and a stop eventfd, and one thread per connection (at
@@ -41,8 +64,9 @@
  * upstream transfer; every wait also watches the stop eventfd, so the
  * worker's own threads never wait on a client. tb_proxy_stop() wakes
  * everything, shuts the client sockets, aborts transfers (curl's progress
- * callback, at most about a second), joins every thread and closes every
- * fd. Nothing here touches the sandbox itself.
+ * callback, at most about a second; with libcurl 7.87 or later an aborted
+ * name lookup is left to end on its own, not waited for), joins every
+ * thread and closes every fd. Nothing here touches the sandbox itself.
  */
 #ifndef TB_PROXY_H
 #define TB_PROXY_H

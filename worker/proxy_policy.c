@@ -5,8 +5,10 @@
  */
 #include "proxy_policy.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +51,11 @@ int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_erro
 			return tb_error_set(err, TB_EINVAL,
 					    "the path holds a control character or a byte above "
 					    "0x7e");
-		if (c == '\\' || c == ' ' || c == '#')
+		/* ';': Tomcat, Jetty and Spring cut "path parameters" off each
+		 * segment before routing ("/v1/..;/admin" is "/admin" to them),
+		 * others route on the raw segment, and the APIs an agent calls
+		 * use no matrix parameters: refused rather than read one way. */
+		if (c == '\\' || c == ' ' || c == '#' || c == ';')
 			return tb_error_set(err, TB_EINVAL, "the path holds '%c'", c);
 		if (c != '%') {
 			path[o++] = (char)c;
@@ -60,11 +66,15 @@ int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_erro
 			return tb_error_set(err, TB_EINVAL, "the path holds a bad %%-escape");
 		unsigned char v = (unsigned char)(hi << 4 | lo);
 		/* What a server may decode into a separator or a dot segment
-		 * after the prefix was checked: refused, never guessed at. */
-		if (v == '/' || v == '\\' || v == '.' || v < 0x20 || v == 0x7f)
+		 * after the prefix was checked: refused, never guessed at.
+		 * '%' itself ("%252e" is "%2e" once, "." twice), ';' (see
+		 * above), and bytes above 0x7f: "%C0%AE" is an overlong '.'
+		 * that lenient UTF-8 decoders accept. */
+		if (v == '/' || v == '\\' || v == '.' || v == '%' || v == ';' || v < 0x20 ||
+		    v >= 0x7f)
 			return tb_error_set(err, TB_EINVAL,
-					    "the path holds an encoded '/', '\\', '.' or control "
-					    "character (%%%c%c)",
+					    "the path holds an encoded '/', '\\', '.', '%%', ';', "
+					    "control character or byte above 0x7e (%%%c%c)",
 					    hex[hi], hex[lo]);
 		if (unreserved(v)) {
 			path[o++] = (char)v;
@@ -76,13 +86,17 @@ int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_erro
 		s += 2;
 	}
 	path[o] = '\0';
-	/* Dot segments: "/a/../b" and "/a/./b" read differently on each side. */
+	/* Dot segments: "/a/../b" and "/a/./b" read differently on each side;
+	 * so may any segment that starts with "..": "..;" (see ';' above),
+	 * "...", and what a server trims ("..\t", ".. ") to "..". */
 	for (const char *seg = path; seg;) {
 		seg++;
 		const char *next = strchr(seg, '/');
 		size_t n = next ? (size_t)(next - seg) : strlen(seg);
-		if ((n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
-			return tb_error_set(err, TB_EINVAL, "the path holds a '.' or '..' segment");
+		if ((n == 1 && seg[0] == '.') || (n >= 2 && seg[0] == '.' && seg[1] == '.'))
+			return tb_error_set(
+			    err, TB_EINVAL,
+			    "the path holds a '.' segment or one starting with '..'");
 		seg = next;
 	}
 	if (*s == '?') {
@@ -120,12 +134,64 @@ int tb_proxy_policy_path_ok(const tb_endpoint_t *ep, const char *path)
 {
 	if (!ep->path_prefixes.n)
 		return 1;
+	/* Whole segments: "/v1" admits "/v1" and "/v1/...", not "/v1-internal". */
 	for (size_t i = 0; i < ep->path_prefixes.n; i++) {
 		const char *p = ep->path_prefixes.items[i];
-		if (strncmp(path, p, strlen(p)) == 0)
+		size_t n = strlen(p);
+		if (strncmp(path, p, n) == 0 &&
+		    (n == 0 || p[n - 1] == '/' || path[n] == '\0' || path[n] == '/'))
 			return 1;
 	}
 	return 0;
+}
+
+static int internal_v4(uint32_t a)
+{
+	return (a >> 24) == 0 ||                 /* 0/8 "this network" */
+	       (a >> 24) == 10 ||                /* 10/8 private */
+	       (a >> 22) == (100u << 2 | 1) ||   /* 100.64/10 shared (carrier NAT) */
+	       (a >> 24) == 127 ||               /* 127/8 loopback */
+	       (a >> 16) == (169u << 8 | 254) || /* 169.254/16 link-local, metadata */
+	       (a >> 20) == (172u << 4 | 1) ||   /* 172.16/12 private */
+	       (a >> 8) == (192u << 16) ||       /* 192.0.0/24 protocol assignments */
+	       (a >> 16) == (192u << 8 | 168) || /* 192.168/16 private */
+	       (a >> 17) == (198u << 7 | 9) ||   /* 198.18/15 benchmarking */
+	       (a >> 28) >= 14;                  /* 224/4 multicast, 240/4, broadcast */
+}
+
+static uint32_t v4_at(const uint8_t *b)
+{
+	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+int tb_proxy_addr_internal(const struct sockaddr *sa)
+{
+	static const uint8_t zero[12];
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+	static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
+
+	if (sa->sa_family == AF_INET)
+		return internal_v4(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
+	if (sa->sa_family != AF_INET6)
+		return 1;
+	const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+	/* IPv4 inside IPv6: mapped ::ffff:a.b.c.d, compatible ::a.b.c.d (and
+	 * so :: and ::1), NAT64 64:ff9b::a.b.c.d: the IPv4 address decides
+	 * (a NAT64 gateway forwards to it). 6to4 2002:AABB:CCDD::, Teredo
+	 * 2001:0::/32 (the client address inverted in the last 4 bytes). */
+	if (!memcmp(b, mapped, 12) || !memcmp(b, zero, 12) || !memcmp(b, nat64, 12))
+		return internal_v4(v4_at(b + 12));
+	if (b[0] == 0x20 && b[1] == 0x02)
+		return internal_v4(v4_at(b + 2));
+	if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0)
+		return internal_v4(~v4_at(b + 12));
+	return (b[0] == 0 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && b[4] == 0 &&
+		b[5] == 1) ||                               /* 64:ff9b:1::/48 local NAT64 */
+	       (b[0] == 0x01 && !memcmp(b + 1, zero, 7)) || /* 100::/64 discard */
+	       (b[0] & 0xfe) == 0xfc ||                     /* fc00::/7 unique local */
+	       (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) ||   /* fe80::/10 link-local */
+	       (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0) ||   /* fec0::/10 site-local */
+	       b[0] == 0xff;                                /* ff00::/8 multicast */
 }
 
 /* "a, b, c" of a list, for reasons. */

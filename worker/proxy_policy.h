@@ -12,13 +12,18 @@
  * configured host; the upstream is always the configured host, never
  * what the client wrote.
  *
- * Paths are matched against path_prefixes after normalisation, and a path
- * a server might read differently from how it is matched is refused
- * rather than guessed at: "." and ".." segments, encoded '/', '\', '.'
- * and NUL (%2f, %5c, %2e, %00), bad escapes, backslashes, control
- * characters, bytes above 0x7e, fragments. Percent-escapes of other
- * unreserved characters are decoded (RFC 3986 6.2.2.2) and the remaining
- * escapes upper-cased, so "/%76%31/" matches the prefix "/v1/".
+ * Paths are matched against path_prefixes after normalisation, whole
+ * segments at a time ("/v1" admits "/v1" and "/v1/x", not "/v1-internal";
+ * "/v1/" admits "/v1/x" only), and a path a server might read differently
+ * from how it is matched is refused rather than guessed at: "." segments
+ * and segments starting with ".." ("..", "..;", "..."), ';' (path
+ * parameters, which some servers cut off each segment before routing),
+ * encoded '/', '\', '.', '%', ';' and control characters (%2f, %5c, %2e,
+ * %25, %3b, %00), escapes of bytes above 0x7e (%C0%AE, an overlong '.'),
+ * bad escapes, backslashes, control characters, bytes above 0x7e,
+ * fragments. Percent-escapes of other unreserved characters are decoded
+ * (RFC 3986 6.2.2.2) and the remaining escapes upper-cased, so "/%76%31/"
+ * matches the prefix "/v1/".
  *
  * This file also reads secrets (from the worker's environment or a file,
  * as the endpoint's credential says) and renders them; it does not hold
@@ -32,6 +37,7 @@
 #include "tb/runtime.h"
 
 #include <stddef.h>
+#include <sys/socket.h>
 
 #define TB_PROXY_PATH_MAX 8192
 #define TB_PROXY_SECRET_MAX 8192
@@ -71,8 +77,23 @@ int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_erro
 /** 1 if @p method (upper-case) is allowed by @p ep (any when none are listed). */
 int tb_proxy_policy_method_ok(const tb_endpoint_t *ep, const char *method);
 
-/** 1 if normalised @p path starts with one of @p ep's prefixes (any when none). */
+/** 1 if normalised @p path is under one of @p ep's prefixes, whole
+ * segments (a prefix ending in '/', or the path equal to the prefix or
+ * going on with '/'); any path when there are none. */
 int tb_proxy_policy_path_ok(const tb_endpoint_t *ep, const char *path);
+
+/**
+ * 1 if @p sa is an address on this machine or its networks, which a name
+ * the runtime allows must not come to resolve to (DNS rebinding):
+ * loopback, unspecified, "this network" 0/8, private (10/8, 172.16/12,
+ * 192.168/16, fc00::/7, fec0::/10), shared 100.64/10, link-local
+ * (169.254/16, where metadata services live, fe80::/10), 192.0.0/24,
+ * 198.18/15, multicast, reserved and broadcast, 100::/64, 64:ff9b:1::/48;
+ * IPv4 carried in IPv6 (::ffff:a.b.c.d, ::a.b.c.d, NAT64 64:ff9b::a.b.c.d,
+ * 6to4 2002::/16, Teredo 2001::/32) judged by its IPv4 address. Other
+ * families: 1.
+ */
+int tb_proxy_addr_internal(const struct sockaddr *sa);
 
 /**
  * Reads the secret of @p cred: the worker's environment variable or the

@@ -48,7 +48,8 @@ struct events {
 	int done_marked;        /* the recorded callback ran */
 	int secret_seen;        /* events holding the provider's key */
 	int egress, egress_200, egress_403, egress_401;
-	int last_egress, settled; /* their positions */
+	int egress_requests, egress_summaries; /* requests the events stand for */
+	int last_egress, settled;              /* their positions */
 };
 
 #define PROVIDER_KEY "sk-lifecycle-9f8e7d6c5b4a"
@@ -102,6 +103,9 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 			e->egress_403 += st == 403;
 			e->egress_401 += st == 401;
 			e->last_egress = e->n;
+			json_t *count = json_object_get(p, "count");
+			e->egress_requests += count ? (int)json_integer_value(count) : 1;
+			e->egress_summaries += count != NULL;
 		}
 		if (ev->type == TB_EV_PHASE && json_object_get(p, "worker"))
 			snprintf(e->received_by, sizeof(e->received_by), "%s",
@@ -431,12 +435,14 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 		">> $o/codes.txt\n"
 		"curl -s -m 5 -o /dev/null -w 'notoken=%%{http_code}\\n' -d x "
 		"\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" >> $o/codes.txt\n"
+		"curl -s -m 5 -o /dev/null -w 'proxy-alone=%%{http_code}\\n' --noproxy '' -d x "
+		"http://localhost:%u/v1/echo >> $o/codes.txt\n"
 		"env > $o/env.txt\n"
 		"cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline > $o/proc.txt 2>/dev/null\n"
 		"cat /workspace/* /tmp/* > $o/files.txt 2>/dev/null\n"
 		"printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' "
 		">&3\n",
-		provider.port);
+		provider.port, provider.port);
 	fclose(f);
 	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm net", repo);
 
@@ -461,16 +467,19 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 	assert_non_null(resp);
 	assert_non_null(env);
 	/* through its binding, with the key added; directly, refused (another
-	 * loopback); elsewhere, 403; without the token, 401 */
+	 * loopback); elsewhere, 403; without the token, 401; with http_proxy
+	 * alone (the token its password), through */
 	if (!strstr(codes, "via-proxy=0\n") || !strstr(codes, "direct=7\n") ||
-	    !strstr(codes, "forbidden=403\n") || !strstr(codes, "notoken=401\n"))
+	    !strstr(codes, "forbidden=403\n") || !strstr(codes, "notoken=401\n") ||
+	    !strstr(codes, "proxy-alone=200\n"))
 		fail_msg("agent's results: %s / %s", codes, resp);
-	assert_int_equal(provider.requests, 1);
+	assert_int_equal(provider.requests, 2);
 	assert_string_equal(provider.auth, "Bearer " PROVIDER_KEY);
 	assert_non_null(strstr(resp, "\"auth\":\"Bearer *************************\""));
 	assert_non_null(strstr(env, "TASKBOX_TOKEN=tb1."));
 	assert_non_null(strstr(env, "TASKBOX_ENDPOINT_PROVIDER=http://127.0.0.1:3128/provider\n"));
-	assert_non_null(strstr(env, "http_proxy=http://127.0.0.1:3128\n"));
+	assert_non_null(strstr(env, "http_proxy=http://taskbox:tb1."));
+	assert_non_null(strstr(env, "@127.0.0.1:3128\n"));
 	/* the key nowhere: outputs (environment, processes, files), the
 	 * conversation record, the events */
 	for (size_t i = 0; i < m.artifacts.n; i++) {
@@ -486,8 +495,8 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 	free(bytes);
 	assert_int_equal(e.secret_seen, 0);
 	/* each request an egress event, before the agent settled */
-	assert_int_equal(e.egress, 3);
-	assert_int_equal(e.egress_200, 1);
+	assert_int_equal(e.egress, 4);
+	assert_int_equal(e.egress_200, 2);
 	assert_int_equal(e.egress_403, 1);
 	assert_int_equal(e.egress_401, 1);
 	assert_true(e.last_egress < e.settled);
@@ -495,6 +504,58 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 	free(resp);
 	free(env);
 	tb_msg_free(&tb_schema_manifest, &m);
+}
+
+static void test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	char path[512];
+
+	(void)state;
+	if (access("/usr/bin/curl", X_OK) != 0)
+		skip(); /* the agent below uses curl from the host's /usr */
+	/* Five events a second for this run; one endpoint, never reached:
+	 * every request below names another host and is refused (403)
+	 * before any name is looked up. */
+	snprintf(path, sizeof(path), "%s/flood.json", runtimes);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "{\"v\": 1, \"name\": \"flood\", \"agent\": {\"max_events_per_second\": 5}, "
+		   "\"network\": {\"allow\": [{\"name\": \"provider\", \"host\": "
+		   "\"localhost\", \"port\": 9, \"scheme\": \"http\"}]}}\n");
+	fclose(f);
+	sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
+	snprintf(path, sizeof(path), "%s/taskbox.json", repo);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f, "{\"v\": 1, \"name\": \"flood\", \"agent\": {\"command\": [\"/bin/sh\", "
+		   "\"agent.sh\"]}}\n");
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/agent.sh", repo);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f,
+		"read -r prompt\n"
+		"curl -s -m 60 -H \"Proxy-Authorization: Bearer $TASKBOX_TOKEN\" "
+		"'http://other.example.test/x[1-200]' > /dev/null\n"
+		"printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' "
+		">&3\n");
+	fclose(f);
+	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm flood", repo);
+
+	tb_task_t t = task("life-flood", head_commit(), "flood");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_true(e.seq_ok);
+	/* every request counted, in far fewer events than requests: those
+	 * the rate had room for, and summaries of the rest */
+	if (e.egress_requests != 200 || e.egress > 40 || e.egress_summaries < 1)
+		fail_msg("%d egress events (%d summaries) for %d requests", e.egress,
+			 e.egress_summaries, e.egress_requests);
+	assert_int_equal(e.egress_403, e.egress);
+	assert_true(e.last_egress < e.settled);
 }
 
 static int setup(void **state)
@@ -570,6 +631,8 @@ int main(void)
 		cmocka_unit_test(test_lifecycle__misbehaving_recipe_is_recorded_with_reasons),
 		cmocka_unit_test(test_lifecycle__poison_is_reported_not_run),
 		cmocka_unit_test(test_lifecycle__agent_reaches_its_provider_only_through_the_proxy),
+		cmocka_unit_test(
+		    test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,8 +155,135 @@ static void test_proxy_policy__refuses_paths_read_two_ways(void **state)
 			fail_msg("path %zu '%s' got %d (%s)", i, bad[i], d->status, d->reason);
 	}
 	/* what is not a dot segment is fine */
-	assert_int_equal(decide("POST", "llm", NULL, 0, "/v1/a..b/.c/..d")->status, 0);
+	assert_int_equal(decide("POST", "llm", NULL, 0, "/v1/a..b/.c/c..")->status, 0);
 	assert_int_equal(decide("POST", "llm", NULL, 0, "/v1/a%20b")->status, 0);
+}
+
+static void test_proxy_policy__refuses_path_parameters_double_and_overlong_escapes(void **state)
+{
+	const char *bad[] = {
+		"/v1/..;/admin",          /* Tomcat: "/admin" */
+		"/v1/..%3B/x",            /* the same, encoded */
+		"/v1/.;/x",               /* Tomcat: "/v1/x" */
+		"/v1/x;y=1",              /* a path parameter anywhere */
+		"/v1/%3bx",               /* encoded ';' */
+		"/v1/%252e%252e/admin",   /* "%2e%2e" decoded once, ".." twice */
+		"/v1/%25",                /* any encoded '%' */
+		"/v1/%C0%AE%C0%AE/admin", /* overlong '.' */
+		"/v1/%c3%a9",             /* any escape above 0x7e */
+		"/v1/%80",
+		"/v1/%7f",
+		"/v1/...", /* a segment starting with ".." */
+		"/v1/..d",
+		"/v1/..%20",
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		tb_proxy_decision_t *d = decide("POST", "llm", NULL, 0, bad[i]);
+		if (d->status != 400)
+			fail_msg("path %zu '%s' got %d (%s)", i, bad[i], d->status, d->reason);
+	}
+	/* the query is not a path: left as it is */
+	assert_int_equal(decide("POST", "llm", NULL, 0, "/v1/x?a=%25;b=%C0")->status, 0);
+}
+
+static void test_proxy_policy__prefixes_match_whole_segments(void **state)
+{
+	(void)state;
+	/* "/models" (no trailing '/'): itself and what is under it */
+	assert_int_equal(decide("GET", "search", NULL, 0, "/models")->status, 0);
+	assert_int_equal(decide("GET", "search", NULL, 0, "/models/")->status, 0);
+	assert_int_equal(decide("GET", "search", NULL, 0, "/models/x/y")->status, 0);
+	assert_int_equal(decide("GET", "search", NULL, 0, "/models-internal")->status, 403);
+	assert_int_equal(decide("GET", "search", NULL, 0, "/modelsx/y")->status, 403);
+	assert_int_equal(decide("GET", "search", NULL, 0, "/models%2Dx")->status, 403);
+	/* "/v2/models/" (trailing '/'): what is under it only */
+	assert_int_equal(decide("GET", "search", NULL, 0, "/v2/models/x")->status, 0);
+	assert_int_equal(decide("GET", "search", NULL, 0, "/v2/models")->status, 403);
+	assert_int_equal(decide("GET", "search", NULL, 0, "/v2/models-x/")->status, 403);
+}
+
+/* @p text as an address: 1 internal, 0 not. */
+static int internal(const char *text)
+{
+	struct sockaddr_in a4 = { .sin_family = AF_INET };
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6 };
+	if (inet_pton(AF_INET, text, &a4.sin_addr) == 1)
+		return tb_proxy_addr_internal((struct sockaddr *)&a4);
+	if (inet_pton(AF_INET6, text, &a6.sin6_addr) == 1)
+		return tb_proxy_addr_internal((struct sockaddr *)&a6);
+	fail_msg("not an address: %s", text);
+	return -1;
+}
+
+static void test_proxy_policy__internal_addresses_cover_private_and_embedded_ranges(void **state)
+{
+	/* Classified only: nothing here is ever contacted. */
+	static const char *const inside[] = {
+		"127.0.0.1",
+		"127.255.0.9",
+		"0.0.0.0",
+		"0.1.2.3",
+		"10.0.0.1",
+		"10.255.255.255",
+		"172.16.0.1",
+		"172.31.255.255",
+		"192.168.0.1",
+		"192.168.255.254",
+		"100.64.0.1",
+		"100.127.255.255",
+		"169.254.169.254",
+		"192.0.0.8",
+		"198.18.0.1",
+		"198.19.255.255",
+		"224.0.0.1",
+		"239.255.255.250",
+		"240.0.0.1",
+		"255.255.255.255",
+		"::1",
+		"::",
+		"fe80::1",
+		"febf::1",
+		"fec0::1",
+		"fc00::1",
+		"fd12:3456::1",
+		"ff02::1",
+		"::ffff:10.0.0.1",
+		"::ffff:127.0.0.1",
+		"::ffff:169.254.169.254",
+		"::10.0.0.1",
+		"::127.0.0.1",
+		"::192.168.1.1",
+		"64:ff9b::a00:1",
+		"64:ff9b::7f00:1",
+		"64:ff9b::c0a8:101",
+		"64:ff9b:1::8.8.8.8",
+		"2002:a00:1::1",
+		"2002:7f00:1::",
+		"2001:0:4136:e378:8000:63bf:f5ff:fffe", /* Teredo, client 10.0.0.1 */
+		"100::1",
+	};
+	static const char *const outside[] = {
+		"8.8.8.8",          "1.1.1.1",
+		"11.0.0.1",         "9.255.255.255",
+		"172.15.255.255",   "172.32.0.1",
+		"192.167.255.255",  "192.169.0.1",
+		"100.63.255.255",   "100.128.0.1",
+		"169.253.0.1",      "198.17.255.255",
+		"198.20.0.1",       "223.255.255.255",
+		"2606:4700::1111",  "2a00:1450::1",
+		"::ffff:8.8.8.8",   "::8.8.8.8",
+		"64:ff9b::808:808", "2002:808:808::1",
+		"2001:db8::1",      "2001:0:4136:e378:8000:63bf:f7f7:f7f7",
+		"fbff::1",          "fe00::1",
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(inside) / sizeof(inside[0]); i++)
+		if (internal(inside[i]) != 1)
+			fail_msg("%s should be internal", inside[i]);
+	for (size_t i = 0; i < sizeof(outside) / sizeof(outside[0]); i++)
+		if (internal(outside[i]) != 0)
+			fail_msg("%s should not be internal", outside[i]);
 }
 
 static void test_proxy_policy__normalises_unreserved_escapes(void **state)
@@ -247,6 +376,11 @@ int main(void)
 		cmocka_unit_test(test_proxy_policy__refuses_with_a_reason),
 		cmocka_unit_test(test_proxy_policy__matches_hosts_by_name),
 		cmocka_unit_test(test_proxy_policy__refuses_paths_read_two_ways),
+		cmocka_unit_test(
+		    test_proxy_policy__refuses_path_parameters_double_and_overlong_escapes),
+		cmocka_unit_test(test_proxy_policy__prefixes_match_whole_segments),
+		cmocka_unit_test(
+		    test_proxy_policy__internal_addresses_cover_private_and_embedded_ranges),
 		cmocka_unit_test(test_proxy_policy__normalises_unreserved_escapes),
 		cmocka_unit_test(test_proxy_policy__query_credential_cannot_be_set_by_the_client),
 		cmocka_unit_test(test_proxy_policy__secrets_from_env_and_file),
