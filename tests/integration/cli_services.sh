@@ -216,6 +216,9 @@ expect "submit --interactive" 0 "$tmp/chat.out" "$tb" submit --config "$cfg" --i
 chat=$(head -1 "$tmp/chat.out")
 expect "send" 0 "$tmp/send1.out" "$tb" send --config "$cfg" "$chat" second
 has "send says its number" "follow-up 1 to $chat" "$tmp/send1.out"
+# a repeated number is ignored; a skipped one is dead-lettered (below)
+expect "send a duplicate" 0 "$tmp/send-dup.out" "$tb" send --config "$cfg" --seq 1 "$chat" again
+expect "send out of order" 0 "$tmp/send-gap.out" "$tb" send --config "$cfg" --seq 7 "$chat" skipped
 expect "send from a file" 0 "$tmp/send2.out" \
   "$tb" send --config "$cfg" "$chat" --file <(printf 'third')
 has "numbered after the last" "follow-up 2 to $chat" "$tmp/send2.out"
@@ -241,10 +244,10 @@ expect "send refuses a huge prompt" 4 "$tmp/send-big.out" \
   "$tb" send --config "$cfg" --seq 9 "$chat" --file <(head -c 300000 /dev/zero | tr '\0' x)
 for _ in $(seq 100); do # the DLQ records, 20 s at most
   "$tb" dlq list --config "$cfg" >"$tmp/dlq2.out" 2>&1
-  [ "$(grep -c orphan "$tmp/dlq2.out")" -ge 3 ] && break; sleep 0.2
+  [ "$(grep -c orphan "$tmp/dlq2.out")" -ge 4 ] && break; sleep 0.2
 done
 for needle in "task $id is done and was one-shot" "task $chat is done: its session had ended" \
-  "no session for task no-such-task"; do
+  "no session for task no-such-task" "follow-up 7 out of order: the session expects 2 next"; do
   has "the DLQ says '$needle'" "$needle" "$tmp/dlq2.out"
 done
 
