@@ -863,6 +863,9 @@ int main(int argc, char **argv)
 	}
 	if (json_out)
 		printf("%s\n", first_row ? "[]" : "\n]");
-	sh("rm -rf %s", root);
+	if (getenv("TB_BENCH_KEEP")) /* the workers' logs, for a closer look */
+		fprintf(stderr, "bench: kept %s\n", root);
+	else
+		sh("rm -rf %s", root);
 	return rc;
 }
