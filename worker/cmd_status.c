@@ -73,6 +73,40 @@ static json_t *manifest_json(tb_store_t *store, const char *key, tb_error_t *err
 	return o;
 }
 
+/* The phase @p worker's liveness record gives for @p task (as of its last
+ * heartbeat), or NULL. Static storage: the next call overwrites it. */
+static const char *phase_of(tb_ledger_t *l, const char *worker, const char *task)
+{
+	static char phase[32];
+	char **infos = NULL;
+	size_t n = 0;
+	tb_error_t err;
+	int found = 0;
+
+	if (l->ops->workers(l, &infos, &n, &err) < 0)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		json_t *w = json_loads(infos[i], 0, NULL), *t;
+		size_t k;
+		if (w && !found &&
+		    !strcmp(json_string_value(json_object_get(w, "worker")) ?: "", worker))
+			json_array_foreach(json_object_get(w, "tasks"), k, t)
+			{
+				const char *p = json_string_value(json_object_get(t, "phase"));
+				if (!found && p &&
+				    !strcmp(json_string_value(json_object_get(t, "task")) ?: "",
+					    task)) {
+					snprintf(phase, sizeof(phase), "%s", p);
+					found = 1;
+				}
+			}
+		json_decref(w);
+		free(infos[i]);
+	}
+	free(infos);
+	return found ? phase : NULL;
+}
+
 /* One task. 0, TB_ENOTFOUND (never seen), or the ledger's error. */
 static int task_status(tb_ledger_t *l, tb_store_t *store, const char *id, json_t **out,
 		       tb_error_t *err)
@@ -110,6 +144,9 @@ static int task_status(tb_ledger_t *l, tb_store_t *store, const char *id, json_t
 		const char *sp = strchr(t.lease, ' ');
 		json_object_set_new(o, "worker", json_string(sp ? sp + 1 : t.lease));
 		json_object_set_new(o, "lease_ms_left", json_integer((json_int_t)t.lease_left));
+		const char *ph = phase_of(l, sp ? sp + 1 : t.lease, id);
+		if (ph)
+			json_object_set_new(o, "phase", json_string(ph));
 	}
 	json_t *fails = json_array();
 	for (size_t i = 0; i < n; i++)
@@ -161,6 +198,8 @@ static void print_task(const json_t *o)
 
 	printf("task %s: %s", json_string_value(json_object_get(o, "task")),
 	       json_string_value(json_object_get(o, "state")));
+	if (json_object_get(o, "phase"))
+		printf(", %s", json_string_value(json_object_get(o, "phase")));
 	if (json_object_get(o, "worker"))
 		printf(" on %s (lease %lld ms left)",
 		       json_string_value(json_object_get(o, "worker")),

@@ -13,6 +13,7 @@
 #include "intake.h"
 #include "metrics.h"
 #include "session.h"
+#include "tb/json_mpack.h"
 #include "tb/kafka.h"
 #include "tb/log.h"
 #include "tb/runtime.h"
@@ -58,6 +59,7 @@ typedef struct job {
 	uint64_t lease_ok;                /* running: last renewal (monotonic ms) */
 	atomic_int cancel;                /* running: the lease is lost, stop */
 	tb_kafka_tracker_t *events;       /* its events in flight (the record's) */
+	atomic_int phase;                 /* running: index + 1 in phases[], for liveness */
 	int failure_unkept;               /* err holds a failure the ledger missed */
 	void *value;                      /* the task message, decoded again by the slot */
 	size_t len;
@@ -128,6 +130,26 @@ static int produce(worker_t *w, const char *topic, const char *key, const void *
 	return rc;
 }
 
+/* The lifecycle's phases, as the liveness record names them. */
+static const char *const phases[] = { "received", "validated", "claimed",     "prepared",
+				      "running",  "settled",   "collected",   "judged",
+				      "recorded", "torn-down", "acknowledged" };
+
+/* Notes the phase a job's phase event names (read by liveness()). */
+static void note_phase(job_t *j, const tb_event_t *ev)
+{
+	json_t *p = NULL;
+	tb_error_t err;
+
+	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, &err) < 0)
+		return;
+	const char *name = json_string_value(json_object_get(p, "phase"));
+	for (int i = 0; name && i < (int)(sizeof(phases) / sizeof(phases[0])); i++)
+		if (!strcmp(name, phases[i]))
+			atomic_store(&j->phase, i + 1);
+	json_decref(p);
+}
+
 /* The sink's ud is the job. */
 static int publish_event(void *ud, const tb_event_t *ev, const void *bytes, size_t len,
 			 tb_error_t *err)
@@ -137,6 +159,8 @@ static int publish_event(void *ud, const tb_event_t *ev, const void *bytes, size
 			 err);
 	if (rc == 0)
 		tb_metrics_events(1);
+	if (rc == 0 && ev->type == TB_EV_PHASE)
+		note_phase(j, ev);
 	return rc;
 }
 
@@ -407,6 +431,7 @@ static int start_job(worker_t *w, job_t *j, tb_error_t *err)
 	j->slot = slot;
 	j->lease_ok = mono_ms();
 	atomic_store(&j->cancel, 0);
+	atomic_store(&j->phase, 0);
 	if (j->session) /* a new attempt replays the session from its start */
 		tb_session_rewind(j->session);
 	memset(&j->res, 0, sizeof(j->res));
@@ -467,11 +492,14 @@ static void wait_for(worker_t *w, job_t *j, uint64_t delay_ms)
 static char *liveness(const worker_t *w)
 {
 	json_t *tasks = json_array();
-	for (const job_t *j = w->running_jobs; j; j = j->next_running)
+	for (const job_t *j = w->running_jobs; j; j = j->next_running) {
+		int ph = atomic_load(&j->phase);
 		json_array_append_new(tasks,
-				      json_pack("{s:s,s:I,s:i,s:I}", "task", j->key, "attempt",
+				      json_pack("{s:s,s:I,s:i,s:I,s:s}", "task", j->key, "attempt",
 						(json_int_t)j->attempt, "slot", (int)j->slot,
-						"since_ms", (json_int_t)j->claimed_ms));
+						"since_ms", (json_int_t)j->claimed_ms, "phase",
+						ph > 0 ? phases[ph - 1] : "claimed"));
+	}
 	json_t *o = json_pack("{s:s,s:i,s:I,s:I,s:i,s:i,s:o,s:I}", "worker", w->d->worker_id, "pid",
 			      (int)getpid(), "started_ms", (json_int_t)w->started_ms,
 			      "heartbeat_ms", (json_int_t)now_ms(), "slots", (int)w->d->cfg->slots,

@@ -214,6 +214,11 @@ chat_commit=$(git -C "$tmp/chat" rev-parse HEAD)
 expect "submit --interactive" 0 "$tmp/chat.out" "$tb" submit --config "$cfg" --interactive \
   --recipe "file://$tmp/chat" --commit "$chat_commit" --prompt first
 chat=$(head -1 "$tmp/chat.out")
+for _ in $(seq 100); do # the session idles after turn 1: status names its phase, 20 s at most
+  "$tb" status --config "$cfg" "$chat" >"$tmp/chat-status.out" 2>&1
+  grep -q "running, running on $run" "$tmp/chat-status.out" && break; sleep 0.2
+done
+has "status names a running task's phase and worker" "running, running on $run" "$tmp/chat-status.out"
 expect "send" 0 "$tmp/send1.out" "$tb" send --config "$cfg" "$chat" second
 has "send says its number" "follow-up 1 to $chat" "$tmp/send1.out"
 # a repeated number is ignored; a skipped one is dead-lettered (below)
