@@ -1,0 +1,614 @@
+/*
+ * bench_proxy.c: what the egress proxy adds to a request (issue 7's
+ * target: <= 0.3 ms at p50). In one run, against a loopback HTTP/1.1
+ * keep-alive server of its own (one epoll thread answering every request
+ * with the same 200 of about 200 bytes), a keep-alive libcurl client
+ * sends the same requests two ways:
+ *
+ *   direct   http://127.0.0.1:<server>/v1/ping
+ *   proxy    http://127.0.0.1:<proxy>/bench/v1/ping with X-Taskbox-Token,
+ *            through tb_proxy (proxy.h) listening on the host's loopback
+ *            (tb_proxy_listen with no namespace: the serving code is the
+ *            same as in a sandbox's), with a policy allowing the server
+ *            as endpoint "bench" and an Authorization header it adds from
+ *            an environment variable set here
+ *
+ * Figures: GET and POST (1 KiB body) latency, median and p99, each way;
+ * the latency the proxy adds (proxy minus direct); sequential requests/s
+ * each way; and 8 concurrent clients' aggregate requests/s each way.
+ * Sequential figures alternate blocks of direct and proxied requests, so
+ * a machine that gets busier mid-run slows both alike. It checks that
+ * every proxied request reached the server with the credential and that
+ * none of the direct ones did.
+ *
+ * Usage: bench_proxy [--json] [-n N]   (N sequential requests per figure)
+ * Needs nothing but loopback; timing figures are for reading, never for
+ * asserting. What the worker does around the proxy (the egress events'
+ * queue) is not measured: the audit callback only counts.
+ */
+#include "proxy.h"
+#include "task_token.h"
+#include "tb/runtime.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SECRET_ENV "TB_BENCH_PROVIDER_KEY"
+#define SECRET "sk-bench-0123456789abcdef0123"
+#define TASK "bench-proxy"
+#define ATTEMPT 1
+#define BINDING "bench"
+#define WARMUP 500
+#define BLOCKS 10 /* sequential figures: direct and proxied blocks alternate */
+#define CLIENTS 8 /* concurrent clients */
+#define PER_CLIENT 1000
+#define BODY_LEN 1024
+#define SRV_CONNS 64
+#define SRV_BUF 8192
+
+static int json_out, first_row = 1;
+
+/* ------------------------------------------------------------ output */
+
+static void row(const char *suite, const char *name, const char *unit, double median, double p99,
+		const char *baseline, double base)
+{
+	double ratio = base > 0 ? median / base : 0;
+	if (json_out) {
+		printf("%s\n {\"suite\": \"%s\", \"name\": \"%s\", \"unit\": \"%s\", \"median\": "
+		       "%.3f, \"p99\": %.3f",
+		       first_row ? "[" : ",", suite, name, unit, median, p99);
+		if (baseline)
+			printf(", \"baseline\": \"%s\", \"ratio\": %.2f", baseline, ratio);
+		printf("}");
+	} else {
+		int prec = strcmp(unit, "ms") == 0 ? 3 : 0; /* ms to the microsecond */
+		printf("  %-8s %-44s %9.*f %9.*f %-7s", suite, name, prec, median, prec, p99, unit);
+		if (baseline)
+			printf("  %.2fx %s", ratio, baseline);
+		printf("\n");
+	}
+	first_row = 0;
+	fflush(stdout);
+}
+
+static double mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static void stats(double *t, int n, double *median, double *p99)
+{
+	if (n <= 0) {
+		*median = *p99 = 0;
+		return;
+	}
+	qsort(t, (size_t)n, sizeof(double), cmp_double);
+	*median = t[n / 2];
+	*p99 = t[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1];
+}
+
+/* ------------------------------------------------------------ server */
+
+typedef struct sconn {
+	int fd, slot;
+	size_t have;
+	char buf[SRV_BUF];
+} sconn_t;
+
+static struct server {
+	int listen_fd, stop_fd, ep;
+	unsigned port;
+	pthread_t th;
+	sconn_t *conns[SRV_CONNS];
+	char resp[512];
+	size_t resp_len;
+	atomic_ulong requests, keyed; /* all; those with the injected credential */
+} srv = { .listen_fd = -1, .stop_fd = -1, .ep = -1 };
+
+static void srv_close(sconn_t *c)
+{
+	epoll_ctl(srv.ep, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	srv.conns[c->slot] = NULL;
+	free(c);
+}
+
+static void srv_accept(void)
+{
+	for (int k = 0; k < SRV_CONNS; k++) {
+		int fd = accept4(srv.listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			return;
+		int slot = 0, one = 1;
+		while (slot < SRV_CONNS && srv.conns[slot])
+			slot++;
+		sconn_t *c = slot < SRV_CONNS ? malloc(sizeof(*c)) : NULL;
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c->fd = fd, c->slot = slot, c->have = 0;
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+		if (epoll_ctl(srv.ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			close(fd);
+			free(c);
+			continue;
+		}
+		srv.conns[slot] = c;
+	}
+}
+
+/* The value of header @p name in the head @p h (NUL-terminated), or NULL. */
+static const char *srv_header(const char *h, const char *name)
+{
+	size_t nl = strlen(name);
+	for (const char *l = strstr(h, "\r\n"); l; l = strstr(l + 2, "\r\n"))
+		if (strncasecmp(l + 2, name, nl) == 0 && l[2 + nl] == ':')
+			return l + 3 + nl;
+	return NULL;
+}
+
+/* Answers every whole request in @p c's buffer; 0 to close. */
+static int srv_serve(sconn_t *c)
+{
+	for (int k = 0; k < 64; k++) {
+		char *end = memmem(c->buf, c->have, "\r\n\r\n", 4);
+		if (!end)
+			return c->have < sizeof(c->buf) - 1;
+		size_t hlen = (size_t)(end - c->buf) + 4;
+		char save = c->buf[hlen - 2];
+		c->buf[hlen - 2] = '\0';
+		const char *cl = srv_header(c->buf, "Content-Length");
+		const char *auth = srv_header(c->buf, "Authorization");
+		size_t blen = cl ? strtoul(cl, NULL, 10) : 0;
+		int keyed = auth && strncmp(auth, " Bearer " SECRET "\r", 9 + strlen(SECRET)) == 0;
+		c->buf[hlen - 2] = save;
+		if (blen > sizeof(c->buf) - 1 - hlen)
+			return 0;
+		if (c->have < hlen + blen)
+			return 1;
+		atomic_fetch_add(&srv.requests, 1);
+		if (keyed)
+			atomic_fetch_add(&srv.keyed, 1);
+		/* One small answer into an empty socket buffer: all of it goes. */
+		if (send(c->fd, srv.resp, srv.resp_len, MSG_NOSIGNAL) != (ssize_t)srv.resp_len)
+			return 0;
+		memmove(c->buf, c->buf + hlen + blen, c->have - hlen - blen);
+		c->have -= hlen + blen;
+	}
+	return 1;
+}
+
+static void *srv_main(void *arg)
+{
+	struct epoll_event evs[SRV_CONNS];
+	(void)arg;
+	for (;;) {
+		int n = epoll_wait(srv.ep, evs, SRV_CONNS, 1000);
+		if (n < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < n; i++) {
+			if (evs[i].data.ptr == &srv.stop_fd)
+				return NULL;
+			if (evs[i].data.ptr == &srv.listen_fd) {
+				srv_accept();
+				continue;
+			}
+			sconn_t *c = evs[i].data.ptr;
+			ssize_t r = recv(c->fd, c->buf + c->have, sizeof(c->buf) - 1 - c->have, 0);
+			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+				srv_close(c);
+				continue;
+			}
+			if (r > 0) {
+				c->have += (size_t)r;
+				if (!srv_serve(c))
+					srv_close(c);
+			}
+		}
+	}
+	return NULL;
+}
+
+static int srv_start(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof(a);
+	char body[256];
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int bl = snprintf(body, sizeof(body),
+			  "{\"id\":\"bench-0001\",\"object\":\"ping\",\"ok\":true,\"model\":"
+			  "\"canned\",\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1},"
+			  "\"text\":\"%.*s\"}",
+			  80,
+			  "................................................................"
+			  "................................................................");
+	srv.resp_len = (size_t)snprintf(srv.resp, sizeof(srv.resp),
+					"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+					"Content-Length: %d\r\n\r\n%s",
+					bl, body);
+	struct epoll_event lev = { .events = EPOLLIN, .data.ptr = &srv.listen_fd };
+	struct epoll_event sev = { .events = EPOLLIN, .data.ptr = &srv.stop_fd };
+	if ((srv.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
+	    bind(srv.listen_fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    listen(srv.listen_fd, 128) < 0 ||
+	    getsockname(srv.listen_fd, (struct sockaddr *)&a, &al) < 0 ||
+	    (srv.stop_fd = eventfd(0, EFD_CLOEXEC)) < 0 ||
+	    (srv.ep = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+	    epoll_ctl(srv.ep, EPOLL_CTL_ADD, srv.listen_fd, &lev) < 0 ||
+	    epoll_ctl(srv.ep, EPOLL_CTL_ADD, srv.stop_fd, &sev) < 0 ||
+	    pthread_create(&srv.th, NULL, srv_main, NULL) != 0) {
+		fprintf(stderr, "bench proxy: server: %s\n", strerror(errno));
+		return -1;
+	}
+	srv.port = ntohs(a.sin_port);
+	return 0;
+}
+
+static void srv_stop(void)
+{
+	uint64_t one = 1;
+	if (write(srv.stop_fd, &one, sizeof(one)) != sizeof(one))
+		fprintf(stderr, "bench proxy: cannot wake the server\n");
+	pthread_join(srv.th, NULL);
+	for (int i = 0; i < SRV_CONNS; i++)
+		if (srv.conns[i])
+			srv_close(srv.conns[i]);
+	close(srv.ep);
+	close(srv.stop_fd);
+	close(srv.listen_fd);
+}
+
+/* ------------------------------------------------------------ client */
+
+typedef struct client {
+	CURL *h;
+	struct curl_slist *hdrs;
+	char get_url[128], post_url[128];
+	int failed; /* requests that failed or did not answer 200 */
+} client_t;
+
+static char body[BODY_LEN];
+
+static size_t discard(char *d, size_t size, size_t n, void *ud)
+{
+	(void)d, (void)ud;
+	return size * n;
+}
+
+/* A keep-alive client of 127.0.0.1:@p port, paths under @p prefix ("" or
+ * "/bench"), sending @p token when not NULL. */
+static int client_init(client_t *c, unsigned port, const char *prefix, const char *token)
+{
+	char h[TB_TASK_TOKEN_MAX + 32];
+
+	memset(c, 0, sizeof(*c));
+	snprintf(c->get_url, sizeof(c->get_url), "http://127.0.0.1:%u%s/v1/ping", port, prefix);
+	snprintf(c->post_url, sizeof(c->post_url), "http://127.0.0.1:%u%s/v1/echo", port, prefix);
+	if (!(c->h = curl_easy_init()) || !(c->hdrs = curl_slist_append(NULL, "Expect:")))
+		return -1;
+	if (token) {
+		snprintf(h, sizeof(h), "X-Taskbox-Token: %s", token);
+		struct curl_slist *l = curl_slist_append(c->hdrs, h);
+		if (!l)
+			return -1;
+		c->hdrs = l;
+	}
+	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, c->hdrs);
+	curl_easy_setopt(c->h, CURLOPT_PROXY, "");
+	curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c->h, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, 10000L);
+	curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, discard);
+	return 0;
+}
+
+static void client_free(client_t *c)
+{
+	if (c->h)
+		curl_easy_cleanup(c->h);
+	curl_slist_free_all(c->hdrs);
+	c->h = NULL, c->hdrs = NULL;
+}
+
+static int request(client_t *c, int post)
+{
+	long status = 0;
+
+	if (post) {
+		curl_easy_setopt(c->h, CURLOPT_URL, c->post_url);
+		curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE, (long)BODY_LEN);
+	} else {
+		curl_easy_setopt(c->h, CURLOPT_URL, c->get_url);
+		curl_easy_setopt(c->h, CURLOPT_HTTPGET, 1L);
+	}
+	if (curl_easy_perform(c->h) != CURLE_OK ||
+	    curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK || status != 200) {
+		c->failed++;
+		return -1;
+	}
+	return 0;
+}
+
+/* @p n requests on @p c, each timed into @p t (ms); adds the time they
+ * took to *total_ms. */
+static void timed(client_t *c, int post, int n, double *t, double *total_ms)
+{
+	double start = mono_ms(), t0 = start;
+	for (int i = 0; i < n; i++) {
+		request(c, post);
+		double t1 = mono_ms();
+		t[i] = t1 - t0;
+		t0 = t1;
+	}
+	*total_ms += t0 - start;
+}
+
+/* ------------------------------------------------------------ figures */
+
+static client_t direct, proxied;
+static long direct_sent, proxied_sent; /* what the server should have seen */
+
+typedef struct figure {
+	double median, p99, rate; /* ms, ms, requests/s */
+} figure_t;
+
+/* @p n requests each way, in alternating blocks, after a warm-up. */
+static int sequential(figure_t *d, figure_t *p, int post, int n)
+{
+	double *td = malloc((size_t)n * sizeof(double)), *tp = malloc((size_t)n * sizeof(double));
+	double dms = 0, pms = 0;
+	int done = 0;
+
+	if (!td || !tp) {
+		free(td);
+		free(tp);
+		return -1;
+	}
+	for (int i = 0; i < WARMUP; i++) {
+		request(&direct, post);
+		request(&proxied, post);
+	}
+	for (int b = 0; b < BLOCKS; b++) {
+		int k = (n - done) / (BLOCKS - b);
+		timed(&direct, post, k, td + done, &dms);
+		timed(&proxied, post, k, tp + done, &pms);
+		done += k;
+	}
+	direct_sent += WARMUP + n, proxied_sent += WARMUP + n;
+	d->rate = dms > 0 ? n / (dms / 1000) : 0;
+	p->rate = pms > 0 ? n / (pms / 1000) : 0;
+	stats(td, n, &d->median, &d->p99);
+	stats(tp, n, &p->median, &p->p99);
+	free(td);
+	free(tp);
+	return 0;
+}
+
+static struct gate {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int ready, open;
+} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+
+typedef struct worker {
+	client_t c;
+	double end_ms;
+} worker_t;
+
+static void *worker_main(void *arg)
+{
+	worker_t *w = arg;
+	for (int i = 0; i < 20; i++) /* the connection, made before the clock starts */
+		request(&w->c, 0);
+	pthread_mutex_lock(&gate.lock);
+	gate.ready++;
+	pthread_cond_broadcast(&gate.cond);
+	while (!gate.open)
+		pthread_cond_wait(&gate.cond, &gate.lock);
+	pthread_mutex_unlock(&gate.lock);
+	for (int i = 0; i < PER_CLIENT; i++)
+		request(&w->c, 0);
+	w->end_ms = mono_ms();
+	return NULL;
+}
+
+/* CLIENTS keep-alive clients of @p port, PER_CLIENT GETs each, all at
+ * once: aggregate requests/s from the start to the last one's end. Adds
+ * the requests sent to *sent and the failed ones to *failed. */
+static double concurrent(unsigned port, const char *prefix, const char *token, long *sent,
+			 int *failed)
+{
+	static worker_t w[CLIENTS];
+	pthread_t th[CLIENTS];
+	int started = 0;
+	double end = 0, start;
+
+	gate.ready = gate.open = 0;
+	for (; started < CLIENTS; started++)
+		if (client_init(&w[started].c, port, prefix, token) < 0 ||
+		    pthread_create(&th[started], NULL, worker_main, &w[started]) != 0) {
+			client_free(&w[started].c);
+			break;
+		}
+	pthread_mutex_lock(&gate.lock);
+	while (gate.ready < started)
+		pthread_cond_wait(&gate.cond, &gate.lock);
+	gate.open = 1;
+	start = mono_ms();
+	pthread_cond_broadcast(&gate.cond);
+	pthread_mutex_unlock(&gate.lock);
+	for (int i = 0; i < started; i++) {
+		pthread_join(th[i], NULL);
+		end = w[i].end_ms > end ? w[i].end_ms : end;
+		*failed += w[i].c.failed;
+		client_free(&w[i].c);
+	}
+	*sent += started * (PER_CLIENT + 20);
+	if (started < CLIENTS)
+		fprintf(stderr, "bench proxy: only %d of %d clients started\n", started, CLIENTS);
+	return started == CLIENTS && end > start ? CLIENTS * PER_CLIENT / ((end - start) / 1000)
+						 : 0;
+}
+
+/* ------------------------------------------------------------ audit */
+
+static atomic_ulong audited;
+
+static void on_audit(void *ud, const tb_proxy_audit_t *a)
+{
+	(void)ud, (void)a;
+	atomic_fetch_add(&audited, 1);
+}
+
+int main(int argc, char **argv)
+{
+	static char *methods[] = { "GET", "POST" };
+	static tb_endpoint_t ep;
+	static tb_list_t eps = { 1, &ep };
+	char token[TB_TASK_TOKEN_MAX + 1];
+	tb_task_token_key_t key;
+	tb_proxy_t *proxy = NULL;
+	figure_t gd, gp, pd, pp;
+	tb_error_t err;
+	int n = 5000, fd, rc = 1, failed = 0;
+	unsigned pport;
+	double cd, cp;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			json_out = 1;
+		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+			n = (int)strtol(argv[++i], NULL, 10);
+		else {
+			fprintf(stderr, "usage: bench_proxy [--json] [-n N]\n");
+			return 2;
+		}
+	}
+	if (n < BLOCKS)
+		n = BLOCKS;
+	signal(SIGPIPE, SIG_IGN);
+	setenv(SECRET_ENV, SECRET, 1);
+	memset(body, 'b', sizeof(body));
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	if (srv_start() < 0)
+		return 1;
+	ep = (tb_endpoint_t){ .name = BINDING,
+			      .host = "127.0.0.1",
+			      .port = srv.port,
+			      .scheme = "http",
+			      .methods = { 2, methods },
+			      .credential = { .header = "Authorization",
+					      .format = "Bearer {}",
+					      .env = SECRET_ENV } };
+	tb_proxy_conf_t conf = { .endpoints = &eps,
+				 .key = &key,
+				 .task_id = TASK,
+				 .attempt = ATTEMPT,
+				 .audit = on_audit };
+	if (tb_task_token_key_new(&key, &err) < 0 ||
+	    tb_task_token_issue(token, sizeof(token), &key, TASK, ATTEMPT, wall_ms() + 3600000,
+				&err) < 0 ||
+	    tb_proxy_listen(&fd, 0, 0, &err) < 0)
+		goto fail;
+	conf.listen_fd = fd;
+	if (tb_proxy_start(&proxy, &conf, &err) < 0)
+		goto fail;
+	pport = tb_proxy_port(proxy);
+	if (client_init(&direct, srv.port, "", NULL) < 0 ||
+	    client_init(&proxied, pport, "/" BINDING, token) < 0) {
+		fprintf(stderr, "bench proxy: curl_easy_init failed\n");
+		goto out;
+	}
+
+	if (!json_out) {
+		printf("proxy: %d sequential requests per figure (after %d to warm up), "
+		       "%d clients x %d at once;\n"
+		       "  a keep-alive libcurl client, to a loopback server (~%zu-byte 200s) "
+		       "direct and through tb_proxy\n",
+		       n, WARMUP, CLIENTS, PER_CLIENT, srv.resp_len);
+		printf("  %-8s %-44s %9s %9s %-7s  %s\n", "suite", "figure", "median", "p99",
+		       "unit", "ratio to baseline");
+	}
+	if (sequential(&gd, &gp, 0, n) < 0 || sequential(&pd, &pp, 1, n) < 0)
+		goto out;
+	row("proxy", "GET, direct", "ms", gd.median, gd.p99, NULL, 0);
+	row("proxy", "GET, through the proxy", "ms", gp.median, gp.p99, "direct", gd.median);
+	row("proxy", "GET, added by the proxy", "ms", gp.median - gd.median, gp.p99 - gd.p99,
+	    "target 0.3 ms", 0.3);
+	row("proxy", "POST 1 KiB, direct", "ms", pd.median, pd.p99, NULL, 0);
+	row("proxy", "POST 1 KiB, through the proxy", "ms", pp.median, pp.p99, "direct", pd.median);
+	row("proxy", "POST 1 KiB, added by the proxy", "ms", pp.median - pd.median, pp.p99 - pd.p99,
+	    "target 0.3 ms", 0.3);
+	row("proxy", "GET sequential, direct", "req/s", gd.rate, gd.rate, NULL, 0);
+	row("proxy", "GET sequential, through the proxy", "req/s", gp.rate, gp.rate, "direct",
+	    gd.rate);
+	cd = concurrent(srv.port, "", NULL, &direct_sent, &failed);
+	cp = concurrent(pport, "/" BINDING, token, &proxied_sent, &failed);
+	row("proxy", "GET, 8 clients at once, direct", "req/s", cd, cd, NULL, 0);
+	row("proxy", "GET, 8 clients at once, through the proxy", "req/s", cp, cp, "direct", cd);
+
+	failed += direct.failed + proxied.failed;
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "bench proxy: %s\n", err.msg);
+out:
+	if (json_out)
+		printf("%s\n", first_row ? "[]" : "\n]");
+	client_free(&direct);
+	client_free(&proxied);
+	tb_proxy_stop(proxy);
+	srv_stop();
+	/* Every request answered 200, reached the server, and every proxied
+	 * one (and no direct one) carried the credential and was audited. */
+	unsigned long seen = atomic_load(&srv.requests), keyed = atomic_load(&srv.keyed);
+	if (rc == 0 && (failed || seen != (unsigned long)(direct_sent + proxied_sent) ||
+			keyed != (unsigned long)proxied_sent ||
+			atomic_load(&audited) != (unsigned long)proxied_sent)) {
+		fprintf(stderr,
+			"bench proxy: %d requests failed; the server saw %lu of %ld, %lu with "
+			"the credential, %lu audited (want %ld)\n",
+			failed, seen, direct_sent + proxied_sent, keyed, atomic_load(&audited),
+			proxied_sent);
+		rc = 1;
+	}
+	tb_task_token_key_wipe(&key);
+	explicit_bzero(token, sizeof(token));
+	curl_global_cleanup();
+	return rc;
+}
