@@ -6,6 +6,10 @@
 #ifndef TB_CMD_H
 #define TB_CMD_H
 
+#include "tb/config.h"
+#include "tb/ledger.h"
+#include "tb/store.h"
+
 #include <string.h>
 
 enum {
@@ -20,6 +24,20 @@ enum {
 	TB_EXIT_DEAD = 7,        /* the task was dead-lettered */
 	TB_EXIT_TIMEOUT = 8,     /* gave up waiting, or interrupted */
 };
+
+/**
+ * Opens the fleet's ledger and, if @p store, the artifact store, for
+ * subcommand @p cmd (named in the ledger's logs). @return TB_EXIT_OK;
+ * TB_EXIT_CONFIG for the in-process `memory:` ledger, which no other
+ * process can read; TB_EXIT_FAILURE when a service cannot be opened (why
+ * in @p err; nothing is left open)
+ */
+int tb_cmd_open_fleet(const char *cmd, const tb_config_t *cfg, tb_ledger_t **ledger,
+		      tb_store_t **store, tb_error_t *err);
+
+/** A prompt from @p path ("-": stdin), cut one byte past the schema's
+ * limit (which then names it); NULL after a message. The caller frees it. */
+char *tb_cmd_read_prompt(const char *cmd, const char *path);
 
 /** The exit code for a settled task's outcome (follow.h). */
 static inline int tb_cmd_outcome_exit(const char *outcome)

@@ -219,15 +219,8 @@ int tb_cmd_artifacts(int argc, char **argv)
 		fprintf(stderr, "taskbox artifacts: %s\n", err.msg);
 		return TB_EXIT_CONFIG;
 	}
-	if (!strcmp(cfg.ledger.url, "memory:")) {
-		fprintf(stderr, "taskbox artifacts: ledger.url is 'memory:', which lives inside "
-				"one worker: point it at the fleet's Redis (TASKBOX_LEDGER_URL)\n");
-		goto out;
-	}
-	if (tb_ledger_open(&l, cfg.ledger.url, cfg.ledger.prefix, "artifacts", &err) < 0 ||
-	    tb_store_open(&store, &cfg.store, &err) < 0) {
+	if ((rc = tb_cmd_open_fleet("artifacts", &cfg, &l, &store, &err)) != TB_EXIT_OK) {
 		fprintf(stderr, "taskbox artifacts: %s\n", err.msg);
-		rc = TB_EXIT_FAILURE;
 		goto out;
 	}
 	if ((rc = find(l, store, args[0], &f)) != TB_EXIT_OK)

@@ -48,25 +48,6 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static char *read_text(const char *path)
-{
-	FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "rb");
-	size_t cap = TB_PROMPT_MAX_BYTES + 2, n;
-	char *buf = f ? malloc(cap) : NULL;
-
-	if (!f) {
-		fprintf(stderr, "taskbox send: %s: %s\n", path, strerror(errno));
-		return NULL;
-	}
-	if (buf) {
-		n = fread(buf, 1, cap - 1, f);
-		buf[n] = '\0';
-	}
-	if (f != stdin)
-		fclose(f);
-	return buf; /* too long: the schema check names the limit */
-}
-
 /* The follow-up's number: @p given, else the ledger's next. */
 static int number(const tb_config_t *cfg, const char *cmd, const char *task, uint64_t given,
 		  uint64_t *seq)
@@ -78,18 +59,13 @@ static int number(const tb_config_t *cfg, const char *cmd, const char *task, uin
 		*seq = given;
 		return TB_EXIT_OK;
 	}
-	if (!strcmp(cfg->ledger.url, "memory:")) {
-		fprintf(stderr,
-			"taskbox %s: no ledger to count follow-ups with (ledger.url is "
-			"'memory:'): give --seq\n",
-			cmd);
-		return TB_EXIT_CONFIG;
+	int rc = tb_cmd_open_fleet(cmd, cfg, &l, NULL, &err);
+	if (rc != TB_EXIT_OK) {
+		fprintf(stderr, "taskbox %s: %s%s\n", cmd, err.msg,
+			rc == TB_EXIT_CONFIG ? "; or number it with --seq" : "");
+		return rc;
 	}
-	if (tb_ledger_open(&l, cfg->ledger.url, cfg->ledger.prefix, cmd, &err) < 0) {
-		fprintf(stderr, "taskbox %s: %s\n", cmd, err.msg);
-		return TB_EXIT_FAILURE;
-	}
-	int rc = l->ops->next_followup(l, task, seq, &err);
+	rc = l->ops->next_followup(l, task, seq, &err);
 	l->ops->close(l);
 	if (rc < 0) {
 		fprintf(stderr, "taskbox %s: %s\n", cmd, err.msg);
@@ -137,7 +113,7 @@ static int send_followup(int argc, char **argv, const char *cmd)
 		usage(stderr, cmd);
 		return TB_EXIT_USAGE;
 	}
-	if (file && !(text = loaded = read_text(file)))
+	if (file && !(text = loaded = tb_cmd_read_prompt(cmd, file)))
 		return TB_EXIT_FAILURE;
 	if (tb_config_load(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox %s: %s\n", cmd, err.msg);

@@ -317,13 +317,7 @@ int tb_cmd_status(int argc, char **argv)
 		fprintf(stderr, "taskbox status: %s\n", err.msg);
 		return TB_EXIT_CONFIG;
 	}
-	if (!strcmp(cfg.ledger.url, "memory:")) {
-		fprintf(stderr, "taskbox status: ledger.url is 'memory:', which lives inside one "
-				"worker: point it at the fleet's Redis (TASKBOX_LEDGER_URL)\n");
-		goto out;
-	}
-	if (tb_ledger_open(&l, cfg.ledger.url, cfg.ledger.prefix, "status", &err) < 0 ||
-	    tb_store_open(&store, &cfg.store, &err) < 0) {
+	if ((rc = tb_cmd_open_fleet("status", &cfg, &l, &store, &err)) != TB_EXIT_OK) {
 		fprintf(stderr, "taskbox status: %s\n", err.msg);
 		goto out;
 	}

@@ -96,25 +96,6 @@ static json_t *load_file(const char *path)
 	return doc;
 }
 
-static char *read_text(const char *path)
-{
-	FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "rb");
-	size_t cap = TB_PROMPT_MAX_BYTES + 2, n;
-	char *buf = f ? malloc(cap) : NULL;
-
-	if (!f) {
-		fprintf(stderr, "taskbox submit: %s: %s\n", path, strerror(errno));
-		return NULL;
-	}
-	if (buf) {
-		n = fread(buf, 1, cap - 1, f);
-		buf[n] = '\0';
-	}
-	if (f != stdin)
-		fclose(f);
-	return buf; /* too long: the schema check names the limit */
-}
-
 /* "K=V" split at the first '='; 0 or -1 with a message. */
 static int split(const char *flag, char *arg, char **k, char **v)
 {
@@ -210,7 +191,7 @@ static json_t *build(submit_args_t *a)
 					"or --prompt-file are needed (or --file)\n");
 			return NULL;
 		}
-		char *text = a->prompt_file ? read_text(a->prompt_file) : NULL;
+		char *text = a->prompt_file ? tb_cmd_read_prompt("submit", a->prompt_file) : NULL;
 		if (a->prompt_file && !text)
 			return NULL;
 		doc =
@@ -299,14 +280,8 @@ static int wait_for(const tb_config_t *cfg, const submit_args_t *a, const char *
 	tb_follow_result_t res;
 	tb_error_t err;
 
-	if (strcmp(cfg->ledger.url, "memory:") &&
-	    (tb_ledger_open(&l, cfg->ledger.url, cfg->ledger.prefix, "submit", &err) < 0 ||
-	     tb_store_open(&store, &cfg->store, &err) < 0)) {
-		fprintf(stderr, "taskbox submit: %s (waiting on events alone)\n", err.msg);
-		if (l)
-			l->ops->close(l);
-		l = NULL;
-	}
+	if (tb_cmd_open_fleet("submit", cfg, &l, &store, &err) != TB_EXIT_OK)
+		fprintf(stderr, "taskbox submit: %s (waiting on the events alone)\n", err.msg);
 	tb_follow_opts_t o = { .task = id,
 			       .since_ms = (int64_t)since,
 			       .until_settled = 1,

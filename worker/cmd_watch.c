@@ -118,14 +118,8 @@ int tb_cmd_watch(int argc, char **argv)
 	}
 	/* The ledger tells when a task is settled without an acknowledged
 	 * event (see follow.h); watching works without it. */
-	if (task && !follow && strcmp(cfg.ledger.url, "memory:") &&
-	    (tb_ledger_open(&l, cfg.ledger.url, cfg.ledger.prefix, "watch", &err) < 0 ||
-	     tb_store_open(&store, &cfg.store, &err) < 0)) {
+	if (task && !follow && tb_cmd_open_fleet("watch", &cfg, &l, &store, &err) != TB_EXIT_OK)
 		fprintf(stderr, "taskbox watch: %s (going by the events alone)\n", err.msg);
-		if (l)
-			l->ops->close(l);
-		l = NULL;
-	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	tb_follow_opts_t o = { .task = task,

@@ -26,6 +26,7 @@
  * asserting. What the worker does around the proxy (the egress events'
  * queue) is not measured: the audit callback only counts.
  */
+#include "bench_util.h"
 #include "proxy.h"
 #include "task_token.h"
 #include "tb/runtime.h"
@@ -61,62 +62,7 @@
 #define SRV_CONNS 64
 #define SRV_BUF 8192
 
-static int json_out, first_row = 1;
-
 /* ------------------------------------------------------------ output */
-
-static void row(const char *suite, const char *name, const char *unit, double median, double p99,
-		const char *baseline, double base)
-{
-	double ratio = base > 0 ? median / base : 0;
-	if (json_out) {
-		printf("%s\n {\"suite\": \"%s\", \"name\": \"%s\", \"unit\": \"%s\", \"median\": "
-		       "%.3f, \"p99\": %.3f",
-		       first_row ? "[" : ",", suite, name, unit, median, p99);
-		if (baseline)
-			printf(", \"baseline\": \"%s\", \"ratio\": %.2f", baseline, ratio);
-		printf("}");
-	} else {
-		int prec = strcmp(unit, "ms") == 0 ? 3 : 0; /* ms to the microsecond */
-		printf("  %-8s %-44s %9.*f %9.*f %-7s", suite, name, prec, median, prec, p99, unit);
-		if (baseline)
-			printf("  %.2fx %s", ratio, baseline);
-		printf("\n");
-	}
-	first_row = 0;
-	fflush(stdout);
-}
-
-static double mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static void stats(double *t, int n, double *median, double *p99)
-{
-	if (n <= 0) {
-		*median = *p99 = 0;
-		return;
-	}
-	qsort(t, (size_t)n, sizeof(double), cmp_double);
-	*median = t[n / 2];
-	*p99 = t[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1];
-}
 
 /* ------------------------------------------------------------ server */
 
@@ -368,10 +314,10 @@ static int request(client_t *c, int post)
  * took to *total_ms. */
 static void timed(client_t *c, int post, int n, double *t, double *total_ms)
 {
-	double start = mono_ms(), t0 = start;
+	double start = tb_bench_mono_ms(), t0 = start;
 	for (int i = 0; i < n; i++) {
 		request(c, post);
-		double t1 = mono_ms();
+		double t1 = tb_bench_mono_ms();
 		t[i] = t1 - t0;
 		t0 = t1;
 	}
@@ -412,8 +358,8 @@ static int sequential(figure_t *d, figure_t *p, int post, int n)
 	direct_sent += WARMUP + n, proxied_sent += WARMUP + n;
 	d->rate = dms > 0 ? n / (dms / 1000) : 0;
 	p->rate = pms > 0 ? n / (pms / 1000) : 0;
-	stats(td, n, &d->median, &d->p99);
-	stats(tp, n, &p->median, &p->p99);
+	tb_bench_stats(td, n, &d->median, &d->p99);
+	tb_bench_stats(tp, n, &p->median, &p->p99);
 	free(td);
 	free(tp);
 	return 0;
@@ -443,7 +389,7 @@ static void *worker_main(void *arg)
 	pthread_mutex_unlock(&gate.lock);
 	for (int i = 0; i < PER_CLIENT; i++)
 		request(&w->c, 0);
-	w->end_ms = mono_ms();
+	w->end_ms = tb_bench_mono_ms();
 	return NULL;
 }
 
@@ -469,7 +415,7 @@ static double concurrent(unsigned port, const char *prefix, const char *token, l
 	while (gate.ready < started)
 		pthread_cond_wait(&gate.cond, &gate.lock);
 	gate.open = 1;
-	start = mono_ms();
+	start = tb_bench_mono_ms();
 	pthread_cond_broadcast(&gate.cond);
 	pthread_mutex_unlock(&gate.lock);
 	for (int i = 0; i < started; i++) {
@@ -511,7 +457,7 @@ int main(int argc, char **argv)
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
-			json_out = 1;
+			tb_bench_json = 1;
 		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
 			n = (int)strtol(argv[++i], NULL, 10);
 		else {
@@ -541,8 +487,8 @@ int main(int argc, char **argv)
 				 .attempt = ATTEMPT,
 				 .audit = on_audit };
 	if (tb_task_token_key_new(&key, &err) < 0 ||
-	    tb_task_token_issue(token, sizeof(token), &key, TASK, ATTEMPT, wall_ms() + 3600000,
-				&err) < 0 ||
+	    tb_task_token_issue(token, sizeof(token), &key, TASK, ATTEMPT,
+				tb_bench_wall_ms() + 3600000, &err) < 0 ||
 	    tb_proxy_listen(&fd, 0, 0, &err) < 0)
 		goto fail;
 	conf.listen_fd = fd;
@@ -555,7 +501,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	if (!json_out) {
+	if (!tb_bench_json) {
 		printf("proxy: %d sequential requests per figure (after %d to warm up), "
 		       "%d clients x %d at once;\n"
 		       "  a keep-alive libcurl client, to a loopback server (~%zu-byte 200s) "
@@ -566,21 +512,24 @@ int main(int argc, char **argv)
 	}
 	if (sequential(&gd, &gp, 0, n) < 0 || sequential(&pd, &pp, 1, n) < 0)
 		goto out;
-	row("proxy", "GET, direct", "ms", gd.median, gd.p99, NULL, 0);
-	row("proxy", "GET, through the proxy", "ms", gp.median, gp.p99, "direct", gd.median);
-	row("proxy", "GET, added by the proxy", "ms", gp.median - gd.median, gp.p99 - gd.p99,
-	    "target 0.3 ms", 0.3);
-	row("proxy", "POST 1 KiB, direct", "ms", pd.median, pd.p99, NULL, 0);
-	row("proxy", "POST 1 KiB, through the proxy", "ms", pp.median, pp.p99, "direct", pd.median);
-	row("proxy", "POST 1 KiB, added by the proxy", "ms", pp.median - pd.median, pp.p99 - pd.p99,
-	    "target 0.3 ms", 0.3);
-	row("proxy", "GET sequential, direct", "req/s", gd.rate, gd.rate, NULL, 0);
-	row("proxy", "GET sequential, through the proxy", "req/s", gp.rate, gp.rate, "direct",
-	    gd.rate);
+	tb_bench_row("proxy", "GET, direct", "ms", gd.median, gd.p99, NULL, 0);
+	tb_bench_row("proxy", "GET, through the proxy", "ms", gp.median, gp.p99, "direct",
+		     gd.median);
+	tb_bench_row("proxy", "GET, added by the proxy", "ms", gp.median - gd.median,
+		     gp.p99 - gd.p99, "target 0.3 ms", 0.3);
+	tb_bench_row("proxy", "POST 1 KiB, direct", "ms", pd.median, pd.p99, NULL, 0);
+	tb_bench_row("proxy", "POST 1 KiB, through the proxy", "ms", pp.median, pp.p99, "direct",
+		     pd.median);
+	tb_bench_row("proxy", "POST 1 KiB, added by the proxy", "ms", pp.median - pd.median,
+		     pp.p99 - pd.p99, "target 0.3 ms", 0.3);
+	tb_bench_row("proxy", "GET sequential, direct", "req/s", gd.rate, gd.rate, NULL, 0);
+	tb_bench_row("proxy", "GET sequential, through the proxy", "req/s", gp.rate, gp.rate,
+		     "direct", gd.rate);
 	cd = concurrent(srv.port, "", NULL, &direct_sent, &failed);
 	cp = concurrent(pport, "/" BINDING, token, &proxied_sent, &failed);
-	row("proxy", "GET, 8 clients at once, direct", "req/s", cd, cd, NULL, 0);
-	row("proxy", "GET, 8 clients at once, through the proxy", "req/s", cp, cp, "direct", cd);
+	tb_bench_row("proxy", "GET, 8 clients at once, direct", "req/s", cd, cd, NULL, 0);
+	tb_bench_row("proxy", "GET, 8 clients at once, through the proxy", "req/s", cp, cp,
+		     "direct", cd);
 
 	failed += direct.failed + proxied.failed;
 	rc = 0;
@@ -588,8 +537,7 @@ int main(int argc, char **argv)
 fail:
 	fprintf(stderr, "bench proxy: %s\n", err.msg);
 out:
-	if (json_out)
-		printf("%s\n", first_row ? "[]" : "\n]");
+	tb_bench_end();
 	client_free(&direct);
 	client_free(&proxied);
 	tb_proxy_stop(proxy);

@@ -20,6 +20,7 @@
  * Prints one line per figure: suite, name, unit, median, p99, baseline,
  * ratio. Timing figures are for reading, never for asserting.
  */
+#include "bench_util.h"
 #include "follow.h"
 
 #include "tb/config.h"
@@ -48,61 +49,8 @@ static const char *taskbox;
 static char root[64] = "/tmp/tb-bench-XXXXXX";
 static char trivial_url[160], chatty_url[160], sleepy_url[160];
 static char trivial_commit[64], chatty_commit[64], sleepy_commit[64];
-static int json_out, first_row = 1;
 
 /* ------------------------------------------------------------ output */
-
-static void row(const char *suite, const char *name, const char *unit, double median, double p99,
-		const char *baseline, double base)
-{
-	double ratio = base > 0 ? median / base : 0;
-	if (json_out) {
-		printf("%s\n {\"suite\": \"%s\", \"name\": \"%s\", \"unit\": \"%s\", \"median\": "
-		       "%.3f, \"p99\": %.3f",
-		       first_row ? "[" : ",", suite, name, unit, median, p99);
-		if (baseline)
-			printf(", \"baseline\": \"%s\", \"ratio\": %.2f", baseline, ratio);
-		printf("}");
-	} else {
-		printf("  %-8s %-44s %9.2f %9.2f %-7s", suite, name, median, p99, unit);
-		if (baseline)
-			printf("  %.2fx %s", ratio, baseline);
-		printf("\n");
-	}
-	first_row = 0;
-	fflush(stdout);
-}
-
-static double mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static void stats(double *t, int n, double *median, double *p99)
-{
-	if (n <= 0) {
-		*median = *p99 = 0;
-		return;
-	}
-	qsort(t, (size_t)n, sizeof(double), cmp_double);
-	*median = t[n / 2];
-	*p99 = t[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1];
-}
 
 static int sh(const char *fmt, ...)
 {
@@ -348,12 +296,12 @@ static int produce_task(run_t *r, sent_t *s, const char *url, const char *commit
 
 	t.id = s->id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = (char *)url;
 	t.recipe.commit = (char *)commit, t.prompt = (char *)"go";
-	t.runtime = (char *)"bench", t.submitted_at = wall_ms();
+	t.runtime = (char *)"bench", t.submitted_at = tb_bench_wall_ms();
 	msgpack_sbuffer_init(&sb);
 	int rc = tb_msg_encode(&sb, &tb_schema_task, &t, &err);
 	s->offset = -1;
 	s->acked = s->committed = 0;
-	s->t0 = mono_ms();
+	s->t0 = tb_bench_mono_ms();
 	if (rc == 0 && rd_kafka_producev(r->producer, RD_KAFKA_V_TOPIC(r->tasks),
 					 RD_KAFKA_V_KEY(s->id, strlen(s->id)),
 					 RD_KAFKA_V_VALUE(sb.data, sb.size),
@@ -381,8 +329,8 @@ static int await_acks(run_t *r, sent_t *s, int n, phases_t *ph, int secs)
 	int left = 0;
 	for (int i = 0; i < n; i++)
 		left += s[i].acked == 0;
-	double until = mono_ms() + secs * 1000.0;
-	while (left > 0 && mono_ms() < until) {
+	double until = tb_bench_mono_ms() + secs * 1000.0;
+	while (left > 0 && tb_bench_mono_ms() < until) {
 		rd_kafka_poll(r->producer, 0);
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(r->events_c, 50);
 		tb_event_t ev;
@@ -393,7 +341,7 @@ static int await_acks(run_t *r, sent_t *s, int n, phases_t *ph, int secs)
 			rd_kafka_message_destroy(m);
 			continue;
 		}
-		double now = mono_ms();
+		double now = tb_bench_mono_ms();
 		if (ev.type == TB_EV_PHASE) {
 			json_t *p = NULL;
 			if (tb_mpack_to_json(&p, ev.payload.data, ev.payload.len, &err) == 0) {
@@ -421,14 +369,14 @@ static int await_acks(run_t *r, sent_t *s, int n, phases_t *ph, int secs)
 /* Polls the group's committed offsets until each task's is past it. */
 static int await_commits(run_t *r, sent_t *s, int n, int secs)
 {
-	double until = mono_ms() + secs * 1000.0;
+	double until = tb_bench_mono_ms() + secs * 1000.0;
 	int left = n;
-	while (left > 0 && mono_ms() < until) {
+	while (left > 0 && tb_bench_mono_ms() < until) {
 		rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
 		for (int p = 0; p < 8; p++)
 			rd_kafka_topic_partition_list_add(l, r->tasks, p);
 		if (rd_kafka_committed(r->offsets_c, l, 5000) == 0) {
-			double now = mono_ms();
+			double now = tb_bench_mono_ms();
 			for (int i = 0; i < n; i++)
 				if (!s[i].committed && s[i].offset >= 0 &&
 				    s[i].partition < l->cnt &&
@@ -477,13 +425,13 @@ static double direct_run(int n, double *p99)
 	if (n > 256)
 		n = 256;
 	for (int i = 0; i < n; i++) {
-		double t0 = mono_ms();
+		double t0 = tb_bench_mono_ms();
 		if (sh("%s", cmd) < 0)
 			return 0;
-		t[i] = mono_ms() - t0;
+		t[i] = tb_bench_mono_ms() - t0;
 	}
 	double median;
-	stats(t, n, &median, p99);
+	tb_bench_stats(t, n, &median, p99);
 	return median;
 }
 
@@ -522,16 +470,16 @@ static int suite_task(int n)
 		lat[i] = s[i].committed - s[i].t0;
 		ack[i] = s[i].acked - s[i].t0;
 	}
-	stats(lat, n, &med, &p99);
-	row("task", "overhead, 1 slot: produced -> committed", "ms", med, p99, "agent+judge direct",
-	    base);
-	stats(ack, n, &med, &p99);
-	row("task", "1 slot: produced -> acknowledged event", "ms", med, p99, NULL, 0);
+	tb_bench_stats(lat, n, &med, &p99);
+	tb_bench_row("task", "overhead, 1 slot: produced -> committed", "ms", med, p99,
+		     "agent+judge direct", base);
+	tb_bench_stats(ack, n, &med, &p99);
+	tb_bench_row("task", "1 slot: produced -> acknowledged event", "ms", med, p99, NULL, 0);
 	for (size_t k = 0; k < NPHASES; k++) {
 		char name[64];
-		stats(ph.ms[k], ph.n[k], &med, &p99);
+		tb_bench_stats(ph.ms[k], ph.n[k], &med, &p99);
 		snprintf(name, sizeof(name), "  phase %s (time to reach it)", phase_names[k]);
-		row("task", name, "ms", med, p99, NULL, 0);
+		tb_bench_row("task", name, "ms", med, p99, NULL, 0);
 	}
 	run_free(&r);
 
@@ -556,31 +504,31 @@ static int suite_task(int n)
 		for (int i = 0; i < 8; i++, k++)
 			lat[k] = s[w * 8 + i].committed - s[w * 8 + i].t0;
 	}
-	stats(lat, k, &med, &p99);
-	row("task", "overhead, 8 slots (waves of 8): produced -> committed", "ms", med, p99,
-	    "agent+judge direct", base);
+	tb_bench_stats(lat, k, &med, &p99);
+	tb_bench_row("task", "overhead, 8 slots (waves of 8): produced -> committed", "ms", med,
+		     p99, "agent+judge direct", base);
 	for (size_t q = 0; q < NPHASES; q++) {
 		char name[64];
-		stats(ph.ms[q], ph.n[q], &med, &p99);
+		tb_bench_stats(ph.ms[q], ph.n[q], &med, &p99);
 		snprintf(name, sizeof(name), "  8 slots: phase %s", phase_names[q]);
-		row("task", name, "ms", med, p99, NULL, 0);
+		tb_bench_row("task", name, "ms", med, p99, NULL, 0);
 	}
 
 	/* throughput: 200 at once through the same worker */
 	int total = 200;
-	double cpu0 = cpu_seconds(r.pids[0]), t0 = mono_ms();
+	double cpu0 = cpu_seconds(r.pids[0]), t0 = tb_bench_mono_ms();
 	for (int i = 0; i < total; i++) {
 		snprintf(s[i].id, sizeof(s[0].id), "bulk-%d", i);
 		produce_task(&r, &s[i], trivial_url, trivial_commit);
 	}
 	rd_kafka_flush(r.producer, 10000);
 	int ok = await_acks(&r, s, total, NULL, 600) == 0;
-	double secs = (mono_ms() - t0) / 1000, cpu = cpu_seconds(r.pids[0]) - cpu0;
+	double secs = (tb_bench_mono_ms() - t0) / 1000, cpu = cpu_seconds(r.pids[0]) - cpu0;
 	if (ok) {
-		row("task", "throughput, 1 worker, 8 slots (200 tasks)", "tasks/s", total / secs,
-		    total / secs, "target 100/s", 100);
-		row("task", "CPU per task (worker + sandboxes)", "ms", cpu * 1000 / total,
-		    cpu * 1000 / total, NULL, 0);
+		tb_bench_row("task", "throughput, 1 worker, 8 slots (200 tasks)", "tasks/s",
+			     total / secs, total / secs, "target 100/s", 100);
+		tb_bench_row("task", "CPU per task (worker + sandboxes)", "ms", cpu * 1000 / total,
+			     cpu * 1000 / total, NULL, 0);
 	} else {
 		fprintf(stderr, "bench task: the 200 tasks did not all finish (log %s)\n", r.log);
 	}
@@ -594,7 +542,7 @@ static double raw_produce_rate(run_t *r, int n, size_t size)
 {
 	char *payload = malloc(size);
 	memset(payload, 'x', size);
-	double t0 = mono_ms();
+	double t0 = tb_bench_mono_ms();
 	for (int i = 0; i < n; i++) {
 		while (rd_kafka_producev(r->producer, RD_KAFKA_V_TOPIC(r->events),
 					 RD_KAFKA_V_KEY("raw", 3), RD_KAFKA_V_VALUE(payload, size),
@@ -603,7 +551,7 @@ static double raw_produce_rate(run_t *r, int n, size_t size)
 			rd_kafka_poll(r->producer, 10);
 	}
 	rd_kafka_flush(r->producer, 60000);
-	double secs = (mono_ms() - t0) / 1000;
+	double secs = (tb_bench_mono_ms() - t0) / 1000;
 	free(payload);
 	return n / secs;
 }
@@ -616,9 +564,9 @@ static int chatty_rates(run_t *r, int ntasks, int want, double *per_task, double
 	uint64_t first[8] = { 0 }, last[8] = { 0 }, lo = 0, hi = 0;
 	char ids[8][64] = { "" };
 	int count[8] = { 0 }, got = 0;
-	double until = mono_ms() + 300000;
+	double until = tb_bench_mono_ms() + 300000;
 
-	while (got < want && mono_ms() < until) {
+	while (got < want && tb_bench_mono_ms() < until) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(r->events_c, 100);
 		tb_event_t ev;
 		tb_error_t err;
@@ -676,8 +624,8 @@ static int suite_events(void)
 	rd_kafka_flush(r.producer, 10000);
 	if (chatty_rates(&r, 1, CHATTY_EVENTS, &per, &all, &size) == 0) {
 		double raw = raw_produce_rate(&r, CHATTY_EVENTS, size);
-		row("events", "one chatty task (100,000 events)", "ev/s", per, per, "raw producer",
-		    raw);
+		tb_bench_row("events", "one chatty task (100,000 events)", "ev/s", per, per,
+			     "raw producer", raw);
 	} else {
 		fprintf(stderr,
 			"bench events: the chatty task's events did not all come (log %s)\n",
@@ -690,8 +638,10 @@ static int suite_events(void)
 	}
 	rd_kafka_flush(r.producer, 10000);
 	if (chatty_rates(&r, 8, 8 * CHATTY_EVENTS, &per, &all, &size) == 0) {
-		row("events", "8 chatty tasks at once: all together", "ev/s", all, all, NULL, 0);
-		row("events", "8 chatty tasks at once: per task", "ev/s", per, per, NULL, 0);
+		tb_bench_row("events", "8 chatty tasks at once: all together", "ev/s", all, all,
+			     NULL, 0);
+		tb_bench_row("events", "8 chatty tasks at once: per task", "ev/s", per, per, NULL,
+			     0);
 	}
 	run_free(&r);
 	return 0;
@@ -717,14 +667,14 @@ static double fleet_rate(int k)
 	rd_kafka_flush(r.producer, 10000);
 	await_acks(&r, s, 2 * k, NULL, 120);
 	sleep(5);
-	double t0 = mono_ms();
+	double t0 = tb_bench_mono_ms();
 	for (int i = 0; i < 48; i++) {
 		snprintf(s[i].id, sizeof(s[i].id), "sleepy-%d", i);
 		produce_task(&r, &s[i], sleepy_url, sleepy_commit);
 	}
 	rd_kafka_flush(r.producer, 10000);
 	int ok = await_acks(&r, s, 48, NULL, 300) == 0;
-	double secs = (mono_ms() - t0) / 1000;
+	double secs = (tb_bench_mono_ms() - t0) / 1000;
 	run_free(&r);
 	return ok ? 48 / secs : 0;
 }
@@ -736,12 +686,12 @@ static int suite_fleet(void)
 		fprintf(stderr, "bench fleet: one worker did not finish\n");
 		return -1;
 	}
-	row("fleet", "1 worker, 2 slots, 1 s agents", "tasks/s", one, one, NULL, 0);
+	tb_bench_row("fleet", "1 worker, 2 slots, 1 s agents", "tasks/s", one, one, NULL, 0);
 	for (int k = 2; k <= 4; k *= 2) {
 		char name[64];
 		double rate = fleet_rate(k);
 		snprintf(name, sizeof(name), "%d workers, 2 slots each", k);
-		row("fleet", name, "tasks/s", rate, rate, "1 worker", one);
+		tb_bench_row("fleet", name, "tasks/s", rate, rate, "1 worker", one);
 	}
 	return 0;
 }
@@ -784,9 +734,10 @@ static int suite_memory(void)
 	usleep(700000); /* all eight running their 1 s agents */
 	double busy = rss_mib(r.pids[0]);
 	await_acks(&r, s, 8, NULL, 120);
-	row("memory", "worker RSS, idle (8 slots)", "MiB", idle, idle, "target 30 MiB", 30);
-	row("memory", "worker RSS per busy slot", "MiB", (busy - idle) / 8, (busy - idle) / 8,
-	    "target 1 MiB", 1);
+	tb_bench_row("memory", "worker RSS, idle (8 slots)", "MiB", idle, idle, "target 30 MiB",
+		     30);
+	tb_bench_row("memory", "worker RSS per busy slot", "MiB", (busy - idle) / 8,
+		     (busy - idle) / 8, "target 1 MiB", 1);
 	run_free(&r);
 	return 0;
 }
@@ -798,7 +749,7 @@ int main(int argc, char **argv)
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
-			json_out = 1;
+			tb_bench_json = 1;
 		else if (!strcmp(argv[i], "--taskbox") && i + 1 < argc)
 			taskbox = argv[++i];
 		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
@@ -845,7 +796,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench: cannot make the recipes in %s\n", root);
 		return 1;
 	}
-	if (!json_out) {
+	if (!tb_bench_json) {
 		printf("worker benchmarks (Kafka %s, Redis, S3 %s)\n", getenv("TASKBOX_TEST_KAFKA"),
 		       getenv("TASKBOX_TEST_S3_ENDPOINT"));
 		printf("  %-8s %-44s %9s %9s %-7s  %s\n", "suite", "figure", "median", "p99",
@@ -861,8 +812,7 @@ int main(int argc, char **argv)
 			      : (fprintf(stderr, "bench: unknown suite %s\n", suites[i]), -1);
 		rc |= got < 0;
 	}
-	if (json_out)
-		printf("%s\n", first_row ? "[]" : "\n]");
+	tb_bench_end();
 	if (getenv("TB_BENCH_KEEP")) /* the workers' logs, for a closer look */
 		fprintf(stderr, "bench: kept %s\n", root);
 	else

@@ -1,0 +1,73 @@
+/*
+ * bench_util.c: see bench_util.h.
+ */
+#include "bench_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int tb_bench_json;
+static int first_row = 1;
+
+double tb_bench_mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+uint64_t tb_bench_wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+void tb_bench_stats(double *t, int n, double *median, double *p99)
+{
+	if (n <= 0) {
+		*median = *p99 = 0;
+		return;
+	}
+	qsort(t, (size_t)n, sizeof(double), cmp_double);
+	*median = t[n / 2];
+	*p99 = t[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1];
+}
+
+void tb_bench_row(const char *suite, const char *name, const char *unit, double median, double p99,
+		  const char *baseline, double base)
+{
+	double ratio = base > 0 ? median / base : 0;
+
+	if (tb_bench_json) {
+		printf("%s\n {\"suite\": \"%s\", \"name\": \"%s\", \"unit\": \"%s\", \"median\": "
+		       "%.3f, \"p99\": %.3f",
+		       first_row ? "[" : ",", suite, name, unit, median, p99);
+		if (baseline)
+			printf(", \"baseline\": \"%s\", \"ratio\": %.2f", baseline, ratio);
+		printf("}");
+	} else {
+		int prec = strcmp(unit, "ms") == 0 ? 3 : 2;
+		printf("  %-8s %-44s %10.*f %10.*f %-7s", suite, name, prec, median, prec, p99,
+		       unit);
+		if (baseline)
+			printf("  %.2fx %s", ratio, baseline);
+		printf("\n");
+	}
+	first_row = 0;
+	fflush(stdout);
+}
+
+void tb_bench_end(void)
+{
+	if (tb_bench_json)
+		printf("%s\n", first_row ? "[]" : "\n]");
+}

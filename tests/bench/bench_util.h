@@ -1,0 +1,30 @@
+/*
+ * bench_util.h: what the benchmark programs share: the clock, median and
+ * p99, and the output row (a table line, or an element of a JSON array).
+ */
+#ifndef TB_BENCH_UTIL_H
+#define TB_BENCH_UTIL_H
+
+#include <stdint.h>
+
+/** Whether rows print as JSON (set once, from --json). */
+extern int tb_bench_json;
+
+double tb_bench_mono_ms(void);
+uint64_t tb_bench_wall_ms(void);
+
+/** Sorts @p t and gives its median and 99th percentile (0 when empty). */
+void tb_bench_stats(double *t, int n, double *median, double *p99);
+
+/**
+ * One figure: suite, name, unit, median and p99, and, with @p baseline,
+ * the ratio median / @p base. ms print to the microsecond, other units
+ * with two decimals.
+ */
+void tb_bench_row(const char *suite, const char *name, const char *unit, double median, double p99,
+		  const char *baseline, double base);
+
+/** Closes the JSON array (prints "[]" if no row came); no-op for tables. */
+void tb_bench_end(void);
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * cmd_common.c: what several subcommands share: opening the fleet's
+ * ledger and store, and reading a prompt from a file.
+ */
+#include "cmd.h"
+
+#include "tb/schema_task.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tb_cmd_open_fleet(const char *cmd, const tb_config_t *cfg, tb_ledger_t **ledger,
+		      tb_store_t **store, tb_error_t *err)
+{
+	*ledger = NULL;
+	if (store)
+		*store = NULL;
+	if (!strcmp(cfg->ledger.url, "memory:")) {
+		tb_error_set(err, TB_EINVAL,
+			     "ledger.url is 'memory:', which lives inside one worker: point it at "
+			     "the fleet's Redis (TASKBOX_LEDGER_URL)");
+		return TB_EXIT_CONFIG;
+	}
+	if (tb_ledger_open(ledger, cfg->ledger.url, cfg->ledger.prefix, cmd, err) < 0)
+		return TB_EXIT_FAILURE;
+	if (store && tb_store_open(store, &cfg->store, err) < 0) {
+		(*ledger)->ops->close(*ledger);
+		*ledger = NULL;
+		return TB_EXIT_FAILURE;
+	}
+	return TB_EXIT_OK;
+}
+
+char *tb_cmd_read_prompt(const char *cmd, const char *path)
+{
+	FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "rb");
+	size_t cap = TB_PROMPT_MAX_BYTES + 2, n;
+	char *buf = f ? malloc(cap) : NULL;
+
+	if (!f) {
+		fprintf(stderr, "taskbox %s: %s: %s\n", cmd, path, strerror(errno));
+		return NULL;
+	}
+	if (buf) {
+		n = fread(buf, 1, cap - 1, f);
+		buf[n] = '\0';
+	} else {
+		fprintf(stderr, "taskbox %s: out of memory\n", cmd);
+	}
+	if (f != stdin)
+		fclose(f);
+	return buf; /* too long: the schema check names the limit */
+}
