@@ -1,7 +1,8 @@
 /*
  * egress.c: the lifecycle's side of the network boundary (egress.h):
  * token, proxy in the sandbox's namespace, the agent's variables, and
- * the audit queue.
+ * the queue from the proxy's threads (audit records and the events the
+ * agent posts) to the lifecycle's.
  */
 #include "egress.h"
 
@@ -26,12 +27,21 @@ typedef struct held {
 	json_t *last; /* the latest one's payload */
 } held_t;
 
+/* What the proxy's threads hand the lifecycle's, oldest first. */
+typedef struct item {
+	struct item *next;
+	json_t *record; /* an egress record's payload; NULL: an agent event */
+	int type;       /* the agent event's */
+	tb_bytes_t payload;
+} item_t;
+
 struct tb_egress {
 	tb_proxy_t *proxy;
 	const tb_runtime_t *rt;
 	char token[TB_TASK_TOKEN_MAX + 1];
 	pthread_mutex_t lock;
-	json_t *queue; /* payloads waiting for the lifecycle's thread */
+	item_t *head, **tail; /* waiting for the lifecycle's thread */
+	size_t nrecords, nevents, max_events;
 	uint64_t dropped;
 	held_t held[HELD_MAX]; /* the lifecycle's thread only */
 	size_t nheld;
@@ -48,10 +58,30 @@ static void worker_key_init(void)
 	worker_key_rc = tb_task_token_key_new(&worker_key, &err);
 }
 
+/* Appends @p it under the lock. */
+static void push(tb_egress_t *e, item_t *it)
+{
+	it->next = NULL;
+	*e->tail = it;
+	e->tail = &it->next;
+}
+
+static void items_free(item_t *it)
+{
+	while (it) {
+		item_t *next = it->next;
+		json_decref(it->record);
+		free(it->payload.data);
+		free(it);
+		it = next;
+	}
+}
+
 /* From the proxy's threads: queue, never block for long. */
 static void on_audit(void *ud, const tb_proxy_audit_t *a)
 {
 	tb_egress_t *e = ud;
+	item_t *it = calloc(1, sizeof(*it));
 	tb_metrics_egress(a->refused ? 0 : a->status);
 	json_t *p = json_pack("{s:s,s:s,s:s,s:i,s:I,s:I,s:I}", "method", a->method, "host", a->host,
 			      "path", a->path, "status", a->status, "bytes_in",
@@ -62,13 +92,39 @@ static void on_audit(void *ud, const tb_proxy_audit_t *a)
 	if (p && a->reason)
 		json_object_set_new(p, "reason", json_string(a->reason));
 	pthread_mutex_lock(&e->lock);
-	if (p && e->queue && json_array_size(e->queue) < TB_EGRESS_QUEUE_MAX &&
-	    json_array_append_new(e->queue, p) == 0)
-		p = NULL;
-	else
+	if (p && it && e->nrecords < TB_EGRESS_QUEUE_MAX) {
+		it->record = p;
+		push(e, it);
+		e->nrecords++;
+		p = NULL, it = NULL;
+	} else {
 		e->dropped++;
+	}
 	pthread_mutex_unlock(&e->lock);
 	json_decref(p);
+	free(it);
+}
+
+/* From the proxy's threads: an event the agent posted (the platform
+ * route). Never dropped once taken; when too many wait, refused (429). */
+static int on_event(void *ud, int type, tb_bytes_t payload)
+{
+	tb_egress_t *e = ud;
+	item_t *it = calloc(1, sizeof(*it));
+	int rc = -1;
+
+	pthread_mutex_lock(&e->lock);
+	if (it && e->nevents < e->max_events) {
+		it->type = type;
+		it->payload = payload;
+		push(e, it);
+		e->nevents++;
+		it = NULL, payload.data = NULL, rc = 0;
+	}
+	pthread_mutex_unlock(&e->lock);
+	free(it);
+	free(payload.data);
+	return rc;
 }
 
 int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, const char *task_id,
@@ -83,11 +139,15 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, c
 	pthread_once(&worker_key_once, worker_key_init);
 	if (worker_key_rc < 0)
 		return tb_error_set(err, TB_EIO, "egress: no key for task tokens (getrandom)");
-	if (!(e = calloc(1, sizeof(*e))) || !(e->queue = json_array())) {
-		free(e);
+	if (!(e = calloc(1, sizeof(*e))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	}
 	e->rt = rt;
+	e->tail = &e->head;
+	/* About a second of the run's event rate may wait (16 at least). */
+	e->max_events = rt->agent.max_events_per_second;
+	e->max_events = e->max_events < 16                     ? 16
+			: e->max_events > TB_EGRESS_EVENTS_MAX ? TB_EGRESS_EVENTS_MAX
+							       : e->max_events;
 	pthread_mutex_init(&e->lock, NULL);
 	if ((rc = tb_task_token_issue(e->token, sizeof(e->token), &worker_key, task_id, attempt,
 				      expires_ms, err)) < 0 ||
@@ -101,6 +161,9 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, c
 		.attempt = attempt,
 		.audit = on_audit,
 		.audit_ud = e,
+		.event = on_event,
+		.event_ud = e,
+		.max_event_bytes = rt->agent.max_event_bytes,
 	};
 	if ((rc = tb_proxy_start(&e->proxy, &conf, err)) < 0)
 		goto fail;
@@ -127,8 +190,11 @@ int tb_egress_env(const tb_egress_t *e, char **envp, int n, int cap)
 	 * (Proxy-Authorization: Basic) with HTTP_PROXY alone. Its characters
 	 * (base64url and '.') need no escaping in a URL. */
 	snprintf(proxy, sizeof(proxy), "http://taskbox:%s@127.0.0.1:%d", e->token, TB_EGRESS_PORT);
+	char events[sizeof(url) + sizeof(TB_PROXY_EVENTS_PATH)];
+	snprintf(events, sizeof(events), "%s%s", url, TB_PROXY_EVENTS_PATH);
 	const char *fixed[][2] = {
 		{ "TASKBOX_TOKEN", e->token },
+		{ "TASKBOX_EVENTS_URL", events },
 		{ "HTTP_PROXY", proxy },
 		{ "http_proxy", proxy },
 		{ "NO_PROXY", "127.0.0.1,localhost" },
@@ -198,34 +264,38 @@ static void release_first(tb_egress_t *e, void (*fn)(void *ud, json_t *payload),
 }
 
 uint64_t tb_egress_drain(tb_egress_t *e, tb_rate_t *rate, uint64_t now_ms, int last,
-			 void (*fn)(void *ud, json_t *payload), void *ud)
+			 void (*fn)(void *ud, json_t *payload),
+			 void (*event)(void *ud, int type, tb_bytes_t payload), void *ud)
 {
-	json_t *batch = NULL, *v;
+	item_t *batch, *it;
 	uint64_t dropped;
-	size_t i;
 
 	if (!e)
 		return 0;
 	pthread_mutex_lock(&e->lock);
-	if (json_array_size(e->queue)) {
-		batch = e->queue;
-		e->queue = json_array();
-	}
+	batch = e->head;
+	e->head = NULL, e->tail = &e->head;
+	e->nrecords = e->nevents = 0;
 	dropped = e->dropped;
 	e->dropped = 0;
 	pthread_mutex_unlock(&e->lock);
 	/* Oldest first: the summaries waiting, then the new records, each
-	 * while the rate has room; what finds none is summarised. */
+	 * while the rate has room (what finds none is summarised), and the
+	 * agent's events in their place (@p event paces them). */
 	while (e->nheld && (!rate || tb_rate_take(rate, now_ms) == 0))
 		release_first(e, fn, ud);
-	json_array_foreach(batch, i, v)
-	{
-		if (!e->nheld && (!rate || tb_rate_take(rate, now_ms) == 0))
-			fn(ud, json_incref(v));
-		else if (hold(e, v) < 0)
-			dropped++;
+	for (; (it = batch); free(it)) {
+		batch = it->next;
+		if (!it->record) {
+			event(ud, it->type, it->payload);
+		} else if (!e->nheld && (!rate || tb_rate_take(rate, now_ms) == 0)) {
+			fn(ud, it->record);
+		} else {
+			if (hold(e, it->record) < 0)
+				dropped++;
+			json_decref(it->record); /* hold() keeps its own reference */
+		}
 	}
-	json_decref(batch);
 	while (last && e->nheld)
 		release_first(e, fn, ud);
 	return dropped;
@@ -245,7 +315,7 @@ void tb_egress_free(tb_egress_t *e)
 		return;
 	tb_egress_stop(e);
 	OPENSSL_cleanse(e->token, sizeof(e->token));
-	json_decref(e->queue);
+	items_free(e->head);
 	for (size_t i = 0; i < e->nheld; i++)
 		json_decref(e->held[i].last);
 	pthread_mutex_destroy(&e->lock);

@@ -2,10 +2,11 @@
  * egress.h: a sandbox's network boundary as the task lifecycle uses it
  * (DESIGN.md invariant 5): the task token, the egress proxy listening on
  * 127.0.0.1:TB_EGRESS_PORT inside the sandbox's network namespace, the
- * variables that tell the agent where it is, and the proxy's audit
- * records queued for the lifecycle to emit as "egress" events from its
- * own thread (the proxy calls back from its threads; events are
- * numbered by the lifecycle alone).
+ * variables that tell the agent where it is, and what the proxy hands
+ * the lifecycle from its threads, queued in order for the lifecycle to
+ * emit from its own (events are numbered by the lifecycle alone): audit
+ * records, as "egress" events, and the events the agent posts to the
+ * platform route (POST /_taskbox/events, proxy.h), as its own.
  *
  * The key that signs task tokens is the worker's: made from getrandom()
  * on first use and kept in memory only, never written anywhere. This
@@ -24,6 +25,9 @@
 
 #define TB_EGRESS_PORT 3128
 #define TB_EGRESS_QUEUE_MAX 4096 /* audit records waiting to be emitted */
+/* The agent's posted events waiting: the run's max_events_per_second,
+ * at least 16 and at most this; beyond, the route answers 429. */
+#define TB_EGRESS_EVENTS_MAX 1024
 
 typedef struct tb_egress tb_egress_t;
 
@@ -42,7 +46,8 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, c
 
 /**
  * Adds the agent's variables to @p envp (each malloc'd "NAME=value", freed
- * by the caller): TASKBOX_TOKEN, HTTP_PROXY and http_proxy
+ * by the caller): TASKBOX_TOKEN, TASKBOX_EVENTS_URL (the platform route,
+ * http://127.0.0.1:<port>/_taskbox/events), HTTP_PROXY and http_proxy
  * (http://taskbox:<token>@127.0.0.1:<port>: the token as the proxy's
  * password, so standard clients need nothing else), NO_PROXY and
  * no_proxy (the proxy's own address, so its binding URLs are not sent
@@ -55,21 +60,27 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, c
 int tb_egress_env(const tb_egress_t *e, char **envp, int n, int cap);
 
 /**
- * Hands queued audit records to @p fn as "egress" event payloads (a JSON
- * object: method, host, path, status, bytes_in, bytes_out, duration_ms,
- * and endpoint and reason when known; @p fn owns it), each taking a token
- * from @p rate (the run's event pacing, shared with the agent's own
- * events; NULL: no pacing) without waiting. Records that find no token
- * are summarised, one payload per status: the latest record's, with
- * "count" and the bytes and durations summed; summaries go out first as
- * tokens come, and all of them when @p last (the proxy is stopped). So a
- * loop of requests costs the events topic no more than the runtime's
+ * Hands on what the proxy queued, oldest first. Audit records go to
+ * @p fn as "egress" event payloads (a JSON object: method, host, path,
+ * status, bytes_in, bytes_out, duration_ms, and endpoint and reason when
+ * known; @p fn owns it), each taking a token from @p rate (the run's
+ * event pacing, shared with the agent's own events; NULL: no pacing)
+ * without waiting. Records that find no token are summarised, one
+ * payload per status: the latest record's, with "count" and the bytes
+ * and durations summed; summaries go out first as tokens come, and all
+ * of them when @p last (the proxy is stopped). So a loop of requests
+ * costs the events topic no more than the runtime's
  * agent.max_events_per_second, and no request goes uncounted.
+ * The agent's posted events go to @p event in their place, each once,
+ * never summarised or dropped (@p type a tb_event_type_t, @p payload as
+ * tb_agent_parse_line() makes it; @p event owns it and does the pacing,
+ * waiting for @p rate as fd 3's lines do).
  * @return how many records were dropped since the last call: the queue
  *         was full, or over 16 statuses waited to be summarised
  */
 uint64_t tb_egress_drain(tb_egress_t *e, tb_rate_t *rate, uint64_t now_ms, int last,
-			 void (*fn)(void *ud, json_t *payload), void *ud);
+			 void (*fn)(void *ud, json_t *payload),
+			 void (*event)(void *ud, int type, tb_bytes_t payload), void *ud);
 
 /** Stops the proxy: every connection closed, every thread joined. The
  * queue stays for a last tb_egress_drain(). NULL is fine. */

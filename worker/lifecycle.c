@@ -187,10 +187,28 @@ static void error_event(run_t *r, int code, const char *phase_name, const char *
 			    phase_name));
 }
 
+/* Pacing the agent's events: wait for a token rather than buffer; the
+ * agent's writes (or its posts, once the proxy's queue is full) wait
+ * meanwhile, so a flood costs it time, not the worker memory. */
+static void pace(run_t *r)
+{
+	uint64_t wait;
+	while ((wait = tb_rate_take(&r->rate, wall_ms())) > 0)
+		usleep((useconds_t)(wait * 1000));
+}
+
 /* Egress records become events here, on the lifecycle's thread. */
 static void emit_egress(void *ud, json_t *payload)
 {
 	emit_json(ud, TB_EV_EGRESS, payload);
+}
+
+/* An event the agent posted through the proxy (POST /_taskbox/events),
+ * parsed there as fd 3's lines are: emitted as one of them would be. */
+static void emit_posted(void *ud, int type, tb_bytes_t payload)
+{
+	pace(ud);
+	emit(ud, type, payload);
 }
 
 /* Paced by the run's event rate, as the agent's events are (a loop of
@@ -200,7 +218,8 @@ static void emit_egress(void *ud, json_t *payload)
 static void egress_flush(run_t *r, const char *phase_name, int last)
 {
 	char why[128];
-	uint64_t dropped = tb_egress_drain(r->egress, &r->rate, wall_ms(), last, emit_egress, r);
+	uint64_t dropped =
+	    tb_egress_drain(r->egress, &r->rate, wall_ms(), last, emit_egress, emit_posted, r);
 	if (dropped) {
 		snprintf(why, sizeof(why), "%llu egress records dropped: over %d waiting",
 			 (unsigned long long)dropped, TB_EGRESS_QUEUE_MAX);
@@ -280,11 +299,7 @@ static void on_agent_line(void *ud, const char *line, size_t len, int too_long)
 	int type;
 
 	r->line_no++;
-	/* Pacing: wait for a token rather than buffer; the agent's writes
-	 * block meanwhile, so a flood costs it time, not the worker memory. */
-	uint64_t wait;
-	while ((wait = tb_rate_take(&r->rate, wall_ms())) > 0)
-		usleep((useconds_t)(wait * 1000));
+	pace(r);
 	if (too_long) {
 		snprintf(why, sizeof(why), "line %llu: %zu bytes, over the runtime's %llu",
 			 (unsigned long long)r->line_no, len,
@@ -562,17 +577,20 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 			p[1] = (struct pollfd){ t.wr, POLLOUT, 0 };
 		if (interactive && t.st == T_IDLE)
 			p[2] = (struct pollfd){ tb_session_fd(t.s), POLLIN, 0 };
-		if (poll(p, 3, 50) > 0 && p[0].revents) {
-			/* One read per pass: a flood must not keep the deadline
-			 * (checked by the wait below) from coming. */
-			ssize_t got = read(ev[0], buf, sizeof(buf));
-			if (got > 0)
-				tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
-			eof = got == 0;
-		}
+		/* One read per pass: a flood must not keep the deadline
+		 * (checked by the wait below) from coming. */
+		ssize_t got = -1;
+		if (poll(p, 3, 50) > 0 && p[0].revents)
+			got = read(ev[0], buf, sizeof(buf));
+		/* What the proxy queued goes before the lines just read: an
+		 * event the agent posted was queued before it had its answer,
+		 * so before anything it wrote on fd 3 after that. */
+		egress_flush(r, "running", 0);
+		if (got > 0)
+			tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
+		eof = got == 0;
 		if (interactive)
 			drive_turns(r, &t, (p[2].revents & POLLIN) != 0);
-		egress_flush(r, "running", 0);
 		rc = tb_sandbox_wait(r->sb, id, eof ? 1000 : 0, end, err);
 		if (rc == 0)
 			break;
@@ -582,6 +600,7 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 	/* What the agent wrote before it ended. Its children may hold the
 	 * pipe open and keep writing: end them first, so this read ends. */
 	tb_sandbox_kill_all(r->sb, NULL);
+	egress_flush(r, "running", 0); /* posted before those lines were written */
 	ssize_t got;
 	while ((got = read(ev[0], buf, sizeof(buf))) > 0)
 		tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);

@@ -1,7 +1,9 @@
 /*
- * proxy.c: the egress proxy's sockets, threads and upstream transfers
- * (the contract and the design are in proxy.h). What a request may do is
- * proxy_policy.c's; how its bytes are read is proxy_http.c's.
+ * proxy.c: the egress proxy's sockets, threads and upstream transfers,
+ * and the platform route it answers itself (the contract and the design
+ * are in proxy.h). What a request may do is proxy_policy.c's; how its
+ * bytes are read is proxy_http.c's; what an agent line means is
+ * agent_events.c's.
  *
  * Why a thread per connection rather than one event loop: the upstream
  * side is libcurl's easy interface, whose callbacks may block (a request
@@ -12,9 +14,11 @@
  */
 #include "proxy.h"
 
+#include "agent_events.h"
 #include "proxy_http.h"
 #include "proxy_policy.h"
 #include "tb/runtime.h"
+#include "tb/schema_event.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -147,6 +151,7 @@ static const char *reason_phrase(long status)
 		{ 408, "Request Timeout" },
 		{ 409, "Conflict" },
 		{ 413, "Content Too Large" },
+		{ 415, "Unsupported Media Type" },
 		{ 417, "Expectation Failed" },
 		{ 422, "Unprocessable Content" },
 		{ 429, "Too Many Requests" },
@@ -958,6 +963,176 @@ static const char *basic_password(char *out, size_t cap, const char *b64)
 	return colon ? colon + 1 : NULL;
 }
 
+/* --------------------------------------------------- the platform route */
+
+/* The path when @p target is for the platform route (the reverse form,
+ * or the forward form naming the proxy's own address and port), else
+ * NULL: then it is for an endpoint. */
+static const char *platform_path(const tb_proxy_t *p, const char *target)
+{
+	static const char prefix[] = "/" TB_PROXY_RESERVED_NAME;
+	const char *path = target;
+
+	if (target[0] != '/') {
+		const char *a = target + 7, *s;
+		unsigned port = 0;
+		if (strncasecmp(target, "http://", 7) != 0 ||
+		    (strncasecmp(a, "127.0.0.1:", 10) != 0 &&
+		     strncasecmp(a, "localhost:", 10) != 0))
+			return NULL;
+		for (s = a + 10; *s >= '0' && *s <= '9' && port <= 65535; s++)
+			port = port * 10 + (unsigned)(*s - '0');
+		if (s == a + 10 || port != p->port)
+			return NULL;
+		path = s;
+	}
+	size_t n = sizeof(prefix) - 1;
+	if (strncmp(path, prefix, n) != 0 || (path[n] && path[n] != '/' && path[n] != '?'))
+		return NULL;
+	return path;
+}
+
+/* 1 for "application/json", with parameters or without. */
+static int is_json(const char *type)
+{
+	static const char json[] = "application/json";
+	if (!type || strncasecmp(type, json, sizeof(json) - 1) != 0)
+		return 0;
+	for (type += sizeof(json) - 1; *type == ' ' || *type == '\t';)
+		type++;
+	return *type == '\0' || *type == ';';
+}
+
+/* Reads the request's whole body into @p out (@p cap bytes). Returns 0;
+ * or the status to refuse with: 400 malformed or cut short, 408
+ * stalled, 413 more than @p cap bytes. */
+static int read_body(conn_t *c, const tb_http_request_t *r, char *out, size_t cap, size_t *len)
+{
+	uint64_t left = r->content_length > 0 ? (uint64_t)r->content_length : 0;
+	tb_http_chunked_t dec = { 0 };
+
+	*len = 0;
+	if (!r->chunked && left > cap)
+		return 413;
+	for (;;) {
+		if (!r->chunked && !left)
+			return 0;
+		if (c->off == c->have) {
+			ssize_t n = fill(c, mono_ms() + c->p->conf.io_timeout_ms);
+			if (n <= 0)
+				return n == -2 ? 408 : 400;
+		}
+		if (!r->chunked) {
+			size_t n = c->have - c->off;
+			n = n > left ? (size_t)left : n;
+			memcpy(out + *len, c->buf + c->off, n);
+			c->off += n, *len += n, left -= n;
+			continue;
+		}
+		/* One byte of room beyond @p cap tells a body over it. */
+		size_t used, got;
+		int rc = tb_http_chunked_decode(&dec, c->buf + c->off, c->have - c->off, &used,
+						out + *len, cap + 1 - *len, &got);
+		c->off += used, *len += got;
+		if (rc < 0)
+			return 400;
+		if (*len > cap)
+			return 413;
+		if (rc == 1)
+			return 0;
+	}
+}
+
+/* POST /_taskbox/events: one agent line, handed to conf->event. Returns
+ * 1 when the connection may carry another request. */
+static int serve_platform(conn_t *c, const tb_http_request_t *r, const char *path)
+{
+	const tb_proxy_conf_t *conf = &c->p->conf;
+	size_t max = conf->max_event_bytes, len = 0;
+	tb_bytes_t payload = { 0 };
+	char why[700], *body = NULL;
+	tb_error_t err;
+	int type, status;
+
+	if (strcmp(path, TB_PROXY_EVENTS_PATH) != 0 || !conf->event) {
+		refuse(c, 404,
+		       conf->event ? "no such platform route: there is POST " TB_PROXY_EVENTS_PATH
+				   : "this proxy takes no events");
+		return 0;
+	}
+	if (strcmp(r->method, "POST") != 0) {
+		refuse_with(c, 405, "POST one agent protocol line to " TB_PROXY_EVENTS_PATH,
+			    "Allow: POST\r\n");
+		return 0;
+	}
+	if (!is_json(tb_http_header_get(r, "Content-Type"))) {
+		refuse(c, 415, "send the line with Content-Type: application/json");
+		return 0;
+	}
+	snprintf(why, sizeof(why),
+		 "the line is over the runtime's agent.max_event_bytes (%zu bytes)", max);
+	/* The line and one '\n' after it, as on fd 3. */
+	if (!r->chunked && r->content_length > (int64_t)max + 1) {
+		refuse(c, 413, why);
+		return 0;
+	}
+	if (!(body = malloc(max + 2))) {
+		refuse(c, 503, "out of memory");
+		return 0;
+	}
+	if (r->expect_continue && r->minor == 1 &&
+	    send_str(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0) {
+		free(body);
+		return 0;
+	}
+	status = read_body(c, r, body, max + 1, &len);
+	if (status == 0 && len && body[len - 1] == '\n')
+		len--;
+	if (status == 0 && len > max)
+		status = 413;
+	if (status) {
+		refuse(c, status,
+		       status == 413   ? why
+		       : status == 408 ? "the request body stalled"
+				       : "malformed or truncated request body");
+		goto out;
+	}
+	if (memchr(body, '\n', len)) {
+		refuse(c, 400, "one line only: the body holds a newline before its end");
+		goto out;
+	}
+	if (tb_agent_parse_line(&type, &payload, body, len, &err) < 0) {
+		refuse(c, 400, err.msg);
+		goto out;
+	}
+	if (type == TB_EV_TURN) {
+		free(payload.data);
+		refuse(c, 403,
+		       "turn-ended is not taken here: a turn ends on the agent's own channel "
+		       "(file descriptor 3)");
+		goto out;
+	}
+	if (conf->event(conf->event_ud, type, payload) < 0) {
+		refuse_with(c, 429,
+			    "too many events waiting to be recorded: slow down "
+			    "(the runtime's agent.max_events_per_second)",
+			    "Retry-After: 1\r\n");
+		goto out;
+	}
+	free(body);
+	static const char ok[] = "{\"accepted\":true}";
+	char head[200];
+	int hl = snprintf(head, sizeof(head),
+			  "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\n"
+			  "Content-Length: %zu\r\nConnection: %s\r\n\r\n",
+			  sizeof(ok) - 1, r->keep_alive ? "keep-alive" : "close");
+	struct iovec iov[2] = { { head, (size_t)hl }, { (void *)ok, sizeof(ok) - 1 } };
+	return send_all(c, iov, 2, conf->io_timeout_ms) == 0 && r->keep_alive;
+out:
+	free(body);
+	return 0;
+}
+
 /* Serves one request whose head is in c->head. Returns 1 when the
  * connection may carry another. */
 static int serve(conn_t *c, size_t hlen, uint64_t t0)
@@ -1012,6 +1187,10 @@ static int serve(conn_t *c, size_t hlen, uint64_t t0)
 		audit(c, r->method, NULL, spath, NULL, status, 0, 0, t0, why);
 		return 0;
 	}
+	/* Not an egress request: the proxy answers it, no audit record. */
+	const char *ppath = platform_path(p, r->target);
+	if (ppath)
+		return serve_platform(c, r, ppath);
 	if (strcmp(r->method, "CONNECT") == 0) {
 		snprintf(why, sizeof(why),
 			 "CONNECT is not allowed: send plain http:// requests (HTTP_PROXY or "
@@ -1448,6 +1627,7 @@ int tb_proxy_start(tb_proxy_t **out, const tb_proxy_conf_t *conf, tb_error_t *er
 	DEFAULT(idle_timeout_ms, 30000);
 	DEFAULT(io_timeout_ms, 60000);
 	DEFAULT(connect_timeout_ms, 10000);
+	DEFAULT(max_event_bytes, 65536);
 #undef DEFAULT
 	if (p->conf.max_head_bytes < 1024)
 		p->conf.max_head_bytes = 1024;

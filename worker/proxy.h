@@ -44,6 +44,25 @@
  * identity is sent instead) and TRACE is refused. A provider that echoes
  * its key in some other form, or compresses unasked, is not caught.
  *
+ * The platform route: POST /_taskbox/events (reverse form), or
+ * http://127.0.0.1:<port>/_taskbox/events in the forward form (the
+ * proxy's own address, "localhost" too, with its port), is answered by
+ * the proxy itself, never sent upstream; "_taskbox" is therefore no
+ * endpoint's name (the runtime codec refuses it). Its body is one line
+ * of the agent protocol (schemas/agent.md), exactly as the agent would
+ * write it on fd 3 (one trailing '\n' allowed, no other), at most
+ * max_event_bytes, with Content-Type: application/json. After the same
+ * token check as every request, the line is parsed by
+ * tb_agent_parse_line() and handed to conf->event; the answer is 202
+ * {"accepted":true} (the event's seq is not known yet: the lifecycle
+ * numbers it when it emits it). 400 a line that does not parse (the
+ * reason), 403 turn-ended (turns belong to fd 3), 404 another
+ * /_taskbox path, 405 not POST, 413 over max_event_bytes, 415 not
+ * application/json, 429 (Retry-After: 1) conf->event has too many
+ * waiting. A request that passed the token check is not an egress
+ * request: no audit record (one refused for its token is audited, as
+ * the proxy cannot tell what it was for).
+ *
  * Refusals: 400 malformed or smuggling-shaped requests (proxy_http.h) and
  * paths (proxy_policy.h), 401 missing, malformed, forged or expired token,
  * 407 (with Proxy-Authenticate: Basic) a forward-proxy request without
@@ -110,9 +129,22 @@ typedef struct tb_proxy_conf {
 	 * at once: must be thread-safe and quick. May be NULL. */
 	void (*audit)(void *ud, const tb_proxy_audit_t *a);
 	void *audit_ud;
+	/* The platform route: called from the proxy's threads, possibly
+	 * several at once, with one agent line as tb_agent_parse_line()
+	 * makes it (@p type a tb_event_type_t, never turn-ended). Takes
+	 * @p payload on every path. Returns 0 when the event was taken, -1
+	 * when it was dropped because too many wait (the client gets 429).
+	 * Must be thread-safe and quick. NULL: the route answers 404. */
+	int (*event)(void *ud, int type, tb_bytes_t payload);
+	void *event_ud;
+	size_t max_event_bytes; /* the route's line (agent.max_event_bytes); 0: 65536 */
 } tb_proxy_conf_t;
 
 typedef struct tb_proxy tb_proxy_t;
+
+/* The platform route's path, and the binding name it reserves. */
+#define TB_PROXY_EVENTS_PATH "/_taskbox/events"
+#define TB_PROXY_RESERVED_NAME "_taskbox"
 
 /**
  * Makes a listening TCP socket on 127.0.0.1:@p port (0: any free port)

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <string.h>
+#include <strings.h>
 
 const char tb_runtime_defaults[] =
     "{\"max_attempts\": 3,"
@@ -210,13 +211,22 @@ static int runtime_check(const void *obj, tb_error_t *err)
 			    lf[i].name, (unsigned long long)*limit_at(&rt->limits, i), lf[i].name,
 			    (unsigned long long)*limit_at(&rt->max_limits, i));
 	}
-	for (size_t i = 0; i < rt->endpoints.n; i++)
+	for (size_t i = 0; i < rt->endpoints.n; i++) {
+		/* The egress proxy's own route (POST /_taskbox/events) is where
+		 * such a binding would be: any case, to leave no doubt. */
+		const char *name = ((tb_endpoint_t *)rt->endpoints.items)[i].name;
+		if (strcasecmp(name, "_taskbox") == 0)
+			return tb_error_set(err, TB_EINVAL,
+					    "network.allow: endpoint name '%s' is reserved: "
+					    "/_taskbox/ is the proxy's platform route",
+					    name);
 		for (size_t k = 0; k < i; k++)
 			if (strcmp(((tb_endpoint_t *)rt->endpoints.items)[i].name,
 				   ((tb_endpoint_t *)rt->endpoints.items)[k].name) == 0)
 				return tb_error_set(err, TB_EINVAL,
 						    "network.allow: endpoint name '%s' used twice",
 						    ((tb_endpoint_t *)rt->endpoints.items)[i].name);
+	}
 	return 0;
 }
 

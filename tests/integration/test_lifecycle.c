@@ -50,6 +50,7 @@ struct events {
 	int egress, egress_200, egress_403, egress_401;
 	int egress_requests, egress_summaries; /* requests the events stand for */
 	int last_egress, settled;              /* their positions */
+	char thought[128];                     /* the last thought's text */
 };
 
 #define PROVIDER_KEY "sk-lifecycle-9f8e7d6c5b4a"
@@ -107,6 +108,9 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 			e->egress_requests += count ? (int)json_integer_value(count) : 1;
 			e->egress_summaries += count != NULL;
 		}
+		if (ev->type == TB_EV_THOUGHT)
+			snprintf(e->thought, sizeof(e->thought), "%s",
+				 json_string_value(json_object_get(p, "text")));
 		if (ev->type == TB_EV_PHASE && json_object_get(p, "worker"))
 			snprintf(e->received_by, sizeof(e->received_by), "%s",
 				 json_string_value(json_object_get(p, "worker")));
@@ -558,6 +562,91 @@ static void test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events
 	assert_true(e.last_egress < e.settled);
 }
 
+static void test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	char path[512], *bytes;
+	size_t len;
+
+	(void)state;
+	if (access("/usr/bin/curl", X_OK) != 0)
+		skip(); /* the agent below uses curl from the host's /usr */
+	/* A proxy needs an endpoint; this one is never reached. */
+	snprintf(path, sizeof(path), "%s/route.json", runtimes);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f,
+		"{\"v\": 1, \"name\": \"route\", \"network\": {\"allow\": [{\"name\": "
+		"\"provider\", \"host\": \"localhost\", \"port\": 9, \"scheme\": \"http\"}]}}\n");
+	fclose(f);
+	/* A message on fd 3, a thought through the route (and a turn-ended,
+	 * which the route refuses), then a message on fd 3 again. */
+	sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
+	snprintf(path, sizeof(path), "%s/taskbox.json", repo);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f, "{\"v\": 1, \"name\": \"route\", \"agent\": {\"command\": [\"/bin/sh\", "
+		   "\"agent.sh\"]}}\n");
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/agent.sh", repo);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(
+	    f,
+	    "read -r prompt\n"
+	    "o=/outputs\n"
+	    "post() { curl -sS -m 10 -o $o/$1.txt -w \"$1=%%{http_code}\\n\" "
+	    "-H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -H 'Content-Type: application/json' "
+	    "--data-binary \"$2\" \"$TASKBOX_EVENTS_URL\" >> $o/codes.txt 2>&1; }\n"
+	    "printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"before\"}' "
+	    ">&3\n"
+	    "post thought '{\"type\":\"thought\",\"text\":\"posted through the proxy\"}'\n"
+	    "post turn '{\"type\":\"turn-ended\"}'\n"
+	    "printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"after\"}' "
+	    ">&3\n"
+	    "echo \"$TASKBOX_EVENTS_URL\" > $o/url.txt\n");
+	fclose(f);
+	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm route", repo);
+
+	tb_task_t t = task("life-route", head_commit(), "route");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_true(e.seq_ok);
+	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
+			 0);
+	tb_manifest_t m;
+	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
+	free(bytes);
+	char *codes = artifact(&m, "codes.txt"), *ack = artifact(&m, "thought.txt");
+	char *events_url = artifact(&m, "url.txt");
+	assert_non_null(codes);
+	if (!strstr(codes, "thought=202\n") || !strstr(codes, "turn=403\n"))
+		fail_msg("agent's results: %s", codes);
+	assert_string_equal(ack, "{\"accepted\":true}");
+	assert_string_equal(events_url, "http://127.0.0.1:3128/_taskbox/events\n");
+	/* the thought is the agent's event, between the two messages */
+	int at = -1;
+	for (int i = 0; i < e.n && i < 256; i++)
+		if (strcmp(e.types[i], "thought") == 0)
+			at = at < 0 ? i : -2;
+	if (at < 1 || strcmp(e.types[at - 1], "message") || strcmp(e.types[at + 1], "message"))
+		fail_msg("the thought at %d of %d events", at, e.n);
+	assert_string_equal(e.thought, "posted through the proxy");
+	assert_int_equal(e.egress, 0);          /* not an egress request */
+	assert_string_equal(e.first_error, ""); /* a refused post is no error event */
+	/* and recorded in the conversation */
+	assert_int_equal(tb_store_get_bytes(store, m.conversation_key, 1 << 24, &bytes, &len, &err),
+			 0);
+	assert_non_null(memmem(bytes, len, "posted through the proxy", 24));
+	free(bytes);
+	free(codes);
+	free(ack);
+	free(events_url);
+	tb_msg_free(&tb_schema_manifest, &m);
+}
+
 static int setup(void **state)
 {
 	tb_error_t err;
@@ -633,6 +722,8 @@ int main(void)
 		cmocka_unit_test(test_lifecycle__agent_reaches_its_provider_only_through_the_proxy),
 		cmocka_unit_test(
 		    test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events),
+		cmocka_unit_test(
+		    test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");

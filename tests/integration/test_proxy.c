@@ -38,7 +38,9 @@
 #include "egress.h"
 #include "proxy.h"
 #include "proxy_http.h"
+#include "tb/json_mpack.h"
 #include "tb/runtime.h"
+#include "tb/schema_event.h"
 
 #define SECRET "sk-test-0123456789abcdef"
 #define TASK "proxy-task"
@@ -380,6 +382,49 @@ static struct rec audit_find(const char *path, int status)
 	return found;
 }
 
+/* -------------------------------------------- posted events (the queue) */
+
+#define POSTED_MAX 64
+
+/* What the platform route handed on, as the lifecycle's queue would get
+ * it; @c full makes the queue refuse (429). */
+static struct {
+	pthread_mutex_t lock;
+	int n, full;
+	int type[POSTED_MAX];
+	char json[POSTED_MAX][2048]; /* the payload as JSON, keys sorted */
+} posted = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int on_posted(void *ud, int type, tb_bytes_t payload)
+{
+	json_t *j = NULL;
+	tb_error_t err;
+	int rc = -1;
+
+	(void)ud;
+	pthread_mutex_lock(&posted.lock);
+	if (!posted.full && posted.n < POSTED_MAX &&
+	    tb_mpack_to_json(&j, payload.data, payload.len, &err) == 0) {
+		char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+		snprintf(posted.json[posted.n], sizeof(posted.json[0]), "%s", text ? text : "?");
+		posted.type[posted.n++] = type;
+		free(text);
+		json_decref(j);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&posted.lock);
+	free(payload.data);
+	return rc;
+}
+
+static int posted_count(void)
+{
+	pthread_mutex_lock(&posted.lock);
+	int n = posted.n;
+	pthread_mutex_unlock(&posted.lock);
+	return n;
+}
+
 /* ----------------------------------------------------------- the proxy */
 
 static tb_task_token_key_t key;
@@ -446,6 +491,8 @@ static tb_proxy_t *proxy_start(int listen_fd, unsigned max_conns, unsigned heade
 		.io_timeout_ms = 5000,
 		.connect_timeout_ms = 2000,
 		.audit = on_audit,
+		.event = on_posted,
+		.max_event_bytes = 1024,
 	};
 	tb_proxy_t *p;
 	tb_error_t err;
@@ -1097,6 +1144,202 @@ static void test_proxy__forward_clients_are_asked_for_the_token_and_may_send_bas
 	pthread_mutex_unlock(&audits.lock);
 }
 
+/* ------------------------------------------------------ platform route */
+
+#define JSON_CT "Content-Type: application/json\r\n"
+
+static void test_proxy__a_posted_line_reaches_the_queue_intact(void **state)
+{
+	char resp[16384], req[4096];
+	(void)state;
+	int before = fake_requests(), n0 = posted_count();
+	pthread_mutex_lock(&audits.lock);
+	int audits0 = audits.n;
+	pthread_mutex_unlock(&audits.lock);
+
+	request(
+	    resp, sizeof(resp), "POST", "/_taskbox/events", token, JSON_CT,
+	    "{\"type\":\"thought\",\"text\":\"fetching notes.txt\",\"extra\":[1,{\"k\":null}]}");
+	assert_int_equal(status_of(resp), 202);
+	assert_non_null(strstr(resp, "\r\n\r\n{\"accepted\":true}"));
+	/* a tool call with a trailing newline, as written on fd 3; the token
+	 * as Proxy-Authorization and the forward form naming the proxy */
+	static const char call[] =
+	    "{\"type\":\"tool-call\",\"id\":\"c1\",\"name\":\"grep\",\"input\":{}}\n";
+	int n = snprintf(req, sizeof(req),
+			 "POST http://127.0.0.1:%u/_taskbox/events HTTP/1.1\r\nHost: x\r\n"
+			 "Proxy-Authorization: Bearer %s\r\nContent-Type: application/json; "
+			 "charset=utf-8\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+			 pport, token, sizeof(call) - 1, call);
+	roundtrip(req, (size_t)n, resp, sizeof(resp));
+	assert_int_equal(status_of(resp), 202);
+	/* a chunked body, and a message */
+	n = snprintf(req, sizeof(req),
+		     "POST /_taskbox/events HTTP/1.1\r\nHost: x\r\nX-Taskbox-Token: %s\r\n" JSON_CT
+		     "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+		     "10\r\n{\"type\":\"message\r\n1c\r\n\",\"role\":\"assistant\",\"text\":\r\n"
+		     "6\r\n\"done\"\r\n1\r\n}\r\n0\r\n\r\n",
+		     token);
+	roundtrip(req, (size_t)n, resp, sizeof(resp));
+	assert_int_equal(status_of(resp), 202);
+
+	assert_int_equal(posted_count(), n0 + 3);
+	pthread_mutex_lock(&posted.lock);
+	assert_int_equal(posted.type[n0], TB_EV_THOUGHT);
+	assert_string_equal(posted.json[n0],
+			    "{\"extra\":[1,{\"k\":null}],\"text\":\"fetching notes.txt\"}");
+	assert_int_equal(posted.type[n0 + 1], TB_EV_TOOL_CALL);
+	assert_string_equal(posted.json[n0 + 1], "{\"id\":\"c1\",\"input\":{},\"name\":\"grep\"}");
+	assert_int_equal(posted.type[n0 + 2], TB_EV_MESSAGE);
+	assert_string_equal(posted.json[n0 + 2], "{\"role\":\"assistant\",\"text\":\"done\"}");
+	pthread_mutex_unlock(&posted.lock);
+	/* answered by the proxy: nothing upstream, no egress record */
+	assert_int_equal(fake_requests(), before);
+	usleep(100000);
+	pthread_mutex_lock(&audits.lock);
+	for (int i = audits0; i < audits.n; i++)
+		if (strstr(audits.r[i].path, "_taskbox"))
+			fail_msg("an egress record for %s", audits.r[i].path);
+	pthread_mutex_unlock(&audits.lock);
+}
+
+static void test_proxy__a_malformed_posted_line_is_400_with_the_reason(void **state)
+{
+	static const struct {
+		const char *body, *why;
+	} bad[] = {
+		{ "not json", "not JSON" },
+		{ "[1,2]", "not a JSON object" },
+		{ "{\"type\":\"thought\"}", "'text' must be a string" },
+		{ "{\"type\":\"shout\",\"text\":\"x\"}", "unknown or missing 'type' (shout)" },
+		{ "{\"type\":\"message\",\"role\":\"god\",\"text\":\"x\"}", "'role' must be" },
+		{ "{\"type\":\"thought\",\"text\":\"a\"}\n{\"type\":\"thought\",\"text\":\"b\"}",
+		  "one line only" },
+		{ "", "not JSON" },
+	};
+	char resp[16384];
+	(void)state;
+	int n0 = posted_count();
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		request(resp, sizeof(resp), "POST", "/_taskbox/events", token, JSON_CT,
+			bad[i].body);
+		if (status_of(resp) != 400 || !strstr(resp, bad[i].why))
+			fail_msg("'%s': %s", bad[i].body, resp);
+	}
+	assert_int_equal(posted_count(), n0);
+}
+
+static void test_proxy__an_oversized_posted_line_is_413(void **state)
+{
+	char resp[16384], body[2048], req[4096];
+	(void)state;
+	int n0 = posted_count();
+	/* exactly max_event_bytes (1024), and a newline after it: taken */
+	int pre = snprintf(body, sizeof(body), "{\"type\":\"thought\",\"text\":\"");
+	memset(body + pre, 'x', (size_t)(1024 - pre - 2));
+	memcpy(body + 1024 - 2, "\"}\n", 4);
+	assert_int_equal(strlen(body), 1025);
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", token, JSON_CT, body);
+	assert_int_equal(status_of(resp), 202);
+	/* one byte more: refused, by its length before the body is read ... */
+	memcpy(body + 1024 - 2, "x\"}", 4);
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", token, JSON_CT, body);
+	assert_int_equal(status_of(resp), 413);
+	assert_non_null(strstr(resp, "agent.max_event_bytes (1024 bytes)"));
+	/* ... and chunked, as it comes */
+	int n = snprintf(
+	    req, sizeof(req),
+	    "POST /_taskbox/events HTTP/1.1\r\nHost: x\r\nX-Taskbox-Token: %s\r\n" JSON_CT
+	    "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n%zx\r\n%s\r\n0\r\n\r\n",
+	    token, strlen(body), body);
+	roundtrip(req, (size_t)n, resp, sizeof(resp));
+	assert_int_equal(status_of(resp), 413);
+	assert_int_equal(posted_count(), n0 + 1);
+}
+
+static void test_proxy__posted_lines_need_this_tasks_token(void **state)
+{
+	static const char line[] = "{\"type\":\"thought\",\"text\":\"hi\"}";
+	char resp[16384], tok[TB_TASK_TOKEN_MAX + 1];
+	tb_task_token_key_t other;
+	tb_error_t err;
+	(void)state;
+	int n0 = posted_count();
+
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", NULL, JSON_CT, line);
+	assert_int_equal(status_of(resp), 401);
+	assert_non_null(strstr(resp, "no task token"));
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", "tb1.garbage.x", JSON_CT, line);
+	assert_int_equal(status_of(resp), 401);
+	assert_int_equal(tb_task_token_key_new(&other, &err), 0);
+	assert_int_equal(
+	    tb_task_token_issue(tok, sizeof(tok), &other, TASK, ATTEMPT, wall_ms() + 60000, &err),
+	    0);
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", tok, JSON_CT, line);
+	assert_int_equal(status_of(resp), 401);
+	assert_int_equal(
+	    tb_task_token_issue(tok, sizeof(tok), &key, TASK, ATTEMPT, wall_ms() - 1, &err), 0);
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", tok, JSON_CT, line);
+	assert_int_equal(status_of(resp), 401);
+	assert_non_null(strstr(resp, "expired"));
+	assert_int_equal(tb_task_token_issue(tok, sizeof(tok), &key, "other-task", ATTEMPT,
+					     wall_ms() + 60000, &err),
+			 0);
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", tok, JSON_CT, line);
+	assert_int_equal(status_of(resp), 403);
+	assert_int_equal(
+	    tb_task_token_issue(tok, sizeof(tok), &key, TASK, ATTEMPT + 1, wall_ms() + 60000, &err),
+	    0);
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", tok, JSON_CT, line);
+	assert_int_equal(status_of(resp), 403);
+	assert_int_equal(posted_count(), n0);
+	/* this task's and attempt's, unexpired: taken */
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", token, JSON_CT, line);
+	assert_int_equal(status_of(resp), 202);
+	assert_int_equal(posted_count(), n0 + 1);
+}
+
+static void test_proxy__the_route_refuses_turn_ended_and_what_it_does_not_serve(void **state)
+{
+	static const char line[] = "{\"type\":\"thought\",\"text\":\"hi\"}";
+	char resp[16384];
+	(void)state;
+	int n0 = posted_count();
+
+	/* turns are the agent's own channel's (fd 3) */
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", token, JSON_CT,
+		"{\"type\":\"turn-ended\"}");
+	assert_int_equal(status_of(resp), 403);
+	assert_non_null(strstr(resp, "turn-ended is not taken here"));
+	request(resp, sizeof(resp), "GET", "/_taskbox/events", token, NULL, NULL);
+	assert_int_equal(status_of(resp), 405);
+	assert_non_null(strstr(resp, "\r\nAllow: POST\r\n"));
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", token, NULL, line);
+	assert_int_equal(status_of(resp), 415);
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", token,
+		"Content-Type: text/plain\r\n", line);
+	assert_int_equal(status_of(resp), 415);
+	request(resp, sizeof(resp), "POST", "/_taskbox/inputs/notes.txt", token, JSON_CT, line);
+	assert_int_equal(status_of(resp), 404);
+	assert_non_null(strstr(resp, "there is POST /_taskbox/events"));
+	/* a queue with no room: 429, try again */
+	pthread_mutex_lock(&posted.lock);
+	posted.full = 1;
+	pthread_mutex_unlock(&posted.lock);
+	request(resp, sizeof(resp), "POST", "/_taskbox/events", token, JSON_CT, line);
+	pthread_mutex_lock(&posted.lock);
+	posted.full = 0;
+	pthread_mutex_unlock(&posted.lock);
+	assert_int_equal(status_of(resp), 429);
+	assert_non_null(strstr(resp, "\r\nRetry-After: 1\r\n"));
+	assert_int_equal(posted_count(), n0);
+	/* another port's /_taskbox, in the forward form, is not the route */
+	request(resp, sizeof(resp), "POST", "http://127.0.0.1:1/_taskbox/events", token, JSON_CT,
+		line);
+	assert_int_equal(status_of(resp), 403);
+	assert_int_equal(posted_count(), n0);
+}
+
 /* ---------------------------------------------------- network namespace */
 
 static int lo_up(void)
@@ -1375,6 +1618,12 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_proxy__an_answer_before_the_whole_body_says_close),
 		cmocka_unit_test(
 		    test_proxy__forward_clients_are_asked_for_the_token_and_may_send_basic),
+		cmocka_unit_test(test_proxy__a_posted_line_reaches_the_queue_intact),
+		cmocka_unit_test(test_proxy__a_malformed_posted_line_is_400_with_the_reason),
+		cmocka_unit_test(test_proxy__an_oversized_posted_line_is_413),
+		cmocka_unit_test(test_proxy__posted_lines_need_this_tasks_token),
+		cmocka_unit_test(
+		    test_proxy__the_route_refuses_turn_ended_and_what_it_does_not_serve),
 		cmocka_unit_test(test_proxy__listens_inside_a_network_namespace_only),
 		cmocka_unit_test(test_proxy__stop_does_not_wait_for_a_hanging_name_lookup),
 		cmocka_unit_test(test_egress__a_task_id_no_token_can_carry_is_poison),

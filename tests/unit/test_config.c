@@ -180,6 +180,13 @@ static void test_runtime__cross_field_rules(void **state)
 	assert_int_equal(tb_runtime_load(&rt, p, &err), TB_EINVAL);
 	assert_contains(err.msg, "network.allow[0].scheme");
 	unlink(p);
+
+	/* the proxy's platform route, /_taskbox/events, is no binding's */
+	p = write_tmp("{\"v\": 1, \"name\": \"x\", \"network\": {\"allow\": [{\"name\": "
+		      "\"_TaskBox\", \"host\": \"h\", \"port\": 443, \"scheme\": \"https\"}]}}");
+	assert_int_equal(tb_runtime_load(&rt, p, &err), TB_EINVAL);
+	assert_contains(err.msg, "endpoint name '_TaskBox' is reserved");
+	unlink(p);
 }
 
 static void test_recipe__example_manifest_parses(void **state)
