@@ -41,9 +41,10 @@ typedef struct run {
 	uint64_t attempt;
 	uint64_t seq;
 	uint64_t phase_ms;
-	int record_fd; /* conversation record: MessagePack events */
-	int jsonl_fd;  /* the same as JSON lines, for the judges */
-	int failed;    /* the sink refused an event */
+	int record_fd;    /* conversation record: MessagePack events */
+	int jsonl_fd;     /* the same as JSON lines, for the judges (see sync_jsonl) */
+	off_t jsonl_from; /* how much of the record is in it */
+	int failed;       /* the sink refused an event */
 	tb_error_t sink_err;
 	tb_runtime_t rt;
 	tb_recipe_manifest_t recipe;
@@ -85,7 +86,6 @@ static void emit(run_t *r, int type, tb_bytes_t payload)
 {
 	tb_event_t ev = { 0 };
 	msgpack_sbuffer sb;
-	json_t *pj = NULL;
 	tb_error_t err;
 
 	ev.task_id = r->task->id;
@@ -107,22 +107,64 @@ static void emit(run_t *r, int type, tb_bytes_t payload)
 	}
 	if (write_all(r->record_fd, sb.data, sb.size) < 0)
 		r->failed = 1;
-	if (tb_mpack_to_json(&pj, payload.data, payload.len, &err) == 0) {
-		json_t *line = json_pack("{s:s,s:I,s:O}", "type", tb_event_type_name(type), "seq",
-					 (json_int_t)ev.seq, "payload", pj);
-		char *text = line ? json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-		if (!text || write_all(r->jsonl_fd, text, strlen(text)) < 0 ||
-		    write_all(r->jsonl_fd, "\n", 1) < 0)
-			r->failed = 1;
-		free(text);
-		json_decref(line);
-		json_decref(pj);
-	}
 	if (r->ctx->sink.emit &&
 	    r->ctx->sink.emit(r->ctx->sink.ud, &ev, sb.data, sb.size, &r->sink_err) < 0)
 		r->failed = 1;
 	free(payload.data);
 	msgpack_sbuffer_destroy(&sb);
+}
+
+/*
+ * Brings the judges' JSON lines up to date with the record: each event as
+ * {"type", "seq", "payload"}. Done when a judge is about to read them, not
+ * per event: a chatty agent's events cost one conversion less each on the
+ * way out.
+ */
+static int sync_jsonl(run_t *r, tb_error_t *err)
+{
+	off_t end = lseek(r->record_fd, 0, SEEK_END);
+	size_t len = end > r->jsonl_from ? (size_t)(end - r->jsonl_from) : 0, off = 0;
+	char *buf = len ? malloc(len) : NULL;
+	int rc = 0;
+
+	if (len && (!buf || pread(r->record_fd, buf, len, r->jsonl_from) != (ssize_t)len)) {
+		free(buf);
+		return tb_error_errno(err, TB_EIO, errno, "lifecycle: read the record");
+	}
+	while (off < len && rc == 0) {
+		msgpack_unpacked u;
+		size_t at = off;
+		tb_event_t ev;
+		json_t *pj = NULL;
+		msgpack_unpacked_init(&u);
+		if (msgpack_unpack_next(&u, buf, len, &off) != MSGPACK_UNPACK_SUCCESS) {
+			msgpack_unpacked_destroy(&u);
+			rc = tb_error_set(err, TB_EIO, "lifecycle: the record is corrupt at %zu",
+					  at);
+			break;
+		}
+		msgpack_unpacked_destroy(&u);
+		if ((rc = tb_msg_decode(&tb_schema_event, &ev, buf + at, off - at, err)) < 0)
+			break;
+		if ((rc = tb_mpack_to_json(&pj, ev.payload.data, ev.payload.len, err)) == 0) {
+			json_t *line =
+			    json_pack("{s:s,s:I,s:O}", "type", tb_event_type_name(ev.type), "seq",
+				      (json_int_t)ev.seq, "payload", pj);
+			char *text =
+			    line ? json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+			if (!text || write_all(r->jsonl_fd, text, strlen(text)) < 0 ||
+			    write_all(r->jsonl_fd, "\n", 1) < 0)
+				rc = tb_error_errno(err, TB_EIO, errno, "lifecycle: JSON lines");
+			free(text);
+			json_decref(line);
+			json_decref(pj);
+		}
+		tb_msg_free(&tb_schema_event, &ev);
+	}
+	free(buf);
+	if (rc == 0)
+		r->jsonl_from = end;
+	return rc;
 }
 
 /* Emits an event whose payload is built from a JSON object (consumed). */
@@ -664,7 +706,10 @@ static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *
 	const char *argv[65],
 	    *envp[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", NULL };
 	uint64_t t0 = wall_ms();
-	int out = memfd_create("taskbox-judge", MFD_CLOEXEC), id, rc;
+	int rc = sync_jsonl(r, err);
+	if (rc < 0)
+		return rc;
+	int out = memfd_create("taskbox-judge", MFD_CLOEXEC), id;
 	int in = dup(r->jsonl_fd);
 
 	v.task_id = r->task->id;

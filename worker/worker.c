@@ -447,14 +447,17 @@ static int start_job(worker_t *w, job_t *j, tb_error_t *err)
 	return 0;
 }
 
-/* The job of task @p key from partition @p p, running or waiting. */
+/* The job of task @p key from partition @p p in its current assignment,
+ * running or waiting. A job from an earlier assignment (its session
+ * stopped when the partition moved, even if it came back) takes nothing:
+ * the task's message delivered again made a new job for that. */
 static job_t *find_job(worker_t *w, const char *key, int32_t p)
 {
 	for (job_t *r = w->running_jobs; r; r = r->next_running)
-		if (r->partition == p && !strcmp(r->key, key))
+		if (r->partition == p && ours(w, r) && !strcmp(r->key, key))
 			return r;
 	for (job_t *r = w->waiting; r; r = r->next)
-		if (r->partition == p && !strcmp(r->key, key))
+		if (r->partition == p && ours(w, r) && !strcmp(r->key, key))
 			return r;
 	return NULL;
 }
