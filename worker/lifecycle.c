@@ -146,7 +146,9 @@ static int sync_jsonl(run_t *r, tb_error_t *err)
 		msgpack_unpacked_destroy(&u);
 		if ((rc = tb_msg_decode(&tb_schema_event, &ev, buf + at, off - at, err)) < 0)
 			break;
-		if ((rc = tb_mpack_to_json(&pj, ev.payload.data, ev.payload.len, err)) == 0) {
+		/* a payload JSON cannot hold (an integer past int64) is left
+		 * out of the judges' lines, not fatal: it is in the record */
+		if (tb_mpack_to_json(&pj, ev.payload.data, ev.payload.len, err) == 0) {
 			json_t *line =
 			    json_pack("{s:s,s:I,s:O}", "type", tb_event_type_name(ev.type), "seq",
 				      (json_int_t)ev.seq, "payload", pj);
@@ -387,7 +389,13 @@ typedef struct turns {
 	enum { T_RUNNING, T_IDLE, T_ENDING } st;
 	int frozen;
 	uint64_t idle_since, idle_ms; /* monotonic ms */
+	uint64_t ending_since;        /* the end sent: the agent has ENDING_GRACE_MS */
+	int killed;
 } turns_t;
+
+/* How long an agent has to exit after its session's end, before its
+ * processes are killed (it then settles as it ended). */
+#define ENDING_GRACE_MS 30000
 
 static uint64_t mono_ms(void)
 {
@@ -457,6 +465,7 @@ static void end_session(run_t *r, turns_t *t, const char *why)
 	queue_line(t, json_pack("{s:s}", "type", "end"));
 	t->close_after = 1;
 	t->st = T_ENDING;
+	t->ending_since = mono_ms();
 }
 
 /* The agent is ready for its next prompt: the next follow-up, the end,
@@ -513,6 +522,12 @@ static void drive_turns(run_t *r, turns_t *t, int followup_ready)
 		snprintf(why, sizeof(why), "idle for %llu s",
 			 (unsigned long long)(t->idle_ms / 1000));
 		end_session(r, t, why);
+	} else if (t->st == T_ENDING && !t->killed &&
+		   mono_ms() - t->ending_since >= ENDING_GRACE_MS) {
+		tb_warn(r->task->id, "the agent did not exit %d s after its session's end: killed",
+			ENDING_GRACE_MS / 1000);
+		tb_sandbox_kill_all(r->sb, NULL);
+		t->killed = 1;
 	}
 	flush_input(t);
 }
@@ -661,7 +676,10 @@ out:
 	}
 	tb_linebuf_free(&r->lines);
 	if (interactive) {
-		tb_session_close(t.s, r->ended_why[0] ? r->ended_why : "the agent exited");
+		/* Only an ended session refuses what comes next: a cancelled or
+		 * failed attempt is replayed, and its follow-ups wait for it. */
+		if (rc == 0)
+			tb_session_close(t.s, r->ended_why[0] ? r->ended_why : "the agent exited");
 		thaw_turns(r, &t);
 		if (t.wr >= 0)
 			close(t.wr);
@@ -984,6 +1002,7 @@ done:
 	if (r.task->inputs.n && inputs_dir[0])
 		tb_remove_tree(AT_FDCWD, inputs_dir);
 	out->outcome = r.m.outcome;
+	out->followups = ctx->session ? tb_session_taken(ctx->session) : 0;
 	out->last_ms = r.phase_ms;
 	out->events = r.seq;
 	/* Borrowed pointers out of the manifest before freeing what it owns. */

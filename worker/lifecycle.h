@@ -70,8 +70,9 @@ typedef struct tb_lifecycle_result {
 	int outcome; /* tb_outcome_t, when rc == 0 */
 	char reason[512];
 	char manifest_key[600];
-	uint64_t events;  /* how many were emitted: the next event's seq */
-	uint64_t last_ms; /* when the last phase (torn-down) was reached */
+	uint64_t events;    /* how many were emitted: the next event's seq */
+	uint64_t followups; /* interactive: the last follow-up the attempt took */
+	uint64_t last_ms;   /* when the last phase (torn-down) was reached */
 } tb_lifecycle_result_t;
 
 /**

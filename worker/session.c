@@ -18,12 +18,19 @@ typedef struct item {
 	int kind;
 	char *text;
 	int64_t offset;
+	void *raw; /* the message as it came */
+	size_t raw_len;
 } item_t;
+
+#define MAX_HOLDS 64
 
 struct tb_session {
 	pthread_mutex_t lock;
 	item_t *items;
 	size_t n, cap;
+	size_t bytes;             /* prompt text held */
+	int64_t holds[MAX_HOLDS]; /* the task's message delivered again */
+	size_t nholds;
 	size_t cursor;  /* the next to take, this attempt */
 	uint64_t taken; /* the highest seq taken, this attempt */
 	int signalled;  /* the pipe holds its byte */
@@ -52,8 +59,10 @@ void tb_session_free(tb_session_t *s)
 {
 	if (!s)
 		return;
-	for (size_t i = 0; i < s->n; i++)
+	for (size_t i = 0; i < s->n; i++) {
 		free(s->items[i].text);
+		free(s->items[i].raw);
+	}
 	free(s->items);
 	close(s->fd[0]);
 	close(s->fd[1]);
@@ -78,8 +87,8 @@ static int has_end(const tb_session_t *s)
 	return s->n && s->items[s->n - 1].kind == TB_FOLLOWUP_END;
 }
 
-tb_session_put_t tb_session_put(tb_session_t *s, const tb_followup_t *f, int64_t offset, char *why,
-				size_t why_len)
+tb_session_put_t tb_session_put(tb_session_t *s, const tb_followup_t *f, int64_t offset,
+				const void *raw, size_t raw_len, char *why, size_t why_len)
 {
 	tb_session_put_t rc = TB_SESSION_REFUSED;
 
@@ -98,6 +107,9 @@ tb_session_put_t tb_session_put(tb_session_t *s, const tb_followup_t *f, int64_t
 	} else if (s->n >= TB_SESSION_MAX_FOLLOWUPS) {
 		snprintf(why, why_len, "follow-up %llu: a session takes at most %d",
 			 (unsigned long long)f->seq, TB_SESSION_MAX_FOLLOWUPS);
+	} else if (f->text && s->bytes + strlen(f->text) > TB_SESSION_MAX_BYTES) {
+		snprintf(why, why_len, "follow-up %llu: a session holds at most %u MiB of prompts",
+			 (unsigned long long)f->seq, TB_SESSION_MAX_BYTES >> 20);
 	} else {
 		if (s->n == s->cap) {
 			size_t cap = s->cap ? s->cap * 2 : 8;
@@ -111,8 +123,13 @@ tb_session_put_t tb_session_put(tb_session_t *s, const tb_followup_t *f, int64_t
 		it->kind = f->kind;
 		it->offset = offset;
 		it->text = f->kind == TB_FOLLOWUP_PROMPT ? strdup(f->text ? f->text : "") : NULL;
-		if (f->kind == TB_FOLLOWUP_PROMPT && !it->text)
-			abort();
+		it->raw = raw && raw_len ? malloc(raw_len) : NULL;
+		it->raw_len = it->raw ? raw_len : 0;
+		if ((f->kind == TB_FOLLOWUP_PROMPT && !it->text) || (raw && raw_len && !it->raw))
+			abort(); /* out of memory */
+		if (it->raw)
+			memcpy(it->raw, raw, raw_len);
+		s->bytes += it->text ? strlen(it->text) : 0;
 		s->n++;
 		signal_state(s);
 		rc = TB_SESSION_QUEUED;
@@ -121,13 +138,38 @@ tb_session_put_t tb_session_put(tb_session_t *s, const tb_followup_t *f, int64_t
 	return rc;
 }
 
-size_t tb_session_offsets(tb_session_t *s, int64_t *out, size_t max)
+size_t tb_session_count(tb_session_t *s)
+{
+	pthread_mutex_lock(&s->lock);
+	size_t n = s->n;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+void tb_session_item(tb_session_t *s, size_t i, uint64_t *seq, int64_t *offset, const void **raw,
+		     size_t *raw_len)
+{
+	pthread_mutex_lock(&s->lock);
+	const item_t *it = &s->items[i];
+	*seq = it->seq, *offset = it->offset, *raw = it->raw, *raw_len = it->raw_len;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void tb_session_hold(tb_session_t *s, int64_t offset)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->nholds < MAX_HOLDS)
+		s->holds[s->nholds++] = offset;
+	pthread_mutex_unlock(&s->lock);
+}
+
+size_t tb_session_holds(tb_session_t *s, int64_t *out, size_t max)
 {
 	size_t k = 0;
 
 	pthread_mutex_lock(&s->lock);
-	for (size_t i = 0; i < s->n && k < max; i++)
-		out[k++] = s->items[i].offset;
+	for (size_t i = 0; i < s->nholds && k < max; i++)
+		out[k++] = s->holds[i];
 	pthread_mutex_unlock(&s->lock);
 	return k;
 }

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #define TB_SESSION_MAX_FOLLOWUPS 1000
+#define TB_SESSION_MAX_BYTES (64u << 20) /* prompt text held, at most */
 
 typedef struct tb_session tb_session_t;
 
@@ -39,12 +40,23 @@ int tb_session_new(tb_session_t **out, tb_error_t *err);
 
 void tb_session_free(tb_session_t *s);
 
-/** Main thread: offers @p f (copied), which arrived at @p offset. */
-tb_session_put_t tb_session_put(tb_session_t *s, const tb_followup_t *f, int64_t offset, char *why,
-				size_t why_len);
+/** Main thread: offers @p f (copied), which arrived at @p offset as the
+ * bytes @p raw (copied too: a follow-up the session never takes is
+ * dead-lettered with them). @p raw may be NULL. */
+tb_session_put_t tb_session_put(tb_session_t *s, const tb_followup_t *f, int64_t offset,
+				const void *raw, size_t raw_len, char *why, size_t why_len);
 
-/** The offsets of the follow-ups held, for the watermark. */
-size_t tb_session_offsets(tb_session_t *s, int64_t *out, size_t max);
+/** The follow-ups held: how many, and the @p i-th (0-based, in order). */
+size_t tb_session_count(tb_session_t *s);
+void tb_session_item(tb_session_t *s, size_t i, uint64_t *seq, int64_t *offset, const void **raw,
+		     size_t *raw_len);
+
+/** Holds @p offset too (the task's message delivered again): finished
+ * with the session's task. */
+void tb_session_hold(tb_session_t *s, int64_t offset);
+
+/** The offsets held by tb_session_hold. */
+size_t tb_session_holds(tb_session_t *s, int64_t *out, size_t max);
 
 /* ---------------------------------------------------- the slot's side */
 

@@ -17,6 +17,7 @@
 #include "tb/kafka.h"
 #include "tb/log.h"
 #include "tb/runtime.h"
+#include "tb/schema_followup.h"
 #include "tb/schema_manifest.h"
 #include "watermark.h"
 
@@ -60,8 +61,10 @@ typedef struct job {
 	atomic_int cancel;                /* running: the lease is lost, stop */
 	tb_kafka_tracker_t *events;       /* its events in flight (the record's) */
 	atomic_int phase;                 /* running: index + 1 in phases[], for liveness */
-	int failure_unkept;               /* err holds a failure the ledger missed */
-	void *value;                      /* the task message, decoded again by the slot */
+	int moved;          /* a session stopped because its partition moved or the worker
+		    * stops: let go without counting it as a failure */
+	int failure_unkept; /* err holds a failure the ledger missed */
+	void *value;        /* the task message, decoded again by the slot */
 	size_t len;
 	char key[160];
 	tb_session_t *session; /* interactive: its follow-ups, held with their offsets */
@@ -319,6 +322,21 @@ static void drop_all_waiting(worker_t *w)
 	w->nwaiting = 0;
 }
 
+/* Stops the running sessions of partition @p p (-1: all): their
+ * follow-ups are no longer read here, so the partition's next owner (or
+ * this worker, given it again) replays them from their first prompt. Not
+ * a failure of the task: their attempts are let go uncounted. */
+static void stop_sessions(worker_t *w, int p, const char *why)
+{
+	for (job_t *r = w->running_jobs; r; r = r->next_running)
+		if ((p < 0 || r->partition == p) && r->session && !r->moved) {
+			tb_info(r->key, "%s: the session stops, to go on at the partition's owner",
+				why);
+			r->moved = 1;
+			atomic_store(&r->cancel, 1);
+		}
+}
+
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 			 rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
@@ -357,12 +375,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 				tb_watermark_free(w->marks[p]);
 				w->marks[p] = NULL;
 				drop_waiting(w, p);
-				for (job_t *r = w->running_jobs; r; r = r->next_running)
-					if (r->partition == p && r->session) {
-						tb_info(r->key, "its partition moved: the session "
-								"stops, to go on at the new owner");
-						atomic_store(&r->cancel, 1);
-					}
+				stop_sessions(w, p, "its partition moved");
 			}
 		}
 		rd_kafka_assign(rk, NULL);
@@ -432,6 +445,7 @@ static int start_job(worker_t *w, job_t *j, tb_error_t *err)
 	j->lease_ok = mono_ms();
 	atomic_store(&j->cancel, 0);
 	atomic_store(&j->phase, 0);
+	j->moved = 0;
 	if (j->session) /* a new attempt replays the session from its start */
 		tb_session_rewind(j->session);
 	memset(&j->res, 0, sizeof(j->res));
@@ -557,6 +571,55 @@ static void heartbeat(worker_t *w)
 
 /* ---------------------------------------------------------- outcomes */
 
+static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
+		  const tb_msg_origin_t *origin, const char *why);
+static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
+		  const tb_msg_origin_t *origin);
+
+/* The follow-ups an interactive task's job held, once its message is
+ * finished: those its recorded attempt took finish with it; one it did
+ * not take (the session ended first) is dead-lettered; when no attempt
+ * was recorded here (dead-lettered, or found done), the ledger decides as
+ * for any follow-up without a session. The task's message delivered
+ * again, held too, finishes. A follow-up whose DLQ record cannot be
+ * written stays unfinished (delivered again). */
+static void settle_followups(worker_t *w, job_t *j)
+{
+	int recorded = j->rc == 0 && j->res.manifest_key[0];
+	size_t n = tb_session_count(j->session);
+	int64_t holds[64];
+	tb_error_t err;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t seq;
+		int64_t off;
+		const void *raw;
+		size_t len;
+		tb_followup_t f;
+		int ok = 1;
+		tb_session_item(j->session, i, &seq, &off, &raw, &len);
+		if (!(recorded && seq <= j->res.followups) &&
+		    tb_msg_decode(&tb_schema_followup, &f, raw, len, &err) == 0) {
+			tb_msg_origin_t origin = { w->d->cfg->kafka.tasks_topic, j->partition, off,
+						   j->key, strlen(j->key) };
+			char why[256];
+			snprintf(
+			    why, sizeof(why),
+			    "follow-up %llu: the session ended before it took it (it took %llu)",
+			    (unsigned long long)seq, (unsigned long long)j->res.followups);
+			ok = (recorded ? refuse(w, &f, raw, len, &origin, why)
+				       : orphan(w, &f, raw, len, &origin)) == 0;
+			tb_msg_free(&tb_schema_followup, &f);
+		}
+		if (ok && tb_watermark_finish(w->marks[j->partition], off, &err) == 0)
+			w->finished_messages++;
+	}
+	size_t nh = tb_session_holds(j->session, holds, 64);
+	for (size_t i = 0; i < nh; i++)
+		if (tb_watermark_finish(w->marks[j->partition], holds[i], &err) == 0)
+			w->finished_messages++;
+}
+
 /* The message is done with here: finished in its watermark, and the
  * attempt's events end with "acknowledged". */
 static void acknowledge(worker_t *w, job_t *j)
@@ -566,13 +629,8 @@ static void acknowledge(worker_t *w, job_t *j)
 	if (!ours(w, j) || tb_watermark_finish(w->marks[j->partition], j->offset, &err) < 0)
 		return; /* not ours any more: the new owner acknowledges it */
 	w->finished_messages++;
-	/* An interactive task's follow-ups finish with it: they are in its
-	 * record (or, dead-lettered, in its DLQ record's task). */
-	int64_t offs[TB_SESSION_MAX_FOLLOWUPS];
-	size_t n = j->session ? tb_session_offsets(j->session, offs, TB_SESSION_MAX_FOLLOWUPS) : 0;
-	for (size_t i = 0; i < n; i++)
-		if (tb_watermark_finish(w->marks[j->partition], offs[i], &err) == 0)
-			w->finished_messages++;
+	if (j->session)
+		settle_followups(w, j);
 	if (j->res.events) {
 		tb_event_sink_t sink = { publish_event, j, NULL };
 		if (tb_lifecycle_acknowledged(&sink, j->key, j->attempt, j->res.events,
@@ -652,6 +710,16 @@ static void complete(worker_t *w)
 			tb_metrics_task(tb_outcomes[j->res.outcome]);
 			tb_info(j->key, "attempt %llu recorded: %s", (unsigned long long)j->attempt,
 				tb_outcomes[j->res.outcome]);
+		} else if (j->moved) {
+			/* A session stopped because its partition moved (or this
+			 * worker stops): kept as "busy", which spends no attempt,
+			 * and let go to the partition's owner. */
+			keep_failure(w, j, TB_EBUSY,
+				     "the session stopped: its partition moved to another owner");
+			tb_info(j->key, "attempt %llu stopped to move with its partition",
+				(unsigned long long)j->attempt);
+			retry_later(w, j, RETRY_BACKOFF_MS);
+			continue;
 		} else if (j->rc == TB_EFENCED ||
 			   l->ops->renew(l, j->key, j->attempt, w->lease_ms, &err) == TB_EFENCED) {
 			/* Lost its lease: another worker has begun the task, or
@@ -725,13 +793,19 @@ static int over_budget(worker_t *w, const job_t *j, char *why, size_t len)
 	uint64_t base = t.base < j->attempt ? t.base : 0, begun = j->attempt - base;
 	/* distinct attempts since base, before this one (a failure may be
 	 * kept twice when a reply was lost) */
+	uint64_t moved = 0;
 	for (size_t i = 0; i < n; i++) {
 		int dup = 0;
 		for (size_t k = 0; k < i && !dup; k++)
 			dup = hist[k].attempt == hist[i].attempt;
-		excused += !dup && hist[i].attempt > base && hist[i].attempt < j->attempt &&
-			   hist[i].code[0] && strcmp(hist[i].code, tb_error_name(TB_EPOISON));
+		if (dup || hist[i].attempt <= base || hist[i].attempt >= j->attempt)
+			continue;
+		if (!strcmp(hist[i].code, tb_error_name(TB_EBUSY)))
+			moved++; /* a session stopped to move: no attempt spent */
+		else if (hist[i].code[0] && strcmp(hist[i].code, tb_error_name(TB_EPOISON)))
+			excused++;
 	}
+	begun -= moved < begun ? moved : begun - 1;
 	if (excused > begun - 1)
 		excused = begun - 1;
 	int over = excused >= PLATFORM_FAILURES_MAX || begun - excused > j->max_attempts;
@@ -828,12 +902,12 @@ static void admit_waiting(worker_t *w)
 
 /* A follow-up that no session takes, to the DLQ with @p why. @return 0
  * (acknowledge it), or < 0 when the DLQ is away (leave it). */
-static int refuse(worker_t *w, const tb_followup_t *f, const rd_kafka_message_t *m,
+static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
 		  const tb_msg_origin_t *origin, const char *why)
 {
 	tb_dlq_t rec;
 
-	if (tb_intake_dead_letter(&rec, TB_DLQ_ORPHAN, why, f->task_id, m->payload, m->len, origin,
+	if (tb_intake_dead_letter(&rec, TB_DLQ_ORPHAN, why, f->task_id, raw, len, origin,
 				  now_ms()) < 0)
 		abort(); /* out of memory */
 	int rc = dead_letter(w, &rec);
@@ -843,7 +917,7 @@ static int refuse(worker_t *w, const tb_followup_t *f, const rd_kafka_message_t 
 
 /* A follow-up for a task with no session here: replayed after its session
  * took it (acknowledged), or refused with what the ledger says. */
-static int orphan(worker_t *w, const tb_followup_t *f, const rd_kafka_message_t *m,
+static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
 		  const tb_msg_origin_t *origin)
 {
 	tb_ledger_t *l = w->d->ledger;
@@ -852,7 +926,7 @@ static int orphan(worker_t *w, const tb_followup_t *f, const rd_kafka_message_t 
 	tb_manifest_t man;
 	tb_error_t err;
 	char why[1024], *bytes = NULL;
-	size_t len;
+	size_t blen;
 
 	if (l->ops->inspect(l, f->task_id, &t, &err) < 0) {
 		snprintf(why, sizeof(why),
@@ -863,8 +937,9 @@ static int orphan(worker_t *w, const tb_followup_t *f, const rd_kafka_message_t 
 		snprintf(why, sizeof(why), "follow-up %llu: task %s was dead-lettered", seq,
 			 f->task_id);
 	} else if (t.done) {
-		int got = tb_store_get_bytes(w->d->store, t.manifest, 8u << 20, &bytes, &len, &err);
-		got = got == 0 ? tb_msg_decode(&tb_schema_manifest, &man, bytes, len, &err) : got;
+		int got =
+		    tb_store_get_bytes(w->d->store, t.manifest, 8u << 20, &bytes, &blen, &err);
+		got = got == 0 ? tb_msg_decode(&tb_schema_manifest, &man, bytes, blen, &err) : got;
 		free(bytes);
 		if (got < 0) {
 			snprintf(
@@ -890,7 +965,7 @@ static int orphan(worker_t *w, const tb_followup_t *f, const rd_kafka_message_t 
 			 "task, or a follow-up sent before its task)",
 			 seq, f->task_id);
 	}
-	return refuse(w, f, m, origin, why);
+	return refuse(w, f, raw, len, origin, why);
 }
 
 /* A follow-up: to its task's session, which holds it (offset and all) until
@@ -905,11 +980,11 @@ static int followup(worker_t *w, const tb_followup_t *f, const rd_kafka_message_
 	if (s && !s->session) {
 		snprintf(why, sizeof(why), "follow-up %llu: task %s is one-shot: it takes none",
 			 (unsigned long long)f->seq, f->task_id);
-		return refuse(w, f, m, origin, why);
+		return refuse(w, f, m->payload, m->len, origin, why);
 	}
 	if (!s)
-		return orphan(w, f, m, origin);
-	switch (tb_session_put(s->session, f, m->offset, why, sizeof(why))) {
+		return orphan(w, f, m->payload, m->len, origin);
+	switch (tb_session_put(s->session, f, m->offset, m->payload, m->len, why, sizeof(why))) {
 	case TB_SESSION_QUEUED:
 		tb_info(f->task_id, "follow-up %llu to its session", (unsigned long long)f->seq);
 		return 1;
@@ -918,7 +993,7 @@ static int followup(worker_t *w, const tb_followup_t *f, const rd_kafka_message_
 			(unsigned long long)f->seq);
 		return 0;
 	default:
-		return refuse(w, f, m, origin, why);
+		return refuse(w, f, m->payload, m->len, origin, why);
 	}
 }
 
@@ -957,6 +1032,18 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 		}
 		dead = held;
 		goto finished;
+	}
+	/* An interactive task delivered again while its job is here: one
+	 * session, so its follow-ups have one place to go; the copy's offset
+	 * finishes with it. */
+	job_t *same =
+	    in.task.kind == TB_TASK_INTERACTIVE ? find_job(w, in.task.id, m->partition) : NULL;
+	if (same && same->session) {
+		tb_info(in.task.id, "delivered again: held with its session");
+		tb_session_hold(same->session, m->offset);
+		tb_intake_free(&in);
+		free_job(j);
+		return;
 	}
 	if (in.task.kind == TB_TASK_INTERACTIVE && tb_session_new(&j->session, &err) < 0)
 		tb_err(in.task.id, "no session (it runs one turn only): %s", err.msg);
@@ -1046,6 +1133,7 @@ static void rejoin(worker_t *w, const char *why)
 		w->marks[p] = NULL;
 	}
 	drop_all_waiting(w);
+	stop_sessions(w, -1, "its consumer is replaced");
 	tb_kafka_forget(w->consumer);
 	rd_kafka_destroy_flags(w->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
 	w->consumer = NULL;
@@ -1086,7 +1174,15 @@ static void rejoin_if_stuck(worker_t *w)
  * the line has room, so they are never starved. */
 static void pace(worker_t *w)
 {
-	int full = w->nwaiting >= w->d->cfg->slots;
+	/* With sessions running, reading goes on further (their follow-ups
+	 * come behind the waiting tasks): up to a hard cap. */
+	unsigned cap = w->d->cfg->slots;
+	for (const job_t *r = w->running_jobs; r; r = r->next_running)
+		if (r->session) {
+			cap = 16 * (unsigned)w->d->cfg->slots;
+			break;
+		}
+	int full = w->nwaiting >= cap;
 	rd_kafka_topic_partition_list_t *a = NULL;
 
 	if (full == w->paused || rd_kafka_assignment(w->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -1162,9 +1258,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	 * Interactive sessions stop at once (their follow-ups are no longer
 	 * read here): the next owner replays them from their first prompt. */
 	drop_all_waiting(w);
-	for (job_t *r = w->running_jobs; r; r = r->next_running)
-		if (r->session)
-			atomic_store(&r->cancel, 1);
+	stop_sessions(w, -1, "the worker stops");
 	uint64_t drain_until = d->drain_ms ? now_ms() + d->drain_ms : 0;
 	while (w->running) {
 		if (drain_until && now_ms() > drain_until) {

@@ -1341,7 +1341,8 @@ static void test_replay__a_session_moves_with_its_partition(void **state)
 	run_until_done(sc, &w[1], 1, 120);
 	check(sc);
 	assert_int_equal(check_sessions(sc), 1);
-	assert_true(count_lines_with(sc->log, "the session stops, to go on at the new owner") >= 1);
+	assert_true(
+	    count_lines_with(sc->log, "the session stops, to go on at the partition's owner") >= 1);
 }
 
 /* Interactive sessions, the worker killed as turn two begins: every

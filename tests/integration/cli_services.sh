@@ -256,6 +256,20 @@ for needle in "task $id is done and was one-shot" "task $chat is done: its sessi
   has "the DLQ says '$needle'" "$needle" "$tmp/dlq2.out"
 done
 
+# A follow-up held but never taken (hello's agent answers one prompt and
+# exits): dead-lettered with the reason, not acknowledged in silence.
+expect "submit hello as a session" 0 "$tmp/short.out" \
+  "${submit[@]}" --interactive --prompt "just one"
+short=$(head -1 "$tmp/short.out")
+expect "send to it at once" 0 "$tmp/short-send.out" "$tb" send --config "$cfg" "$short" "unheard"
+expect "watch it end" 0 "$tmp/short-watch.out" "$tb" watch --config "$cfg" --timeout 120 "$short"
+for _ in $(seq 100); do
+  "$tb" dlq list --config "$cfg" >"$tmp/dlq3.out" 2>&1
+  grep -q "$short" "$tmp/dlq3.out" && break; sleep 0.2
+done
+if grep "$short" "$tmp/dlq3.out" | grep -Eq "the session ended before it took it|the session has ended"
+then ok; else bad "a follow-up its session never took is dead-lettered"; cat "$tmp/dlq3.out"; fi
+
 # With no worker, --wait gives up at its timeout and says the task goes on.
 kill "$worker" && wait "$worker"
 expect "submit --wait --timeout with no worker" 8 "$tmp/timeout.out" \

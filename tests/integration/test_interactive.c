@@ -125,7 +125,8 @@ static void put(tb_session_t *s, uint64_t seq, const char *text)
 	f.seq = seq;
 	f.kind = text ? TB_FOLLOWUP_PROMPT : TB_FOLLOWUP_END;
 	f.text = (char *)text;
-	assert_int_equal(tb_session_put(s, &f, (int64_t)seq, why, sizeof(why)), TB_SESSION_QUEUED);
+	assert_int_equal(tb_session_put(s, &f, (int64_t)seq, NULL, 0, why, sizeof(why)),
+			 TB_SESSION_QUEUED);
 }
 
 static tb_manifest_t manifest(const char *key)
@@ -215,7 +216,7 @@ static void idle_timeout_ends_the_session(void **state)
 	/* the session is over: a follow-up now is refused, with the reason */
 	tb_followup_t f = { .task_id = "chat-idle", .seq = 1, .kind = TB_FOLLOWUP_PROMPT };
 	f.text = "too late";
-	assert_int_equal(tb_session_put(s, &f, 9, why, sizeof(why)), TB_SESSION_REFUSED);
+	assert_int_equal(tb_session_put(s, &f, 9, NULL, 0, why, sizeof(why)), TB_SESSION_REFUSED);
 	assert_non_null(strstr(why, "idle for 1 s"));
 	tb_manifest_t m = manifest(res.manifest_key);
 	assert_int_equal(m.turns, 1);

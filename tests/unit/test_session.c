@@ -35,7 +35,7 @@ static tb_session_put_t put(tb_session_t *s, uint64_t seq, const char *text, int
 {
 	char why[256];
 	tb_followup_t f = fu(seq, text);
-	return tb_session_put(s, &f, off, why, sizeof(why));
+	return tb_session_put(s, &f, off, text, text ? strlen(text) : 0, why, sizeof(why));
 }
 
 static void expect_take(tb_session_t *s, int kind, const char *text, uint64_t seq)
@@ -75,9 +75,20 @@ static void in_order_with_duplicates_ignored(void **state)
 	uint64_t q;
 	assert_int_equal(tb_session_take(s, &k, &t, &q), 0);
 	assert_int_equal(tb_session_taken(s), 2);
-	assert_int_equal(tb_session_offsets(s, offs, 8), 2);
-	assert_int_equal(offs[0], 10);
-	assert_int_equal(offs[1], 12);
+	/* held: each with its offset and its bytes; the task's copy too */
+	assert_int_equal(tb_session_count(s), 2);
+	uint64_t seq;
+	int64_t off;
+	const void *raw;
+	size_t len;
+	tb_session_item(s, 1, &seq, &off, &raw, &len);
+	assert_int_equal(seq, 2);
+	assert_int_equal(off, 12);
+	assert_int_equal(len, 3);
+	assert_memory_equal(raw, "two", 3);
+	tb_session_hold(s, 30);
+	assert_int_equal(tb_session_holds(s, offs, 8), 1);
+	assert_int_equal(offs[0], 30);
 	tb_session_free(s);
 }
 
@@ -90,12 +101,12 @@ static void gaps_and_late_followups_refused(void **state)
 	(void)state;
 	assert_int_equal(tb_session_new(&s, &err), 0);
 	tb_followup_t f = fu(2, "skips one");
-	assert_int_equal(tb_session_put(s, &f, 1, why, sizeof(why)), TB_SESSION_REFUSED);
+	assert_int_equal(tb_session_put(s, &f, 1, NULL, 0, why, sizeof(why)), TB_SESSION_REFUSED);
 	assert_non_null(strstr(why, "expects 1 next"));
 	assert_int_equal(put(s, 1, "one", 2), TB_SESSION_QUEUED);
 	assert_int_equal(put(s, 2, NULL, 3), TB_SESSION_QUEUED); /* end */
 	f = fu(3, "after the end");
-	assert_int_equal(tb_session_put(s, &f, 4, why, sizeof(why)), TB_SESSION_REFUSED);
+	assert_int_equal(tb_session_put(s, &f, 4, NULL, 0, why, sizeof(why)), TB_SESSION_REFUSED);
 	assert_non_null(strstr(why, "an end came first"));
 	expect_take(s, TB_FOLLOWUP_PROMPT, "one", 1);
 	expect_take(s, TB_FOLLOWUP_END, NULL, 2);
@@ -104,7 +115,7 @@ static void gaps_and_late_followups_refused(void **state)
 	assert_int_equal(tb_session_new(&s, &err), 0);
 	tb_session_close(s, "idle for 300 s");
 	f = fu(1, "too late");
-	assert_int_equal(tb_session_put(s, &f, 1, why, sizeof(why)), TB_SESSION_REFUSED);
+	assert_int_equal(tb_session_put(s, &f, 1, NULL, 0, why, sizeof(why)), TB_SESSION_REFUSED);
 	assert_non_null(strstr(why, "idle for 300 s"));
 	tb_session_free(s);
 }
@@ -140,7 +151,7 @@ static void bounded(void **state)
 	for (uint64_t i = 1; i <= TB_SESSION_MAX_FOLLOWUPS; i++)
 		assert_int_equal(put(s, i, "x", (int64_t)i), TB_SESSION_QUEUED);
 	tb_followup_t f = fu(TB_SESSION_MAX_FOLLOWUPS + 1, "one too many");
-	assert_int_equal(tb_session_put(s, &f, 0, why, sizeof(why)), TB_SESSION_REFUSED);
+	assert_int_equal(tb_session_put(s, &f, 0, NULL, 0, why, sizeof(why)), TB_SESSION_REFUSED);
 	assert_non_null(strstr(why, "at most"));
 	tb_session_free(s);
 }
