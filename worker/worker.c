@@ -177,6 +177,8 @@ static int flush_events(void *ud, tb_error_t *err)
 
 /* -------------------------------------------------------------- DLQ */
 
+static void heartbeat(worker_t *w);
+
 /* Sends @p rec to the DLQ topic and waits for its delivery: a message is
  * acknowledged (or marked done) only once its DLQ record is durable. */
 static int dead_letter(worker_t *w, tb_dlq_t *rec)
@@ -192,7 +194,14 @@ static int dead_letter(worker_t *w, tb_dlq_t *rec)
 	if ((rc = tb_msg_encode(&sb, &tb_schema_dlq, rec, &err)) == 0 &&
 	    (rc = produce(w, w->d->cfg->kafka.dlq_topic, rec->task_id, sb.data, sb.size, t,
 			  &err)) == 0)
-		rc = tb_kafka_await(w->producer, t, 30000, &err);
+		/* up to 30 s, in short waits: the main thread's heartbeats go on
+		 * meanwhile, so running tasks keep their leases */
+		for (int i = 0; i < 60; i++) {
+			if ((rc = tb_kafka_await(w->producer, t, 500, &err)) != TB_ERETRY ||
+			    tb_kafka_tracker_pending(t) == 0)
+				break;
+			heartbeat(w);
+		}
 	tb_kafka_tracker_release(t);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc < 0) {

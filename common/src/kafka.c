@@ -154,6 +154,11 @@ void tb_kafka_tracker_reset(tb_kafka_tracker_t *t)
 	atomic_store(&t->failed, 0);
 }
 
+long tb_kafka_tracker_pending(tb_kafka_tracker_t *t)
+{
+	return atomic_load(&t->pending);
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
 	tb_kafka_tracker_t *t = m->_private;
