@@ -158,7 +158,8 @@ static void do_probe(void)
 		char own[256], base[1100], file[1200];
 		hier_t *h = NULL;
 		if (v2mnt[0] && own_path(own, sizeof(own), 1, NULL) == 0) {
-			snprintf(base, sizeof(base), "%.255s%.255s", v2mnt, strcmp(own, "/") ? own : "");
+			snprintf(base, sizeof(base), "%.255s%.255s", v2mnt,
+				 strcmp(own, "/") ? own : "");
 			/* what is delegated to our own cgroup, not the root */
 			snprintf(file, sizeof(file), "%s/cgroup.controllers", base);
 			if (c == CTL_FREEZER) {
@@ -170,7 +171,8 @@ static void do_probe(void)
 			}
 		}
 		if (!h && v1mnt[c][0] && own_path(own, sizeof(own), 0, ctl_names[c]) == 0) {
-			snprintf(base, sizeof(base), "%.255s%.255s", v1mnt[c], strcmp(own, "/") ? own : "");
+			snprintf(base, sizeof(base), "%.255s%.255s", v1mnt[c],
+				 strcmp(own, "/") ? own : "");
 			h = hier_for(base, 0);
 		}
 		if (h)
