@@ -329,9 +329,13 @@ int tb_cmd_top(int argc, char **argv)
 		fprintf(stderr, "taskbox top: %s\n", err.msg);
 		return TB_EXIT_CONFIG;
 	}
-	if (!strcmp(cfg.ledger.url, "memory:") || !strcmp(cfg.kafka.brokers, "mock")) {
-		fprintf(stderr, "taskbox top: needs the fleet's Kafka and Redis (kafka.brokers, "
-				"ledger.url): 'mock' and 'memory:' live inside one worker\n");
+	if (!strcmp(cfg.kafka.brokers, "mock")) {
+		fprintf(stderr, "taskbox top: kafka.brokers is 'mock', which lives inside one "
+				"process: point it at the cluster (TASKBOX_KAFKA_BROKERS)\n");
+		goto out;
+	}
+	if ((rc = tb_cmd_open_fleet("top", &cfg, &l, NULL, &err)) != TB_EXIT_OK) {
+		fprintf(stderr, "taskbox top: %s\n", err.msg);
 		goto out;
 	}
 	rc = TB_EXIT_FAILURE;
@@ -339,8 +343,7 @@ int tb_cmd_top(int argc, char **argv)
 		fprintf(stderr, "taskbox top: out of memory\n");
 		goto out;
 	}
-	if (tb_ledger_open(&l, cfg.ledger.url, cfg.ledger.prefix, "top", &err) < 0 ||
-	    tb_follow_open(&cfg, (int64_t)(now_ms() - WINDOW_MS), &c, &np, &err) < 0) {
+	if (tb_follow_open(&cfg, (int64_t)(now_ms() - WINDOW_MS), &c, &np, &err) < 0) {
 		fprintf(stderr, "taskbox top: %s\n", err.msg);
 		goto out;
 	}

@@ -256,10 +256,16 @@ for needle in "task $id is done and was one-shot" "task $chat is done: its sessi
   has "the DLQ says '$needle'" "$needle" "$tmp/dlq2.out"
 done
 
-# A follow-up held but never taken (hello's agent answers one prompt and
-# exits): dead-lettered with the reason, not acknowledged in silence.
-expect "submit hello as a session" 0 "$tmp/short.out" \
-  "${submit[@]}" --interactive --prompt "just one"
+# A follow-up held but never taken: an agent that answers one prompt in 3 s
+# and exits without ending its turn, sent a follow-up at once (held by its
+# session meanwhile): dead-lettered with the reason, not acknowledged in
+# silence with its task.
+git init -q "$tmp/once" && cp -r "$root/examples/recipes/hello/." "$tmp/once/" &&
+  sed -i '1a sleep 3' "$tmp/once/agent.sh" && git -C "$tmp/once" add -A &&
+  git -C "$tmp/once" -c user.name=t -c user.email=t@t commit -qm once || exit 1
+expect "submit a one-prompt agent as a session" 0 "$tmp/short.out" "$tb" submit --config "$cfg" \
+  --interactive --recipe "file://$tmp/once" --commit "$(git -C "$tmp/once" rev-parse HEAD)" \
+  --prompt "just one"
 short=$(head -1 "$tmp/short.out")
 expect "send to it at once" 0 "$tmp/short-send.out" "$tb" send --config "$cfg" "$short" "unheard"
 expect "watch it end" 0 "$tmp/short-watch.out" "$tb" watch --config "$cfg" --timeout 120 "$short"
@@ -267,8 +273,8 @@ for _ in $(seq 100); do
   "$tb" dlq list --config "$cfg" >"$tmp/dlq3.out" 2>&1
   grep -q "$short" "$tmp/dlq3.out" && break; sleep 0.2
 done
-if grep "$short" "$tmp/dlq3.out" | grep -Eq "the session ended before it took it|the session has ended"
-then ok; else bad "a follow-up its session never took is dead-lettered"; cat "$tmp/dlq3.out"; fi
+if grep "$short" "$tmp/dlq3.out" | grep -q "follow-up 1: the session ended before it took it"
+then ok; else bad "a follow-up its session held and never took is dead-lettered"; cat "$tmp/dlq3.out"; fi
 
 # With no worker, --wait gives up at its timeout and says the task goes on.
 kill "$worker" && wait "$worker"
