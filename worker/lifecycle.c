@@ -15,6 +15,7 @@
 #include "fault.h"
 #include "inputs.h"
 #include "metrics.h"
+#include "store_put_all.h"
 #include "tb/fsutil.h"
 #include "tb/json_mpack.h"
 #include "tb/runtime.h"
@@ -57,8 +58,9 @@ typedef struct run {
 	tb_egress_t *egress; /* the sandbox's way out; NULL when it has none */
 	uint64_t turn;       /* the prompt the agent is answering, 1-based */
 	uint64_t turns_ended;
-	int turn_ended;      /* the agent has just ended its turn */
-	char ended_why[160]; /* an interactive session ended before the agent did */
+	int turn_ended;            /* the agent has just ended its turn */
+	char ended_why[160];       /* an interactive session ended before the agent did */
+	msgpack_sbuffer *verdicts; /* encoded, one per m.verdicts: put with the record */
 } run_t;
 
 static uint64_t wall_ms(void)
@@ -320,7 +322,8 @@ static int prepare(run_t *r, char *recipe_dir, size_t len, char *inputs_dir, siz
 	};
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	rc = tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
+	rc = ctx->pool ? tb_sandbox_pool_create(ctx->pool, &spec, &r->sb, NULL, err)
+		       : tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rc == 0)
 		tb_metrics_launch((uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000 +
@@ -794,14 +797,14 @@ static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *
 	v.ts = wall_ms();
 	v.duration_ms = v.ts - t0;
 
+	/* Stored with the conversation record, side by side (recorded). */
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
 	snprintf(key, sizeof(key), "%sverdicts/%s.msgpack", prefix, j->name);
-	if ((rc = tb_msg_encode(&sb, &tb_schema_verdict, &v, err)) == 0)
-		rc = tb_store_put_bytes(r->ctx->store, key, sb.data, sb.size, NULL, err);
-	msgpack_sbuffer_destroy(&sb);
-	if (rc < 0)
+	if ((rc = tb_msg_encode(&sb, &tb_schema_verdict, &v, err)) < 0) {
+		msgpack_sbuffer_destroy(&sb);
 		return rc;
+	}
 	json_t *summary =
 	    json_pack("{s:s,s:s}", "judge", j->name, "outcome", tb_verdict_outcomes[v.outcome]);
 	if (TB_HAS(&v, TB_VERDICT_F_SCORE))
@@ -811,11 +814,35 @@ static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *
 	emit_json(r, TB_EV_VERDICT, summary);
 	tb_verdict_ref_t ref = { 0, strdup(j->name), v.outcome, strdup(key) };
 	void *bigger = realloc(r->m.verdicts.items, (r->m.verdicts.n + 1) * sizeof(ref));
-	if (!bigger || !ref.judge || !ref.key)
+	if (bigger)
+		r->m.verdicts.items = bigger;
+	void *more = realloc(r->verdicts, (r->m.verdicts.n + 1) * sizeof(sb));
+	if (!bigger || !more || !ref.judge || !ref.key)
 		abort(); /* out of memory */
-	r->m.verdicts.items = bigger;
+	r->verdicts = more;
+	r->verdicts[r->m.verdicts.n] = sb;
 	((tb_verdict_ref_t *)r->m.verdicts.items)[r->m.verdicts.n++] = ref;
 	return 0;
+}
+
+/* The conversation record and the verdicts, side by side: all durable
+ * before the manifest that names them. */
+static int put_record(run_t *r, const char *key, tb_error_t *err)
+{
+	size_t n = r->m.verdicts.n;
+	tb_store_put_item_t *items = calloc(n + 1, sizeof(*items));
+	int rc;
+
+	if (!items)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	items[0] = (tb_store_put_item_t){ key, r->record_fd, NULL, 0 };
+	for (size_t i = 0; i < n; i++)
+		items[i + 1] =
+		    (tb_store_put_item_t){ ((const tb_verdict_ref_t *)r->m.verdicts.items)[i].key,
+					   -1, r->verdicts[i].data, r->verdicts[i].size };
+	rc = tb_store_put_all(r->ctx->store, items, n + 1, err);
+	free(items);
+	return rc;
 }
 
 /* ---------------------------------------------------------------- run */
@@ -939,7 +966,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	phase(&r, "recorded"); /* the record's last events, then the record */
 
 	snprintf(key, sizeof(key), "%sconversation.msgpack", prefix);
-	if ((rc = tb_store_put_fd(ctx->store, key, r.record_fd, NULL, err)) < 0) {
+	if ((rc = put_record(&r, key, err)) < 0) {
 		error_event(&r, rc, "recorded", err->msg);
 		goto done;
 	}
@@ -1008,6 +1035,9 @@ done:
 	/* Borrowed pointers out of the manifest before freeing what it owns. */
 	r.m.task_id = NULL, r.m.reason = NULL, r.m.conversation_key = NULL, r.m.runtime = NULL;
 	r.m.recipe.url = NULL, r.m.recipe.commit = NULL;
+	for (size_t i = 0; r.verdicts && i < r.m.verdicts.n; i++)
+		msgpack_sbuffer_destroy(&r.verdicts[i]);
+	free(r.verdicts);
 	tb_msg_free(&tb_schema_manifest, &r.m);
 	tb_recipe_manifest_free(&r.recipe);
 	tb_runtime_free(&r.rt);

@@ -18,6 +18,7 @@
 
 #include "recipe.h"
 #include "sandbox.h"
+#include "sandbox_pool.h"
 #include "session.h"
 #include "tb/schema_event.h"
 #include "tb/schema_manifest.h"
@@ -41,6 +42,7 @@ typedef struct tb_event_sink {
 
 typedef struct tb_lifecycle_ctx {
 	const tb_seccomp_t *policy;
+	tb_sandbox_pool_t *pool; /* sandboxes built ahead; NULL: built per task */
 	tb_store_t *store;
 	tb_recipe_cache_t *recipes;
 	const char *runtimes_dir; /* <name>.json */

@@ -14,8 +14,10 @@
  *
  * Sandbox root (uid 0 inside) maps to host uid/gid uid_base; the agent
  * runs as uid/gid TB_SANDBOX_AGENT_ID inside, host uid_base + that. Each
- * slot gets its own 65536-id range, so no two live sandboxes share a host
- * uid and none is host root.
+ * slot gets its own 65536-id range, so no two sandboxes running tasks share
+ * a host uid and none is host root (a slot's next sandbox, built ahead,
+ * runs only its init until the slot's current one is gone: see
+ * sandbox_pool.h).
  *
  * This file is the contract; sandbox.c is the worker's side, sandbox_init.c
  * the init process, sandbox_cgroup.c and sandbox_seccomp.c the limits.

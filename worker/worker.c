@@ -79,6 +79,7 @@ typedef struct job {
 typedef struct worker {
 	const tb_worker_deps_t *d;
 	rd_kafka_t *consumer, *producer;
+	tb_sandbox_pool_t *pool; /* each slot's next sandbox, built ahead */
 	tb_watermark_t *marks[MAX_PARTITIONS];
 	uint64_t epochs[MAX_PARTITIONS]; /* bumped at each assignment */
 	pthread_mutex_t lock;
@@ -413,6 +414,7 @@ static void *slot_main(void *arg)
 	tb_lifecycle_ctx_t ctx = {
 		.session = j->session,
 		.policy = w->d->policy,
+		.pool = w->pool,
 		.store = w->d->store,
 		.recipes = w->d->recipes,
 		.runtimes_dir = w->d->cfg->runtimes_dir,
@@ -1229,6 +1231,9 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		rc = tb_error_set(err, TB_EINVAL, "slots: at most 64 in this build");
 		goto fail;
 	}
+	if ((rc = tb_sandbox_pool_new(&w->pool, d->policy, d->cfg->work_dir, d->group,
+				      (unsigned)d->cfg->slots, err)) < 0)
+		goto fail;
 	if ((rc = tb_kafka_producer_new(&w->producer, d->brokers, &d->cfg->kafka.properties, err)) <
 	    0)
 		goto fail;
@@ -1277,8 +1282,9 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 				w->running);
 			commit_marks(w);
 			rd_kafka_flush(w->producer, 5000);
-			/* w stays allocated: the slot threads still use it
-			 * until the caller exits, which it does at once. */
+			/* w stays allocated, and the pool's thread alive
+			 * (the parent of their sandboxes): the slot threads
+			 * still use them until the caller exits, at once. */
 			return tb_error_set(err, TB_ETIMEOUT, "drain timeout");
 		}
 		usleep(50000);
@@ -1296,6 +1302,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		rd_kafka_destroy(w->consumer);
 	}
 	rd_kafka_destroy(w->producer);
+	tb_sandbox_pool_free(w->pool); /* every slot thread has ended */
 	for (int p = 0; p < MAX_PARTITIONS; p++)
 		tb_watermark_free(w->marks[p]);
 	close(w->wake[0]);
@@ -1304,6 +1311,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	free(w);
 	return 0;
 fail:
+	tb_sandbox_pool_free(w->pool);
 	if (w->wake[0] >= 0) {
 		close(w->wake[0]);
 		close(w->wake[1]);

@@ -30,6 +30,7 @@
 
 #include "sandbox.h"
 #include "sandbox_cgroup.h"
+#include "sandbox_pool.h"
 
 static tb_seccomp_t *policy;
 static char work_root[64] = "/tmp/tb-sandbox-test-XXXXXX";
@@ -446,6 +447,154 @@ static void test_sweep__removes_what_a_dead_worker_left(void **state)
 	assert_int_equal(count_entries(work_root, group), 0);
 }
 
+/* Runs argv in @p sb; its stdout and stderr into @p out. */
+static tb_sandbox_exit_t run_in(tb_sandbox_t *sb, const char *const *argv, char *out, size_t cap)
+{
+	const char *env[] = { "PATH=/usr/bin:/bin", "HOME=/workspace", NULL };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, 0 };
+	tb_sandbox_exit_t e;
+	tb_error_t err;
+	int fds[2], id;
+
+	assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+	ex.stdout_fd = ex.stderr_fd = fds[1];
+	if (tb_sandbox_spawn(sb, &id, &ex, &err) != 0)
+		fail_msg("spawn %s: %s", argv[0], err.msg);
+	close(fds[1]);
+	if (tb_sandbox_wait(sb, id, 60000, &e, &err) != 0)
+		fail_msg("wait: %s", err.msg);
+	ssize_t n = read(fds[0], out, cap - 1);
+	out[n > 0 ? n : 0] = '\0';
+	close(fds[0]);
+	return e;
+}
+
+/* Waits up to 10 s for @p n sandbox directories of ours. */
+static int await_entries(int n)
+{
+	for (int i = 0; i < 1000 && count_entries(work_root, group) != n; i++)
+		usleep(10000);
+	return count_entries(work_root, group);
+}
+
+/* The pids of every child of every thread of this process. */
+static int all_children(pid_t *out, int cap)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	int n = 0;
+
+	while (d && (de = readdir(d))) {
+		char path[300];
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/children", de->d_name);
+		FILE *f = fopen(path, "r");
+		long pid;
+		while (f && n < cap && fscanf(f, "%ld", &pid) == 1)
+			out[n++] = (pid_t)pid;
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static void test_pool__the_next_task_takes_a_sandbox_built_ahead(void **state)
+{
+	const char *mark[] = { "/bin/sh", "-c", "echo left > /workspace/mark; hostname", NULL };
+	const char *look[] = { "/bin/sh", "-c", "ls -A /workspace; hostname; ls /recipe", NULL };
+	tb_sandbox_pool_t *pool;
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	char out[1024];
+	int prepared;
+
+	(void)state;
+	assert_int_equal(tb_sandbox_pool_new(&pool, policy, work_root, group, 2, &err), 0);
+	tb_sandbox_spec_t s = spec();
+	/* The slot's first task: nothing was built for it yet. */
+	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+		fail_msg("pool: %s", err.msg);
+	assert_int_equal(prepared, 0);
+	assert_int_equal(run_in(sb, mark, out, sizeof(out)).code, 0);
+	assert_string_equal(out, "task-test\n");
+	/* Its next sandbox is built while it runs. */
+	assert_int_equal(await_entries(2), 2);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+
+	s = spec();
+	s.hostname = "second";
+	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+		fail_msg("pool: %s", err.msg);
+	assert_int_equal(prepared, 1);
+	/* A fresh workspace, the task's hostname and recipe. */
+	tb_sandbox_exit_t e = run_in(sb, look, out, sizeof(out));
+	assert_int_equal(e.code, 0);
+	assert_string_equal(out, "second\nsandbox_probe\n");
+	/* Escapes stay stopped in a sandbox built ahead. */
+	const char *probe_argv[] = { "/recipe/sandbox_probe", "procs", NULL };
+	e = run_in(sb, probe_argv, out, sizeof(out));
+	if (e.code != 0)
+		fail_msg("probe in a prepared sandbox: %s", out);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+
+	/* Another shape (a bigger workspace): built on the spot. */
+	assert_int_equal(await_entries(1), 1);
+	s = spec();
+	s.workspace_mb = 16;
+	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+		fail_msg("pool: %s", err.msg);
+	assert_int_equal(prepared, 0);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	/* ... and the slot's next one is built to it. */
+	assert_int_equal(await_entries(1), 1);
+	s = spec();
+	s.workspace_mb = 16;
+	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+		fail_msg("pool: %s", err.msg);
+	assert_int_equal(prepared, 1);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+
+	/* Freed: the sandbox built ahead goes too. */
+	assert_int_equal(await_entries(1), 1);
+	tb_sandbox_pool_free(pool);
+	assert_int_equal(count_entries(work_root, group), 0);
+	pid_t kids[16];
+	assert_int_equal(all_children(kids, 16), 0);
+}
+
+static void test_pool__a_prepared_sandbox_that_died_is_replaced(void **state)
+{
+	const char *argv[] = { "/bin/true", NULL };
+	tb_sandbox_pool_t *pool;
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	char out[256];
+	int prepared;
+	pid_t kids[16];
+
+	(void)state;
+	assert_int_equal(tb_sandbox_pool_new(&pool, policy, work_root, group, 2, &err), 0);
+	tb_sandbox_spec_t s = spec();
+	assert_int_equal(tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err), 0);
+	assert_int_equal(await_entries(2), 2);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	/* The one built ahead is the only child left: its init dies. */
+	assert_int_equal(all_children(kids, 16), 1);
+	assert_int_equal(kill(kids[0], SIGKILL), 0);
+	s = spec();
+	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+		fail_msg("pool: %s", err.msg);
+	assert_int_equal(prepared, 0);
+	assert_int_equal(run_in(sb, argv, out, sizeof(out)).code, 0);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	tb_sandbox_pool_free(pool);
+	assert_int_equal(count_entries(work_root, group), 0);
+	assert_int_equal(all_children(kids, 16), 0);
+}
+
 static int setup(void **state)
 {
 	tb_error_t err;
@@ -500,6 +649,8 @@ int main(void)
 		cmocka_unit_test(test_limits__disk_filler_gets_enospc_in_workspace),
 		cmocka_unit_test(test_limits__runaway_is_killed_at_the_deadline),
 		cmocka_unit_test(test_sweep__removes_what_a_dead_worker_left),
+		cmocka_unit_test(test_pool__the_next_task_takes_a_sandbox_built_ahead),
+		cmocka_unit_test(test_pool__a_prepared_sandbox_that_died_is_replaced),
 		cmocka_unit_test(test_teardown__a_thousand_sandboxes_leave_nothing),
 	};
 	if (geteuid() != 0) {

@@ -1,0 +1,54 @@
+/*
+ * sandbox_pool.h: sandboxes built ahead, one per slot (tb_sandbox_pool).
+ *
+ * Building a sandbox (namespaces, cgroup, root file system) is most of a
+ * short task's overhead, and none of it depends on the task. The pool's
+ * one thread builds the next sandbox of a slot (tb_sandbox_prepare) while
+ * the slot is still busy with its current task; the slot's next task
+ * takes it and only assigns it (hostname, recipe, inputs, limits).
+ *
+ * A prepared sandbox fits the task that asked for it: the next one is
+ * built with the same runtime shape (tmpfs sizes, read-only binds,
+ * rlimits). A task with another shape gets a sandbox built on the spot,
+ * and the slot's next one is built to its shape. Nothing is built for a
+ * slot before its first task.
+ *
+ * The pool's thread is the parent of every sandbox it builds, and the
+ * kernel's parent-death signal ends those with it: the pool is freed only
+ * after the last task using one of its sandboxes has ended.
+ *
+ * Isolation: a prepared sandbox shares its slot's uid range with the
+ * slot's busy sandbox, but runs only its init (the sandbox's root user)
+ * until it is assigned, which happens after the busy one is destroyed; so
+ * no two sandboxes with task processes share a host uid.
+ */
+#ifndef TB_SANDBOX_POOL_H
+#define TB_SANDBOX_POOL_H
+
+#include "sandbox.h"
+
+typedef struct tb_sandbox_pool tb_sandbox_pool_t;
+
+/**
+ * Starts the pool's thread for @p slots slots, building sandboxes under
+ * @p work_root with names prefixed by @p group. @p policy must outlive
+ * the pool. @return 0; TB_ENOMEM; TB_EIO if the thread cannot start
+ */
+int tb_sandbox_pool_new(tb_sandbox_pool_t **out, const tb_seccomp_t *policy, const char *work_root,
+			const char *group, unsigned slots, tb_error_t *err);
+
+/**
+ * A sandbox for @p spec (as tb_sandbox_create): the slot's prepared one if
+ * it has @p spec's shape (waiting for it if it is being built), else one
+ * built now by the calling thread, which must outlive it. Either way the
+ * pool then builds the slot's next sandbox to @p spec's shape.
+ * @param[out] prepared 1 when the sandbox came from the pool (may be NULL)
+ */
+int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, tb_sandbox_t **out,
+			   int *prepared, tb_error_t *err);
+
+/** Stops the thread and destroys the sandboxes no task took. Only after
+ * every sandbox the pool handed out has been destroyed. NULL is a no-op. */
+void tb_sandbox_pool_free(tb_sandbox_pool_t *p);
+
+#endif
