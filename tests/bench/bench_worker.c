@@ -324,6 +324,45 @@ static const char *const phase_names[] = { "claimed",  "prepared",  "running",
 
 /* Reads events until every task of @p s is acknowledged (or @p secs
  * pass); notes phase durations into @p ph (may be NULL). */
+/* Takes one event (waiting up to @p ms), noting phases and each task's
+ * "acknowledged" event. @return how many tasks it acknowledged (0 or 1);
+ * -1 when none came */
+static int take_event(run_t *r, sent_t *s, int n, phases_t *ph, int ms)
+{
+	int got = 0;
+	rd_kafka_poll(r->producer, 0);
+	rd_kafka_message_t *m = rd_kafka_consumer_poll(r->events_c, ms);
+	tb_event_t ev;
+	tb_error_t err;
+	if (!m)
+		return -1;
+	if (m->err || tb_msg_decode(&tb_schema_event, &ev, m->payload, m->len, &err) < 0) {
+		rd_kafka_message_destroy(m);
+		return 0;
+	}
+	double now = tb_bench_mono_ms();
+	if (ev.type == TB_EV_PHASE) {
+		json_t *p = NULL;
+		if (tb_mpack_to_json(&p, ev.payload.data, ev.payload.len, &err) == 0) {
+			const char *name = json_string_value(json_object_get(p, "phase"));
+			double d = (double)json_integer_value(json_object_get(p, "duration_ms"));
+			for (size_t k = 0; ph && name && k < NPHASES; k++)
+				if (!strcmp(name, phase_names[k]) && ph->n[k] < MAX_TASKS)
+					ph->ms[k][ph->n[k]++] = d;
+			if (name && !strcmp(name, "acknowledged"))
+				for (int i = 0; i < n; i++)
+					if (!s[i].acked && !strcmp(s[i].id, ev.task_id)) {
+						s[i].acked = now;
+						got++;
+					}
+		}
+		json_decref(p);
+	}
+	tb_msg_free(&tb_schema_event, &ev);
+	rd_kafka_message_destroy(m);
+	return got;
+}
+
 static int await_acks(run_t *r, sent_t *s, int n, phases_t *ph, int secs)
 {
 	int left = 0;
@@ -331,65 +370,54 @@ static int await_acks(run_t *r, sent_t *s, int n, phases_t *ph, int secs)
 		left += s[i].acked == 0;
 	double until = tb_bench_mono_ms() + secs * 1000.0;
 	while (left > 0 && tb_bench_mono_ms() < until) {
-		rd_kafka_poll(r->producer, 0);
-		rd_kafka_message_t *m = rd_kafka_consumer_poll(r->events_c, 50);
-		tb_event_t ev;
-		tb_error_t err;
-		if (!m)
-			continue;
-		if (m->err || tb_msg_decode(&tb_schema_event, &ev, m->payload, m->len, &err) < 0) {
-			rd_kafka_message_destroy(m);
-			continue;
-		}
-		double now = tb_bench_mono_ms();
-		if (ev.type == TB_EV_PHASE) {
-			json_t *p = NULL;
-			if (tb_mpack_to_json(&p, ev.payload.data, ev.payload.len, &err) == 0) {
-				const char *name = json_string_value(json_object_get(p, "phase"));
-				double d =
-				    (double)json_integer_value(json_object_get(p, "duration_ms"));
-				for (size_t k = 0; ph && name && k < NPHASES; k++)
-					if (!strcmp(name, phase_names[k]) && ph->n[k] < MAX_TASKS)
-						ph->ms[k][ph->n[k]++] = d;
-				if (name && !strcmp(name, "acknowledged"))
-					for (int i = 0; i < n; i++)
-						if (!s[i].acked && !strcmp(s[i].id, ev.task_id)) {
-							s[i].acked = now;
-							left--;
-						}
-			}
-			json_decref(p);
-		}
-		tb_msg_free(&tb_schema_event, &ev);
-		rd_kafka_message_destroy(m);
+		int got = take_event(r, s, n, ph, 50);
+		left -= got > 0 ? got : 0;
 	}
 	return left == 0 ? 0 : -1;
 }
 
-/* Polls the group's committed offsets until each task's is past it. */
-static int await_commits(run_t *r, sent_t *s, int n, int secs)
+/* Asks the group's committed offsets once, noting each task whose offset
+ * they passed. @return how many it noted */
+static int check_commits(run_t *r, sent_t *s, int n)
 {
-	double until = tb_bench_mono_ms() + secs * 1000.0;
-	int left = n;
-	while (left > 0 && tb_bench_mono_ms() < until) {
-		rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
-		for (int p = 0; p < 8; p++)
-			rd_kafka_topic_partition_list_add(l, r->tasks, p);
-		if (rd_kafka_committed(r->offsets_c, l, 5000) == 0) {
-			double now = tb_bench_mono_ms();
-			for (int i = 0; i < n; i++)
-				if (!s[i].committed && s[i].offset >= 0 &&
-				    s[i].partition < l->cnt &&
-				    l->elems[s[i].partition].offset > s[i].offset) {
-					s[i].committed = now;
-					left--;
-				}
-		}
-		rd_kafka_topic_partition_list_destroy(l);
-		if (left)
-			usleep(2000);
+	rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
+	int got = 0;
+	for (int p = 0; p < 8; p++)
+		rd_kafka_topic_partition_list_add(l, r->tasks, p);
+	if (rd_kafka_committed(r->offsets_c, l, 5000) == 0) {
+		double now = tb_bench_mono_ms();
+		for (int i = 0; i < n; i++)
+			if (!s[i].committed && s[i].offset >= 0 && s[i].partition < l->cnt &&
+			    l->elems[s[i].partition].offset > s[i].offset) {
+				s[i].committed = now;
+				got++;
+			}
 	}
-	return left == 0 ? 0 : -1;
+	rd_kafka_topic_partition_list_destroy(l);
+	return got;
+}
+
+/* Each task's commit, seen as it happens (the committed offsets asked
+ * again as soon as answered: a round trip, ~1 ms), and its events: both
+ * within @p secs. */
+static int await_done(run_t *r, sent_t *s, int n, phases_t *ph, int secs)
+{
+	int acks = 0, commits = 0;
+	for (int i = 0; i < n; i++) {
+		acks += s[i].acked == 0;
+		commits += s[i].committed == 0;
+	}
+	double until = tb_bench_mono_ms() + secs * 1000.0;
+	while ((acks > 0 || commits > 0) && tb_bench_mono_ms() < until) {
+		if (commits > 0)
+			commits -= check_commits(r, s, n);
+		/* what events came meanwhile; waiting for more only when
+		 * every commit is seen */
+		for (int got;
+		     acks > 0 && (got = take_event(r, s, n, ph, commits > 0 ? 0 : 50)) >= 0;)
+			acks -= got;
+	}
+	return acks == 0 && commits == 0 ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ suites */
@@ -463,7 +491,7 @@ static int suite_task(int n)
 		snprintf(s[i].id, sizeof(s[i].id), "one-%d", i);
 		produce_task(&r, &s[i], trivial_url, trivial_commit);
 		rd_kafka_flush(r.producer, 10000);
-		if (await_acks(&r, &s[i], 1, &ph, 60) < 0 || await_commits(&r, &s[i], 1, 30) < 0) {
+		if (await_done(&r, &s[i], 1, &ph, 60) < 0) {
 			fprintf(stderr, "bench task: task %d not done\n", i);
 			break;
 		}
@@ -498,8 +526,7 @@ static int suite_task(int n)
 			produce_task(&r, &s[w * 8 + i], trivial_url, trivial_commit);
 		}
 		rd_kafka_flush(r.producer, 10000);
-		if (await_acks(&r, &s[w * 8], 8, &ph, 120) < 0 ||
-		    await_commits(&r, &s[w * 8], 8, 60) < 0)
+		if (await_done(&r, &s[w * 8], 8, &ph, 120) < 0)
 			break;
 		for (int i = 0; i < 8; i++, k++)
 			lat[k] = s[w * 8 + i].committed - s[w * 8 + i].t0;
