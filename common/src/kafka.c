@@ -253,8 +253,10 @@ int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap
 	    /* Ordered, exactly-once-per-session delivery of each task's
 	     * events; implies acks=all and bounded in-flight requests. */
 	    (rc = set(conf, "enable.idempotence", "true", err)) < 0 ||
-	    /* Batch events for a few ms: many small events per task. */
-	    (rc = set(conf, "linger.ms", "5", err)) < 0 ||
+	    /* No waiting to fill a batch: a task's last events are awaited
+	     * before it is acknowledged, so linger is per-task latency. Batches
+	     * still form from what queues while requests are in flight. */
+	    (rc = set(conf, "linger.ms", "0", err)) < 0 ||
 	    (rc = set(conf, "log_level", "4", err)) < 0 || (rc = set_props(conf, props, err)) < 0) {
 		rd_kafka_conf_destroy(conf);
 		return rc;
