@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -61,6 +62,10 @@ typedef struct run {
 	int turn_ended;            /* the agent has just ended its turn */
 	char ended_why[160];       /* an interactive session ended before the agent did */
 	msgpack_sbuffer *verdicts; /* encoded, one per m.verdicts: put with the record */
+	pthread_t teardown;        /* destroying sb beside the record's puts */
+	int tearing_down;
+	int teardown_rc;
+	tb_error_t teardown_err;
 } run_t;
 
 static uint64_t wall_ms(void)
@@ -825,6 +830,37 @@ static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *
 	return 0;
 }
 
+/* The sandbox's teardown, on its own thread once nothing runs in it: the
+ * record's puts go on meanwhile. */
+static void *teardown_main(void *arg)
+{
+	run_t *r = arg;
+	r->teardown_rc = tb_sandbox_destroy(r->sb, &r->teardown_err);
+	return NULL;
+}
+
+static void start_teardown(run_t *r)
+{
+	/* If no thread can start, the teardown happens at the end instead. */
+	r->tearing_down = pthread_create(&r->teardown, NULL, teardown_main, r) == 0;
+}
+
+/* Waits for the teardown, or does it; then the "torn-down" phase. */
+static void finish_teardown(run_t *r)
+{
+	if (!r->tearing_down && !r->sb)
+		return;
+	if (r->tearing_down)
+		pthread_join(r->teardown, NULL);
+	else
+		r->teardown_rc = tb_sandbox_destroy(r->sb, &r->teardown_err);
+	r->sb = NULL;
+	r->tearing_down = 0;
+	if (r->teardown_rc < 0)
+		tb_warn(r->task->id, "teardown: %s", r->teardown_err.msg);
+	phase(r, "torn-down");
+}
+
 /* The conversation record and the verdicts, side by side: all durable
  * before the manifest that names them. */
 static int put_record(run_t *r, const char *key, tb_error_t *err)
@@ -963,6 +999,9 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		error_event(&r, rc, "judged", err->msg);
 		goto done;
 	}
+	/* Nothing runs in the sandbox any more: it goes while the record is
+	 * stored (its phase, torn-down, still comes after recorded). */
+	start_teardown(&r);
 	phase(&r, "recorded"); /* the record's last events, then the record */
 
 	snprintf(key, sizeof(key), "%sconversation.msgpack", prefix);
@@ -1020,12 +1059,7 @@ done:
 	egress_flush(&r, "torn-down", 1);
 	tb_egress_free(r.egress);
 	r.egress = NULL;
-	if (r.sb) {
-		tb_error_t terr;
-		if (tb_sandbox_destroy(r.sb, &terr) < 0)
-			tb_warn(task->id, "teardown: %s", terr.msg);
-		phase(&r, "torn-down");
-	}
+	finish_teardown(&r);
 	if (r.task->inputs.n && inputs_dir[0])
 		tb_remove_tree(AT_FDCWD, inputs_dir);
 	out->outcome = r.m.outcome;
