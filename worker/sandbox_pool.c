@@ -1,6 +1,6 @@
 /*
- * sandbox_pool.c: one thread building each slot's next sandbox while the
- * slot is busy (see sandbox_pool.h for why and for the isolation
+ * sandbox_pool.c: a few threads building each slot's next sandbox while
+ * the slot is busy (see sandbox_pool.h for why and for the isolation
  * argument). Per slot: the shape its last task wanted, and at most one
  * sandbox built to it, ready or being built.
  */
@@ -12,6 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Builders at most: a build mostly waits on the kernel (cgroup moves,
+ * namespace set-up), so a few overlap well even on two cores. */
+#define POOL_THREADS 4
 
 /* What a prepared sandbox is built with: the spec minus the task. */
 typedef struct shape {
@@ -38,7 +42,8 @@ struct tb_sandbox_pool {
 	int stop;
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* something to build, a build done, or stop */
-	pthread_t thread;
+	pthread_t threads[POOL_THREADS];
+	unsigned nthreads;
 };
 
 static void shape_free(shape_t *s)
@@ -112,7 +117,8 @@ static void *pool_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	while (!p->stop) {
 		unsigned k = 0;
-		while (k < p->nslots && !(p->slots[k].wanted && !p->slots[k].sb))
+		while (k < p->nslots &&
+		       !(p->slots[k].wanted && !p->slots[k].sb && !p->slots[k].building))
 			k++;
 		if (k == p->nslots) {
 			pthread_cond_wait(&p->cond, &p->lock);
@@ -168,14 +174,13 @@ int tb_sandbox_pool_new(tb_sandbox_pool_t **out, const tb_seccomp_t *policy, con
 	p->nslots = slots;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
-	if (pthread_create(&p->thread, NULL, pool_main, p) != 0) {
-		pthread_cond_destroy(&p->cond);
-		pthread_mutex_destroy(&p->lock);
-		free(p->slots);
-		free(p->work_root);
-		free(p->group);
-		free(p);
-		return tb_error_set(err, TB_EIO, "sandbox pool: cannot start its thread");
+	unsigned want = slots < POOL_THREADS ? slots : POOL_THREADS;
+	while (p->nthreads < want &&
+	       pthread_create(&p->threads[p->nthreads], NULL, pool_main, p) == 0)
+		p->nthreads++;
+	if (!p->nthreads) {
+		tb_sandbox_pool_free(p);
+		return tb_error_set(err, TB_EIO, "sandbox pool: cannot start its threads");
 	}
 	*out = p;
 	return 0;
@@ -233,7 +238,8 @@ void tb_sandbox_pool_free(tb_sandbox_pool_t *p)
 	p->stop = 1;
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
-	pthread_join(p->thread, NULL);
+	for (unsigned i = 0; i < p->nthreads; i++)
+		pthread_join(p->threads[i], NULL);
 	for (unsigned k = 0; k < p->nslots; k++) {
 		tb_sandbox_destroy(p->slots[k].sb, NULL);
 		shape_free(&p->slots[k].want);

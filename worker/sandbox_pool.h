@@ -3,8 +3,8 @@
  *
  * Building a sandbox (namespaces, cgroup, root file system) is most of a
  * short task's overhead, and none of it depends on the task. The pool's
- * one thread builds the next sandbox of a slot (tb_sandbox_prepare) while
- * the slot is still busy with its current task; the slot's next task
+ * threads (up to four) build the next sandbox of a slot
+ * (tb_sandbox_prepare) while the slot is still busy with its current task; the slot's next task
  * takes it and only assigns it (hostname, recipe, inputs, limits).
  *
  * A prepared sandbox fits the task that asked for it: the next one is
@@ -13,7 +13,7 @@
  * and the slot's next one is built to its shape. Nothing is built for a
  * slot before its first task.
  *
- * The pool's thread is the parent of every sandbox it builds, and the
+ * A pool thread is the parent of every sandbox it builds, and the
  * kernel's parent-death signal ends those with it: the pool is freed only
  * after the last task using one of its sandboxes has ended.
  *
@@ -30,9 +30,9 @@
 typedef struct tb_sandbox_pool tb_sandbox_pool_t;
 
 /**
- * Starts the pool's thread for @p slots slots, building sandboxes under
+ * Starts the pool's threads for @p slots slots, building sandboxes under
  * @p work_root with names prefixed by @p group. @p policy must outlive
- * the pool. @return 0; TB_ENOMEM; TB_EIO if the thread cannot start
+ * the pool. @return 0; TB_ENOMEM; TB_EIO if no thread can start
  */
 int tb_sandbox_pool_new(tb_sandbox_pool_t **out, const tb_seccomp_t *policy, const char *work_root,
 			const char *group, unsigned slots, tb_error_t *err);
