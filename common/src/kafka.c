@@ -216,7 +216,11 @@ int tb_kafka_await(rd_kafka_t *producer, tb_kafka_tracker_t *t, int timeout_ms, 
 			return tb_error_set(err, TB_ERETRY,
 					    "kafka: %ld messages not delivered in %d ms",
 					    (long)atomic_load(&t->pending), timeout_ms);
-		rd_kafka_poll(producer, 5); /* delivery reports, whoever's */
+		/* Delivery reports, whoever's; and while a flush is under way
+		 * librdkafka sends at once instead of lingering, so the task's
+		 * last events go now. Its other messages are not waited for:
+		 * ~1 ms per call, then this task's count is looked at again. */
+		rd_kafka_flush(producer, 1);
 	}
 	if (rd_kafka_fatal_error(producer, why, sizeof(why)))
 		return tb_error_set(err, TB_EIO, "kafka producer failed for good: %s", why);
@@ -253,10 +257,9 @@ int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap
 	    /* Ordered, exactly-once-per-session delivery of each task's
 	     * events; implies acks=all and bounded in-flight requests. */
 	    (rc = set(conf, "enable.idempotence", "true", err)) < 0 ||
-	    /* No waiting to fill a batch: a task's last events are awaited
-	     * before it is acknowledged, so linger is per-task latency. Batches
-	     * still form from what queues while requests are in flight. */
-	    (rc = set(conf, "linger.ms", "0", err)) < 0 ||
+	    /* Batch events for a few ms: many small events per task (a
+	     * task's last ones do not wait: see tb_kafka_await). */
+	    (rc = set(conf, "linger.ms", "5", err)) < 0 ||
 	    (rc = set(conf, "log_level", "4", err)) < 0 || (rc = set_props(conf, props, err)) < 0) {
 		rd_kafka_conf_destroy(conf);
 		return rc;
