@@ -25,6 +25,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -538,6 +539,278 @@ static void test_s3__large_file_goes_up_in_parts_with_flat_memory(void **state)
 	tb_store_delete(fx->store, key, &err);
 }
 
+/* A loopback relay to the S3 server, one thread per connection: it counts
+ * how many connections are open at once, and cuts every connection whose
+ * client stream holds `cut_on` (a request line: "?partNumber=3&"), so
+ * that one part fails on every attempt while the others, and the abort,
+ * get through. */
+struct relay {
+	int listen_fd;
+	int target_port;
+	const char *cut_on; /* NULL: relay everything */
+	atomic_int stop, live, max_live, cuts;
+	pthread_t acceptor;
+	pthread_t conns[64];
+	int nconns;
+	char endpoint[64];
+};
+
+struct relay_conn {
+	struct relay *r;
+	int cl, up;
+};
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	for (size_t done = 0, turns = 0; done < n && turns < n; turns++) {
+		ssize_t w = write(fd, p + done, n - done);
+		if (w <= 0)
+			return -1;
+		done += (size_t)w;
+	}
+	return 0;
+}
+
+static void *relay_conn_main(void *arg)
+{
+	struct relay_conn *c = arg;
+	struct relay *r = c->r;
+	size_t plen = r->cut_on ? strlen(r->cut_on) : 0, keep = 0;
+	char *buf = malloc((64 << 10) + 64);
+	int now = atomic_fetch_add(&r->live, 1) + 1;
+
+	for (int m = atomic_load(&r->max_live);
+	     now > m && !atomic_compare_exchange_weak(&r->max_live, &m, now);)
+		;
+	/* Bounded: each turn moves at least one byte or ends the relay. */
+	for (long turn = 0; buf && turn < (1L << 24); turn++) {
+		struct pollfd fds[2] = { { c->cl, POLLIN, 0 }, { c->up, POLLIN, 0 } };
+		if (poll(fds, 2, 10000) <= 0)
+			break;
+		if (fds[0].revents) {
+			/* The last plen - 1 bytes stay in front, so a match across
+			 * two reads is seen. */
+			ssize_t n = read(c->cl, buf + keep, 64 << 10);
+			if (n <= 0)
+				break;
+			if (plen && memmem(buf, keep + (size_t)n, r->cut_on, plen)) {
+				atomic_fetch_add(&r->cuts, 1);
+				break;
+			}
+			if (write_all(c->up, buf + keep, (size_t)n) < 0)
+				break;
+			size_t have = keep + (size_t)n, tail = plen ? plen - 1 : 0;
+			keep = have < tail ? have : tail;
+			memmove(buf, buf + have - keep, keep);
+		}
+		if (fds[1].revents) {
+			char back[16384];
+			ssize_t n = read(c->up, back, sizeof(back));
+			if (n <= 0 || write_all(c->cl, back, (size_t)n) < 0)
+				break;
+		}
+	}
+	atomic_fetch_sub(&r->live, 1);
+	free(buf);
+	close(c->cl);
+	close(c->up);
+	free(c);
+	return NULL;
+}
+
+static void *relay_main(void *arg)
+{
+	struct relay *r = arg;
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)r->target_port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+	/* Bounded: 64 connections, and a stop checked every 100 ms. */
+	for (int idle = 0; r->nconns < 64 && !atomic_load(&r->stop) && idle < 6000;) {
+		struct pollfd lp = { r->listen_fd, POLLIN, 0 };
+		if (poll(&lp, 1, 100) <= 0) {
+			idle++;
+			continue;
+		}
+		struct relay_conn *c = calloc(1, sizeof(*c));
+		c->r = r;
+		c->cl = accept(r->listen_fd, NULL, NULL);
+		c->up = socket(AF_INET, SOCK_STREAM, 0);
+		if (c->cl < 0 || connect(c->up, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+		    pthread_create(&r->conns[r->nconns], NULL, relay_conn_main, c) != 0) {
+			close(c->cl);
+			close(c->up);
+			free(c);
+			continue;
+		}
+		r->nconns++;
+	}
+	for (int i = 0; i < r->nconns; i++)
+		pthread_join(r->conns[i], NULL);
+	return NULL;
+}
+
+static void relay_start(struct relay *r, const char *cut_on)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+
+	memset(r, 0, sizeof(*r));
+	r->cut_on = cut_on;
+	r->target_port =
+	    (int)strtol(strrchr(getenv("TASKBOX_TEST_S3_ENDPOINT"), ':') + 1, NULL, 10);
+	r->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(r->listen_fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(r->listen_fd, 16), 0);
+	getsockname(r->listen_fd, (struct sockaddr *)&a, &len);
+	snprintf(r->endpoint, sizeof(r->endpoint), "http://127.0.0.1:%d", ntohs(a.sin_port));
+	assert_int_equal(pthread_create(&r->acceptor, NULL, relay_main, r), 0);
+}
+
+/* Stops the relay once its clients have closed their connections. */
+static void relay_stop(struct relay *r)
+{
+	atomic_store(&r->stop, 1);
+	pthread_join(r->acceptor, NULL);
+	close(r->listen_fd);
+}
+
+static tb_store_t *open_via(fixture_t *fx, const char *endpoint)
+{
+	tb_store_config_t cfg = { 0 };
+	tb_store_t *via;
+	tb_error_t err;
+	char url[128];
+
+	snprintf(url, sizeof(url), "%s://%s/runs", fx->scheme, fx->bucket);
+	cfg.url = url, cfg.endpoint = (char *)endpoint,
+	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	assert_int_equal(tb_store_open(&via, &cfg, &err), 0);
+	return via;
+}
+
+/* 64 MiB, the smallest multipart upload: four 16 MiB parts, each a
+ * different letter, so parts assembled out of order change the checksum
+ * (and no part's bytes hold a request line). */
+static void write_four_parts(const char *path)
+{
+	static char block[1 << 20];
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	for (int i = 0; i < 64; i++) {
+		memset(block, 'a' + i / 16, sizeof(block));
+		block[0] = (char)('0' + i % 10);
+		assert_int_equal(fwrite(block, sizeof(block), 1, f), 1);
+	}
+	fclose(f);
+}
+
+/* Whether the real server still holds an unfinished multipart upload for
+ * @p key (ListMultipartUploads, signed by libcurl; the query is written
+ * sorted and encoded, as libcurl 7.88 signs it as written). */
+static int upload_pending(fixture_t *fx, const char *key)
+{
+	char url[1024], enc[512], sigv4[128], user[512], body[4096];
+	struct curl_slist *h = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+	CURL *c = curl_easy_init();
+	long status = 0;
+	char full[300];
+
+	snprintf(full, sizeof(full), "runs/%s", key);
+	assert_int_equal(tb_sigv4_encode(enc, sizeof(enc), full, 0), 0);
+	snprintf(url, sizeof(url), "%s/%s?prefix=%s&uploads=", getenv("TASKBOX_TEST_S3_ENDPOINT"),
+		 fx->bucket, enc);
+	snprintf(sigv4, sizeof(sigv4), "aws:amz:%s:s3", getenv("TASKBOX_TEST_S3_REGION"));
+	snprintf(user, sizeof(user), "%s:%s", getenv("AWS_ACCESS_KEY_ID"),
+		 getenv("AWS_SECRET_ACCESS_KEY"));
+	body[0] = '\0';
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4);
+	curl_easy_setopt(c, CURLOPT_USERPWD, user);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_buf);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
+	assert_int_equal(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(c);
+	curl_slist_free_all(h);
+	if (status != 200 || !strstr(body, "<ListMultipartUploadsResult"))
+		fail_msg("list multipart uploads: HTTP %ld: %s", status, body);
+	return strstr(body, "<Upload>") != NULL;
+}
+
+static void test_s3__parts_go_up_in_parallel_and_in_order(void **state)
+{
+	fixture_t *fx = *state;
+	tb_object_info_t up, down;
+	struct relay r;
+	tb_error_t err;
+	char src[128], dst[128];
+
+	NEED(fx);
+	if (strcmp(fx->scheme, "s3") != 0) {
+		printf("SKIP: libs3 has no multipart upload\n");
+		skip();
+	}
+	const char *key = unique_key("parallel.bin");
+	snprintf(src, sizeof(src), "%s/parallel.bin", tmpdir);
+	snprintf(dst, sizeof(dst), "%s/parallel-out.bin", tmpdir);
+	write_four_parts(src);
+	relay_start(&r, NULL);
+	tb_store_t *via = open_via(fx, r.endpoint);
+	int rc = tb_store_put_file(via, key, src, &up, &err);
+	tb_store_close(via);
+	relay_stop(&r);
+	if (rc != 0)
+		fail_msg("put: %s", err.msg);
+	printf("parts in flight at once: %d\n", atomic_load(&r.max_live));
+	assert_true(atomic_load(&r.max_live) >= 2);
+	/* Assembled in order: the stored checksum (of the file) matches the
+	 * content read back. */
+	if (tb_store_get_file(fx->store, key, dst, &down, &err) != 0)
+		fail_msg("get: %s", err.msg);
+	assert_int_equal(down.size, 64u << 20);
+	assert_string_equal(up.sha256, down.sha256);
+	assert_int_equal(upload_pending(fx, key), 0);
+	tb_store_delete(fx->store, key, &err);
+	unlink(src);
+	unlink(dst);
+}
+
+static void test_s3__a_part_failing_for_good_aborts_the_upload(void **state)
+{
+	fixture_t *fx = *state;
+	tb_object_info_t info;
+	struct relay r;
+	tb_error_t err;
+	char src[128];
+
+	NEED(fx);
+	if (strcmp(fx->scheme, "s3") != 0) {
+		printf("SKIP: libs3 has no multipart upload\n");
+		skip();
+	}
+	const char *key = unique_key("part-fails.bin");
+	snprintf(src, sizeof(src), "%s/part-fails.bin", tmpdir);
+	write_four_parts(src);
+	relay_start(&r, "?partNumber=3&");
+	tb_store_t *via = open_via(fx, r.endpoint);
+	int rc = tb_store_put_file(via, key, src, NULL, &err);
+	tb_store_close(via);
+	relay_stop(&r);
+	printf("part 3 cut every time: %s\n", err.msg);
+	assert_int_equal(rc, TB_EIO);
+	assert_non_null(strstr(err.msg, "part 3 of 4"));
+	assert_non_null(strstr(err.msg, "(attempt 5 of 5)"));
+	/* Five attempts (libcurl may also retry a reused connection once). */
+	assert_true(atomic_load(&r.cuts) >= 5);
+	/* Nothing left behind: no object, and the upload was aborted. */
+	assert_int_equal(tb_store_head(fx->store, key, &info, &err), TB_ENOTFOUND);
+	assert_int_equal(upload_pending(fx, key), 0);
+	unlink(src);
+}
+
 static void test_store__open_explains_bad_urls(void **state)
 {
 	tb_store_config_t cfg = { 0 };
@@ -573,6 +846,8 @@ int main(void)
 		cmocka_unit_test(test_s3__dead_server_is_retried_then_a_clear_error),
 		cmocka_unit_test(test_s3__server_gone_mid_upload_leaves_nothing),
 		cmocka_unit_test(test_s3__large_file_goes_up_in_parts_with_flat_memory),
+		cmocka_unit_test(test_s3__parts_go_up_in_parallel_and_in_order),
+		cmocka_unit_test(test_s3__a_part_failing_for_good_aborts_the_upload),
 	};
 	int rc;
 
