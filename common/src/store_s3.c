@@ -64,11 +64,12 @@ typedef struct s3_req {
 	uint64_t body_off, body_len;
 	const char *body_mem;
 	size_t body_mem_len;
-	const char *payload_sha;  /* hex, or NULL to compute (memory / empty) */
-	const char *meta_sha;     /* stored as x-amz-meta-sha256 */
-	int create_only;          /* If-None-Match: * */
-	int out_fd;               /* response body into this fd, else memory */
-	const atomic_int *cancel; /* non-zero: stop (a sibling part failed) */
+	const char *payload_sha;     /* hex, or NULL to compute (memory / empty) */
+	const char *meta_sha;        /* stored as x-amz-meta-sha256 */
+	int create_only;             /* If-None-Match: * */
+	int out_fd;                  /* response body into this fd, else memory */
+	tb_store_hasher_t *out_hash; /* what goes to out_fd, hashed */
+	const atomic_int *cancel;    /* non-zero: stop (a sibling part failed) */
 	/* results */
 	long status;
 	char etag[128];
@@ -152,6 +153,8 @@ static size_t on_write(char *buf, size_t size, size_t n, void *ud)
 				return 0; /* aborts the transfer */
 			done += (size_t)w;
 		}
+		if (r->out_hash)
+			tb_store_hasher_update(r->out_hash, buf, len);
 		return len;
 	}
 	if (r->xml_len + len > XML_MAX)
@@ -403,6 +406,8 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 			give(s, c);
 			return tb_error_errno(err, TB_EIO, errno, "s3: reset download file");
 		}
+		if (r->out_hash)
+			tb_store_hasher_reset(r->out_hash);
 		rc = attempt(s, c, r, err, &prep);
 		if (prep < 0) {
 			give(s, c);
@@ -686,13 +691,15 @@ static int s3_put(tb_store_t *base, const char *key, int fd, uint64_t size, cons
 	return rc;
 }
 
-static int s3_get(tb_store_t *base, const char *key, int fd, tb_object_info_t *out, tb_error_t *err)
+static int s3_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *h,
+		  tb_object_info_t *out, tb_error_t *err)
 {
 	s3_store_t *s = (s3_store_t *)base;
 	int rc;
 
 	s3_req_t r = req_init("GET", key, "");
 	r.out_fd = fd;
+	r.out_hash = h;
 	if ((rc = s3_do(s, &r, err)) == 0 && r.status != 200)
 		rc = s3_fail(s, &r, err);
 	if (rc == 0) {

@@ -51,8 +51,9 @@ typedef struct v2_call {
 	char *wbuf; /* get, objects over WRITE_CHUNK: what is gathered before
 		     * each write (owned by the call) */
 	size_t wlen;
-	const char *mem; /* put from memory instead of fd */
-	char small[160]; /* a small object read into memory */
+	tb_store_hasher_t *hash; /* get: what is written, hashed */
+	const char *mem;         /* put from memory instead of fd */
+	char small[160];         /* a small object read into memory */
 	/* listing */
 	tb_store_list_fn fn;
 	void *ud;
@@ -161,6 +162,8 @@ static S3Status on_get_data(int size, const char *buf, void *data)
 	v2_call_t *c = data;
 	size_t len = (size_t)size;
 
+	if (c->hash)
+		tb_store_hasher_update(c->hash, buf, len);
 	if (!c->wbuf && c->length > WRITE_CHUNK)
 		c->wbuf = malloc(WRITE_CHUNK);
 	if (c->wlen + len > WRITE_CHUNK && flush_get(c) < 0)
@@ -312,7 +315,8 @@ static int v2_put(tb_store_t *base, const char *key, int fd, uint64_t size, cons
 	return c.status == S3StatusOK ? 0 : fail(s, "PUT checksum of", key, &c, err);
 }
 
-static int v2_get(tb_store_t *base, const char *key, int fd, tb_object_info_t *out, tb_error_t *err)
+static int v2_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *hasher,
+		  tb_object_info_t *out, tb_error_t *err)
 {
 	v2_store_t *s = (v2_store_t *)base;
 	S3GetObjectHandler h = { { on_props, on_complete }, on_get_data };
@@ -323,9 +327,16 @@ static int v2_get(tb_store_t *base, const char *key, int fd, tb_object_info_t *o
 	for (int i = 0; i < ATTEMPTS; i++) {
 		memset(&c, 0, sizeof(c));
 		c.fd = fd;
+		c.hash = hasher;
 		if (ftruncate(fd, 0) < 0 || lseek(fd, 0, SEEK_SET) < 0)
 			return tb_error_errno(err, TB_EIO, errno, "s3v2 GET %s: reset file", key);
+		tb_store_hasher_reset(hasher);
 		S3_get_object(&s->ctx, k, NULL, 0, 0, NULL, &h, &c);
+		/* libs3 reports a body cut short (a connection broken
+		 * mid-answer) as a success: shorter than announced, it is
+		 * retried like a failed connection. */
+		if (c.status == S3StatusOK && c.length && c.offset < c.length)
+			c.status = S3StatusConnectionFailed;
 		if (c.status == S3StatusOK && !c.io_failed)
 			flush_get(&c);
 		free(c.wbuf);

@@ -548,7 +548,8 @@ struct relay {
 	int listen_fd;
 	int target_port;
 	const char *cut_on; /* NULL: relay everything */
-	atomic_int stop, live, max_live, cuts;
+	long cut_down_at;   /* > 0: one answer is cut after this many bytes */
+	atomic_int stop, live, max_live, cuts, down_cut;
 	pthread_t acceptor;
 	pthread_t conns[64];
 	int nconns;
@@ -576,6 +577,7 @@ static void *relay_conn_main(void *arg)
 	struct relay_conn *c = arg;
 	struct relay *r = c->r;
 	size_t plen = r->cut_on ? strlen(r->cut_on) : 0, keep = 0;
+	long down = 0; /* bytes of answers relayed */
 	char *buf = malloc((64 << 10) + 64);
 	int now = atomic_fetch_add(&r->live, 1) + 1;
 
@@ -606,7 +608,17 @@ static void *relay_conn_main(void *arg)
 		if (fds[1].revents) {
 			char back[16384];
 			ssize_t n = read(c->up, back, sizeof(back));
-			if (n <= 0 || write_all(c->cl, back, (size_t)n) < 0)
+			if (n <= 0)
+				break;
+			/* The first connection whose answer passes cut_down_at
+			 * is cut there, once: a download broken mid-body. */
+			if (r->cut_down_at > 0 && down + n > r->cut_down_at &&
+			    atomic_exchange(&r->down_cut, 1) == 0) {
+				write_all(c->cl, back, (size_t)(r->cut_down_at - down));
+				break;
+			}
+			down += n;
+			if (write_all(c->cl, back, (size_t)n) < 0)
 				break;
 		}
 	}
@@ -778,6 +790,46 @@ static void test_s3__parts_go_up_in_parallel_and_in_order(void **state)
 	unlink(dst);
 }
 
+/* A download broken mid-body is retried from the start, and its checksum,
+ * computed as the body is written, covers the retried body only. */
+static void test_s3__a_download_cut_midway_is_retried_and_verified(void **state)
+{
+	fixture_t *fx = *state;
+	tb_object_info_t up, down;
+	struct relay r;
+	tb_error_t err;
+	char src[128], dst[128];
+
+	NEED(fx);
+	const char *key = unique_key("cut-download.bin");
+	snprintf(src, sizeof(src), "%s/cut-download.bin", tmpdir);
+	snprintf(dst, sizeof(dst), "%s/cut-download-out.bin", tmpdir);
+	FILE *f = fopen(src, "w");
+	assert_non_null(f);
+	for (int i = 0; i < (2 << 20) / 8; i++)
+		fprintf(f, "%07d\n", i);
+	fclose(f);
+	if (tb_store_put_file(fx->store, key, src, &up, &err) != 0)
+		fail_msg("put: %s", err.msg);
+	relay_start(&r, NULL);
+	r.cut_down_at = 1 << 20;
+	tb_store_t *via = open_via(fx, r.endpoint);
+	int rc = tb_store_get_file(via, key, dst, &down, &err);
+	tb_store_close(via);
+	relay_stop(&r);
+	if (rc != 0)
+		fail_msg("get: %s", err.msg);
+	assert_int_equal(atomic_load(&r.down_cut), 1);
+	assert_int_equal(down.size, 2u << 20);
+	assert_string_equal(up.sha256, down.sha256);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "cmp -s %s %s", src, dst);
+	assert_int_equal(system(cmd), 0);
+	tb_store_delete(fx->store, key, &err);
+	unlink(src);
+	unlink(dst);
+}
+
 static void test_s3__a_part_failing_for_good_aborts_the_upload(void **state)
 {
 	fixture_t *fx = *state;
@@ -847,6 +899,7 @@ int main(void)
 		cmocka_unit_test(test_s3__server_gone_mid_upload_leaves_nothing),
 		cmocka_unit_test(test_s3__large_file_goes_up_in_parts_with_flat_memory),
 		cmocka_unit_test(test_s3__parts_go_up_in_parallel_and_in_order),
+		cmocka_unit_test(test_s3__a_download_cut_midway_is_retried_and_verified),
 		cmocka_unit_test(test_s3__a_part_failing_for_good_aborts_the_upload),
 	};
 	int rc;

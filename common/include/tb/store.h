@@ -113,6 +113,17 @@ int tb_store_share(tb_store_t *s, const char *key, unsigned seconds, char **out,
 
 /* ------------------------------------------------ for implementations */
 
+/*
+ * A download's SHA-256, computed as the body is written: an implementation
+ * that can see the bytes calls reset at the start of each attempt and
+ * update with every piece it writes, and the content need not be read back
+ * to be verified. One that does not (a local directory copying files) is
+ * read back instead.
+ */
+typedef struct tb_store_hasher tb_store_hasher_t;
+void tb_store_hasher_reset(tb_store_hasher_t *h);
+void tb_store_hasher_update(tb_store_hasher_t *h, const void *data, size_t len);
+
 struct tb_store_ops {
 	const char *name;
 	/* Create-only: TB_EEXIST if @p key is there already (the wrapper
@@ -120,9 +131,11 @@ struct tb_store_ops {
 	 * @p size bytes; @p sha256 is its checksum, stored with it. */
 	int (*put)(tb_store_t *s, const char *key, int fd, uint64_t size, const char *sha256,
 		   tb_error_t *err);
-	/* Writes the content to @p fd (empty, at offset 0) and fills @p out
-	 * with the stored size and checksum. */
-	int (*get)(tb_store_t *s, const char *key, int fd, tb_object_info_t *out, tb_error_t *err);
+	/* Writes the content to @p fd (empty, at offset 0), through @p h if
+	 * it can (see tb_store_hasher_t), and fills @p out with the stored
+	 * size and checksum. */
+	int (*get)(tb_store_t *s, const char *key, int fd, tb_store_hasher_t *h,
+		   tb_object_info_t *out, tb_error_t *err);
 	int (*head)(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err);
 	int (*list)(tb_store_t *s, const char *prefix, tb_store_list_fn fn, void *ud,
 		    tb_error_t *err);
