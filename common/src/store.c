@@ -5,6 +5,7 @@
  */
 #include "tb/store.h"
 
+#include "store_hasher.h"
 #include "tb/codec.h"
 
 #include <errno.h>
@@ -235,52 +236,26 @@ int tb_store_put_bytes(tb_store_t *s, const char *key, const void *data, size_t 
 	return rc;
 }
 
-struct tb_store_hasher {
-	EVP_MD_CTX *ctx;
-	uint64_t size;
-	int live; /* the implementation fed it */
-};
-
-void tb_store_hasher_reset(tb_store_hasher_t *h)
-{
-	if (h->ctx)
-		EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL);
-	h->size = 0;
-	h->live = h->ctx != NULL;
-}
-
-void tb_store_hasher_update(tb_store_hasher_t *h, const void *data, size_t len)
-{
-	if (h->live)
-		EVP_DigestUpdate(h->ctx, data, len);
-	h->size += len;
-}
-
 /* Gets @p key into @p fd, and what was received: from the hasher when
  * the implementation fed it and the store vouches for a SHA-256, else by
  * reading @p fd back (MD5 too where the store vouches for nothing else). */
 static int get_checked(tb_store_t *s, const char *key, int fd, tb_object_info_t *info,
 		       tb_object_info_t *got, tb_error_t *err)
 {
-	tb_store_hasher_t h = { EVP_MD_CTX_new(), 0, 0 };
+	tb_store_hasher_t h;
 	int rc;
 
 	memset(info, 0, sizeof(*info));
 	memset(got, 0, sizeof(*got));
-	if ((rc = s->ops->get(s, key, fd, &h, info, err)) == 0) {
-		if (h.live && info->sha256[0]) {
-			unsigned char d[32];
-			unsigned int dl;
-			EVP_DigestFinal_ex(h.ctx, d, &dl);
-			for (int i = 0; i < 32; i++)
-				snprintf(got->sha256 + 2 * i, 3, "%02x", d[i]);
-			got->size = h.size;
-		} else {
-			rc = tb_store_hash_fd(fd, got->sha256, info->sha256[0] ? NULL : got->md5,
-					      &got->size, err);
-		}
+	if (tb_store_hasher_init(&h, fd) < 0) {
+		tb_store_hasher_free(&h);
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	}
-	EVP_MD_CTX_free(h.ctx);
+	if ((rc = s->ops->get(s, key, fd, &h, info, err)) == 0 &&
+	    (!info->sha256[0] || tb_store_hasher_final(&h, got->sha256, &got->size) < 0))
+		rc = tb_store_hash_fd(fd, got->sha256, info->sha256[0] ? NULL : got->md5,
+				      &got->size, err);
+	tb_store_hasher_free(&h);
 	return rc;
 }
 

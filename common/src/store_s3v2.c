@@ -146,6 +146,8 @@ static int flush_get(v2_call_t *c)
 {
 	int rc = write_all(c->fd, c->wbuf, c->wlen);
 
+	if (rc == 0 && c->hash) /* what is in the file, in order */
+		tb_store_hasher_update(c->hash, c->wbuf, c->wlen);
 	c->wlen = 0;
 	if (rc < 0)
 		c->io_failed = 1;
@@ -162,8 +164,6 @@ static S3Status on_get_data(int size, const char *buf, void *data)
 	v2_call_t *c = data;
 	size_t len = (size_t)size;
 
-	if (c->hash)
-		tb_store_hasher_update(c->hash, buf, len);
 	if (!c->wbuf && c->length > WRITE_CHUNK)
 		c->wbuf = malloc(WRITE_CHUNK);
 	if (c->wlen + len > WRITE_CHUNK && flush_get(c) < 0)
@@ -173,6 +173,8 @@ static S3Status on_get_data(int size, const char *buf, void *data)
 			c->io_failed = 1;
 			return S3StatusAbortedByCallback;
 		}
+		if (c->hash)
+			tb_store_hasher_update(c->hash, buf, len);
 	} else {
 		memcpy(c->wbuf + c->wlen, buf, len);
 		c->wlen += len;

@@ -1,0 +1,136 @@
+/*
+ * store_hasher.c: a download's SHA-256, computed beside the download.
+ *
+ * Implementations call tb_store_hasher_update() with what they have just
+ * written to the file, in order. The first HASH_INLINE bytes are hashed
+ * there and then (small objects: no thread); past that, a thread hashes
+ * the file behind the writer, reading back what the page cache still
+ * holds, so a large download's hashing runs on another core while the
+ * network delivers the rest. A retried attempt (tb_store_hasher_reset)
+ * starts over.
+ */
+#include "store_hasher.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define HASH_INLINE (1u << 20)
+#define HASH_READ (1u << 20)
+
+/* Hashes the file from h->hashed as far as the writer has got, until it
+ * says it is done (or the attempt is reset). */
+static void *hash_behind(void *arg)
+{
+	tb_store_hasher_t *h = arg;
+	char *buf = malloc(HASH_READ);
+
+	pthread_mutex_lock(&h->lock);
+	for (;;) {
+		while (h->hashed == h->written && !h->done && !h->failed)
+			pthread_cond_wait(&h->cond, &h->lock);
+		if (h->hashed == h->written || !buf || h->failed)
+			break; /* done, and all of it hashed; or cannot go on */
+		uint64_t from = h->hashed, want = h->written - from;
+		pthread_mutex_unlock(&h->lock);
+		ssize_t n =
+		    pread(h->fd, buf, want < HASH_READ ? (size_t)want : HASH_READ, (off_t)from);
+		if (n > 0)
+			EVP_DigestUpdate(h->ctx, buf, (size_t)n);
+		pthread_mutex_lock(&h->lock);
+		if (n > 0)
+			h->hashed += (uint64_t)n;
+		else if (!(n < 0 && errno == EINTR))
+			h->failed = 1; /* the caller reads the file back instead */
+	}
+	if (!buf)
+		h->failed = 1;
+	pthread_mutex_unlock(&h->lock);
+	free(buf);
+	return NULL;
+}
+
+/* Stops the thread, if one runs: after it has hashed what was written,
+ * or at once when the attempt is @p abandoned. */
+static void stop(tb_store_hasher_t *h, int abandoned)
+{
+	if (!h->thread_live)
+		return;
+	pthread_mutex_lock(&h->lock);
+	h->done = 1;
+	h->failed |= abandoned;
+	pthread_cond_signal(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+	pthread_join(h->thread, NULL);
+	h->thread_live = 0;
+}
+
+int tb_store_hasher_init(tb_store_hasher_t *h, int fd)
+{
+	memset(h, 0, sizeof(*h));
+	h->fd = fd;
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->cond, NULL);
+	return (h->ctx = EVP_MD_CTX_new()) ? 0 : -1;
+}
+
+void tb_store_hasher_reset(tb_store_hasher_t *h)
+{
+	stop(h, 1);
+	EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL);
+	h->written = h->hashed = 0;
+	h->done = h->failed = 0;
+	h->live = 1;
+}
+
+void tb_store_hasher_update(tb_store_hasher_t *h, const void *data, size_t len)
+{
+	if (!h->live)
+		return;
+	if (!h->thread_live && h->written + len <= HASH_INLINE) {
+		EVP_DigestUpdate(h->ctx, data, len);
+		h->written += len;
+		h->hashed += len;
+		return;
+	}
+	if (!h->thread_live && !h->failed) {
+		/* From here on, behind the writer (or, without a thread, the
+		 * file is read back at the end). */
+		if (pthread_create(&h->thread, NULL, hash_behind, h) == 0)
+			h->thread_live = 1;
+		else
+			h->failed = 1;
+	}
+	pthread_mutex_lock(&h->lock);
+	h->written += len;
+	pthread_cond_signal(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+}
+
+int tb_store_hasher_final(tb_store_hasher_t *h, char sha256[65], uint64_t *size)
+{
+	unsigned char d[32];
+	unsigned int dl;
+
+	stop(h, 0);
+	if (!h->live || h->failed || h->hashed != h->written)
+		return -1;
+	EVP_DigestFinal_ex(h->ctx, d, &dl);
+	for (int i = 0; i < 32; i++) {
+		static const char hex[] = "0123456789abcdef";
+		sha256[2 * i] = hex[d[i] >> 4];
+		sha256[2 * i + 1] = hex[d[i] & 15];
+	}
+	sha256[64] = '\0';
+	*size = h->written;
+	return 0;
+}
+
+void tb_store_hasher_free(tb_store_hasher_t *h)
+{
+	stop(h, 1);
+	EVP_MD_CTX_free(h->ctx);
+	pthread_cond_destroy(&h->cond);
+	pthread_mutex_destroy(&h->lock);
+}
