@@ -501,6 +501,22 @@ static int all_children(pid_t *out, int cap)
 	return n;
 }
 
+/* Takes a sandbox with a @p workspace_mb workspace from @p pool and
+ * destroys it. @return whether it was built ahead */
+static int take_and_drop(tb_sandbox_pool_t *pool, uint64_t workspace_mb)
+{
+	tb_sandbox_spec_t s = spec();
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	int prepared;
+
+	s.workspace_mb = workspace_mb;
+	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+		fail_msg("pool: %s", err.msg);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	return prepared;
+}
+
 static void test_pool__the_next_task_takes_a_sandbox_built_ahead(void **state)
 {
 	const char *mark[] = { "/bin/sh", "-c", "echo left > /workspace/mark; hostname", NULL };
@@ -540,22 +556,12 @@ static void test_pool__the_next_task_takes_a_sandbox_built_ahead(void **state)
 		fail_msg("probe in a prepared sandbox: %s", out);
 	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
 
-	/* Another shape (a bigger workspace): built on the spot. */
+	/* Another shape (a bigger workspace): built on the spot, and the
+	 * slot's next one is built to it. */
 	assert_int_equal(await_entries(1), 1);
-	s = spec();
-	s.workspace_mb = 16;
-	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
-		fail_msg("pool: %s", err.msg);
-	assert_int_equal(prepared, 0);
-	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
-	/* ... and the slot's next one is built to it. */
+	assert_int_equal(take_and_drop(pool, 16), 0);
 	assert_int_equal(await_entries(1), 1);
-	s = spec();
-	s.workspace_mb = 16;
-	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
-		fail_msg("pool: %s", err.msg);
-	assert_int_equal(prepared, 1);
-	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	assert_int_equal(take_and_drop(pool, 16), 1);
 
 	/* Freed: the sandbox built ahead goes too. */
 	assert_int_equal(await_entries(1), 1);
