@@ -91,7 +91,9 @@ static int build(tb_sandbox_pool_t *p, unsigned k, const shape_t *s, unsigned lo
 		 tb_sandbox_t **out, tb_error_t *err)
 {
 	char name[64];
-	snprintf(name, sizeof(name), "pool%u-%llu", k, n);
+	/* Task sandboxes are "<task>-<attempt>": ending in a word, these
+	 * never take a name a task could. */
+	snprintf(name, sizeof(name), "pool%u-%llu-next", k, n);
 	tb_sandbox_spec_t spec = {
 		.name = name,
 		.hostname = "task",
@@ -207,10 +209,9 @@ int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, 
 		stale = s->sb;
 	s->sb = NULL;
 	/* The slot's next sandbox, built while this task runs. */
-	if (shape_set(&s->want, spec) == 0) {
-		s->wanted = 1;
+	s->wanted = shape_set(&s->want, spec) == 0; /* not to a partial copy */
+	if (s->wanted)
 		pthread_cond_broadcast(&p->cond);
-	}
 	pthread_mutex_unlock(&p->lock);
 
 	if (stale)
@@ -222,10 +223,12 @@ int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, 
 				*prepared = 1;
 			return 0;
 		}
+		tb_sandbox_destroy(sb, NULL);
+		if (rc == TB_EINVAL) /* the task's own paths: a fresh one fails too */
+			return rc;
 		/* Its init died waiting, say: a fresh one instead. */
 		tb_warn(NULL, "sandbox pool: a prepared sandbox failed (%s): building one now",
 			err->msg);
-		tb_sandbox_destroy(sb, NULL);
 	}
 	return tb_sandbox_create(out, p->policy, spec, err);
 }
@@ -234,17 +237,24 @@ void tb_sandbox_pool_free(tb_sandbox_pool_t *p)
 {
 	if (!p)
 		return;
+	/* The builds under way finish; the sandboxes nobody took are torn
+	 * down while their builders still live (parents to the end); then
+	 * the builders go. */
 	pthread_mutex_lock(&p->lock);
 	p->stop = 1;
 	pthread_cond_broadcast(&p->cond);
+	for (unsigned k = 0; k < p->nslots; k++)
+		while (p->slots[k].building)
+			pthread_cond_wait(&p->cond, &p->lock);
 	pthread_mutex_unlock(&p->lock);
-	for (unsigned i = 0; i < p->nthreads; i++)
-		pthread_join(p->threads[i], NULL);
 	for (unsigned k = 0; k < p->nslots; k++) {
 		tb_sandbox_destroy(p->slots[k].sb, NULL);
+		p->slots[k].sb = NULL;
 		shape_free(&p->slots[k].want);
 		shape_free(&p->slots[k].sb_shape);
 	}
+	for (unsigned i = 0; i < p->nthreads; i++)
+		pthread_join(p->threads[i], NULL);
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	free(p->slots);
