@@ -75,19 +75,6 @@ static uint64_t wall_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static int write_all(int fd, const void *data, size_t len)
-{
-	for (size_t done = 0; done < len;) {
-		ssize_t n = write(fd, (const char *)data + done, len - done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		done += (size_t)n;
-	}
-	return 0;
-}
-
 /* Stamps, records and sends one event; takes ownership of payload. */
 static void emit(run_t *r, int type, tb_bytes_t payload)
 {
@@ -112,7 +99,7 @@ static void emit(run_t *r, int type, tb_bytes_t payload)
 			emit(r, TB_EV_ERROR, e);
 		return;
 	}
-	if (write_all(r->record_fd, sb.data, sb.size) < 0)
+	if (tb_write_all(r->record_fd, sb.data, sb.size) < 0)
 		r->failed = 1;
 	if (r->ctx->sink.emit &&
 	    r->ctx->sink.emit(r->ctx->sink.ud, &ev, sb.data, sb.size, &r->sink_err) < 0)
@@ -161,8 +148,8 @@ static int sync_jsonl(run_t *r, tb_error_t *err)
 				      (json_int_t)ev.seq, "payload", pj);
 			char *text =
 			    line ? json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-			if (!text || write_all(r->jsonl_fd, text, strlen(text)) < 0 ||
-			    write_all(r->jsonl_fd, "\n", 1) < 0)
+			if (!text || tb_write_all(r->jsonl_fd, text, strlen(text)) < 0 ||
+			    tb_write_all(r->jsonl_fd, "\n", 1) < 0)
 				rc = tb_error_errno(err, TB_EIO, errno, "lifecycle: JSON lines");
 			free(text);
 			json_decref(line);
@@ -575,7 +562,7 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 		 * writer to block on whatever the agent does with its input. */
 		in = memfd_create("taskbox-prompt", MFD_CLOEXEC);
 		if (in >= 0 && line &&
-		    (write_all(in, line, strlen(line)) < 0 || write_all(in, "\n", 1) < 0 ||
+		    (tb_write_all(in, line, strlen(line)) < 0 || tb_write_all(in, "\n", 1) < 0 ||
 		     lseek(in, 0, SEEK_SET) < 0)) {
 			close(in);
 			in = -1;

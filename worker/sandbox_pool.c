@@ -38,7 +38,7 @@ struct tb_sandbox_pool {
 	char *work_root, *group;
 	unsigned nslots;
 	slot_t *slots;
-	unsigned long long built; /* names: <group>-pool<slot>-<built> */
+	unsigned long long built; /* names: <group>-pool<slot>-<built>-next */
 	int stop;
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* something to build, a build done, or stop */

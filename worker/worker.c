@@ -1282,8 +1282,8 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 				w->running);
 			commit_marks(w);
 			rd_kafka_flush(w->producer, 5000);
-			/* w stays allocated, and the pool's thread alive
-			 * (the parent of their sandboxes): the slot threads
+			/* w stays allocated, and the pool's threads alive
+			 * (the parents of their sandboxes): the slot threads
 			 * still use them until the caller exits, at once. */
 			return tb_error_set(err, TB_ETIMEOUT, "drain timeout");
 		}

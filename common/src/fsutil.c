@@ -49,3 +49,20 @@ int tb_remove_tree(int parent, const char *name)
 	closedir(d);
 	return unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
 }
+
+int tb_write_all(int fd, const void *data, size_t len)
+{
+	for (size_t done = 0; done < len;) {
+		ssize_t n = write(fd, (const char *)data + done, len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0) {
+			errno = EIO;
+			return -1;
+		}
+		done += (size_t)n;
+	}
+	return 0;
+}

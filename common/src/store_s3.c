@@ -16,6 +16,7 @@
  * Addressing: with an endpoint (an S3-compatible server), path style
  * http(s)://endpoint/bucket/key; without one, AWS virtual-hosted style.
  */
+#include "tb/fsutil.h"
 #include "tb/store.h"
 
 #include "tb/sigv4.h"
@@ -144,15 +145,8 @@ static size_t on_write(char *buf, size_t size, size_t n, void *ud)
 	size_t len = size * n;
 
 	if (r->out_fd >= 0 && r->status / 100 == 2) {
-		size_t done = 0;
-		while (done < len) {
-			ssize_t w = write(r->out_fd, buf + done, len - done);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0)
-				return 0; /* aborts the transfer */
-			done += (size_t)w;
-		}
+		if (tb_write_all(r->out_fd, buf, len) < 0)
+			return 0; /* aborts the transfer */
 		if (r->out_hash)
 			tb_store_hasher_update(r->out_hash, buf, len);
 		return len;

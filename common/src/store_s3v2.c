@@ -13,6 +13,7 @@
  * on head and get. Requests are retried while libs3 calls the status
  * retryable. Selected by s3v2://bucket[/prefix].
  */
+#include "tb/fsutil.h"
 #include "tb/store.h"
 
 #include <errno.h>
@@ -126,25 +127,10 @@ static int on_put_mem(int size, char *buf, void *data)
 	return (int)want;
 }
 
-static int write_all(int fd, const char *buf, size_t len)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = write(fd, buf + done, len - done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		done += (size_t)n;
-	}
-	return 0;
-}
-
 /* Writes out what on_get_data gathered. */
 static int flush_get(v2_call_t *c)
 {
-	int rc = write_all(c->fd, c->wbuf, c->wlen);
+	int rc = tb_write_all(c->fd, c->wbuf, c->wlen);
 
 	if (rc == 0 && c->hash) /* what is in the file, in order */
 		tb_store_hasher_update(c->hash, c->wbuf, c->wlen);
@@ -169,7 +155,7 @@ static S3Status on_get_data(int size, const char *buf, void *data)
 	if (c->wlen + len > WRITE_CHUNK && flush_get(c) < 0)
 		return S3StatusAbortedByCallback;
 	if (!c->wbuf || len > WRITE_CHUNK) {
-		if (write_all(c->fd, buf, len) < 0) {
+		if (tb_write_all(c->fd, buf, len) < 0) {
 			c->io_failed = 1;
 			return S3StatusAbortedByCallback;
 		}
