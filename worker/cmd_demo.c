@@ -14,6 +14,7 @@
 
 #include "demo_recipe.h"
 #include "intake.h"
+#include "sandbox.h"
 #include "tb/fsutil.h"
 #include "worker.h"
 #include "tb/json_mpack.h"
@@ -385,6 +386,7 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 	tb_config_t cfg;
 	tb_store_config_t scfg = { 0 };
 	pthread_t thread;
+	const char *init_path;
 	int rc = TB_EXIT_FAILURE;
 
 	tb_log_set_level(TB_LOG_WARN);
@@ -442,6 +444,7 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 	    tb_ledger_memory_open(&d.deps.ledger, "demo", &d.err) < 0 ||
 	    tb_recipe_cache_open(&d.deps.recipes, cache, &d.err) < 0 ||
 	    tb_seccomp_compile((tb_seccomp_t **)&d.deps.policy, &d.err) < 0 ||
+	    tb_sandbox_find_init(&init_path, &d.err) < 0 ||
 	    tb_kafka_producer_new(&producer, tb_kafka_mock_bootstraps(mock), NULL, &d.err) < 0) {
 		fprintf(stderr, "taskbox demo: %s\n", d.err.msg);
 		goto cleanup;

@@ -8,6 +8,7 @@
 
 #include "fault.h"
 #include "metrics.h"
+#include "sandbox.h"
 #include "tb/kafka.h"
 #include "tb/log.h"
 #include "worker.h"
@@ -61,6 +62,7 @@ int tb_cmd_worker(int argc, char **argv)
 	tb_worker_stats_t stats;
 	char id[160], group[200];
 	tb_metrics_server_t *metrics = NULL;
+	const char *init_path;
 	tb_config_t cfg;
 	tb_error_t err;
 	int rc = TB_EXIT_CONFIG;
@@ -126,7 +128,8 @@ int tb_cmd_worker(int argc, char **argv)
 	if (tb_store_open(&d.store, &cfg.store, &err) < 0 ||
 	    tb_ledger_open(&d.ledger, cfg.ledger.url, cfg.ledger.prefix, id, &err) < 0 ||
 	    tb_recipe_cache_open(&d.recipes, cfg.cache_dir, &err) < 0 ||
-	    tb_seccomp_compile((tb_seccomp_t **)&d.policy, &err) < 0) {
+	    tb_seccomp_compile((tb_seccomp_t **)&d.policy, &err) < 0 ||
+	    tb_sandbox_find_init(&init_path, &err) < 0) {
 		fprintf(stderr, "taskbox worker: %s\n", err.msg);
 		goto cleanup;
 	}

@@ -14,7 +14,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -33,6 +37,8 @@
 #define NAMESPACES                                                                                 \
 	(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC)
 #define READY_TIMEOUT_MS 10000
+#define INIT_NAME "taskbox-sandbox-init"
+#define INIT_STACK (32 * 1024)
 #define TEARDOWN_TIMEOUT_MS 5000
 
 typedef struct proc {
@@ -223,6 +229,190 @@ static void kill_init(tb_sandbox_t *sb)
 	sb->dead = 1;
 }
 
+/* ------------------------------------------------- the init program */
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static char init_path[PATH_MAX];
+static char init_tried[2048]; /* where it was looked for, when not found */
+
+static int try_init(const char *path)
+{
+	size_t n = strlen(init_tried);
+
+	if (access(path, X_OK) == 0 && strlen(path) < sizeof(init_path)) {
+		memcpy(init_path, path, strlen(path) + 1);
+		return 1;
+	}
+	snprintf(init_tried + n, sizeof(init_tried) - n, "%s%s (%s)", n ? ", " : "", path,
+		 strerror(errno));
+	return 0;
+}
+
+static void find_init_once(void)
+{
+	const char *env = getenv("TASKBOX_SANDBOX_INIT");
+	char self[PATH_MAX], near[PATH_MAX + sizeof(INIT_NAME) + 1];
+	ssize_t n;
+
+	if (env && *env) {
+		try_init(env); /* named explicitly: nothing else */
+		return;
+	}
+	if ((n = readlink("/proc/self/exe", self, sizeof(self) - 1)) > 0) {
+		self[n] = '\0';
+		snprintf(near, sizeof(near), "%s/%s", dirname(self), INIT_NAME);
+		if (try_init(near))
+			return;
+	}
+	if (try_init(TB_SANDBOX_INIT_INSTALLED))
+		return;
+	try_init(TB_SANDBOX_INIT_BUILT);
+}
+
+int tb_sandbox_find_init(const char **path, tb_error_t *err)
+{
+	pthread_once(&init_once, find_init_once);
+	if (!init_path[0])
+		return tb_error_set(err, TB_ENOTFOUND,
+				    "sandbox: cannot run " INIT_NAME ", tried %s; set "
+				    "TASKBOX_SANDBOX_INIT to where it is installed",
+				    init_tried);
+	*path = init_path;
+	return 0;
+}
+
+/* The setup init waits for: sizes, rlimits, the seccomp filter, the host
+ * directory to build on and the read-only binds (sandbox_proto.h). */
+static int pack_setup(tb_sbp_req_t **out, const tb_seccomp_t *policy, const tb_sandbox_spec_t *spec,
+		      const char *root, tb_error_t *err)
+{
+	tb_sbp_setup_t setup = {
+		.workspace_mb = spec->workspace_mb,
+		.outputs_mb = spec->outputs_mb,
+		.max_file_mb = spec->max_file_mb,
+		.nofile = spec->max_open_files,
+		.nbinds = spec->ro_binds ? (uint32_t)spec->ro_binds->n : 0,
+	};
+	size_t bpf_size, pos;
+	struct rlimit hard;
+	const void *bpf = tb_seccomp_bpf(policy, &setup.bpf_len);
+	tb_sbp_req_t *req;
+
+	/* A user namespace cannot raise a hard limit above its creator's. */
+	if (getrlimit(RLIMIT_NOFILE, &hard) == 0 && hard.rlim_max != RLIM_INFINITY &&
+	    setup.nofile > hard.rlim_max)
+		setup.nofile = hard.rlim_max;
+	bpf_size = (size_t)setup.bpf_len * sizeof(struct sock_filter);
+	if (!(req = calloc(1, sizeof(*req))))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	req->op = TB_SBP_SETUP;
+	memcpy(req->data, &setup, sizeof(setup));
+	memcpy(req->data + sizeof(setup), bpf, bpf_size);
+	pos = sizeof(setup) + bpf_size;
+	for (uint32_t i = 0; i <= setup.nbinds; i++) {
+		const char *str = i == 0 ? root : spec->ro_binds->items[i - 1];
+		size_t n = strlen(str) + 1;
+		if (pos + n > sizeof(req->data)) {
+			free(req);
+			return tb_error_set(err, TB_ETOOBIG,
+					    "sandbox: the ro_binds list is over %u KiB",
+					    TB_SBP_DATA_MAX / 1024);
+		}
+		memcpy(req->data + pos, str, n);
+		pos += n;
+	}
+	req->len = (uint32_t)pos;
+	*out = req;
+	return 0;
+}
+
+struct init_child {
+	const char *path;
+	char *const *argv;
+	int ctl;
+	int err;          /* set by the child if it could not exec */
+	const char *step; /* ... at this step */
+};
+
+/* The child, in the new namespaces, on its own small stack in the
+ * worker's memory, while the worker thread that made it waits
+ * (CLONE_VFORK). Only system calls; all signals blocked.
+ *
+ * An exec by a process whose uid has no mapping in its user namespace
+ * yet (the worker writes the maps only after this exec) would drop the
+ * capabilities the namespace gave it. Raised to ambient, they survive
+ * the exec: init needs them to become root of the namespace and to
+ * mount. Init clears the ambient set in every process it starts. */
+__attribute__((no_sanitize("address"))) static int init_child(void *p)
+{
+	static char *const no_env[] = { NULL };
+	struct init_child *c = p;
+	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct caps[2];
+
+	c->step = "set the parent-death signal";
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		goto failed;
+	c->step = "keep capabilities across exec";
+	if (syscall(SYS_capget, &hdr, caps) < 0)
+		goto failed;
+	caps[0].inheritable = caps[0].permitted;
+	caps[1].inheritable = caps[1].permitted;
+	if (syscall(SYS_capset, &hdr, caps) < 0)
+		goto failed;
+	for (int cap = 0; cap < 64; cap++)
+		if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) < 0 && errno != EINVAL)
+			goto failed;
+	c->step = "pass the control socket";
+	if ((c->ctl == TB_SBP_INIT_FD ? fcntl(c->ctl, F_SETFD, 0) : dup2(c->ctl, TB_SBP_INIT_FD)) <
+	    0)
+		goto failed;
+	c->step = "execute";
+	execve(c->path, c->argv, no_env);
+failed:
+	c->err = errno ? errno : EINVAL;
+	_exit(127);
+}
+
+/* Starts the sandbox's init: a child cloned into the new namespaces that
+ * executes taskbox-sandbox-init at once. With CLONE_VM | CLONE_VFORK no
+ * page table of the worker is copied (a fork of a worker with many
+ * threads and mappings holds its mmap lock while it copies, and every
+ * fault in the worker then sleeps), and the worker does not fault
+ * copy-on-write afterwards. @p ctl becomes init's fd 3. */
+static int start_init(pid_t *out, int ctl, const char *name, tb_error_t *err)
+{
+	char *argv[] = { INIT_NAME, (char *)name, NULL };
+	struct init_child c = { NULL, argv, ctl, 0, "clone" };
+	sigset_t all, old;
+	char *stack;
+	pid_t pid;
+	int rc, e;
+
+	if ((rc = tb_sandbox_find_init(&c.path, err)) < 0)
+		return rc;
+	if (!(stack = malloc(INIT_STACK)))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	/* No worker signal handler may run on the child's stack. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pid = clone(init_child, stack + INIT_STACK, NAMESPACES | CLONE_VM | CLONE_VFORK | SIGCHLD,
+		    &c);
+	e = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	free(stack);
+	if (pid < 0)
+		return tb_error_errno(err, TB_EIO, e, "sandbox: clone into new namespaces");
+	if (c.err) {
+		int status;
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		return tb_error_errno(err, TB_EIO, c.err, "sandbox: %s: %s", c.path, c.step);
+	}
+	*out = pid;
+	return 0;
+}
+
 int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		       const tb_sandbox_spec_t *spec, tb_error_t *err)
 {
@@ -231,9 +421,9 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		.pids = spec->pids,
 		.cpu_millis = spec->cpu_millis,
 	};
-	tb_sandbox_init_args_t args;
-	int ctl[2] = { -1, -1 }, sync[2] = { -1, -1 }, rc;
+	int ctl[2] = { -1, -1 }, rc;
 	char map[64], cgname[256];
+	tb_sbp_req_t *req = NULL;
 	tb_sbp_resp_t r;
 	tb_sandbox_t *sb;
 
@@ -289,68 +479,35 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	snprintf(cgname, sizeof(cgname), "%s", spec->name);
 	if ((rc = tb_cgroup_create(&sb->cg, spec->group, cgname, &lim, err)) < 0)
 		goto fail;
-	/* fds >= 3, so init can make 0-2 /dev/null without clobbering them */
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0 ||
-	    pipe2(sync, O_CLOEXEC) < 0) {
+	if ((rc = pack_setup(&req, policy, spec, sb->root, err)) < 0)
+		goto fail;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: socketpair");
 		goto fail;
 	}
-	for (int *fd = ctl; fd < ctl + 2; fd++)
-		if (*fd < 3) {
-			int moved = fcntl(*fd, F_DUPFD_CLOEXEC, 3);
-			close(*fd);
-			*fd = moved;
-		}
-	for (int *fd = sync; fd < sync + 2; fd++)
-		if (*fd < 3) {
-			int moved = fcntl(*fd, F_DUPFD_CLOEXEC, 3);
-			close(*fd);
-			*fd = moved;
-		}
-	/* A user namespace cannot raise a hard limit above its creator's. */
-	struct rlimit hard;
-	uint64_t nofile = spec->max_open_files;
-	if (getrlimit(RLIMIT_NOFILE, &hard) == 0 && hard.rlim_max != RLIM_INFINITY &&
-	    nofile > hard.rlim_max)
-		nofile = hard.rlim_max;
-	args = (tb_sandbox_init_args_t){ spec, policy, sb->root, ctl[1], sync[0], nofile };
-
-	/* A raw clone with no new stack forks in place into the namespaces
-	 * (glibc's clone() wants a stack; fork() cannot take flags). The
-	 * child never returns from tb_sandbox_init_main(). */
-	pid_t pid = (pid_t)syscall(SYS_clone, NAMESPACES | SIGCHLD, 0, NULL, NULL, 0);
-	if (pid == 0) {
-		close(ctl[0]);
-		close(sync[1]);
-		tb_sandbox_init_main(&args);
-	}
-	if (pid < 0) {
-		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: clone into new namespaces");
+	if ((rc = start_init(&sb->init, ctl[1], spec->name, err)) < 0)
 		goto fail;
-	}
-	sb->init = pid;
 	close(ctl[1]);
-	close(sync[0]);
-	ctl[1] = sync[0] = -1;
+	ctl[1] = -1;
 	sb->ctl = ctl[0];
 	ctl[0] = -1;
 
 	/* Sandbox root is host uid_base; nothing inside maps to host root. */
 	snprintf(map, sizeof(map), "0 %u %u\n", base, TB_SANDBOX_ID_RANGE);
-	if ((rc = write_proc(pid, "uid_map", map, err)) < 0 ||
-	    (rc = write_proc(pid, "gid_map", map, err)) < 0 ||
-	    (rc = tb_cgroup_attach(sb->cg, pid, err)) < 0)
+	if ((rc = write_proc(sb->init, "uid_map", map, err)) < 0 ||
+	    (rc = write_proc(sb->init, "gid_map", map, err)) < 0 ||
+	    (rc = tb_cgroup_attach(sb->cg, sb->init, err)) < 0)
 		goto fail;
 	/* The OOM killer should take the task's processes (they raise their
 	 * own score), never init, whose death ends the whole sandbox. Lowering
 	 * needs CAP_SYS_RESOURCE, which containers may lack: best effort. */
-	write_proc(pid, "oom_score_adj", "-1000", NULL);
-	if (write(sync[1], "G", 1) != 1) {
-		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: start init");
+	write_proc(sb->init, "oom_score_adj", "-1000", NULL);
+	if (send(sb->ctl, req, offsetof(tb_sbp_req_t, data) + req->len, MSG_NOSIGNAL) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: send the setup to init");
 		goto fail;
 	}
-	close(sync[1]);
-	sync[1] = -1;
+	free(req);
+	req = NULL;
 
 	switch (await(sb, &r, READY_TIMEOUT_MS)) {
 	case 1:
@@ -371,12 +528,10 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	*out = sb;
 	return 0;
 fail:
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 2; i++)
 		if (ctl[i] >= 0)
 			close(ctl[i]);
-		if (sync[i] >= 0)
-			close(sync[i]);
-	}
+	free(req);
 	tb_sandbox_destroy(sb, NULL);
 	return rc;
 }

@@ -106,6 +106,15 @@ int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy, const tb_s
 		      tb_error_t *err);
 
 /**
+ * Finds taskbox-sandbox-init, the program every sandbox runs as its init
+ * (pid 1): $TASKBOX_SANDBOX_INIT if set, else next to the running
+ * program, else the installed libexec/taskbox/, else the build tree's.
+ * Looked up once per process; the worker calls it at start to fail early.
+ * @return 0; TB_ENOTFOUND naming the places tried
+ */
+int tb_sandbox_find_init(const char **path, tb_error_t *err);
+
+/**
  * Builds everything that does not depend on the task (namespaces, cgroup,
  * root file system, /proc, /dev, tmpfs), so a worker can prepare the next
  * sandbox of a slot while the slot is still busy and launch the task the

@@ -1,24 +1,34 @@
 /*
- * sandbox_init.c: the sandbox's init process, from clone() to exit.
+ * sandbox_init.c: taskbox-sandbox-init, a sandbox's init process, from
+ * execve() to exit.
  *
- * It is a copy of a multi-threaded worker made by a raw clone(), so none of
- * glibc's fork handlers ran: any lock another worker thread held (malloc,
- * stdio) stays held forever here. Hence the rule for this file: no malloc,
- * no stdio, no glibc call that assumes the worker's threads (set*id go
- * through raw syscalls). Only system calls, stack buffers and static
- * storage. It owns, in order: becoming root of the new user namespace,
- * the cgroup namespace, the host name, loopback, the new root file system,
- * and then the loop that starts processes, reaps every child (it is pid 1)
- * and reports exits. It exits when the worker's end of the control socket
- * closes, or with the worker (parent-death signal); the kernel then kills
- * everything left in the pid namespace.
+ * The worker clones a child straight into the new namespaces, sharing its
+ * memory until it executes this small program (CLONE_VM | CLONE_VFORK):
+ * no copy of the worker's page tables is made, nor taken down later, and
+ * no worker lock is held while it runs. The control socket arrives as fd
+ * 3 (TB_SBP_INIT_FD); everything else the worker had is closed at exec.
+ * The first message, SETUP, comes once the worker has written the uid/gid
+ * maps and moved this process into the sandbox's cgroup: the tmpfs sizes,
+ * the rlimits, the read-only binds and the seccomp filter the worker
+ * compiled. Then init owns, in order: becoming root of the new user
+ * namespace, the cgroup namespace, loopback, the new root file system,
+ * and the loop that starts processes, reaps every child (it is pid 1) and
+ * reports exits. The host name, recipe and inputs come with ASSIGN. It
+ * exits when the worker's end of the control socket closes, or with the
+ * worker's thread that made it (parent-death signal); the kernel then
+ * kills everything left in the pid namespace.
+ *
+ * It links nothing but libc, and uses system calls, stack buffers and
+ * static storage only: its children borrow its memory until they exec.
  */
 #include "sandbox_proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
 #include <linux/mount.h>
+#include <linux/seccomp.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
@@ -39,8 +49,13 @@
 
 #define PATH_LEN 4096
 #define HOST_DIR "/.host"
+#define MAX_BINDS 1024
 
-static const tb_sandbox_init_args_t *A;
+/* From SETUP, never changed afterwards. */
+static tb_sbp_setup_t S;
+static struct sock_fprog policy;
+static const char *new_root; /* host directory the root is built on */
+static const char *binds[MAX_BINDS];
 static int assigned; /* no process may start before assign() */
 
 /* ------------------------------------------------------------ helpers */
@@ -84,7 +99,7 @@ static void send_resp(uint32_t op, int32_t id, int32_t pid, int32_t status, int3
 	if (msg)
 		cat(r.msg, sizeof(r.msg), msg);
 	/* A full socket means the worker stopped reading; nothing to do. */
-	(void)send(A->ctl_fd, &r, sizeof(r), MSG_NOSIGNAL);
+	(void)send(TB_SBP_INIT_FD, &r, sizeof(r), MSG_NOSIGNAL);
 }
 
 /* Reports a build step that failed and exits: the worker reads the step
@@ -320,8 +335,7 @@ static void build_etc(const char *root)
 
 static void build_root(void)
 {
-	const tb_sandbox_spec_t *s = A->spec;
-	const char *root = A->root;
+	const char *root = new_root;
 	char path[PATH_LEN];
 
 	/* Nothing we mount may propagate back to the host. */
@@ -329,17 +343,17 @@ static void build_root(void)
 		fail("make / private", NULL, errno);
 	if (mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m") < 0)
 		fail("mount root tmpfs", root, errno);
-	for (size_t i = 0; s->ro_binds && i < s->ro_binds->n; i++)
-		bind_ro(root, s->ro_binds->items[i], s->ro_binds->items[i]);
+	for (uint32_t i = 0; i < S.nbinds; i++)
+		bind_ro(root, binds[i], binds[i]);
 	build_etc(root);
 	build_dev(root);
 	join(path, sizeof(path), root, "/proc");
 	if (mkdir_p(path) < 0 ||
 	    mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		fail("mount", "/proc", errno);
-	mount_tmpfs(root, "/workspace", s->workspace_mb, "0755", 1);
-	mount_tmpfs(root, "/outputs", s->outputs_mb, "0755", 1);
-	mount_tmpfs(root, "/tmp", s->workspace_mb, "1777", 0);
+	mount_tmpfs(root, "/workspace", S.workspace_mb, "0755", 1);
+	mount_tmpfs(root, "/outputs", S.outputs_mb, "0755", 1);
+	mount_tmpfs(root, "/tmp", S.workspace_mb, "1777", 0);
 	join(path, sizeof(path), root, "/root");
 	if (mkdir_p(path) < 0)
 		fail("mkdir", "/root", errno);
@@ -440,8 +454,8 @@ exec_child(char *const *argv, char *const *envp, const char *cwd, const int fds[
 	   unsigned uid)
 {
 	int e;
-	struct rlimit nofile = { A->nofile, A->nofile };
-	struct rlimit fsize = { A->spec->max_file_mb << 20, A->spec->max_file_mb << 20 };
+	struct rlimit nofile = { S.nofile, S.nofile };
+	struct rlimit fsize = { S.max_file_mb << 20, S.max_file_mb << 20 };
 	struct rlimit core = { 0, 0 };
 	gid_t agent = uid;
 	sigset_t none;
@@ -483,15 +497,24 @@ exec_child(char *const *argv, char *const *envp, const char *cwd, const int fds[
 	for (int cap = 0; cap <= 63; cap++)
 		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
 			goto failed;
+	/* Init's inheritable and ambient sets are full (they carried its
+	 * capabilities through its own exec): nothing of them may reach a
+	 * task's process, nor a file's inheritable capabilities. */
+	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct caps[2];
+	if (syscall(SYS_capget, &hdr, caps) < 0)
+		goto failed;
+	caps[0].inheritable = caps[1].inheritable = 0;
+	if (syscall(SYS_capset, &hdr, caps) < 0)
+		goto failed;
 	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 	if (raw_setgroups(1, &agent) < 0 || raw_setresgid(agent, agent, agent) < 0 ||
 	    raw_setresuid(agent, agent, agent) < 0)
 		goto failed;
 	/* Last: after it, the calls above would be refused. */
-	if ((e = tb_seccomp_load(A->policy)) < 0) {
-		errno = -e;
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &policy, 0, 0) < 0)
 		goto failed;
-	}
 	execve(argv[0], argv, envp);
 failed:
 	e = errno;
@@ -642,7 +665,7 @@ static _Noreturn void serve(void)
 		fail("signalfd", NULL, errno);
 	send_resp(TB_SBP_READY, 0, 0, 0, 0, NULL);
 	for (;;) {
-		struct pollfd p[2] = { { A->ctl_fd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
+		struct pollfd p[2] = { { TB_SBP_INIT_FD, POLLIN, 0 }, { sfd, POLLIN, 0 } };
 		if (poll(p, 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -665,7 +688,7 @@ static _Noreturn void serve(void)
 				     .msg_iovlen = 1,
 				     .msg_control = ctl.buf,
 				     .msg_controllen = sizeof(ctl.buf) };
-		ssize_t n = recvmsg(A->ctl_fd, &mh, MSG_CMSG_CLOEXEC);
+		ssize_t n = recvmsg(TB_SBP_INIT_FD, &mh, MSG_CMSG_CLOEXEC);
 		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
 			_exit(0); /* the worker closed its end: tear down */
 		if (n < 0)
@@ -701,49 +724,81 @@ static _Noreturn void serve(void)
 	}
 }
 
-/* A clone is not an exec: every descriptor of the worker (Kafka, Redis,
- * S3 connections, other sandboxes' sockets) was copied in, close-on-exec
- * or not. Keep only the control socket and the sync pipe (the worker made
- * both >= 3), and /dev/null as 0-2. */
-static void close_range_raw(unsigned lo, unsigned hi)
+/* Waits for SETUP and takes it apart. EOF means the worker gave up (or
+ * died) before sending it. */
+static void read_setup(void)
 {
-	if (lo <= hi)
-		syscall(SYS_close_range, lo, hi, 0);
+	static tb_sbp_req_t req;
+	static struct sock_filter bpf[BPF_MAXINSNS];
+	ssize_t n;
+	size_t pos, end;
+
+	do
+		n = recv(TB_SBP_INIT_FD, &req, sizeof(req), 0);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		_exit(1);
+	if (n < (ssize_t)offsetof(tb_sbp_req_t, data) || req.op != TB_SBP_SETUP ||
+	    req.len > TB_SBP_DATA_MAX || (size_t)n != offsetof(tb_sbp_req_t, data) + req.len ||
+	    req.len < sizeof(S) + 1 || req.data[req.len - 1] != '\0')
+		fail("setup", "malformed request", EINVAL);
+	memcpy(&S, req.data, sizeof(S));
+	pos = sizeof(S);
+	end = pos + (size_t)S.bpf_len * sizeof(struct sock_filter);
+	if (S.bpf_len == 0 || S.bpf_len > BPF_MAXINSNS || end >= req.len || S.nbinds > MAX_BINDS)
+		fail("setup", "malformed request", EINVAL);
+	memcpy(bpf, req.data + pos, end - pos);
+	policy.len = (unsigned short)S.bpf_len;
+	policy.filter = bpf;
+	pos = end;
+	new_root = req.data + pos;
+	for (uint32_t i = 0; i <= S.nbinds; i++) {
+		if (pos >= req.len)
+			fail("setup", "truncated request", EINVAL);
+		if (i > 0)
+			binds[i - 1] = req.data + pos;
+		pos += strnlen(req.data + pos, req.len - pos) + 1;
+	}
+	if (new_root[0] != '/')
+		fail("setup", "root is not absolute", EINVAL);
 }
 
-static void close_inherited(void)
+/* Inherited: 0-2 from the worker, and fd 3. Everything else was
+ * close-on-exec (the worker's child marked it so). 0-2 become /dev/null. */
+static void null_stdio(void)
 {
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-	unsigned a = (unsigned)A->ctl_fd, b = (unsigned)A->sync_fd;
 
 	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
 		_exit(1);
-	if (a > b) {
-		unsigned t = a;
-		a = b, b = t;
-	}
-	close_range_raw(3, a - 1);
-	close_range_raw(a + 1, b - 1);
-	close_range_raw(b + 1, ~0u);
+	if (null > TB_SBP_INIT_FD)
+		close(null);
+	syscall(SYS_close_range, TB_SBP_INIT_FD + 1, ~0u, 0);
 }
 
-_Noreturn void tb_sandbox_init_main(const tb_sandbox_init_args_t *args)
+int main(void)
 {
-	char go;
-	ssize_t n;
+	sigset_t none;
 
-	A = args;
-	/* Die with the worker. If it died before this line, the sync pipe's
-	 * write end is already closed and the read below sees EOF. */
+	/* Die with the worker's thread that made us. The child set this
+	 * before exec, which keeps it; set again where it is relied on. If
+	 * the worker died before, its end of the socket hung up: read_setup()
+	 * sees EOF. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	close_inherited();
-	do
-		n = read(A->sync_fd, &go, 1);
-	while (n < 0 && errno == EINTR);
-	if (n != 1)
+	if (fcntl(TB_SBP_INIT_FD, F_SETFD, FD_CLOEXEC) < 0)
 		_exit(1);
-	close(A->sync_fd);
-	/* The worker has written our uid/gid maps: become root of the user
+	null_stdio();
+	/* A blocked mask and ignored signals survive execve: start clean. */
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			signal(sig, SIG_DFL);
+	read_setup();
+	/* Our capabilities in the new user namespace came through exec as
+	 * ambient ones (see start_init() in sandbox.c); the ones our
+	 * processes could inherit are cleared in exec_child(). The worker
+	 * has written our uid/gid maps: become root of the user
 	 * namespace (host uid_base), with no supplementary groups. */
 	if (raw_setgroups(0, NULL) < 0 || raw_setresgid(0, 0, 0) < 0 || raw_setresuid(0, 0, 0) < 0)
 		fail("become root of the user namespace", NULL, errno);
@@ -751,15 +806,12 @@ _Noreturn void tb_sandbox_init_main(const tb_sandbox_init_args_t *args)
 	 * make sure the worker did not die in between (its end of the
 	 * control socket would have hung up). */
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	struct pollfd hup = { A->ctl_fd, 0, 0 };
+	struct pollfd hup = { TB_SBP_INIT_FD, 0, 0 };
 	if (poll(&hup, 1, 0) > 0 && (hup.revents & (POLLHUP | POLLERR)))
 		_exit(1);
 	/* Files this init creates get the modes it asks for, whatever the
-	 * worker's umask; signal handlers copied from the worker go. */
+	 * worker's umask. */
 	umask(022);
-	for (int sig = 1; sig < NSIG; sig++)
-		if (sig != SIGKILL && sig != SIGSTOP)
-			signal(sig, SIG_DFL);
 	/* Now inside the sandbox's cgroup: make it this namespace's root, so
 	 * /proc/self/cgroup shows "/" and no path leads outside. */
 	if (unshare(CLONE_NEWCGROUP) < 0)

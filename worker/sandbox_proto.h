@@ -1,15 +1,15 @@
 /*
  * sandbox_proto.h: the messages between the worker (sandbox.c) and a
- * sandbox's init process (sandbox_init.c), over a SOCK_SEQPACKET pair: one
- * datagram per message, file descriptors for a new process riding along as
- * SCM_RIGHTS. Both ends are built from the same binary, so the layout is
+ * sandbox's init process (the taskbox-sandbox-init program,
+ * sandbox_init.c), over a SOCK_SEQPACKET pair: one datagram per message,
+ * file descriptors for a new process riding along as SCM_RIGHTS. Both
+ * ends are built from one source tree at one version, so the layout is
  * simply the struct.
  */
 #ifndef TB_SANDBOX_PROTO_H
 #define TB_SANDBOX_PROTO_H
 
 #include "sandbox.h"
-#include "sandbox_seccomp.h"
 
 #include <stdint.h>
 
@@ -23,6 +23,8 @@ enum tb_sbp_op {
 	TB_SBP_EXEC = 1,   /* start a process; fds attached per fd_mask */
 	TB_SBP_KILL = 2,   /* signal a process group */
 	TB_SBP_ASSIGN = 3, /* data = hostname \0 recipe \0 inputs \0 */
+	TB_SBP_SETUP = 4,  /* the first message: data = tb_sbp_setup_t, then
+			    * the BPF, then root \0 and each ro_bind \0 */
 	/* init -> worker */
 	TB_SBP_READY = 10,    /* the sandbox is built */
 	TB_SBP_STARTED = 11,  /* execve succeeded: pid */
@@ -55,18 +57,21 @@ typedef struct tb_sbp_resp {
 	char msg[256];  /* FAILED: the step, e.g. "mount /proc" */
 } tb_sbp_resp_t;
 
-/* What init needs, prepared by the worker before clone and read by the
- * child from its copy of the worker's memory. */
-typedef struct tb_sandbox_init_args {
-	const tb_sandbox_spec_t *spec;
-	const tb_seccomp_t *policy;
-	const char *root; /* host directory the new root is built on */
-	int ctl_fd;       /* init's end of the control socket */
-	int sync_fd;      /* read end: one byte once maps and cgroups are set */
-	uint64_t nofile;  /* RLIMIT_NOFILE, capped at the worker's hard limit */
-} tb_sandbox_init_args_t;
+/* The init's side of the control socket: the worker's child puts it here
+ * before it executes the init program. */
+#define TB_SBP_INIT_FD 3
 
-/* The init process: never returns. */
-_Noreturn void tb_sandbox_init_main(const tb_sandbox_init_args_t *args);
+/* What init needs to build the sandbox, the SETUP message's head. The
+ * worker sends it once it has written init's uid/gid maps and moved it
+ * into the cgroup; until then init waits. The seccomp filter follows as
+ * bpf_len struct sock_filter instructions, compiled once by the worker. */
+typedef struct tb_sbp_setup {
+	uint64_t workspace_mb; /* /workspace and /tmp tmpfs size */
+	uint64_t outputs_mb;   /* /outputs tmpfs size */
+	uint64_t max_file_mb;  /* RLIMIT_FSIZE of every process */
+	uint64_t nofile;       /* RLIMIT_NOFILE, capped at the worker's hard limit */
+	uint32_t bpf_len;      /* instructions */
+	uint32_t nbinds;       /* strings after root */
+} tb_sbp_setup_t;
 
 #endif

@@ -2,8 +2,8 @@
  * sandbox_seccomp.c: the deny list and its compilation.
  *
  * libseccomp 2.5 can only export BPF to a file descriptor, so the program
- * goes through a memfd into memory once; every child then installs the
- * same bytes with prctl(), which needs no library call after fork.
+ * goes through a memfd into memory once; each sandbox's init gets the
+ * bytes and installs them with prctl() in every process it starts.
  */
 #include "sandbox_seccomp.h"
 
@@ -14,7 +14,6 @@
 #include <seccomp.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 struct tb_seccomp {
@@ -194,13 +193,10 @@ cleanup:
 	return rc;
 }
 
-int tb_seccomp_load(const tb_seccomp_t *p)
+const void *tb_seccomp_bpf(const tb_seccomp_t *p, uint32_t *count)
 {
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-		return -errno;
-	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p->prog, 0, 0) < 0)
-		return -errno;
-	return 0;
+	*count = p->prog.len;
+	return p->prog.filter;
 }
 
 unsigned tb_seccomp_size(const tb_seccomp_t *p)

@@ -11,13 +11,16 @@
  * architectures (x32, i386 via int 0x80) kill the process. The full list,
  * with the reason for each, is `deny[]` in sandbox_seccomp.c.
  *
- * This file owns the policy and its compiled BPF; loading it must happen
- * in a child after fork, so tb_seccomp_load() uses no allocation.
+ * This file owns the policy and its compiled BPF. The worker hands the
+ * BPF to each sandbox's init (taskbox-sandbox-init), which loads it last
+ * in every process it starts, before exec.
  */
 #ifndef TB_SANDBOX_SECCOMP_H
 #define TB_SANDBOX_SECCOMP_H
 
 #include "tb/error.h"
+
+#include <stdint.h>
 
 typedef struct tb_seccomp tb_seccomp_t;
 
@@ -28,11 +31,10 @@ typedef struct tb_seccomp tb_seccomp_t;
 int tb_seccomp_compile(tb_seccomp_t **out, tb_error_t *err);
 
 /**
- * Sets no_new_privs and installs the filter on the calling thread.
- * Async-signal-safe: for a child between fork and exec.
- * @return 0, or -errno
+ * The compiled filter: @p count struct sock_filter instructions, owned by
+ * @p p.
  */
-int tb_seccomp_load(const tb_seccomp_t *p);
+const void *tb_seccomp_bpf(const tb_seccomp_t *p, uint32_t *count);
 
 /** Number of BPF instructions, for logs and tests. */
 unsigned tb_seccomp_size(const tb_seccomp_t *p);

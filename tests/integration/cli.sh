@@ -45,6 +45,12 @@ check "worker help" 0 "$tb" worker --help
 check "worker refuses the mock cluster" 3 env TASKBOX_KAFKA_BROKERS=mock "$tb" worker
 contains "and says what to do" "taskbox demo" env TASKBOX_KAFKA_BROKERS=mock "$tb" worker
 check "worker with a bad config" 3 env TASKBOX_SLOTS=0 "$tb" worker
+# Every sandbox's init is a program of its own: one that cannot be found
+# stops the demo (and the worker) at start, saying where it looked.
+contains "a missing sandbox init is named" \
+  "cannot run taskbox-sandbox-init, tried /nonexistent/init" \
+  env TASKBOX_SANDBOX_INIT=/nonexistent/init "$tb" demo \
+  --recipe "$root/examples/recipes/hello" --chat "$root/examples/recipes/chat"
 check "schema help" 0 "$tb" schema --help
 check "unknown command" 2 "$tb" frobnicate
 echo "$pass passed, $fail failed"

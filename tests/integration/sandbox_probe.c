@@ -160,7 +160,8 @@ static int probe_identity(void)
 		return 2;
 	while (fgets(line, sizeof(line), f)) {
 		if (!strncmp(line, "CapEff:", 7) || !strncmp(line, "CapPrm:", 7) ||
-		    !strncmp(line, "CapBnd:", 7))
+		    !strncmp(line, "CapBnd:", 7) || !strncmp(line, "CapInh:", 7) ||
+		    !strncmp(line, "CapAmb:", 7))
 			ok &= strstr(line, "0000000000000000") != NULL;
 		if (!strncmp(line, "NoNewPrivs:", 11))
 			ok &= strstr(line, "1") != NULL;

@@ -141,6 +141,34 @@ static void test_sandbox__missing_program_is_a_clear_error(void **state)
 	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
 }
 
+/* Init is taskbox-sandbox-init, executed at once by the clone, not a
+ * copy of the worker (whose page tables each sandbox would copy). */
+static void test_sandbox__init_is_its_own_small_program(void **state)
+{
+	tb_sandbox_spec_t s = spec();
+	char path[64], exe[4096];
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	ssize_t n;
+
+	(void)state;
+	assert_int_equal(tb_sandbox_create(&sb, policy, &s, &err), 0);
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)tb_sandbox_init_pid(sb));
+	n = readlink(path, exe, sizeof(exe) - 1);
+	assert_true(n > 0);
+	exe[n] = '\0';
+	assert_non_null(strstr(exe, "/taskbox-sandbox-init"));
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)tb_sandbox_init_pid(sb));
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	n = (ssize_t)fread(exe, 1, sizeof(exe) - 1, f);
+	fclose(f);
+	exe[n > 0 ? n : 0] = '\0';
+	/* argv[1] names the sandbox, for an operator's ps */
+	assert_string_equal(exe + strlen(exe) + 1, s.name);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+}
+
 static void test_sandbox__prepared_runs_nothing_until_assigned(void **state)
 {
 	const char *argv[] = { "/bin/sh", "-c", "ls -a / | tr '\\n' ' '; ls /recipe", NULL };
@@ -640,6 +668,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sandbox__runs_processes_and_reports_exit_codes),
 		cmocka_unit_test(test_sandbox__missing_program_is_a_clear_error),
+		cmocka_unit_test(test_sandbox__init_is_its_own_small_program),
 		cmocka_unit_test(test_sandbox__prepared_runs_nothing_until_assigned),
 		cmocka_unit_test(test_sandbox__refuses_dangerous_binds),
 		cmocka_unit_test(test_sandbox__judges_are_out_of_the_agents_reach),
