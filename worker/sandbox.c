@@ -60,8 +60,8 @@ struct tb_sandbox {
 	int next_id;
 	tb_cgroup_t *cg;
 	proc_t procs[TB_SBP_MAX_PROCS];
-	char dir[1024];
-	char root[1100];
+	char name[256];      /* for logs */
+	char root[PATH_MAX]; /* work_root, canonical: init mounts its root over it */
 };
 
 static uint64_t mono_ms(void)
@@ -197,7 +197,7 @@ static void thaw(tb_sandbox_t *sb)
 	tb_error_t err;
 
 	if (sb->frozen && sb->cg && tb_cgroup_freeze(sb->cg, 0, &err) < 0)
-		tb_log(TB_LOG_WARN, NULL, "sandbox %s: %s", sb->dir, err.msg);
+		tb_log(TB_LOG_WARN, NULL, "sandbox %s: %s", sb->name, err.msg);
 	sb->frozen = 0;
 }
 
@@ -445,37 +445,22 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	sb->ctl = -1;
 	sb->next_id = 1;
-	if ((size_t)snprintf(sb->dir, sizeof(sb->dir), "%s/%s-%s", spec->work_root, spec->group,
-			     spec->name) >= sizeof(sb->dir)) {
-		free(sb);
-		return tb_error_set(err, TB_EINVAL, "sandbox: work_root path too long");
-	}
-	snprintf(sb->root, sizeof(sb->root), "%s/root", sb->dir);
+	snprintf(sb->name, sizeof(sb->name), "%s-%s", spec->group, spec->name);
+	/* No directory of its own on the host: init mounts the tmpfs it
+	 * builds the root on over work_root, in its own mount namespace,
+	 * and pivots into it. (A directory per sandbox cost a mkdir, a chown
+	 * and a removal on the host's file system each time.) */
 	if (mkdir(spec->work_root, 0711) < 0 && errno != EEXIST) {
 		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: mkdir %s", spec->work_root);
 		free(sb);
 		return rc;
 	}
-	if (mkdir(sb->dir, 0700) < 0) {
-		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: mkdir %s", sb->dir);
-		free(sb); /* not ours to remove if it existed */
+	if (!realpath(spec->work_root, sb->root)) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: work_root %s", spec->work_root);
+		free(sb);
 		return rc;
 	}
-	if (mkdir(sb->root, 0755) < 0) {
-		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: mkdir %s", sb->root);
-		goto fail;
-	}
-	/* The sandbox's root user (host uid_base) builds its root file system
-	 * on this directory, and has no power over host-root-owned inodes. */
 	unsigned base = TB_SANDBOX_UID_FIRST + spec->slot * TB_SANDBOX_ID_RANGE;
-	int dfd = open(sb->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (dfd < 0 || fchown(dfd, base, base) < 0) {
-		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: chown %s", sb->dir);
-		if (dfd >= 0)
-			close(dfd);
-		goto fail;
-	}
-	close(dfd);
 	snprintf(cgname, sizeof(cgname), "%s", spec->name);
 	if ((rc = tb_cgroup_create(&sb->cg, spec->group, cgname, &lim, err)) < 0)
 		goto fail;
@@ -872,11 +857,6 @@ pid_t tb_sandbox_init_pid(const tb_sandbox_t *sb)
 	return sb->init;
 }
 
-const char *tb_sandbox_dir(const tb_sandbox_t *sb)
-{
-	return sb->dir;
-}
-
 int tb_sandbox_destroy(tb_sandbox_t *sb, tb_error_t *err)
 {
 	int rc = 0;
@@ -889,8 +869,6 @@ int tb_sandbox_destroy(tb_sandbox_t *sb, tb_error_t *err)
 	if (sb->cg && (rc = tb_cgroup_destroy(sb->cg, TEARDOWN_TIMEOUT_MS, err)) < 0)
 		tb_error_prefix(err, "sandbox teardown");
 	sb->cg = NULL;
-	if (sb->dir[0] && tb_remove_tree(AT_FDCWD, sb->dir) < 0 && errno != ENOENT && rc == 0)
-		rc = tb_error_errno(err, TB_EIO, errno, "sandbox teardown: remove %s", sb->dir);
 	free(sb);
 	return rc;
 }

@@ -47,7 +47,7 @@ typedef struct tb_sandbox_spec {
 	const char *name;             /* unique among live sandboxes: [A-Za-z0-9._-] */
 	const char *hostname;         /* inside the uts namespace */
 	unsigned slot;                /* selects the uid range */
-	const char *work_root;        /* host directory for per-sandbox dirs */
+	const char *work_root;        /* host directory init builds the root over */
 	const char *group;            /* the worker's prefix: cgroup and dir names */
 	const tb_strlist_t *ro_binds; /* host paths bound read-only */
 	const char *recipe_dir;       /* bound read-only at /recipe; may be NULL */
@@ -172,18 +172,18 @@ int tb_sandbox_kill_all(tb_sandbox_t *sb, tb_error_t *err);
 /** The init process's pid on the host, for tests and logs. */
 pid_t tb_sandbox_init_pid(const tb_sandbox_t *sb);
 
-/** The host directory that holds the sandbox's state. */
-const char *tb_sandbox_dir(const tb_sandbox_t *sb);
-
 /**
- * Kills everything in the sandbox and removes its cgroup and directories.
+ * Kills everything in the sandbox and removes its cgroup (its file systems
+ * go with its mount namespace).
  * Frees @p sb whatever happens. @return 0, or TB_EIO naming what is left.
  */
 int tb_sandbox_destroy(tb_sandbox_t *sb, tb_error_t *err);
 
 /**
  * Removes what dead workers with the same @p group prefix left behind:
- * cgroups (killing their processes) and directories under @p work_root.
+ * cgroups (killing their processes), and the `<group>-*` directories
+ * under @p work_root (an interrupted task's inputs; earlier builds also
+ * made one per sandbox).
  * @return the number of sandboxes removed, or a negative TB_E* code.
  */
 int tb_sandbox_sweep(const char *work_root, const char *group, tb_error_t *err);
