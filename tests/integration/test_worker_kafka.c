@@ -290,17 +290,61 @@ static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void 
  * told to stop, it exits cleanly without acknowledging the message, which
  * is delivered again once there is a ledger.
  */
+/* The worker's metrics port, from its log line; 0 if not there yet. */
+static unsigned metrics_port(const char *log)
+{
+	char line[1024];
+	unsigned port = 0;
+	FILE *f = fopen(log, "r");
+
+	while (f && fgets(line, sizeof(line), f)) {
+		const char *p = strstr(line, "metrics on ");
+		if (p && (p = strstr(p, ", port ")))
+			port = (unsigned)strtoul(p + 7, NULL, 10);
+	}
+	if (f)
+		fclose(f);
+	return port;
+}
+
+/* taskbox_tasks_waiting from the worker's /metrics; -1 if unreachable. */
+static long tasks_waiting(unsigned port)
+{
+	char cmd[256], line[512];
+	long v = -1;
+
+	snprintf(cmd, sizeof(cmd), "curl -s --max-time 5 http://127.0.0.1:%u/metrics", port);
+	FILE *f = popen(cmd, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "taskbox_tasks_waiting ", 22))
+			v = strtol(line + 22, NULL, 10);
+	if (f)
+		pclose(f);
+	return v;
+}
+
+/* With the ledger down no task can start: they wait in the worker's line,
+ * which is read ahead to 8 x slots (at least 32) and no further. */
 static void test_worker__waits_for_a_ledger_that_is_down_and_acknowledges_nothing(void **state)
 {
 	char id[64], log[128], line[1024];
 	int status, waiting = 0;
+	long line_len = -1;
+	unsigned port = 0;
 
 	(void)state;
 	make_recipe();
 	snprintf(log, sizeof(log), "%s/ledger-down.log", root);
+	setenv("TASKBOX_METRICS_LISTEN", "127.0.0.1:0", 1);
 	pid_t worker = start_worker(topic_tasks2, topic_dlq2, group2, "redis://127.0.0.1:1", log);
-	snprintf(id, sizeof(id), "ledger-down-%d", getpid());
+	unsetenv("TASKBOX_METRICS_LISTEN");
+	snprintf(id, sizeof(id), "ledger-down-%d-0", getpid()); /* first in line */
 	produce_task(topic_tasks2, id);
+	for (int k = 1; k < 40; k++) {
+		char more[64];
+		snprintf(more, sizeof(more), "ledger-down-%d-%d", getpid(), k);
+		produce_task(topic_tasks2, more);
+	}
 	for (int i = 0; i < 120 && !waiting; i++) { /* 60 s at most */
 		FILE *f = fopen(log, "r");
 		while (f && fgets(line, sizeof(line), f))
@@ -311,6 +355,17 @@ static void test_worker__waits_for_a_ledger_that_is_down_and_acknowledges_nothin
 			usleep(500000);
 	}
 	assert_true(waiting);
+	for (int i = 0; i < 40 && line_len != 32; i++) { /* 20 s at most */
+		if (!port)
+			port = metrics_port(log);
+		if (port)
+			line_len = tasks_waiting(port);
+		if (line_len != 32)
+			usleep(500000);
+	}
+	assert_int_equal(line_len, 32);
+	usleep(1000000); /* and the rest stays in Kafka */
+	assert_int_equal(tasks_waiting(port), 32);
 	kill(worker, SIGTERM);
 	assert_int_equal(waitpid(worker, &status, 0), worker);
 	assert_true(WIFEXITED(status));
