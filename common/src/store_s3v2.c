@@ -7,11 +7,17 @@
  * (streamed from the file descriptor, never whole in memory). It also
  * matches response headers case-sensitively ("ETag", "x-amz-meta-"), so
  * against servers that capitalise them differently (SeaweedFS sends "Etag"
- * and "X-Amz-Meta-Sha256") it sees neither. The checksum therefore lives
- * in a small sidecar object, <prefix>.taskbox-sha256/<key>, written after
- * the object (so its presence means the object is complete) and read back
- * on head and get. Requests are retried while libs3 calls the status
- * retryable. Selected by s3v2://bucket[/prefix].
+ * and "X-Amz-Meta-Sha256") it sees neither. The checksum therefore also
+ * rides in the object's Content-Type, which every server returns as
+ * "Content-Type": "application/octet-stream; taskbox-sha256=<hex>" (a
+ * media type parameter, so clients that download the object see an
+ * ordinary binary type). It is set in the same request as the content, so
+ * an object and its checksum appear together. Objects of earlier builds
+ * kept it in a sidecar object, <prefix>.taskbox-sha256/<key>: still read
+ * when the Content-Type has none, and deleted with the object. libs3
+ * cannot send If-None-Match, so a put looks first (HEAD): two requests.
+ * Requests are retried while libs3 calls the status retryable. Selected
+ * by s3v2://bucket[/prefix].
  */
 #include "tb/fsutil.h"
 #include "tb/store.h"
@@ -27,7 +33,8 @@
 
 #define ATTEMPTS 5
 #define WRITE_CHUNK (256u << 10)
-#define SIDECAR ".taskbox-sha256/"
+#define SIDECAR ".taskbox-sha256/" /* earlier builds' checksum records */
+#define CT_PARAM "taskbox-sha256="
 
 typedef struct v2_store {
 	tb_store_t base;
@@ -53,7 +60,6 @@ typedef struct v2_call {
 		     * each write (owned by the call) */
 	size_t wlen;
 	tb_store_hasher_t *hash; /* get: what is written, hashed */
-	const char *mem;         /* put from memory instead of fd */
 	char small[160];         /* a small object read into memory */
 	/* listing */
 	tb_store_list_fn fn;
@@ -83,6 +89,12 @@ static S3Status on_props(const S3ResponseProperties *p, void *data)
 	for (int i = 0; i < p->metaDataCount; i++)
 		if (!strcasecmp(p->metaData[i].name, "sha256"))
 			snprintf(c->sha256, sizeof(c->sha256), "%s", p->metaData[i].value);
+	/* "...; taskbox-sha256=<64 hex>" */
+	const char *t = p->contentType ? strstr(p->contentType, CT_PARAM) : NULL;
+	if (t && strspn(t + strlen(CT_PARAM), "0123456789abcdef") == 64) {
+		memcpy(c->sha256, t + strlen(CT_PARAM), 64);
+		c->sha256[64] = '\0';
+	}
 	return S3StatusOK;
 }
 
@@ -114,17 +126,6 @@ static int on_put_data(int size, char *buf, void *data)
 	}
 	c->offset += (uint64_t)n;
 	return (int)n;
-}
-
-static int on_put_mem(int size, char *buf, void *data)
-{
-	v2_call_t *c = data;
-	uint64_t left = c->size - c->offset;
-	size_t want = (uint64_t)size < left ? (size_t)size : (size_t)left;
-
-	memcpy(buf, c->mem + c->offset, want);
-	c->offset += want;
-	return (int)want;
 }
 
 /* Writes out what on_get_data gathered. */
@@ -197,14 +198,34 @@ static void full_key(const v2_store_t *s, const char *key, char *out, size_t cap
 	snprintf(out, cap, "%s%s", s->prefix, key);
 }
 
+/* The HTTP status behind libs3's names for answers without an error body
+ * (a HEAD's): "HTTP 403" says more to an operator than the name alone. */
+static const char *http_of(S3Status st)
+{
+	switch (st) {
+	case S3StatusHttpErrorMovedTemporarily:
+		return " (HTTP 307)";
+	case S3StatusHttpErrorBadRequest:
+		return " (HTTP 400)";
+	case S3StatusHttpErrorForbidden:
+		return " (HTTP 403: wrong credentials, or no access to the bucket)";
+	case S3StatusHttpErrorNotFound:
+		return " (HTTP 404)";
+	case S3StatusHttpErrorConflict:
+		return " (HTTP 409)";
+	default:
+		return "";
+	}
+}
+
 static int fail(const v2_store_t *s, const char *what, const char *key, const v2_call_t *c,
 		tb_error_t *err)
 {
 	int notfound =
 	    c->status == S3StatusHttpErrorNotFound || c->status == S3StatusErrorNoSuchKey;
-	return tb_error_set(err, notfound ? TB_ENOTFOUND : TB_EIO, "s3v2 %s %s/%s%s: %s%s%s", what,
-			    s->bucket, s->prefix, key, S3_get_status_name(c->status),
-			    c->message[0] ? ": " : "", c->message);
+	return tb_error_set(err, notfound ? TB_ENOTFOUND : TB_EIO, "s3v2 %s %s/%s%s: %s%s%s%s",
+			    what, s->bucket, s->prefix, key, S3_get_status_name(c->status),
+			    http_of(c->status), c->message[0] ? ": " : "", c->message);
 }
 
 static void backoff(int attempt)
@@ -231,7 +252,7 @@ static S3Status on_small_data(int size, const char *buf, void *data)
 	return S3StatusOK;
 }
 
-/* Reads "<sha256> <size>" from the sidecar of @p key. */
+/* Reads "<sha256> <size>" from the sidecar of @p key (earlier builds). */
 static int read_sidecar(v2_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err)
 {
 	S3GetObjectHandler h = { { on_props, on_complete }, on_small_data };
@@ -256,23 +277,55 @@ static int read_sidecar(v2_store_t *s, const char *key, tb_object_info_t *out, t
 	return 0;
 }
 
+/* HEAD of @p key: its size and checksum (from the Content-Type, else an
+ * earlier build's sidecar, else none: unverified). */
+static int head_object(v2_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err)
+{
+	S3ResponseHandler h = { on_props, on_complete };
+	char k[2048];
+	v2_call_t c;
+
+	full_key(s, key, k, sizeof(k));
+	for (int i = 0; i < ATTEMPTS; i++) {
+		memset(&c, 0, sizeof(c));
+		S3_head_object(&s->ctx, k, NULL, &h, &c);
+		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status))
+			break;
+		backoff(i);
+	}
+	if (c.status != S3StatusOK)
+		return fail(s, "HEAD", key, &c, err);
+	memset(out, 0, sizeof(*out));
+	out->size = c.length;
+	if (c.sha256[0])
+		snprintf(out->sha256, sizeof(out->sha256), "%s", c.sha256);
+	else if (read_sidecar(s, key, out, err) < 0)
+		out->sha256[0] = '\0';
+	out->size = c.length;
+	snprintf(out->md5, sizeof(out->md5), "%s", c.md5);
+	return 0;
+}
+
 static int v2_put(tb_store_t *base, const char *key, int fd, uint64_t size, const char *sha256,
 		  tb_error_t *err)
 {
 	v2_store_t *s = (v2_store_t *)base;
+	char type[128], k[2048];
 	S3NameValue meta = { "sha256", sha256 };
-	S3PutProperties props = { .metaDataCount = 1, .metaData = &meta, .expires = -1 };
+	S3PutProperties props = {
+		.contentType = type, .metaDataCount = 1, .metaData = &meta, .expires = -1
+	};
 	S3PutObjectHandler h = { { on_props, on_complete }, on_put_data };
-	char k[2048];
+	tb_object_info_t have;
 	v2_call_t c;
+	int rc;
 
 	/* libs3 cannot send If-None-Match: look first. */
-	tb_object_info_t have;
-	int rc = read_sidecar(s, key, &have, err);
-	if (rc == 0)
+	if ((rc = head_object(s, key, &have, err)) == 0)
 		return tb_error_set(err, TB_EEXIST, "s3v2: %s exists", key);
 	if (rc != TB_ENOTFOUND)
 		return rc;
+	snprintf(type, sizeof(type), "application/octet-stream; " CT_PARAM "%s", sha256);
 	full_key(s, key, k, sizeof(k));
 	for (int i = 0; i < ATTEMPTS; i++) {
 		memset(&c, 0, sizeof(c));
@@ -284,23 +337,7 @@ static int v2_put(tb_store_t *base, const char *key, int fd, uint64_t size, cons
 	}
 	if (c.io_failed)
 		return tb_error_errno(err, TB_EIO, errno, "s3v2 PUT %s: read", key);
-	if (c.status != S3StatusOK)
-		return fail(s, "PUT", key, &c, err);
-	/* The checksum record, last: its presence says the object is whole. */
-	char rec[128];
-	int n = snprintf(rec, sizeof(rec), "%s %llu\n", sha256, (unsigned long long)size);
-	S3PutProperties plain = { .expires = -1 };
-	S3PutObjectHandler mh = { { on_props, on_complete }, on_put_mem };
-	sidecar_key(s, key, k, sizeof(k));
-	for (int i = 0; i < ATTEMPTS; i++) {
-		memset(&c, 0, sizeof(c));
-		c.mem = rec, c.size = (uint64_t)n;
-		S3_put_object(&s->ctx, k, (uint64_t)n, &plain, NULL, &mh, &c);
-		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status))
-			break;
-		backoff(i);
-	}
-	return c.status == S3StatusOK ? 0 : fail(s, "PUT checksum of", key, &c, err);
+	return c.status == S3StatusOK ? 0 : fail(s, "PUT", key, &c, err);
 }
 
 static int v2_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *hasher,
@@ -338,8 +375,10 @@ static int v2_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *
 	if (c.status != S3StatusOK)
 		return fail(s, "GET", key, &c, err);
 	tb_error_t ignored;
-	if (read_sidecar(s, key, out, &ignored) < 0)
-		out->sha256[0] = '\0'; /* an object without a record: unverified */
+	if (c.sha256[0])
+		snprintf(out->sha256, sizeof(out->sha256), "%s", c.sha256);
+	else if (read_sidecar(s, key, out, &ignored) < 0)
+		out->sha256[0] = '\0'; /* an object without a checksum: unverified */
 	out->size = c.offset;
 	snprintf(out->md5, sizeof(out->md5), "%s", c.md5);
 	return 0;
@@ -347,7 +386,7 @@ static int v2_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *
 
 static int v2_head(tb_store_t *base, const char *key, tb_object_info_t *out, tb_error_t *err)
 {
-	return read_sidecar((v2_store_t *)base, key, out, err);
+	return head_object((v2_store_t *)base, key, out, err);
 }
 
 static int v2_list(tb_store_t *base, const char *prefix, tb_store_list_fn fn, void *ud,
@@ -404,13 +443,12 @@ static int v2_del(tb_store_t *base, const char *key, tb_error_t *err)
 	char k[2048];
 	int rc;
 
-	/* The record first: an object without one reads as absent. A record
-	 * left behind would make the key read as present and refuse new
-	 * content, so its failure fails the delete. */
-	sidecar_key(s, key, k, sizeof(k));
+	/* The object, then the checksum record an earlier build may have
+	 * left beside it (absent: nothing to do). */
+	full_key(s, key, k, sizeof(k));
 	if ((rc = delete_key(s, k, key, err)) < 0)
 		return rc;
-	full_key(s, key, k, sizeof(k));
+	sidecar_key(s, key, k, sizeof(k));
 	return delete_key(s, k, key, err);
 }
 

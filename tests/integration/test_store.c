@@ -206,13 +206,16 @@ static void test_store__never_overwrites_other_content(void **state)
 }
 
 /* A PUT signed by hand, with an x-amz-meta-sha256 of our choosing. */
-static void raw_s3_put(const fixture_t *fx, const char *key, const char *body, const char *meta)
+/* PUTs @p body at @p key with SigV4, behind the store's back: its
+ * x-amz-meta-sha256 @p meta, and Content-Type @p type if not NULL. */
+static void raw_s3_put(const fixture_t *fx, const char *key, const char *body, const char *meta,
+		       const char *type)
 {
 	const char *endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT");
 	tb_sigv4_creds_t c = { getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), NULL,
 			       getenv("TASKBOX_TEST_S3_REGION"), "s3" };
 	char path[512], url[1024], date[TB_SIGV4_DATE_LEN], sha[65], auth[TB_SIGV4_AUTH_MAX];
-	char h[4][TB_SIGV4_AUTH_MAX + 32];
+	char h[5][TB_SIGV4_AUTH_MAX + 32];
 	const char *host = strstr(endpoint, "://") + 3;
 	tb_error_t err;
 
@@ -231,8 +234,9 @@ static void raw_s3_put(const fixture_t *fx, const char *key, const char *body, c
 	snprintf(h[1], sizeof(h[1]), "x-amz-date: %s", date);
 	snprintf(h[2], sizeof(h[2]), "x-amz-content-sha256: %s", sha);
 	snprintf(h[3], sizeof(h[3]), "x-amz-meta-sha256: %s", meta);
+	snprintf(h[4], sizeof(h[4]), "Content-Type: %s", type ? type : "application/octet-stream");
 	struct curl_slist *hl = NULL;
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 5; i++)
 		hl = curl_slist_append(hl, h[i]);
 	CURL *cu = curl_easy_init();
 	long status = 0;
@@ -260,20 +264,36 @@ static void test_store__checksum_mismatch_is_detected(void **state)
 	snprintf(dst, sizeof(dst), "%s/tamper-out.txt", tmpdir);
 	const char *key = unique_key("tampered.txt");
 	if (fx->scheme && !strcmp(fx->scheme, "s3v2")) {
-		/* Through libs3 the checksum is in a sidecar record: make it
-		 * disagree with the object. */
-		char side[512];
-		assert_int_equal(
-		    tb_store_put_bytes(fx->store, key, "the real content", 16, NULL, &err), 0);
-		snprintf(side, sizeof(side), ".taskbox-sha256/%s", key);
-		raw_s3_put(fx, side,
-			   "0000000000000000000000000000000000000000000000000000000000000000 16\n",
-			   "x");
+		/* Through libs3 the checksum is read from the Content-Type,
+		 * else from an earlier build's sidecar record: make each
+		 * disagree with the object in turn. */
+		const char *zeros =
+		    "0000000000000000000000000000000000000000000000000000000000000000";
+		char type[160], side[512], rec[80];
+		snprintf(type, sizeof(type), "application/octet-stream; taskbox-sha256=%s", zeros);
+		raw_s3_put(fx, key, "the real content", zeros, type);
 		write_file(dst, "untouched");
 		assert_int_equal(tb_store_get_file(fx->store, key, dst, &info, &err), TB_EIO);
 		assert_non_null(strstr(err.msg, "checksum mismatch"));
 		assert_string_equal(read_file(dst), "untouched");
-		tb_store_delete(fx->store, key, &err);
+		assert_int_equal(tb_store_delete(fx->store, key, &err), 0);
+		/* an earlier build's object: no checksum in its type, a
+		 * sidecar beside it */
+		raw_s3_put(fx, key, "the real content", zeros, NULL);
+		snprintf(side, sizeof(side), ".taskbox-sha256/%s", key);
+		snprintf(rec, sizeof(rec), "%s 16\n", zeros);
+		raw_s3_put(fx, side, rec, "x", NULL);
+		assert_int_equal(tb_store_get_file(fx->store, key, dst, &info, &err), TB_EIO);
+		assert_non_null(strstr(err.msg, "checksum mismatch"));
+		assert_string_equal(read_file(dst), "untouched");
+		/* the delete takes the sidecar along: the key can be written
+		 * again, and reads back verified */
+		assert_int_equal(tb_store_delete(fx->store, key, &err), 0);
+		assert_int_equal(
+		    tb_store_put_bytes(fx->store, key, "the real content", 16, NULL, &err), 0);
+		assert_int_equal(tb_store_get_file(fx->store, key, dst, &info, &err), 0);
+		assert_string_equal(read_file(dst), "the real content");
+		assert_int_equal(tb_store_delete(fx->store, key, &err), 0);
 		return;
 	}
 	snprintf(path, sizeof(path), "%s/tamper.txt", tmpdir);
@@ -284,7 +304,8 @@ static void test_store__checksum_mismatch_is_detected(void **state)
 	 * wrapper's back, as a corrupted store would. */
 	if (fx->s3) {
 		raw_s3_put(fx, key, "the real content",
-			   "0000000000000000000000000000000000000000000000000000000000000000");
+			   "0000000000000000000000000000000000000000000000000000000000000000",
+			   NULL);
 	} else {
 		fd = open(path, O_RDONLY);
 		assert_int_equal(
