@@ -1,8 +1,9 @@
 /*
- * sandbox.c: the worker's side of a sandbox: directories, cgroup, the
- * clone into new namespaces, the uid/gid maps, the control socket to the
- * init process, deadlines, exit reasons, and teardown. The init process's
- * side is sandbox_init.c; the protocol between them sandbox_proto.h.
+ * sandbox.c: the worker's side of a sandbox: finding the init program,
+ * the cgroup, the clone into new namespaces, the uid/gid maps, the control
+ * socket to the init process, deadlines, exit reasons, and teardown. The
+ * init process's side is sandbox_init.c (taskbox-sandbox-init); the
+ * protocol between them sandbox_proto.h.
  */
 #include "sandbox.h"
 
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -38,7 +40,7 @@
 	(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC)
 #define READY_TIMEOUT_MS 10000
 #define INIT_NAME "taskbox-sandbox-init"
-#define INIT_STACK (32 * 1024)
+#define INIT_STACK (64 * 1024)
 #define TEARDOWN_TIMEOUT_MS 5000
 
 typedef struct proc {
@@ -232,22 +234,70 @@ static void kill_init(tb_sandbox_t *sb)
 /* ------------------------------------------------- the init program */
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int init_fd = -1; /* O_PATH: what every sandbox executes */
 static char init_path[PATH_MAX];
 static char init_tried[2048]; /* where it was looked for, when not found */
+
+/* Why the program at @p path (open as @p fd) may not run as every
+ * sandbox's pid 1, or NULL: it must be a regular executable file owned by
+ * root or the worker's user, which no one else can write, in directories
+ * others cannot write (sticky ones, like /tmp, aside). */
+static const char *untrusted(const char *path, int fd, char *why, size_t len)
+{
+	char real[PATH_MAX];
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return strerror(errno);
+	if (!S_ISREG(st.st_mode) || !(st.st_mode & 0111))
+		return "not an executable file";
+	if (st.st_uid != 0 && st.st_uid != geteuid()) {
+		snprintf(why, len, "owned by uid %u", (unsigned)st.st_uid);
+		return why;
+	}
+	if (st.st_mode & 022)
+		return "writable by group or others";
+	if (!realpath(path, real))
+		return strerror(errno);
+	for (char *slash = strrchr(real, '/'); slash; slash = strrchr(real, '/')) {
+		*slash = '\0';
+		const char *dir = real[0] ? real : "/";
+		if (stat(dir, &st) < 0)
+			return strerror(errno);
+		if ((st.st_mode & 002) && !(st.st_mode & S_ISVTX)) {
+			snprintf(why, len, "in %.200s, which others can write", dir);
+			return why;
+		}
+		if (!real[0])
+			break;
+	}
+	return NULL;
+}
 
 static int try_init(const char *path)
 {
 	size_t n = strlen(init_tried);
+	const char *why = NULL;
+	char buf[256];
+	int fd;
 
-	if (access(path, X_OK) == 0 && strlen(path) < sizeof(init_path)) {
+	if (strlen(path) >= sizeof(init_path))
+		why = "path too long";
+	else if ((fd = open(path, O_PATH | O_CLOEXEC)) < 0)
+		why = strerror(errno);
+	else if ((why = untrusted(path, fd, buf, sizeof(buf))))
+		close(fd);
+	if (!why) {
 		memcpy(init_path, path, strlen(path) + 1);
+		init_fd = fd;
 		return 1;
 	}
-	snprintf(init_tried + n, sizeof(init_tried) - n, "%s%s (%s)", n ? ", " : "", path,
-		 strerror(errno));
+	snprintf(init_tried + n, sizeof(init_tried) - n, "%s%s (%s)", n ? ", " : "", path, why);
 	return 0;
 }
 
+/* Looked up once; the file is kept open, so a sandbox always executes
+ * what was checked here, even if an upgrade replaces it on disk. */
 static void find_init_once(void)
 {
 	const char *env = getenv("TASKBOX_SANDBOX_INIT");
@@ -264,15 +314,17 @@ static void find_init_once(void)
 		if (try_init(near))
 			return;
 	}
-	if (try_init(TB_SANDBOX_INIT_INSTALLED))
+#ifdef TB_SANDBOX_INIT_BUILT /* builds with tests: their programs live elsewhere */
+	if (try_init(TB_SANDBOX_INIT_BUILT))
 		return;
-	try_init(TB_SANDBOX_INIT_BUILT);
+#endif
+	try_init(TB_SANDBOX_INIT_INSTALLED);
 }
 
 int tb_sandbox_find_init(const char **path, tb_error_t *err)
 {
 	pthread_once(&init_once, find_init_once);
-	if (!init_path[0])
+	if (init_fd < 0)
 		return tb_error_set(err, TB_ENOTFOUND,
 				    "sandbox: cannot run " INIT_NAME ", tried %s; set "
 				    "TASKBOX_SANDBOX_INIT to where it is installed",
@@ -291,6 +343,7 @@ static int pack_setup(tb_sbp_req_t **out, const tb_seccomp_t *policy, const tb_s
 		.outputs_mb = spec->outputs_mb,
 		.max_file_mb = spec->max_file_mb,
 		.nofile = spec->max_open_files,
+		.version = TB_SBP_VERSION,
 		.nbinds = spec->ro_binds ? (uint32_t)spec->ro_binds->n : 0,
 	};
 	size_t bpf_size, pos;
@@ -298,6 +351,8 @@ static int pack_setup(tb_sbp_req_t **out, const tb_seccomp_t *policy, const tb_s
 	const void *bpf = tb_seccomp_bpf(policy, &setup.bpf_len);
 	tb_sbp_req_t *req;
 
+	if (spec->ro_binds && spec->ro_binds->n > TB_SBP_MAX_BINDS)
+		return tb_error_set(err, TB_EINVAL, "sandbox: over %u ro_binds", TB_SBP_MAX_BINDS);
 	/* A user namespace cannot raise a hard limit above its creator's. */
 	if (getrlimit(RLIMIT_NOFILE, &hard) == 0 && hard.rlim_max != RLIM_INFINITY &&
 	    setup.nofile > hard.rlim_max)
@@ -327,7 +382,7 @@ static int pack_setup(tb_sbp_req_t **out, const tb_seccomp_t *policy, const tb_s
 }
 
 struct init_child {
-	const char *path;
+	int exe; /* O_PATH descriptor of the init program */
 	char *const *argv;
 	int ctl;
 	int err;          /* set by the child if it could not exec */
@@ -368,7 +423,7 @@ __attribute__((no_sanitize("address"))) static int init_child(void *p)
 	    0)
 		goto failed;
 	c->step = "execute";
-	execve(c->path, c->argv, no_env);
+	syscall(SYS_execveat, c->exe, "", c->argv, no_env, AT_EMPTY_PATH);
 failed:
 	c->err = errno ? errno : EINVAL;
 	_exit(127);
@@ -383,31 +438,43 @@ failed:
 static int start_init(pid_t *out, int ctl, const char *name, tb_error_t *err)
 {
 	char *argv[] = { INIT_NAME, (char *)name, NULL };
-	struct init_child c = { NULL, argv, ctl, 0, "clone" };
+	struct init_child c = { -1, argv, ctl, 0, "clone" };
+	const char *path;
 	sigset_t all, old;
+	size_t guard = (size_t)sysconf(_SC_PAGESIZE);
 	char *stack;
 	pid_t pid;
 	int rc, e;
 
-	if ((rc = tb_sandbox_find_init(&c.path, err)) < 0)
+	if ((rc = tb_sandbox_find_init(&path, err)) < 0)
 		return rc;
-	if (!(stack = malloc(INIT_STACK)))
-		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	c.exe = init_fd;
+	/* Its own stack, with a guard page below: an overflow faults
+	 * instead of writing over the worker's memory. */
+	stack = mmap(NULL, guard + INIT_STACK, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED)
+		return tb_error_errno(err, TB_ENOMEM, errno, "sandbox: a stack for the clone");
+	if (mprotect(stack, guard, PROT_NONE) < 0) {
+		rc = tb_error_errno(err, TB_ENOMEM, errno, "sandbox: the stack's guard page");
+		munmap(stack, guard + INIT_STACK);
+		return rc;
+	}
 	/* No worker signal handler may run on the child's stack. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pid = clone(init_child, stack + INIT_STACK, NAMESPACES | CLONE_VM | CLONE_VFORK | SIGCHLD,
-		    &c);
+	pid = clone(init_child, stack + guard + INIT_STACK,
+		    NAMESPACES | CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
 	e = errno;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	free(stack);
+	munmap(stack, guard + INIT_STACK);
 	if (pid < 0)
 		return tb_error_errno(err, TB_EIO, e, "sandbox: clone into new namespaces");
 	if (c.err) {
 		int status;
 		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 			;
-		return tb_error_errno(err, TB_EIO, c.err, "sandbox: %s: %s", c.path, c.step);
+		return tb_error_errno(err, TB_EIO, c.err, "sandbox: %s: %s", path, c.step);
 	}
 	*out = pid;
 	return 0;
@@ -459,6 +526,10 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: work_root %s", spec->work_root);
 		free(sb);
 		return rc;
+	}
+	if (!strcmp(sb->root, "/")) {
+		free(sb);
+		return tb_error_set(err, TB_EINVAL, "sandbox: work_root may not be /");
 	}
 	unsigned base = TB_SANDBOX_UID_FIRST + spec->slot * TB_SANDBOX_ID_RANGE;
 	snprintf(cgname, sizeof(cgname), "%s", spec->name);

@@ -6,7 +6,8 @@
  * memory until it executes this small program (CLONE_VM | CLONE_VFORK):
  * no copy of the worker's page tables is made, nor taken down later, and
  * no worker lock is held while it runs. The control socket arrives as fd
- * 3 (TB_SBP_INIT_FD); everything else the worker had is closed at exec.
+ * 3 (TB_SBP_INIT_FD); what else the worker had open without close-on-exec
+ * is closed first thing.
  * The first message, SETUP, comes once the worker has written the uid/gid
  * maps and moved this process into the sandbox's cgroup: the tmpfs sizes,
  * the rlimits, the read-only binds and the seccomp filter the worker
@@ -49,13 +50,12 @@
 
 #define PATH_LEN 4096
 #define HOST_DIR "/.host"
-#define MAX_BINDS 1024
 
 /* From SETUP, never changed afterwards. */
 static tb_sbp_setup_t S;
 static struct sock_fprog policy;
 static const char *new_root; /* host directory the root is built on */
-static const char *binds[MAX_BINDS];
+static const char *binds[TB_SBP_MAX_BINDS];
 static int assigned; /* no process may start before assign() */
 
 /* ------------------------------------------------------------ helpers */
@@ -167,6 +167,21 @@ static int write_file(const char *path, const char *text, mode_t mode)
 	return close(fd);
 }
 
+/* Closes descriptors @p lo to @p hi; one at a time (up to the open-file
+ * limit) where close_range() is missing (Linux before 5.9). */
+static void close_fds(unsigned lo, unsigned hi)
+{
+	struct rlimit rl;
+	unsigned max = 1u << 20;
+
+	if (lo > hi || syscall(SYS_close_range, lo, hi, 0) == 0)
+		return;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < max)
+		max = (unsigned)rl.rlim_cur;
+	for (unsigned fd = lo; fd <= hi && fd < max; fd++)
+		close((int)fd);
+}
+
 /* ----------------------------------------------------- the file system */
 
 static void mount_tmpfs(const char *root, const char *at, uint64_t mb, const char *mode,
@@ -225,17 +240,18 @@ static int make_readonly(const char *path)
 	return mount(NULL, path, NULL, flags, NULL);
 }
 
-/* Binds host @p src read-only at @p dst under @p root. A symbolic link is
+/* Binds @p src read-only at @p dst under @p root. A symbolic link is
  * recreated as a link (Debian's /bin -> usr/bin), not followed. A missing
- * source is skipped: runtimes list paths that only some machines have. */
-static void bind_ro(const char *root, const char *src, const char *dst)
+ * source is skipped unless @p required: runtimes list paths that only
+ * some machines have. */
+static void bind_ro(const char *root, const char *src, const char *dst, int required)
 {
 	char path[PATH_LEN], target[PATH_LEN];
 	struct stat st;
 	ssize_t n;
 
 	if (lstat(src, &st) < 0) {
-		if (errno == ENOENT)
+		if (errno == ENOENT && !required)
 			return;
 		fail("stat", src, errno);
 	}
@@ -248,8 +264,8 @@ static void bind_ro(const char *root, const char *src, const char *dst)
 		char parent[PATH_LEN];
 		join(parent, sizeof(parent), path, "");
 		char *slash = strrchr(parent, '/');
-		if (slash && slash != parent)
-			*slash = '\0';
+		if (slash) /* "/a/b" -> "/a", "/a" -> "/" */
+			slash[slash == parent] = '\0';
 		if (mkdir_p(parent) < 0 || (symlink(target, path) < 0 && errno != EEXIST))
 			fail("symlink", dst, errno);
 		return;
@@ -261,8 +277,8 @@ static void bind_ro(const char *root, const char *src, const char *dst)
 		char parent[PATH_LEN];
 		join(parent, sizeof(parent), path, "");
 		char *slash = strrchr(parent, '/');
-		if (slash && slash != parent)
-			*slash = '\0';
+		if (slash) /* "/a/b" -> "/a", "/a" -> "/" */
+			slash[slash == parent] = '\0';
 		if (mkdir_p(parent) < 0)
 			fail("mkdir", dst, errno);
 		int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
@@ -343,8 +359,6 @@ static void build_root(void)
 		fail("make / private", NULL, errno);
 	if (mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m") < 0)
 		fail("mount root tmpfs", root, errno);
-	for (uint32_t i = 0; i < S.nbinds; i++)
-		bind_ro(root, binds[i], binds[i]);
 	build_etc(root);
 	build_dev(root);
 	join(path, sizeof(path), root, "/proc");
@@ -370,6 +384,13 @@ static void build_root(void)
 		fail("pivot_root", NULL, errno);
 	if (chdir("/") < 0)
 		fail("chdir", "/", errno);
+	/* The runtime's binds, from the host's root as it is, now that the
+	 * new root no longer covers work_root there (a bind above or below
+	 * work_root sees the host's files, not this tmpfs). */
+	for (uint32_t i = 0; i < S.nbinds; i++) {
+		join(path, sizeof(path), HOST_DIR, binds[i]);
+		bind_ro("", path, binds[i], 0);
+	}
 }
 
 /* The task-specific part of a prepared sandbox: host name, the recipe and
@@ -398,11 +419,11 @@ static void assign(const tb_sbp_req_t *req)
 		fail("write", "/etc/hosts", errno);
 	if (field[1][0]) {
 		join(src, sizeof(src), HOST_DIR, field[1]);
-		bind_ro("", src, "/recipe");
+		bind_ro("", src, "/recipe", 1);
 	}
 	if (field[2][0]) {
 		join(src, sizeof(src), HOST_DIR, field[2]);
-		bind_ro("", src, "/inputs");
+		bind_ro("", src, "/inputs", 1);
 	}
 	/* Answer first, then finish: init handles one message at a time, so
 	 * the worker's next request (the first EXEC) is only read after the
@@ -485,8 +506,8 @@ exec_child(char *const *argv, char *const *envp, const char *cwd, const int fds[
 	if (dup3(errpipe, 64, O_CLOEXEC) < 0)
 		goto failed;
 	errpipe = 64;
-	syscall(SYS_close_range, fds[3] >= 0 ? 4 : 3, 63, 0);
-	syscall(SYS_close_range, 65, ~0u, 0);
+	close_fds(fds[3] >= 0 ? 4 : 3, 63);
+	close_fds(65, ~0u);
 	if (chdir(cwd) < 0)
 		goto failed;
 	if (setrlimit(RLIMIT_NOFILE, &nofile) < 0 || setrlimit(RLIMIT_FSIZE, &fsize) < 0 ||
@@ -593,9 +614,8 @@ static void handle_exec(const tb_sbp_req_t *req, int *fds)
 		goto out;
 	}
 	/* vfork-style: the child borrows init's memory until execve, so no
-	 * page tables are copied (init is a copy of the whole worker), and
-	 * init sleeps until then. glibc's clone() runs no fork handlers (see
-	 * the file comment); the child gets a stack of its own. */
+	 * page tables are copied, and init sleeps until then; the child gets
+	 * a stack of its own. */
 	unsigned uid = req->sig > 0 && req->sig < 65534 ? (unsigned)req->sig : TB_SANDBOX_AGENT_ID;
 	struct child_args ca = { argv, envp, cwd, all, errpipe[1], errpipe[0], uid };
 	pid = clone(child_main, child_stack + sizeof(child_stack), CLONE_VM | CLONE_VFORK | SIGCHLD,
@@ -743,9 +763,15 @@ static void read_setup(void)
 	    req.len < sizeof(S) + 1 || req.data[req.len - 1] != '\0')
 		fail("setup", "malformed request", EINVAL);
 	memcpy(&S, req.data, sizeof(S));
+	if (S.version != TB_SBP_VERSION)
+		fail("setup",
+		     "from a worker of another build: install taskbox and "
+		     "taskbox-sandbox-init together",
+		     EPROTO);
 	pos = sizeof(S);
 	end = pos + (size_t)S.bpf_len * sizeof(struct sock_filter);
-	if (S.bpf_len == 0 || S.bpf_len > BPF_MAXINSNS || end >= req.len || S.nbinds > MAX_BINDS)
+	if (S.bpf_len == 0 || S.bpf_len > BPF_MAXINSNS || end >= req.len ||
+	    S.nbinds > TB_SBP_MAX_BINDS)
 		fail("setup", "malformed request", EINVAL);
 	memcpy(bpf, req.data + pos, end - pos);
 	policy.len = (unsigned short)S.bpf_len;
@@ -761,10 +787,14 @@ static void read_setup(void)
 	}
 	if (new_root[0] != '/')
 		fail("setup", "root is not absolute", EINVAL);
+	for (uint32_t i = 0; i < S.nbinds; i++)
+		if (binds[i][0] != '/')
+			fail("setup", "a bind is not absolute", EINVAL);
 }
 
-/* Inherited: 0-2 from the worker, and fd 3. Everything else was
- * close-on-exec (the worker's child marked it so). 0-2 become /dev/null. */
+/* Inherited: 0-2 from the worker, fd 3, and whatever the worker's
+ * libraries opened without close-on-exec: closed here. 0-2 become
+ * /dev/null. */
 static void null_stdio(void)
 {
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -773,7 +803,7 @@ static void null_stdio(void)
 		_exit(1);
 	if (null > TB_SBP_INIT_FD)
 		close(null);
-	syscall(SYS_close_range, TB_SBP_INIT_FD + 1, ~0u, 0);
+	close_fds(TB_SBP_INIT_FD + 1, ~0u);
 }
 
 int main(void)

@@ -17,6 +17,10 @@
 #define TB_SBP_MAX_ARGS 256
 #define TB_SBP_MAX_ENVS 512
 #define TB_SBP_MAX_PROCS 64
+#define TB_SBP_MAX_BINDS 1024
+/* SETUP's layout; init refuses another (a worker and an init of two
+ * different builds). */
+#define TB_SBP_VERSION 1
 
 enum tb_sbp_op {
 	/* worker -> init */
@@ -66,12 +70,14 @@ typedef struct tb_sbp_resp {
  * into the cgroup; until then init waits. The seccomp filter follows as
  * bpf_len struct sock_filter instructions, compiled once by the worker. */
 typedef struct tb_sbp_setup {
+	uint32_t version; /* TB_SBP_VERSION */
+	uint32_t pad;
 	uint64_t workspace_mb; /* /workspace and /tmp tmpfs size */
 	uint64_t outputs_mb;   /* /outputs tmpfs size */
 	uint64_t max_file_mb;  /* RLIMIT_FSIZE of every process */
 	uint64_t nofile;       /* RLIMIT_NOFILE, capped at the worker's hard limit */
 	uint32_t bpf_len;      /* instructions */
-	uint32_t nbinds;       /* strings after root */
+	uint32_t nbinds;       /* strings after root, at most TB_SBP_MAX_BINDS */
 } tb_sbp_setup_t;
 
 #endif

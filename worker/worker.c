@@ -1186,8 +1186,10 @@ static void rejoin_if_stuck(worker_t *w)
  * resumed at one mark, ran dry every time and left all slots idle (32
  * trivial tasks/s at 8 slots). Between the marks the line covers a refill
  * even at 100 tasks/s. Sessions hold slots while they idle, and their
- * follow-ups come on the same partitions: the line is longer then, so
- * they are never starved. */
+ * follow-ups come on the same partitions behind the waiting tasks: the
+ * line is longer then (16 x slots), so follow-ups are read while up to
+ * that many tasks wait; past it they wait for a slot to free, at the
+ * latest when a session's idle timeout ends it. */
 static void pace(worker_t *w)
 {
 	unsigned slots = (unsigned)w->d->cfg->slots;

@@ -51,6 +51,11 @@ contains "a missing sandbox init is named" \
   "cannot run taskbox-sandbox-init, tried /nonexistent/init" \
   env TASKBOX_SANDBOX_INIT=/nonexistent/init "$tb" demo \
   --recipe "$root/examples/recipes/hello" --chat "$root/examples/recipes/chat"
+# ... and one that others could have replaced is not run at all.
+cp "$(dirname "$tb")/taskbox-sandbox-init" "$tmp/init" && chmod 0777 "$tmp/init"
+contains "a sandbox init others can write is refused" "(writable by group or others)" \
+  env TASKBOX_SANDBOX_INIT="$tmp/init" "$tb" demo \
+  --recipe "$root/examples/recipes/hello" --chat "$root/examples/recipes/chat"
 check "schema help" 0 "$tb" schema --help
 check "unknown command" 2 "$tb" frobnicate
 echo "$pass passed, $fail failed"
