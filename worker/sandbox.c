@@ -287,6 +287,14 @@ static int try_init(const char *path)
 		why = strerror(errno);
 	else if ((why = untrusted(path, fd, buf, sizeof(buf))))
 		close(fd);
+	else if (fd <= TB_SBP_INIT_FD) {
+		/* Above the control socket's place in the child, which would
+		 * replace it just before the exec. */
+		int high = fcntl(fd, F_DUPFD_CLOEXEC, TB_SBP_INIT_FD + 1);
+		close(fd);
+		if ((fd = high) < 0)
+			why = strerror(errno);
+	}
 	if (!why) {
 		memcpy(init_path, path, strlen(path) + 1);
 		init_fd = fd;

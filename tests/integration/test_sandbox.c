@@ -705,5 +705,15 @@ int main(void)
 		return 77;
 	}
 	waitpid(p, NULL, 0);
+	/* The init program is looked up (and opened) once, here while fd 3
+	 * is still free: the descriptor must not stay at 3, where the clone
+	 * puts the control socket before it executes init. Every test below
+	 * fails if it does. */
+	const char *init;
+	tb_error_t err;
+	if (fcntl(3, F_GETFD) < 0 && tb_sandbox_find_init(&init, &err) < 0) {
+		printf("%s\n", err.msg);
+		return 1;
+	}
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
