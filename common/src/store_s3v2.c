@@ -53,7 +53,7 @@ typedef struct v2_call {
 	uint64_t offset; /* bytes moved so far */
 	uint64_t size;   /* put: body size */
 	uint64_t length; /* response Content-Length */
-	char sha256[65]; /* x-amz-meta-sha256 of the response */
+	char sha256[65]; /* from the Content-Type, or x-amz-meta-sha256 */
 	char md5[33];    /* the ETag, when it is a plain MD5 */
 	int io_failed;
 	char *wbuf; /* get, objects over WRITE_CHUNK: what is gathered before
@@ -295,13 +295,13 @@ static int head_object(v2_store_t *s, const char *key, tb_object_info_t *out, tb
 	}
 	if (c.status != S3StatusOK)
 		return fail(s, "HEAD", key, &c, err);
+	tb_error_t ignored;
 	memset(out, 0, sizeof(*out));
-	out->size = c.length;
 	if (c.sha256[0])
 		snprintf(out->sha256, sizeof(out->sha256), "%s", c.sha256);
-	else if (read_sidecar(s, key, out, err) < 0)
+	else if (read_sidecar(s, key, out, &ignored) < 0) /* none: unverified */
 		out->sha256[0] = '\0';
-	out->size = c.length;
+	out->size = c.length; /* the object's, whatever a sidecar says */
 	snprintf(out->md5, sizeof(out->md5), "%s", c.md5);
 	return 0;
 }

@@ -593,10 +593,9 @@ static int suite_task(int n)
 	/* throughput: 200 at once through the same worker (TB_BENCH_BULK
 	 * makes the run longer, to profile it) */
 	int total = 200;
-	const char *bulk = getenv("TB_BENCH_BULK");
-	if (bulk && strtol(bulk, NULL, 10) > 0)
-		total =
-		    (int)(strtol(bulk, NULL, 10) < MAX_TASKS ? strtol(bulk, NULL, 10) : MAX_TASKS);
+	long bulk = getenv("TB_BENCH_BULK") ? strtol(getenv("TB_BENCH_BULK"), NULL, 10) : 0;
+	if (bulk > 0)
+		total = (int)(bulk < MAX_TASKS ? bulk : MAX_TASKS);
 	double cpu0 = cpu_seconds(r.pids[0]), svc0 = services_cpu_seconds(), busy0, all0;
 	machine_cpu(&busy0, &all0);
 	double t0 = tb_bench_mono_ms();
