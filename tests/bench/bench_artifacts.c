@@ -28,6 +28,7 @@
 #define SMALL_SIZE (64 << 10)
 #define BIG_SIZE (256ull << 20)
 #define ROUNDS 3
+#define BUCKET "tb-bench-artifacts"
 
 extern char **environ;
 
@@ -154,6 +155,49 @@ static double slowest(const double *v)
 	return m;
 }
 
+typedef struct keys {
+	char **v;
+	size_t n, cap;
+} keys_t;
+
+static int note_key(void *ud, const char *key, const tb_object_info_t *info)
+{
+	keys_t *k = ud;
+	(void)info;
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? 2 * k->cap : 256;
+		char **v = realloc(k->v, cap * sizeof(*v));
+		if (!v)
+			return 1; /* stop: what was noted is still deleted */
+		k->v = v, k->cap = cap;
+	}
+	if (!(k->v[k->n] = strdup(key)))
+		return 1;
+	k->n++;
+	return 0;
+}
+
+/* Deletes every object this run wrote through @p s (its prefix holds
+ * curl's too): listed first, then deleted, so no page of the listing
+ * shifts under the deletes. */
+static void clean_up(tb_store_t *s, const char *scheme)
+{
+	keys_t k = { 0 };
+	tb_error_t err;
+	size_t failed = 0;
+
+	if (tb_store_list(s, "", note_key, &k, &err) < 0)
+		fprintf(stderr, "bench %s: listing what to delete: %s\n", scheme, err.msg);
+	for (size_t i = 0; i < k.n; i++) {
+		failed += tb_store_delete(s, k.v[i], &err) < 0;
+		free(k.v[i]);
+	}
+	if (failed)
+		fprintf(stderr, "bench %s: %zu objects could not be deleted (last: %s)\n", scheme,
+			failed, err.msg);
+	free(k.v);
+}
+
 /* Peak RSS of a child that does one 256 MiB put or get through @p s. */
 static double big_in_child(tb_store_t *s, const char *key, const char *file, int put, long *rss)
 {
@@ -180,14 +224,17 @@ static double big_in_child(tb_store_t *s, const char *key, const char *file, int
 
 static void bench_path(const char *scheme, const char *endpoint)
 {
-	char url[128], bucket[64], small[128], big[128], name[96], key[256];
+	char url[128], bucket[96], small[128], big[128], name[96], key[256];
 	tb_store_config_t cfg = { 0 };
 	static double up[SMALL_N * ROUNDS], down[SMALL_N * ROUNDS];
 	tb_store_t *s;
 	tb_error_t err;
 
-	snprintf(bucket, sizeof(bucket), "tb-bench-%s-%d", scheme, getpid());
-	snprintf(url, sizeof(url), "%s://%s/bench", scheme, bucket);
+	/* One bucket for every run (each new bucket is a new SeaweedFS
+	 * collection, which takes volumes of a limited supply), this run's
+	 * objects under its own prefix, deleted at the end; curl's too. */
+	snprintf(bucket, sizeof(bucket), "%s/%d-%s", BUCKET, getpid(), scheme);
+	snprintf(url, sizeof(url), "%s://%s", scheme, bucket);
 	cfg.url = url, cfg.endpoint = (char *)endpoint,
 	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
 	if (tb_store_open(&s, &cfg, &err) || tb_store_create_bucket(s, &err)) {
@@ -281,6 +328,7 @@ static void bench_path(const char *scheme, const char *endpoint)
 	add(name, "MiB", rss_up / 1024.0, rss_up / 1024.0, c_rss_up / 1024.0);
 	snprintf(name, sizeof(name), "%s 256MiB get peak RSS", scheme);
 	add(name, "MiB", rss_down / 1024.0, rss_down / 1024.0, c_rss_down / 1024.0);
+	clean_up(s, scheme);
 	tb_store_close(s);
 }
 
