@@ -70,7 +70,9 @@ typedef struct s3_req {
 	int create_only;             /* If-None-Match: * */
 	int out_fd;                  /* response body into this fd, else memory */
 	tb_store_hasher_t *out_hash; /* what goes to out_fd, hashed */
-	const atomic_int *cancel;    /* non-zero: stop (a sibling part failed) */
+	char *wbuf;                  /* a large download's pieces, gathered */
+	size_t wlen;
+	const atomic_int *cancel; /* non-zero: stop (a sibling part failed) */
 	/* results */
 	long status;
 	char etag[128];
@@ -139,16 +141,42 @@ static int on_seek(void *ud, curl_off_t offset, int origin)
 	return CURL_SEEKFUNC_OK;
 }
 
+/* Writes @p len bytes of the download to its file, and hashes them. */
+static int out_write(s3_req_t *r, const char *buf, size_t len)
+{
+	if (tb_write_all(r->out_fd, buf, len) < 0)
+		return -1;
+	if (r->out_hash) /* what is in the file, in order */
+		tb_store_hasher_update(r->out_hash, buf, len);
+	return 0;
+}
+
+/* Writes out what on_write gathered. */
+static int out_flush(s3_req_t *r)
+{
+	int rc = r->wlen ? out_write(r, r->wbuf, r->wlen) : 0;
+	r->wlen = 0;
+	return rc;
+}
+
+/* libcurl hands the body over in pieces of at most CURL_MAX_WRITE_SIZE
+ * (16 KiB) whatever its receive buffer; a large object's are gathered into
+ * RECV_CHUNK writes: a sixteenth of the writes and of the hasher's
+ * wake-ups. Without the memory, pieces are written as they come. */
 static size_t on_write(char *buf, size_t size, size_t n, void *ud)
 {
 	s3_req_t *r = ud;
 	size_t len = size * n;
 
 	if (r->out_fd >= 0 && r->status / 100 == 2) {
-		if (tb_write_all(r->out_fd, buf, len) < 0)
+		if (!r->wbuf && r->length > RECV_CHUNK)
+			r->wbuf = malloc(RECV_CHUNK);
+		if (r->wlen + len > RECV_CHUNK && out_flush(r) < 0)
 			return 0; /* aborts the transfer */
-		if (r->out_hash)
-			tb_store_hasher_update(r->out_hash, buf, len);
+		if (!r->wbuf || len > RECV_CHUNK)
+			return out_write(r, buf, len) < 0 ? 0 : len;
+		memcpy(r->wbuf + r->wlen, buf, len);
+		r->wlen += len;
 		return len;
 	}
 	if (r->xml_len + len > XML_MAX)
@@ -345,10 +373,8 @@ static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, in
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-	/* Downloads in RECV_CHUNK pieces, not libcurl's 16 KiB: a sixteenth of
-	 * the reads and writes, and the file lands in larger page-cache
-	 * folios, which the checksum pass after it (store.c) reads back a
-	 * third faster. */
+	/* Receives in RECV_CHUNK reads, not libcurl's 16 KiB: a sixteenth of
+	 * the reads (the writes: on_write). */
 	if (r->out_fd >= 0)
 		curl_easy_setopt(c, CURLOPT_BUFFERSIZE, RECV_CHUNK);
 	if (r->cancel) {
@@ -392,6 +418,7 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 		r->sent = 0;
 		r->etag[0] = r->resp_sha[0] = '\0';
 		r->length = 0;
+		r->wlen = 0; /* a failed attempt's gathered pieces: dropped */
 		free(r->xml);
 		r->xml = NULL;
 		r->xml_len = 0;
@@ -405,8 +432,12 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 		rc = attempt(s, c, r, err, &prep);
 		if (prep < 0) {
 			give(s, c);
+			free(r->wbuf);
+			r->wbuf = NULL;
 			return prep;
 		}
+		if (rc == CURLE_OK && out_flush(r) < 0)
+			rc = CURLE_WRITE_ERROR; /* as if on_write had failed */
 		if (!retryable(rc, r->status) || i == ATTEMPTS ||
 		    (r->cancel && atomic_load(r->cancel)))
 			break;
@@ -415,6 +446,8 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 		backoff *= 2;
 	}
 	give(s, c);
+	free(r->wbuf);
+	r->wbuf = NULL;
 	if (rc != CURLE_OK)
 		return tb_error_set(err, TB_EIO, "s3 %s %s: %s (attempt %d of %d)", r->method,
 				    r->key ? r->key : s->bucket, curl_easy_strerror(rc), i,
