@@ -409,7 +409,7 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 	CURL *c = take(s);
 	CURLcode rc = CURLE_OK;
 	unsigned backoff = 100;
-	int prep, i;
+	int prep = 0, i;
 
 	if (!c)
 		return tb_error_set(err, TB_ENOMEM, "s3: cannot create a curl handle");
@@ -424,18 +424,14 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 		r->xml_len = 0;
 		if (r->out_fd >= 0 &&
 		    (ftruncate(r->out_fd, 0) < 0 || lseek(r->out_fd, 0, SEEK_SET) < 0)) {
-			give(s, c);
-			return tb_error_errno(err, TB_EIO, errno, "s3: reset download file");
+			prep = tb_error_errno(err, TB_EIO, errno, "s3: reset download file");
+			break;
 		}
 		if (r->out_hash)
 			tb_store_hasher_reset(r->out_hash);
 		rc = attempt(s, c, r, err, &prep);
-		if (prep < 0) {
-			give(s, c);
-			free(r->wbuf);
-			r->wbuf = NULL;
-			return prep;
-		}
+		if (prep < 0)
+			break;
 		if (rc == CURLE_OK && out_flush(r) < 0)
 			rc = CURLE_WRITE_ERROR; /* as if on_write had failed */
 		if (!retryable(rc, r->status) || i == ATTEMPTS ||
@@ -448,6 +444,8 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 	give(s, c);
 	free(r->wbuf);
 	r->wbuf = NULL;
+	if (prep < 0)
+		return prep;
 	if (rc != CURLE_OK)
 		return tb_error_set(err, TB_EIO, "s3 %s %s: %s (attempt %d of %d)", r->method,
 				    r->key ? r->key : s->bucket, curl_easy_strerror(rc), i,

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "tb/store.h"
 
 #define SMALL_N 100
@@ -232,12 +233,14 @@ static void bench_path(const char *scheme, const char *endpoint)
 
 	/* One bucket for every run (each new bucket is a new SeaweedFS
 	 * collection, which takes volumes of a limited supply), this run's
-	 * objects under its own prefix, deleted at the end; curl's too. */
-	snprintf(bucket, sizeof(bucket), "%s/%d-%s", BUCKET, getpid(), scheme);
+	 * objects under its own prefix (pid and time: a pid comes round
+	 * again), deleted at the end; curl's too. */
+	snprintf(bucket, sizeof(bucket), "%s/%d-%lld-%s", BUCKET, (int)getpid(),
+		 (long long)time(NULL), scheme);
 	snprintf(url, sizeof(url), "%s://%s", scheme, bucket);
 	cfg.url = url, cfg.endpoint = (char *)endpoint,
 	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
-	if (tb_store_open(&s, &cfg, &err) || tb_store_create_bucket(s, &err)) {
+	if (tb_store_open(&s, &cfg, &err) || tb_bench_bucket(s, &err)) {
 		fprintf(stderr, "bench %s: %s\n", scheme, err.msg);
 		return;
 	}

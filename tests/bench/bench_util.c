@@ -8,6 +8,21 @@
 #include <string.h>
 #include <time.h>
 
+static int stop_at_first(void *ud, const char *key, const tb_object_info_t *info)
+{
+	(void)ud, (void)key, (void)info;
+	return 1;
+}
+
+int tb_bench_bucket(tb_store_t *s, tb_error_t *err)
+{
+	tb_error_t ignored;
+
+	if (tb_store_create_bucket(s, err) == 0)
+		return 0;
+	return tb_store_list(s, "", stop_at_first, NULL, &ignored) == 0 ? 0 : -1;
+}
+
 int tb_bench_json;
 static int first_row = 1;
 

@@ -5,6 +5,8 @@
 #ifndef TB_BENCH_UTIL_H
 #define TB_BENCH_UTIL_H
 
+#include "tb/store.h"
+
 #include <stdint.h>
 
 /** Whether rows print as JSON (set once, from --json). */
@@ -23,6 +25,14 @@ void tb_bench_stats(double *t, int n, double *median, double *p99);
  */
 void tb_bench_row(const char *suite, const char *name, const char *unit, double median, double p99,
 		  const char *baseline, double base);
+
+/**
+ * Makes the store's bucket, or makes sure it is there to use: the local
+ * SeaweedFS answers "BucketAlreadyExists" (someone else's) for a bucket
+ * of ours kept across a restart, so a refused creation is accepted when
+ * the bucket can be listed. @return 0, or the creation's error.
+ */
+int tb_bench_bucket(tb_store_t *s, tb_error_t *err);
 
 /** Closes the JSON array (prints "[]" if no row came); no-op for tables. */
 void tb_bench_end(void);

@@ -48,9 +48,10 @@
 #include <unistd.h>
 
 #define MAX_TASKS 512
-/* One bucket for every run, each run's objects under its own prefix: a
- * new bucket is a new SeaweedFS collection, which takes volumes of a
- * limited supply. The objects stay (a few KiB per task). */
+/* One bucket for every run, each run's objects under its own prefix
+ * (bench-<run>-<pid>-<time>, as its topics and ledger keys): a new bucket
+ * is a new SeaweedFS collection, which takes volumes of a limited supply.
+ * The objects stay (a few KiB per task). */
 #define BUCKET "tb-bench"
 #define MAX_WORKERS 4
 #define CHATTY_EVENTS 100000
@@ -61,6 +62,8 @@ static char trivial_url[160], chatty_url[160], sleepy_url[160];
 static char trivial_commit[64], chatty_commit[64], sleepy_commit[64];
 
 /* ------------------------------------------------------------ output */
+
+static char stamp[48]; /* this process's runs: pid and start time */
 
 static int sh(const char *fmt, ...)
 {
@@ -151,10 +154,24 @@ static int topics(const run_t *r)
 	return rc;
 }
 
-/* Deletes a run's topics once its workers are gone: each holds 8
- * partitions' logs and preallocated indexes, and a broker that keeps every
- * run's grows slower. Best effort: a failure is only reported. */
-static void drop_topics(const run_t *r)
+/* The topics of every run, deleted once all suites are done (deleting
+ * them between timed runs would put the broker's cleanup inside the
+ * next): each holds 8 partitions' logs and preallocated indexes, and a
+ * broker that keeps every run's grows slower. */
+#define MAX_RUNS 16
+static char dead_topics[MAX_RUNS * 3][96];
+static int ndead;
+
+static void topics_done(const run_t *r)
+{
+	const char *t[3] = { r->tasks, r->events, r->dlq };
+	for (int i = 0; i < 3 && ndead < MAX_RUNS * 3; i++)
+		snprintf(dead_topics[ndead++], sizeof(dead_topics[0]), "%s", t[i]);
+}
+
+/* Deletes the topics topics_done() noted. Best effort: failures are only
+ * reported. */
+static void drop_topics(void)
 {
 	char errstr[256];
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -165,18 +182,29 @@ static void drop_topics(const run_t *r)
 		rd_kafka_conf_destroy(conf);
 		return;
 	}
-	rd_kafka_DeleteTopic_t *t[3] = { rd_kafka_DeleteTopic_new(r->tasks),
-					 rd_kafka_DeleteTopic_new(r->events),
-					 rd_kafka_DeleteTopic_new(r->dlq) };
+	rd_kafka_DeleteTopic_t *t[MAX_RUNS * 3];
+	for (int i = 0; i < ndead; i++)
+		t[i] = rd_kafka_DeleteTopic_new(dead_topics[i]);
 	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
-	rd_kafka_DeleteTopics(rk, t, 3, NULL, q);
+	rd_kafka_DeleteTopics(rk, t, (size_t)ndead, NULL, q);
 	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
-	if (!ev || rd_kafka_event_error(ev))
-		fprintf(stderr, "bench: deleting the topics of %s: %s\n", r->name,
+	const rd_kafka_DeleteTopics_result_t *res =
+	    ev ? rd_kafka_event_DeleteTopics_result(ev) : NULL;
+	if (!res || rd_kafka_event_error(ev)) {
+		fprintf(stderr, "bench: deleting the runs' topics: %s\n",
 			ev ? rd_kafka_event_error_string(ev) : "no answer in 30 s");
+	} else {
+		size_t n;
+		const rd_kafka_topic_result_t **tr = rd_kafka_DeleteTopics_result_topics(res, &n);
+		for (size_t i = 0; i < n; i++)
+			if (rd_kafka_topic_result_error(tr[i]))
+				fprintf(stderr, "bench: deleting topic %s: %s\n",
+					rd_kafka_topic_result_name(tr[i]),
+					rd_kafka_topic_result_error_string(tr[i]));
+	}
 	if (ev)
 		rd_kafka_event_destroy(ev);
-	rd_kafka_DeleteTopic_destroy_array(t, 3);
+	rd_kafka_DeleteTopic_destroy_array(t, (size_t)ndead);
 	rd_kafka_queue_destroy(q);
 	rd_kafka_destroy(rk);
 }
@@ -209,6 +237,8 @@ static int follow_open(run_t *r, tb_error_t *err)
 	return rc;
 }
 
+static void run_free(run_t *r);
+
 /* A run's topics, configuration and clients; workers start later. */
 static int run_init(run_t *r, const char *name, int nworkers, int slots)
 {
@@ -216,11 +246,11 @@ static int run_init(run_t *r, const char *name, int nworkers, int slots)
 
 	memset(r, 0, sizeof(*r));
 	snprintf(r->name, sizeof(r->name), "%s", name);
-	snprintf(r->tasks, sizeof(r->tasks), "bench-%s-%d.tasks", name, getpid());
-	snprintf(r->events, sizeof(r->events), "bench-%s-%d.events", name, getpid());
-	snprintf(r->dlq, sizeof(r->dlq), "bench-%s-%d.dlq", name, getpid());
-	snprintf(r->group, sizeof(r->group), "bench-%s-%d", name, getpid());
-	snprintf(r->prefix, sizeof(r->prefix), "bench-%s-%d", name, getpid());
+	snprintf(r->tasks, sizeof(r->tasks), "bench-%s-%s.tasks", name, stamp);
+	snprintf(r->events, sizeof(r->events), "bench-%s-%s.events", name, stamp);
+	snprintf(r->dlq, sizeof(r->dlq), "bench-%s-%s.dlq", name, stamp);
+	snprintf(r->group, sizeof(r->group), "bench-%s-%s", name, stamp);
+	snprintf(r->prefix, sizeof(r->prefix), "bench-%s-%s", name, stamp);
 	snprintf(r->log, sizeof(r->log), "%s/%s.log", root, name);
 	r->nworkers = nworkers;
 	if (topics(r) < 0) {
@@ -230,20 +260,22 @@ static int run_init(run_t *r, const char *name, int nworkers, int slots)
 	for (int k = 0; k < nworkers; k++) {
 		snprintf(r->config[k], sizeof(r->config[k]), "%s/%s-w%d.json", root, name, k + 1);
 		FILE *f = fopen(r->config[k], "w");
-		if (!f)
+		if (!f) {
+			run_free(r);
 			return -1;
+		}
 		fprintf(f,
 			"{\"v\": 1, \"worker_id\": \"%s-w%d\", \"slots\": %d, \"log_level\": "
 			"\"warn\",\n"
 			" \"kafka\": {\"brokers\": \"%s\", \"group\": \"%s\", \"tasks_topic\": "
 			"\"%s\", \"events_topic\": \"%s\", \"dlq_topic\": \"%s\"},\n"
 			" \"ledger\": {\"url\": \"%s\", \"prefix\": \"%s\"},\n"
-			" \"store\": {\"url\": \"s3://" BUCKET "/%d-%s\", \"endpoint\": \"%s\", "
+			" \"store\": {\"url\": \"s3://" BUCKET "/%s\", \"endpoint\": \"%s\", "
 			"\"region\": \"%s\"},\n"
 			" \"runtimes_dir\": \"%s/runtimes\", \"work_dir\": \"%s/work\", "
 			"\"cache_dir\": \"%s/cache\"}\n",
 			r->prefix, k + 1, slots, getenv("TASKBOX_TEST_KAFKA"), r->group, r->tasks,
-			r->events, r->dlq, getenv("TASKBOX_TEST_REDIS"), r->prefix, getpid(), name,
+			r->events, r->dlq, getenv("TASKBOX_TEST_REDIS"), r->prefix, r->prefix,
 			getenv("TASKBOX_TEST_S3_ENDPOINT"), getenv("TASKBOX_TEST_S3_REGION"), root,
 			root, root);
 		fclose(f);
@@ -254,6 +286,7 @@ static int run_init(run_t *r, const char *name, int nworkers, int slots)
 	    tb_kafka_consumer_new(&r->offsets_c, r->cfg.kafka.brokers, r->group, NULL, NULL, NULL,
 				  NULL, &err) < 0) {
 		fprintf(stderr, "bench: %s\n", err.msg);
+		run_free(r);
 		return -1;
 	}
 	return 0;
@@ -304,7 +337,7 @@ static void run_free(run_t *r)
 	if (r->producer)
 		rd_kafka_destroy(r->producer);
 	if (r->tasks[0])
-		drop_topics(r);
+		topics_done(r);
 	tb_config_free(&r->cfg);
 }
 
@@ -952,6 +985,8 @@ int main(int argc, char **argv)
 				"deploy/local/services env)\n");
 		return 2;
 	}
+	/* names unique to this process: a pid alone comes round again */
+	snprintf(stamp, sizeof(stamp), "%d-%lld", (int)getpid(), (long long)time(NULL));
 	setenv("AWS_ACCESS_KEY_ID", getenv("TASKBOX_TEST_S3_ACCESS_KEY"), 1);
 	setenv("AWS_SECRET_ACCESS_KEY", getenv("TASKBOX_TEST_S3_SECRET_KEY"), 1);
 	if (!mkdtemp(root) || chmod(root, 0711) < 0)
@@ -963,7 +998,7 @@ int main(int argc, char **argv)
 	snprintf(bucket, sizeof(bucket), "s3://%s", BUCKET);
 	scfg.url = bucket, scfg.endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT");
 	scfg.region = getenv("TASKBOX_TEST_S3_REGION");
-	if (tb_store_open(&store, &scfg, &err) < 0 || tb_store_create_bucket(store, &err) < 0) {
+	if (tb_store_open(&store, &scfg, &err) < 0 || tb_bench_bucket(store, &err) < 0) {
 		fprintf(stderr, "bench: %s\n", err.msg);
 		return 1;
 	}
@@ -1007,6 +1042,8 @@ int main(int argc, char **argv)
 		rc |= got < 0;
 	}
 	tb_bench_end();
+	if (ndead)
+		drop_topics();
 	if (getenv("TB_BENCH_KEEP")) /* the workers' logs, for a closer look */
 		fprintf(stderr, "bench: kept %s\n", root);
 	else
