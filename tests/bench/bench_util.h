@@ -30,7 +30,7 @@ void tb_bench_row(const char *suite, const char *name, const char *unit, double 
  * Makes the store's bucket, or makes sure it is there to use: the local
  * SeaweedFS answers "BucketAlreadyExists" (someone else's) for a bucket
  * of ours kept across a restart, so a refused creation is accepted when
- * the bucket can be listed. @return 0, or the creation's error.
+ * the bucket can be listed. @return 0; -1 with @p err the creation's.
  */
 int tb_bench_bucket(tb_store_t *s, tb_error_t *err);
 
