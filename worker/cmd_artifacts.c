@@ -138,7 +138,7 @@ static int get(tb_store_t *s, const found_t *f, const char *path, const char *ou
 		else if (!strcmp(path, "manifest"))
 			out = "manifest.msgpack";
 	}
-	if (tb_store_get_file(s, key, out, &info, &err) < 0) {
+	if (tb_store_get_file(s, key, out, 0, &info, &err) < 0) {
 		fprintf(stderr, "taskbox artifacts: %s: %s\n", key, err.msg);
 		return err.code == TB_ENOTFOUND ? TB_EXIT_NOT_FOUND : TB_EXIT_FAILURE;
 	}

@@ -102,10 +102,13 @@ int tb_inputs_fetch(tb_store_t *store, const tb_task_t *task, const char *dir, t
 		snprintf(path, sizeof(path), "%s/%s", dir, in->name);
 		if (tb_mkdir_parents(path) < 0)
 			return tb_error_errno(err, TB_EIO, errno, "inputs: mkdir for %s", path);
-		if ((rc = tb_store_get_file(store, key, path, &got, err)) < 0) {
+		/* An expected SHA-256 is checked against what arrived, not
+		 * against what the store records. */
+		const char *want = in->sha256 ? in->sha256 : sha;
+		if ((rc = tb_store_get_file(store, key, path, want[0] ? TB_STORE_GET_SHA256 : 0,
+					    &got, err)) < 0) {
 			return poison_if_missing(rc, err, in->name);
 		}
-		const char *want = in->sha256 ? in->sha256 : sha;
 		if (want[0] && strcmp(want, got.sha256) != 0)
 			return tb_error_set(err, TB_EPOISON,
 					    "input %s: %s has sha256 %s, the task expects %s",

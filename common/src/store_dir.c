@@ -1,7 +1,8 @@
 /*
  * store_dir.c: the artifact store as a local directory, for the embedded
- * demo and tests. An object is the file <dir>/<key>; its checksum and size
- * are in <dir>/.meta/<key>. A put writes a temporary file in the target
+ * demo and tests. An object is the file <dir>/<key>; its checksums and size
+ * are in <dir>/.meta/<key>, one line: "<sha256> <size> <crc32c>" (earlier
+ * builds wrote no CRC-32C: such objects are verified by SHA-256). A put writes a temporary file in the target
  * directory, fsyncs it, and link()s it into place, which fails if the key
  * exists: no object is ever half-written or replaced.
  */
@@ -68,17 +69,19 @@ static int write_atomic(const char *path, const char *text)
 	return close(fd);
 }
 
-static int dir_put(tb_store_t *s, const char *key, int fd, uint64_t size, const char *sha256,
+static int dir_put(tb_store_t *s, const char *key, int fd, const tb_object_info_t *sums,
 		   tb_error_t *err)
 {
 	dir_store_t *d = (dir_store_t *)s;
 	char obj[4096], meta[4096], tmp[4200], line[128];
+	uint64_t size = sums->size;
 	int out = -1, rc;
 
 	paths(d, key, obj, meta, sizeof(obj));
 	if (tb_mkdir_parents(obj) < 0 || tb_mkdir_parents(meta) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "dir store: mkdir for %s", key);
-	snprintf(line, sizeof(line), "%s %llu\n", sha256, (unsigned long long)size);
+	snprintf(line, sizeof(line), "%s %llu %s\n", sums->sha256, (unsigned long long)size,
+		 sums->crc32c);
 	snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", obj);
 	if ((out = mkostemp(tmp, O_CLOEXEC)) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "dir store: create %s", tmp);
@@ -104,7 +107,7 @@ out:
 	return rc;
 }
 
-/* The checksum of an object: from its record, or from the object itself
+/* The checksums of an object: from its record, or from the object itself
  * if a crash lost the record. */
 static int read_meta(const char *meta, const char *obj, tb_object_info_t *out)
 {
@@ -112,18 +115,22 @@ static int read_meta(const char *meta, const char *obj, tb_object_info_t *out)
 	unsigned long long size = 0;
 	FILE *f = fopen(meta, "re");
 
-	out->sha256[0] = '\0';
+	out->sha256[0] = out->crc32c[0] = '\0';
 	if (f) {
-		if (fgets(line, sizeof(line), f) &&
-		    sscanf(line, "%64s %llu", out->sha256, &size) == 2)
+		int n = 0;
+		if (fgets(line, sizeof(line), f))
+			n = sscanf(line, "%64s %llu %8s", out->sha256, &size, out->crc32c);
+		if (n >= 2)
 			out->size = size;
+		else
+			out->sha256[0] = out->crc32c[0] = '\0';
 		fclose(f);
 	}
 	if (!out->sha256[0]) {
 		int fd = open(obj, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			return -1;
-		tb_store_hash_fd(fd, out->sha256, NULL, &out->size, NULL);
+		tb_store_hash_fd(fd, TB_SUM_SHA256 | TB_SUM_CRC32C, out, NULL);
 		close(fd);
 	}
 	return 0;

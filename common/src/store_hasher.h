@@ -12,8 +12,10 @@
 #include <stdint.h>
 
 struct tb_store_hasher {
-	int fd; /* the file the download is written to */
-	EVP_MD_CTX *ctx;
+	int fd;           /* the file the download is written to */
+	int want_sha;     /* SHA-256 too, else only the CRC-32C */
+	EVP_MD_CTX *ctx;  /* the SHA-256, with want_sha */
+	uint32_t crc;     /* the CRC-32C, always, inline (cheap) */
 	int live;         /* the implementation fed it (reset was called) */
 	int failed;       /* cannot vouch: read the file back instead */
 	uint64_t written; /* bytes the writer has put in the file */
@@ -26,11 +28,14 @@ struct tb_store_hasher {
 	int thread_live;
 };
 
-/** @return 0, or -1 out of memory (then hash the file afterwards) */
-int tb_store_hasher_init(tb_store_hasher_t *h, int fd);
-/** The SHA-256 and size of what was written in the last attempt.
- * @return 0; -1 if the hasher cannot vouch for it (read the file back) */
-int tb_store_hasher_final(tb_store_hasher_t *h, char sha256[65], uint64_t *size);
+/** @param want_sha the SHA-256 as well as the CRC-32C
+ * @return 0, or -1 out of memory (then hash the file afterwards) */
+int tb_store_hasher_init(tb_store_hasher_t *h, int fd, int want_sha);
+/** The checksums (into @p out->crc32c and ->sha256) and size of what was
+ * written in the last attempt.
+ * @return the TB_SUM_* the hasher vouches for; 0 if none (the file must be
+ *         read back) */
+unsigned tb_store_hasher_final(tb_store_hasher_t *h, tb_object_info_t *out);
 void tb_store_hasher_free(tb_store_hasher_t *h);
 
 #endif

@@ -65,18 +65,19 @@ typedef struct s3_req {
 	uint64_t body_off, body_len;
 	const char *body_mem;
 	size_t body_mem_len;
-	const char *payload_sha;     /* hex, or NULL to compute (memory / empty) */
-	const char *meta_sha;        /* stored as x-amz-meta-sha256 */
-	int create_only;             /* If-None-Match: * */
-	int out_fd;                  /* response body into this fd, else memory */
-	tb_store_hasher_t *out_hash; /* what goes to out_fd, hashed */
-	char *wbuf;                  /* a large download's pieces, gathered */
+	const char *payload_sha;      /* hex, or NULL to compute (memory / empty) */
+	const tb_object_info_t *meta; /* its sums: x-amz-meta-sha256, -crc32c */
+	int create_only;              /* If-None-Match: * */
+	int out_fd;                   /* response body into this fd, else memory */
+	tb_store_hasher_t *out_hash;  /* what goes to out_fd, hashed */
+	char *wbuf;                   /* a large download's pieces, gathered */
 	size_t wlen;
 	const atomic_int *cancel; /* non-zero: stop (a sibling part failed) */
 	/* results */
 	long status;
 	char etag[128];
 	char resp_sha[65];
+	char resp_crc[9];
 	uint64_t length;
 	char *xml;
 	size_t xml_len;
@@ -226,6 +227,8 @@ static size_t on_header(char *buf, size_t size, size_t n, void *ud)
 		copy_value(r->etag, sizeof(r->etag), buf + 5, len - 5);
 	} else if (len > 18 && !strncasecmp(buf, "x-amz-meta-sha256:", 18)) {
 		copy_value(r->resp_sha, sizeof(r->resp_sha), buf + 18, len - 18);
+	} else if (len > 18 && !strncasecmp(buf, "x-amz-meta-crc32c:", 18)) {
+		copy_value(r->resp_crc, sizeof(r->resp_crc), buf + 18, len - 18);
 	} else if (len > 15 && !strncasecmp(buf, "content-length:", 15)) {
 		copy_value(num, sizeof(num), buf + 15, len - 15);
 		r->length = strtoull(num, NULL, 10);
@@ -310,10 +313,11 @@ static int retryable(CURLcode rc, long status)
 static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, int *prep_rc)
 {
 	char path[3072], url[8192], auth[TB_SIGV4_AUTH_MAX], date[TB_SIGV4_DATE_LEN], sha[65];
-	char h_auth[TB_SIGV4_AUTH_MAX + 32], h_date[64], h_sha[128], h_meta[128], h_token[4200];
+	char h_auth[TB_SIGV4_AUTH_MAX + 32], h_date[64], h_sha[128], h_meta[128], h_crc[64];
+	char h_token[4200];
 	char encoded[6200];
 	struct curl_slist *hl = NULL;
-	tb_sigv4_header_t sh[6];
+	tb_sigv4_header_t sh[7];
 	size_t nh = 0;
 	CURLcode rc;
 
@@ -334,8 +338,10 @@ static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, in
 	sh[nh++] = (tb_sigv4_header_t){ "host", s->host };
 	sh[nh++] = (tb_sigv4_header_t){ "x-amz-content-sha256", sha };
 	sh[nh++] = (tb_sigv4_header_t){ "x-amz-date", date };
-	if (r->meta_sha)
-		sh[nh++] = (tb_sigv4_header_t){ "x-amz-meta-sha256", r->meta_sha };
+	if (r->meta) {
+		sh[nh++] = (tb_sigv4_header_t){ "x-amz-meta-sha256", r->meta->sha256 };
+		sh[nh++] = (tb_sigv4_header_t){ "x-amz-meta-crc32c", r->meta->crc32c };
+	}
 	if (s->creds.session_token)
 		sh[nh++] = (tb_sigv4_header_t){ "x-amz-security-token", s->creds.session_token };
 	if ((*prep_rc = tb_sigv4_authorization(auth, sizeof(auth), &s->creds, r->method, path,
@@ -347,9 +353,11 @@ static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, in
 	hl = curl_slist_append(hl, h_auth);
 	hl = curl_slist_append(hl, h_date);
 	hl = curl_slist_append(hl, h_sha);
-	if (r->meta_sha) {
-		snprintf(h_meta, sizeof(h_meta), "x-amz-meta-sha256: %s", r->meta_sha);
+	if (r->meta) {
+		snprintf(h_meta, sizeof(h_meta), "x-amz-meta-sha256: %s", r->meta->sha256);
+		snprintf(h_crc, sizeof(h_crc), "x-amz-meta-crc32c: %s", r->meta->crc32c);
 		hl = curl_slist_append(hl, h_meta);
+		hl = curl_slist_append(hl, h_crc);
 	}
 	if (s->creds.session_token) {
 		snprintf(h_token, sizeof(h_token), "x-amz-security-token: %s",
@@ -416,7 +424,7 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 	for (i = 1; i <= ATTEMPTS; i++) {
 		r->status = 0;
 		r->sent = 0;
-		r->etag[0] = r->resp_sha[0] = '\0';
+		r->etag[0] = r->resp_sha[0] = r->resp_crc[0] = '\0';
 		r->length = 0;
 		r->wlen = 0; /* a failed attempt's gathered pieces: dropped */
 		free(r->xml);
@@ -600,9 +608,10 @@ static int put_parts(mp_job_t *j, tb_error_t *err)
 	return 0;
 }
 
-static int put_multipart(s3_store_t *s, const char *key, int fd, uint64_t size, const char *sha,
+static int put_multipart(s3_store_t *s, const char *key, int fd, const tb_object_info_t *sums,
 			 tb_error_t *err)
 {
+	uint64_t size = sums->size;
 	char upload_id[512], query[1700], enc_id[1600];
 	size_t parts = (size_t)((size + MULTIPART_PART - 1) / MULTIPART_PART);
 	char(*etags)[128] = calloc(parts, sizeof(*etags));
@@ -612,7 +621,7 @@ static int put_multipart(s3_store_t *s, const char *key, int fd, uint64_t size, 
 	if (!etags)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	s3_req_t r = req_init("POST", key, "uploads");
-	r.meta_sha = sha;
+	r.meta = sums;
 	if ((rc = s3_do(s, &r, err)) < 0)
 		goto out;
 	if (r.status != 200 || !xml_text(r.xml, "UploadId", upload_id, sizeof(upload_id))) {
@@ -681,14 +690,16 @@ static int s3_head(tb_store_t *base, const char *key, tb_object_info_t *out, tb_
 	if (rc == 0) {
 		out->size = r.length;
 		snprintf(out->sha256, sizeof(out->sha256), "%s", r.resp_sha);
+		snprintf(out->crc32c, sizeof(out->crc32c), "%s", r.resp_crc);
 	}
 	free(r.xml);
 	return rc;
 }
 
-static int s3_put(tb_store_t *base, const char *key, int fd, uint64_t size, const char *sha256,
+static int s3_put(tb_store_t *base, const char *key, int fd, const tb_object_info_t *sums,
 		  tb_error_t *err)
 {
+	uint64_t size = sums->size;
 	s3_store_t *s = (s3_store_t *)base;
 	int rc;
 
@@ -701,12 +712,12 @@ static int s3_put(tb_store_t *base, const char *key, int fd, uint64_t size, cons
 			return tb_error_set(err, TB_EEXIST, "s3: %s exists", key);
 		if (rc != TB_ENOTFOUND)
 			return rc;
-		return put_multipart(s, key, fd, size, sha256, err);
+		return put_multipart(s, key, fd, sums, err);
 	}
 	/* Create-only in one request: the server answers 412 if the key is
 	 * there (AWS since 2024, SeaweedFS, MinIO). */
 	s3_req_t r = req_init("PUT", key, "");
-	r.body_fd = fd, r.body_len = size, r.payload_sha = sha256, r.meta_sha = sha256;
+	r.body_fd = fd, r.body_len = size, r.payload_sha = sums->sha256, r.meta = sums;
 	r.create_only = 1;
 	if ((rc = s3_do(s, &r, err)) == 0 && r.status == 412)
 		rc = tb_error_set(err, TB_EEXIST, "s3: %s exists", key);
@@ -730,6 +741,7 @@ static int s3_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *
 	if (rc == 0) {
 		out->size = r.length;
 		snprintf(out->sha256, sizeof(out->sha256), "%s", r.resp_sha);
+		snprintf(out->crc32c, sizeof(out->crc32c), "%s", r.resp_crc);
 	}
 	free(r.xml);
 	return rc;

@@ -7,14 +7,17 @@
  * (streamed from the file descriptor, never whole in memory). It also
  * matches response headers case-sensitively ("ETag", "x-amz-meta-"), so
  * against servers that capitalise them differently (SeaweedFS sends "Etag"
- * and "X-Amz-Meta-Sha256") it sees neither. The checksum therefore also
- * rides in the object's Content-Type, which every server returns as
- * "Content-Type": "application/octet-stream; taskbox-sha256=<hex>" (a
- * media type parameter, so clients that download the object see an
- * ordinary binary type). It is set in the same request as the content, so
- * an object and its checksum appear together. Objects of earlier builds
- * kept it in a sidecar object, <prefix>.taskbox-sha256/<key>: still read
- * when the Content-Type has none, and deleted with the object. libs3
+ * and "X-Amz-Meta-Sha256") it sees neither. The checksums therefore also
+ * ride in the object's Content-Type, which every server returns as
+ * "Content-Type": "application/octet-stream; taskbox-sums=<crc32c>.<sha256>"
+ * (a media type parameter, so clients that download the object see an
+ * ordinary binary type; one parameter, because libs3 takes at most 113
+ * characters of Content-Type, and this is 112). It is set in the same
+ * request as the content, so an object and its checksums appear together.
+ * Objects of earlier builds have "taskbox-sha256=<sha256>" there and no
+ * CRC-32C (they are verified by SHA-256), and older ones
+ * kept the SHA-256 in a sidecar object, <prefix>.taskbox-sha256/<key>:
+ * still read when the Content-Type has none, and deleted with the object. libs3
  * cannot send If-None-Match, so a put looks first (HEAD): two requests.
  * Requests are retried while libs3 calls the status retryable. Selected
  * by s3v2://bucket[/prefix].
@@ -34,7 +37,8 @@
 #define ATTEMPTS 5
 #define WRITE_CHUNK (256u << 10)
 #define SIDECAR ".taskbox-sha256/" /* earlier builds' checksum records */
-#define CT_PARAM "taskbox-sha256="
+#define CT_SUMS "taskbox-sums="    /* <crc32c 8 hex>.<sha256 64 hex> */
+#define CT_PARAM "taskbox-sha256=" /* earlier builds: <sha256 64 hex> */
 
 typedef struct v2_store {
 	tb_store_t base;
@@ -54,6 +58,7 @@ typedef struct v2_call {
 	uint64_t size;   /* put: body size */
 	uint64_t length; /* response Content-Length */
 	char sha256[65]; /* from the Content-Type, or x-amz-meta-sha256 */
+	char crc32c[9];  /* from the Content-Type, or x-amz-meta-crc32c */
 	char md5[33];    /* the ETag, when it is a plain MD5 */
 	int io_failed;
 	char *wbuf; /* get, objects over WRITE_CHUNK: what is gathered before
@@ -86,12 +91,22 @@ static S3Status on_props(const S3ResponseProperties *p, void *data)
 			c->md5[32] = '\0';
 		}
 	}
-	for (int i = 0; i < p->metaDataCount; i++)
+	for (int i = 0; i < p->metaDataCount; i++) {
 		if (!strcasecmp(p->metaData[i].name, "sha256"))
 			snprintf(c->sha256, sizeof(c->sha256), "%s", p->metaData[i].value);
-	/* "...; taskbox-sha256=<64 hex>" */
-	const char *t = p->contentType ? strstr(p->contentType, CT_PARAM) : NULL;
-	if (t && strspn(t + strlen(CT_PARAM), "0123456789abcdef") == 64) {
+		else if (!strcasecmp(p->metaData[i].name, "crc32c"))
+			snprintf(c->crc32c, sizeof(c->crc32c), "%s", p->metaData[i].value);
+	}
+	const char *type = p->contentType ? p->contentType : "";
+	const char *t = strstr(type, CT_SUMS), *v = t ? t + strlen(CT_SUMS) : NULL;
+	if (v && strspn(v, "0123456789abcdef") == 8 && v[8] == '.' &&
+	    strspn(v + 9, "0123456789abcdef") == 64) {
+		memcpy(c->crc32c, v, 8);
+		c->crc32c[8] = '\0';
+		memcpy(c->sha256, v + 9, 64);
+		c->sha256[64] = '\0';
+	} else if ((t = strstr(type, CT_PARAM)) &&
+		   strspn(t + strlen(CT_PARAM), "0123456789abcdef") == 64) {
 		memcpy(c->sha256, t + strlen(CT_PARAM), 64);
 		c->sha256[64] = '\0';
 	}
@@ -303,17 +318,19 @@ static int head_object(v2_store_t *s, const char *key, tb_object_info_t *out, tb
 		out->sha256[0] = '\0';
 	out->size = c.length; /* the object's, whatever a sidecar says */
 	snprintf(out->md5, sizeof(out->md5), "%s", c.md5);
+	snprintf(out->crc32c, sizeof(out->crc32c), "%s", c.crc32c);
 	return 0;
 }
 
-static int v2_put(tb_store_t *base, const char *key, int fd, uint64_t size, const char *sha256,
+static int v2_put(tb_store_t *base, const char *key, int fd, const tb_object_info_t *sums,
 		  tb_error_t *err)
 {
 	v2_store_t *s = (v2_store_t *)base;
-	char type[128], k[2048];
-	S3NameValue meta = { "sha256", sha256 };
+	char type[160], k[2048];
+	uint64_t size = sums->size;
+	S3NameValue meta[] = { { "sha256", sums->sha256 }, { "crc32c", sums->crc32c } };
 	S3PutProperties props = {
-		.contentType = type, .metaDataCount = 1, .metaData = &meta, .expires = -1
+		.contentType = type, .metaDataCount = 2, .metaData = meta, .expires = -1
 	};
 	S3PutObjectHandler h = { { on_props, on_complete }, on_put_data };
 	tb_object_info_t have;
@@ -325,7 +342,8 @@ static int v2_put(tb_store_t *base, const char *key, int fd, uint64_t size, cons
 		return tb_error_set(err, TB_EEXIST, "s3v2: %s exists", key);
 	if (rc != TB_ENOTFOUND)
 		return rc;
-	snprintf(type, sizeof(type), "application/octet-stream; " CT_PARAM "%s", sha256);
+	snprintf(type, sizeof(type), "application/octet-stream; " CT_SUMS "%s.%s", sums->crc32c,
+		 sums->sha256);
 	full_key(s, key, k, sizeof(k));
 	for (int i = 0; i < ATTEMPTS; i++) {
 		memset(&c, 0, sizeof(c));
@@ -381,6 +399,7 @@ static int v2_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *
 		out->sha256[0] = '\0'; /* an object without a checksum: unverified */
 	out->size = c.offset;
 	snprintf(out->md5, sizeof(out->md5), "%s", c.md5);
+	snprintf(out->crc32c, sizeof(out->crc32c), "%s", c.crc32c);
 	return 0;
 }
 

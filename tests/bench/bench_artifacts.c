@@ -212,7 +212,7 @@ static double big_in_child(tb_store_t *s, const char *key, const char *file, int
 		char out[128];
 		snprintf(out, sizeof(out), "%s/big-down", tmp);
 		int rc = put ? tb_store_put_file(s, key, file, NULL, &err)
-			     : tb_store_get_file(s, key, out, NULL, &err);
+			     : tb_store_get_file(s, key, out, 0, NULL, &err);
 		if (rc)
 			fprintf(stderr, "bench: %s\n", err.msg);
 		_exit(rc ? 1 : 0);
@@ -284,7 +284,7 @@ static void bench_path(const char *scheme, const char *endpoint)
 					double t = now();
 					snprintf(key, sizeof(key), "small/%d/%d", round, i);
 					snprintf(out, sizeof(out), "%s/small-down", tmp);
-					if (tb_store_get_file(s, key, out, NULL, &err))
+					if (tb_store_get_file(s, key, out, 0, NULL, &err))
 						fprintf(stderr, "bench: %s\n", err.msg);
 					down[round * SMALL_N + i] = (now() - t) * 1e3;
 				}

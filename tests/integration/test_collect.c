@@ -19,6 +19,10 @@
 #include "collect.h"
 #include "inputs.h"
 #include "sandbox.h"
+#include "tb/crc32c.h"
+#include "tb/sigv4.h"
+
+#include <fcntl.h>
 
 static tb_seccomp_t *policy;
 static tb_store_t *store;
@@ -117,7 +121,7 @@ static void test_collect__saves_regular_files_and_refuses_the_rest(void **state)
 	assert_string_equal(reason_of(&m, "bad?name"), "name is not valid UTF-8");
 	snprintf(got, sizeof(got), "%s/got.txt", root);
 	assert_int_equal(
-	    tb_store_get_file(store, "tasks/t-c1/1/outputs/sub/b.txt", got, NULL, &err), 0);
+	    tb_store_get_file(store, "tasks/t-c1/1/outputs/sub/b.txt", got, 0, NULL, &err), 0);
 	FILE *f = fopen(got, "r");
 	assert_non_null(fgets(out, sizeof(out), f));
 	fclose(f);
@@ -234,6 +238,31 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	snprintf(dir, sizeof(dir), "%s/inputs-2", root);
 	assert_int_equal(tb_inputs_fetch(store, &task, dir, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "the task expects"));
+
+	/* A record claiming the SHA-256 the task expects, over other content
+	 * (whose CRC-32C is right, so the transfer itself passes): the input
+	 * is checked against what arrived, not against the record, and the
+	 * store is found damaged. */
+	static char forged[] = "tasks/t-prev/2/outputs/forged.txt";
+	char path[200], want[65];
+	tb_object_info_t sums = { .size = 6 };
+	snprintf(path, sizeof(path), "%s/forged.txt", root);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("forged", f);
+	fclose(f);
+	tb_sha256_hex(want, "my notes", 8);
+	snprintf(sums.sha256, sizeof(sums.sha256), "%s", want);
+	snprintf(sums.crc32c, sizeof(sums.crc32c), "%08x", (unsigned)tb_crc32c(0, "forged", 6));
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(store->ops->put(store, forged, fd, &sums, &err), 0);
+	close(fd);
+	in[0].artifact = forged;
+	in[0].sha256 = want;
+	snprintf(dir, sizeof(dir), "%s/inputs-forged", root);
+	assert_int_equal(tb_inputs_fetch(store, &task, dir, &err), TB_EIO);
+	assert_non_null(strstr(err.msg, "checksum mismatch"));
 	in[0].sha256 = NULL;
 	in[1].path = "missing.md";
 	snprintf(dir, sizeof(dir), "%s/inputs-3", root);

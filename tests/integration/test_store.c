@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tb/crc32c.h"
 #include "tb/sigv4.h"
 #include "tb/store.h"
 
@@ -167,7 +168,7 @@ static void test_store__put_get_head_list_delete(void **state)
 	/* Every store knows the content's checksum: SHA-256, or (libs3) the
 	 * MD5 the server computed. */
 	assert_true(strlen(info.sha256) == 64 || strlen(info.md5) == 32);
-	if (tb_store_get_file(fx->store, key, dst, &info, &err) != 0)
+	if (tb_store_get_file(fx->store, key, dst, 0, &info, &err) != 0)
 		fail_msg("get: %s", err.msg);
 	assert_string_equal(read_file(dst), "hello artifacts\n");
 
@@ -184,7 +185,7 @@ static void test_store__put_get_head_list_delete(void **state)
 
 	assert_int_equal(tb_store_delete(fx->store, key, &err), 0);
 	assert_int_equal(tb_store_head(fx->store, key, &info, &err), TB_ENOTFOUND);
-	assert_int_equal(tb_store_get_file(fx->store, key, dst, &info, &err), TB_ENOTFOUND);
+	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, &info, &err), TB_ENOTFOUND);
 	assert_int_equal(tb_store_delete(fx->store, key, &err), 0); /* already gone: fine */
 	assert_int_equal(tb_store_delete(fx->store, second, &err), 0);
 }
@@ -205,17 +206,17 @@ static void test_store__never_overwrites_other_content(void **state)
 	tb_store_delete(fx->store, key, &err);
 }
 
-/* A PUT signed by hand, with an x-amz-meta-sha256 of our choosing. */
 /* PUTs @p body at @p key with SigV4, behind the store's back: its
- * x-amz-meta-sha256 @p meta, and Content-Type @p type if not NULL. */
-static void raw_s3_put(const fixture_t *fx, const char *key, const char *body, const char *meta,
-		       const char *type)
+ * x-amz-meta-sha256 @p meta, x-amz-meta-crc32c @p crc if not NULL, and
+ * Content-Type @p type if not NULL. */
+static void raw_s3_put_crc(const fixture_t *fx, const char *key, const char *body, const char *meta,
+			   const char *crc, const char *type)
 {
 	const char *endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT");
 	tb_sigv4_creds_t c = { getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), NULL,
 			       getenv("TASKBOX_TEST_S3_REGION"), "s3" };
 	char path[512], url[1024], date[TB_SIGV4_DATE_LEN], sha[65], auth[TB_SIGV4_AUTH_MAX];
-	char h[5][TB_SIGV4_AUTH_MAX + 32];
+	char h[6][TB_SIGV4_AUTH_MAX + 32];
 	const char *host = strstr(endpoint, "://") + 3;
 	tb_error_t err;
 
@@ -226,17 +227,20 @@ static void raw_s3_put(const fixture_t *fx, const char *key, const char *body, c
 	tb_sigv4_header_t sh[] = { { "host", host },
 				   { "x-amz-content-sha256", sha },
 				   { "x-amz-date", date },
-				   { "x-amz-meta-sha256", meta } };
-	assert_int_equal(
-	    tb_sigv4_authorization(auth, sizeof(auth), &c, "PUT", path, "", sh, 4, sha, date, &err),
-	    0);
+				   { "x-amz-meta-sha256", meta },
+				   { "x-amz-meta-crc32c", crc } };
+	size_t nh = crc ? 5 : 4;
+	assert_int_equal(tb_sigv4_authorization(auth, sizeof(auth), &c, "PUT", path, "", sh, nh,
+						sha, date, &err),
+			 0);
 	snprintf(h[0], sizeof(h[0]), "Authorization: %s", auth);
 	snprintf(h[1], sizeof(h[1]), "x-amz-date: %s", date);
 	snprintf(h[2], sizeof(h[2]), "x-amz-content-sha256: %s", sha);
 	snprintf(h[3], sizeof(h[3]), "x-amz-meta-sha256: %s", meta);
 	snprintf(h[4], sizeof(h[4]), "Content-Type: %s", type ? type : "application/octet-stream");
+	snprintf(h[5], sizeof(h[5]), "x-amz-meta-crc32c: %s", crc ? crc : "");
 	struct curl_slist *hl = NULL;
-	for (int i = 0; i < 5; i++)
+	for (size_t i = 0; i < nh + 1; i++)
 		hl = curl_slist_append(hl, h[i]);
 	CURL *cu = curl_easy_init();
 	long status = 0;
@@ -249,6 +253,41 @@ static void raw_s3_put(const fixture_t *fx, const char *key, const char *body, c
 	curl_easy_cleanup(cu);
 	curl_slist_free_all(hl);
 	assert_int_equal(status, 200);
+}
+
+static void raw_s3_put(const fixture_t *fx, const char *key, const char *body, const char *meta,
+		       const char *type)
+{
+	raw_s3_put_crc(fx, key, body, meta, NULL, type);
+}
+
+/* Stores @p body at @p key with checksums of our choosing (@p crc "" for
+ * none), behind the wrapper's back, as a damaged store would hold it. */
+static void put_with_sums(const fixture_t *fx, const char *key, const char *body, const char *sha,
+			  const char *crc)
+{
+	if (fx->s3) {
+		char type[200];
+		if (crc[0])
+			snprintf(type, sizeof(type), "application/octet-stream; taskbox-sums=%s.%s",
+				 crc, sha);
+		else
+			snprintf(type, sizeof(type), "application/octet-stream; taskbox-sha256=%s",
+				 sha);
+		raw_s3_put_crc(fx, key, body, sha, crc[0] ? crc : NULL, type);
+		return;
+	}
+	char path[128];
+	tb_object_info_t sums = { .size = strlen(body) };
+	tb_error_t err;
+	snprintf(path, sizeof(path), "%s/sums.txt", tmpdir);
+	write_file(path, body);
+	snprintf(sums.sha256, sizeof(sums.sha256), "%s", sha);
+	snprintf(sums.crc32c, sizeof(sums.crc32c), "%s", crc);
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(fx->store->ops->put(fx->store, key, fd, &sums, &err), 0);
+	close(fd);
 }
 
 static void test_store__checksum_mismatch_is_detected(void **state)
@@ -273,7 +312,7 @@ static void test_store__checksum_mismatch_is_detected(void **state)
 		snprintf(type, sizeof(type), "application/octet-stream; taskbox-sha256=%s", zeros);
 		raw_s3_put(fx, key, "the real content", zeros, type);
 		write_file(dst, "untouched");
-		assert_int_equal(tb_store_get_file(fx->store, key, dst, &info, &err), TB_EIO);
+		assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, &info, &err), TB_EIO);
 		assert_non_null(strstr(err.msg, "checksum mismatch"));
 		assert_string_equal(read_file(dst), "untouched");
 		assert_int_equal(tb_store_delete(fx->store, key, &err), 0);
@@ -283,7 +322,7 @@ static void test_store__checksum_mismatch_is_detected(void **state)
 		snprintf(side, sizeof(side), ".taskbox-sha256/%s", key);
 		snprintf(rec, sizeof(rec), "%s 16\n", zeros);
 		raw_s3_put(fx, side, rec, "x", NULL);
-		assert_int_equal(tb_store_get_file(fx->store, key, dst, &info, &err), TB_EIO);
+		assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, &info, &err), TB_EIO);
 		assert_non_null(strstr(err.msg, "checksum mismatch"));
 		assert_string_equal(read_file(dst), "untouched");
 		/* the delete takes the sidecar along: the key can be written
@@ -291,7 +330,7 @@ static void test_store__checksum_mismatch_is_detected(void **state)
 		assert_int_equal(tb_store_delete(fx->store, key, &err), 0);
 		assert_int_equal(
 		    tb_store_put_bytes(fx->store, key, "the real content", 16, NULL, &err), 0);
-		assert_int_equal(tb_store_get_file(fx->store, key, dst, &info, &err), 0);
+		assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, &info, &err), 0);
 		assert_string_equal(read_file(dst), "the real content");
 		assert_int_equal(tb_store_delete(fx->store, key, &err), 0);
 		return;
@@ -307,18 +346,75 @@ static void test_store__checksum_mismatch_is_detected(void **state)
 			   "0000000000000000000000000000000000000000000000000000000000000000",
 			   NULL);
 	} else {
+		tb_object_info_t sums = { .size = 16 };
+		memset(sums.sha256, '0', 64);
 		fd = open(path, O_RDONLY);
-		assert_int_equal(
-		    fx->store->ops->put(fx->store, key, fd, 16,
-					"000000000000000000000000000000000000000000000000"
-					"0000000000000000",
-					&err),
-		    0);
+		assert_int_equal(fx->store->ops->put(fx->store, key, fd, &sums, &err), 0);
 		close(fd);
 	}
-	assert_int_equal(tb_store_get_file(fx->store, key, dst, &info, &err), TB_EIO);
+	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, &info, &err), TB_EIO);
 	assert_non_null(strstr(err.msg, "checksum mismatch"));
 	assert_string_equal(read_file(dst), "untouched"); /* not replaced */
+	tb_store_delete(fx->store, key, &err);
+}
+
+/* A download is verified by the CRC-32C the store records; the SHA-256
+ * of what arrived is computed when the caller asks for it. */
+static void test_store__downloads_are_verified_by_crc32c(void **state)
+{
+	fixture_t *fx = *state;
+	const char *body = "the real content";
+	char dst[128], sha[65], crc[9];
+	tb_object_info_t info, head;
+	tb_error_t err;
+
+	NEED(fx);
+	snprintf(dst, sizeof(dst), "%s/crc-out.txt", tmpdir);
+	tb_sha256_hex(sha, body, strlen(body));
+	snprintf(crc, sizeof(crc), "%08x", (unsigned)tb_crc32c(0, body, strlen(body)));
+
+	/* What the store records, for what it was given. */
+	const char *key = unique_key("crc-ok.txt");
+	assert_int_equal(tb_store_put_bytes(fx->store, key, body, strlen(body), &info, &err), 0);
+	assert_string_equal(info.crc32c, crc);
+	assert_string_equal(info.sha256, sha);
+	assert_int_equal(tb_store_head(fx->store, key, &head, &err), 0);
+	assert_string_equal(head.crc32c, crc);
+	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, &info, &err), 0);
+	assert_string_equal(info.crc32c, crc);
+	assert_string_equal(info.sha256, sha);
+	tb_store_delete(fx->store, key, &err);
+
+	/* Content that does not match its CRC-32C, though it matches its
+	 * SHA-256: refused, the file left alone. */
+	key = unique_key("crc-bad.txt");
+	put_with_sums(fx, key, body, sha, "00000000");
+	write_file(dst, "untouched");
+	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, &info, &err), TB_EIO);
+	assert_non_null(strstr(err.msg, "checksum mismatch"));
+	assert_non_null(strstr(err.msg, "crc32c 00000000"));
+	assert_string_equal(read_file(dst), "untouched");
+	char *bytes = NULL;
+	size_t len = 0;
+	assert_int_equal(tb_store_get_bytes(fx->store, key, 1024, &bytes, &len, &err), TB_EIO);
+	assert_null(bytes);
+	tb_store_delete(fx->store, key, &err);
+
+	/* A recorded SHA-256 that is not the content's: the CRC-32C
+	 * passes, so a plain download reports the recorded one; asked for
+	 * the SHA-256 of what arrived, the store computes it and refuses. */
+	key = unique_key("sha-bad.txt");
+	char wrong[65];
+	memset(wrong, 'f', 64);
+	wrong[64] = '\0';
+	put_with_sums(fx, key, body, wrong, crc);
+	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, &info, &err), 0);
+	assert_string_equal(info.sha256, wrong);
+	write_file(dst, "untouched");
+	assert_int_equal(tb_store_get_file(fx->store, key, dst, TB_STORE_GET_SHA256, &info, &err),
+			 TB_EIO);
+	assert_non_null(strstr(err.msg, "sha256"));
+	assert_string_equal(read_file(dst), "untouched");
 	tb_store_delete(fx->store, key, &err);
 }
 
@@ -548,7 +644,7 @@ static void test_s3__large_file_goes_up_in_parts_with_flat_memory(void **state)
 	long before = ru.ru_maxrss;
 	if (tb_store_put_file(fx->store, key, src, &up, &err) != 0)
 		fail_msg("put: %s", err.msg);
-	if (tb_store_get_file(fx->store, key, dst, &down, &err) != 0)
+	if (tb_store_get_file(fx->store, key, dst, 0, &down, &err) != 0)
 		fail_msg("get: %s", err.msg);
 	getrusage(RUSAGE_SELF, &ru);
 	assert_int_equal(up.size, 256u << 20);
@@ -801,7 +897,7 @@ static void test_s3__parts_go_up_in_parallel_and_in_order(void **state)
 	assert_true(atomic_load(&r.max_live) >= 2);
 	/* Assembled in order: the stored checksum (of the file) matches the
 	 * content read back. */
-	if (tb_store_get_file(fx->store, key, dst, &down, &err) != 0)
+	if (tb_store_get_file(fx->store, key, dst, 0, &down, &err) != 0)
 		fail_msg("get: %s", err.msg);
 	assert_int_equal(down.size, 64u << 20);
 	assert_string_equal(up.sha256, down.sha256);
@@ -835,7 +931,7 @@ static void test_s3__a_download_cut_midway_is_retried_and_verified(void **state)
 	relay_start(&r, NULL);
 	r.cut_down_at = 1 << 20;
 	tb_store_t *via = open_via(fx, r.endpoint);
-	int rc = tb_store_get_file(via, key, dst, &down, &err);
+	int rc = tb_store_get_file(via, key, dst, 0, &down, &err);
 	tb_store_close(via);
 	relay_stop(&r);
 	if (rc != 0)
@@ -907,12 +1003,14 @@ int main(void)
 		cmocka_unit_test(test_store__put_get_head_list_delete),
 		cmocka_unit_test(test_store__never_overwrites_other_content),
 		cmocka_unit_test(test_store__checksum_mismatch_is_detected),
+		cmocka_unit_test(test_store__downloads_are_verified_by_crc32c),
 		cmocka_unit_test(test_store__bad_keys_are_refused),
 	};
 	const struct CMUnitTest s3_tests[] = {
 		cmocka_unit_test(test_store__put_get_head_list_delete),
 		cmocka_unit_test(test_store__never_overwrites_other_content),
 		cmocka_unit_test(test_store__checksum_mismatch_is_detected),
+		cmocka_unit_test(test_store__downloads_are_verified_by_crc32c),
 		cmocka_unit_test(test_store__bad_keys_are_refused),
 		cmocka_unit_test(test_s3__signed_url_works_until_it_expires),
 		cmocka_unit_test(test_s3__wrong_credentials_are_rejected),

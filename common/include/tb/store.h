@@ -10,8 +10,15 @@
  *                                      Signature V2, through libs3 (no
  *                                      multipart: one streamed request)
  *
- * Every object carries the SHA-256 of its content (S3: the x-amz-meta-sha256
- * header), computed while uploading and verified while downloading. Objects
+ * Every object carries two checksums of its content, computed in one pass
+ * before it goes up (S3: the x-amz-meta-sha256 and x-amz-meta-crc32c
+ * headers): its SHA-256, which names the content (manifests, inputs, the
+ * same-content check of a replayed put), and its CRC-32C, which a download
+ * is verified with, as S3's and GCS's own clients verify transfers; a
+ * caller comparing the content with a SHA-256 from elsewhere asks for the
+ * SHA-256 of what arrived (TB_STORE_GET_SHA256). Objects without a CRC-32C
+ * (written by earlier builds, or by others) are verified by SHA-256, else
+ * by the MD5 the server vouches for. Objects
  * stream from and to file descriptors: nothing is held whole in memory. A
  * put never replaces an object with different content (attempts write
  * under their own keys; a replay writing the same bytes again succeeds).
@@ -40,7 +47,17 @@ typedef struct tb_object_info {
 	char sha256[65]; /* lowercase hex; "" when unknown (a listing) */
 	char md5[33];    /* lowercase hex, where the store vouches for it (the
 			  * ETag of a single-part S3 object); else "" */
+	char crc32c[9];  /* 8 lowercase hex digits of the CRC-32C value; "" when
+			  * unknown (a listing, an object of an earlier build) */
 } tb_object_info_t;
+
+/* Flags of tb_store_get_file(). */
+enum {
+	/* Compute the SHA-256 of what arrives, for comparison with one from
+	 * elsewhere (a task's input): without it, out->sha256 is the one
+	 * the store records, for the content the CRC-32C verified. */
+	TB_STORE_GET_SHA256 = 1,
+};
 
 /** Called for each object of a listing, in key order; non-zero stops. */
 typedef int (*tb_store_list_fn)(void *ud, const char *key, const tb_object_info_t *info);
@@ -77,13 +94,16 @@ int tb_store_put_bytes(tb_store_t *s, const char *key, const void *data, size_t 
 		       tb_object_info_t *out, tb_error_t *err);
 
 /**
- * Downloads @p key into @p path (replaced atomically, and only if the
- * content's SHA-256 matches the stored checksum).
+ * Downloads @p key into @p path (replaced atomically, and only if what
+ * arrived matches the stored checksums: CRC-32C, and SHA-256 where it is
+ * computed).
+ * @param flags 0 or TB_STORE_GET_SHA256
+ * @param[out] out size and checksums of the content (may be NULL)
  * @return 0; TB_ENOTFOUND; TB_EIO for a checksum mismatch or a failed
  *         transfer (@p path is then left untouched)
  */
-int tb_store_get_file(tb_store_t *s, const char *key, const char *path, tb_object_info_t *out,
-		      tb_error_t *err);
+int tb_store_get_file(tb_store_t *s, const char *key, const char *path, unsigned flags,
+		      tb_object_info_t *out, tb_error_t *err);
 
 /**
  * Downloads @p key into memory (small objects: manifests, verdicts), at
@@ -114,7 +134,7 @@ int tb_store_share(tb_store_t *s, const char *key, unsigned seconds, char **out,
 /* ------------------------------------------------ for implementations */
 
 /*
- * A download's SHA-256, computed as the body is written: an implementation
+ * A download's checksums, computed as the body is written: an implementation
  * that can see the bytes calls reset at the start of each attempt and
  * update with every piece it writes, and the content need not be read back
  * to be verified. One that does not (a local directory copying files) is
@@ -128,12 +148,13 @@ struct tb_store_ops {
 	const char *name;
 	/* Create-only: TB_EEXIST if @p key is there already (the wrapper
 	 * then compares contents). @p fd is readable from offset 0 for
-	 * @p size bytes; @p sha256 is its checksum, stored with it. */
-	int (*put)(tb_store_t *s, const char *key, int fd, uint64_t size, const char *sha256,
+	 * @p sums->size bytes; @p sums->sha256 and @p sums->crc32c are its
+	 * checksums, stored with it. */
+	int (*put)(tb_store_t *s, const char *key, int fd, const tb_object_info_t *sums,
 		   tb_error_t *err);
 	/* Writes the content to @p fd (empty, at offset 0), through @p h if
 	 * it can (see tb_store_hasher_t), and fills @p out with the stored
-	 * size and checksum. */
+	 * size and checksums. */
 	int (*get)(tb_store_t *s, const char *key, int fd, tb_store_hasher_t *h,
 		   tb_object_info_t *out, tb_error_t *err);
 	int (*head)(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err);
@@ -161,8 +182,12 @@ int tb_store_s3v2_open(tb_store_t **out, const char *bucket, const char *prefix,
  * development); a no-op for a directory. */
 int tb_store_create_bucket(tb_store_t *s, tb_error_t *err);
 
-/** SHA-256 and MD5 of @p fd's content from offset 0 (streamed, one pass),
- * and its size. @p md5 may be NULL. */
-int tb_store_hash_fd(int fd, char sha256[65], char *md5, uint64_t *size, tb_error_t *err);
+/* What tb_store_hash_fd() computes. */
+enum { TB_SUM_SHA256 = 1, TB_SUM_MD5 = 2, TB_SUM_CRC32C = 4 };
+
+/** The checksums @p what names of @p fd's content from offset 0 (streamed,
+ * one pass), and its size, into @p out; its other fields are left as they
+ * are. */
+int tb_store_hash_fd(int fd, unsigned what, tb_object_info_t *out, tb_error_t *err);
 
 #endif
