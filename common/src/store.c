@@ -327,6 +327,32 @@ static int get_checked(tb_store_t *s, const char *key, int fd, unsigned flags,
 	return rc;
 }
 
+/*
+ * Moves the finished download @p tmp to @p path, replacing what is there
+ * in one step, so no reader sees half a file. No fsync: a downloaded copy
+ * (a task's input, a CLI download) is fetched again if lost. Nor the
+ * flush a plain rename over an existing file makes ext4 do (auto_da_alloc
+ * writes the new file out first: 0.15 s for 256 MiB here): an existing
+ * regular file is exchanged with the download (RENAME_EXCHANGE), and then
+ * unlinked under the temporary name. Anything else, or a file system that
+ * cannot exchange, gets the rename.
+ */
+static int put_in_place(const char *tmp, const char *path, tb_error_t *err)
+{
+	struct stat st;
+
+	if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+	    renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) == 0) {
+		/* @p tmp is the old file now: a leftover if this fails, not
+		 * a failed download */
+		unlink(tmp);
+		return 0;
+	}
+	if (rename(tmp, path) < 0)
+		return tb_error_errno(err, TB_EIO, errno, "store: save %s", path);
+	return 0;
+}
+
 int tb_store_get_file(tb_store_t *s, const char *key, const char *path, unsigned flags,
 		      tb_object_info_t *out, tb_error_t *err)
 {
@@ -343,12 +369,8 @@ int tb_store_get_file(tb_store_t *s, const char *key, const char *path, unsigned
 		return tb_error_errno(err, TB_EIO, errno, "store: create %s", tmp);
 	if ((rc = get_checked(s, key, fd, flags, &got, err)) < 0)
 		goto fail;
-	/* No fsync: a downloaded copy (a task's input, a CLI download) is
-	 * fetched again if lost; the rename keeps readers from half a file. */
-	if (rename(tmp, path) < 0) {
-		rc = tb_error_errno(err, TB_EIO, errno, "store: save %s", path);
+	if ((rc = put_in_place(tmp, path, err)) < 0)
 		goto fail;
-	}
 	close(fd);
 	if (out)
 		*out = got;

@@ -105,6 +105,15 @@ static double run(char **argv, long *rss_kib)
 	return now() - t0;
 }
 
+/* Before each timed 256 MiB transfer, ours or curl's: the last one's
+ * 256 MiB of dirty pages (the server's copy, the downloaded file) written
+ * out first, or their writeback lands on whichever transfer comes next
+ * (single rounds of either side took 2-3x as long). */
+static void settle(void)
+{
+	sync();
+}
+
 /* curl PUTs or GETs @p n objects in one process; returns seconds. The
  * payload goes unsigned, or with @p sha (hex) as its signed hash and its
  * x-amz-meta-sha256, as ours go. */
@@ -161,9 +170,10 @@ static double curl_signed_put(const char *endpoint, const char *bucket, const ch
 	char *argv[] = { "openssl", "dgst", "-sha256", "-r", (char *)file, NULL }, sha[65] = "";
 	posix_spawn_file_actions_t fa;
 	int fds[2], status;
-	double t0 = now();
 	pid_t pid;
 
+	settle();
+	double t0 = now();
 	if (pipe(fds) < 0)
 		return -1;
 	posix_spawn_file_actions_init(&fa);
@@ -253,6 +263,8 @@ static double big_in_child(tb_store_t *s, const char *key, const char *file, int
 {
 	struct rusage ru;
 	int status;
+
+	settle();
 	double t0 = now();
 	pid_t pid = fork();
 
@@ -356,9 +368,11 @@ static void bench_path(const char *scheme, const char *endpoint)
 				t = curl_signed_put(endpoint, bucket, base, big);
 				cs_up[round] = t > 0 ? bmb / t : 0;
 				snprintf(base, sizeof(base), "big-r%d", round);
+				settle();
 				t = curl_batch(endpoint, bucket, base, 1, 1, big, NULL, &rss);
 				cb_up[round] = t > 0 ? bmb / t : 0;
 				c_rss_up = rss > c_rss_up ? rss : c_rss_up;
+				settle();
 				t = curl_batch(endpoint, bucket, base, 1, 0, NULL, NULL, &rss);
 				cb_down[round] = t > 0 ? bmb / t : 0;
 				c_rss_down = rss > c_rss_down ? rss : c_rss_down;

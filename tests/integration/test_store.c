@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <curl/curl.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -355,6 +356,56 @@ static void test_store__checksum_mismatch_is_detected(void **state)
 	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, &info, &err), TB_EIO);
 	assert_non_null(strstr(err.msg, "checksum mismatch"));
 	assert_string_equal(read_file(dst), "untouched"); /* not replaced */
+	tb_store_delete(fx->store, key, &err);
+}
+
+/* Names in @p dir that are unfinished downloads (".partial-"). */
+static int partials_in(const char *dir)
+{
+	struct dirent *de;
+	DIR *d = opendir(dir);
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		n += strstr(de->d_name, ".partial-") != NULL;
+	closedir(d);
+	return n;
+}
+
+/* A download replaces a file in one step, leaving nothing behind; it
+ * never replaces a directory. */
+static void test_store__a_download_replaces_a_file_and_nothing_else(void **state)
+{
+	fixture_t *fx = *state;
+	char dir[160], dst[200], sub[256];
+	tb_error_t err;
+
+	NEED(fx);
+	const char *key = unique_key("replace.txt");
+	snprintf(dir, sizeof(dir), "%s/replace-%d", tmpdir, counter);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	snprintf(dst, sizeof(dst), "%s/out.txt", dir);
+	assert_int_equal(tb_store_put_bytes(fx->store, key, "new", 3, NULL, &err), 0);
+	write_file(dst, "the old content, longer than the new");
+	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, NULL, &err), 0);
+	assert_string_equal(read_file(dst), "new");
+	assert_int_equal(partials_in(dir), 0);
+	/* a fresh name */
+	unlink(dst);
+	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, NULL, &err), 0);
+	assert_string_equal(read_file(dst), "new");
+	/* a directory in the way: refused, left as it was */
+	snprintf(sub, sizeof(sub), "%s/inside", dst);
+	unlink(dst);
+	assert_int_equal(mkdir(dst, 0755), 0);
+	write_file(sub, "kept");
+	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, NULL, &err), TB_EIO);
+	assert_string_equal(read_file(sub), "kept");
+	assert_int_equal(partials_in(dir), 0);
+	unlink(sub);
+	rmdir(dst);
+	rmdir(dir);
 	tb_store_delete(fx->store, key, &err);
 }
 
@@ -1008,6 +1059,7 @@ int main(void)
 		cmocka_unit_test(test_store__never_overwrites_other_content),
 		cmocka_unit_test(test_store__checksum_mismatch_is_detected),
 		cmocka_unit_test(test_store__downloads_are_verified_by_crc32c),
+		cmocka_unit_test(test_store__a_download_replaces_a_file_and_nothing_else),
 		cmocka_unit_test(test_store__bad_keys_are_refused),
 	};
 	const struct CMUnitTest s3_tests[] = {
@@ -1015,6 +1067,7 @@ int main(void)
 		cmocka_unit_test(test_store__never_overwrites_other_content),
 		cmocka_unit_test(test_store__checksum_mismatch_is_detected),
 		cmocka_unit_test(test_store__downloads_are_verified_by_crc32c),
+		cmocka_unit_test(test_store__a_download_replaces_a_file_and_nothing_else),
 		cmocka_unit_test(test_store__bad_keys_are_refused),
 		cmocka_unit_test(test_s3__signed_url_works_until_it_expires),
 		cmocka_unit_test(test_s3__wrong_credentials_are_rejected),
