@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_SHARE_SECONDS 3600
 
@@ -89,6 +90,17 @@ static const char *key_of(const found_t *f, const char *path)
 	return NULL;
 }
 
+/* The SHA-256 the manifest gives for @p path (an output), or NULL. */
+static const char *sha_of(const found_t *f, const char *path)
+{
+	for (size_t i = 0; i < f->m.artifacts.n; i++) {
+		const tb_artifact_t *a = (const tb_artifact_t *)f->m.artifacts.items + i;
+		if (!strcmp(a->path, path))
+			return a->sha256;
+	}
+	return NULL;
+}
+
 static void list(const found_t *f, int as_json)
 {
 	if (as_json) {
@@ -138,9 +150,20 @@ static int get(tb_store_t *s, const found_t *f, const char *path, const char *ou
 		else if (!strcmp(path, "manifest"))
 			out = "manifest.msgpack";
 	}
-	if (tb_store_get_file(s, key, out, 0, &info, &err) < 0) {
+	/* An output is checked against the manifest, by the SHA-256 of what
+	 * arrived: the manifest, not the store's record, says what the task
+	 * made. */
+	const char *want = sha_of(f, path);
+	if (tb_store_get_file(s, key, out, want ? TB_STORE_GET_SHA256 : 0, &info, &err) < 0) {
 		fprintf(stderr, "taskbox artifacts: %s: %s\n", key, err.msg);
 		return err.code == TB_ENOTFOUND ? TB_EXIT_NOT_FOUND : TB_EXIT_FAILURE;
+	}
+	if (want && strcmp(want, info.sha256)) {
+		unlink(out);
+		fprintf(stderr,
+			"taskbox artifacts: %s has sha256 %s, the manifest says %s: not saved\n",
+			key, info.sha256, want);
+		return TB_EXIT_FAILURE;
 	}
 	printf("%s (%llu bytes, sha256 %s)\n", out, (unsigned long long)info.size, info.sha256);
 	return TB_EXIT_OK;

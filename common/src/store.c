@@ -166,6 +166,18 @@ static int same_content(const tb_object_info_t *have, const tb_object_info_t *mi
 	return 0;
 }
 
+void tb_store_take_crc32c(char out[9], const char *value)
+{
+	size_t n = 0;
+
+	out[0] = '\0';
+	if (strlen(value) != 8 || strspn(value, "0123456789abcdefABCDEF") != 8)
+		return;
+	for (; n < 8; n++)
+		out[n] = (char)(value[n] | 0x20); /* hex digits: lower case */
+	out[8] = '\0';
+}
+
 /* Which checksums of a download to compute: the CRC-32C where the store
  * records one (and it is enough, unless the caller wants the SHA-256);
  * else the SHA-256, and the MD5 where that is all the store vouches for. */
@@ -343,10 +355,18 @@ static int put_in_place(const char *tmp, const char *path, tb_error_t *err)
 
 	if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) &&
 	    renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) == 0) {
-		/* @p tmp is the old file now: a leftover if this fails, not
-		 * a failed download */
-		unlink(tmp);
-		return 0;
+		struct stat was;
+		if (lstat(tmp, &was) == 0 && was.st_dev == st.st_dev && was.st_ino == st.st_ino) {
+			/* @p tmp is the old file now: a leftover if this
+			 * fails, not a failed download */
+			unlink(tmp);
+			return 0;
+		}
+		/* Something else took the name between the look and the
+		 * exchange (a directory, say): it goes back, and the rename
+		 * decides. */
+		if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) < 0)
+			return tb_error_errno(err, TB_EIO, errno, "store: save %s", path);
 	}
 	if (rename(tmp, path) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "store: save %s", path);

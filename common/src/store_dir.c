@@ -111,7 +111,7 @@ out:
  * if a crash lost the record. */
 static int read_meta(const char *meta, const char *obj, tb_object_info_t *out)
 {
-	char line[128];
+	char line[160], crc[32] = "";
 	unsigned long long size = 0;
 	FILE *f = fopen(meta, "re");
 
@@ -119,11 +119,12 @@ static int read_meta(const char *meta, const char *obj, tb_object_info_t *out)
 	if (f) {
 		int n = 0;
 		if (fgets(line, sizeof(line), f))
-			n = sscanf(line, "%64s %llu %8s", out->sha256, &size, out->crc32c);
+			n = sscanf(line, "%64s %llu %31s", out->sha256, &size, crc);
 		if (n >= 2)
 			out->size = size;
 		else
-			out->sha256[0] = out->crc32c[0] = '\0';
+			out->sha256[0] = '\0';
+		tb_store_take_crc32c(out->crc32c, crc);
 		fclose(f);
 	}
 	if (!out->sha256[0]) {

@@ -228,7 +228,9 @@ static size_t on_header(char *buf, size_t size, size_t n, void *ud)
 	} else if (len > 18 && !strncasecmp(buf, "x-amz-meta-sha256:", 18)) {
 		copy_value(r->resp_sha, sizeof(r->resp_sha), buf + 18, len - 18);
 	} else if (len > 18 && !strncasecmp(buf, "x-amz-meta-crc32c:", 18)) {
-		copy_value(r->resp_crc, sizeof(r->resp_crc), buf + 18, len - 18);
+		char v[64];
+		copy_value(v, sizeof(v), buf + 18, len - 18);
+		tb_store_take_crc32c(r->resp_crc, v);
 	} else if (len > 15 && !strncasecmp(buf, "content-length:", 15)) {
 		copy_value(num, sizeof(num), buf + 15, len - 15);
 		r->length = strtoull(num, NULL, 10);
@@ -340,7 +342,8 @@ static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, in
 	sh[nh++] = (tb_sigv4_header_t){ "x-amz-date", date };
 	if (r->meta) {
 		sh[nh++] = (tb_sigv4_header_t){ "x-amz-meta-sha256", r->meta->sha256 };
-		sh[nh++] = (tb_sigv4_header_t){ "x-amz-meta-crc32c", r->meta->crc32c };
+		if (r->meta->crc32c[0])
+			sh[nh++] = (tb_sigv4_header_t){ "x-amz-meta-crc32c", r->meta->crc32c };
 	}
 	if (s->creds.session_token)
 		sh[nh++] = (tb_sigv4_header_t){ "x-amz-security-token", s->creds.session_token };
@@ -357,7 +360,8 @@ static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, in
 		snprintf(h_meta, sizeof(h_meta), "x-amz-meta-sha256: %s", r->meta->sha256);
 		snprintf(h_crc, sizeof(h_crc), "x-amz-meta-crc32c: %s", r->meta->crc32c);
 		hl = curl_slist_append(hl, h_meta);
-		hl = curl_slist_append(hl, h_crc);
+		if (r->meta->crc32c[0])
+			hl = curl_slist_append(hl, h_crc);
 	}
 	if (s->creds.session_token) {
 		snprintf(h_token, sizeof(h_token), "x-amz-security-token: %s",

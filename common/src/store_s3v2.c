@@ -95,7 +95,7 @@ static S3Status on_props(const S3ResponseProperties *p, void *data)
 		if (!strcasecmp(p->metaData[i].name, "sha256"))
 			snprintf(c->sha256, sizeof(c->sha256), "%s", p->metaData[i].value);
 		else if (!strcasecmp(p->metaData[i].name, "crc32c"))
-			snprintf(c->crc32c, sizeof(c->crc32c), "%s", p->metaData[i].value);
+			tb_store_take_crc32c(c->crc32c, p->metaData[i].value);
 	}
 	const char *type = p->contentType ? p->contentType : "";
 	const char *t = strstr(type, CT_SUMS), *v = t ? t + strlen(CT_SUMS) : NULL;
@@ -329,9 +329,10 @@ static int v2_put(tb_store_t *base, const char *key, int fd, const tb_object_inf
 	char type[160], k[2048];
 	uint64_t size = sums->size;
 	S3NameValue meta[] = { { "sha256", sums->sha256 }, { "crc32c", sums->crc32c } };
-	S3PutProperties props = {
-		.contentType = type, .metaDataCount = 2, .metaData = meta, .expires = -1
-	};
+	S3PutProperties props = { .contentType = type,
+				  .metaDataCount = sums->crc32c[0] ? 2 : 1,
+				  .metaData = meta,
+				  .expires = -1 };
 	S3PutObjectHandler h = { { on_props, on_complete }, on_put_data };
 	tb_object_info_t have;
 	v2_call_t c;
@@ -342,8 +343,12 @@ static int v2_put(tb_store_t *base, const char *key, int fd, const tb_object_inf
 		return tb_error_set(err, TB_EEXIST, "s3v2: %s exists", key);
 	if (rc != TB_ENOTFOUND)
 		return rc;
-	snprintf(type, sizeof(type), "application/octet-stream; " CT_SUMS "%s.%s", sums->crc32c,
-		 sums->sha256);
+	if (sums->crc32c[0])
+		snprintf(type, sizeof(type), "application/octet-stream; " CT_SUMS "%s.%s",
+			 sums->crc32c, sums->sha256);
+	else /* no CRC-32C: as earlier builds wrote it */
+		snprintf(type, sizeof(type), "application/octet-stream; " CT_PARAM "%s",
+			 sums->sha256);
 	full_key(s, key, k, sizeof(k));
 	for (int i = 0; i < ATTEMPTS; i++) {
 		memset(&c, 0, sizeof(c));

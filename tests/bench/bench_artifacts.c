@@ -182,16 +182,21 @@ static double curl_signed_put(const char *endpoint, const char *bucket, const ch
 	int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
 	close(fds[1]);
+	/* all of its output (the hash, then " *<file>"), so it never
+	 * writes to a closed pipe; the hash is the first 64 characters */
+	char line[512];
 	size_t got = 0;
-	while (rc == 0 && got < 64) {
-		ssize_t n = read(fds[0], sha + got, 64 - got);
+	while (rc == 0 && got < sizeof(line) - 1) {
+		ssize_t n = read(fds[0], line + got, sizeof(line) - 1 - got);
 		if (n <= 0)
 			break;
 		got += (size_t)n;
 	}
 	close(fds[0]);
+	if (got >= 64)
+		memcpy(sha, line, 64);
 	if (rc != 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-	    WEXITSTATUS(status) || got != 64)
+	    WEXITSTATUS(status) || got < 64 || strspn(sha, "0123456789abcdef") != 64)
 		return -1;
 	if (curl_batch(endpoint, bucket, base, 1, 1, file, sha, NULL) < 0)
 		return -1;

@@ -263,6 +263,7 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	snprintf(dir, sizeof(dir), "%s/inputs-forged", root);
 	assert_int_equal(tb_inputs_fetch(store, &task, dir, &err), TB_EIO);
 	assert_non_null(strstr(err.msg, "checksum mismatch"));
+	in[0].artifact = "tasks/t-prev/2/outputs/notes.txt";
 	in[0].sha256 = NULL;
 	in[1].path = "missing.md";
 	snprintf(dir, sizeof(dir), "%s/inputs-3", root);

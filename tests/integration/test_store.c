@@ -302,6 +302,21 @@ static void test_store__checksum_mismatch_is_detected(void **state)
 	NEED(fx);
 	snprintf(path, sizeof(path), "%s/tamper.txt", tmpdir);
 	snprintf(dst, sizeof(dst), "%s/tamper-out.txt", tmpdir);
+	/* First the good ones: objects of earlier builds (a SHA-256, no
+	 * CRC-32C), or with a CRC-32C in a form we never write, are
+	 * verified by their SHA-256. */
+	const char *body = "the real content", *crcs[] = { "", "AAAAAA==" };
+	char sha[65];
+	tb_sha256_hex(sha, body, strlen(body));
+	for (int i = 0; i < 2; i++) {
+		const char *old = unique_key("earlier.txt");
+		put_with_sums(fx, old, body, sha, crcs[i]);
+		if (tb_store_get_file(fx->store, old, dst, 0, &info, &err) != 0)
+			fail_msg("an earlier build's object (crc32c '%s'): %s", crcs[i], err.msg);
+		assert_string_equal(read_file(dst), body);
+		assert_string_equal(info.sha256, sha);
+		tb_store_delete(fx->store, old, &err);
+	}
 	const char *key = unique_key("tampered.txt");
 	if (fx->scheme && !strcmp(fx->scheme, "s3v2")) {
 		/* Through libs3 the checksum is read from the Content-Type,
@@ -949,12 +964,13 @@ static void test_s3__parts_go_up_in_parallel_and_in_order(void **state)
 		fail_msg("put: %s", err.msg);
 	printf("parts in flight at once: %d\n", atomic_load(&r.max_live));
 	assert_true(atomic_load(&r.max_live) >= 2);
-	/* Assembled in order: the stored checksum (of the file) matches the
-	 * content read back. */
-	if (tb_store_get_file(fx->store, key, dst, 0, &down, &err) != 0)
+	/* Assembled in order: the checksums of the file match the content
+	 * read back. */
+	if (tb_store_get_file(fx->store, key, dst, TB_STORE_GET_SHA256, &down, &err) != 0)
 		fail_msg("get: %s", err.msg);
 	assert_int_equal(down.size, 64u << 20);
 	assert_string_equal(up.sha256, down.sha256);
+	assert_string_equal(up.crc32c, down.crc32c);
 	assert_int_equal(upload_pending(fx, key), 0);
 	tb_store_delete(fx->store, key, &err);
 	unlink(src);

@@ -96,9 +96,14 @@ int tb_store_put_bytes(tb_store_t *s, const char *key, const void *data, size_t 
 /**
  * Downloads @p key into @p path (replaced atomically, and only if what
  * arrived matches the stored checksums: CRC-32C, and SHA-256 where it is
- * computed).
+ * computed). A directory at @p path is not replaced.
  * @param flags 0 or TB_STORE_GET_SHA256
- * @param[out] out size and checksums of the content (may be NULL)
+ * @param[out] out size, CRC-32C and SHA-256 of the content (may be NULL):
+ *             the SHA-256 computed from what arrived with
+ *             TB_STORE_GET_SHA256 or for an object without a CRC-32C,
+ *             else the one the store records for the content the
+ *             CRC-32C verified; the MD5 only where it was all the store
+ *             had
  * @return 0; TB_ENOTFOUND; TB_EIO for a checksum mismatch or a failed
  *         transfer (@p path is then left untouched)
  */
@@ -149,7 +154,8 @@ struct tb_store_ops {
 	/* Create-only: TB_EEXIST if @p key is there already (the wrapper
 	 * then compares contents). @p fd is readable from offset 0 for
 	 * @p sums->size bytes; @p sums->sha256 and @p sums->crc32c are its
-	 * checksums, stored with it. */
+	 * checksums, stored with it (a CRC-32C of "" is stored as none, as
+	 * earlier builds did: tests make such objects). */
 	int (*put)(tb_store_t *s, const char *key, int fd, const tb_object_info_t *sums,
 		   tb_error_t *err);
 	/* Writes the content to @p fd (empty, at offset 0), through @p h if
@@ -181,6 +187,11 @@ int tb_store_s3v2_open(tb_store_t **out, const char *bucket, const char *prefix,
 /** Creates the bucket of an S3 store, if missing (tests, local
  * development); a no-op for a directory. */
 int tb_store_create_bucket(tb_store_t *s, tb_error_t *err);
+
+/** @p value as a recorded CRC-32C, into @p out: exactly 8 hex digits, in
+ * lower case; anything else was not written by us and is no CRC-32C (""),
+ * so the object is verified by its SHA-256 instead. */
+void tb_store_take_crc32c(char out[9], const char *value);
 
 /* What tb_store_hash_fd() computes. */
 enum { TB_SUM_SHA256 = 1, TB_SUM_MD5 = 2, TB_SUM_CRC32C = 4 };
