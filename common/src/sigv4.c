@@ -18,9 +18,10 @@
 #define MAX_PARAMS 64
 #define MAX_HEADERS 32
 
-static void hex(char *out, const unsigned char *in, size_t n)
+void tb_hex(char *out, const void *bytes, size_t n)
 {
 	static const char digits[] = "0123456789abcdef";
+	const unsigned char *in = bytes;
 	for (size_t i = 0; i < n; i++) {
 		out[2 * i] = digits[in[i] >> 4];
 		out[2 * i + 1] = digits[in[i] & 15];
@@ -32,7 +33,7 @@ void tb_sha256_hex(char out[65], const void *data, size_t len)
 {
 	unsigned char d[SHA256_DIGEST_LENGTH];
 	SHA256(data, len, d);
-	hex(out, d, sizeof(d));
+	tb_hex(out, d, sizeof(d));
 }
 
 static void hmac(unsigned char out[32], const void *key, size_t klen, const char *msg)
@@ -215,7 +216,7 @@ static void sign(char out[65], const tb_sigv4_creds_t *c, const char *amz_date,
 	hmac(k3, k2, 32, c->service);
 	hmac(k4, k3, 32, "aws4_request");
 	hmac(sig, k4, 32, sts);
-	hex(out, sig, 32);
+	tb_hex(out, sig, 32);
 	OPENSSL_cleanse(key, sizeof(key));
 	OPENSSL_cleanse(k4, sizeof(k4));
 }

@@ -17,6 +17,7 @@
 #include "store_hasher.h"
 #include "tb/codec.h"
 #include "tb/crc32c.h"
+#include "tb/sigv4.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -91,17 +92,6 @@ static int check_key(const char *key, tb_error_t *err)
 	return 0;
 }
 
-static void hex(char *out, const unsigned char *d, unsigned n)
-{
-	static const char digits[] = "0123456789abcdef";
-
-	for (unsigned i = 0; i < n; i++) {
-		out[2 * i] = digits[d[i] >> 4];
-		out[2 * i + 1] = digits[d[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 int tb_store_hash_fd(int fd, unsigned what, tb_object_info_t *out, tb_error_t *err)
 {
 	unsigned char digest[32];
@@ -139,11 +129,11 @@ int tb_store_hash_fd(int fd, unsigned what, tb_object_info_t *out, tb_error_t *e
 	}
 	if (ctx) {
 		EVP_DigestFinal_ex(ctx, digest, &dlen);
-		hex(out->sha256, digest, 32);
+		tb_hex(out->sha256, digest, 32);
 	}
 	if (mctx) {
 		EVP_DigestFinal_ex(mctx, digest, &dlen);
-		hex(out->md5, digest, 16);
+		tb_hex(out->md5, digest, 16);
 	}
 	if (what & TB_SUM_CRC32C)
 		snprintf(out->crc32c, sizeof(out->crc32c), "%08x", (unsigned)crc);

@@ -14,6 +14,7 @@
 #include "store_hasher.h"
 
 #include "tb/crc32c.h"
+#include "tb/sigv4.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -134,12 +135,7 @@ unsigned tb_store_hasher_final(tb_store_hasher_t *h, tb_object_info_t *out)
 	if (!h->want_sha || h->failed || h->hashed != h->written)
 		return TB_SUM_CRC32C;
 	EVP_DigestFinal_ex(h->ctx, d, &dl);
-	for (int i = 0; i < 32; i++) {
-		static const char hex[] = "0123456789abcdef";
-		out->sha256[2 * i] = hex[d[i] >> 4];
-		out->sha256[2 * i + 1] = hex[d[i] & 15];
-	}
-	out->sha256[64] = '\0';
+	tb_hex(out->sha256, d, 32);
 	return TB_SUM_CRC32C | TB_SUM_SHA256;
 }
 

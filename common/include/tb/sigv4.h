@@ -73,4 +73,8 @@ int tb_sigv4_encode(char *out, size_t len, const char *in, int keep_slash);
 /** Hex SHA-256 of @p data. */
 void tb_sha256_hex(char out[65], const void *data, size_t len);
 
+/** @p n bytes as 2n lowercase hex digits and a NUL, the form every
+ * checksum here is written in. */
+void tb_hex(char *out, const void *bytes, size_t n);
+
 #endif
