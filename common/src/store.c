@@ -377,10 +377,8 @@ int tb_store_get_file(tb_store_t *s, const char *key, const char *path, unsigned
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
 		return tb_error_errno(err, TB_EIO, errno, "store: create %s", tmp);
-	if ((rc = get_checked(s, key, fd, flags, &got, err)) < 0)
-		goto fail;
-	if ((rc = put_in_place(tmp, path, err)) < 0)
-		goto fail;
+	if (get_checked(s, key, fd, flags, &got, err) < 0 || put_in_place(tmp, path, err) < 0)
+		goto fail; /* the error says why; its code is returned */
 	close(fd);
 	if (out)
 		*out = got;

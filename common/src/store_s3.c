@@ -513,8 +513,7 @@ static int hash_range(int fd, uint64_t off, uint64_t len, char out[65], tb_error
 		done += (uint64_t)n;
 	}
 	EVP_DigestFinal_ex(ctx, d, &dl);
-	for (int i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", d[i]);
+	tb_hex(out, d, 32);
 out:
 	EVP_MD_CTX_free(ctx);
 	free(buf);

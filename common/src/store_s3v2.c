@@ -535,6 +535,7 @@ int tb_store_s3v2_open(tb_store_t **out, const char *bucket, const char *prefix,
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	const char *ak = getenv("AWS_ACCESS_KEY_ID"), *sk = getenv("AWS_SECRET_ACCESS_KEY");
+	const char *token = getenv("AWS_SESSION_TOKEN");
 	v2_store_t *s;
 
 	*out = NULL;
@@ -547,7 +548,7 @@ int tb_store_s3v2_open(tb_store_t **out, const char *bucket, const char *prefix,
 		    err, TB_EINVAL,
 		    "s3v2 store: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be "
 		    "set in the worker's environment");
-	if (getenv("AWS_SESSION_TOKEN") && *getenv("AWS_SESSION_TOKEN"))
+	if (token && *token)
 		return tb_error_set(
 		    err, TB_EINVAL,
 		    "s3v2 store: libs3 2.0 cannot send AWS_SESSION_TOKEN; use s3://");
