@@ -4,7 +4,8 @@
 # its outcome; `watch` replays its events; `status` and `artifacts` read
 # its record; a shared URL downloads an artifact with curl; a task
 # dead-lettered for a missing runtime is sent back with `dlq send` after
-# the runtime is added, and succeeds. Topics, bucket, ledger prefix and
+# the runtime is added, and succeeds; an artifact replaced behind the
+# store's back is refused against the manifest. Topics, bucket, ledger prefix and
 # group are this run's own. Usage: cli_services.sh TASKBOX SOURCE_DIR
 set -u
 tb=$1 root=$2
@@ -140,6 +141,40 @@ if curl -sf "$(cat "$tmp/share.out")" -o "$tmp/shared.txt" && cmp -s "$tmp/share
 then ok; else bad "the shared URL downloads the artifact"; fi
 expect "share with a bad lifetime" 2 "$tmp/share-bad.out" \
   "$tb" artifacts share --config "$cfg" --expires 0 "$id" hello.txt
+
+# The artifact replaced behind the store's back by other bytes, with their
+# own checksums as the record: the store finds nothing wrong, the manifest
+# does. artifacts get compares the SHA-256 of what arrived with the
+# manifest's, refuses, and keeps no file.
+expect "artifacts list --json" 0 "$tmp/list.json" \
+  "$tb" artifacts list --config "$cfg" --json "$id"
+forged=$(python3 - "$tmp/list.json" "$tmp/forged.txt" <<'EOF'
+import hashlib, json, sys
+a = next(x for x in json.load(open(sys.argv[1]))["artifacts"] if x["path"] == "hello.txt")
+body = b"not what the agent wrote\n"
+open(sys.argv[2], "wb").write(body)
+table = []
+for n in range(256):
+    c = n
+    for _ in range(8):
+        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    table.append(c)
+crc = 0xFFFFFFFF
+for b in body:
+    crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+print(a["key"], a["sha256"], hashlib.sha256(body).hexdigest(), "%08x" % (crc ^ 0xFFFFFFFF))
+EOF
+)
+read -r fkey msha fsha fcrc <<<"$forged"
+if [ -n "$fcrc" ] && curl -sf -X PUT --aws-sigv4 "aws:amz:$TASKBOX_TEST_S3_REGION:s3" \
+  --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
+  -H "x-amz-meta-sha256: $fsha" -H "x-amz-meta-crc32c: $fcrc" --data-binary "@$tmp/forged.txt" \
+  "$TASKBOX_TEST_S3_ENDPOINT/$run/$fkey"; then ok; else bad "replace $fkey behind the store"; fi
+expect "artifacts get of replaced content" 1 "$tmp/get-forged.out" \
+  "$tb" artifacts get --config "$cfg" -o "$tmp/forged-got.txt" "$id" hello.txt
+has "and says the manifest disagrees" "has sha256 $fsha, the manifest says $msha" \
+  "$tmp/get-forged.out"
+if [ ! -e "$tmp/forged-got.txt" ]; then ok; else bad "a refused download left a file"; fi
 
 # Bad input: refused before anything is sent.
 expect "submit refuses a short commit" 4 "$tmp/bad.out" \
