@@ -2,9 +2,10 @@
  * store_dir.c: the artifact store as a local directory, for the embedded
  * demo and tests. An object is the file <dir>/<key>; its checksums and size
  * are in <dir>/.meta/<key>, one line: "<sha256> <size> <crc32c>" (earlier
- * builds wrote no CRC-32C: such objects are verified by SHA-256). A put writes a temporary file in the target
- * directory, fsyncs it, and link()s it into place, which fails if the key
- * exists: no object is ever half-written or replaced.
+ * builds wrote no CRC-32C: such objects are verified by SHA-256). A put
+ * writes a temporary file in the target directory, fsyncs it, and link()s
+ * it into place, which fails if the key exists: no object is ever
+ * half-written or replaced.
  */
 #include "tb/store.h"
 

@@ -15,10 +15,10 @@
  * characters of Content-Type, and this is 112). It is set in the same
  * request as the content, so an object and its checksums appear together.
  * Objects of earlier builds have "taskbox-sha256=<sha256>" there and no
- * CRC-32C (they are verified by SHA-256), and older ones
- * kept the SHA-256 in a sidecar object, <prefix>.taskbox-sha256/<key>:
- * still read when the Content-Type has none, and deleted with the object. libs3
- * cannot send If-None-Match, so a put looks first (HEAD): two requests.
+ * CRC-32C (they are verified by SHA-256), and older ones kept the SHA-256
+ * in a sidecar object, <prefix>.taskbox-sha256/<key>: still read when the
+ * Content-Type has none, and deleted with the object. libs3 cannot send
+ * If-None-Match, so a put looks first (HEAD): two requests.
  * Requests are retried while libs3 calls the status retryable. Selected
  * by s3v2://bucket[/prefix].
  */
@@ -292,6 +292,23 @@ static int read_sidecar(v2_store_t *s, const char *key, tb_object_info_t *out, t
 	return 0;
 }
 
+/* What the store records for @p key, from the answer @p c (else an
+ * earlier build's sidecar; else none: unverified), and its @p size. */
+static void recorded(v2_store_t *s, const char *key, const v2_call_t *c, uint64_t size,
+		     tb_object_info_t *out)
+{
+	tb_error_t ignored;
+
+	memset(out, 0, sizeof(*out));
+	if (c->sha256[0])
+		snprintf(out->sha256, sizeof(out->sha256), "%s", c->sha256);
+	else if (read_sidecar(s, key, out, &ignored) < 0)
+		out->sha256[0] = '\0';
+	out->size = size; /* the object's, whatever a sidecar says */
+	snprintf(out->md5, sizeof(out->md5), "%s", c->md5);
+	snprintf(out->crc32c, sizeof(out->crc32c), "%s", c->crc32c);
+}
+
 /* HEAD of @p key: its size and checksum (from the Content-Type, else an
  * earlier build's sidecar, else none: unverified). */
 static int head_object(v2_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err)
@@ -310,15 +327,7 @@ static int head_object(v2_store_t *s, const char *key, tb_object_info_t *out, tb
 	}
 	if (c.status != S3StatusOK)
 		return fail(s, "HEAD", key, &c, err);
-	tb_error_t ignored;
-	memset(out, 0, sizeof(*out));
-	if (c.sha256[0])
-		snprintf(out->sha256, sizeof(out->sha256), "%s", c.sha256);
-	else if (read_sidecar(s, key, out, &ignored) < 0) /* none: unverified */
-		out->sha256[0] = '\0';
-	out->size = c.length; /* the object's, whatever a sidecar says */
-	snprintf(out->md5, sizeof(out->md5), "%s", c.md5);
-	snprintf(out->crc32c, sizeof(out->crc32c), "%s", c.crc32c);
+	recorded(s, key, &c, c.length, out);
 	return 0;
 }
 
@@ -397,14 +406,7 @@ static int v2_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *
 		return tb_error_errno(err, TB_EIO, errno, "s3v2 GET %s: write", key);
 	if (c.status != S3StatusOK)
 		return fail(s, "GET", key, &c, err);
-	tb_error_t ignored;
-	if (c.sha256[0])
-		snprintf(out->sha256, sizeof(out->sha256), "%s", c.sha256);
-	else if (read_sidecar(s, key, out, &ignored) < 0)
-		out->sha256[0] = '\0'; /* an object without a checksum: unverified */
-	out->size = c.offset;
-	snprintf(out->md5, sizeof(out->md5), "%s", c.md5);
-	snprintf(out->crc32c, sizeof(out->crc32c), "%s", c.crc32c);
+	recorded(s, key, &c, c.offset, out);
 	return 0;
 }
 
