@@ -9,12 +9,14 @@
  * and GCS's own clients check theirs: a 256 MiB download's SHA-256 costs
  * 0.22 s of CPU here, its CRC-32C 0.04 s, and on a small machine that
  * also runs the store the difference is the download's speed. Both are
- * computed in the one pass before an upload, since S3 takes metadata
- * only with the first request.
+ * computed before an upload, since S3 takes metadata only with the first
+ * request (store_prepass.c, which also hashes the parts of an object a
+ * store sends in parts).
  */
 #include "tb/store.h"
 
 #include "store_hasher.h"
+#include "store_prepass.h"
 #include "tb/codec.h"
 #include "tb/crc32c.h"
 #include "tb/sigv4.h"
@@ -208,12 +210,14 @@ static int put_fd(tb_store_t *s, const char *key, int fd, tb_object_info_t *out,
 	int rc;
 
 	memset(&info, 0, sizeof(info));
-	if ((rc = tb_store_hash_fd(fd, TB_SUM_SHA256 | TB_SUM_CRC32C, &info, err)) < 0)
+	tb_part_sums_t parts;
+	if ((rc = tb_store_prepass(fd, s->part_size, s->multipart_min, &info, &parts, err)) < 0)
 		return rc;
 	/* Create-only: a later attempt writes its own keys, and a replay of
 	 * the same attempt writes the same bytes, so an existing key is fine
 	 * only with the same content. */
-	rc = s->ops->put(s, key, fd, &info, err);
+	rc = s->ops->put(s, key, fd, &info, parts.n ? &parts : NULL, err);
+	tb_part_sums_free(&parts);
 	if (rc == TB_EEXIST) {
 		memset(&have, 0, sizeof(have));
 		if ((rc = s->ops->head(s, key, &have, err)) < 0)

@@ -5,8 +5,9 @@
  * Bodies stream from the caller's file descriptor with pread, responses
  * stream into one; only small XML answers (errors, listings, multipart
  * bookkeeping) are held in memory, capped. Objects over MULTIPART_MIN go
- * up in MULTIPART_PART parts, each with its own payload hash, so memory
- * stays flat whatever the size. Up to PARALLEL_PARTS parts are in flight
+ * up in MULTIPART_PART parts, each signed with its own payload hash (the
+ * parts' SHA-256s, computed before the upload: store_prepass.c), so
+ * memory stays flat whatever the size. Up to PARALLEL_PARTS parts are in flight
  * at once, each on its own thread and easy handle: a part's answer comes
  * only after the server has stored it, and waiting for each in turn left
  * the link idle (each part is still read by offset, never held). Easy
@@ -22,8 +23,8 @@
 #include "tb/sigv4.h"
 
 #include <curl/curl.h>
+#include <openssl/crypto.h>
 #include <errno.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -487,39 +488,6 @@ static s3_req_t req_init(const char *method, const char *key, const char *query)
 			   .out_fd = -1 };
 }
 
-static int hash_range(int fd, uint64_t off, uint64_t len, char out[65], tb_error_t *err)
-{
-	unsigned char d[32];
-	unsigned int dl;
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	char *buf = malloc(256 << 10);
-	int rc = 0;
-
-	if (!ctx || !buf) {
-		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
-		goto out;
-	}
-	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-	for (uint64_t done = 0; done < len;) {
-		size_t want = len - done < (256 << 10) ? (size_t)(len - done) : (256 << 10);
-		ssize_t n = pread(fd, buf, want, (off_t)(off + done));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			rc = tb_error_errno(err, TB_EIO, n < 0 ? errno : EIO, "s3: read part");
-			goto out;
-		}
-		EVP_DigestUpdate(ctx, buf, (size_t)n);
-		done += (uint64_t)n;
-	}
-	EVP_DigestFinal_ex(ctx, d, &dl);
-	tb_hex(out, d, 32);
-out:
-	EVP_MD_CTX_free(ctx);
-	free(buf);
-	return rc;
-}
-
 /* One multipart upload's parts, shared by the threads sending them. */
 typedef struct mp_job {
 	s3_store_t *s;
@@ -528,7 +496,8 @@ typedef struct mp_job {
 	int fd;
 	uint64_t size;
 	size_t parts;
-	char (*etags)[128]; /* etags[i]: part i + 1's, written by its sender */
+	const tb_part_sums_t *sums; /* each part's SHA-256 */
+	char (*etags)[128];         /* etags[i]: part i + 1's, written by its sender */
 	pthread_mutex_t lock;
 	size_t next;       /* the next part to send */
 	atomic_int failed; /* set on the first final failure */
@@ -536,19 +505,17 @@ typedef struct mp_job {
 	tb_error_t err;
 } mp_job_t;
 
-/* Hashes and sends part @p i (0-based), with retries (s3_do). */
+/* Sends part @p i (0-based), with retries (s3_do). */
 static int put_part(mp_job_t *j, size_t i, tb_error_t *err)
 {
 	uint64_t off = (uint64_t)i * MULTIPART_PART;
 	uint64_t len = j->size - off < MULTIPART_PART ? j->size - off : MULTIPART_PART;
-	char part_sha[65], query[1700];
+	char query[1700];
 	int rc;
 
-	if ((rc = hash_range(j->fd, off, len, part_sha, err)) < 0)
-		return rc;
 	snprintf(query, sizeof(query), "partNumber=%zu&uploadId=%s", i + 1, j->enc_id);
 	s3_req_t p = req_init("PUT", j->key, query);
-	p.body_fd = j->fd, p.body_off = off, p.body_len = len, p.payload_sha = part_sha;
+	p.body_fd = j->fd, p.body_off = off, p.body_len = len, p.payload_sha = j->sums->sha256[i];
 	p.cancel = &j->failed;
 	rc = s3_do(j->s, &p, err);
 	if (rc == 0 && (p.status != 200 || !p.etag[0]))
@@ -611,12 +578,14 @@ static int put_parts(mp_job_t *j, tb_error_t *err)
 	return 0;
 }
 
+/* @p part_sums: each MULTIPART_PART part's SHA-256, its signed payload
+ * hash. */
 static int put_multipart(s3_store_t *s, const char *key, int fd, const tb_object_info_t *sums,
-			 tb_error_t *err)
+			 const tb_part_sums_t *part_sums, tb_error_t *err)
 {
 	uint64_t size = sums->size;
 	char upload_id[512], query[1700], enc_id[1600];
-	size_t parts = (size_t)((size + MULTIPART_PART - 1) / MULTIPART_PART);
+	size_t parts = part_sums->n;
 	char(*etags)[128] = calloc(parts, sizeof(*etags));
 	char *xml = NULL;
 	int rc;
@@ -638,6 +607,7 @@ static int put_multipart(s3_store_t *s, const char *key, int fd, const tb_object
 			 .fd = fd,
 			 .size = size,
 			 .parts = parts,
+			 .sums = part_sums,
 			 .etags = etags };
 	pthread_mutex_init(&job.lock, NULL);
 	atomic_init(&job.failed, 0);
@@ -700,7 +670,7 @@ static int s3_head(tb_store_t *base, const char *key, tb_object_info_t *out, tb_
 }
 
 static int s3_put(tb_store_t *base, const char *key, int fd, const tb_object_info_t *sums,
-		  tb_error_t *err)
+		  const tb_part_sums_t *parts, tb_error_t *err)
 {
 	uint64_t size = sums->size;
 	s3_store_t *s = (s3_store_t *)base;
@@ -715,7 +685,15 @@ static int s3_put(tb_store_t *base, const char *key, int fd, const tb_object_inf
 			return tb_error_set(err, TB_EEXIST, "s3: %s exists", key);
 		if (rc != TB_ENOTFOUND)
 			return rc;
-		return put_multipart(s, key, fd, sums, err);
+		if (parts && parts->part_size == MULTIPART_PART &&
+		    parts->n == (size + MULTIPART_PART - 1) / MULTIPART_PART)
+			return put_multipart(s, key, fd, sums, parts, err);
+		tb_part_sums_t own;
+		if ((rc = tb_store_hash_parts(fd, size, MULTIPART_PART, &own, err)) < 0)
+			return rc;
+		rc = put_multipart(s, key, fd, sums, &own, err);
+		tb_part_sums_free(&own);
+		return rc;
 	}
 	/* Create-only in one request: the server answers 412 if the key is
 	 * there (AWS since 2024, SeaweedFS, MinIO). */
@@ -881,6 +859,8 @@ int tb_store_s3_open(tb_store_t **out, const char *bucket, const char *prefix, c
 	if (!(s = calloc(1, sizeof(*s))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	s->base.ops = &s3_ops;
+	s->base.part_size = MULTIPART_PART;
+	s->base.multipart_min = MULTIPART_MIN;
 	pthread_mutex_init(&s->lock, NULL);
 	snprintf(s->bucket, sizeof(s->bucket), "%s", bucket);
 	/* The prefix is a directory: "runs" and "runs/" both mean "runs/". */

@@ -256,7 +256,7 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	snprintf(sums.crc32c, sizeof(sums.crc32c), "%08x", (unsigned)tb_crc32c(0, "forged", 6));
 	int fd = open(path, O_RDONLY);
 	assert_true(fd >= 0);
-	assert_int_equal(store->ops->put(store, forged, fd, &sums, &err), 0);
+	assert_int_equal(store->ops->put(store, forged, fd, &sums, NULL, &err), 0);
 	close(fd);
 	in[0].artifact = forged;
 	in[0].sha256 = want;

@@ -10,8 +10,8 @@
  *                                      Signature V2, through libs3 (no
  *                                      multipart: one streamed request)
  *
- * Every object carries two checksums of its content, computed in one pass
- * before it goes up (S3: the x-amz-meta-sha256 and x-amz-meta-crc32c
+ * Every object carries two checksums of its content, computed before it
+ * goes up (S3: the x-amz-meta-sha256 and x-amz-meta-crc32c
  * headers): its SHA-256, which names the content (manifests, inputs, the
  * same-content check of a replayed put), and its CRC-32C, which a download
  * is verified with, as S3's and GCS's own clients verify transfers; a
@@ -149,15 +149,35 @@ typedef struct tb_store_hasher tb_store_hasher_t;
 void tb_store_hasher_reset(tb_store_hasher_t *h);
 void tb_store_hasher_update(tb_store_hasher_t *h, const void *data, size_t len);
 
+/* The SHA-256 of each part of an object a store sends in parts (see
+ * struct tb_store's part_size), computed before the upload. */
+typedef struct tb_part_sums {
+	uint64_t part_size;
+	size_t n;           /* parts: the last may be shorter */
+	char (*sha256)[65]; /* n of them, lowercase hex; malloc'd */
+} tb_part_sums_t;
+
+void tb_part_sums_free(tb_part_sums_t *p);
+
+/** Each @p part_size part's SHA-256 of @p fd's first @p size bytes, in one
+ * pass on the calling thread: for a put called without them.
+ * @param[out] out released with tb_part_sums_free()
+ * @return 0; TB_EIO (the file unreadable or shorter); TB_ENOMEM */
+int tb_store_hash_parts(int fd, uint64_t size, uint64_t part_size, tb_part_sums_t *out,
+			tb_error_t *err);
+
 struct tb_store_ops {
 	const char *name;
 	/* Create-only: TB_EEXIST if @p key is there already (the wrapper
 	 * then compares contents). @p fd is readable from offset 0 for
 	 * @p sums->size bytes; @p sums->sha256 and @p sums->crc32c are its
 	 * checksums, stored with it (a CRC-32C of "" is stored as none, as
-	 * earlier builds did: tests make such objects). */
+	 * earlier builds did: tests make such objects). @p parts: each
+	 * part's SHA-256 when the object is sent in parts (see struct
+	 * tb_store), else NULL; a store that needs them and gets NULL
+	 * computes them itself. */
 	int (*put)(tb_store_t *s, const char *key, int fd, const tb_object_info_t *sums,
-		   tb_error_t *err);
+		   const tb_part_sums_t *parts, tb_error_t *err);
 	/* Writes the content to @p fd (empty, at offset 0), through @p h if
 	 * it can (see tb_store_hasher_t), and fills @p out with the stored
 	 * size and checksums. */
@@ -176,6 +196,10 @@ struct tb_store_ops {
 struct tb_store {
 	const struct tb_store_ops *ops;
 	char describe[512];
+	/* Objects of at least multipart_min bytes go up in part_size parts,
+	 * each signed with its own SHA-256, which the pass before the upload
+	 * computes (put's @p parts); part_size 0: never in parts. */
+	uint64_t part_size, multipart_min;
 };
 
 int tb_store_dir_open(tb_store_t **out, const char *dir, tb_error_t *err);
