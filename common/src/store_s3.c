@@ -4,7 +4,7 @@
  * Requests are signed by sigv4.c (not CURLOPT_AWS_SIGV4: see sigv4.h).
  * Bodies stream from the caller's file descriptor with pread, responses
  * stream into one; only small XML answers (errors, listings, multipart
- * bookkeeping) are held in memory, capped. Objects over MULTIPART_MIN go
+ * bookkeeping) are held in memory, capped. Objects of MULTIPART_MIN or more go
  * up in MULTIPART_PART parts, each signed with its own payload hash (the
  * parts' SHA-256s, computed before the upload: store_prepass.c), so
  * memory stays flat whatever the size. Up to PARALLEL_PARTS parts are in flight

@@ -2,8 +2,9 @@
  * test_store_prepass.c: the pass before an upload gives the same SHA-256,
  * CRC-32C and size as one plain pass, on the calling thread or with its
  * helper; each part's SHA-256 is that part's (checked against OpenSSL on
- * the slice), the last part shorter; no parts below the threshold; a
- * file shorter than said is an error, not a short hash.
+ * the slice), the last part shorter, parts ending inside a read; no parts
+ * below the threshold; a file shorter than said is an error, not a short
+ * hash.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -98,15 +99,20 @@ static void test_store_prepass__whole_object(void **state)
 static void test_store_prepass__parts(void **state)
 {
 	(void)state;
+	check(700000, 100000, 0, 7);                /* small: parts after, on the caller's thread */
 	check(MiB - 1, MiB, 0, 1);                  /* one short part */
 	check(3 * MiB, MiB, 0, 3);                  /* exact parts */
 	check(4 * MiB, MiB, 4 * MiB, 4);            /* at the threshold */
 	check(3 * MiB + MiB / 2, MiB, 2 * MiB, 4);  /* the last shorter */
 	check(2 * MiB + 1, MiB, MiB, 3);            /* one byte over */
 	check(5 * MiB + 12345, 256 << 10, MiB, 21); /* many small parts */
+	/* parts that end inside a read: every read stops at a part's end */
+	check(3 * MiB + 5, 300001, 0, 11);
+	check(MiB, 100000, 0, 11);
 }
 
-/* Said to be longer than it is: a read error, with no sums left over. */
+/* Said to be longer than it is: a read error, with no sums left over;
+ * said truly, each part's own hash; a part size of 0 is refused. */
 static void test_store_prepass__short_file_is_refused(void **state)
 {
 	unsigned char *data;
@@ -119,9 +125,18 @@ static void test_store_prepass__short_file_is_refused(void **state)
 	assert_non_null(strstr(err.msg, "shrank"));
 	assert_int_equal(parts.n, 0);
 	assert_null(parts.sha256);
-	assert_int_equal(tb_store_hash_parts(fd, MiB, MiB / 2, &parts, &err), 0);
-	assert_int_equal(parts.n, 2);
+	/* the same file, said truly: each part's own SHA-256 */
+	assert_int_equal(tb_store_hash_parts(fd, MiB, 300000, &parts, &err), 0);
+	assert_int_equal(parts.n, 4);
+	for (size_t i = 0; i < parts.n; i++) {
+		char want[65];
+		size_t off = i * 300000, len = MiB - off < 300000 ? MiB - off : 300000;
+		sha256_hex(data + off, len, want);
+		assert_string_equal(parts.sha256[i], want);
+	}
 	tb_part_sums_free(&parts);
+	assert_int_equal(tb_store_hash_parts(fd, MiB, 0, &parts, &err), TB_EINVAL);
+	assert_null(parts.sha256);
 	free(data);
 	close(fd);
 }

@@ -76,11 +76,13 @@ void tb_store_close(tb_store_t *s);
 const char *tb_store_describe(const tb_store_t *s);
 
 /**
- * Uploads the regular file @p path as @p key, computing its SHA-256.
+ * Uploads the regular file @p path as @p key, computing its checksums
+ * first; the file must not change size meanwhile.
  * @param[out] out size and checksum of what was stored (may be NULL)
  * @return 0; TB_EINVAL if @p key is not a valid relative path or an object
  *         with other content is there already; TB_EIO (final, after
- *         retries) with the request and the answer
+ *         retries) with the request and the answer, or for a file that
+ *         changed size while being read
  */
 int tb_store_put_file(tb_store_t *s, const char *key, const char *path, tb_object_info_t *out,
 		      tb_error_t *err);
@@ -162,7 +164,8 @@ void tb_part_sums_free(tb_part_sums_t *p);
 /** Each @p part_size part's SHA-256 of @p fd's first @p size bytes, in one
  * pass on the calling thread: for a put called without them.
  * @param[out] out released with tb_part_sums_free()
- * @return 0; TB_EIO (the file unreadable or shorter); TB_ENOMEM */
+ * @return 0; TB_EINVAL for a part size of 0; TB_EIO (the file unreadable
+ *         or shorter); TB_ENOMEM */
 int tb_store_hash_parts(int fd, uint64_t size, uint64_t part_size, tb_part_sums_t *out,
 			tb_error_t *err);
 
@@ -174,8 +177,8 @@ struct tb_store_ops {
 	 * checksums, stored with it (a CRC-32C of "" is stored as none, as
 	 * earlier builds did: tests make such objects). @p parts: each
 	 * part's SHA-256 when the object is sent in parts (see struct
-	 * tb_store), else NULL; a store that needs them and gets NULL
-	 * computes them itself. */
+	 * tb_store), else NULL; a store that needs them and gets NULL, or
+	 * sums of another part size, computes them itself. */
 	int (*put)(tb_store_t *s, const char *key, int fd, const tb_object_info_t *sums,
 		   const tb_part_sums_t *parts, tb_error_t *err);
 	/* Writes the content to @p fd (empty, at offset 0), through @p h if
