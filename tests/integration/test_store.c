@@ -11,10 +11,12 @@
 
 #include <curl/curl.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -388,8 +390,47 @@ static int partials_in(const char *dir)
 	return n;
 }
 
+/* How many names with ".partial-" in them the inotify @p watch (on
+ * IN_DELETE) saw deleted since it was last read. */
+static int partials_deleted(int watch)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	int n = 0;
+
+	for (int turn = 0; turn < 100; turn++) {
+		ssize_t got = read(watch, buf, sizeof(buf));
+		if (got <= 0)
+			break;
+		for (char *p = buf; p < buf + got;) {
+			const struct inotify_event *e = (const struct inotify_event *)p;
+			if (e->len && strstr(e->name, ".partial-"))
+				n++;
+			p += sizeof(*e) + e->len;
+		}
+	}
+	return n;
+}
+
+/* Whether @p dir's file system can swap two names (RENAME_EXCHANGE). */
+static int exchange_works(const char *dir)
+{
+	char a[256], b[256];
+
+	snprintf(a, sizeof(a), "%s/swap-a", dir);
+	snprintf(b, sizeof(b), "%s/swap-b", dir);
+	write_file(a, "a");
+	write_file(b, "b");
+	int ok = renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0;
+	if (!ok)
+		printf("no RENAME_EXCHANGE here (%s): downloads rename instead\n", strerror(errno));
+	unlink(a);
+	unlink(b);
+	return ok;
+}
+
 /* A download replaces a file in one step, leaving nothing behind; it
- * never replaces a directory. */
+ * never replaces a directory. It replaces a file by exchanging names
+ * with it (RENAME_EXCHANGE), which inotify tells from a rename. */
 static void test_store__a_download_replaces_a_file_and_nothing_else(void **state)
 {
 	fixture_t *fx = *state;
@@ -403,13 +444,24 @@ static void test_store__a_download_replaces_a_file_and_nothing_else(void **state
 	snprintf(dst, sizeof(dst), "%s/out.txt", dir);
 	assert_int_equal(tb_store_put_bytes(fx->store, key, "new", 3, NULL, &err), 0);
 	write_file(dst, "the old content, longer than the new");
+	int exchange = exchange_works(dir);
+	int watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	assert_true(watch >= 0);
+	assert_true(inotify_add_watch(watch, dir, IN_DELETE) >= 0);
 	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, NULL, &err), 0);
 	assert_string_equal(read_file(dst), "new");
 	assert_int_equal(partials_in(dir), 0);
-	/* a fresh name */
+	/* by exchange, where the file system has it: the old file took the
+	 * temporary name and was deleted under it (a rename over it deletes
+	 * no name) */
+	assert_int_equal(partials_deleted(watch), exchange ? 1 : 0);
+	/* a fresh name: renamed into place, nothing deleted */
 	unlink(dst);
+	assert_int_equal(partials_deleted(watch), 0); /* (drains dst's) */
 	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, NULL, &err), 0);
 	assert_string_equal(read_file(dst), "new");
+	assert_int_equal(partials_deleted(watch), 0);
+	close(watch);
 	/* a directory in the way: refused, left as it was */
 	snprintf(sub, sizeof(sub), "%s/inside", dst);
 	unlink(dst);
