@@ -476,7 +476,7 @@ static int s3_fail(const s3_store_t *s, s3_req_t *r, tb_error_t *err)
 	return tb_error_set(err, r->status == 404 ? TB_ENOTFOUND : TB_EIO,
 			    "s3 %s %s: HTTP %ld%s%s%s%s%s", r->method, r->key ? r->key : s->bucket,
 			    r->status, code[0] ? " " : "", code, msg[0] ? ": " : "", msg,
-			    r->status / 100 == 5 ? " (after retries)" : "");
+			    retryable(CURLE_OK, r->status) ? " (after retries)" : "");
 }
 
 static s3_req_t req_init(const char *method, const char *key, const char *query)

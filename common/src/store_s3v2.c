@@ -19,7 +19,8 @@
  * in a sidecar object, <prefix>.taskbox-sha256/<key>: still read when the
  * Content-Type has none, and deleted with the object. libs3 cannot send
  * If-None-Match, so a put looks first (HEAD): two requests.
- * Requests are retried while libs3 calls the status retryable. Selected
+ * Requests are retried with back-off on what libs3 calls retryable and on
+ * what S3 asks to be retried that libs3 does not (retryable()). Selected
  * by s3v2://bucket[/prefix].
  */
 #include "tb/fsutil.h"
@@ -61,7 +62,8 @@ typedef struct v2_call {
 	char crc32c[9];  /* from the Content-Type, or x-amz-meta-crc32c */
 	char md5[33];    /* the ETag, when it is a plain MD5 */
 	int io_failed;
-	char *wbuf; /* get, objects over WRITE_CHUNK: what is gathered before
+	int attempts; /* made so far, with retries */
+	char *wbuf;   /* get, objects over WRITE_CHUNK: what is gathered before
 		     * each write (owned by the call) */
 	size_t wlen;
 	tb_store_hasher_t *hash; /* get: what is written, hashed */
@@ -228,6 +230,10 @@ static const char *http_of(S3Status st)
 		return " (HTTP 404)";
 	case S3StatusHttpErrorConflict:
 		return " (HTTP 409)";
+	case S3StatusHttpErrorUnknown:
+		return " (an HTTP error status libs3 does not name, with no body)";
+	case S3StatusErrorUnknown:
+		return " (an error code libs3 does not know)";
 	default:
 		return "";
 	}
@@ -238,17 +244,41 @@ static int fail(const v2_store_t *s, const char *what, const char *key, const v2
 {
 	int notfound =
 	    c->status == S3StatusHttpErrorNotFound || c->status == S3StatusErrorNoSuchKey;
-	return tb_error_set(err, notfound ? TB_ENOTFOUND : TB_EIO, "s3v2 %s %s/%s%s: %s%s%s%s",
+	char tries[48] = "";
+
+	if (c->attempts > 1)
+		snprintf(tries, sizeof(tries), " (attempt %d of %d)", c->attempts, ATTEMPTS);
+	return tb_error_set(err, notfound ? TB_ENOTFOUND : TB_EIO, "s3v2 %s %s/%s%s: %s%s%s%s%s",
 			    what, s->bucket, s->prefix, key, S3_get_status_name(c->status),
-			    http_of(c->status), c->message[0] ? ": " : "", c->message);
+			    http_of(c->status), c->message[0] ? ": " : "", c->message, tries);
 }
 
-static void backoff(int attempt)
+/* Whether a failed request is worth another attempt: what libs3 calls
+ * retryable (name lookups, failed connections, S3's InternalError,
+ * OperationAborted, RequestTimeout), and what it does not but should be:
+ * its own InternalError, which is what a connection broken mid-request
+ * becomes (curl's send and receive errors); SlowDown; an error code libs3
+ * does not know (ServiceUnavailable and TooManyRequests among them: a
+ * permanent one fails a little later); and an error answer without a body
+ * in a status libs3 has no name for (a 5xx or 429 from a proxy). */
+static int retryable(S3Status st)
 {
-	struct timespec ts = { 0, (long)(100000000L << (attempt < 4 ? attempt : 4)) };
-	while (ts.tv_nsec >= 1000000000L)
-		ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+	return S3_status_is_retryable(st) || st == S3StatusInternalError ||
+	       st == S3StatusErrorSlowDown || st == S3StatusErrorUnknown ||
+	       st == S3StatusHttpErrorUnknown;
+}
+
+/* After attempt @p i (0-based) of a request: whether to make another,
+ * having backed off (100, 200, 400, 800 ms); counts the attempts. */
+static int again(v2_call_t *c, int i)
+{
+	c->attempts = i + 1;
+	if (c->status == S3StatusOK || c->io_failed || !retryable(c->status) ||
+	    c->attempts >= ATTEMPTS)
+		return 0;
+	struct timespec ts = { 0, 100000000L << (i < 3 ? i : 3) };
 	nanosleep(&ts, NULL);
+	return 1;
 }
 
 static void sidecar_key(const v2_store_t *s, const char *key, char *out, size_t cap)
@@ -276,12 +306,11 @@ static int read_sidecar(v2_store_t *s, const char *key, tb_object_info_t *out, t
 	v2_call_t c;
 
 	sidecar_key(s, key, k, sizeof(k));
-	for (int i = 0; i < ATTEMPTS; i++) {
+	for (int i = 0;; i++) {
 		memset(&c, 0, sizeof(c));
 		S3_get_object(&s->ctx, k, NULL, 0, 0, NULL, &h, &c);
-		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status))
+		if (!again(&c, i))
 			break;
-		backoff(i);
 	}
 	if (c.status != S3StatusOK)
 		return fail(s, "HEAD", key, &c, err);
@@ -318,12 +347,11 @@ static int head_object(v2_store_t *s, const char *key, tb_object_info_t *out, tb
 	v2_call_t c;
 
 	full_key(s, key, k, sizeof(k));
-	for (int i = 0; i < ATTEMPTS; i++) {
+	for (int i = 0;; i++) {
 		memset(&c, 0, sizeof(c));
 		S3_head_object(&s->ctx, k, NULL, &h, &c);
-		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status))
+		if (!again(&c, i))
 			break;
-		backoff(i);
 	}
 	if (c.status != S3StatusOK)
 		return fail(s, "HEAD", key, &c, err);
@@ -360,13 +388,12 @@ static int v2_put(tb_store_t *base, const char *key, int fd, const tb_object_inf
 		snprintf(type, sizeof(type), "application/octet-stream; " CT_PARAM "%s",
 			 sums->sha256);
 	full_key(s, key, k, sizeof(k));
-	for (int i = 0; i < ATTEMPTS; i++) {
+	for (int i = 0;; i++) {
 		memset(&c, 0, sizeof(c));
 		c.fd = fd, c.size = size;
 		S3_put_object(&s->ctx, k, size, &props, NULL, &h, &c);
-		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status) || c.io_failed)
+		if (!again(&c, i))
 			break;
-		backoff(i);
 	}
 	if (c.io_failed)
 		return tb_error_errno(err, TB_EIO, errno, "s3v2 PUT %s: read", key);
@@ -382,7 +409,7 @@ static int v2_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *
 	v2_call_t c;
 
 	full_key(s, key, k, sizeof(k));
-	for (int i = 0; i < ATTEMPTS; i++) {
+	for (int i = 0;; i++) {
 		memset(&c, 0, sizeof(c));
 		c.fd = fd;
 		c.hash = hasher;
@@ -399,9 +426,8 @@ static int v2_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *
 			flush_get(&c);
 		free(c.wbuf);
 		c.wbuf = NULL;
-		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status) || c.io_failed)
+		if (!again(&c, i))
 			break;
-		backoff(i);
 	}
 	if (c.io_failed)
 		return tb_error_errno(err, TB_EIO, errno, "s3v2 GET %s: write", key);
@@ -429,12 +455,11 @@ static int v2_list(tb_store_t *base, const char *prefix, tb_store_list_fn fn, vo
 	c.fn = fn, c.ud = ud, c.skip = strlen(s->prefix);
 	for (int page = 0; page < 100000; page++) {
 		c.truncated = 0;
-		for (int i = 0; i < ATTEMPTS; i++) {
+		for (int i = 0;; i++) {
 			S3_list_bucket(&s->ctx, full, marker[0] ? marker : NULL, NULL, 1000, NULL,
 				       &h, &c);
-			if (c.status == S3StatusOK || !S3_status_is_retryable(c.status))
+			if (!again(&c, i))
 				break;
-			backoff(i);
 		}
 		if (c.status != S3StatusOK)
 			return fail(s, "LIST", prefix, &c, err);
@@ -451,12 +476,11 @@ static int delete_key(v2_store_t *s, const char *k, const char *what, tb_error_t
 	S3ResponseHandler h = { on_props, on_complete };
 	v2_call_t c;
 
-	for (int i = 0; i < ATTEMPTS; i++) {
+	for (int i = 0;; i++) {
 		memset(&c, 0, sizeof(c));
 		S3_delete_object(&s->ctx, k, NULL, &h, &c);
-		if (c.status == S3StatusOK || !S3_status_is_retryable(c.status))
+		if (!again(&c, i))
 			break;
-		backoff(i);
 	}
 	if (c.status == S3StatusOK || c.status == S3StatusHttpErrorNotFound ||
 	    c.status == S3StatusErrorNoSuchKey)
