@@ -10,10 +10,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "collect.h"
@@ -148,6 +152,48 @@ static void test_collect__saves_regular_files_and_refuses_the_rest(void **state)
 	assert_string_equal(reason_of(&m2, "z-big.bin"), "over the size limit");
 	tb_msg_free(&tb_schema_manifest, &m2);
 	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+}
+
+/* A device and a socket, which an agent cannot leave in its sandbox's
+ * /outputs (no device nodes in its user namespace; a socket needs a tool
+ * to bind it), in a host directory collected the same way. */
+static void test_collect__devices_and_sockets_are_refused(void **state)
+{
+	tb_collect_limits_t lim = { .max_files = 10, .max_bytes = 1 << 20 };
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	tb_manifest_t m = { 0 };
+	tb_error_t err;
+	char dir[128], path[192];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/odd-outputs", root);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	snprintf(path, sizeof(path), "%s/dev-null", dir);
+	if (mknod(path, S_IFCHR | 0600, makedev(1, 3)) != 0)
+		fail_msg("mknod %s: %s", path, strerror(errno));
+	assert_true((size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/sock", dir) <
+		    sizeof(sa.sun_path));
+	int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(bind(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	snprintf(path, sizeof(path), "%s/plain.txt", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("plain\n", f);
+	fclose(f);
+	if (tb_collect_outputs(&m, store, dir, "tasks/t-c4/1/outputs/", &lim, &err) != 0)
+		fail_msg("collect: %s", err.msg);
+	close(sock);
+	assert_int_equal(m.artifacts.n, 1);
+	assert_string_equal(((const tb_artifact_t *)m.artifacts.items)[0].path, "plain.txt");
+	assert_int_equal(m.refused.n, 2);
+	assert_string_equal(reason_of(&m, "dev-null"), "not a regular file (device)");
+	assert_string_equal(reason_of(&m, "sock"), "not a regular file (socket)");
+	tb_msg_free(&tb_schema_manifest, &m);
+	unlink(sa.sun_path);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/dev-null", dir);
+	unlink(path);
+	rmdir(dir);
 }
 
 /* 1,100 fifos: a thousand refusals are listed, one entry counts the rest,
@@ -306,6 +352,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_collect__saves_regular_files_and_refuses_the_rest),
 		cmocka_unit_test(test_collect__a_flood_of_refusals_is_summed_up),
+		cmocka_unit_test(test_collect__devices_and_sockets_are_refused),
 		cmocka_unit_test(test_inputs__by_key_and_by_earlier_task_reach_the_sandbox),
 	};
 	if (geteuid() != 0) {
