@@ -240,15 +240,16 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 		{ .name = "prior/summary.md", .task = "t-prev", .path = "summary.md" }
 	};
 	tb_task_t task = { .inputs = { 2, in } };
-	tb_artifact_t art = { .path = "summary.md",
-			      .key = "tasks/t-prev/2/outputs/summary.md",
-			      .size = 8 };
+	tb_artifact_t art[2] = {
+		{ .path = "summary.md", .key = "tasks/t-prev/2/outputs/summary.md", .size = 8 },
+		{ .path = "unasked.txt", .key = "tasks/t-prev/2/outputs/unasked.txt", .size = 7 }
+	};
 	tb_manifest_t m = { .task_id = "t-prev",
 			    .attempt = 2,
 			    .conversation_key = "tasks/t-prev/2/c",
 			    .recipe = { "file:///r", "0123456789abcdef0123456789abcdef01234567" },
-			    .artifacts = { 1, &art } };
-	tb_object_info_t info;
+			    .artifacts = { 2, art } };
+	tb_object_info_t info, info2;
 	msgpack_sbuffer sb;
 	tb_sandbox_t *box;
 	tb_error_t err;
@@ -256,8 +257,11 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 
 	(void)state;
 	assert_int_equal(tb_store_put_bytes(store, in[0].artifact, "my notes", 8, NULL, &err), 0);
-	assert_int_equal(tb_store_put_bytes(store, art.key, "summary!", 8, &info, &err), 0);
-	art.sha256 = info.sha256;
+	assert_int_equal(tb_store_put_bytes(store, art[0].key, "summary!", 8, &info, &err), 0);
+	art[0].sha256 = info.sha256;
+	/* an output of the earlier task that this one does not name */
+	assert_int_equal(tb_store_put_bytes(store, art[1].key, "unasked", 7, &info2, &err), 0);
+	art[1].sha256 = info2.sha256;
 	msgpack_sbuffer_init(&sb);
 	assert_int_equal(tb_msg_encode(&sb, &tb_schema_manifest, &m, &err), 0);
 	assert_int_equal(tb_store_put_bytes(store, "tasks/t-prev/2/manifest.msgpack", sb.data,
@@ -271,12 +275,18 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	tb_sandbox_spec_t s = spec("c2", dir);
 	if (tb_sandbox_create(&box, policy, &s, &err) != 0)
 		fail_msg("create: %s", err.msg);
+	/* The inputs, only those named, on a read-only mount (its flags, not
+	 * just the files' modes). */
 	assert_int_equal(run_sh(box,
 				"cat /inputs/notes.txt /inputs/prior/summary.md; "
-				"(echo x > /inputs/notes.txt) 2>/dev/null || echo ' read-only'",
+				"(echo x > /inputs/notes.txt) 2>/dev/null || echo ' read-only'; "
+				"find /inputs -type f | sort; "
+				"grep ' /inputs ' /proc/self/mountinfo | "
+				"{ read -r id up dev src mnt opts rest; echo \"${opts%%,*}\"; }",
 				out, sizeof(out)),
 			 0);
-	assert_string_equal(out, "my notessummary! read-only\n");
+	assert_string_equal(out, "my notessummary! read-only\n"
+				 "/inputs/notes.txt\n/inputs/prior/summary.md\nro\n");
 	assert_int_equal(tb_sandbox_destroy(box, &err), 0);
 
 	/* A wrong checksum or a missing input can never succeed: poison. */
