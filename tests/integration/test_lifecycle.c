@@ -223,6 +223,135 @@ static void test_lifecycle__one_shot_task_end_to_end(void **state)
 	tb_msg_free(&tb_schema_manifest, &m);
 }
 
+/* A store in front of the test's: it keeps the keys put, in order, and
+ * refuses every put whose key holds fail_on (a store gone away). */
+typedef struct rec_store {
+	tb_store_t base;
+	tb_store_t *inner;
+	const char *fail_on;
+	int n;
+	char keys[32][256];
+} rec_store_t;
+
+static int rec_put(tb_store_t *s, const char *key, int fd, const tb_object_info_t *sums,
+		   const tb_part_sums_t *parts, tb_error_t *err)
+{
+	rec_store_t *r = (rec_store_t *)s;
+
+	if (r->fail_on && strstr(key, r->fail_on))
+		return tb_error_set(err, TB_EIO, "test store: put %s refused", key);
+	if (r->n < 32)
+		snprintf(r->keys[r->n++], sizeof(r->keys[0]), "%s", key);
+	return r->inner->ops->put(r->inner, key, fd, sums, parts, err);
+}
+
+static int rec_get(tb_store_t *s, const char *key, int fd, tb_store_hasher_t *h,
+		   tb_object_info_t *out, tb_error_t *err)
+{
+	tb_store_t *in = ((rec_store_t *)s)->inner;
+	return in->ops->get(in, key, fd, h, out, err);
+}
+
+static int rec_head(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err)
+{
+	tb_store_t *in = ((rec_store_t *)s)->inner;
+	return in->ops->head(in, key, out, err);
+}
+
+static int rec_list(tb_store_t *s, const char *prefix, tb_store_list_fn fn, void *ud,
+		    tb_error_t *err)
+{
+	tb_store_t *in = ((rec_store_t *)s)->inner;
+	return in->ops->list(in, prefix, fn, ud, err);
+}
+
+static int rec_del(tb_store_t *s, const char *key, tb_error_t *err)
+{
+	tb_store_t *in = ((rec_store_t *)s)->inner;
+	return in->ops->del(in, key, err);
+}
+
+static int rec_share(tb_store_t *s, const char *key, unsigned seconds, char **out, tb_error_t *err)
+{
+	tb_store_t *in = ((rec_store_t *)s)->inner;
+	return in->ops->share(in, key, seconds, out, err);
+}
+
+static void rec_close(tb_store_t *s)
+{
+	(void)s; /* the inner store is the test's */
+}
+
+static const struct tb_store_ops rec_ops = { .name = "recording",
+					     .put = rec_put,
+					     .get = rec_get,
+					     .head = rec_head,
+					     .list = rec_list,
+					     .del = rec_del,
+					     .share = rec_share,
+					     .close = rec_close };
+
+/* Every object under tasks/<id>/<attempt>/ as schemas/keys.md lays them
+ * out, the manifest last; and a store that fails while the outputs go up
+ * fails the attempt, as one to try again, with no manifest written. */
+static void test_lifecycle__keys_by_attempt_and_the_manifest_last(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_task_t t = task("life-keys", head_commit(), "test");
+	rec_store_t rec = { .base = { .ops = &rec_ops }, .inner = store };
+	tb_lifecycle_result_t res;
+	tb_object_info_t info;
+	tb_error_t err;
+	char *bytes, want[300];
+	size_t len;
+
+	(void)state;
+	c.store = &rec.base;
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s", err.msg);
+	assert_string_equal(res.manifest_key, "tasks/life-keys/1/manifest.msgpack");
+	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
+			 0);
+	tb_manifest_t m;
+	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
+	free(bytes);
+	assert_int_equal(m.verdicts.n, 1);
+	const tb_verdict_ref_t *v = m.verdicts.items;
+	snprintf(want, sizeof(want), "tasks/life-keys/1/verdicts/%s.msgpack", v->judge);
+	assert_string_equal(v->key, want);
+	assert_string_equal(((tb_artifact_t *)m.artifacts.items)[0].key,
+			    "tasks/life-keys/1/outputs/hello.txt");
+	assert_string_equal(m.conversation_key, "tasks/life-keys/1/conversation.msgpack");
+	tb_msg_free(&tb_schema_manifest, &m);
+	/* what went up, and in which order: the manifest last */
+	assert_int_equal(rec.n, 4);
+	assert_string_equal(rec.keys[rec.n - 1], "tasks/life-keys/1/manifest.msgpack");
+	int seen = 0;
+	for (int i = 0; i < rec.n - 1; i++)
+		seen |= !strcmp(rec.keys[i], "tasks/life-keys/1/outputs/hello.txt")      ? 1
+			: !strcmp(rec.keys[i], "tasks/life-keys/1/conversation.msgpack") ? 2
+			: !strcmp(rec.keys[i], want)                                     ? 4
+											 : 8;
+	assert_int_equal(seen, 7);
+
+	/* Attempt 2, with the store refusing the outputs: a platform failure
+	 * to try again, and no manifest for it. */
+	rec.n = 0;
+	rec.fail_on = "/outputs/";
+	int rc = tb_lifecycle_run(&c, &t, 2, &res, &err);
+	printf("store failing the outputs: %s\n", err.msg);
+	assert_true(rc == TB_EIO || rc == TB_ERETRY);
+	assert_non_null(strstr(err.msg, "refused"));
+	assert_int_equal(tb_store_head(store, "tasks/life-keys/2/manifest.msgpack", &info, &err),
+			 TB_ENOTFOUND);
+	for (int i = 0; i < rec.n; i++)
+		assert_null(strstr(rec.keys[i], "manifest"));
+	/* attempt 1's objects are as they were */
+	assert_int_equal(tb_store_head(store, "tasks/life-keys/1/manifest.msgpack", &info, &err),
+			 0);
+}
+
 static void test_lifecycle__failing_agent_is_a_recorded_failure(void **state)
 {
 	struct events e = { .seq_ok = 1 };
@@ -716,6 +845,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_lifecycle__one_shot_task_end_to_end),
+		cmocka_unit_test(test_lifecycle__keys_by_attempt_and_the_manifest_last),
 		cmocka_unit_test(test_lifecycle__failing_agent_is_a_recorded_failure),
 		cmocka_unit_test(test_lifecycle__misbehaving_recipe_is_recorded_with_reasons),
 		cmocka_unit_test(test_lifecycle__poison_is_reported_not_run),
