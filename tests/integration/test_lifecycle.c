@@ -352,6 +352,61 @@ static void test_lifecycle__keys_by_attempt_and_the_manifest_last(void **state)
 			 0);
 }
 
+/* A task's inputs are in its sandbox's /inputs when the agent starts,
+ * and only those it names; a missing one makes the task poison before any
+ * sandbox is made. (Last: it commits an agent of its own.) */
+static void test_lifecycle__inputs_are_there_before_the_agent_starts(void **state)
+{
+	struct events e = { .seq_ok = 1 }, e2 = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e), c2 = ctx(&e2);
+	tb_input_t in[1] = { { .name = "notes.txt",
+			       .artifact = "tasks/life-src/1/outputs/notes.txt" } };
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	char *bytes;
+	size_t len;
+
+	(void)state;
+	assert_int_equal(tb_store_put_bytes(store, in[0].artifact, "from before\n", 12, NULL, &err),
+			 0);
+	assert_int_equal(tb_store_put_bytes(store, "tasks/life-src/1/outputs/other.txt",
+					    "not named\n", 10, NULL, &err),
+			 0);
+	sh("cd %s && printf '%%s\\n' 'read -r prompt' "
+	   "'(cd /inputs && find . -type f | sort) > /outputs/listing.txt' "
+	   "'cp /inputs/notes.txt /outputs/copy.txt' > agent.sh && git add -A && "
+	   "git -c user.name=t -c user.email=t@t commit -qm inputs",
+	   repo);
+	tb_task_t t = task("life-in", head_commit(), "test");
+	t.inputs.n = 1;
+	t.inputs.items = in;
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s", err.msg);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_int_equal(
+	    tb_store_get_bytes(store, "tasks/life-in/1/outputs/copy.txt", 100, &bytes, &len, &err),
+	    0);
+	assert_int_equal(len, 12);
+	assert_memory_equal(bytes, "from before\n", 12);
+	free(bytes);
+	assert_int_equal(tb_store_get_bytes(store, "tasks/life-in/1/outputs/listing.txt", 100,
+					    &bytes, &len, &err),
+			 0);
+	assert_int_equal(len, 12);
+	assert_memory_equal(bytes, "./notes.txt\n", 12);
+	free(bytes);
+
+	/* Missing: poison, and no sandbox was prepared for it. */
+	in[0].artifact = "tasks/life-src/1/outputs/gone.txt";
+	t.id = (char *)"life-in-missing";
+	assert_int_equal(tb_lifecycle_run(&c2, &t, 1, &res, &err), TB_EPOISON);
+	printf("missing input: %s\n", err.msg);
+	for (int i = 0; i < e2.nphases; i++) {
+		assert_string_not_equal(e2.phases[i], "prepared");
+		assert_string_not_equal(e2.phases[i], "running");
+	}
+}
+
 static void test_lifecycle__failing_agent_is_a_recorded_failure(void **state)
 {
 	struct events e = { .seq_ok = 1 };
@@ -854,6 +909,7 @@ int main(void)
 		    test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events),
 		cmocka_unit_test(
 		    test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own),
+		cmocka_unit_test(test_lifecycle__inputs_are_there_before_the_agent_starts),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");
