@@ -76,6 +76,7 @@ typedef struct s3_req {
 	const atomic_int *cancel; /* non-zero: stop (a sibling part failed) */
 	/* results */
 	long status;
+	int attempts; /* made by s3_do, retries included */
 	char etag[128];
 	char resp_sha[65];
 	char resp_crc[9];
@@ -457,6 +458,7 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 	give(s, c);
 	free(r->wbuf);
 	r->wbuf = NULL;
+	r->attempts = i <= ATTEMPTS ? i : ATTEMPTS;
 	if (prep < 0)
 		return prep;
 	if (rc != CURLE_OK)
@@ -469,14 +471,15 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 /* An S3 error answer as text: "HTTP 403 SignatureDoesNotMatch: ..." */
 static int s3_fail(const s3_store_t *s, s3_req_t *r, tb_error_t *err)
 {
-	char code[128] = "", msg[512] = "";
+	char code[128] = "", msg[512] = "", tries[48] = "";
 
 	xml_text(r->xml, "Code", code, sizeof(code));
 	xml_text(r->xml, "Message", msg, sizeof(msg));
+	if (r->attempts > 1)
+		snprintf(tries, sizeof(tries), " (attempt %d of %d)", r->attempts, ATTEMPTS);
 	return tb_error_set(err, r->status == 404 ? TB_ENOTFOUND : TB_EIO,
 			    "s3 %s %s: HTTP %ld%s%s%s%s%s", r->method, r->key ? r->key : s->bucket,
-			    r->status, code[0] ? " " : "", code, msg[0] ? ": " : "", msg,
-			    retryable(CURLE_OK, r->status) ? " (after retries)" : "");
+			    r->status, code[0] ? " " : "", code, msg[0] ? ": " : "", msg, tries);
 }
 
 static s3_req_t req_init(const char *method, const char *key, const char *query)

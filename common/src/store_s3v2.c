@@ -75,6 +75,7 @@ typedef struct v2_call {
 	int stop;
 	int truncated;
 	char next[1100];
+	char passed[1100]; /* the last key passed on (or skipped as a record) */
 } v2_call_t;
 
 static S3Status on_props(const S3ResponseProperties *p, void *data)
@@ -203,6 +204,12 @@ static S3Status on_list(int truncated, const char *next, int count,
 	for (int i = 0; i < count && !c->stop; i++) {
 		tb_object_info_t info = { .size = contents[i].size };
 		const char *k = contents[i].key;
+		/* Keys come in order: one not after the last passed on is
+		 * a retried page's repeat (libs3 hands over what it has read
+		 * of an answer that then fails). */
+		if (c->passed[0] && strcmp(k, c->passed) <= 0)
+			continue;
+		snprintf(c->passed, sizeof(c->passed), "%s", k);
 		if (strlen(k) < c->skip || !strncmp(k + c->skip, SIDECAR, strlen(SIDECAR)))
 			continue;
 		c->stop = c->fn(c->ud, k + c->skip, &info) != 0;
@@ -258,14 +265,16 @@ static int fail(const v2_store_t *s, const char *what, const char *key, const v2
  * OperationAborted, RequestTimeout), and what it does not but should be:
  * its own InternalError, which is what a connection broken mid-request
  * becomes (curl's send and receive errors); SlowDown; an error code libs3
- * does not know (ServiceUnavailable and TooManyRequests among them: a
- * permanent one fails a little later); and an error answer without a body
- * in a status libs3 has no name for (a 5xx or 429 from a proxy). */
+ * does not know (ServiceUnavailable and TooManyRequests among them); an
+ * error answer without a body in a status libs3 has no name for (a 5xx
+ * or 429 to a HEAD); and an error body that is not S3's XML (a proxy's
+ * 502 page). Some of these are permanent (an unknown code, a bodiless
+ * 401 or 413): those fail 1.5 s later, after the same five attempts. */
 static int retryable(S3Status st)
 {
 	return S3_status_is_retryable(st) || st == S3StatusInternalError ||
 	       st == S3StatusErrorSlowDown || st == S3StatusErrorUnknown ||
-	       st == S3StatusHttpErrorUnknown;
+	       st == S3StatusHttpErrorUnknown || st == S3StatusXmlParseFailure;
 }
 
 /* After attempt @p i (0-based) of a request: whether to make another,
@@ -389,6 +398,14 @@ static int v2_put(tb_store_t *base, const char *key, int fd, const tb_object_inf
 			 sums->sha256);
 	full_key(s, key, k, sizeof(k));
 	for (int i = 0;; i++) {
+		/* A failed attempt may have landed with its answer lost
+		 * (libs3 names that InternalError): look again before each
+		 * retry, so that it never replaces what another writer put
+		 * meanwhile (the caller compares contents on TB_EEXIST). */
+		if (i > 0 && (rc = head_object(s, key, &have, err)) == 0)
+			return tb_error_set(err, TB_EEXIST, "s3v2: %s exists", key);
+		if (i > 0 && rc != TB_ENOTFOUND)
+			return rc;
 		memset(&c, 0, sizeof(c));
 		c.fd = fd, c.size = size;
 		S3_put_object(&s->ctx, k, size, &props, NULL, &h, &c);
@@ -454,8 +471,9 @@ static int v2_list(tb_store_t *base, const char *prefix, tb_store_list_fn fn, vo
 	memset(&c, 0, sizeof(c));
 	c.fn = fn, c.ud = ud, c.skip = strlen(s->prefix);
 	for (int page = 0; page < 100000; page++) {
-		c.truncated = 0;
 		for (int i = 0;; i++) {
+			c.truncated = 0; /* a failed attempt's say is no answer */
+			c.next[0] = '\0';
 			S3_list_bucket(&s->ctx, full, marker[0] ? marker : NULL, NULL, 1000, NULL,
 				       &h, &c);
 			if (!again(&c, i))

@@ -345,6 +345,7 @@ static int setup_with(const char *scheme)
 	tb_error_t err;
 	char url[128];
 
+	store = NULL;
 	snprintf(root, sizeof(root), "/tmp/tb-collect-test-XXXXXX");
 	if (!mkdtemp(root))
 		return -1;
@@ -360,6 +361,8 @@ static int setup_with(const char *scheme)
 	    (scheme ? tb_store_open(&store, &cfg, &err) || tb_store_create_bucket(store, &err)
 		    : tb_store_dir_open(&store, storedir, &err)) != 0) {
 		fprintf(stderr, "%s\n", err.msg);
+		tb_store_close(store);
+		store = NULL;
 		return -1;
 	}
 	return 0;

@@ -353,8 +353,8 @@ static void test_lifecycle__keys_by_attempt_and_the_manifest_last(void **state)
 }
 
 /* A task's inputs are in its sandbox's /inputs when the agent starts,
- * and only those it names; a missing one makes the task poison before any
- * sandbox is made. (Last: it commits an agent of its own.) */
+ * and only those it names; a missing one makes the task poison, and its
+ * agent never runs. (Last: it commits an agent of its own.) */
 static void test_lifecycle__inputs_are_there_before_the_agent_starts(void **state)
 {
 	struct events e = { .seq_ok = 1 }, e2 = { .seq_ok = 1 };
@@ -396,15 +396,19 @@ static void test_lifecycle__inputs_are_there_before_the_agent_starts(void **stat
 	assert_memory_equal(bytes, "./notes.txt\n", 12);
 	free(bytes);
 
-	/* Missing: poison, and no sandbox was prepared for it. */
+	/* Missing: poison, saying which, and the agent never ran (it would
+	 * have left copy.txt and listing.txt). */
 	in[0].artifact = "tasks/life-src/1/outputs/gone.txt";
 	t.id = (char *)"life-in-missing";
 	assert_int_equal(tb_lifecycle_run(&c2, &t, 1, &res, &err), TB_EPOISON);
 	printf("missing input: %s\n", err.msg);
-	for (int i = 0; i < e2.nphases; i++) {
-		assert_string_not_equal(e2.phases[i], "prepared");
+	assert_non_null(strstr(err.msg, "input notes.txt"));
+	for (int i = 0; i < e2.nphases; i++)
 		assert_string_not_equal(e2.phases[i], "running");
-	}
+	tb_object_info_t info;
+	assert_int_equal(
+	    tb_store_head(store, "tasks/life-in-missing/1/outputs/copy.txt", &info, &err),
+	    TB_ENOTFOUND);
 }
 
 static void test_lifecycle__failing_agent_is_a_recorded_failure(void **state)
