@@ -73,9 +73,8 @@ typedef struct v2_call {
 	void *ud;
 	size_t skip;
 	int stop;
-	int truncated;
-	char next[1100];
-	char passed[1100]; /* the last key passed on (or skipped as a record) */
+	char last[1100]; /* the last key handed over (or skipped as a record) */
+	size_t got;      /* keys in this page's answer */
 } v2_call_t;
 
 static S3Status on_props(const S3ResponseProperties *p, void *data)
@@ -194,22 +193,12 @@ static S3Status on_list(int truncated, const char *next, int count,
 {
 	v2_call_t *c = data;
 
-	(void)nprefixes, (void)prefixes;
-	c->truncated = truncated;
-	c->next[0] = '\0';
-	if (next)
-		snprintf(c->next, sizeof(c->next), "%s", next);
-	else if (count > 0)
-		snprintf(c->next, sizeof(c->next), "%s", contents[count - 1].key);
+	(void)truncated, (void)next, (void)nprefixes, (void)prefixes; /* see v2_list */
 	for (int i = 0; i < count && !c->stop; i++) {
 		tb_object_info_t info = { .size = contents[i].size };
 		const char *k = contents[i].key;
-		/* Keys come in order: one not after the last passed on is
-		 * a retried page's repeat (libs3 hands over what it has read
-		 * of an answer that then fails). */
-		if (c->passed[0] && strcmp(k, c->passed) <= 0)
-			continue;
-		snprintf(c->passed, sizeof(c->passed), "%s", k);
+		snprintf(c->last, sizeof(c->last), "%s", k);
+		c->got++;
 		if (strlen(k) < c->skip || !strncmp(k + c->skip, SIDECAR, strlen(SIDECAR)))
 			continue;
 		c->stop = c->fn(c->ud, k + c->skip, &info) != 0;
@@ -459,31 +448,36 @@ static int v2_head(tb_store_t *base, const char *key, tb_object_info_t *out, tb_
 	return head_object((v2_store_t *)base, key, out, err);
 }
 
+/* Lists page by page, each after the last key handed over, until a page
+ * is empty; not by libs3's "truncated" and next marker, because libs3
+ * reports an answer cut short as a success with the keys it had read: a
+ * cut page looks like a short last one. That costs one more request per
+ * listing (the empty page), and makes a retry, or a page after a cut one,
+ * go on from where the keys stopped: none is handed over twice or
+ * missed. */
 static int v2_list(tb_store_t *base, const char *prefix, tb_store_list_fn fn, void *ud,
 		   tb_error_t *err)
 {
 	v2_store_t *s = (v2_store_t *)base;
 	S3ListBucketHandler h = { { on_props, on_complete }, on_list };
-	char full[2048], marker[1100] = "";
+	char full[2048];
 	v2_call_t c;
 
 	full_key(s, prefix, full, sizeof(full));
 	memset(&c, 0, sizeof(c));
 	c.fn = fn, c.ud = ud, c.skip = strlen(s->prefix);
 	for (int page = 0; page < 100000; page++) {
+		c.got = 0;
 		for (int i = 0;; i++) {
-			c.truncated = 0; /* a failed attempt's say is no answer */
-			c.next[0] = '\0';
-			S3_list_bucket(&s->ctx, full, marker[0] ? marker : NULL, NULL, 1000, NULL,
+			S3_list_bucket(&s->ctx, full, c.last[0] ? c.last : NULL, NULL, 1000, NULL,
 				       &h, &c);
 			if (!again(&c, i))
 				break;
 		}
 		if (c.status != S3StatusOK)
 			return fail(s, "LIST", prefix, &c, err);
-		if (c.stop || !c.truncated || !c.next[0])
+		if (c.stop || c.got == 0)
 			break;
-		snprintf(marker, sizeof(marker), "%s", c.next);
 	}
 	return 0;
 }

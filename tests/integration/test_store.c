@@ -1233,6 +1233,64 @@ static void test_s3__a_session_token_goes_with_every_request(void **state)
 	tb_store_delete(fx->store, key, &err);
 }
 
+struct key_counts {
+	const char *base; /* the keys: <base>/a-NN.txt and <base>/a/NN.txt */
+	int n[60];
+	int others;
+};
+
+static int count_key(void *ud, const char *key, const tb_object_info_t *info)
+{
+	struct key_counts *k = ud;
+	size_t b = strlen(k->base);
+	int i;
+
+	(void)info;
+	if (strncmp(key, k->base, b) || sscanf(key + b + 3, "%d", &i) != 1 || i < 0 || i >= 60)
+		k->others++;
+	else
+		k->n[i]++;
+	return 0;
+}
+
+/* A listing whose answer is cut midway is asked again, and every key is
+ * handed over once, whatever order the server lists in ("a/NN" and
+ * "a-NN" side by side: servers that walk directories list them otherwise
+ * than by bytes). */
+static void test_s3__a_listing_cut_midway_hands_every_key_over_once(void **state)
+{
+	fixture_t *fx = *state;
+	struct key_counts k = { 0 };
+	struct relay r;
+	tb_error_t err;
+	char base[256], key[320];
+
+	NEED(fx);
+	snprintf(base, sizeof(base), "%s", unique_key("listing"));
+	k.base = base;
+	for (int i = 0; i < 60; i++) {
+		snprintf(key, sizeof(key), "%s/%s%02d.txt", base, i % 2 ? "a-" : "a/", i);
+		assert_int_equal(tb_store_put_bytes(fx->store, key, "x", 1, NULL, &err), 0);
+	}
+	relay_start(&r, NULL);
+	r.cut_down_at = 6000; /* some 20 keys into the answer */
+	tb_store_t *via = open_via(fx, r.endpoint);
+	int rc = tb_store_list(via, base, count_key, &k, &err);
+	tb_store_close(via);
+	relay_stop(&r);
+	if (rc != 0)
+		fail_msg("list: %s", err.msg);
+	assert_int_equal(atomic_load(&r.down_cut), 1);
+	assert_int_equal(k.others, 0);
+	for (int i = 0; i < 60; i++)
+		if (k.n[i] != 1)
+			fail_msg("key %d handed over %d times", i, k.n[i]);
+	for (int i = 0; i < 60; i++) {
+		snprintf(key, sizeof(key), "%s/%s%02d.txt", base, i % 2 ? "a-" : "a/", i);
+		tb_store_delete(fx->store, key, &err);
+	}
+}
+
 static void test_s3__parts_go_up_in_parallel_and_in_order(void **state)
 {
 	fixture_t *fx = *state;
@@ -1398,6 +1456,7 @@ int main(void)
 		cmocka_unit_test(test_s3__dead_server_is_retried_then_a_clear_error),
 		cmocka_unit_test(test_s3__a_busy_server_is_retried_then_a_clear_error),
 		cmocka_unit_test(test_s3__a_put_whose_answer_is_lost_is_not_written_twice),
+		cmocka_unit_test(test_s3__a_listing_cut_midway_hands_every_key_over_once),
 		cmocka_unit_test(test_s3__a_session_token_goes_with_every_request),
 		cmocka_unit_test(test_s3__server_gone_mid_upload_leaves_nothing),
 		cmocka_unit_test(test_s3__large_file_goes_up_in_parts_with_flat_memory),
