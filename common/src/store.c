@@ -343,7 +343,7 @@ static int get_checked(tb_store_t *s, const char *key, int fd, unsigned flags,
  * unlinked under the temporary name. Anything else, or a file system that
  * cannot exchange, gets the rename.
  */
-static int put_in_place(const char *tmp, const char *path, tb_error_t *err)
+static int put_in_place(const char *tmp, const char *path, int *tmp_ours, tb_error_t *err)
 {
 	struct stat st;
 
@@ -358,9 +358,16 @@ static int put_in_place(const char *tmp, const char *path, tb_error_t *err)
 		}
 		/* Something else took the name between the look and the
 		 * exchange (a directory, say): it goes back, and the rename
-		 * decides. */
-		if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) < 0)
-			return tb_error_errno(err, TB_EIO, errno, "store: save %s", path);
+		 * decides. Should that fail too, @p tmp is the other thing's
+		 * now and must be left alone: the caller removes @p tmp only
+		 * while *tmp_ours. */
+		if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) < 0) {
+			*tmp_ours = 0;
+			return tb_error_errno(err, TB_EIO, errno,
+					      "store: save %s: it changed meanwhile, and what "
+					      "was there is now at %s",
+					      path, tmp);
+		}
 	}
 	if (rename(tmp, path) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "store: save %s", path);
@@ -372,7 +379,7 @@ int tb_store_get_file(tb_store_t *s, const char *key, const char *path, unsigned
 {
 	tb_object_info_t got;
 	char tmp[4096];
-	int fd, rc;
+	int fd, rc, tmp_ours = 1;
 
 	if ((rc = check_key(key, err)) < 0)
 		return rc;
@@ -381,7 +388,8 @@ int tb_store_get_file(tb_store_t *s, const char *key, const char *path, unsigned
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
 		return tb_error_errno(err, TB_EIO, errno, "store: create %s", tmp);
-	if (get_checked(s, key, fd, flags, &got, err) < 0 || put_in_place(tmp, path, err) < 0)
+	if (get_checked(s, key, fd, flags, &got, err) < 0 ||
+	    put_in_place(tmp, path, &tmp_ours, err) < 0)
 		goto fail; /* the error says why; its code is returned */
 	close(fd);
 	if (out)
@@ -389,7 +397,8 @@ int tb_store_get_file(tb_store_t *s, const char *key, const char *path, unsigned
 	return 0;
 fail:
 	close(fd);
-	unlink(tmp);
+	if (tmp_ours)
+		unlink(tmp);
 	return tb_error_prefix(err, "get %s", key);
 }
 
