@@ -48,15 +48,15 @@ typedef struct proc {
 	int live;
 	int exited;
 	int status;
+	int deadline;             /* running when the deadline passed: killed by it */
 	tb_cgroup_stats_t before; /* counters when it started */
 } proc_t;
 
 struct tb_sandbox {
 	pid_t init;
 	int ctl;
-	int assigned; /* tb_sandbox_assign() done: processes may start */
-	int dead;     /* init is gone (deadline, crash) */
-	int deadline_hit;
+	int assigned;      /* tb_sandbox_assign() done: processes may start */
+	int dead;          /* init is gone (a crash, the OOM killer, teardown) */
 	int frozen;        /* tb_sandbox_freeze(): thawed before any kill */
 	uint64_t deadline; /* CLOCK_MONOTONIC ms; 0 = none */
 	int next_id;
@@ -229,6 +229,26 @@ static void kill_init(tb_sandbox_t *sb)
 		;
 	sb->init = 0;
 	sb->dead = 1;
+}
+
+/*
+ * The wall-clock deadline: every process but init is killed, each marked
+ * as ended by it, and the sandbox stays up, so that what the agent left in
+ * /outputs can still be collected and the judges run (each under its own
+ * timeout). Killing init would take the sandbox's file systems along, and
+ * the attempt would have nothing to record. The deadline is spent: what
+ * starts after it runs without one. If init cannot be told, it is killed.
+ */
+static void hit_deadline(tb_sandbox_t *sb)
+{
+	tb_error_t ignored;
+
+	for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
+		if (sb->procs[i].live && !sb->procs[i].exited)
+			sb->procs[i].deadline = 1;
+	sb->deadline = 0;
+	if (tb_sandbox_kill_all(sb, &ignored) < 0)
+		kill_init(sb);
 }
 
 /* ------------------------------------------------- the init program */
@@ -736,13 +756,10 @@ int tb_sandbox_spawn(tb_sandbox_t *sb, int *out, const tb_sandbox_exec_t *ex, tb
 	tb_sbp_resp_t r;
 
 	*out = 0;
-	if (!sb->dead && sb->deadline && mono_ms() >= sb->deadline) {
-		kill_init(sb);
-		sb->deadline_hit = 1;
-	}
+	if (!sb->dead && sb->deadline && mono_ms() >= sb->deadline)
+		hit_deadline(sb);
 	if (sb->dead)
-		return tb_error_set(err, sb->deadline_hit ? TB_ETIMEOUT : TB_EIO, "sandbox: %s",
-				    sb->deadline_hit ? "deadline passed" : "gone");
+		return tb_error_set(err, TB_EIO, "sandbox: gone");
 	if (!sb->assigned)
 		return tb_error_set(err, TB_EINVAL, "sandbox: not assigned to a task yet");
 	for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
@@ -848,7 +865,7 @@ int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t 
 	if (!p)
 		return tb_error_set(err, TB_ENOTFOUND, "sandbox: no process %d", id);
 	while (!p->exited) {
-		if (sb->deadline_hit) {
+		if (p->deadline) {
 			memset(out, 0, sizeof(*out));
 			out->end = TB_SANDBOX_DEADLINE;
 			out->signal = SIGKILL;
@@ -886,8 +903,7 @@ int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t 
 						note_exit(sb, &r);
 				if (p->exited)
 					break;
-				kill_init(sb);
-				sb->deadline_hit = 1;
+				hit_deadline(sb);
 			} else if (until && mono_ms() >= until) {
 				return tb_error_set(err, TB_ETIMEOUT,
 						    "sandbox: process %d still running", id);

@@ -411,6 +411,47 @@ static void test_lifecycle__inputs_are_there_before_the_agent_starts(void **stat
 	    TB_ENOTFOUND);
 }
 
+/* An agent still running at the task's deadline is killed, and the
+ * attempt is recorded as timed out: what it wrote by then is collected,
+ * and the judges run. (It commits an agent of its own.) */
+static void test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	char *bytes;
+	size_t len;
+
+	(void)state;
+	sh("cd %s && printf '%%s\\n' '{\"v\": 1, \"name\": \"late\", \"agent\": {\"command\": "
+	   "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"looked\", \"command\": "
+	   "[\"/bin/sh\", \"judge.sh\"]}]}' > taskbox.json && "
+	   "printf '%%s\\n' 'read -r prompt' 'echo partial > /outputs/partial.txt' "
+	   "'sleep 60' > agent.sh && "
+	   "printf '%%s\\n' 'cat >/dev/null; echo \"{\\\"outcome\\\":\\\"fail\\\"}\"' "
+	   "> judge.sh && git add -A && git -c user.name=t -c user.email=t@t commit -qm slow",
+	   repo);
+	tb_task_t t = task("life-late", head_commit(), "test");
+	t.limits.wall_seconds = 2;
+	TB_SET_HAS(&t.limits, TB_LIMIT_WALL_SECONDS);
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s", err.msg);
+	printf("past its deadline: %s\n", res.reason);
+	assert_int_equal(res.outcome, TB_OUTCOME_TIMED_OUT);
+	assert_non_null(strstr(res.reason, "deadline"));
+	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
+			 0);
+	tb_manifest_t m;
+	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
+	free(bytes);
+	assert_int_equal(m.artifacts.n, 1);
+	assert_string_equal(((tb_artifact_t *)m.artifacts.items)[0].path, "partial.txt");
+	assert_int_equal(m.verdicts.n, 1);
+	assert_string_equal(((tb_verdict_ref_t *)m.verdicts.items)[0].judge, "looked");
+	tb_msg_free(&tb_schema_manifest, &m);
+}
+
 static void test_lifecycle__failing_agent_is_a_recorded_failure(void **state)
 {
 	struct events e = { .seq_ok = 1 };
@@ -914,6 +955,7 @@ int main(void)
 		cmocka_unit_test(
 		    test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own),
 		cmocka_unit_test(test_lifecycle__inputs_are_there_before_the_agent_starts),
+		cmocka_unit_test(test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");
