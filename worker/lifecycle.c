@@ -350,6 +350,7 @@ static void on_agent_line(void *ud, const char *line, size_t len, int too_long)
 	if (tb_agent_parse_line(&type, &payload, line, len, &err) < 0) {
 		snprintf(why, sizeof(why), "line %llu: %.500s", (unsigned long long)r->line_no,
 			 err.msg);
+		tb_utf8_sanitize(why); /* it may quote the line */
 		if (tb_agent_error_payload(&payload, TB_EINVAL, why) == 0)
 			emit(r, TB_EV_ERROR, payload);
 		return;
@@ -663,6 +664,7 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 	for (char *c = tail; *c; c++)
 		if ((unsigned char)*c < 0x20 && *c != '\n')
 			*c = ' ';
+	tb_utf8_sanitize(tail); /* any bytes, cut anywhere: the reason is text */
 	rc = 0;
 out:
 	for (int i = 0; i < n; i++) {
@@ -775,8 +777,10 @@ static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *
 				}
 				const char *reason =
 				    json_string_value(json_object_get(res, "reason"));
-				if (reason)
+				if (reason) {
 					snprintf(why, sizeof(why), "%.500s", reason);
+					tb_utf8_trim(why); /* cut mid-character */
+				}
 			}
 			json_decref(res);
 		}
@@ -785,6 +789,7 @@ static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *
 		close(out);
 	if (in >= 0)
 		close(in);
+	tb_utf8_sanitize(why); /* the judge's own bytes, or its error's */
 	v.reason = why[0] ? why : NULL;
 	v.ts = wall_ms();
 	v.duration_ms = v.ts - t0;
@@ -940,6 +945,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	if (r.m.outcome != TB_OUTCOME_SUCCEEDED) {
 		snprintf(out->reason, sizeof(out->reason), "the agent %.100s%s%.380s", how,
 			 tail[0] ? "; its last output: " : "", tail);
+		tb_utf8_sanitize(out->reason); /* the cut may split a character */
 		r.m.reason = out->reason;
 	} else if (r.ended_why[0]) {
 		snprintf(out->reason, sizeof(out->reason), "the session ended: %s", r.ended_why);

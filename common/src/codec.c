@@ -117,6 +117,27 @@ void tb_utf8_trim(char *s)
 		}
 }
 
+void tb_utf8_sanitize(char *s)
+{
+	uint8_t *u = (uint8_t *)s;
+
+	for (size_t i = 0; u[i];) {
+		size_t len = u[i] < 0x80             ? 1
+			     : (u[i] & 0xe0) == 0xc0 ? 2
+			     : (u[i] & 0xf0) == 0xe0 ? 3
+			     : (u[i] & 0xf8) == 0xf0 ? 4
+						     : 0;
+		size_t have = 0;
+		while (have < len && u[i + have])
+			have++;
+		if (len && have == len && tb_utf8_valid(u + i, len)) {
+			i += len;
+		} else {
+			u[i++] = '?'; /* then what follows is looked at afresh */
+		}
+	}
+}
+
 bool tb_utf8_valid(const uint8_t *s, size_t n)
 {
 	size_t i = 0;

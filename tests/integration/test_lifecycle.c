@@ -452,6 +452,46 @@ static void test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out(vo
 	tb_msg_free(&tb_schema_manifest, &m);
 }
 
+/* Output that is not text (Latin-1, binary), and a judge's reason cut
+ * inside a character, still make a record: the reasons are mended into
+ * UTF-8, not refused by the schema. (It commits a recipe of its own.) */
+static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	char *bytes;
+	size_t len;
+
+	(void)state;
+	sh("cd %s && printf '%%s\\n' '{\"v\": 1, \"name\": \"bytes\", \"agent\": {\"command\": "
+	   "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"wordy\", \"command\": "
+	   "[\"/bin/sh\", \"judge.sh\"]}]}' > taskbox.json && "
+	   "printf '%%s\\n' 'read -r prompt' 'printf \"caf\\351 \\377\\376 end\\n\"' 'exit 1' "
+	   "> agent.sh && "
+	   "printf '%%s\\n' 'cat >/dev/null; r=$(printf \"\\303\\251%%.0s\" $(seq 300))' "
+	   "'echo \"{\\\"outcome\\\":\\\"fail\\\",\\\"reason\\\":\\\"x$r\\\"}\"' "
+	   "> judge.sh && git add -A && git -c user.name=t -c user.email=t@t commit -qm bytes",
+	   repo);
+	tb_task_t t = task("life-bytes", head_commit(), "test");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s", err.msg);
+	printf("not text: %s\n", res.reason);
+	assert_int_equal(res.outcome, TB_OUTCOME_FAILED);
+	assert_non_null(strstr(res.reason, "caf? ?? end"));
+	assert_int_equal(tb_store_get_bytes(store, "tasks/life-bytes/1/verdicts/wordy.msgpack",
+					    1 << 20, &bytes, &len, &err),
+			 0);
+	tb_verdict_t v;
+	assert_int_equal(tb_msg_decode(&tb_schema_verdict, &v, bytes, len, &err), 0);
+	free(bytes);
+	assert_int_equal(v.outcome, TB_VERDICT_FAIL);
+	assert_true(strlen(v.reason) >= 490 && strlen(v.reason) <= 500); /* whole characters */
+	assert_true(tb_utf8_valid((const uint8_t *)v.reason, strlen(v.reason)));
+	tb_msg_free(&tb_schema_verdict, &v);
+}
+
 static void test_lifecycle__failing_agent_is_a_recorded_failure(void **state)
 {
 	struct events e = { .seq_ok = 1 };
@@ -956,6 +996,7 @@ int main(void)
 		    test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own),
 		cmocka_unit_test(test_lifecycle__inputs_are_there_before_the_agent_starts),
 		cmocka_unit_test(test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out),
+		cmocka_unit_test(test_lifecycle__bytes_that_are_not_text_still_make_a_record),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");

@@ -564,10 +564,41 @@ static void test_utf8__trim_drops_a_half_character(void **state)
 	assert_string_equal(empty, "");
 }
 
+/* Text from outside becomes valid UTF-8: stray and cut bytes become '?',
+ * whole characters stay. */
+static void test_utf8__sanitize_keeps_characters_and_marks_the_rest(void **state)
+{
+	char latin1[] = "caf\xe9 ok";               /* Latin-1 é */
+	char cut_front[] = "\xa9 and \xe2\x82\xac"; /* a tail that starts mid-é */
+	char cut_end[] = "x\xe2\x82";               /* a head that ends mid-€ */
+	char overlong[] = "\xc0\xafx";              /* an overlong '/' */
+	char surrogate[] = "\xed\xa0\x80y";         /* U+D800 */
+	char binary[] = "\xff\xfe\x01";
+	char fine[] = "na\xc3\xafve \xf0\x9f\x99\x82";
+
+	(void)state;
+	tb_utf8_sanitize(latin1);
+	assert_string_equal(latin1, "caf? ok");
+	tb_utf8_sanitize(cut_front);
+	assert_string_equal(cut_front, "? and \xe2\x82\xac");
+	tb_utf8_sanitize(cut_end);
+	assert_string_equal(cut_end, "x??");
+	tb_utf8_sanitize(overlong);
+	assert_string_equal(overlong, "??x"); /* (no trigraphs: ??x, ??y) */
+	tb_utf8_sanitize(surrogate);
+	assert_string_equal(surrogate, "???y");
+	tb_utf8_sanitize(binary);
+	assert_string_equal(binary, "??\x01");
+	tb_utf8_sanitize(fine);
+	assert_string_equal(fine, "na\xc3\xafve \xf0\x9f\x99\x82");
+	assert_true(tb_utf8_valid((const uint8_t *)binary, strlen(binary)));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_utf8__trim_drops_a_half_character),
+		cmocka_unit_test(test_utf8__sanitize_keeps_characters_and_marks_the_rest),
 		cmocka_unit_test(test_examples__round_trip_byte_for_byte),
 		cmocka_unit_test(test_examples__json_encodes_to_the_hex_bytes),
 		cmocka_unit_test(test_decode__every_truncation_is_refused),

@@ -166,6 +166,12 @@ bool tb_utf8_valid(const uint8_t *s, size_t n);
  * NUL-terminated @p s (snprintf truncates bytes, not characters). */
 void tb_utf8_trim(char *s);
 
+/** Makes the NUL-terminated @p s valid UTF-8 in place: each byte that does
+ * not begin a whole, valid character (stray bytes of another encoding, a
+ * character cut at either end) becomes '?'. For text from outside (an
+ * agent's output, a judge's reason) that goes into a message. */
+void tb_utf8_sanitize(char *s);
+
 /**
  * Decodes whatever message @p data is (by its "schema" key) and appends its
  * canonical encoding to @p out: validation and normalisation in one call.
