@@ -750,6 +750,11 @@ static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *
 			tb_sandbox_wait(r->sb, id, 5000, &end, NULL);
 			snprintf(why, sizeof(why), "no verdict within %llu s",
 				 (unsigned long long)timeout);
+		} else if (end.end != TB_SANDBOX_EXITED || end.code != 0) {
+			/* A crash is an error, whatever it printed first. */
+			char how[200];
+			tb_sandbox_end_describe(&end, how, sizeof(how));
+			snprintf(why, sizeof(why), "the judge %s", how);
 		} else {
 			/* The last non-empty line of its output. */
 			off_t size = lseek(out, 0, SEEK_END);

@@ -454,7 +454,8 @@ static void test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out(vo
 
 /* Output that is not text (Latin-1, binary), and a judge's reason cut
  * inside a character, still make a record: the reasons are mended into
- * UTF-8, not refused by the schema. (It commits a recipe of its own.) */
+ * UTF-8, not refused by the schema. And a judge that prints a pass, then
+ * fails, gives an error verdict. (It commits a recipe of its own.) */
 static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **state)
 {
 	struct events e = { .seq_ok = 1 };
@@ -467,7 +468,10 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	(void)state;
 	sh("cd %s && printf '%%s\\n' '{\"v\": 1, \"name\": \"bytes\", \"agent\": {\"command\": "
 	   "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"wordy\", \"command\": "
-	   "[\"/bin/sh\", \"judge.sh\"]}]}' > taskbox.json && "
+	   "[\"/bin/sh\", \"judge.sh\"]}, {\"name\": \"crashes\", \"command\": "
+	   "[\"/bin/sh\", \"judge2.sh\"]}]}' > taskbox.json && "
+	   "printf '%%s\\n' 'cat >/dev/null' 'echo \"{\\\"outcome\\\":\\\"pass\\\"}\"' "
+	   "'exit 3' > judge2.sh && "
 	   "printf '%%s\\n' 'read -r prompt' 'printf \"caf\\351 \\377\\376 end\\n\"' 'exit 1' "
 	   "> agent.sh && "
 	   "printf '%%s\\n' 'cat >/dev/null; r=$(printf \"\\303\\251%%.0s\" $(seq 300))' "
@@ -489,6 +493,15 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	assert_int_equal(v.outcome, TB_VERDICT_FAIL);
 	assert_true(strlen(v.reason) >= 490 && strlen(v.reason) <= 500); /* whole characters */
 	assert_true(tb_utf8_valid((const uint8_t *)v.reason, strlen(v.reason)));
+	tb_msg_free(&tb_schema_verdict, &v);
+	/* A judge that prints a pass and then fails is an error. */
+	assert_int_equal(tb_store_get_bytes(store, "tasks/life-bytes/1/verdicts/crashes.msgpack",
+					    1 << 20, &bytes, &len, &err),
+			 0);
+	assert_int_equal(tb_msg_decode(&tb_schema_verdict, &v, bytes, len, &err), 0);
+	free(bytes);
+	assert_int_equal(v.outcome, TB_VERDICT_ERROR);
+	assert_string_equal(v.reason, "the judge exited with code 3");
 	tb_msg_free(&tb_schema_verdict, &v);
 }
 
