@@ -325,6 +325,30 @@ static int prepare(run_t *r, char *recipe_dir, size_t len, char *inputs_dir, siz
 
 /* -------------------------------------------------------------- agent */
 
+/* Keeps, of the @p n "NAME=value" strings in @p envp, the last one for each
+ * name, in order: the recipe's over the runtime's over the fixed ones, as
+ * agent.md promises (with duplicates, getenv() finds the first). Freed
+ * ones are wiped first: one may be the task token. @return how many are
+ * left. */
+static int env_last_wins(char **envp, int n)
+{
+	int kept = 0;
+
+	for (int i = 0; i < n; i++) {
+		size_t len = strcspn(envp[i], "=");
+		int later = 0;
+		for (int j = i + 1; j < n && !later; j++)
+			later = !strncmp(envp[i], envp[j], len + 1);
+		if (later) {
+			explicit_bzero(envp[i], strlen(envp[i]));
+			free(envp[i]);
+		} else {
+			envp[kept++] = envp[i];
+		}
+	}
+	return kept;
+}
+
 struct line_ctx {
 	run_t *r;
 };
@@ -600,6 +624,7 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 		if (asprintf(&envp[n++], "%s=%s", rm->agent.env.items[i].key,
 			     rm->agent.env.items[i].value) < 0)
 			abort();
+	n = env_last_wins(envp, n);
 	envp[n] = NULL;
 	size_t argc = rm->agent.command.n < 64 ? rm->agent.command.n : 64;
 	for (size_t i = 0; i < argc; i++)

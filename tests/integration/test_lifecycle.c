@@ -454,8 +454,19 @@ static void test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out(vo
 
 /* Output that is not text (Latin-1, binary), and a judge's reason cut
  * inside a character, still make a record: the reasons are mended into
- * UTF-8, not refused by the schema. And a judge that prints a pass, then
- * fails, gives an error verdict. (It commits a recipe of its own.) */
+ * UTF-8, not refused by the schema. A judge that prints a pass, then
+ * fails, gives an error verdict. And the recipe's environment wins over
+ * the fixed one. (It commits a recipe of its own.) */
+static void write_repo_file(const char *name, const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", repo, name);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
 static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **state)
 {
 	struct events e = { .seq_ok = 1 };
@@ -466,24 +477,46 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	size_t len;
 
 	(void)state;
-	sh("cd %s && printf '%%s\\n' '{\"v\": 1, \"name\": \"bytes\", \"agent\": {\"command\": "
-	   "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"wordy\", \"command\": "
-	   "[\"/bin/sh\", \"judge.sh\"]}, {\"name\": \"crashes\", \"command\": "
-	   "[\"/bin/sh\", \"judge2.sh\"]}]}' > taskbox.json && "
-	   "printf '%%s\\n' 'cat >/dev/null' 'echo \"{\\\"outcome\\\":\\\"pass\\\"}\"' "
-	   "'exit 3' > judge2.sh && "
-	   "printf '%%s\\n' 'read -r prompt' 'printf \"caf\\351 \\377\\376 end\\n\"' 'exit 1' "
-	   "> agent.sh && "
-	   "printf '%%s\\n' 'cat >/dev/null; r=$(printf \"\\303\\251%%.0s\" $(seq 300))' "
-	   "'echo \"{\\\"outcome\\\":\\\"fail\\\",\\\"reason\\\":\\\"x$r\\\"}\"' "
-	   "> judge.sh && git add -A && git -c user.name=t -c user.email=t@t commit -qm bytes",
-	   repo);
+	write_repo_file(
+	    "taskbox.json",
+	    "{\"v\": 1, \"name\": \"bytes\", \"agent\": {\"command\": [\"/bin/sh\", "
+	    "\"agent.sh\"], \"env\": {\"PATH\": \"/usr/bin:/bin:/recipe\", \"TB_GREETING\": "
+	    "\"hi\"}}, \"judges\": [{\"name\": \"wordy\", \"command\": [\"/bin/sh\", "
+	    "\"judge.sh\"]}, {\"name\": \"crashes\", \"command\": [\"/bin/sh\", "
+	    "\"judge2.sh\"]}]}\n");
+	/* its environment as exec'd (a shell would tidy duplicates away),
+	 * then Latin-1 and binary */
+	write_repo_file("agent.sh", "read -r prompt\n"
+				    "tr '\\000' '\\n' < /proc/$$/environ > /outputs/env.txt\n"
+				    "printf 'caf\\351 \\377\\376 end\\n'\n"
+				    "exit 1\n");
+	/* a reason of 601 bytes: "x" and 300 "é" */
+	write_repo_file("judge.sh",
+			"cat >/dev/null\n"
+			"r=$(printf '\\303\\251%.0s' $(seq 300))\n"
+			"echo \"{\\\"outcome\\\":\\\"fail\\\",\\\"reason\\\":\\\"x$r\\\"}\"\n");
+	write_repo_file("judge2.sh", "cat >/dev/null\necho '{\"outcome\":\"pass\"}'\nexit 3\n");
+	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm bytes", repo);
 	tb_task_t t = task("life-bytes", head_commit(), "test");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
 	printf("not text: %s\n", res.reason);
 	assert_int_equal(res.outcome, TB_OUTCOME_FAILED);
 	assert_non_null(strstr(res.reason, "caf? ?? end"));
+	/* The recipe's PATH wins over the fixed one: one PATH, the recipe's,
+	 * in the environment as exec'd (a shell would tidy it up). */
+	assert_int_equal(tb_store_get_bytes(store, "tasks/life-bytes/1/outputs/env.txt", 1 << 16,
+					    &bytes, &len, &err),
+			 0);
+	bytes = realloc(bytes, len + 2);
+	memmove(bytes + 1, bytes, len);
+	bytes[0] = '\n', bytes[len + 1] = '\0';
+	const char *path = strstr(bytes, "\nPATH=");
+	assert_non_null(path);
+	assert_null(strstr(path + 1, "\nPATH="));
+	assert_int_equal(strncmp(path, "\nPATH=/usr/bin:/bin:/recipe\n", 28), 0);
+	assert_non_null(strstr(bytes, "\nTB_GREETING=hi\n"));
+	free(bytes);
 	assert_int_equal(tb_store_get_bytes(store, "tasks/life-bytes/1/verdicts/wordy.msgpack",
 					    1 << 20, &bytes, &len, &err),
 			 0);
