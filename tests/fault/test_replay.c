@@ -349,10 +349,13 @@ static void show_log(const scenario_t *sc)
 /* One message as is, keyed @p key: counted as an extra message. */
 static void produce_raw(scenario_t *sc, const char *key, const void *data, size_t len)
 {
+	/* room for a message near the broker's limit (1,048,588 bytes) */
+	tb_kv_t big = { "message.max.bytes", "2000000" };
+	tb_strmap_t props = { 1, &big };
 	tb_error_t err;
 	rd_kafka_t *p;
 
-	assert_int_equal(tb_kafka_producer_new(&p, brokers, NULL, &err), 0);
+	assert_int_equal(tb_kafka_producer_new(&p, brokers, &props, &err), 0);
 	assert_int_equal(tb_kafka_produce(p, sc->tasks, key, data, len, &err), 0);
 	assert_int_equal(rd_kafka_flush(p, 30000), 0);
 	rd_kafka_destroy(p);
@@ -835,6 +838,7 @@ typedef struct dlq_seen {
 	char reason[400];
 	int32_t partition;
 	int64_t offset;
+	size_t original_len;
 } dlq_seen_t;
 
 static int read_dlq(const scenario_t *sc, dlq_seen_t *out, int max)
@@ -865,6 +869,7 @@ static int read_dlq(const scenario_t *sc, dlq_seen_t *out, int max)
 			out[n].cause = rec.cause;
 			out[n].partition = m->partition;
 			out[n].offset = m->offset;
+			out[n].original_len = rec.original.len;
 			snprintf(out[n].reason, sizeof(out[n].reason), "%s",
 				 rec.reason ? rec.reason : "");
 			n++;
@@ -1085,6 +1090,10 @@ static void test_replay__a_batch_with_every_kind_of_bad_input(void **state)
 	/* not MessagePack; MessagePack that is not a task */
 	produce_raw(sc, "bad-bytes", "\xc1\xc1", 2);
 	produce_raw(sc, "bad-schema", "\x82\xa6schema\xa4task\xa1v\x01", 16);
+	/* garbage near the broker's size limit: its DLQ record must fit too */
+	static char huge[1040000];
+	memset(huge, 0xc1, sizeof(huge));
+	produce_raw(sc, "bad-huge", huge, sizeof(huge));
 	for (int i = 0; i < 6; i++)
 		snprintf(id[i], sizeof(id[i]), "bad-%d-%d", i, getpid());
 	snprintf(url, sizeof(url), "file://%s/no-such-repository", root);
@@ -1110,12 +1119,15 @@ static void test_replay__a_batch_with_every_kind_of_bad_input(void **state)
 		       tb_dlq_causes[dlq[i].cause], dlq[i].reason);
 		malformed += dlq[i].cause == TB_DLQ_MALFORMED;
 	}
-	assert_int_equal(malformed, 2);
-	assert_int_equal(n, 6);
+	assert_int_equal(malformed, 3);
+	assert_int_equal(n, 7);
 	const dlq_seen_t *d = find_dlq(dlq, n, "bad-bytes");
 	assert_non_null(strstr(d->reason, "not valid MessagePack"));
 	d = find_dlq(dlq, n, "bad-schema");
 	assert_non_null(strstr(d->reason, "required but missing"));
+	d = find_dlq(dlq, n, "bad-huge");
+	assert_non_null(strstr(d->reason, "not valid MessagePack"));
+	assert_int_equal(d->original_len, TB_DLQ_ORIGINAL_MAX);
 	d = find_dlq(dlq, n, id[0]);
 	assert_int_equal(d->cause, TB_DLQ_POISON);
 	assert_non_null(strstr(d->reason, "no such repository"));

@@ -40,7 +40,11 @@ enum { TB_DLQ_F_PARTITION = 4, TB_DLQ_F_OFFSET = 5 };
 
 /* The original message is kept whole up to this size; a bigger message was
  * refused as too big and is kept truncated to it. */
-#define TB_DLQ_ORIGINAL_MAX (1u << 20)
+/* What a DLQ record keeps of the original message: less than Kafka's
+ * default message size limits (1,000,000 bytes in librdkafka's producer,
+ * 1,048,588 in the broker), with room for the rest of the record, so a
+ * record about an oversized message can itself be sent. */
+#define TB_DLQ_ORIGINAL_MAX (900u << 10)
 
 extern const tb_schema_t tb_schema_dlq;
 extern const char *const tb_dlq_causes[]; /* by tb_dlq_cause_t */
