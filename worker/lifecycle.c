@@ -555,6 +555,7 @@ static void drive_turns(run_t *r, turns_t *t, int followup_ready)
 /* Reads what the agent wrote on fd 3 until it exits; fills @p end. */
 static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_len, tb_error_t *err)
 {
+	tail[0] = '\0';
 	const tb_recipe_manifest_t *rm = &r->recipe;
 	char *envp[512], buf[65536];
 	const char *argv[65];
@@ -600,30 +601,36 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 	}
 	free(line);
 	snprintf(attempt, sizeof(attempt), "%llu", (unsigned long long)r->attempt);
-	static const char *const fixed[][2] = {
-		{ "TASKBOX_WORKSPACE", "/workspace" },
-		{ "TASKBOX_OUTPUTS", "/outputs" },
-		{ "TASKBOX_INPUTS", "/inputs" },
-		{ "TASKBOX_RECIPE", "/recipe" },
-		{ "TASKBOX_EVENTS_FD", "3" },
+	/* Later names win (env_last_wins): the recipe's over the runtime's
+	 * over the defaults; the sandbox's own TASKBOX_* and the network
+	 * boundary's (token, proxy, endpoints) over all. */
+	static const char *const defaults[][2] = {
 		{ "HOME", "/workspace" },
 		{ "PATH", "/usr/local/bin:/usr/bin:/bin" },
 	};
+	static const char *const fixed[][2] = {
+		{ "TASKBOX_WORKSPACE", "/workspace" }, { "TASKBOX_OUTPUTS", "/outputs" },
+		{ "TASKBOX_INPUTS", "/inputs" },       { "TASKBOX_RECIPE", "/recipe" },
+		{ "TASKBOX_EVENTS_FD", "3" },
+	};
+	for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
+		if (asprintf(&envp[n++], "%s=%s", defaults[i][0], defaults[i][1]) < 0)
+			abort();
+	for (size_t i = 0; i < r->rt.env.n && n < 250; i++)
+		if (asprintf(&envp[n++], "%s=%s", r->rt.env.items[i].key,
+			     r->rt.env.items[i].value) < 0)
+			abort();
+	for (size_t i = 0; i < rm->agent.env.n && n < 400; i++)
+		if (asprintf(&envp[n++], "%s=%s", rm->agent.env.items[i].key,
+			     rm->agent.env.items[i].value) < 0)
+			abort();
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
 		if (asprintf(&envp[n++], "%s=%s", fixed[i][0], fixed[i][1]) < 0)
 			abort();
 	if (asprintf(&envp[n++], "TASKBOX_TASK_ID=%s", r->task->id) < 0 ||
 	    asprintf(&envp[n++], "TASKBOX_ATTEMPT=%s", attempt) < 0)
 		abort();
-	n = tb_egress_env(r->egress, envp, n, 480); /* token, proxy, endpoints */
-	for (size_t i = 0; i < r->rt.env.n && n < 500; i++)
-		if (asprintf(&envp[n++], "%s=%s", r->rt.env.items[i].key,
-			     r->rt.env.items[i].value) < 0)
-			abort();
-	for (size_t i = 0; i < rm->agent.env.n && n < 510; i++)
-		if (asprintf(&envp[n++], "%s=%s", rm->agent.env.items[i].key,
-			     rm->agent.env.items[i].value) < 0)
-			abort();
+	n = tb_egress_env(r->egress, envp, n, 500); /* token, proxy, endpoints */
 	n = env_last_wins(envp, n);
 	envp[n] = NULL;
 	size_t argc = rm->agent.command.n < 64 ? rm->agent.command.n : 64;
@@ -636,6 +643,13 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 	rc = tb_sandbox_spawn(r->sb, &id, &ex, err);
 	close(ev[1]);
 	ev[1] = -1;
+	if (rc == TB_ETIMEOUT) { /* the deadline passed before it could start */
+		memset(end, 0, sizeof(*end));
+		end->end = TB_SANDBOX_DEADLINE;
+		end->signal = SIGKILL;
+		rc = 0;
+		goto out;
+	}
 	if (rc < 0) {
 		if (rc == TB_ENOTFOUND) /* the recipe's command: poison */
 			err->code = rc = TB_EPOISON;
@@ -686,9 +700,9 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 	off_t from = size > (off_t)tail_len - 1 ? size - (off_t)tail_len + 1 : 0;
 	ssize_t tl = pread(out, tail, tail_len - 1, from);
 	tail[tl > 0 ? tl : 0] = '\0';
-	for (char *c = tail; *c; c++)
-		if ((unsigned char)*c < 0x20 && *c != '\n')
-			*c = ' ';
+	for (ssize_t i = 0; i < tl; i++) /* NULs too: they would end the text */
+		if ((unsigned char)tail[i] < 0x20 && tail[i] != '\n')
+			tail[i] = ' ';
 	tb_utf8_sanitize(tail); /* any bytes, cut anywhere: the reason is text */
 	rc = 0;
 out:
@@ -961,6 +975,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 
 	phase(&r, "running");
 	rc = run_agent(&r, &end, tail, sizeof(tail), err);
+	tb_sandbox_disarm_deadline(r.sb); /* the judges have timeouts of their own */
 	/* The agent and everything it started are gone: so is its way out,
 	 * and its last egress records are events before it settles. */
 	tb_egress_stop(r.egress);

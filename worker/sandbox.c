@@ -236,13 +236,19 @@ static void kill_init(tb_sandbox_t *sb)
  * as ended by it, and the sandbox stays up, so that what the agent left in
  * /outputs can still be collected and the judges run (each under its own
  * timeout). Killing init would take the sandbox's file systems along, and
- * the attempt would have nothing to record. The deadline is spent: what
- * starts after it runs without one. If init cannot be told, it is killed.
+ * the attempt would have nothing to record. The deadline is spent: a
+ * spawn that found it passed is refused, what starts later runs without
+ * one. If init cannot be told, it is killed.
  */
 static void hit_deadline(tb_sandbox_t *sb)
 {
 	tb_error_t ignored;
+	tb_sbp_resp_t r;
 
+	/* Exits already reported count as exits, not as the deadline's. */
+	while (await(sb, &r, 0) == 1)
+		if (r.op == TB_SBP_EXITED)
+			note_exit(sb, &r);
 	for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
 		if (sb->procs[i].live && !sb->procs[i].exited)
 			sb->procs[i].deadline = 1;
@@ -756,8 +762,10 @@ int tb_sandbox_spawn(tb_sandbox_t *sb, int *out, const tb_sandbox_exec_t *ex, tb
 	tb_sbp_resp_t r;
 
 	*out = 0;
-	if (!sb->dead && sb->deadline && mono_ms() >= sb->deadline)
+	if (!sb->dead && sb->deadline && mono_ms() >= sb->deadline) {
 		hit_deadline(sb);
+		return tb_error_set(err, TB_ETIMEOUT, "sandbox: deadline passed");
+	}
 	if (sb->dead)
 		return tb_error_set(err, TB_EIO, "sandbox: gone");
 	if (!sb->assigned)
@@ -864,8 +872,17 @@ int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t 
 
 	if (!p)
 		return tb_error_set(err, TB_ENOTFOUND, "sandbox: no process %d", id);
-	while (!p->exited) {
+	while (!p->exited || p->deadline) {
 		if (p->deadline) {
+			/* Killed at the deadline: its end comes from init
+			 * shortly, and nothing is read before it (bounded). */
+			for (uint64_t by = mono_ms() + 2000; !p->exited && mono_ms() < by;) {
+				int got = await(sb, &r, 100);
+				if (got == 1 && r.op == TB_SBP_EXITED)
+					note_exit(sb, &r);
+				else if (got < 0)
+					break;
+			}
 			memset(out, 0, sizeof(*out));
 			out->end = TB_SANDBOX_DEADLINE;
 			out->signal = SIGKILL;
@@ -945,6 +962,11 @@ int tb_sandbox_kill_all(tb_sandbox_t *sb, tb_error_t *err)
 	if (send(sb->ctl, &req, offsetof(tb_sbp_req_t, data), MSG_NOSIGNAL) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "sandbox: send to init");
 	return 0;
+}
+
+void tb_sandbox_disarm_deadline(tb_sandbox_t *sb)
+{
+	sb->deadline = 0;
 }
 
 pid_t tb_sandbox_init_pid(const tb_sandbox_t *sb)

@@ -143,15 +143,21 @@ int tb_sandbox_assign(tb_sandbox_t *sb, const tb_sandbox_spec_t *spec, tb_error_
  * may be closed by the caller afterwards.
  * @param[out] out a handle for tb_sandbox_wait (>= 1)
  * @return 0; TB_ENOTFOUND if argv[0] cannot be executed (with errno's
- *         text); TB_EIO if the sandbox is gone; TB_ETIMEOUT past the
- *         deadline
+ *         text); TB_EIO if the sandbox is gone; TB_ETIMEOUT if the
+ *         deadline has passed (everything running is then killed, as by
+ *         tb_sandbox_wait, and the deadline is spent: later spawns run)
  */
 int tb_sandbox_spawn(tb_sandbox_t *sb, int *out, const tb_sandbox_exec_t *ex, tb_error_t *err);
 
+/** No deadline from now on: for what runs after the agent (judges, with
+ * timeouts of their own). */
+void tb_sandbox_disarm_deadline(tb_sandbox_t *sb);
+
 /**
  * Waits up to @p timeout_ms (-1: no limit but the deadline) for process
- * @p id to end. When the sandbox's deadline passes, every process in it is
- * killed and the result says TB_SANDBOX_DEADLINE.
+ * @p id to end. When the sandbox's deadline passes, every process in it
+ * but init is killed, the result says TB_SANDBOX_DEADLINE, and the sandbox
+ * stays up (its files can be read, more processes started).
  * @return 0 with @p out filled; TB_ETIMEOUT if @p timeout_ms passed first;
  *         TB_EIO if the sandbox died
  */

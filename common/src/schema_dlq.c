@@ -65,7 +65,7 @@ static const tb_field_t dlq_fields[] = {
 	 .offset = offsetof(tb_dlq_t, attempts), .max = 1000,
 	 .sub = &attempt_schema},
 	{.name = "original", .type = TB_FT_BIN, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_dlq_t, original), .max = TB_DLQ_ORIGINAL_MAX},
+	 .offset = offsetof(tb_dlq_t, original), .max = TB_DLQ_ORIGINAL_READ_MAX},
 };
 /* clang-format on */
 
@@ -75,5 +75,5 @@ const tb_schema_t tb_schema_dlq = {
 	.has_offset = offsetof(tb_dlq_t, has),
 	.fields = dlq_fields,
 	.nfields = sizeof(dlq_fields) / sizeof(dlq_fields[0]),
-	.max_bytes = TB_DLQ_ORIGINAL_MAX + (1u << 20),
+	.max_bytes = TB_DLQ_ORIGINAL_READ_MAX + (1u << 20),
 };

@@ -481,7 +481,8 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	    "taskbox.json",
 	    "{\"v\": 1, \"name\": \"bytes\", \"agent\": {\"command\": [\"/bin/sh\", "
 	    "\"agent.sh\"], \"env\": {\"PATH\": \"/usr/bin:/bin:/recipe\", \"TB_GREETING\": "
-	    "\"hi\"}}, \"judges\": [{\"name\": \"wordy\", \"command\": [\"/bin/sh\", "
+	    "\"hi\", \"TASKBOX_TASK_ID\": \"forged\"}}, \"judges\": [{\"name\": \"wordy\", "
+	    "\"command\": [\"/bin/sh\", "
 	    "\"judge.sh\"]}, {\"name\": \"crashes\", \"command\": [\"/bin/sh\", "
 	    "\"judge2.sh\"]}]}\n");
 	/* its environment as exec'd (a shell would tidy duplicates away),
@@ -516,6 +517,9 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	assert_null(strstr(path + 1, "\nPATH="));
 	assert_int_equal(strncmp(path, "\nPATH=/usr/bin:/bin:/recipe\n", 28), 0);
 	assert_non_null(strstr(bytes, "\nTB_GREETING=hi\n"));
+	/* ...but not over the sandbox's own */
+	assert_non_null(strstr(bytes, "\nTASKBOX_TASK_ID=life-bytes\n"));
+	assert_null(strstr(bytes, "forged"));
 	free(bytes);
 	assert_int_equal(tb_store_get_bytes(store, "tasks/life-bytes/1/verdicts/wordy.msgpack",
 					    1 << 20, &bytes, &len, &err),

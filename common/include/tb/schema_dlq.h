@@ -45,6 +45,9 @@ enum { TB_DLQ_F_PARTITION = 4, TB_DLQ_F_OFFSET = 5 };
  * 1,048,588 in the broker), with room for the rest of the record, so a
  * record about an oversized message can itself be sent. */
 #define TB_DLQ_ORIGINAL_MAX (900u << 10)
+/* What a record read may hold: records of earlier builds kept up to 1 MiB
+ * (where the message size limits had been raised). */
+#define TB_DLQ_ORIGINAL_READ_MAX (1u << 20)
 
 extern const tb_schema_t tb_schema_dlq;
 extern const char *const tb_dlq_causes[]; /* by tb_dlq_cause_t */
