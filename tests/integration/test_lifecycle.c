@@ -133,6 +133,16 @@ static void sh(const char *fmt, ...)
 		fail_msg("command failed: %s", cmd);
 }
 
+static void write_repo_file(const char *name, const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", repo, name);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
 static char *head_commit(void)
 {
 	static char id[64];
@@ -457,16 +467,6 @@ static void test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out(vo
  * UTF-8, not refused by the schema. A judge that prints a pass, then
  * fails, gives an error verdict. And the recipe's environment wins over
  * the fixed one. (It commits a recipe of its own.) */
-static void write_repo_file(const char *name, const char *text)
-{
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s", repo, name);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
-}
-
 static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **state)
 {
 	struct events e = { .seq_ok = 1 };
@@ -539,6 +539,43 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	free(bytes);
 	assert_int_equal(v.outcome, TB_VERDICT_ERROR);
 	assert_string_equal(v.reason, "the judge exited with code 3");
+	tb_msg_free(&tb_schema_verdict, &v);
+}
+
+/* The deadline is the agent's: a judge that starts just before it and
+ * runs past it is not killed by it (it has its own timeout). */
+static void test_lifecycle__judges_are_not_held_to_the_agents_deadline(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	char *bytes;
+	size_t len;
+
+	(void)state;
+	write_repo_file("taskbox.json",
+			"{\"v\": 1, \"name\": \"slow-judge\", \"agent\": {\"command\": "
+			"[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"slow\", "
+			"\"command\": [\"/bin/sh\", \"judge.sh\"]}]}\n");
+	write_repo_file("agent.sh", "read -r prompt\nsleep 1\n");
+	write_repo_file("judge.sh", "cat >/dev/null\nsleep 2\necho '{\"outcome\":\"pass\"}'\n");
+	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm slow-judge",
+	   repo);
+	tb_task_t t = task("life-slow-judge", head_commit(), "test");
+	t.limits.wall_seconds = 2;
+	TB_SET_HAS(&t.limits, TB_LIMIT_WALL_SECONDS);
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s", err.msg);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_int_equal(tb_store_get_bytes(store, "tasks/life-slow-judge/1/verdicts/slow.msgpack",
+					    1 << 20, &bytes, &len, &err),
+			 0);
+	tb_verdict_t v;
+	assert_int_equal(tb_msg_decode(&tb_schema_verdict, &v, bytes, len, &err), 0);
+	free(bytes);
+	if (v.outcome != TB_VERDICT_PASS)
+		fail_msg("verdict %d: %s", v.outcome, v.reason ? v.reason : "");
 	tb_msg_free(&tb_schema_verdict, &v);
 }
 
@@ -1047,6 +1084,7 @@ int main(void)
 		cmocka_unit_test(test_lifecycle__inputs_are_there_before_the_agent_starts),
 		cmocka_unit_test(test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out),
 		cmocka_unit_test(test_lifecycle__bytes_that_are_not_text_still_make_a_record),
+		cmocka_unit_test(test_lifecycle__judges_are_not_held_to_the_agents_deadline),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");
