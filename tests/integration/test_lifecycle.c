@@ -143,6 +143,21 @@ static void write_repo_file(const char *name, const char *text)
 	fclose(f);
 }
 
+/* The record under @p key, decoded by @p schema into @p out; the test
+ * fails if it is missing or unreadable. */
+static void get_record(const char *key, const tb_schema_t *schema, void *out)
+{
+	tb_error_t err;
+	char *bytes;
+	size_t len;
+
+	if (tb_store_get_bytes(store, key, 1 << 20, &bytes, &len, &err) != 0)
+		fail_msg("get %s: %s", key, err.msg);
+	if (tb_msg_decode(schema, out, bytes, len, &err) != 0)
+		fail_msg("decode %s: %s", key, err.msg);
+	free(bytes);
+}
+
 static char *head_commit(void)
 {
 	static char id[64];
@@ -188,8 +203,6 @@ static void test_lifecycle__one_shot_task_end_to_end(void **state)
 	tb_task_t t = task("life-ok", head_commit(), "test");
 	tb_lifecycle_result_t res;
 	tb_error_t err;
-	char *bytes;
-	size_t len;
 
 	(void)state;
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
@@ -209,11 +222,8 @@ static void test_lifecycle__one_shot_task_end_to_end(void **state)
 	assert_true(e.done_after_flushed);
 	assert_non_null(strstr(e.first_error, "line 3: not JSON"));
 
-	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
-			 0);
 	tb_manifest_t m;
-	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
-	free(bytes);
+	get_record(res.manifest_key, &tb_schema_manifest, &m);
 	assert_int_equal(m.artifacts.n, 1);
 	assert_string_equal(((tb_artifact_t *)m.artifacts.items)[0].path, "hello.txt");
 	assert_int_equal(m.verdicts.n, 1);
@@ -313,19 +323,15 @@ static void test_lifecycle__keys_by_attempt_and_the_manifest_last(void **state)
 	tb_lifecycle_result_t res;
 	tb_object_info_t info;
 	tb_error_t err;
-	char *bytes, want[300];
-	size_t len;
+	char want[300];
 
 	(void)state;
 	c.store = &rec.base;
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
 	assert_string_equal(res.manifest_key, "tasks/life-keys/1/manifest.msgpack");
-	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
-			 0);
 	tb_manifest_t m;
-	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
-	free(bytes);
+	get_record(res.manifest_key, &tb_schema_manifest, &m);
 	assert_int_equal(m.verdicts.n, 1);
 	const tb_verdict_ref_t *v = m.verdicts.items;
 	snprintf(want, sizeof(want), "tasks/life-keys/1/verdicts/%s.msgpack", v->judge);
@@ -430,8 +436,6 @@ static void test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out(vo
 	tb_lifecycle_ctx_t c = ctx(&e);
 	tb_lifecycle_result_t res;
 	tb_error_t err;
-	char *bytes;
-	size_t len;
 
 	(void)state;
 	sh("cd %s && printf '%%s\\n' '{\"v\": 1, \"name\": \"late\", \"agent\": {\"command\": "
@@ -450,11 +454,8 @@ static void test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out(vo
 	printf("past its deadline: %s\n", res.reason);
 	assert_int_equal(res.outcome, TB_OUTCOME_TIMED_OUT);
 	assert_non_null(strstr(res.reason, "deadline"));
-	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
-			 0);
 	tb_manifest_t m;
-	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
-	free(bytes);
+	get_record(res.manifest_key, &tb_schema_manifest, &m);
 	assert_int_equal(m.artifacts.n, 1);
 	assert_string_equal(((tb_artifact_t *)m.artifacts.items)[0].path, "partial.txt");
 	assert_int_equal(m.verdicts.n, 1);
@@ -521,22 +522,14 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	assert_non_null(strstr(bytes, "\nTASKBOX_TASK_ID=life-bytes\n"));
 	assert_null(strstr(bytes, "forged"));
 	free(bytes);
-	assert_int_equal(tb_store_get_bytes(store, "tasks/life-bytes/1/verdicts/wordy.msgpack",
-					    1 << 20, &bytes, &len, &err),
-			 0);
 	tb_verdict_t v;
-	assert_int_equal(tb_msg_decode(&tb_schema_verdict, &v, bytes, len, &err), 0);
-	free(bytes);
+	get_record("tasks/life-bytes/1/verdicts/wordy.msgpack", &tb_schema_verdict, &v);
 	assert_int_equal(v.outcome, TB_VERDICT_FAIL);
 	assert_true(strlen(v.reason) >= 490 && strlen(v.reason) <= 500); /* whole characters */
 	assert_true(tb_utf8_valid((const uint8_t *)v.reason, strlen(v.reason)));
 	tb_msg_free(&tb_schema_verdict, &v);
 	/* A judge that prints a pass and then fails is an error. */
-	assert_int_equal(tb_store_get_bytes(store, "tasks/life-bytes/1/verdicts/crashes.msgpack",
-					    1 << 20, &bytes, &len, &err),
-			 0);
-	assert_int_equal(tb_msg_decode(&tb_schema_verdict, &v, bytes, len, &err), 0);
-	free(bytes);
+	get_record("tasks/life-bytes/1/verdicts/crashes.msgpack", &tb_schema_verdict, &v);
 	assert_int_equal(v.outcome, TB_VERDICT_ERROR);
 	assert_string_equal(v.reason, "the judge exited with code 3");
 	tb_msg_free(&tb_schema_verdict, &v);
@@ -550,8 +543,6 @@ static void test_lifecycle__judges_are_not_held_to_the_agents_deadline(void **st
 	tb_lifecycle_ctx_t c = ctx(&e);
 	tb_lifecycle_result_t res;
 	tb_error_t err;
-	char *bytes;
-	size_t len;
 
 	(void)state;
 	write_repo_file("taskbox.json",
@@ -568,12 +559,8 @@ static void test_lifecycle__judges_are_not_held_to_the_agents_deadline(void **st
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
-	assert_int_equal(tb_store_get_bytes(store, "tasks/life-slow-judge/1/verdicts/slow.msgpack",
-					    1 << 20, &bytes, &len, &err),
-			 0);
 	tb_verdict_t v;
-	assert_int_equal(tb_msg_decode(&tb_schema_verdict, &v, bytes, len, &err), 0);
-	free(bytes);
+	get_record("tasks/life-slow-judge/1/verdicts/slow.msgpack", &tb_schema_verdict, &v);
 	if (v.outcome != TB_VERDICT_PASS)
 		fail_msg("verdict %d: %s", v.outcome, v.reason ? v.reason : "");
 	tb_msg_free(&tb_schema_verdict, &v);
@@ -605,8 +592,6 @@ static void test_lifecycle__misbehaving_recipe_is_recorded_with_reasons(void **s
 	tb_lifecycle_ctx_t c = ctx(&e);
 	tb_lifecycle_result_t res;
 	tb_error_t err;
-	char *bytes;
-	size_t len;
 
 	(void)state;
 	sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./* && cp -r "
@@ -626,11 +611,8 @@ static void test_lifecycle__misbehaving_recipe_is_recorded_with_reasons(void **s
 	}
 	assert_int_equal(errors, 4); /* garbage, unknown type, no text, too long */
 	assert_int_equal(messages, 1);
-	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
-			 0);
 	tb_manifest_t m;
-	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
-	free(bytes);
+	get_record(res.manifest_key, &tb_schema_manifest, &m);
 	assert_int_equal(m.verdicts.n, 2);
 	assert_int_equal(((tb_verdict_ref_t *)m.verdicts.items)[0].outcome, TB_VERDICT_ERROR);
 	assert_int_equal(((tb_verdict_ref_t *)m.verdicts.items)[1].outcome, TB_VERDICT_ERROR);
@@ -816,11 +798,8 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
 
-	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
-			 0);
 	tb_manifest_t m;
-	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
-	free(bytes);
+	get_record(res.manifest_key, &tb_schema_manifest, &m);
 	char *codes = artifact(&m, "codes.txt"), *resp = artifact(&m, "resp.txt");
 	char *env = artifact(&m, "env.txt");
 	assert_non_null(codes);
@@ -970,11 +949,8 @@ static void test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own(
 		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
 	assert_true(e.seq_ok);
-	assert_int_equal(tb_store_get_bytes(store, res.manifest_key, 1 << 20, &bytes, &len, &err),
-			 0);
 	tb_manifest_t m;
-	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
-	free(bytes);
+	get_record(res.manifest_key, &tb_schema_manifest, &m);
 	char *codes = artifact(&m, "codes.txt"), *ack = artifact(&m, "thought.txt");
 	char *events_url = artifact(&m, "url.txt");
 	assert_non_null(codes);
