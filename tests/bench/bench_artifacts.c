@@ -11,8 +11,15 @@
  * also set beside curl doing that same work, `openssl dgst -sha256` then a
  * PUT whose signed payload hash the server checks ("vs signing").
  *
- *   bench_artifacts [--json]      (reads TASKBOX_TEST_S3_*; tests/bench/run
- *                                  starts the server and sets them)
+ * The server shares this machine's cores with the client, and a 256 MiB
+ * put keeps it busy on all of them: so the put's wall time follows the
+ * CPU that the client and the server spend on it together, and the bench
+ * prints both (core-seconds, user and system), the server's when given
+ * its pid.
+ *
+ *   bench_artifacts [--json] [--server-pid PID]
+ *                   (reads TASKBOX_TEST_S3_*; tests/bench/run starts the
+ *                    server and sets them)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -47,6 +54,7 @@ typedef struct row {
 static row_t rows[64];
 static int nrows;
 static char tmp[64] = "/tmp/tb-bench-art-XXXXXX";
+static int server_pid; /* the S3 server's, for its CPU; 0: not known */
 
 static double now(void)
 {
@@ -86,6 +94,57 @@ static void make_file(const char *path, uint64_t size)
 		done += n;
 	}
 	close(fd);
+}
+
+/* The CPU seconds (user and system) the S3 server has used; 0 when its
+ * pid is not known or its stat cannot be read. */
+static double server_cpu(void)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long utime, stime;
+	FILE *f;
+	size_t n;
+
+	if (!server_pid)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", server_pid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* after the command's ")": state is field 3, utime 14, stime 15 */
+	if (!(p = strrchr(buf, ')')) ||
+	    sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+		   &stime) != 2)
+		return 0;
+	return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The CPU seconds (user and system) of the children waited for so far. */
+static double children_cpu(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_CHILDREN, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* What one timed transfer cost in CPU: its client's, the server's. */
+typedef struct cpu {
+	double client, server;
+} cpu_t;
+
+static cpu_t cpu_mark(void)
+{
+	return (cpu_t){ children_cpu(), server_cpu() };
+}
+
+static cpu_t cpu_since(cpu_t mark)
+{
+	cpu_t now = cpu_mark();
+	return (cpu_t){ now.client - mark.client, now.server - mark.server };
 }
 
 /* Runs argv; returns wall seconds, and the child's peak RSS in KiB. */
@@ -220,6 +279,14 @@ static double slowest(const double *v)
 	return m;
 }
 
+static double highest(const double *v)
+{
+	double m = v[0];
+	for (int i = 1; i < ROUNDS; i++)
+		m = v[i] > m ? v[i] : m;
+	return m;
+}
+
 typedef struct keys {
 	char **v;
 	size_t n, cap;
@@ -328,6 +395,10 @@ static void bench_path(const char *scheme, const char *endpoint)
 	double mb = (double)SMALL_N * SMALL_SIZE / 1e6, bmb = (double)BIG_SIZE / 1e6;
 	double r_up[ROUNDS], r_down[ROUNDS], c_up[ROUNDS], c_down[ROUNDS];
 	double b_up[ROUNDS], b_down[ROUNDS], cb_up[ROUNDS], cb_down[ROUNDS], cs_up[ROUNDS];
+	/* CPU of each round's 256 MiB put: client and server, client and
+	 * server together; ours, bare curl's, curl's signing */
+	double o_cli[ROUNDS], o_srv[ROUNDS], o_all[ROUNDS];
+	double c_cli[ROUNDS], c_srv[ROUNDS], s_all[ROUNDS];
 	long rss_up = 0, rss_down = 0, c_rss_up = 0, c_rss_down = 0;
 	for (int round = 0; round < ROUNDS; round++) {
 		char base[32];
@@ -356,7 +427,11 @@ static void bench_path(const char *scheme, const char *endpoint)
 				}
 				r_down[round] = mb / (now() - t0);
 				snprintf(key, sizeof(key), "big/%d", round);
+				cpu_t c = cpu_mark(); /* big_in_child settles first */
 				double t = big_in_child(s, key, big, 1, &rss);
+				c = cpu_since(c);
+				o_cli[round] = c.client, o_srv[round] = c.server;
+				o_all[round] = c.client + c.server;
 				b_up[round] = t > 0 ? bmb / t : 0;
 				rss_up = rss > rss_up ? rss : rss_up;
 				t = big_in_child(s, key, big, 0, &rss);
@@ -370,11 +445,17 @@ static void bench_path(const char *scheme, const char *endpoint)
 					       NULL);
 				c_down[round] = t > 0 ? mb / t : 0;
 				snprintf(base, sizeof(base), "big-signed-r%d", round);
+				cpu_t c = cpu_mark(); /* so does curl_signed_put */
 				t = curl_signed_put(endpoint, bucket, base, big);
+				c = cpu_since(c);
+				s_all[round] = c.client + c.server;
 				cs_up[round] = t > 0 ? bmb / t : 0;
 				snprintf(base, sizeof(base), "big-r%d", round);
 				settle();
+				c = cpu_mark();
 				t = curl_batch(endpoint, bucket, base, 1, 1, big, NULL, &rss);
+				c = cpu_since(c);
+				c_cli[round] = c.client, c_srv[round] = c.server;
 				cb_up[round] = t > 0 ? bmb / t : 0;
 				c_rss_up = rss > c_rss_up ? rss : c_rss_up;
 				settle();
@@ -399,6 +480,14 @@ static void bench_path(const char *scheme, const char *endpoint)
 	add(name, "MB/s", median(b_up), slowest(b_up), median(cb_up));
 	snprintf(name, sizeof(name), "%s 256MiB put vs signing", scheme);
 	add(name, "MB/s", median(b_up), slowest(b_up), median(cs_up));
+	snprintf(name, sizeof(name), "%s 256MiB put client CPU", scheme);
+	add(name, "core-s", median(o_cli), highest(o_cli), median(c_cli));
+	if (server_pid) {
+		snprintf(name, sizeof(name), "%s 256MiB put server CPU", scheme);
+		add(name, "core-s", median(o_srv), highest(o_srv), median(c_srv));
+		snprintf(name, sizeof(name), "%s 256MiB put CPU vs signing", scheme);
+		add(name, "core-s", median(o_all), highest(o_all), median(s_all));
+	}
 	snprintf(name, sizeof(name), "%s 256MiB get", scheme);
 	add(name, "MB/s", median(b_down), slowest(b_down), median(cb_down));
 	snprintf(name, sizeof(name), "%s 256MiB put peak RSS", scheme);
@@ -412,9 +501,19 @@ static void bench_path(const char *scheme, const char *endpoint)
 int main(int argc, char **argv)
 {
 	const char *endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT");
-	int json = argc > 1 && !strcmp(argv[1], "--json");
+	int json = 0;
 	char path[128], cmd[128];
 
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			json = 1;
+		else if (!strcmp(argv[i], "--server-pid") && i + 1 < argc)
+			server_pid = atoi(argv[++i]);
+		else {
+			fprintf(stderr, "usage: bench_artifacts [--json] [--server-pid PID]\n");
+			return 2;
+		}
+	}
 	if (!endpoint || !getenv("TASKBOX_TEST_S3_ACCESS_KEY")) {
 		fprintf(stderr,
 			"bench_artifacts: TASKBOX_TEST_S3_* not set (tests/bench/run sets it)\n");
@@ -463,7 +562,11 @@ int main(int argc, char **argv)
 	printf("  MB/s: median of %d rounds, the p99 column the slowest; higher is better (ratio "
 	       ">= 0.83 is within 1.2x of curl); RSS: lower is better, flat in file size\n"
 	       "  curl sends unsigned and checks nothing; \"vs signing\": openssl dgst -sha256, "
-	       "then curl with that hash as its signed payload hash and x-amz-meta-sha256\n",
-	       ROUNDS);
+	       "then curl with that hash as its signed payload hash and x-amz-meta-sha256\n"
+	       "  CPU: core-seconds (user + system) of the process doing the put, and of the S3 "
+	       "server meanwhile%s; lower is better, the p99 column the most. The server shares "
+	       "the %ld cores, so a put's wall time follows the two together\n",
+	       ROUNDS, server_pid ? "" : " (not shown: no --server-pid)",
+	       sysconf(_SC_NPROCESSORS_ONLN));
 	return 0;
 }
