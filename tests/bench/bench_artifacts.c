@@ -507,9 +507,16 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
 			json = 1;
-		else if (!strcmp(argv[i], "--server-pid") && i + 1 < argc)
-			server_pid = atoi(argv[++i]);
-		else {
+		else if (!strcmp(argv[i], "--server-pid") && i + 1 < argc) {
+			char *end;
+			long pid = strtol(argv[++i], &end, 10);
+			if (*end || pid <= 0 || pid > 1 << 22) {
+				fprintf(stderr, "bench_artifacts: --server-pid: not a pid: '%s'\n",
+					argv[i]);
+				return 2;
+			}
+			server_pid = (int)pid;
+		} else {
 			fprintf(stderr, "usage: bench_artifacts [--json] [--server-pid PID]\n");
 			return 2;
 		}
