@@ -66,6 +66,10 @@ typedef struct job {
 	int failure_unkept; /* err holds a failure the ledger missed */
 	void *value;        /* the task message, decoded again by the slot */
 	size_t len;
+	int redo;      /* not a task: a message whose DLQ record could not be sent yet
+			     * (malformed, or a follow-up refused), handled again */
+	void *msg_key; /* redo: the message's Kafka key, for its DLQ record */
+	size_t msg_key_len;
 	char key[160];
 	tb_session_t *session; /* interactive: its follow-ups, held with their offsets */
 	/* results */
@@ -181,20 +185,27 @@ static int flush_events(void *ud, tb_error_t *err)
 static void heartbeat(worker_t *w);
 
 /* Sends @p rec to the DLQ topic and waits for its delivery: a message is
- * acknowledged (or marked done) only once its DLQ record is durable. */
-static int dead_letter(worker_t *w, tb_dlq_t *rec)
+ * acknowledged (or marked done) only once its DLQ record is durable.
+ * @p t (NULL: one of its own) counts the record's copies: one sent before
+ * and still in flight, when the wait for it ended, is waited for again
+ * rather than sent twice. */
+static int dead_letter(worker_t *w, tb_dlq_t *rec, tb_kafka_tracker_t *t)
 {
-	tb_kafka_tracker_t *t = tb_kafka_tracker_new();
+	tb_kafka_tracker_t *own = t ? NULL : tb_kafka_tracker_new();
 	msgpack_sbuffer sb;
 	tb_error_t err;
-	int rc;
+	int rc = 0;
 
-	if (!t)
+	if (!t && !(t = own))
 		abort(); /* out of memory */
 	msgpack_sbuffer_init(&sb);
-	if ((rc = tb_msg_encode(&sb, &tb_schema_dlq, rec, &err)) == 0 &&
-	    (rc = produce(w, w->d->cfg->kafka.dlq_topic, rec->task_id, sb.data, sb.size, t,
-			  &err)) == 0)
+	if (tb_kafka_tracker_pending(t) == 0) {
+		tb_kafka_tracker_reset(t); /* an earlier copy failed: this one counts */
+		if ((rc = tb_msg_encode(&sb, &tb_schema_dlq, rec, &err)) == 0)
+			rc = produce(w, w->d->cfg->kafka.dlq_topic, rec->task_id, sb.data, sb.size,
+				     t, &err);
+	}
+	if (rc == 0)
 		/* up to 30 s, in short waits: the main thread's heartbeats go on
 		 * meanwhile, so running tasks keep their leases */
 		for (int i = 0; i < 60; i++) {
@@ -203,7 +214,7 @@ static int dead_letter(worker_t *w, tb_dlq_t *rec)
 				break;
 			heartbeat(w);
 		}
-	tb_kafka_tracker_release(t);
+	tb_kafka_tracker_release(own);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc < 0) {
 		tb_err(rec->task_id, "dead-lettering failed: %s", err.msg);
@@ -241,7 +252,7 @@ static int dead_letter_task(worker_t *w, const job_t *j, int cause, const char *
 		}
 	}
 	free(hist);
-	int rc = dead_letter(w, &rec);
+	int rc = dead_letter(w, &rec, NULL);
 	tb_msg_free(&tb_schema_dlq, &rec);
 	return rc;
 }
@@ -278,6 +289,7 @@ static void free_job(job_t *j)
 	tb_kafka_tracker_release(j->events); /* its events in flight keep it */
 	tb_session_free(j->session);
 	free(j->value);
+	free(j->msg_key);
 	free(j);
 }
 
@@ -482,7 +494,7 @@ static job_t *find_job(worker_t *w, const char *key, int32_t p)
 		if (r->partition == p && ours(w, r) && !strcmp(r->key, key))
 			return r;
 	for (job_t *r = w->waiting; r; r = r->next)
-		if (r->partition == p && ours(w, r) && !strcmp(r->key, key))
+		if (!r->redo && r->partition == p && ours(w, r) && !strcmp(r->key, key))
 			return r;
 	return NULL;
 }
@@ -583,9 +595,13 @@ static void heartbeat(worker_t *w)
 /* ---------------------------------------------------------- outcomes */
 
 static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
-		  const tb_msg_origin_t *origin, const char *why);
+		  const tb_msg_origin_t *origin, const char *why, tb_kafka_tracker_t *t);
 static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
-		  const tb_msg_origin_t *origin);
+		  const tb_msg_origin_t *origin, tb_kafka_tracker_t *t);
+static job_t *redo_job(worker_t *w, int32_t partition, int64_t offset, uint64_t epoch,
+		       const void *raw, size_t len, const void *key, size_t key_len);
+static void settled(worker_t *w, job_t *r, int rc);
+static void redo_message(worker_t *w, job_t *j);
 
 /* The follow-ups an interactive task's job held, once its message is
  * finished: those its recorded attempt took finish with it; one it did
@@ -593,7 +609,7 @@ static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t l
  * was recorded here (dead-lettered, or found done), the ledger decides as
  * for any follow-up without a session. The task's message delivered
  * again, held too, finishes. A follow-up whose DLQ record cannot be
- * written stays unfinished (delivered again). */
+ * written yet is tried again (redo_message). */
 static void settle_followups(worker_t *w, job_t *j)
 {
 	int recorded = j->rc == 0 && j->res.manifest_key[0];
@@ -607,23 +623,25 @@ static void settle_followups(worker_t *w, job_t *j)
 		const void *raw;
 		size_t len;
 		tb_followup_t f;
-		int ok = 1;
 		tb_session_item(j->session, i, &seq, &off, &raw, &len);
 		if (!(recorded && seq <= j->res.followups) &&
 		    tb_msg_decode(&tb_schema_followup, &f, raw, len, &err) == 0) {
 			tb_msg_origin_t origin = { w->d->cfg->kafka.tasks_topic, j->partition, off,
 						   j->key, strlen(j->key) };
+			job_t *r = redo_job(w, j->partition, off, j->epoch, raw, len, j->key,
+					    strlen(j->key));
 			char why[256];
 			snprintf(
 			    why, sizeof(why),
 			    "follow-up %llu: the session ended before it took it (it took %llu)",
 			    (unsigned long long)seq, (unsigned long long)j->res.followups);
-			ok = (recorded ? refuse(w, &f, raw, len, &origin, why)
-				       : orphan(w, &f, raw, len, &origin)) == 0;
+			settled(w, r,
+				recorded ? refuse(w, &f, raw, len, &origin, why, r->events)
+					 : orphan(w, &f, raw, len, &origin, r->events));
 			tb_msg_free(&tb_schema_followup, &f);
-		}
-		if (ok && tb_watermark_finish(w->marks[j->partition], off, &err) == 0)
+		} else if (tb_watermark_finish(w->marks[j->partition], off, &err) == 0) {
 			w->finished_messages++;
+		}
 	}
 	size_t nh = tb_session_holds(j->session, holds, 64);
 	for (size_t i = 0; i < nh; i++)
@@ -853,7 +871,11 @@ static void admit_waiting(worker_t *w)
 	w->nwaiting = 0;
 	for (job_t *j = list, *next; j; j = next) {
 		next = j->next;
-		if (*w->stop || j->retry_at > now || w->running >= w->d->cfg->slots ||
+		if (j->redo && !*w->stop && j->retry_at <= now) {
+			redo_message(w, j); /* takes no slot */
+			continue;
+		}
+		if (*w->stop || j->retry_at > now || j->redo || w->running >= w->d->cfg->slots ||
 		    is_running(w, j->key)) {
 			uint64_t at = j->retry_at;
 			wait_for(w, j, at > now ? at - now : 0);
@@ -914,14 +936,14 @@ static void admit_waiting(worker_t *w)
 /* A follow-up that no session takes, to the DLQ with @p why. @return 0
  * (acknowledge it), or < 0 when the DLQ is away (leave it). */
 static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
-		  const tb_msg_origin_t *origin, const char *why)
+		  const tb_msg_origin_t *origin, const char *why, tb_kafka_tracker_t *t)
 {
 	tb_dlq_t rec;
 
 	if (tb_intake_dead_letter(&rec, TB_DLQ_ORPHAN, why, f->task_id, raw, len, origin,
 				  now_ms()) < 0)
 		abort(); /* out of memory */
-	int rc = dead_letter(w, &rec);
+	int rc = dead_letter(w, &rec, t);
 	tb_msg_free(&tb_schema_dlq, &rec);
 	return rc;
 }
@@ -929,7 +951,7 @@ static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t l
 /* A follow-up for a task with no session here: replayed after its session
  * took it (acknowledged), or refused with what the ledger says. */
 static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
-		  const tb_msg_origin_t *origin)
+		  const tb_msg_origin_t *origin, tb_kafka_tracker_t *tracker)
 {
 	tb_ledger_t *l = w->d->ledger;
 	unsigned long long seq = (unsigned long long)f->seq;
@@ -976,26 +998,26 @@ static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t l
 			 "task, or a follow-up sent before its task)",
 			 seq, f->task_id);
 	}
-	return refuse(w, f, raw, len, origin, why);
+	return refuse(w, f, raw, len, origin, why, tracker);
 }
 
 /* A follow-up: to its task's session, which holds it (offset and all) until
  * its attempt is recorded. @return 1 held; 0 acknowledge it now (a
  * duplicate, or dead-lettered); < 0 leave it (the DLQ is away). */
-static int followup(worker_t *w, const tb_followup_t *f, const rd_kafka_message_t *m,
-		    const tb_msg_origin_t *origin)
+static int followup(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
+		    const tb_msg_origin_t *origin, tb_kafka_tracker_t *t)
 {
-	job_t *s = find_job(w, f->task_id, m->partition);
+	job_t *s = find_job(w, f->task_id, origin->partition);
 	char why[512];
 
 	if (s && !s->session) {
 		snprintf(why, sizeof(why), "follow-up %llu: task %s is one-shot: it takes none",
 			 (unsigned long long)f->seq, f->task_id);
-		return refuse(w, f, m->payload, m->len, origin, why);
+		return refuse(w, f, raw, len, origin, why, t);
 	}
 	if (!s)
-		return orphan(w, f, m->payload, m->len, origin);
-	switch (tb_session_put(s->session, f, m->offset, m->payload, m->len, why, sizeof(why))) {
+		return orphan(w, f, raw, len, origin, t);
+	switch (tb_session_put(s->session, f, origin->offset, raw, len, why, sizeof(why))) {
 	case TB_SESSION_QUEUED:
 		tb_info(f->task_id, "follow-up %llu to its session", (unsigned long long)f->seq);
 		return 1;
@@ -1004,8 +1026,84 @@ static int followup(worker_t *w, const tb_followup_t *f, const rd_kafka_message_
 			(unsigned long long)f->seq);
 		return 0;
 	default:
-		return refuse(w, f, m->payload, m->len, origin, why);
+		return refuse(w, f, raw, len, origin, why, t);
 	}
+}
+
+/* A message that is not a task: a malformed one to the DLQ, a follow-up
+ * to its session or the DLQ; @p t counts its DLQ record's copies.
+ * @return 1 held by a session (its offset finishes with the session's
+ * task); 0 acknowledge it; < 0 not yet: the DLQ is away. */
+static int settle_other(worker_t *w, tb_intake_t *in, const void *raw, size_t len,
+			const tb_msg_origin_t *origin, tb_kafka_tracker_t *t)
+{
+	if (in->kind == TB_INTAKE_DEAD)
+		return dead_letter(w, &in->dlq, t);
+	return followup(w, &in->followup, raw, len, origin, t);
+}
+
+/* A job for a message that is not a task, to be handled again by
+ * redo_message if its first try cannot settle it: the message's bytes
+ * and key copied, and a tracker for its DLQ record's copies. */
+static job_t *redo_job(worker_t *w, int32_t partition, int64_t offset, uint64_t epoch,
+		       const void *raw, size_t len, const void *key, size_t key_len)
+{
+	job_t *r = calloc(1, sizeof(*r));
+
+	if (!r || !(r->value = malloc(len ? len : 1)) ||
+	    (key_len && !(r->msg_key = malloc(key_len))) || !(r->events = tb_kafka_tracker_new()))
+		abort(); /* out of memory */
+	r->w = w;
+	r->redo = 1;
+	r->partition = partition, r->offset = offset, r->epoch = epoch;
+	memcpy(r->value, raw, len);
+	r->len = len;
+	if (key_len)
+		memcpy(r->msg_key, key, key_len);
+	r->msg_key_len = key_len;
+	r->backoff = WAIT_BACKOFF_MIN_MS;
+	return r;
+}
+
+/* What settle_other said of @p r's message: held (let go of), to be
+ * acknowledged, or, the DLQ away, to be tried again after a back-off for
+ * as long as its partition is ours. Left unacknowledged until its next
+ * delivery, it would hold its partition's commits back until a restart
+ * or a rebalance. */
+static void settled(worker_t *w, job_t *r, int rc)
+{
+	if (rc < 0) {
+		tb_warn(NULL, "partition %d offset %lld: trying the DLQ again in %u ms",
+			(int)r->partition, (long long)r->offset, r->backoff);
+		wait_for(w, r, r->backoff);
+		r->backoff =
+		    r->backoff * 2 > WAIT_BACKOFF_MAX_MS ? WAIT_BACKOFF_MAX_MS : r->backoff * 2;
+		return;
+	}
+	if (rc == 0)
+		acknowledge(w, r);
+	free_job(r);
+}
+
+/* A message settle_other could not settle, handled again (admit_waiting). */
+static void redo_message(worker_t *w, job_t *j)
+{
+	tb_msg_origin_t origin = { w->d->cfg->kafka.tasks_topic, j->partition, j->offset,
+				   j->msg_key, j->msg_key_len };
+	tb_intake_t in;
+
+	if (!ours(w, j)) {
+		free_job(j); /* its partition's new owner handles it */
+		return;
+	}
+	if (tb_intake_decode(&in, j->value, j->len, &origin, now_ms()) < 0)
+		abort(); /* out of memory */
+	int rc = settle_other(w, &in, j->value, j->len, &origin, j->events);
+	tb_intake_free(&in);
+	if (rc >= 0)
+		tb_info(NULL, "partition %d offset %lld: settled on trying again",
+			(int)j->partition, (long long)j->offset);
+	settled(w, j, rc);
 }
 
 static void handle(worker_t *w, const rd_kafka_message_t *m)
@@ -1022,6 +1120,13 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 		return; /* not ours (any more), or seen: nothing to ack */
 	if (tb_intake_decode(&in, m->payload, m->len, &origin, now_ms()) < 0)
 		abort(); /* out of memory */
+	if (in.kind != TB_INTAKE_TASK) {
+		job_t *r = redo_job(w, m->partition, m->offset, w->epochs[m->partition], m->payload,
+				    m->len, m->key, m->key_len);
+		settled(w, r, settle_other(w, &in, m->payload, m->len, &origin, r->events));
+		tb_intake_free(&in);
+		return;
+	}
 	job_t *j = calloc(1, sizeof(*j));
 	if (!j)
 		abort();
@@ -1029,21 +1134,6 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	j->partition = m->partition;
 	j->offset = m->offset;
 	j->epoch = w->epochs[m->partition];
-	int dead = 0;
-	if (in.kind == TB_INTAKE_DEAD) {
-		dead = dead_letter(w, &in.dlq);
-		goto finished;
-	}
-	if (in.kind == TB_INTAKE_FOLLOWUP) {
-		int held = followup(w, &in.followup, m, &origin);
-		if (held == 1) { /* its offset finishes with the session's task */
-			tb_intake_free(&in);
-			free_job(j);
-			return;
-		}
-		dead = held;
-		goto finished;
-	}
 	/* An interactive task delivered again while its job is here: one
 	 * session, so its follow-ups have one place to go; the copy's offset
 	 * finishes with it. */
@@ -1076,14 +1166,6 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	tb_runtime_free(&rt);
 	tb_intake_free(&in);
 	wait_for(w, j, 0);
-	return;
-finished:
-	tb_intake_free(&in);
-	/* Not in the DLQ: left unacknowledged (its partition's commits wait at
-	 * it) until it is delivered again, after a restart or a rebalance. */
-	if (dead == 0)
-		acknowledge(w, j);
-	free_job(j);
 }
 
 /* The next message, if one is there; else sleeps until one comes, a slot

@@ -5,7 +5,9 @@
  * malformed message is dead-lettered, the group's committed offset covers
  * both, and SIGTERM stops the worker cleanly. With TASKBOX_TEST_REDIS the
  * worker keeps its ledger on Redis, and the task's done-marker is read back
- * from there. Skips without Kafka or root.
+ * from there. A worker whose DLQ topic is not there yet acknowledges a
+ * malformed message only once the topic is made and has its record. Skips
+ * without Kafka or root.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,32 +33,87 @@
 static char root[64] = "/tmp/tb-worker-kafka-XXXXXX";
 static char topic_tasks[64], topic_events[64], topic_dlq[64], group[64];
 static char topic_tasks2[64], topic_dlq2[64], group2[64];
+static char topic_tasks3[64], topic_dlq3[64], group3[64];
 static char commit[64], rt[128], repo[128];
 static const char *brokers;
+static pid_t worker_pid; /* the last worker started, stopped by teardown if a test failed */
 
-static void make_topics(void)
+/* Makes the @p n topics @p names, of @p partitions partitions each. */
+static void create_topics(const char *const *names, const int *partitions, int n)
 {
 	char errstr[256];
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof(errstr));
 	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-	rd_kafka_NewTopic_t *t[5] = {
-		rd_kafka_NewTopic_new(topic_tasks, 2, 1, errstr, sizeof(errstr)),
-		rd_kafka_NewTopic_new(topic_events, 2, 1, errstr, sizeof(errstr)),
-		rd_kafka_NewTopic_new(topic_dlq, 1, 1, errstr, sizeof(errstr)),
-		rd_kafka_NewTopic_new(topic_tasks2, 1, 1, errstr, sizeof(errstr)),
-		rd_kafka_NewTopic_new(topic_dlq2, 1, 1, errstr, sizeof(errstr)),
-	};
+	rd_kafka_NewTopic_t *t[8];
+	assert_true(n <= 8);
+	for (int i = 0; i < n; i++)
+		t[i] = rd_kafka_NewTopic_new(names[i], partitions[i], 1, errstr, sizeof(errstr));
 	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
-	rd_kafka_CreateTopics(rk, t, 5, NULL, q);
+	rd_kafka_CreateTopics(rk, t, (size_t)n, NULL, q);
 	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
 	assert_non_null(ev);
 	assert_int_equal(rd_kafka_event_error(ev), 0);
 	rd_kafka_event_destroy(ev);
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < n; i++)
 		rd_kafka_NewTopic_destroy(t[i]);
 	rd_kafka_queue_destroy(q);
 	rd_kafka_destroy(rk);
+}
+
+/* Every topic but the third test's DLQ, which that test makes itself. */
+static void make_topics(void)
+{
+	const char *names[] = { topic_tasks,  topic_events, topic_dlq,
+				topic_tasks2, topic_dlq2,   topic_tasks3 };
+	const int partitions[] = { 2, 2, 1, 1, 1, 1 };
+	create_topics(names, partitions, 6);
+}
+
+/* Whether the file @p log has a line with @p what (and @p also, unless
+ * NULL), waiting for one up to @p seconds. */
+static int log_has(const char *log, const char *what, const char *also, int seconds)
+{
+	char line[1024];
+	int found = 0;
+
+	for (int i = 0; i <= 2 * seconds && !found; i++) {
+		FILE *f = fopen(log, "r");
+		while (f && fgets(line, sizeof(line), f))
+			found |= strstr(line, what) && (!also || strstr(line, also));
+		if (f)
+			fclose(f);
+		if (!found && i < 2 * seconds)
+			usleep(500000);
+	}
+	return found;
+}
+
+/* The records on @p topic's partition 0 from its beginning, read until
+ * @p want are there or @p seconds pass. */
+static int dlq_records(const char *topic, int want, int seconds)
+{
+	tb_error_t err;
+	rd_kafka_t *c;
+	int n = 0;
+
+	assert_int_equal(
+	    tb_kafka_consumer_new(&c, brokers, "itest-dlq-reader", NULL, NULL, NULL, NULL, &err),
+	    0);
+	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(parts, topic, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+	rd_kafka_assign(c, parts);
+	rd_kafka_topic_partition_list_destroy(parts);
+	for (int i = 0; i < 2 * seconds && n < want; i++) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
+		if (m) {
+			n += !m->err;
+			rd_kafka_message_destroy(m);
+		}
+	}
+	rd_kafka_consumer_close(c);
+	rd_kafka_destroy(c);
+	return n;
 }
 
 static void sh(const char *fmt, ...)
@@ -120,7 +177,20 @@ static pid_t start_worker(const char *tasks, const char *dlq, const char *grp, c
 		execl(TB_TASKBOX, "taskbox", "worker", (char *)NULL);
 		_exit(127);
 	}
-	return worker;
+	return worker_pid = worker;
+}
+
+/* After each test: a worker it left running (it failed before stopping
+ * it) is killed, or it would outlive the test and hold ctest's pipe. */
+static int stop_worker_left(void **state)
+{
+	(void)state;
+	if (worker_pid > 0 && waitpid(worker_pid, NULL, WNOHANG) == 0) {
+		kill(worker_pid, SIGKILL);
+		waitpid(worker_pid, NULL, 0);
+	}
+	worker_pid = 0;
+	return 0;
 }
 
 static void produce_raw(const char *topic, const char *key, const void *data, size_t len)
@@ -327,8 +397,8 @@ static long tasks_waiting(unsigned port)
  * which is read ahead to 8 x slots (at least 32) and no further. */
 static void test_worker__waits_for_a_ledger_that_is_down_and_acknowledges_nothing(void **state)
 {
-	char id[64], log[128], line[1024];
-	int status, waiting = 0;
+	char id[64], log[128];
+	int status;
 	long line_len = -1;
 	unsigned port = 0;
 
@@ -345,17 +415,8 @@ static void test_worker__waits_for_a_ledger_that_is_down_and_acknowledges_nothin
 		snprintf(more, sizeof(more), "ledger-down-%d-%d", getpid(), k);
 		produce_task(topic_tasks2, more);
 	}
-	for (int i = 0; i < 120 && !waiting; i++) { /* 60 s at most */
-		FILE *f = fopen(log, "r");
-		while (f && fgets(line, sizeof(line), f))
-			waiting |= strstr(line, "for the ledger") && strstr(line, id);
-		if (f)
-			fclose(f);
-		if (!waiting)
-			usleep(500000);
-	}
-	assert_true(waiting);
-	for (int i = 0; i < 40 && line_len != 32; i++) { /* 20 s at most */
+	assert_true(log_has(log, "for the ledger", id, 60)); /* the first in line waits */
+	for (int i = 0; i < 40 && line_len != 32; i++) {     /* 20 s at most */
 		if (!port)
 			port = metrics_port(log);
 		if (port)
@@ -373,33 +434,61 @@ static void test_worker__waits_for_a_ledger_that_is_down_and_acknowledges_nothin
 	assert_int_equal(committed_sum(topic_tasks2, group2, 1), 0);
 
 	/* and nothing was dead-lettered */
-	tb_error_t err;
-	rd_kafka_t *c;
-	int dead = 0;
-	assert_int_equal(
-	    tb_kafka_consumer_new(&c, brokers, "itest-reader2", NULL, NULL, NULL, NULL, &err), 0);
-	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(parts, topic_dlq2, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
-	rd_kafka_assign(c, parts);
-	rd_kafka_topic_partition_list_destroy(parts);
-	for (int i = 0; i < 6; i++) { /* 3 s */
-		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
-		if (m) {
-			dead += !m->err;
-			rd_kafka_message_destroy(m);
-		}
+	assert_int_equal(dlq_records(topic_dlq2, 1, 3), 0);
+}
+
+/*
+ * The DLQ topic is not there (not made yet, or deleted): a malformed
+ * message cannot be dead-lettered, so it is not acknowledged, and the
+ * worker tries again with back-off. Once the topic is made, the record
+ * is there, once, and the message acknowledged, with no restart: left
+ * waiting for a redelivery, it held its partition's commits back until
+ * the worker restarted.
+ */
+static void test_worker__dead_letters_once_the_dlq_topic_is_there(void **state)
+{
+	char log[128];
+	int status;
+
+	(void)state;
+	make_recipe();
+	snprintf(log, sizeof(log), "%s/dlq-away.log", root);
+	pid_t worker = start_worker(topic_tasks3, topic_dlq3, group3, NULL, log);
+	produce_raw(topic_tasks3, "not-a-task", "\xc1", 1);
+	assert_true(log_has(log, "dead-lettering failed", NULL, 90));
+	assert_int_equal(committed_sum(topic_tasks3, group3, 1), 0);
+
+	const char *names[] = { topic_dlq3 };
+	const int partitions[] = { 1 };
+	create_topics(names, partitions, 1);
+	assert_int_equal(dlq_records(topic_dlq3, 1, 120), 1);
+	int64_t committed = -1;
+	for (int i = 0; i < 40 && committed < 1; i++) { /* the commit is async: 20 s */
+		committed = committed_sum(topic_tasks3, group3, 1);
+		if (committed < 1)
+			usleep(500000);
 	}
-	rd_kafka_consumer_close(c);
-	rd_kafka_destroy(c);
-	assert_int_equal(dead, 0);
+	assert_int_equal(committed, 1);
+	/* one record: a copy still in flight when the first wait ended was
+	 * waited for again, not sent twice */
+	assert_int_equal(dlq_records(topic_dlq3, 2, 5), 1);
+	kill(worker, SIGTERM);
+	assert_int_equal(waitpid(worker, &status, 0), worker);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_worker__runs_a_task_from_kafka_and_commits_after_teardown),
-		cmocka_unit_test(
-		    test_worker__waits_for_a_ledger_that_is_down_and_acknowledges_nothing),
+		cmocka_unit_test_teardown(
+		    test_worker__runs_a_task_from_kafka_and_commits_after_teardown,
+		    stop_worker_left),
+		cmocka_unit_test_teardown(
+		    test_worker__waits_for_a_ledger_that_is_down_and_acknowledges_nothing,
+		    stop_worker_left),
+		cmocka_unit_test_teardown(test_worker__dead_letters_once_the_dlq_topic_is_there,
+					  stop_worker_left),
 	};
 	brokers = getenv("TASKBOX_TEST_KAFKA");
 	if (!brokers) {
@@ -421,6 +510,9 @@ int main(void)
 	snprintf(topic_tasks2, sizeof(topic_tasks2), "tbw-%d-tasks2", getpid());
 	snprintf(topic_dlq2, sizeof(topic_dlq2), "tbw-%d-dlq2", getpid());
 	snprintf(group2, sizeof(group2), "tbw-%d-2", getpid());
+	snprintf(topic_tasks3, sizeof(topic_tasks3), "tbw-%d-tasks3", getpid());
+	snprintf(topic_dlq3, sizeof(topic_dlq3), "tbw-%d-dlq3", getpid());
+	snprintf(group3, sizeof(group3), "tbw-%d-3", getpid());
 	make_topics();
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
