@@ -12,54 +12,40 @@
 #include <string.h>
 #include <sys/stat.h>
 
-struct newest {
-	const char *task_id;
-	unsigned long attempt;
-	char key[512];
-};
-
-/* Keeps the manifest key of the highest attempt seen. */
-static int pick_manifest(void *ud, const char *key, const tb_object_info_t *info)
+int tb_inputs_resolve(tb_store_t *store, tb_ledger_t *ledger, const char *task_id, const char *path,
+		      char *key, size_t keylen, char sha256[65], tb_error_t *err)
 {
-	struct newest *n = ud;
-	char tail[64];
-	unsigned long attempt;
-	size_t plen = strlen("tasks/") + strlen(n->task_id) + 1;
-
-	(void)info;
-	if (strlen(key) <= plen || sscanf(key + plen, "%lu/%63s", &attempt, tail) != 2 ||
-	    strcmp(tail, "manifest.msgpack"))
-		return 0;
-	if (attempt > n->attempt) {
-		n->attempt = attempt;
-		snprintf(n->key, sizeof(n->key), "%s", key);
-	}
-	return 0;
-}
-
-int tb_inputs_resolve(tb_store_t *store, const char *task_id, const char *path, char *key,
-		      size_t keylen, char sha256[65], tb_error_t *err)
-{
-	struct newest n = { task_id, 0, "" };
-	char prefix[256], *bytes = NULL;
+	tb_ledger_task_t t;
 	tb_manifest_t m;
+	char *bytes = NULL;
 	size_t len;
 	int rc;
 
-	snprintf(prefix, sizeof(prefix), "tasks/%s/", task_id);
-	if ((rc = tb_store_list(store, prefix, pick_manifest, &n, err)) < 0)
-		return rc;
-	if (!n.attempt)
-		return tb_error_set(err, TB_ENOTFOUND, "task %s has no manifest", task_id);
-	if ((rc = tb_store_get_bytes(store, n.key, tb_schema_manifest.max_bytes, &bytes, &len,
+	if (!ledger)
+		return tb_error_set(err, TB_EINVAL, "no ledger to look task %s up in", task_id);
+	if ((rc = ledger->ops->inspect(ledger, task_id, &t, err)) < 0)
+		return tb_error_prefix(err, "task %s: the ledger", task_id);
+	/* Not done yet, or not even begun: it may be, so the task waits (the
+	 * platform's retries: a pause growing to a minute, a bounded count). */
+	if (!t.done && !t.attempts)
+		return tb_error_set(err, TB_ERETRY,
+				    "task %s is not done: the ledger has not seen it", task_id);
+	if (!t.done)
+		return tb_error_set(err, TB_ERETRY,
+				    "task %s is not done yet (%llu attempts so far)", task_id,
+				    (unsigned long long)t.attempts);
+	if (!t.manifest[0])
+		return tb_error_set(err, TB_ENOTFOUND,
+				    "task %s was dead-lettered: it has no outputs", task_id);
+	if ((rc = tb_store_get_bytes(store, t.manifest, tb_schema_manifest.max_bytes, &bytes, &len,
 				     err)) < 0)
-		return rc;
+		return tb_error_prefix(err, "task %s: its manifest", task_id);
 	rc = tb_msg_decode(&tb_schema_manifest, &m, bytes, len, err);
 	free(bytes);
 	if (rc < 0)
-		return tb_error_prefix(err, "manifest %s", n.key);
-	rc = tb_error_set(err, TB_ENOTFOUND, "task %s (attempt %lu) has no output '%s'", task_id,
-			  n.attempt, path);
+		return tb_error_prefix(err, "manifest %s", t.manifest);
+	rc = tb_error_set(err, TB_ENOTFOUND, "task %s (attempt %llu) has no output '%s'", task_id,
+			  (unsigned long long)t.done_attempt, path);
 	for (size_t i = 0; i < m.artifacts.n; i++) {
 		const tb_artifact_t *a = (const tb_artifact_t *)m.artifacts.items + i;
 		if (!strcmp(a->path, path)) {
@@ -83,7 +69,8 @@ static int poison_if_missing(int rc, tb_error_t *err, const char *name)
 	return rc == TB_ENOTFOUND ? TB_EPOISON : rc;
 }
 
-int tb_inputs_fetch(tb_store_t *store, const tb_task_t *task, const char *dir, tb_error_t *err)
+int tb_inputs_fetch(tb_store_t *store, tb_ledger_t *ledger, const tb_task_t *task, const char *dir,
+		    tb_error_t *err)
 {
 	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
 		return tb_error_errno(err, TB_EIO, errno, "inputs: mkdir %s", dir);
@@ -95,8 +82,8 @@ int tb_inputs_fetch(tb_store_t *store, const tb_task_t *task, const char *dir, t
 
 		if (in->artifact) {
 			snprintf(key, sizeof(key), "%s", in->artifact);
-		} else if ((rc = tb_inputs_resolve(store, in->task, in->path, key, sizeof(key), sha,
-						   err)) < 0) {
+		} else if ((rc = tb_inputs_resolve(store, ledger, in->task, in->path, key,
+						   sizeof(key), sha, err)) < 0) {
 			return poison_if_missing(rc, err, in->name);
 		}
 		snprintf(path, sizeof(path), "%s/%s", dir, in->name);

@@ -289,7 +289,7 @@ static int prepare(run_t *r, char *recipe_dir, size_t len, char *inputs_dir, siz
 		snprintf(inputs_dir, ilen, "%s/%s-inputs-%s-%llu", ctx->work_root, ctx->group,
 			 r->task->id, (unsigned long long)r->attempt);
 		tb_remove_tree(AT_FDCWD, inputs_dir); /* a crashed attempt's */
-		if ((rc = tb_inputs_fetch(ctx->store, r->task, inputs_dir, err)) < 0)
+		if ((rc = tb_inputs_fetch(ctx->store, ctx->ledger, r->task, inputs_dir, err)) < 0)
 			return rc;
 	}
 	char name[256];

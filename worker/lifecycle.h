@@ -20,6 +20,7 @@
 #include "sandbox.h"
 #include "sandbox_pool.h"
 #include "session.h"
+#include "tb/ledger.h"
 #include "tb/schema_event.h"
 #include "tb/schema_manifest.h"
 #include "tb/schema_task.h"
@@ -44,6 +45,9 @@ typedef struct tb_lifecycle_ctx {
 	const tb_seccomp_t *policy;
 	tb_sandbox_pool_t *pool; /* sandboxes built ahead; NULL: built per task */
 	tb_store_t *store;
+	/* Where an input named by an earlier task finds that task's
+	 * done-marker (inputs.h). May be NULL: such inputs are refused. */
+	tb_ledger_t *ledger;
 	tb_recipe_cache_t *recipes;
 	const char *runtimes_dir; /* <name>.json */
 	const char *work_root;    /* sandboxes and per-task scratch */

@@ -428,6 +428,7 @@ static void *slot_main(void *arg)
 		.policy = w->d->policy,
 		.pool = w->pool,
 		.store = w->d->store,
+		.ledger = w->d->ledger,
 		.recipes = w->d->recipes,
 		.runtimes_dir = w->d->cfg->runtimes_dir,
 		.work_root = w->d->cfg->work_dir,

@@ -234,6 +234,30 @@ static void test_collect__a_flood_of_refusals_is_summed_up(void **state)
 	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
 }
 
+/* Puts @p m as @p key, encoded. */
+static void put_manifest(const char *key, const tb_manifest_t *m)
+{
+	msgpack_sbuffer sb;
+	tb_error_t err;
+
+	msgpack_sbuffer_init(&sb);
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_manifest, m, &err), 0);
+	assert_int_equal(tb_store_put_bytes(store, key, sb.data, sb.size, NULL, &err), 0);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* Attempts of @p task in @p l up to @p attempt, that one done with
+ * @p manifest ("" dead-lettered). */
+static void ledger_done(tb_ledger_t *l, const char *task, uint64_t attempt, const char *manifest)
+{
+	uint64_t att = 0;
+	tb_error_t err;
+
+	while (att < attempt) /* the same worker takes its own lease over */
+		assert_int_equal(l->ops->begin(l, task, 60000, &att, &err), 0);
+	assert_int_equal(l->ops->done(l, task, att, manifest, &err), 0);
+}
+
 static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **state)
 {
 	tb_input_t in[2] = {
@@ -251,27 +275,45 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 			    .recipe = { "file:///r", "0123456789abcdef0123456789abcdef01234567" },
 			    .artifacts = { 2, art } };
 	tb_object_info_t info, info2;
-	msgpack_sbuffer sb;
 	tb_sandbox_t *box;
+	tb_ledger_t *ledger;
 	tb_error_t err;
 	char dir[160], out[256];
 
 	(void)state;
+	assert_int_equal(tb_ledger_memory_open(&ledger, "test", &err), 0);
 	assert_int_equal(tb_store_put_bytes(store, in[0].artifact, "my notes", 8, NULL, &err), 0);
 	assert_int_equal(tb_store_put_bytes(store, art[0].key, "summary!", 8, &info, &err), 0);
 	art[0].sha256 = info.sha256;
 	/* an output of the earlier task that this one does not name */
 	assert_int_equal(tb_store_put_bytes(store, art[1].key, "unasked", 7, &info2, &err), 0);
 	art[1].sha256 = info2.sha256;
-	msgpack_sbuffer_init(&sb);
-	assert_int_equal(tb_msg_encode(&sb, &tb_schema_manifest, &m, &err), 0);
-	assert_int_equal(tb_store_put_bytes(store, "tasks/t-prev/2/manifest.msgpack", sb.data,
-					    sb.size, NULL, &err),
-			 0);
-	msgpack_sbuffer_destroy(&sb);
+	put_manifest("tasks/t-prev/2/manifest.msgpack", &m);
+
+	/* Not done yet (the ledger has not seen it, then an attempt runs):
+	 * the task waits, retried as the platform's failures are. */
+	snprintf(dir, sizeof(dir), "%s/inputs-0", root);
+	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_ERETRY);
+	assert_non_null(strstr(err.msg, "input prior/summary.md: task t-prev is not done"));
+	uint64_t att;
+	assert_int_equal(ledger->ops->begin(ledger, "t-prev", 60000, &att, &err), 0);
+	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_ERETRY);
+	assert_non_null(strstr(err.msg, "not done yet (1 attempts so far)"));
+
+	/* Attempt 2 is the one done. A third attempt's manifest, newer in
+	 * the store but never done (its run fenced out, say), is not read. */
+	ledger_done(ledger, "t-prev", 2, "tasks/t-prev/2/manifest.msgpack");
+	tb_artifact_t art3 = { .path = "summary.md",
+			       .key = "tasks/t-prev/3/outputs/summary.md",
+			       .size = 8 };
+	tb_manifest_t m3 = m;
+	m3.attempt = 3, m3.artifacts.n = 1, m3.artifacts.items = &art3;
+	assert_int_equal(tb_store_put_bytes(store, art3.key, "not-this", 8, &info2, &err), 0);
+	art3.sha256 = info2.sha256;
+	put_manifest("tasks/t-prev/3/manifest.msgpack", &m3);
 
 	snprintf(dir, sizeof(dir), "%s/inputs-1", root);
-	if (tb_inputs_fetch(store, &task, dir, &err) != 0)
+	if (tb_inputs_fetch(store, ledger, &task, dir, &err) != 0)
 		fail_msg("fetch: %s", err.msg);
 	tb_sandbox_spec_t s = spec("c2", dir);
 	if (tb_sandbox_create(&box, policy, &s, &err) != 0)
@@ -293,7 +335,7 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	/* A wrong checksum or a missing input can never succeed: poison. */
 	in[0].sha256 = "0000000000000000000000000000000000000000000000000000000000000000";
 	snprintf(dir, sizeof(dir), "%s/inputs-2", root);
-	assert_int_equal(tb_inputs_fetch(store, &task, dir, &err), TB_EPOISON);
+	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "the task expects"));
 
 	/* A record claiming the SHA-256 the task expects, over other content
@@ -325,15 +367,26 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	in[0].artifact = forged;
 	in[0].sha256 = want;
 	snprintf(dir, sizeof(dir), "%s/inputs-forged", root);
-	assert_int_equal(tb_inputs_fetch(store, &task, dir, &err), TB_EIO);
+	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_EIO);
 	assert_non_null(strstr(err.msg, "checksum mismatch"));
 missing:
 	in[0].artifact = "tasks/t-prev/2/outputs/notes.txt";
 	in[0].sha256 = NULL;
 	in[1].path = "missing.md";
 	snprintf(dir, sizeof(dir), "%s/inputs-3", root);
-	assert_int_equal(tb_inputs_fetch(store, &task, dir, &err), TB_EPOISON);
+	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "has no output 'missing.md'"));
+
+	/* A task that was dead-lettered has no outputs, and never will. */
+	ledger_done(ledger, "t-dead", 1, "");
+	in[1].task = "t-dead";
+	snprintf(dir, sizeof(dir), "%s/inputs-4", root);
+	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "task t-dead was dead-lettered"));
+
+	/* Without a ledger, an earlier task's output cannot be resolved. */
+	assert_int_equal(tb_inputs_fetch(store, NULL, &task, dir, &err), TB_EINVAL);
+	ledger->ops->close(ledger);
 }
 
 /* A scratch directory, the seccomp policy, and the store: a directory
