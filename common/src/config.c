@@ -118,6 +118,36 @@ const tb_schema_t tb_schema_config = {
 	.strict = true,
 };
 
+/* The librdkafka settings taskbox sets itself, because its guarantees
+ * rest on them or another key names them: kafka.properties may not. */
+static const struct {
+	const char *key, *why;
+} owned_props[] = {
+	{ "bootstrap.servers", "it is kafka.brokers" },
+	{ "group.id", "it is kafka.group" },
+	{ "group.instance.id", "it is kafka.group_instance_id" },
+	{ "enable.auto.commit", "offsets are committed only after a task's teardown" },
+	{ "enable.auto.offset.store", "offsets are committed only after a task's teardown" },
+	{ "auto.offset.reset", "a new group reads every task from the start" },
+	{ "partition.assignment.strategy",
+	  "the worker's commits rely on the range assignor (README, \"Crash safety\")" },
+	{ "enable.idempotence", "each task's events are delivered once each, in order" },
+};
+
+static int check_properties(const tb_config_t *cfg, tb_error_t *err)
+{
+	const tb_strmap_t *p = &cfg->kafka.properties;
+
+	for (size_t i = 0; i < p->n; i++)
+		for (size_t k = 0; k < sizeof(owned_props) / sizeof(owned_props[0]); k++)
+			if (!strcmp(p->items[i].key, owned_props[k].key))
+				return tb_error_set(err, TB_EINVAL,
+						    "kafka.properties: '%s' is set by taskbox and "
+						    "cannot be changed: %s",
+						    owned_props[k].key, owned_props[k].why);
+	return 0;
+}
+
 int tb_config_load(tb_config_t *out, const char *path, tb_error_t *err)
 {
 	json_t *doc = NULL;
@@ -128,10 +158,13 @@ int tb_config_load(tb_config_t *out, const char *path, tb_error_t *err)
 		rc = tb_jsonconf_decode(&tb_schema_config, out, doc, tb_config_defaults, "TASKBOX",
 					"configuration", err);
 		json_decref(doc);
-		return rc;
+	} else {
+		rc = tb_jsonconf_load(&tb_schema_config, out, path, tb_config_defaults, "TASKBOX",
+				      1, err);
 	}
-	return tb_jsonconf_load(&tb_schema_config, out, path, tb_config_defaults, "TASKBOX", 1,
-				err);
+	if (rc == 0 && (rc = check_properties(out, err)) < 0)
+		tb_config_free(out);
+	return rc;
 }
 
 void tb_config_free(tb_config_t *cfg)

@@ -126,6 +126,39 @@ static void test_config__errors_name_file_key_and_expectation(void **state)
 	assert_contains(err.msg, "/nonexistent/taskbox.json");
 }
 
+/* kafka.properties tunes librdkafka (security, timeouts), but may not
+ * undo what the worker's guarantees rest on. */
+static void test_config__kafka_properties_cannot_undo_the_guarantees(void **state)
+{
+	const char *owned[] = {
+		"enable.auto.commit", "enable.auto.offset.store",      "enable.idempotence",
+		"auto.offset.reset",  "partition.assignment.strategy", "group.id"
+	};
+	tb_config_t cfg;
+	tb_error_t err;
+	char text[256];
+	const char *p;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) {
+		snprintf(text, sizeof(text),
+			 "{\"v\": 1, \"kafka\": {\"properties\": {\"socket.timeout.ms\": "
+			 "\"30000\", \"%s\": \"x\"}}}",
+			 owned[i]);
+		p = write_tmp(text);
+		assert_int_equal(tb_config_load(&cfg, p, &err), TB_EINVAL);
+		assert_contains(err.msg, owned[i]);
+		assert_contains(err.msg, "is set by taskbox and cannot be changed");
+		unlink(p);
+	}
+	p = write_tmp("{\"v\": 1, \"kafka\": {\"properties\": {\"security.protocol\": "
+		      "\"SASL_SSL\", \"auto.commit.interval.ms\": \"1\"}}}");
+	assert_int_equal(tb_config_load(&cfg, p, &err), 0);
+	assert_int_equal(cfg.kafka.properties.n, 2);
+	tb_config_free(&cfg);
+	unlink(p);
+}
+
 static void test_runtime__example_loads_and_limits_merge(void **state)
 {
 	tb_runtime_t rt;
@@ -237,6 +270,7 @@ int main(void)
 		cmocka_unit_test(test_config__example_file_loads),
 		cmocka_unit_test(test_config__environment_overrides_file),
 		cmocka_unit_test(test_config__errors_name_file_key_and_expectation),
+		cmocka_unit_test(test_config__kafka_properties_cannot_undo_the_guarantees),
 		cmocka_unit_test(test_runtime__example_loads_and_limits_merge),
 		cmocka_unit_test(test_runtime__cross_field_rules),
 		cmocka_unit_test(test_recipe__example_manifest_parses),
