@@ -184,36 +184,51 @@ static int flush_events(void *ud, tb_error_t *err)
 
 static void heartbeat(worker_t *w);
 
-/* Sends @p rec to the DLQ topic and waits for its delivery: a message is
- * acknowledged (or marked done) only once its DLQ record is durable.
- * @p t (NULL: one of its own) counts the record's copies: one sent before
- * and still in flight, when the wait for it ended, is waited for again
- * rather than sent twice. */
-static int dead_letter(worker_t *w, tb_dlq_t *rec, tb_kafka_tracker_t *t)
+/* How long a message that is not a task waits for its DLQ record before
+ * it goes back in line (redo_message); a task's waits DLQ_TASK_WAIT_MS. */
+#define DLQ_WAIT_MS 5000
+#define DLQ_TASK_WAIT_MS 30000
+
+/*
+ * Sends @p rec to the DLQ topic and waits up to @p wait_ms for its
+ * delivery: a message is acknowledged (or marked done) only once its DLQ
+ * record is durable. @p t (NULL: one of its own) counts the record's
+ * copies across tries: one delivered, even after the last wait ended,
+ * settles it; one still in flight is looked at, not waited for and not
+ * sent again; only once none is in flight and none was delivered is
+ * (another) one sent. So a try blocks the main thread only while a copy
+ * it just sent is on its way.
+ */
+static int dead_letter(worker_t *w, tb_dlq_t *rec, tb_kafka_tracker_t *t, int wait_ms)
 {
 	tb_kafka_tracker_t *own = t ? NULL : tb_kafka_tracker_new();
 	msgpack_sbuffer sb;
 	tb_error_t err;
-	int rc = 0;
+	int rc = 0, sent = 0;
 
 	if (!t && !(t = own))
 		abort(); /* out of memory */
 	msgpack_sbuffer_init(&sb);
-	if (tb_kafka_tracker_pending(t) == 0) {
+	if (tb_kafka_tracker_pending(t) == 0 && tb_kafka_tracker_delivered(t) == 0) {
 		tb_kafka_tracker_reset(t); /* an earlier copy failed: this one counts */
-		if ((rc = tb_msg_encode(&sb, &tb_schema_dlq, rec, &err)) == 0)
-			rc = produce(w, w->d->cfg->kafka.dlq_topic, rec->task_id, sb.data, sb.size,
-				     t, &err);
+		if ((rc = tb_msg_encode(&sb, &tb_schema_dlq, rec, &err)) == 0 &&
+		    (rc = produce(w, w->d->cfg->kafka.dlq_topic, rec->task_id, sb.data, sb.size, t,
+				  &err)) == 0)
+			sent = 1;
 	}
-	if (rc == 0)
-		/* up to 30 s, in short waits: the main thread's heartbeats go on
-		 * meanwhile, so running tasks keep their leases */
-		for (int i = 0; i < 60; i++) {
-			if ((rc = tb_kafka_await(w->producer, t, 500, &err)) != TB_ERETRY ||
-			    tb_kafka_tracker_pending(t) == 0)
-				break;
-			heartbeat(w);
-		}
+	/* in short waits: the main thread's heartbeats go on meanwhile, so
+	 * running tasks keep their leases */
+	for (int waited = 0; rc == 0 && sent; waited += 500) {
+		if ((rc = tb_kafka_await(w->producer, t, 500, &err)) != TB_ERETRY ||
+		    tb_kafka_tracker_pending(t) == 0 || waited + 500 >= wait_ms)
+			break;
+		rc = 0;
+		heartbeat(w);
+	}
+	if (tb_kafka_tracker_delivered(t) > 0)
+		rc = 0; /* a copy is in, whatever else became of the others */
+	else if (rc == 0 && !sent)
+		rc = tb_error_set(&err, TB_ERETRY, "its DLQ record is still on its way");
 	tb_kafka_tracker_release(own);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc < 0) {
@@ -252,7 +267,7 @@ static int dead_letter_task(worker_t *w, const job_t *j, int cause, const char *
 		}
 	}
 	free(hist);
-	int rc = dead_letter(w, &rec, NULL);
+	int rc = dead_letter(w, &rec, NULL, DLQ_TASK_WAIT_MS);
 	tb_msg_free(&tb_schema_dlq, &rec);
 	return rc;
 }
@@ -599,9 +614,9 @@ static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t l
 		  const tb_msg_origin_t *origin, const char *why, tb_kafka_tracker_t *t);
 static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
 		  const tb_msg_origin_t *origin, tb_kafka_tracker_t *t);
-static job_t *redo_job(worker_t *w, int32_t partition, int64_t offset, uint64_t epoch,
-		       const void *raw, size_t len, const void *key, size_t key_len);
-static void settled(worker_t *w, job_t *r, int rc);
+static job_t *redo_job(worker_t *w, int32_t partition, int64_t offset, uint64_t epoch);
+static void settled(worker_t *w, job_t *r, int rc, const void *raw, size_t len, const void *key,
+		    size_t key_len);
 static void redo_message(worker_t *w, job_t *j);
 
 /* The follow-ups an interactive task's job held, once its message is
@@ -629,8 +644,7 @@ static void settle_followups(worker_t *w, job_t *j)
 		    tb_msg_decode(&tb_schema_followup, &f, raw, len, &err) == 0) {
 			tb_msg_origin_t origin = { w->d->cfg->kafka.tasks_topic, j->partition, off,
 						   j->key, strlen(j->key) };
-			job_t *r = redo_job(w, j->partition, off, j->epoch, raw, len, j->key,
-					    strlen(j->key));
+			job_t *r = redo_job(w, j->partition, off, j->epoch);
 			char why[256];
 			snprintf(
 			    why, sizeof(why),
@@ -638,7 +652,8 @@ static void settle_followups(worker_t *w, job_t *j)
 			    (unsigned long long)seq, (unsigned long long)j->res.followups);
 			settled(w, r,
 				recorded ? refuse(w, &f, raw, len, &origin, why, r->events)
-					 : orphan(w, &f, raw, len, &origin, r->events));
+					 : orphan(w, &f, raw, len, &origin, r->events),
+				raw, len, j->key, strlen(j->key));
 			tb_msg_free(&tb_schema_followup, &f);
 		} else if (tb_watermark_finish(w->marks[j->partition], off, &err) == 0) {
 			w->finished_messages++;
@@ -935,7 +950,7 @@ static void admit_waiting(worker_t *w)
 }
 
 /* A follow-up that no session takes, to the DLQ with @p why. @return 0
- * (acknowledge it), or < 0 when the DLQ is away (leave it). */
+ * (acknowledge it), or < 0 when the DLQ is away (settled: tried again later). */
 static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
 		  const tb_msg_origin_t *origin, const char *why, tb_kafka_tracker_t *t)
 {
@@ -944,7 +959,7 @@ static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t l
 	if (tb_intake_dead_letter(&rec, TB_DLQ_ORPHAN, why, f->task_id, raw, len, origin,
 				  now_ms()) < 0)
 		abort(); /* out of memory */
-	int rc = dead_letter(w, &rec, t);
+	int rc = dead_letter(w, &rec, t, DLQ_WAIT_MS);
 	tb_msg_free(&tb_schema_dlq, &rec);
 	return rc;
 }
@@ -1004,7 +1019,7 @@ static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t l
 
 /* A follow-up: to its task's session, which holds it (offset and all) until
  * its attempt is recorded. @return 1 held; 0 acknowledge it now (a
- * duplicate, or dead-lettered); < 0 leave it (the DLQ is away). */
+ * duplicate, or dead-lettered); < 0 the DLQ is away (settled: tried again later). */
 static int followup(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
 		    const tb_msg_origin_t *origin, tb_kafka_tracker_t *t)
 {
@@ -1039,40 +1054,45 @@ static int settle_other(worker_t *w, tb_intake_t *in, const void *raw, size_t le
 			const tb_msg_origin_t *origin, tb_kafka_tracker_t *t)
 {
 	if (in->kind == TB_INTAKE_DEAD)
-		return dead_letter(w, &in->dlq, t);
+		return dead_letter(w, &in->dlq, t, DLQ_WAIT_MS);
 	return followup(w, &in->followup, raw, len, origin, t);
 }
 
-/* A job for a message that is not a task, to be handled again by
- * redo_message if its first try cannot settle it: the message's bytes
- * and key copied, and a tracker for its DLQ record's copies. */
-static job_t *redo_job(worker_t *w, int32_t partition, int64_t offset, uint64_t epoch,
-		       const void *raw, size_t len, const void *key, size_t key_len)
+/* A job for a message that is not a task, at @p offset of @p partition:
+ * a tracker for its DLQ record's copies, and, should its first try not
+ * settle it, its bytes and key (settled) to be handled again by
+ * redo_message. */
+static job_t *redo_job(worker_t *w, int32_t partition, int64_t offset, uint64_t epoch)
 {
 	job_t *r = calloc(1, sizeof(*r));
 
-	if (!r || !(r->value = malloc(len ? len : 1)) ||
-	    (key_len && !(r->msg_key = malloc(key_len))) || !(r->events = tb_kafka_tracker_new()))
+	if (!r || !(r->events = tb_kafka_tracker_new()))
 		abort(); /* out of memory */
 	r->w = w;
 	r->redo = 1;
 	r->partition = partition, r->offset = offset, r->epoch = epoch;
-	memcpy(r->value, raw, len);
-	r->len = len;
-	if (key_len)
-		memcpy(r->msg_key, key, key_len);
-	r->msg_key_len = key_len;
 	r->backoff = WAIT_BACKOFF_MIN_MS;
 	return r;
 }
 
-/* What settle_other said of @p r's message: held (let go of), to be
- * acknowledged, or, the DLQ away, to be tried again after a back-off for
- * as long as its partition is ours. Left unacknowledged until its next
- * delivery, it would hold its partition's commits back until a restart
- * or a rebalance. */
-static void settled(worker_t *w, job_t *r, int rc)
+/* What settle_other said of @p r's message (@p raw, @p key): held (let go
+ * of), to be acknowledged, or, the DLQ away, to be tried again after a
+ * back-off for as long as its partition is ours. Left unacknowledged
+ * until its next delivery, it would hold its partition's commits back
+ * until a restart or a rebalance. */
+static void settled(worker_t *w, job_t *r, int rc, const void *raw, size_t len, const void *key,
+		    size_t key_len)
 {
+	if (rc < 0 && !r->value) { /* its first try: kept for the next */
+		if (!(r->value = malloc(len ? len : 1)) ||
+		    (key_len && !(r->msg_key = malloc(key_len))))
+			abort(); /* out of memory */
+		memcpy(r->value, raw, len);
+		r->len = len;
+		if (key_len)
+			memcpy(r->msg_key, key, key_len);
+		r->msg_key_len = key_len;
+	}
 	if (rc < 0) {
 		tb_warn(NULL, "partition %d offset %lld: trying the DLQ again in %u ms",
 			(int)r->partition, (long long)r->offset, r->backoff);
@@ -1104,7 +1124,7 @@ static void redo_message(worker_t *w, job_t *j)
 	if (rc >= 0)
 		tb_info(NULL, "partition %d offset %lld: settled on trying again",
 			(int)j->partition, (long long)j->offset);
-	settled(w, j, rc);
+	settled(w, j, rc, j->value, j->len, j->msg_key, j->msg_key_len);
 }
 
 static void handle(worker_t *w, const rd_kafka_message_t *m)
@@ -1122,9 +1142,9 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	if (tb_intake_decode(&in, m->payload, m->len, &origin, now_ms()) < 0)
 		abort(); /* out of memory */
 	if (in.kind != TB_INTAKE_TASK) {
-		job_t *r = redo_job(w, m->partition, m->offset, w->epochs[m->partition], m->payload,
-				    m->len, m->key, m->key_len);
-		settled(w, r, settle_other(w, &in, m->payload, m->len, &origin, r->events));
+		job_t *r = redo_job(w, m->partition, m->offset, w->epochs[m->partition]);
+		settled(w, r, settle_other(w, &in, m->payload, m->len, &origin, r->events),
+			m->payload, m->len, m->key, m->key_len);
 		tb_intake_free(&in);
 		return;
 	}

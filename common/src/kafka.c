@@ -132,7 +132,7 @@ void tb_kafka_mock_free(tb_kafka_mock_t *m)
 static atomic_ulong undelivered;
 
 struct tb_kafka_tracker {
-	atomic_long pending, failed, refs;
+	atomic_long pending, failed, delivered, refs;
 };
 
 tb_kafka_tracker_t *tb_kafka_tracker_new(void)
@@ -154,6 +154,11 @@ void tb_kafka_tracker_reset(tb_kafka_tracker_t *t)
 	atomic_store(&t->failed, 0);
 }
 
+long tb_kafka_tracker_delivered(tb_kafka_tracker_t *t)
+{
+	return atomic_load(&t->delivered);
+}
+
 long tb_kafka_tracker_pending(tb_kafka_tracker_t *t)
 {
 	return atomic_load(&t->pending);
@@ -165,8 +170,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
 	(void)rk, (void)opaque;
 	if (t) {
-		if (m->err)
-			atomic_fetch_add(&t->failed, 1);
+		atomic_fetch_add(m->err ? &t->failed : &t->delivered, 1);
 		atomic_fetch_sub(&t->pending, 1);
 		tb_kafka_tracker_release(t);
 	}

@@ -109,6 +109,9 @@ void tb_kafka_tracker_reset(tb_kafka_tracker_t *t);
 /** Messages @p t counts that have no delivery report yet. */
 long tb_kafka_tracker_pending(tb_kafka_tracker_t *t);
 
+/** Messages @p t counted that were delivered (whenever the report came). */
+long tb_kafka_tracker_delivered(tb_kafka_tracker_t *t);
+
 /** tb_kafka_produce(), the message counted by @p t until its delivery
  * report. */
 int tb_kafka_produce_tracked(rd_kafka_t *producer, const char *topic, const char *key,
