@@ -566,6 +566,82 @@ static void test_lifecycle__judges_are_not_held_to_the_agents_deadline(void **st
 	tb_msg_free(&tb_schema_verdict, &v);
 }
 
+/* A judge that never answers is stopped at its own timeout; its verdict
+ * is an error that says so, and the attempt is still recorded. */
+static void test_lifecycle__a_hung_judge_is_stopped_at_its_timeout(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	tb_verdict_t v;
+
+	(void)state;
+	write_repo_file("taskbox.json",
+			"{\"v\": 1, \"name\": \"hung-judge\", \"agent\": {\"command\": "
+			"[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"hangs\", "
+			"\"command\": [\"/bin/sh\", \"judge.sh\"], \"timeout_seconds\": 1}, "
+			"{\"name\": \"answers\", \"command\": [\"/bin/sh\", \"answer.sh\"]}]}\n");
+	write_repo_file("agent.sh", "read -r prompt\n");
+	write_repo_file("judge.sh", "cat >/dev/null\nsleep 600\n");
+	write_repo_file("answer.sh", "cat >/dev/null\necho '{\"outcome\":\"pass\"}'\n");
+	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm hung-judge",
+	   repo);
+	tb_task_t t = task("life-hung-judge", head_commit(), "test");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s", err.msg);
+	get_record("tasks/life-hung-judge/1/verdicts/hangs.msgpack", &tb_schema_verdict, &v);
+	assert_int_equal(v.outcome, TB_VERDICT_ERROR);
+	assert_string_equal(v.reason, "no verdict within 1 s");
+	tb_msg_free(&tb_schema_verdict, &v);
+	/* the next judge still runs, and the record is whole */
+	get_record("tasks/life-hung-judge/1/verdicts/answers.msgpack", &tb_schema_verdict, &v);
+	assert_int_equal(v.outcome, TB_VERDICT_PASS);
+	tb_msg_free(&tb_schema_verdict, &v);
+	tb_manifest_t m;
+	get_record(res.manifest_key, &tb_schema_manifest, &m);
+	assert_int_equal(m.verdicts.n, 2);
+	tb_msg_free(&tb_schema_manifest, &m);
+}
+
+/* A one-shot agent's first line of input is the prompt, as the agent
+ * protocol says, its text exactly as the task gave it: quotes,
+ * backslashes, line breaks and UTF-8 included. */
+static void test_lifecycle__the_prompt_reaches_a_one_shot_agent(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	json_error_t jerr;
+	char *bytes;
+	size_t len;
+	const char *prompt = "Say \"hi\" to Zo\xc3\xab,\nthen a \\ and a tab:\t. \xe2\x9c\x93";
+
+	(void)state;
+	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"prompt\", \"agent\": {\"command\": "
+					"[\"/bin/sh\", \"agent.sh\"]}, \"judges\": []}\n");
+	write_repo_file("agent.sh",
+			"IFS= read -r line\nprintf '%s' \"$line\" > /outputs/first-line\n");
+	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm prompt", repo);
+	tb_task_t t = task("life-prompt", head_commit(), "test");
+	t.prompt = (char *)prompt;
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s", err.msg);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_int_equal(tb_store_get_bytes(store, "tasks/life-prompt/1/outputs/first-line", 4096,
+					    &bytes, &len, &err),
+			 0);
+	json_t *line = json_loadb(bytes, len, 0, &jerr);
+	free(bytes);
+	if (!line)
+		fail_msg("the first line is not JSON: %s", jerr.text);
+	assert_string_equal(json_string_value(json_object_get(line, "type")), "prompt");
+	assert_int_equal(json_integer_value(json_object_get(line, "turn")), 1);
+	assert_string_equal(json_string_value(json_object_get(line, "text")), prompt);
+	json_decref(line);
+}
+
 static void test_lifecycle__failing_agent_is_a_recorded_failure(void **state)
 {
 	struct events e = { .seq_ok = 1 };
@@ -1058,6 +1134,8 @@ int main(void)
 		cmocka_unit_test(
 		    test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own),
 		cmocka_unit_test(test_lifecycle__inputs_are_there_before_the_agent_starts),
+		cmocka_unit_test(test_lifecycle__a_hung_judge_is_stopped_at_its_timeout),
+		cmocka_unit_test(test_lifecycle__the_prompt_reaches_a_one_shot_agent),
 		cmocka_unit_test(test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out),
 		cmocka_unit_test(test_lifecycle__bytes_that_are_not_text_still_make_a_record),
 		cmocka_unit_test(test_lifecycle__judges_are_not_held_to_the_agents_deadline),
