@@ -50,8 +50,9 @@ static void usage(FILE *out)
 		     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Give each worker on a\n"
 		     "host a stable worker_id: on start it removes what a dead worker with\n"
 		     "the same id left (processes, cgroups, directories). SIGTERM or SIGINT\n"
-		     "stop it after the running attempts finish (at most 120 s; then, or on\n"
-		     "a second signal, it exits leaving them unacknowledged: they replay).\n"
+		     "stop it after the running attempts finish (at most drain_seconds, 120\n"
+		     "by default; then, or on a second signal, it exits with 1, leaving them\n"
+		     "unacknowledged: they replay).\n"
 		     "Exit: 0 stopped, 1 failed, 2 usage, 3 configuration.\n");
 }
 
@@ -143,7 +144,7 @@ int tb_cmd_worker(int argc, char **argv)
 	d.brokers = cfg.kafka.brokers;
 	d.worker_id = id;
 	d.group = group;
-	d.drain_ms = 120000;
+	d.drain_ms = cfg.drain_seconds * 1000;
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
 	tb_info(NULL, "worker %s: store %s, ledger %s", id, tb_store_describe(d.store),

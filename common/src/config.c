@@ -21,7 +21,7 @@ const char tb_config_defaults[] =
     " \"runtimes_dir\": \"/etc/taskbox/runtimes\","
     " \"work_dir\": \"/var/lib/taskbox/work\","
     " \"cache_dir\": \"/var/cache/taskbox\","
-    " \"metrics_listen\": \"\"}";
+    " \"metrics_listen\": \"\", \"drain_seconds\": 120}";
 
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
 
@@ -106,6 +106,8 @@ static const tb_field_t config_fields[] = {
 	STR("work_dir", tb_config_t, work_dir, 1),
 	STR("cache_dir", tb_config_t, cache_dir, 1),
 	STR("metrics_listen", tb_config_t, metrics_listen, 0),
+	{.name = "drain_seconds", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_config_t, drain_seconds), .min = 1, .max = 3600},
 };
 /* clang-format on */
 

@@ -11,7 +11,7 @@ and what disagrees. Exit 0 when every check passed, 1 when one failed, 77
 configuration files (`taskbox schema config|runtime FILE`).
 
 Read from the code rather than written here: the topic and group names
-(common/src/config.c's default JSON), the drain timeout (worker/cmd_worker.c),
+(common/src/config.c's default JSON), the drain timeout (drain_seconds there),
 the metric names (worker/metrics.c's string literals; the contract below
 when that file does not exist yet), the partition counts the test services
 create (deploy/local/services), the project version (CMakeLists.txt).
@@ -160,13 +160,14 @@ def code_defaults():
     return d
 
 
-def drain_seconds():
-    path = "worker/cmd_worker.c"
-    m = re.search(r"\bdrain_ms\s*=\s*(\d+)", read(path))
-    if not C.check(m is not None, path, "drain timeout (drain_ms = N) found"):
+def drain_seconds(defaults):
+    """The drain timeout: the configuration's drain_seconds default (the
+    deployed configurations leave it so)."""
+    path = "common/src/config.c"
+    s = (defaults or {}).get("drain_seconds")
+    if not C.check(isinstance(s, int), path, "drain timeout (drain_seconds) in the defaults"):
         return None
-    s = int(m.group(1)) / 1000
-    C.ok(f"{path}: drain timeout is {s:g} s")
+    C.ok(f"{path}: drain timeout is {s} s")
     return s
 
 
@@ -960,7 +961,7 @@ def main():
         return 1
     print(f"checking {SRC}/deploy with {TASKBOX}")
     defaults = code_defaults()
-    drain = drain_seconds()
+    drain = drain_seconds(defaults)
     version = project_version()
     C.check(version is not None, "CMakeLists.txt", f"project version read ({version})")
     metrics = metric_names()

@@ -6,8 +6,10 @@
  * both, and SIGTERM stops the worker cleanly. With TASKBOX_TEST_REDIS the
  * worker keeps its ledger on Redis, and the task's done-marker is read back
  * from there. A worker whose DLQ topic is not there yet acknowledges a
- * malformed message only once the topic is made and has its record. Skips
- * without Kafka or root.
+ * malformed message only once the topic is made and has its record. A
+ * worker told to stop while a task runs exits with 1, leaving it
+ * unacknowledged and no sandbox behind, once its drain runs out or at a
+ * second signal. Skips without Kafka or root.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,7 +36,9 @@ static char root[64] = "/tmp/tb-worker-kafka-XXXXXX";
 static char topic_tasks[64], topic_events[64], topic_dlq[64], group[64];
 static char topic_tasks2[64], topic_dlq2[64], group2[64];
 static char topic_tasks3[64], topic_dlq3[64], group3[64];
+static char topic_tasks4[64], group4[64], topic_tasks5[64], group5[64];
 static char commit[64], rt[128], repo[128];
+static char slow_commit[64], slow_repo[128];
 static const char *brokers;
 static pid_t worker_pid; /* the last worker started, stopped by teardown if a test failed */
 
@@ -64,10 +68,10 @@ static void create_topics(const char *const *names, const int *partitions, int n
 /* Every topic but the third test's DLQ, which that test makes itself. */
 static void make_topics(void)
 {
-	const char *names[] = { topic_tasks,  topic_events, topic_dlq,
-				topic_tasks2, topic_dlq2,   topic_tasks3 };
-	const int partitions[] = { 2, 2, 1, 1, 1, 1 };
-	create_topics(names, partitions, 6);
+	const char *names[] = { topic_tasks, topic_events, topic_dlq,    topic_tasks2,
+				topic_dlq2,  topic_tasks3, topic_tasks4, topic_tasks5 };
+	const int partitions[] = { 2, 2, 1, 1, 1, 1, 1, 1 };
+	create_topics(names, partitions, 8);
 }
 
 /* Whether the file @p log has a line with @p what (and @p also, unless
@@ -147,6 +151,27 @@ static void make_recipe(void)
 	sh("mkdir -p %s && echo '{\"v\": 1, \"name\": \"default\"}' > %s/default.json", rt, rt);
 }
 
+/* A recipe whose agent runs for a minute and more, committed once. */
+static void make_slow_recipe(void)
+{
+	char cmd[256];
+
+	if (slow_commit[0])
+		return;
+	snprintf(slow_repo, sizeof(slow_repo), "%s/slow", root);
+	sh("mkdir -p %s && cd %s && git init -q && "
+	   "printf '%%s\\n' '{\"v\": 1, \"name\": \"slow\", \"agent\": {\"command\": "
+	   "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": []}' > taskbox.json && "
+	   "printf '%%s\\n' 'read -r prompt' 'sleep 61.5' > agent.sh && git add -A && "
+	   "git -c user.name=t -c user.email=t@t commit -qm slow",
+	   slow_repo, slow_repo);
+	snprintf(cmd, sizeof(cmd), "cd %s && git rev-parse HEAD", slow_repo);
+	FILE *f = popen(cmd, "r");
+	assert_non_null(fgets(slow_commit, sizeof(slow_commit), f));
+	pclose(f);
+	slow_commit[strcspn(slow_commit, "\n")] = '\0';
+}
+
 /* `taskbox worker` as an operator starts it; stderr to @p log if given. */
 static pid_t start_worker(const char *tasks, const char *dlq, const char *grp, const char *ledger,
 			  const char *log)
@@ -204,20 +229,28 @@ static void produce_raw(const char *topic, const char *key, const void *data, si
 	rd_kafka_destroy(p);
 }
 
-static void produce_task(const char *topic, const char *id)
+/* Task @p id of the recipe in @p at_repo at @p at_commit. */
+static void produce_task_of(const char *topic, const char *id, const char *at_repo,
+			    const char *at_commit)
 {
 	tb_task_t t = { 0 };
 	msgpack_sbuffer sb;
 	tb_error_t err;
 	char url[160];
 
-	snprintf(url, sizeof(url), "file://%s", repo);
-	t.id = (char *)id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = url, t.recipe.commit = commit;
+	snprintf(url, sizeof(url), "file://%s", at_repo);
+	t.id = (char *)id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = url;
+	t.recipe.commit = (char *)at_commit;
 	t.prompt = (char *)"hello?", t.runtime = (char *)"default", t.submitted_at = 1;
 	msgpack_sbuffer_init(&sb);
 	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
 	produce_raw(topic, id, sb.data, sb.size);
 	msgpack_sbuffer_destroy(&sb);
+}
+
+static void produce_task(const char *topic, const char *id)
+{
+	produce_task_of(topic, id, repo, commit);
 }
 
 /* The sum of @p grp's committed offsets on @p topic's first @p n partitions. */
@@ -479,6 +512,89 @@ static void test_worker__dead_letters_once_the_dlq_topic_is_there(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* @p pid's exit status, waited for up to @p seconds (the test fails
+ * after that; the teardown kills it). */
+static int exit_status(pid_t pid, int seconds)
+{
+	int status;
+
+	for (int i = 0; i < 10 * seconds; i++) {
+		pid_t got = waitpid(pid, &status, WNOHANG);
+		if (got == pid)
+			return status;
+		assert_int_equal(got, 0);
+		usleep(100000);
+	}
+	fail_msg("pid %d still running after %d s", (int)pid, seconds);
+	return -1;
+}
+
+/* Whether no process's command line matches @p what (an extended regular
+ * expression: write it so that it does not match itself, as "61[.]5",
+ * or the shell running pgrep is found), waiting up to @p seconds for the
+ * last to go. */
+static int none_running(const char *what, int seconds)
+{
+	char cmd[256], line[64];
+	int found = 1;
+
+	snprintf(cmd, sizeof(cmd), "pgrep -f '%s'", what);
+	for (int i = 0; i <= 2 * seconds && found; i++) {
+		FILE *f = popen(cmd, "r");
+		found = f && fgets(line, sizeof(line), f) != NULL;
+		if (f)
+			pclose(f);
+		if (found && i < 2 * seconds)
+			usleep(500000);
+	}
+	return !found;
+}
+
+/*
+ * Stopping with a task running: SIGTERM drains (drain_seconds, here 2);
+ * when the drain runs out the worker exits with 1, leaving the task
+ * unacknowledged to replay, and its sandbox goes with it. A second signal
+ * ends the drain at once, the same way.
+ */
+static void test_worker__a_stop_that_cannot_wait_leaves_the_task_to_replay(void **state)
+{
+	char id[64], log[128];
+	int status;
+
+	(void)state;
+	make_recipe();
+	make_slow_recipe();
+	snprintf(log, sizeof(log), "%s/drain.log", root);
+	setenv("TASKBOX_DRAIN_SECONDS", "2", 1);
+	pid_t worker = start_worker(topic_tasks4, topic_dlq, group4, NULL, log);
+	unsetenv("TASKBOX_DRAIN_SECONDS");
+	snprintf(id, sizeof(id), "drain-%d", getpid());
+	produce_task_of(topic_tasks4, id, slow_repo, slow_commit);
+	assert_true(log_has(log, "starts in slot", id, 90));
+	kill(worker, SIGTERM);
+	status = exit_status(worker, 30);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 1);
+	assert_true(log_has(log, "drain timeout: exiting with tasks running", NULL, 0));
+	assert_int_equal(committed_sum(topic_tasks4, group4, 1), 0);
+	assert_true(none_running("sleep 61[.]5", 10));
+
+	/* the second signal */
+	snprintf(log, sizeof(log), "%s/second-signal.log", root);
+	worker = start_worker(topic_tasks5, topic_dlq, group5, NULL, log);
+	snprintf(id, sizeof(id), "second-%d", getpid());
+	produce_task_of(topic_tasks5, id, slow_repo, slow_commit);
+	assert_true(log_has(log, "starts in slot", id, 90));
+	kill(worker, SIGTERM);
+	usleep(500000);
+	kill(worker, SIGINT);
+	status = exit_status(worker, 10);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 1);
+	assert_int_equal(committed_sum(topic_tasks5, group5, 1), 0);
+	assert_true(none_running("sleep 61[.]5", 10));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -490,6 +606,9 @@ int main(void)
 		    stop_worker_left),
 		cmocka_unit_test_teardown(test_worker__dead_letters_once_the_dlq_topic_is_there,
 					  stop_worker_left),
+		cmocka_unit_test_teardown(
+		    test_worker__a_stop_that_cannot_wait_leaves_the_task_to_replay,
+		    stop_worker_left),
 	};
 	brokers = getenv("TASKBOX_TEST_KAFKA");
 	if (!brokers) {
@@ -514,6 +633,10 @@ int main(void)
 	snprintf(topic_tasks3, sizeof(topic_tasks3), "tbw-%d-tasks3", getpid());
 	snprintf(topic_dlq3, sizeof(topic_dlq3), "tbw-%d-dlq3", getpid());
 	snprintf(group3, sizeof(group3), "tbw-%d-3", getpid());
+	snprintf(topic_tasks4, sizeof(topic_tasks4), "tbw-%d-tasks4", getpid());
+	snprintf(group4, sizeof(group4), "tbw-%d-4", getpid());
+	snprintf(topic_tasks5, sizeof(topic_tasks5), "tbw-%d-tasks5", getpid());
+	snprintf(group5, sizeof(group5), "tbw-%d-5", getpid());
 	make_topics();
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
