@@ -37,6 +37,8 @@ static char topic_tasks[64], topic_events[64], topic_dlq[64], group[64];
 static char topic_tasks2[64], topic_dlq2[64], group2[64];
 static char topic_tasks3[64], topic_dlq3[64], group3[64];
 static char topic_tasks4[64], group4[64], topic_tasks5[64], group5[64];
+static char topic_tasks6[64], group6[64];
+static const char *worker_config; /* --config for the next worker started, if set */
 static char commit[64], rt[128], repo[128];
 static char slow_commit[64], slow_repo[128];
 static const char *brokers;
@@ -49,8 +51,8 @@ static void create_topics(const char *const *names, const int *partitions, int n
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof(errstr));
 	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-	rd_kafka_NewTopic_t *t[8];
-	assert_true(n <= 8);
+	rd_kafka_NewTopic_t *t[16];
+	assert_true(n <= 16);
 	for (int i = 0; i < n; i++)
 		t[i] = rd_kafka_NewTopic_new(names[i], partitions[i], 1, errstr, sizeof(errstr));
 	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
@@ -68,10 +70,10 @@ static void create_topics(const char *const *names, const int *partitions, int n
 /* Every topic but the third test's DLQ, which that test makes itself. */
 static void make_topics(void)
 {
-	const char *names[] = { topic_tasks, topic_events, topic_dlq,    topic_tasks2,
-				topic_dlq2,  topic_tasks3, topic_tasks4, topic_tasks5 };
-	const int partitions[] = { 2, 2, 1, 1, 1, 1, 1, 1 };
-	create_topics(names, partitions, 8);
+	const char *names[] = { topic_tasks,  topic_events, topic_dlq,    topic_tasks2, topic_dlq2,
+				topic_tasks3, topic_tasks4, topic_tasks5, topic_tasks6 };
+	const int partitions[] = { 2, 2, 1, 1, 1, 1, 1, 1, 1 };
+	create_topics(names, partitions, 9);
 }
 
 /* Whether the file @p log has a line with @p what (and @p also, unless
@@ -151,7 +153,18 @@ static void make_recipe(void)
 	sh("mkdir -p %s && echo '{\"v\": 1, \"name\": \"default\"}' > %s/default.json", rt, rt);
 }
 
-/* A recipe whose agent runs for a minute and more, committed once. */
+static void write_file(const char *dir, const char *name, const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* A recipe whose agent sleeps as many seconds as its prompt says (a
+ * number), committed once. */
 static void make_slow_recipe(void)
 {
 	char cmd[256];
@@ -159,12 +172,18 @@ static void make_slow_recipe(void)
 	if (slow_commit[0])
 		return;
 	snprintf(slow_repo, sizeof(slow_repo), "%s/slow", root);
-	sh("mkdir -p %s && cd %s && git init -q && "
-	   "printf '%%s\\n' '{\"v\": 1, \"name\": \"slow\", \"agent\": {\"command\": "
-	   "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": []}' > taskbox.json && "
-	   "printf '%%s\\n' 'read -r prompt' 'sleep 61.5' > agent.sh && git add -A && "
-	   "git -c user.name=t -c user.email=t@t commit -qm slow",
-	   slow_repo, slow_repo);
+	sh("mkdir -p %s && cd %s && git init -q", slow_repo, slow_repo);
+	write_file(slow_repo, "taskbox.json",
+		   "{\"v\": 1, \"name\": \"slow\", \"agent\": {\"command\": [\"/bin/sh\", "
+		   "\"agent.sh\"]}, \"judges\": []}\n");
+	/* the prompt's line: {"type":"prompt","turn":1,"text":"61.5"} */
+	write_file(
+	    slow_repo, "agent.sh",
+	    "read -r prompt\n"
+	    "secs=$(printf '%s' \"$prompt\" | sed -n 's/.*\"text\": *\"\\([0-9.]*\\)\".*/\\1/p')\n"
+	    "sleep \"$secs\"\n");
+	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm slow",
+	   slow_repo);
 	snprintf(cmd, sizeof(cmd), "cd %s && git rev-parse HEAD", slow_repo);
 	FILE *f = popen(cmd, "r");
 	assert_non_null(fgets(slow_commit, sizeof(slow_commit), f));
@@ -199,7 +218,11 @@ static pid_t start_worker(const char *tasks, const char *dlq, const char *grp, c
 		}
 		if (log && !freopen(log, "w", stderr))
 			_exit(126);
-		execl(TB_TASKBOX, "taskbox", "worker", (char *)NULL);
+		if (worker_config)
+			execl(TB_TASKBOX, "taskbox", "worker", "--config", worker_config,
+			      (char *)NULL);
+		else
+			execl(TB_TASKBOX, "taskbox", "worker", (char *)NULL);
 		_exit(127);
 	}
 	return worker_pid = worker;
@@ -229,9 +252,10 @@ static void produce_raw(const char *topic, const char *key, const void *data, si
 	rd_kafka_destroy(p);
 }
 
-/* Task @p id of the recipe in @p at_repo at @p at_commit. */
+/* Task @p id of the recipe in @p at_repo at @p at_commit, saying
+ * @p prompt. */
 static void produce_task_of(const char *topic, const char *id, const char *at_repo,
-			    const char *at_commit)
+			    const char *at_commit, const char *prompt)
 {
 	tb_task_t t = { 0 };
 	msgpack_sbuffer sb;
@@ -241,7 +265,7 @@ static void produce_task_of(const char *topic, const char *id, const char *at_re
 	snprintf(url, sizeof(url), "file://%s", at_repo);
 	t.id = (char *)id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = url;
 	t.recipe.commit = (char *)at_commit;
-	t.prompt = (char *)"hello?", t.runtime = (char *)"default", t.submitted_at = 1;
+	t.prompt = (char *)prompt, t.runtime = (char *)"default", t.submitted_at = 1;
 	msgpack_sbuffer_init(&sb);
 	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
 	produce_raw(topic, id, sb.data, sb.size);
@@ -250,7 +274,7 @@ static void produce_task_of(const char *topic, const char *id, const char *at_re
 
 static void produce_task(const char *topic, const char *id)
 {
-	produce_task_of(topic, id, repo, commit);
+	produce_task_of(topic, id, repo, commit, "hello?");
 }
 
 /* The sum of @p grp's committed offsets on @p topic's first @p n partitions. */
@@ -569,7 +593,7 @@ static void test_worker__a_stop_that_cannot_wait_leaves_the_task_to_replay(void 
 	pid_t worker = start_worker(topic_tasks4, topic_dlq, group4, NULL, log);
 	unsetenv("TASKBOX_DRAIN_SECONDS");
 	snprintf(id, sizeof(id), "drain-%d", getpid());
-	produce_task_of(topic_tasks4, id, slow_repo, slow_commit);
+	produce_task_of(topic_tasks4, id, slow_repo, slow_commit, "61.5");
 	assert_true(log_has(log, "starts in slot", id, 90));
 	kill(worker, SIGTERM);
 	status = exit_status(worker, 30);
@@ -583,7 +607,7 @@ static void test_worker__a_stop_that_cannot_wait_leaves_the_task_to_replay(void 
 	snprintf(log, sizeof(log), "%s/second-signal.log", root);
 	worker = start_worker(topic_tasks5, topic_dlq, group5, NULL, log);
 	snprintf(id, sizeof(id), "second-%d", getpid());
-	produce_task_of(topic_tasks5, id, slow_repo, slow_commit);
+	produce_task_of(topic_tasks5, id, slow_repo, slow_commit, "61.5");
 	assert_true(log_has(log, "starts in slot", id, 90));
 	kill(worker, SIGTERM);
 	usleep(500000);
@@ -593,6 +617,50 @@ static void test_worker__a_stop_that_cannot_wait_leaves_the_task_to_replay(void 
 	assert_int_equal(WEXITSTATUS(status), 1);
 	assert_int_equal(committed_sum(topic_tasks5, group5, 1), 0);
 	assert_true(none_running("sleep 61[.]5", 10));
+}
+
+/*
+ * A task that runs longer than the consumer's max.poll.interval.ms (here
+ * 6 s, kafka.properties) does not get its worker thrown out of the group:
+ * the main thread polls the consumer while slots run tasks. One run, its
+ * offset committed, no "maximum poll interval exceeded".
+ */
+static void test_worker__a_task_longer_than_the_poll_interval_runs_once(void **state)
+{
+	char id[64], log[128], cfg[128], line[1024];
+	int status, starts = 0;
+
+	(void)state;
+	make_recipe();
+	make_slow_recipe();
+	snprintf(cfg, sizeof(cfg), "%s/poll.json", root);
+	write_file(root, "poll.json",
+		   "{\"v\": 1, \"kafka\": {\"properties\": {\"session.timeout.ms\": \"6000\", "
+		   "\"max.poll.interval.ms\": \"6000\"}}}\n");
+	snprintf(log, sizeof(log), "%s/poll.log", root);
+	worker_config = cfg;
+	pid_t worker = start_worker(topic_tasks6, topic_dlq, group6, NULL, log);
+	worker_config = NULL;
+	snprintf(id, sizeof(id), "long-%d", getpid());
+	produce_task_of(topic_tasks6, id, slow_repo, slow_commit, "14");
+	int64_t committed = -1;
+	for (int i = 0; i < 180 && committed < 1; i++) { /* 90 s at most */
+		committed = committed_sum(topic_tasks6, group6, 1);
+		if (committed < 1)
+			usleep(500000);
+	}
+	assert_int_equal(committed, 1);
+	kill(worker, SIGTERM);
+	status = exit_status(worker, 30);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_false(log_has(log, "maximum poll interval", NULL, 0));
+	FILE *f = fopen(log, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		starts += strstr(line, "starts in slot") && strstr(line, id);
+	fclose(f);
+	assert_int_equal(starts, 1);
 }
 
 int main(void)
@@ -609,6 +677,8 @@ int main(void)
 		cmocka_unit_test_teardown(
 		    test_worker__a_stop_that_cannot_wait_leaves_the_task_to_replay,
 		    stop_worker_left),
+		cmocka_unit_test_teardown(
+		    test_worker__a_task_longer_than_the_poll_interval_runs_once, stop_worker_left),
 	};
 	brokers = getenv("TASKBOX_TEST_KAFKA");
 	if (!brokers) {
@@ -637,6 +707,8 @@ int main(void)
 	snprintf(group4, sizeof(group4), "tbw-%d-4", getpid());
 	snprintf(topic_tasks5, sizeof(topic_tasks5), "tbw-%d-tasks5", getpid());
 	snprintf(group5, sizeof(group5), "tbw-%d-5", getpid());
+	snprintf(topic_tasks6, sizeof(topic_tasks6), "tbw-%d-tasks6", getpid());
+	snprintf(group6, sizeof(group6), "tbw-%d-6", getpid());
 	make_topics();
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
