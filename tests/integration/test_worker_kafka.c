@@ -300,6 +300,21 @@ static int64_t committed_sum(const char *topic, const char *grp, int n)
 	return sum;
 }
 
+/* The sum of @p grp's committed offsets, waited for up to @p seconds to
+ * reach @p want (commits are asynchronous). */
+static int64_t committed_reaching(const char *topic, const char *grp, int n, int64_t want,
+				  int seconds)
+{
+	int64_t committed = -1;
+
+	for (int i = 0; i < 2 * seconds && committed < want; i++) {
+		committed = committed_sum(topic, grp, n);
+		if (committed < want)
+			usleep(500000);
+	}
+	return committed;
+}
+
 /* `taskbox status [TASK]` with the first test's settings; its output into
  * @p out; its exit code. */
 static int status_of(const char *task, char *out, size_t len)
@@ -373,13 +388,7 @@ static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void 
 	assert_int_equal(got_dlq, 1);
 
 	/* Both messages are acknowledged: the group's offset is past them. */
-	int64_t committed = -1;
-	for (int i = 0; i < 40 && committed < 2; i++) { /* the commit is async: 20 s */
-		committed = committed_sum(topic_tasks, group, 2);
-		if (committed < 2)
-			usleep(500000);
-	}
-	assert_int_equal(committed, 2);
+	assert_int_equal(committed_reaching(topic_tasks, group, 2, 2, 20), 2);
 
 	/* On Redis, `taskbox status` tells the task and the fleet. */
 	if (getenv("TASKBOX_TEST_REDIS")) {
@@ -519,13 +528,7 @@ static void test_worker__dead_letters_once_the_dlq_topic_is_there(void **state)
 	const int partitions[] = { 1 };
 	create_topics(names, partitions, 1);
 	assert_int_equal(dlq_records(topic_dlq3, 1, 120), 1);
-	int64_t committed = -1;
-	for (int i = 0; i < 40 && committed < 1; i++) { /* the commit is async: 20 s */
-		committed = committed_sum(topic_tasks3, group3, 1);
-		if (committed < 1)
-			usleep(500000);
-	}
-	assert_int_equal(committed, 1);
+	assert_int_equal(committed_reaching(topic_tasks3, group3, 1, 1, 20), 1);
 	/* one record: the first copy, still in flight when its wait ended
 	 * (librdkafka holds it while the topic may yet appear), was delivered
 	 * once the topic was made, and no other was sent */
@@ -643,13 +646,7 @@ static void test_worker__a_task_longer_than_the_poll_interval_runs_once(void **s
 	worker_config = NULL;
 	snprintf(id, sizeof(id), "long-%d", getpid());
 	produce_task_of(topic_tasks6, id, slow_repo, slow_commit, "14");
-	int64_t committed = -1;
-	for (int i = 0; i < 180 && committed < 1; i++) { /* 90 s at most */
-		committed = committed_sum(topic_tasks6, group6, 1);
-		if (committed < 1)
-			usleep(500000);
-	}
-	assert_int_equal(committed, 1);
+	assert_int_equal(committed_reaching(topic_tasks6, group6, 1, 1, 90), 1);
 	kill(worker, SIGTERM);
 	status = exit_status(worker, 30);
 	assert_true(WIFEXITED(status));
