@@ -70,6 +70,7 @@ typedef struct job {
 			     * (malformed, or a follow-up refused), handled again */
 	void *msg_key; /* redo: the message's Kafka key, for its DLQ record */
 	size_t msg_key_len;
+	tb_kafka_tracker_t *dlq; /* a task's DLQ record's copies, across tries */
 	char key[160];
 	tb_session_t *session; /* interactive: its follow-ups, held with their offsets */
 	/* results */
@@ -184,10 +185,9 @@ static int flush_events(void *ud, tb_error_t *err)
 
 static void heartbeat(worker_t *w);
 
-/* How long a message that is not a task waits for its DLQ record before
- * it goes back in line (redo_message); a task's waits DLQ_TASK_WAIT_MS. */
+/* How long a message waits for a DLQ record it has just sent before it
+ * goes back in line to be tried again (redo_message, or a task's retry). */
 #define DLQ_WAIT_MS 5000
-#define DLQ_TASK_WAIT_MS 30000
 
 /*
  * Sends @p rec to the DLQ topic and waits up to @p wait_ms for its
@@ -218,9 +218,10 @@ static int dead_letter(worker_t *w, tb_dlq_t *rec, tb_kafka_tracker_t *t, int wa
 	}
 	/* in short waits: the main thread's heartbeats go on meanwhile, so
 	 * running tasks keep their leases */
-	for (int waited = 0; rc == 0 && sent; waited += 500) {
-		if ((rc = tb_kafka_await(w->producer, t, 500, &err)) != TB_ERETRY ||
-		    tb_kafka_tracker_pending(t) == 0 || waited + 500 >= wait_ms)
+	int slice = wait_ms < 500 ? wait_ms : 500;
+	for (int waited = 0; rc == 0 && sent; waited += slice) {
+		if ((rc = tb_kafka_await(w->producer, t, slice, &err)) != TB_ERETRY ||
+		    tb_kafka_tracker_pending(t) == 0 || waited + slice >= wait_ms)
 			break;
 		rc = 0;
 		heartbeat(w);
@@ -242,7 +243,7 @@ static int dead_letter(worker_t *w, tb_dlq_t *rec, tb_kafka_tracker_t *t, int wa
 }
 
 /* A task's DLQ record, with every attempt's reason from the ledger. */
-static int dead_letter_task(worker_t *w, const job_t *j, int cause, const char *reason)
+static int dead_letter_task(worker_t *w, job_t *j, int cause, const char *reason)
 {
 	tb_msg_origin_t origin = { w->d->cfg->kafka.tasks_topic, j->partition, j->offset, NULL, 0 };
 	tb_ledger_attempt_t *hist = NULL;
@@ -267,7 +268,9 @@ static int dead_letter_task(worker_t *w, const job_t *j, int cause, const char *
 		}
 	}
 	free(hist);
-	int rc = dead_letter(w, &rec, NULL, DLQ_TASK_WAIT_MS);
+	if (!j->dlq && !(j->dlq = tb_kafka_tracker_new()))
+		abort(); /* out of memory */
+	int rc = dead_letter(w, &rec, j->dlq, DLQ_WAIT_MS);
 	tb_msg_free(&tb_schema_dlq, &rec);
 	return rc;
 }
@@ -302,6 +305,7 @@ static void commit_marks(worker_t *w)
 static void free_job(job_t *j)
 {
 	tb_kafka_tracker_release(j->events); /* its events in flight keep it */
+	tb_kafka_tracker_release(j->dlq);
 	tb_session_free(j->session);
 	free(j->value);
 	free(j->msg_key);
@@ -611,9 +615,10 @@ static void heartbeat(worker_t *w)
 /* ---------------------------------------------------------- outcomes */
 
 static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
-		  const tb_msg_origin_t *origin, const char *why, tb_kafka_tracker_t *t);
+		  const tb_msg_origin_t *origin, const char *why, tb_kafka_tracker_t *t,
+		  int wait_ms);
 static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
-		  const tb_msg_origin_t *origin, tb_kafka_tracker_t *t);
+		  const tb_msg_origin_t *origin, tb_kafka_tracker_t *t, int wait_ms);
 static job_t *redo_job(worker_t *w, int32_t partition, int64_t offset, uint64_t epoch);
 static void settled(worker_t *w, job_t *r, int rc, const void *raw, size_t len, const void *key,
 		    size_t key_len);
@@ -651,8 +656,9 @@ static void settle_followups(worker_t *w, job_t *j)
 			    "follow-up %llu: the session ended before it took it (it took %llu)",
 			    (unsigned long long)seq, (unsigned long long)j->res.followups);
 			settled(w, r,
-				recorded ? refuse(w, &f, raw, len, &origin, why, r->events)
-					 : orphan(w, &f, raw, len, &origin, r->events),
+				recorded
+				    ? refuse(w, &f, raw, len, &origin, why, r->events, DLQ_WAIT_MS)
+				    : orphan(w, &f, raw, len, &origin, r->events, DLQ_WAIT_MS),
 				raw, len, j->key, strlen(j->key));
 			tb_msg_free(&tb_schema_followup, &f);
 		} else if (tb_watermark_finish(w->marks[j->partition], off, &err) == 0) {
@@ -952,14 +958,15 @@ static void admit_waiting(worker_t *w)
 /* A follow-up that no session takes, to the DLQ with @p why. @return 0
  * (acknowledge it), or < 0 when the DLQ is away (settled: tried again later). */
 static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
-		  const tb_msg_origin_t *origin, const char *why, tb_kafka_tracker_t *t)
+		  const tb_msg_origin_t *origin, const char *why, tb_kafka_tracker_t *t,
+		  int wait_ms)
 {
 	tb_dlq_t rec;
 
 	if (tb_intake_dead_letter(&rec, TB_DLQ_ORPHAN, why, f->task_id, raw, len, origin,
 				  now_ms()) < 0)
 		abort(); /* out of memory */
-	int rc = dead_letter(w, &rec, t, DLQ_WAIT_MS);
+	int rc = dead_letter(w, &rec, t, wait_ms);
 	tb_msg_free(&tb_schema_dlq, &rec);
 	return rc;
 }
@@ -967,7 +974,7 @@ static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t l
 /* A follow-up for a task with no session here: replayed after its session
  * took it (acknowledged), or refused with what the ledger says. */
 static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
-		  const tb_msg_origin_t *origin, tb_kafka_tracker_t *tracker)
+		  const tb_msg_origin_t *origin, tb_kafka_tracker_t *tracker, int wait_ms)
 {
 	tb_ledger_t *l = w->d->ledger;
 	unsigned long long seq = (unsigned long long)f->seq;
@@ -1014,14 +1021,14 @@ static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t l
 			 "task, or a follow-up sent before its task)",
 			 seq, f->task_id);
 	}
-	return refuse(w, f, raw, len, origin, why, tracker);
+	return refuse(w, f, raw, len, origin, why, tracker, wait_ms);
 }
 
 /* A follow-up: to its task's session, which holds it (offset and all) until
  * its attempt is recorded. @return 1 held; 0 acknowledge it now (a
  * duplicate, or dead-lettered); < 0 the DLQ is away (settled: tried again later). */
 static int followup(worker_t *w, const tb_followup_t *f, const void *raw, size_t len,
-		    const tb_msg_origin_t *origin, tb_kafka_tracker_t *t)
+		    const tb_msg_origin_t *origin, tb_kafka_tracker_t *t, int wait_ms)
 {
 	job_t *s = find_job(w, f->task_id, origin->partition);
 	char why[512];
@@ -1029,10 +1036,10 @@ static int followup(worker_t *w, const tb_followup_t *f, const void *raw, size_t
 	if (s && !s->session) {
 		snprintf(why, sizeof(why), "follow-up %llu: task %s is one-shot: it takes none",
 			 (unsigned long long)f->seq, f->task_id);
-		return refuse(w, f, raw, len, origin, why, t);
+		return refuse(w, f, raw, len, origin, why, t, wait_ms);
 	}
 	if (!s)
-		return orphan(w, f, raw, len, origin, t);
+		return orphan(w, f, raw, len, origin, t, wait_ms);
 	switch (tb_session_put(s->session, f, origin->offset, raw, len, why, sizeof(why))) {
 	case TB_SESSION_QUEUED:
 		tb_info(f->task_id, "follow-up %llu to its session", (unsigned long long)f->seq);
@@ -1042,20 +1049,21 @@ static int followup(worker_t *w, const tb_followup_t *f, const void *raw, size_t
 			(unsigned long long)f->seq);
 		return 0;
 	default:
-		return refuse(w, f, raw, len, origin, why, t);
+		return refuse(w, f, raw, len, origin, why, t, wait_ms);
 	}
 }
 
 /* A message that is not a task: a malformed one to the DLQ, a follow-up
- * to its session or the DLQ; @p t counts its DLQ record's copies.
+ * to its session or the DLQ; @p t counts its DLQ record's copies, a copy
+ * sent now is waited for up to @p wait_ms.
  * @return 1 held by a session (its offset finishes with the session's
  * task); 0 acknowledge it; < 0 not yet: the DLQ is away. */
 static int settle_other(worker_t *w, tb_intake_t *in, const void *raw, size_t len,
-			const tb_msg_origin_t *origin, tb_kafka_tracker_t *t)
+			const tb_msg_origin_t *origin, tb_kafka_tracker_t *t, int wait_ms)
 {
 	if (in->kind == TB_INTAKE_DEAD)
-		return dead_letter(w, &in->dlq, t, DLQ_WAIT_MS);
-	return followup(w, &in->followup, raw, len, origin, t);
+		return dead_letter(w, &in->dlq, t, wait_ms);
+	return followup(w, &in->followup, raw, len, origin, t, wait_ms);
 }
 
 /* A job for a message that is not a task, at @p offset of @p partition:
@@ -1117,10 +1125,22 @@ static void redo_message(worker_t *w, job_t *j)
 		free_job(j); /* its partition's new owner handles it */
 		return;
 	}
-	if (tb_intake_decode(&in, j->value, j->len, &origin, now_ms()) < 0)
-		abort(); /* out of memory */
-	int rc = settle_other(w, &in, j->value, j->len, &origin, j->events);
-	tb_intake_free(&in);
+	/* A record already out is what settles it: delivered (even after its
+	 * wait ended), or still on its way (looked at again later). Only with
+	 * none out is the message decided again (a follow-up's session may
+	 * have come meanwhile), and a copy sent is then not waited for: the
+	 * main loop goes on, and the next try sees it delivered. */
+	int rc;
+	if (tb_kafka_tracker_delivered(j->events) > 0) {
+		rc = 0;
+	} else if (tb_kafka_tracker_pending(j->events) > 0) {
+		rc = TB_ERETRY;
+	} else {
+		if (tb_intake_decode(&in, j->value, j->len, &origin, now_ms()) < 0)
+			abort(); /* out of memory */
+		rc = settle_other(w, &in, j->value, j->len, &origin, j->events, 0);
+		tb_intake_free(&in);
+	}
 	if (rc >= 0)
 		tb_info(NULL, "partition %d offset %lld: settled on trying again",
 			(int)j->partition, (long long)j->offset);
@@ -1143,7 +1163,8 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 		abort(); /* out of memory */
 	if (in.kind != TB_INTAKE_TASK) {
 		job_t *r = redo_job(w, m->partition, m->offset, w->epochs[m->partition]);
-		settled(w, r, settle_other(w, &in, m->payload, m->len, &origin, r->events),
+		settled(w, r,
+			settle_other(w, &in, m->payload, m->len, &origin, r->events, DLQ_WAIT_MS),
 			m->payload, m->len, m->key, m->key_len);
 		tb_intake_free(&in);
 		return;

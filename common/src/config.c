@@ -126,6 +126,7 @@ static const struct {
 	const char *key, *why;
 } owned_props[] = {
 	{ "bootstrap.servers", "it is kafka.brokers" },
+	{ "metadata.broker.list", "it is kafka.brokers" },
 	{ "group.id", "it is kafka.group" },
 	{ "group.instance.id", "it is kafka.group_instance_id" },
 	{ "enable.auto.commit", "offsets are committed only after a task's teardown" },

@@ -556,25 +556,25 @@ static int exit_status(pid_t pid, int seconds)
 	return -1;
 }
 
-/* Whether no process's command line matches @p what (an extended regular
- * expression: write it so that it does not match itself, as "61[.]5",
- * or the shell running pgrep is found), waiting up to @p seconds for the
- * last to go. */
-static int none_running(const char *what, int seconds)
+/* Whether some process's command line matches @p what (@p want 1) or
+ * none does (@p want 0), waiting up to @p seconds for it to be so. @p what
+ * is an extended regular expression: write it so that it does not match
+ * itself, as "61[.]5", or the shell running pgrep is found. */
+static int processes(const char *what, int want, int seconds)
 {
 	char cmd[256], line[64];
-	int found = 1;
+	int found = !want;
 
 	snprintf(cmd, sizeof(cmd), "pgrep -f '%s'", what);
-	for (int i = 0; i <= 2 * seconds && found; i++) {
+	for (int i = 0; i <= 2 * seconds && found != want; i++) {
 		FILE *f = popen(cmd, "r");
 		found = f && fgets(line, sizeof(line), f) != NULL;
 		if (f)
 			pclose(f);
-		if (found && i < 2 * seconds)
+		if (found != want && i < 2 * seconds)
 			usleep(500000);
 	}
-	return !found;
+	return found == want;
 }
 
 /*
@@ -598,13 +598,14 @@ static void test_worker__a_stop_that_cannot_wait_leaves_the_task_to_replay(void 
 	snprintf(id, sizeof(id), "drain-%d", getpid());
 	produce_task_of(topic_tasks4, id, slow_repo, slow_commit, "61.5");
 	assert_true(log_has(log, "starts in slot", id, 90));
+	assert_true(processes("sleep 61[.]5", 1, 60)); /* the agent runs */
 	kill(worker, SIGTERM);
 	status = exit_status(worker, 30);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 1);
 	assert_true(log_has(log, "drain timeout: exiting with tasks running", NULL, 0));
 	assert_int_equal(committed_sum(topic_tasks4, group4, 1), 0);
-	assert_true(none_running("sleep 61[.]5", 10));
+	assert_true(processes("sleep 61[.]5", 0, 10)); /* and is gone */
 
 	/* the second signal */
 	snprintf(log, sizeof(log), "%s/second-signal.log", root);
@@ -612,6 +613,7 @@ static void test_worker__a_stop_that_cannot_wait_leaves_the_task_to_replay(void 
 	snprintf(id, sizeof(id), "second-%d", getpid());
 	produce_task_of(topic_tasks5, id, slow_repo, slow_commit, "61.5");
 	assert_true(log_has(log, "starts in slot", id, 90));
+	assert_true(processes("sleep 61[.]5", 1, 60)); /* the agent runs */
 	kill(worker, SIGTERM);
 	usleep(500000);
 	kill(worker, SIGINT);
@@ -619,7 +621,7 @@ static void test_worker__a_stop_that_cannot_wait_leaves_the_task_to_replay(void 
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 1);
 	assert_int_equal(committed_sum(topic_tasks5, group5, 1), 0);
-	assert_true(none_running("sleep 61[.]5", 10));
+	assert_true(processes("sleep 61[.]5", 0, 10)); /* and is gone */
 }
 
 /*
