@@ -70,7 +70,9 @@ typedef struct job {
 			     * (malformed, or a follow-up refused), handled again */
 	void *msg_key; /* redo: the message's Kafka key, for its DLQ record */
 	size_t msg_key_len;
-	tb_kafka_tracker_t *dlq; /* a task's DLQ record's copies, across tries */
+	tb_kafka_tracker_t *dlq;           /* a task's DLQ record's copies, across tries */
+	char **input_names, **input_tasks; /* its inputs named by an earlier task */
+	size_t ninputs;                    /* (admit_inputs waits for those tasks) */
 	char key[160];
 	tb_session_t *session; /* interactive: its follow-ups, held with their offsets */
 	/* results */
@@ -306,6 +308,12 @@ static void free_job(job_t *j)
 {
 	tb_kafka_tracker_release(j->events); /* its events in flight keep it */
 	tb_kafka_tracker_release(j->dlq);
+	for (size_t i = 0; i < j->ninputs; i++) {
+		free(j->input_names[i]);
+		free(j->input_tasks[i]);
+	}
+	free(j->input_names);
+	free(j->input_tasks);
 	tb_session_free(j->session);
 	free(j->value);
 	free(j->msg_key);
@@ -873,6 +881,59 @@ static int over_budget(worker_t *w, const job_t *j, char *why, size_t len)
 	return over;
 }
 
+/* How long a task waits for an earlier task its inputs name that the
+ * ledger has not seen at all (not submitted yet, or a wrong id), from
+ * when its message came; then it is poison. */
+#define INPUT_UNSEEN_MS (10 * 60 * 1000)
+
+/*
+ * Whether the earlier tasks @p j's inputs name are done, asked before an
+ * attempt begins, so that waiting for them spends no attempt, slot or
+ * sandbox. @return 0 all are (or @p j is done itself: begin says so);
+ * TB_EBUSY one is not yet (@p why says which): wait in line; TB_EPOISON
+ * one never will be (dead-lettered, or unseen for INPUT_UNSEEN_MS); or
+ * the ledger's error (wait for it).
+ */
+static int admit_inputs(worker_t *w, const job_t *j, char *why, size_t len, tb_error_t *err)
+{
+	tb_ledger_t *l = w->d->ledger;
+	tb_ledger_task_t t;
+	int rc;
+
+	if ((rc = l->ops->inspect(l, j->key, &t, err)) < 0)
+		return rc;
+	if (t.done)
+		return 0;
+	for (size_t i = 0; i < j->ninputs; i++) {
+		const char *name = j->input_names[i], *task = j->input_tasks[i];
+		if ((rc = l->ops->inspect(l, task, &t, err)) < 0)
+			return rc;
+		if (t.done && t.manifest[0])
+			continue;
+		if (t.done) {
+			snprintf(why, len,
+				 "input %.200s: task %.128s was dead-lettered: it has no "
+				 "outputs",
+				 name, task);
+			return TB_EPOISON;
+		}
+		if (t.attempts) {
+			snprintf(why, len, "input %.200s: task %.128s is not done yet", name, task);
+			return TB_EBUSY;
+		}
+		if (now_ms() - j->received_ms >= INPUT_UNSEEN_MS) {
+			snprintf(why, len,
+				 "input %.200s: task %.128s is unknown: the ledger has not seen it "
+				 "in %d minutes",
+				 name, task, INPUT_UNSEEN_MS / 60000);
+			return TB_EPOISON;
+		}
+		snprintf(why, len, "input %.200s: task %.128s has not begun", name, task);
+		return TB_EBUSY;
+	}
+	return 0;
+}
+
 /*
  * Begins the waiting jobs that are due, in order, while slots are free.
  * The ledger decides: already done (acknowledge), out of attempts (DLQ),
@@ -904,14 +965,21 @@ static void admit_waiting(worker_t *w)
 			continue;
 		}
 		char why[600];
-		int rc = 0, spent = 0;
+		int rc = 0, spent = 0, inputs = 0, cause = TB_DLQ_MAX_ATTEMPTS;
 		if (j->failure_unkept) /* the last attempt's, first */
 			keep_failure(w, j, j->err.code, j->err.msg);
 		if (j->failure_unkept)
 			rc =
 			    tb_error_set(&err, TB_ERETRY, "%s", "its last failure is not kept yet");
+		else if (j->ninputs && (inputs = admit_inputs(w, j, why, sizeof(why), &err)) != 0 &&
+			 inputs != TB_EPOISON)
+			rc = inputs == TB_EBUSY ? tb_error_set(&err, TB_EBUSY, "%s", why) : inputs;
 		else if ((rc = l->ops->begin(l, j->key, w->lease_ms, &j->attempt, &err)) == 0 &&
-			 (spent = over_budget(w, j, why, sizeof(why))) < 0) {
+			 inputs == TB_EPOISON) {
+			/* an attempt, for the done-marker that goes with the DLQ */
+			keep_failure(w, j, TB_EPOISON, why);
+			spent = 1, cause = TB_DLQ_POISON;
+		} else if (rc == 0 && (spent = over_budget(w, j, why, sizeof(why))) < 0) {
 			/* this attempt never ran: excused, and its lease let go */
 			keep_failure(w, j, TB_ERETRY, why);
 			l->ops->release(l, j->key, j->attempt, &err);
@@ -926,7 +994,7 @@ static void admit_waiting(worker_t *w)
 			keep_failure(w, j, TB_EIO, err.msg);
 			rc = TB_ERETRY;
 		}
-		if (rc == 0 && give_up(w, j, TB_DLQ_MAX_ATTEMPTS, why) < 0) {
+		if (rc == 0 && give_up(w, j, cause, why) < 0) {
 			rc = tb_error_set(&err, TB_ERETRY, "%s", "the DLQ is away");
 		} else if (rc == 0) {
 			/* dead-lettered: acknowledged below */
@@ -941,8 +1009,9 @@ static void admit_waiting(worker_t *w)
 			if (!j->backoff)
 				j->backoff = WAIT_BACKOFF_MIN_MS;
 			tb_warn(j->key, "waiting %u ms %s: %s", j->backoff,
-				rc == TB_EBUSY ? "for another worker's run"
-					       : "for the ledger or DLQ",
+				inputs == TB_EBUSY ? "for an earlier task"
+				: rc == TB_EBUSY   ? "for another worker's run"
+						   : "for the ledger or DLQ",
 				err.msg);
 			wait_for(w, j, j->backoff);
 			j->backoff = j->backoff * 2 > WAIT_BACKOFF_MAX_MS ? WAIT_BACKOFF_MAX_MS
@@ -1201,6 +1270,21 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	j->len = m->len;
 	j->received_ms = now_ms();
 	snprintf(j->key, sizeof(j->key), "%s", in.task.id);
+	size_t by_task = 0;
+	for (size_t i = 0; i < in.task.inputs.n; i++)
+		by_task += ((const tb_input_t *)in.task.inputs.items)[i].task != NULL;
+	if (by_task && (!(j->input_names = calloc(by_task, sizeof(char *))) ||
+			!(j->input_tasks = calloc(by_task, sizeof(char *)))))
+		abort(); /* out of memory */
+	for (size_t i = 0; i < in.task.inputs.n; i++) {
+		const tb_input_t *x = (const tb_input_t *)in.task.inputs.items + i;
+		if (!x->task)
+			continue;
+		if (!(j->input_names[j->ninputs] = strdup(x->name)) ||
+		    !(j->input_tasks[j->ninputs] = strdup(x->task)))
+			abort(); /* out of memory */
+		j->ninputs++;
+	}
 	char path[4096];
 	tb_runtime_t rt;
 	snprintf(path, sizeof(path), "%s/%s.json", cfg->runtimes_dir, in.task.runtime);

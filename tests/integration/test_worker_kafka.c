@@ -37,7 +37,7 @@ static char topic_tasks[64], topic_events[64], topic_dlq[64], group[64];
 static char topic_tasks2[64], topic_dlq2[64], group2[64];
 static char topic_tasks3[64], topic_dlq3[64], group3[64];
 static char topic_tasks4[64], group4[64], topic_tasks5[64], group5[64];
-static char topic_tasks6[64], group6[64];
+static char topic_tasks6[64], group6[64], topic_tasks7[64], topic_dlq7[64], group7[64];
 static const char *worker_config; /* --config for the next worker started, if set */
 static char commit[64], rt[128], repo[128];
 static char slow_commit[64], slow_repo[128];
@@ -70,10 +70,11 @@ static void create_topics(const char *const *names, const int *partitions, int n
 /* Every topic but the third test's DLQ, which that test makes itself. */
 static void make_topics(void)
 {
-	const char *names[] = { topic_tasks,  topic_events, topic_dlq,    topic_tasks2, topic_dlq2,
-				topic_tasks3, topic_tasks4, topic_tasks5, topic_tasks6 };
-	const int partitions[] = { 2, 2, 1, 1, 1, 1, 1, 1, 1 };
-	create_topics(names, partitions, 9);
+	const char *names[] = { topic_tasks,  topic_events, topic_dlq,    topic_tasks2,
+				topic_dlq2,   topic_tasks3, topic_tasks4, topic_tasks5,
+				topic_tasks6, topic_tasks7, topic_dlq7 };
+	const int partitions[] = { 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+	create_topics(names, partitions, 11);
 }
 
 /* Whether the file @p log has a line with @p what (and @p also, unless
@@ -253,9 +254,11 @@ static void produce_raw(const char *topic, const char *key, const void *data, si
 }
 
 /* Task @p id of the recipe in @p at_repo at @p at_commit, saying
- * @p prompt. */
-static void produce_task_of(const char *topic, const char *id, const char *at_repo,
-			    const char *at_commit, const char *prompt)
+ * @p prompt, on runtime @p runtime (NULL: "default"), with the @p ninputs
+ * @p inputs. */
+static void produce_task_with(const char *topic, const char *id, const char *at_repo,
+			      const char *at_commit, const char *prompt, const char *runtime,
+			      tb_input_t *inputs, size_t ninputs)
 {
 	tb_task_t t = { 0 };
 	msgpack_sbuffer sb;
@@ -265,11 +268,20 @@ static void produce_task_of(const char *topic, const char *id, const char *at_re
 	snprintf(url, sizeof(url), "file://%s", at_repo);
 	t.id = (char *)id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = url;
 	t.recipe.commit = (char *)at_commit;
-	t.prompt = (char *)prompt, t.runtime = (char *)"default", t.submitted_at = 1;
+	t.prompt = (char *)prompt, t.runtime = (char *)(runtime ? runtime : "default");
+	t.submitted_at = 1;
+	t.inputs.items = inputs, t.inputs.n = ninputs;
 	msgpack_sbuffer_init(&sb);
-	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
+	if (tb_msg_encode(&sb, &tb_schema_task, &t, &err) != 0)
+		fail_msg("task %s: %s", id, err.msg);
 	produce_raw(topic, id, sb.data, sb.size);
 	msgpack_sbuffer_destroy(&sb);
+}
+
+static void produce_task_of(const char *topic, const char *id, const char *at_repo,
+			    const char *at_commit, const char *prompt)
+{
+	produce_task_with(topic, id, at_repo, at_commit, prompt, NULL, NULL, 0);
 }
 
 static void produce_task(const char *topic, const char *id)
@@ -662,6 +674,63 @@ static void test_worker__a_task_longer_than_the_poll_interval_runs_once(void **s
 	assert_int_equal(starts, 1);
 }
 
+/* The number of lines of @p log that hold @p what and @p also. */
+static int log_count(const char *log, const char *what, const char *also)
+{
+	char line[1024];
+	int n = 0;
+	FILE *f = fopen(log, "r");
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, what) && strstr(line, also);
+	fclose(f);
+	return n;
+}
+
+/*
+ * A task whose input is an earlier task's output, sent before that task:
+ * it waits in line with no attempt begun, and runs (attempt 1) once the
+ * earlier task is done. One whose earlier task was dead-lettered goes to
+ * the DLQ saying so.
+ */
+static void test_worker__a_task_waits_for_the_task_its_inputs_name(void **state)
+{
+	char parent[64], child[64], bad[64], orphan[64], log[128];
+	int status;
+
+	(void)state;
+	make_recipe();
+	snprintf(parent, sizeof(parent), "parent-%d", getpid());
+	snprintf(child, sizeof(child), "child-%d", getpid());
+	snprintf(bad, sizeof(bad), "bad-parent-%d", getpid());
+	snprintf(orphan, sizeof(orphan), "orphan-%d", getpid());
+	tb_input_t in_child = { .name = "prior/hello.txt", .task = parent, .path = "hello.txt" };
+	tb_input_t in_orphan = { .name = "prior/hello.txt", .task = bad, .path = "hello.txt" };
+	snprintf(log, sizeof(log), "%s/inputs.log", root);
+	pid_t worker = start_worker(topic_tasks7, topic_dlq7, group7, NULL, log);
+	produce_task_with(topic_tasks7, child, repo, commit, "hello?", NULL, &in_child, 1);
+	produce_task_with(topic_tasks7, orphan, repo, commit, "hello?", NULL, &in_orphan, 1);
+	produce_task_of(topic_tasks7, parent, repo, commit, "hello?");
+	produce_task_with(topic_tasks7, bad, repo, commit, "hello?", "no-such-runtime", NULL, 0);
+	assert_int_equal(committed_reaching(topic_tasks7, group7, 1, 4, 120), 4);
+	kill(worker, SIGTERM);
+	status = exit_status(worker, 30);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+
+	/* the child waited, then ran once, after its parent was recorded */
+	assert_true(log_count(log, "for an earlier task", child) >= 1);
+	assert_int_equal(log_count(log, "starts in slot", child), 1);
+	assert_int_equal(log_count(log, "attempt 1 starts in slot", child), 1);
+	assert_int_equal(log_count(log, "attempt 1 recorded: succeeded", child), 1);
+	assert_int_equal(log_count(log, "attempt 1 recorded: succeeded", parent), 1);
+	/* the bad parent and its dependent: dead-lettered, the second saying why */
+	assert_int_equal(dlq_records(topic_dlq7, 3, 5), 2);
+	assert_true(log_count(log, "dead-lettered (poison)", orphan) == 1);
+	assert_true(log_count(log, "was dead-lettered: it has no outputs", orphan) >= 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -678,6 +747,8 @@ int main(void)
 		    stop_worker_left),
 		cmocka_unit_test_teardown(
 		    test_worker__a_task_longer_than_the_poll_interval_runs_once, stop_worker_left),
+		cmocka_unit_test_teardown(test_worker__a_task_waits_for_the_task_its_inputs_name,
+					  stop_worker_left),
 	};
 	brokers = getenv("TASKBOX_TEST_KAFKA");
 	if (!brokers) {
@@ -708,6 +779,9 @@ int main(void)
 	snprintf(group5, sizeof(group5), "tbw-%d-5", getpid());
 	snprintf(topic_tasks6, sizeof(topic_tasks6), "tbw-%d-tasks6", getpid());
 	snprintf(group6, sizeof(group6), "tbw-%d-6", getpid());
+	snprintf(topic_tasks7, sizeof(topic_tasks7), "tbw-%d-tasks7", getpid());
+	snprintf(topic_dlq7, sizeof(topic_dlq7), "tbw-%d-dlq7", getpid());
+	snprintf(group7, sizeof(group7), "tbw-%d-7", getpid());
 	make_topics();
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	char cmd[128];
