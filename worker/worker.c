@@ -73,6 +73,7 @@ typedef struct job {
 	tb_kafka_tracker_t *dlq;           /* a task's DLQ record's copies, across tries */
 	char **input_names, **input_tasks; /* its inputs named by an earlier task */
 	size_t ninputs;                    /* (admit_inputs waits for those tasks) */
+	int input_wait;                    /* waiting: the last look found such a task not done */
 	char key[160];
 	tb_session_t *session; /* interactive: its follow-ups, held with their offsets */
 	/* results */
@@ -96,7 +97,8 @@ typedef struct worker {
 	job_t *waiting;      /* to begin, in arrival order: see admit_waiting */
 	job_t **waiting_tail;
 	unsigned nwaiting;
-	uint64_t busy_slots; /* bit per slot */
+	unsigned ninput_waits; /* of those, tasks waiting for an earlier task */
+	uint64_t busy_slots;   /* bit per slot */
 	unsigned running;
 	int paused;
 	uint64_t lease_ms;
@@ -346,6 +348,7 @@ static void drop_waiting(worker_t *w, int p)
 	job_t **link = &w->waiting;
 
 	w->nwaiting = 0;
+	w->ninput_waits = 0;
 	while (*link) {
 		job_t *j = *link;
 		if (j->partition == p) {
@@ -354,6 +357,7 @@ static void drop_waiting(worker_t *w, int p)
 		} else {
 			link = &j->next;
 			w->nwaiting++;
+			w->ninput_waits += j->input_wait;
 		}
 	}
 	w->waiting_tail = link;
@@ -369,6 +373,7 @@ static void drop_all_waiting(worker_t *w)
 	w->waiting = NULL;
 	w->waiting_tail = &w->waiting;
 	w->nwaiting = 0;
+	w->ninput_waits = 0;
 }
 
 /* Stops the running sessions of partition @p p (-1: all): their
@@ -552,6 +557,7 @@ static void wait_for(worker_t *w, job_t *j, uint64_t delay_ms)
 	*w->waiting_tail = j;
 	w->waiting_tail = &j->next;
 	w->nwaiting++;
+	w->ninput_waits += j->input_wait;
 }
 
 /* ------------------------------------------------------- heartbeats */
@@ -952,6 +958,7 @@ static void admit_waiting(worker_t *w)
 	w->waiting = NULL;
 	w->waiting_tail = &w->waiting;
 	w->nwaiting = 0;
+	w->ninput_waits = 0;
 	for (job_t *j = list, *next; j; j = next) {
 		next = j->next;
 		if (j->redo && !*w->stop && j->retry_at <= now) {
@@ -985,6 +992,7 @@ static void admit_waiting(worker_t *w)
 			l->ops->release(l, j->key, j->attempt, &err);
 			rc = tb_error_set(&err, spent, "%s", why);
 		}
+		j->input_wait = inputs == TB_EBUSY;
 		if (rc == 0 && !spent) {
 			j->claimed_ms = now_ms();
 			tb_kafka_tracker_reset(j->events);
@@ -1407,7 +1415,11 @@ static void pace(worker_t *w)
 			high = 16 * slots > high ? 16 * slots : high;
 			break;
 		}
-	int full = w->paused ? w->nwaiting > high / 2 : w->nwaiting >= high;
+	/* Tasks waiting for an earlier task do not fill the line: that task
+	 * may be behind them, unread. Up to 8 lines of them are held. */
+	unsigned ready = w->nwaiting - w->ninput_waits;
+	int full = w->paused ? ready > high / 2 || w->nwaiting > 4 * high
+			     : ready >= high || w->nwaiting >= 8 * high;
 	rd_kafka_topic_partition_list_t *a = NULL;
 
 	if (full == w->paused || rd_kafka_assignment(w->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR)

@@ -689,11 +689,13 @@ static int log_count(const char *log, const char *what, const char *also)
 }
 
 /*
- * A task whose input is an earlier task's output, sent before that task:
- * it waits in line with no attempt begun, and runs (attempt 1) once the
- * earlier task is done. One whose earlier task was dead-lettered goes to
- * the DLQ saying so.
+ * Tasks whose input is an earlier task's output, sent before that task:
+ * they wait in line with no attempt begun, and run (attempt 1) once the
+ * earlier task is done. There are more of them than the line holds (32
+ * at 2 slots), and still the earlier task behind them is read. One whose
+ * earlier task was dead-lettered goes to the DLQ saying so.
  */
+#define CHILDREN 36
 static void test_worker__a_task_waits_for_the_task_its_inputs_name(void **state)
 {
 	char parent[64], child[64], bad[64], orphan[64], log[128];
@@ -706,25 +708,37 @@ static void test_worker__a_task_waits_for_the_task_its_inputs_name(void **state)
 	snprintf(bad, sizeof(bad), "bad-parent-%d", getpid());
 	snprintf(orphan, sizeof(orphan), "orphan-%d", getpid());
 	tb_input_t in_child = { .name = "prior/hello.txt", .task = parent, .path = "hello.txt" };
+	char more[80];
 	tb_input_t in_orphan = { .name = "prior/hello.txt", .task = bad, .path = "hello.txt" };
 	snprintf(log, sizeof(log), "%s/inputs.log", root);
 	pid_t worker = start_worker(topic_tasks7, topic_dlq7, group7, NULL, log);
 	produce_task_with(topic_tasks7, child, repo, commit, "hello?", NULL, &in_child, 1);
+	for (int i = 1; i < CHILDREN; i++) {
+		snprintf(more, sizeof(more), "%s-%d", child, i);
+		produce_task_with(topic_tasks7, more, repo, commit, "hello?", NULL, &in_child, 1);
+	}
 	produce_task_with(topic_tasks7, orphan, repo, commit, "hello?", NULL, &in_orphan, 1);
 	produce_task_of(topic_tasks7, parent, repo, commit, "hello?");
 	produce_task_with(topic_tasks7, bad, repo, commit, "hello?", "no-such-runtime", NULL, 0);
-	assert_int_equal(committed_reaching(topic_tasks7, group7, 1, 4, 120), 4);
+	assert_int_equal(committed_reaching(topic_tasks7, group7, 1, CHILDREN + 3, 150),
+			 CHILDREN + 3);
 	kill(worker, SIGTERM);
 	status = exit_status(worker, 30);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0);
 
-	/* the child waited, then ran once, after its parent was recorded */
-	assert_true(log_count(log, "for an earlier task", child) >= 1);
-	assert_int_equal(log_count(log, "starts in slot", child), 1);
-	assert_int_equal(log_count(log, "attempt 1 starts in slot", child), 1);
-	assert_int_equal(log_count(log, "attempt 1 recorded: succeeded", child), 1);
-	assert_int_equal(log_count(log, "attempt 1 recorded: succeeded", parent), 1);
+	/* the children waited, then each ran once, after their parent (the
+	 * log's task="..." named exactly) */
+	char task[100];
+	snprintf(task, sizeof(task), "task=\"%s\"", child);
+	assert_true(log_count(log, "for an earlier task", task) >= 1);
+	assert_int_equal(log_count(log, "starts in slot", task), 1);
+	assert_int_equal(log_count(log, "attempt 1 starts in slot", task), 1);
+	assert_int_equal(log_count(log, "attempt 1 recorded: succeeded", task), 1);
+	snprintf(task, sizeof(task), "task=\"%s-%d\"", child, CHILDREN - 1);
+	assert_int_equal(log_count(log, "attempt 1 recorded: succeeded", task), 1);
+	snprintf(task, sizeof(task), "task=\"%s\"", parent);
+	assert_int_equal(log_count(log, "attempt 1 recorded: succeeded", task), 1);
 	/* the bad parent and its dependent: dead-lettered, the second saying why */
 	assert_int_equal(dlq_records(topic_dlq7, 3, 5), 2);
 	assert_true(log_count(log, "dead-lettered (poison)", orphan) == 1);
