@@ -1016,11 +1016,13 @@ static void admit_waiting(worker_t *w)
 			/* Busy elsewhere, or the ledger away: wait and ask again. */
 			if (!j->backoff)
 				j->backoff = WAIT_BACKOFF_MIN_MS;
-			tb_warn(j->key, "waiting %u ms %s: %s", j->backoff,
-				inputs == TB_EBUSY ? "for an earlier task"
-				: rc == TB_EBUSY   ? "for another worker's run"
-						   : "for the ledger or DLQ",
-				err.msg);
+			/* waiting for an earlier task is a task's ordinary course */
+			tb_log(inputs == TB_EBUSY ? TB_LOG_INFO : TB_LOG_WARN, j->key,
+			       "waiting %u ms %s: %s", j->backoff,
+			       inputs == TB_EBUSY ? "for an earlier task"
+			       : rc == TB_EBUSY   ? "for another worker's run"
+						  : "for the ledger or DLQ",
+			       err.msg);
 			wait_for(w, j, j->backoff);
 			j->backoff = j->backoff * 2 > WAIT_BACKOFF_MAX_MS ? WAIT_BACKOFF_MAX_MS
 									  : j->backoff * 2;
