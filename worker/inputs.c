@@ -12,6 +12,24 @@
 #include <string.h>
 #include <sys/stat.h>
 
+int tb_inputs_task_done(tb_ledger_t *ledger, const char *task, tb_ledger_task_t *t, tb_error_t *err)
+{
+	int rc;
+
+	if ((rc = ledger->ops->inspect(ledger, task, t, err)) < 0)
+		return tb_error_prefix(err, "task %s: the ledger", task);
+	if (!t->done && !t->attempts)
+		return tb_error_set(err, TB_EBUSY,
+				    "task %s is not done: the ledger has not seen it", task);
+	if (!t->done)
+		return tb_error_set(err, TB_EBUSY, "task %s is not done yet (%llu attempts so far)",
+				    task, (unsigned long long)t->attempts);
+	if (!t->manifest[0])
+		return tb_error_set(err, TB_ENOTFOUND,
+				    "task %s was dead-lettered: it has no outputs", task);
+	return 0;
+}
+
 int tb_inputs_resolve(tb_store_t *store, tb_ledger_t *ledger, const char *task_id, const char *path,
 		      char *key, size_t keylen, char sha256[65], tb_error_t *err)
 {
@@ -23,20 +41,16 @@ int tb_inputs_resolve(tb_store_t *store, tb_ledger_t *ledger, const char *task_i
 
 	if (!ledger)
 		return tb_error_set(err, TB_EINVAL, "no ledger to look task %s up in", task_id);
-	if ((rc = ledger->ops->inspect(ledger, task_id, &t, err)) < 0)
-		return tb_error_prefix(err, "task %s: the ledger", task_id);
-	/* Not done yet, or not even begun: it may be, so the task waits (the
-	 * platform's retries: a pause growing to a minute, a bounded count). */
-	if (!t.done && !t.attempts)
-		return tb_error_set(err, TB_ERETRY,
-				    "task %s is not done: the ledger has not seen it", task_id);
-	if (!t.done)
-		return tb_error_set(err, TB_ERETRY,
-				    "task %s is not done yet (%llu attempts so far)", task_id,
-				    (unsigned long long)t.attempts);
-	if (!t.manifest[0])
-		return tb_error_set(err, TB_ENOTFOUND,
-				    "task %s was dead-lettered: it has no outputs", task_id);
+	/* Not done: admission waits for that before an attempt begins
+	 * (worker.c, admit_inputs), so only a revive since then gets here;
+	 * the attempt is retried as a platform failure. */
+	if ((rc = tb_inputs_task_done(ledger, task_id, &t, err)) == TB_EBUSY) {
+		if (err)
+			err->code = TB_ERETRY;
+		return TB_ERETRY;
+	}
+	if (rc < 0)
+		return rc;
 	if ((rc = tb_store_get_bytes(store, t.manifest, tb_schema_manifest.max_bytes, &bytes, &len,
 				     err)) < 0)
 		return tb_error_prefix(err, "task %s: its manifest", task_id);

@@ -28,6 +28,16 @@ int tb_inputs_fetch(tb_store_t *store, tb_ledger_t *ledger, const tb_task_t *tas
 		    tb_error_t *err);
 
 /**
+ * What @p ledger says of @p task, an earlier task an input names.
+ * @return 0 done, with outputs (@p t->manifest names its manifest);
+ *         TB_EBUSY not done yet, or not begun (@p t->attempts 0): wait;
+ *         TB_ENOTFOUND dead-lettered, with none; or the ledger's error.
+ *         @p err says which.
+ */
+int tb_inputs_task_done(tb_ledger_t *ledger, const char *task, tb_ledger_task_t *t,
+			tb_error_t *err);
+
+/**
  * Resolves (@p task_id, @p path) to the artifact listed by the manifest
  * that task's done-marker names. @param[out] key, sha256 filled on success
  * @return 0; TB_ENOTFOUND (no such output, or the task was dead-lettered

@@ -10,6 +10,7 @@
 #include "worker.h"
 
 #include "fault.h"
+#include "inputs.h"
 #include "intake.h"
 #include "metrics.h"
 #include "session.h"
@@ -70,7 +71,7 @@ typedef struct job {
 			     * (malformed, or a follow-up refused), handled again */
 	void *msg_key; /* redo: the message's Kafka key, for its DLQ record */
 	size_t msg_key_len;
-	tb_kafka_tracker_t *dlq;           /* a task's DLQ record's copies, across tries */
+	tb_kafka_tracker_t *dlq;           /* its DLQ record's copies, across tries */
 	char **input_names, **input_tasks; /* its inputs named by an earlier task */
 	size_t ninputs;                    /* (admit_inputs waits for those tasks) */
 	int input_wait;                    /* waiting: the last look found such a task not done */
@@ -671,8 +672,8 @@ static void settle_followups(worker_t *w, job_t *j)
 			    (unsigned long long)seq, (unsigned long long)j->res.followups);
 			settled(w, r,
 				recorded
-				    ? refuse(w, &f, raw, len, &origin, why, r->events, DLQ_WAIT_MS)
-				    : orphan(w, &f, raw, len, &origin, r->events, DLQ_WAIT_MS),
+				    ? refuse(w, &f, raw, len, &origin, why, r->dlq, DLQ_WAIT_MS)
+				    : orphan(w, &f, raw, len, &origin, r->dlq, DLQ_WAIT_MS),
 				raw, len, j->key, strlen(j->key));
 			tb_msg_free(&tb_schema_followup, &f);
 		} else if (tb_watermark_finish(w->marks[j->partition], off, &err) == 0) {
@@ -912,30 +913,19 @@ static int admit_inputs(worker_t *w, const job_t *j, char *why, size_t len, tb_e
 		return 0;
 	for (size_t i = 0; i < j->ninputs; i++) {
 		const char *name = j->input_names[i], *task = j->input_tasks[i];
-		if ((rc = l->ops->inspect(l, task, &t, err)) < 0)
-			return rc;
-		if (t.done && t.manifest[0])
+		if ((rc = tb_inputs_task_done(l, task, &t, err)) == 0)
 			continue;
-		if (t.done) {
-			snprintf(why, len,
-				 "input %.200s: task %.128s was dead-lettered: it has no "
-				 "outputs",
-				 name, task);
-			return TB_EPOISON;
-		}
-		if (t.attempts) {
-			snprintf(why, len, "input %.200s: task %.128s is not done yet", name, task);
-			return TB_EBUSY;
-		}
-		if (now_ms() - j->received_ms >= INPUT_UNSEEN_MS) {
+		if (rc != TB_EBUSY && rc != TB_ENOTFOUND)
+			return rc; /* the ledger's */
+		if (rc == TB_EBUSY && !t.attempts && now_ms() - j->received_ms >= INPUT_UNSEEN_MS) {
 			snprintf(why, len,
 				 "input %.200s: task %.128s is unknown: the ledger has not seen it "
 				 "in %d minutes",
 				 name, task, INPUT_UNSEEN_MS / 60000);
 			return TB_EPOISON;
 		}
-		snprintf(why, len, "input %.200s: task %.128s has not begun", name, task);
-		return TB_EBUSY;
+		snprintf(why, len, "input %.200s: %.380s", name, err->msg);
+		return rc == TB_EBUSY ? TB_EBUSY : TB_EPOISON;
 	}
 	return 0;
 }
@@ -1153,7 +1143,7 @@ static job_t *redo_job(worker_t *w, int32_t partition, int64_t offset, uint64_t 
 {
 	job_t *r = calloc(1, sizeof(*r));
 
-	if (!r || !(r->events = tb_kafka_tracker_new()))
+	if (!r || !(r->dlq = tb_kafka_tracker_new()))
 		abort(); /* out of memory */
 	r->w = w;
 	r->redo = 1;
@@ -1210,14 +1200,14 @@ static void redo_message(worker_t *w, job_t *j)
 	 * have come meanwhile), and a copy sent is then not waited for: the
 	 * main loop goes on, and the next try sees it delivered. */
 	int rc;
-	if (tb_kafka_tracker_delivered(j->events) > 0) {
+	if (tb_kafka_tracker_delivered(j->dlq) > 0) {
 		rc = 0;
-	} else if (tb_kafka_tracker_pending(j->events) > 0) {
+	} else if (tb_kafka_tracker_pending(j->dlq) > 0) {
 		rc = TB_ERETRY;
 	} else {
 		if (tb_intake_decode(&in, j->value, j->len, &origin, now_ms()) < 0)
 			abort(); /* out of memory */
-		rc = settle_other(w, &in, j->value, j->len, &origin, j->events, 0);
+		rc = settle_other(w, &in, j->value, j->len, &origin, j->dlq, 0);
 		tb_intake_free(&in);
 	}
 	if (rc >= 0)
@@ -1243,7 +1233,7 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	if (in.kind != TB_INTAKE_TASK) {
 		job_t *r = redo_job(w, m->partition, m->offset, w->epochs[m->partition]);
 		settled(w, r,
-			settle_other(w, &in, m->payload, m->len, &origin, r->events, DLQ_WAIT_MS),
+			settle_other(w, &in, m->payload, m->len, &origin, r->dlq, DLQ_WAIT_MS),
 			m->payload, m->len, m->key, m->key_len);
 		tb_intake_free(&in);
 		return;
