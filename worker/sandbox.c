@@ -8,6 +8,7 @@
 #include "sandbox.h"
 
 #include "sandbox_cgroup.h"
+#include "sandbox_ids.h"
 #include "sandbox_proto.h"
 #include "tb/fsutil.h"
 #include "tb/log.h"
@@ -60,6 +61,7 @@ struct tb_sandbox {
 	int frozen;        /* tb_sandbox_freeze(): thawed before any kill */
 	uint64_t deadline; /* CLOCK_MONOTONIC ms; 0 = none */
 	int next_id;
+	tb_idrange_t ids; /* the host ids it maps, its own on this host */
 	tb_cgroup_t *cg;
 	proc_t procs[TB_SBP_MAX_PROCS];
 	char name[256];      /* for logs */
@@ -545,6 +547,7 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	if (!(sb = calloc(1, sizeof(*sb))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	sb->ctl = -1;
+	sb->ids.lock = -1;
 	sb->next_id = 1;
 	snprintf(sb->name, sizeof(sb->name), "%s-%s", spec->group, spec->name);
 	/* No directory of its own on the host: init mounts the tmpfs it
@@ -565,7 +568,8 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		free(sb);
 		return tb_error_set(err, TB_EINVAL, "sandbox: work_root may not be /");
 	}
-	unsigned base = TB_SANDBOX_UID_FIRST + spec->slot * TB_SANDBOX_ID_RANGE;
+	if ((rc = tb_idrange_claim(&sb->ids, err)) < 0)
+		goto fail;
 	snprintf(cgname, sizeof(cgname), "%s", spec->name);
 	if ((rc = tb_cgroup_create(&sb->cg, spec->group, cgname, &lim, err)) < 0)
 		goto fail;
@@ -583,7 +587,7 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	ctl[0] = -1;
 
 	/* Sandbox root is host uid_base; nothing inside maps to host root. */
-	snprintf(map, sizeof(map), "0 %u %u\n", base, TB_SANDBOX_ID_RANGE);
+	snprintf(map, sizeof(map), "0 %u %u\n", sb->ids.base, TB_SANDBOX_ID_RANGE);
 	if ((rc = write_proc(sb->init, "uid_map", map, err)) < 0 ||
 	    (rc = write_proc(sb->init, "gid_map", map, err)) < 0 ||
 	    (rc = tb_cgroup_attach(sb->cg, sb->init, err)) < 0)
@@ -942,20 +946,54 @@ int tb_sandbox_kill(tb_sandbox_t *sb, int id, int sig, tb_error_t *err)
 	return 0;
 }
 
-int tb_sandbox_kill_all(tb_sandbox_t *sb, tb_error_t *err)
+/* Sends CLEAR (@p uid > 0: with the judge's view) and waits for init to
+ * say it is done; exits reported on the way are noted. A sandbox whose
+ * init does not answer in time is ended: nothing may run in it unseen. */
+static int clear(tb_sandbox_t *sb, unsigned uid, tb_error_t *err)
 {
+	uint64_t until = mono_ms() + TEARDOWN_TIMEOUT_MS;
 	tb_sbp_req_t req;
+	tb_sbp_resp_t r;
 
-	memset(&req, 0, offsetof(tb_sbp_req_t, data));
-	req.op = TB_SBP_KILL;
-	req.id = 0; /* every process but init */
-	req.sig = SIGKILL;
 	if (sb->dead)
-		return 0;
-	thaw(sb);
+		return uid ? tb_error_set(err, TB_EIO, "sandbox: gone") : 0;
+	memset(&req, 0, offsetof(tb_sbp_req_t, data));
+	req.op = TB_SBP_CLEAR;
+	req.id = sb->next_id++;
+	req.sig = (int32_t)uid;
+	thaw(sb); /* a frozen process cannot die */
 	if (send(sb->ctl, &req, offsetof(tb_sbp_req_t, data), MSG_NOSIGNAL) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "sandbox: send to init");
-	return 0;
+	for (;;) {
+		uint64_t now = mono_ms();
+		int got = now < until ? await(sb, &r, (int)(until - now)) : 0;
+		if (got <= 0) {
+			kill_init(sb);
+			return tb_error_set(err, TB_EIO,
+					    "sandbox: init %s while ending every process",
+					    got == 0 ? "did not answer" : "died");
+		}
+		if (r.op == TB_SBP_EXITED)
+			note_exit(sb, &r);
+		else if (r.id == req.id && r.op == TB_SBP_CLEARED)
+			return 0;
+		else if (r.id == req.id)
+			return tb_error_errno(err, TB_EIO, r.err, "sandbox: %s", r.msg);
+	}
+}
+
+int tb_sandbox_kill_all(tb_sandbox_t *sb, tb_error_t *err)
+{
+	return clear(sb, 0, err);
+}
+
+int tb_sandbox_judge_view(tb_sandbox_t *sb, unsigned uid, tb_error_t *err)
+{
+	if (uid < TB_SANDBOX_JUDGE_ID || uid >= TB_SANDBOX_JUDGE_ID + TB_SANDBOX_MAX_JUDGES)
+		return tb_error_set(err, TB_EINVAL, "sandbox: %u is not a judge's uid", uid);
+	if (!sb->assigned)
+		return tb_error_set(err, TB_EINVAL, "sandbox: not assigned to a task yet");
+	return clear(sb, uid, err);
 }
 
 void tb_sandbox_disarm_deadline(tb_sandbox_t *sb)
@@ -980,6 +1018,11 @@ int tb_sandbox_destroy(tb_sandbox_t *sb, tb_error_t *err)
 	if (sb->cg && (rc = tb_cgroup_destroy(sb->cg, TEARDOWN_TIMEOUT_MS, err)) < 0)
 		tb_error_prefix(err, "sandbox teardown");
 	sb->cg = NULL;
+	/* Its ids go back only when nothing can still run under them: a
+	 * cgroup that would not empty keeps them held while this process
+	 * lives (its descriptor is let go of, on purpose, not closed). */
+	if (rc == 0)
+		tb_idrange_release(&sb->ids);
 	free(sb);
 	return rc;
 }

@@ -8,16 +8,16 @@
  * the recipe read-only at /recipe and inputs read-only at /inputs. The
  * network namespace has loopback only. Processes run in it one after the
  * other or together (the agent, then the judges), as an unprivileged user
- * with no capabilities, under the seccomp policy, with rlimits. The
- * sandbox stays up until tb_sandbox_destroy(), which leaves no process,
- * mount, cgroup or directory behind.
+ * with no capabilities, under the seccomp policy, with rlimits. Each
+ * judge gets a view of its own (tb_sandbox_judge_view). The sandbox stays
+ * up until tb_sandbox_destroy(), which leaves no process, mount, cgroup or
+ * directory behind.
  *
  * Sandbox root (uid 0 inside) maps to host uid/gid uid_base; the agent
  * runs as uid/gid TB_SANDBOX_AGENT_ID inside, host uid_base + that. Each
- * slot gets its own 65536-id range, so no two sandboxes running tasks share
- * a host uid and none is host root (a slot's next sandbox, built ahead,
- * runs only its init until the slot's current one is gone: see
- * sandbox_pool.h).
+ * sandbox holds a 65536-id range of its own among every live sandbox of
+ * the host, whichever process made it (sandbox_ids.h), so no two share a
+ * host uid and none is host root.
  *
  * This file is the contract; sandbox.c is the worker's side, sandbox_init.c
  * the init process, sandbox_cgroup.c and sandbox_seccomp.c the limits.
@@ -37,16 +37,17 @@
 #include <sys/types.h>
 
 #define TB_SANDBOX_AGENT_ID 1000
-#define TB_SANDBOX_JUDGE_ID 1001
+#define TB_SANDBOX_JUDGE_ID 1001 /* the first judge's; the n-th runs as 1000 + n */
+#define TB_SANDBOX_MAX_JUDGES 32 /* uids TB_SANDBOX_JUDGE_ID + 0..31 */
 #define TB_SANDBOX_ID_RANGE 65536u
-#define TB_SANDBOX_UID_FIRST 200000u /* slot 0's uid_base */
+#define TB_SANDBOX_UID_FIRST 200000u /* the first range's uid_base (sandbox_ids.h) */
 
 typedef struct tb_sandbox tb_sandbox_t;
 
 typedef struct tb_sandbox_spec {
 	const char *name;             /* unique among live sandboxes: [A-Za-z0-9._-] */
 	const char *hostname;         /* inside the uts namespace */
-	unsigned slot;                /* selects the uid range */
+	unsigned slot;                /* the worker's slot it serves (sandbox_pool.h) */
 	const char *work_root;        /* host directory init builds the root over */
 	const char *group;            /* the worker's prefix: cgroup and dir names */
 	const tb_strlist_t *ro_binds; /* host paths bound read-only */
@@ -86,8 +87,10 @@ typedef struct tb_sandbox_exec {
 	int stderr_fd;           /* -1: /dev/null */
 	int extra_fd;            /* becomes fd 3 in the process; -1: none */
 	unsigned uid;            /* uid and gid inside; 0 = TB_SANDBOX_AGENT_ID.
-				  * Judges run as TB_SANDBOX_JUDGE_ID so the
-				  * agent's leftovers cannot signal or trace them */
+				  * Each judge runs as a uid of its own
+				  * (TB_SANDBOX_JUDGE_ID + its index): nothing of
+				  * the agent's or another judge's can signal it,
+				  * trace it or open its descriptors */
 } tb_sandbox_exec_t;
 
 /** A human-readable reason ("killed by the OOM killer at the memory
@@ -174,9 +177,26 @@ int tb_sandbox_kill(tb_sandbox_t *sb, int id, int sig, tb_error_t *err);
  */
 int tb_sandbox_freeze(tb_sandbox_t *sb, int frozen, tb_error_t *err);
 
-/** SIGKILLs every process in the sandbox but its init, whatever session
- * or group they moved to: between the agent and the judges. */
+/**
+ * SIGKILLs every process in the sandbox but its init, whatever session or
+ * group they moved to, and returns once none is left (their ends are
+ * reported to tb_sandbox_wait as usual): between the agent and the judges,
+ * and after each judge. @return 0; TB_EIO if init did not confirm within
+ * 5 s (the sandbox is then ended: destroy it)
+ */
 int tb_sandbox_kill_all(tb_sandbox_t *sb, tb_error_t *err);
+
+/**
+ * Readies the sandbox for one judge that will run as @p uid (see
+ * tb_sandbox_exec_t.uid): every process ends first, as by
+ * tb_sandbox_kill_all(); then /workspace and /outputs are read-only for
+ * good, and /tmp, /dev/shm and /home are fresh empty tmpfs, /home owned
+ * by @p uid with mode 0700. Call it before each judge: nothing the agent
+ * or an earlier judge left in a writable place reaches the next.
+ * @return 0; TB_EINVAL for a uid that is not a judge's or a sandbox not
+ *         assigned; TB_EIO naming the mount that failed, or if init is gone
+ */
+int tb_sandbox_judge_view(tb_sandbox_t *sb, unsigned uid, tb_error_t *err);
 
 /** The init process's pid on the host, for tests and logs. */
 pid_t tb_sandbox_init_pid(const tb_sandbox_t *sb);

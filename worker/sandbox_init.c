@@ -184,27 +184,36 @@ static void close_fds(unsigned lo, unsigned hi)
 
 /* ----------------------------------------------------- the file system */
 
-static void mount_tmpfs(const char *root, const char *at, uint64_t mb, const char *mode,
-			int agent_owned)
+/* Mounts a tmpfs of @p mb MiB at @p path, mode @p mode, owned by @p owner
+ * (uid and gid inside; 0 is the sandbox's root). @return 0 or -1. */
+static int tmpfs_at(const char *path, uint64_t mb, const char *mode, unsigned owner)
 {
-	char path[PATH_LEN], opts[128] = "mode=", num[24];
+	char opts[128] = "mode=", num[24];
 
-	join(path, sizeof(path), root, at);
-	if (mkdir_p(path) < 0)
-		fail("mkdir", at, errno);
 	cat(opts, sizeof(opts), mode);
 	cat(opts, sizeof(opts), ",size=");
 	utoa(num, sizeof(num), mb);
 	cat(opts, sizeof(opts), num);
 	cat(opts, sizeof(opts), "m");
-	if (agent_owned) {
+	if (owner) {
+		utoa(num, sizeof(num), owner);
 		cat(opts, sizeof(opts), ",uid=");
-		utoa(num, sizeof(num), TB_SANDBOX_AGENT_ID);
 		cat(opts, sizeof(opts), num);
 		cat(opts, sizeof(opts), ",gid=");
 		cat(opts, sizeof(opts), num);
 	}
-	if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+	return mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts);
+}
+
+static void mount_tmpfs(const char *root, const char *at, uint64_t mb, const char *mode,
+			unsigned owner)
+{
+	char path[PATH_LEN];
+
+	join(path, sizeof(path), root, at);
+	if (mkdir_p(path) < 0)
+		fail("mkdir", at, errno);
+	if (tmpfs_at(path, mb, mode, owner) < 0)
 		fail("mount tmpfs", at, errno);
 }
 
@@ -325,20 +334,48 @@ static void build_dev(const char *root)
 	mount_tmpfs(root, "/dev/shm", 16, "1777", 0);
 }
 
+/* Appends "<name><n>:x:<id>:" (and @p rest) for each judge's uid to @p buf:
+ * judge1 is TB_SANDBOX_JUDGE_ID, judge2 the next, and so on. */
+static void judge_entries(char *buf, size_t cap, const char *rest)
+{
+	char num[24];
+
+	for (unsigned i = 0; i < TB_SANDBOX_MAX_JUDGES; i++) {
+		cat(buf, cap, "judge");
+		utoa(num, sizeof(num), i + 1);
+		cat(buf, cap, num);
+		cat(buf, cap, ":x:");
+		utoa(num, sizeof(num), TB_SANDBOX_JUDGE_ID + i);
+		cat(buf, cap, num);
+		cat(buf, cap, rest[0] ? ":" : ":\n");
+		if (rest[0]) {
+			cat(buf, cap, num);
+			cat(buf, cap, rest);
+		}
+	}
+}
+
 static void build_etc(const char *root)
 {
+	static char passwd[4096], group[2048];
 	char path[PATH_LEN];
 
 	join(path, sizeof(path), root, "/etc");
 	if (mkdir_p(path) < 0)
 		fail("mkdir", "/etc", errno);
-	static const struct {
+	cat(passwd, sizeof(passwd),
+	    "root:x:0:0:root:/root:/bin/sh\n"
+	    "agent:x:1000:1000:agent:/workspace:/bin/sh\n");
+	judge_entries(passwd, sizeof(passwd), ":judge:/home:/bin/sh\n");
+	cat(passwd, sizeof(passwd), "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+	cat(group, sizeof(group), "root:x:0:\nagent:x:1000:\n");
+	judge_entries(group, sizeof(group), "");
+	cat(group, sizeof(group), "nogroup:x:65534:\n");
+	const struct {
 		const char *name, *text;
 	} files[] = {
-		{ "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"
-				 "agent:x:1000:1000:agent:/workspace:/bin/sh\n"
-				 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n" },
-		{ "/etc/group", "root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n" },
+		{ "/etc/passwd", passwd },
+		{ "/etc/group", group },
 		{ "/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n" },
 		{ "/etc/resolv.conf", "" },
 	};
@@ -365,12 +402,17 @@ static void build_root(void)
 	if (mkdir_p(path) < 0 ||
 	    mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		fail("mount", "/proc", errno);
-	mount_tmpfs(root, "/workspace", S.workspace_mb, "0755", 1);
-	mount_tmpfs(root, "/outputs", S.outputs_mb, "0755", 1);
+	mount_tmpfs(root, "/workspace", S.workspace_mb, "0755", TB_SANDBOX_AGENT_ID);
+	mount_tmpfs(root, "/outputs", S.outputs_mb, "0755", TB_SANDBOX_AGENT_ID);
 	mount_tmpfs(root, "/tmp", S.workspace_mb, "1777", 0);
-	join(path, sizeof(path), root, "/root");
-	if (mkdir_p(path) < 0)
-		fail("mkdir", "/root", errno);
+	/* /home is where each judge gets an empty home of its own (see
+	 * judge_view()); until then an empty directory of the read-only root. */
+	static const char *const dirs[] = { "/root", "/home" };
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		join(path, sizeof(path), root, dirs[i]);
+		if (mkdir_p(path) < 0)
+			fail("mkdir", dirs[i], errno);
+	}
 	/* The host's root stays reachable at /.host (mode 0000) until the
 	 * sandbox is assigned its task, which binds the task's recipe and
 	 * inputs from it and then detaches it; no sandboxed process runs
@@ -645,15 +687,20 @@ out:
 
 static void handle_kill(const tb_sbp_req_t *req)
 {
-	if (req->id == 0) {
-		/* From pid 1 of the namespace, -1 is everyone else in it. */
-		kill(-1, SIGKILL);
-		return;
-	}
 	for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
 		if (procs[i].pid && procs[i].id == req->id) {
 			kill(-procs[i].pid, req->sig);
 			kill(procs[i].pid, req->sig);
+		}
+}
+
+/* A child reaped: its end is reported if the worker started it. */
+static void reaped(pid_t pid, int status)
+{
+	for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
+		if (procs[i].pid == pid) {
+			send_resp(TB_SBP_EXITED, procs[i].id, pid, status, 0, NULL);
+			procs[i].pid = 0;
 		}
 }
 
@@ -664,11 +711,87 @@ static void reap(void)
 	pid_t pid;
 
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-		for (int i = 0; i < TB_SBP_MAX_PROCS; i++)
-			if (procs[i].pid == pid) {
-				send_resp(TB_SBP_EXITED, procs[i].id, pid, status, 0, NULL);
-				procs[i].pid = 0;
-			}
+		reaped(pid, status);
+}
+
+/* Replaces whatever is mounted at @p path with an empty tmpfs. What was
+ * there is detached (no process is left to hold it open) and freed. */
+static int fresh_tmpfs(const char *path, uint64_t mb, const char *mode, unsigned owner)
+{
+	/* Bounded: the sandbox's processes cannot mount, so there are at
+	 * most the one init made and the last judge's. */
+	for (int i = 0; i < 8 && umount2(path, MNT_DETACH) == 0; i++)
+		;
+	return tmpfs_at(path, mb, mode, owner);
+}
+
+/*
+ * What a judge sees of the agent's work, and nothing it could run by
+ * accident: /workspace and /outputs read-only (the agent's files are data
+ * to grade, never a place anything is loaded from, and no judge can
+ * change them for the next), and empty /tmp, /dev/shm and /home, made anew
+ * for each judge, /home its own (mode 0700). @return 0, or -1 with errno
+ * and @p step set.
+ */
+static int judge_view(unsigned uid, const char **step)
+{
+	static int sealed; /* the agent's two tmpfs are read-only for good */
+	static const char *const agents[] = { "/workspace", "/outputs" };
+
+	for (size_t i = 0; !sealed && i < sizeof(agents) / sizeof(agents[0]); i++)
+		if (make_readonly(agents[i]) < 0) {
+			*step = agents[i];
+			return -1;
+		}
+	sealed = 1;
+	if (fresh_tmpfs("/tmp", S.workspace_mb, "1777", 0) < 0) {
+		*step = "/tmp";
+		return -1;
+	}
+	if (fresh_tmpfs("/dev/shm", 16, "1777", 0) < 0) {
+		*step = "/dev/shm";
+		return -1;
+	}
+	if (fresh_tmpfs("/home", S.workspace_mb, "0700", uid) < 0) {
+		*step = "/home";
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Kills every process but init and waits until none is left: every
+ * process of the namespace descends from init and an orphan comes back to
+ * it, so when waitpid() finds no child, the namespace holds init alone.
+ * kill(-1) is one walk of the process list under the lock fork() needs,
+ * and a process with SIGKILL pending cannot fork: nothing is born behind
+ * it. Then, for a judge (req->sig > 0, its uid), judge_view().
+ */
+static void handle_clear(const tb_sbp_req_t *req)
+{
+	const char *step = NULL;
+	int status, e = 0;
+	pid_t pid;
+
+	kill(-1, SIGKILL);
+	while ((pid = waitpid(-1, &status, __WALL)) > 0 || (pid < 0 && errno == EINTR))
+		if (pid > 0)
+			reaped(pid, status);
+	if (req->sig > 0) {
+		if (!assigned) {
+			step = "judge's view: sandbox not assigned";
+			e = EPERM;
+		} else if (judge_view((unsigned)req->sig, &step) < 0) {
+			e = errno;
+		}
+	}
+	if (e) {
+		char msg[128] = "judge's view: ";
+		cat(msg, sizeof(msg), step);
+		send_resp(TB_SBP_FAILED, req->id, 0, 0, e, assigned ? msg : step);
+		return;
+	}
+	send_resp(TB_SBP_CLEARED, req->id, 0, 0, 0, NULL);
 }
 
 static _Noreturn void serve(void)
@@ -741,6 +864,8 @@ static _Noreturn void serve(void)
 			assign(&req);
 		else if (req.op == TB_SBP_KILL)
 			handle_kill(&req);
+		else if (req.op == TB_SBP_CLEAR)
+			handle_clear(&req);
 	}
 }
 

@@ -17,10 +17,9 @@
  * kernel's parent-death signal ends those with it: the pool is freed only
  * after the last task using one of its sandboxes has ended.
  *
- * Isolation: a prepared sandbox shares its slot's uid range with the
- * slot's busy sandbox, but runs only its init (the sandbox's root user)
- * until it is assigned, which happens after the busy one is destroyed; so
- * no two sandboxes with task processes share a host uid.
+ * Isolation: a prepared sandbox holds an id range of its own from the
+ * moment it is built (sandbox_ids.h), like every sandbox, and runs only
+ * its init until it is assigned its task.
  */
 #ifndef TB_SANDBOX_POOL_H
 #define TB_SANDBOX_POOL_H

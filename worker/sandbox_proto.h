@@ -20,7 +20,7 @@
 #define TB_SBP_MAX_BINDS 1024
 /* SETUP's layout; init refuses another (a worker and an init of two
  * different builds). */
-#define TB_SBP_VERSION 1
+#define TB_SBP_VERSION 2
 
 enum tb_sbp_op {
 	/* worker -> init */
@@ -29,12 +29,15 @@ enum tb_sbp_op {
 	TB_SBP_ASSIGN = 3, /* data = hostname \0 recipe \0 inputs \0 */
 	TB_SBP_SETUP = 4,  /* the first message: data = tb_sbp_setup_t, then
 			    * the BPF, then root \0 and each ro_bind \0 */
+	TB_SBP_CLEAR = 5,  /* kill and reap every process; sig > 0: then the
+			    * judge's view for that uid (tb_sandbox_judge_view) */
 	/* init -> worker */
 	TB_SBP_READY = 10,    /* the sandbox is built */
 	TB_SBP_STARTED = 11,  /* execve succeeded: pid */
 	TB_SBP_FAILED = 12,   /* a build step or an exec failed: err, msg */
 	TB_SBP_EXITED = 13,   /* a process ended: wait status */
 	TB_SBP_ASSIGNED = 14, /* the task's parts are in, the host root gone */
+	TB_SBP_CLEARED = 15,  /* CLEAR done: no process left but init */
 };
 
 /* Bits of fd_mask: which of stdin, stdout, stderr, fd 3 were attached, in
@@ -44,7 +47,8 @@ enum { TB_SBP_FD_IN = 1, TB_SBP_FD_OUT = 2, TB_SBP_FD_ERR = 4, TB_SBP_FD_EXTRA =
 typedef struct tb_sbp_req {
 	uint32_t op;
 	int32_t id;
-	int32_t sig;   /* KILL: the signal; EXEC: the uid to run as */
+	int32_t sig;   /* KILL: the signal; EXEC: the uid to run as; CLEAR:
+			* the judge's uid, or 0 */
 	uint32_t argc; /* EXEC: data = cwd \0 argv[0] \0 ... envp[0] \0 ... */
 	uint32_t envc;
 	uint32_t fd_mask;

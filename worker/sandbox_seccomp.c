@@ -9,11 +9,13 @@
 
 #include <errno.h>
 #include <linux/filter.h>
+#include <linux/netlink.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 struct tb_seccomp {
@@ -95,6 +97,72 @@ static const char *const deny[] = {
 	"io_uring_register",
 };
 
+#ifndef AF_MCTP /* glibc before 2.35 */
+#define AF_MCTP 45
+#endif
+
+/*
+ * Socket families. A task may use AF_UNIX (its own files and the network
+ * namespace's abstract names), AF_INET and AF_INET6 (the network
+ * namespace: loopback and the proxy, nothing else), and AF_NETLINK for
+ * NETLINK_ROUTE alone (the namespace's own interfaces and addresses, which
+ * getaddrinfo() and `ip` read). Every other family is refused with EPERM
+ * in socket() and socketpair(), each for the reason given; a family
+ * number past the table (a newer kernel's) is refused too. Refusing also
+ * keeps socket() from loading the family's kernel module on demand.
+ */
+static const struct {
+	int family;
+	const char *why;
+} denied_families[] = {
+	/* not isolated by the network namespace: a way out */
+	{ AF_VSOCK, "vsock: host and hypervisor sockets, not network-namespaced" },
+	{ AF_ALG, "kernel crypto API: not network, not namespaced, a kernel attack surface" },
+	{ AF_BLUETOOTH, "Bluetooth: the host's radios" },
+	{ AF_IEEE802154, "IEEE 802.15.4: the host's radios" },
+	{ AF_NFC, "NFC: the host's devices" },
+	{ AF_CAIF, "CAIF: modem devices of the host" },
+	{ AF_PHONET, "Phonet: modem devices of the host" },
+	{ AF_QIPCRTR, "Qualcomm IPC router: the host's devices" },
+	{ AF_IUCV, "IUCV: s390 hypervisor communication" },
+	{ AF_ISDN, "ISDN: the host's devices" },
+	/* namespaced, but raw access to interfaces or routing state a task
+	 * has no business with (and mostly needs capabilities it lacks) */
+	{ AF_PACKET, "raw packets" },
+	{ AF_XDP, "raw packets to user space" },
+	{ AF_KEY, "IPsec keys" },
+	{ AF_BRIDGE, "bridging" },
+	{ AF_MPLS, "MPLS routing" },
+	{ AF_SECURITY, "not a socket family: reserved" },
+	{ AF_UNSPEC, "no family" },
+	{ AF_IB, "InfiniBand addresses" },
+	{ AF_KCM, "kernel connection multiplexor: a kernel attack surface" },
+	{ AF_SMC, "shared memory communications over RDMA" },
+	{ AF_RDS, "reliable datagram sockets: a history of kernel bugs" },
+	{ AF_TIPC, "cluster IPC: a history of kernel bugs" },
+	{ AF_RXRPC, "AFS RPC" },
+	{ AF_CAN, "CAN bus" },
+	{ AF_MCTP, "management component transport" },
+	/* legacy protocols nothing in a task speaks */
+	{ AF_AX25, "amateur radio" },
+	{ AF_NETROM, "amateur radio" },
+	{ AF_ROSE, "amateur radio" },
+	{ AF_IPX, "legacy network protocol" },
+	{ AF_APPLETALK, "legacy network protocol" },
+	{ AF_X25, "legacy network protocol" },
+	{ AF_DECnet, "legacy network protocol" },
+	{ AF_NETBEUI, "legacy network protocol" },
+	{ AF_ATMPVC, "ATM" },
+	{ AF_ATMSVC, "ATM" },
+	{ AF_ASH, "legacy network protocol" },
+	{ AF_ECONET, "legacy network protocol" },
+	{ AF_SNA, "legacy network protocol" },
+	{ AF_IRDA, "infrared" },
+	{ AF_PPPOX, "PPP over Ethernet and tunnels" },
+	{ AF_WANPIPE, "WAN cards" },
+	{ AF_LLC, "raw 802.2 LLC" },
+};
+
 /* clone() flags that make namespaces. */
 static const unsigned long ns_flags[] = {
 	CLONE_NEWNS,   CLONE_NEWUTS, CLONE_NEWIPC,    CLONE_NEWUSER,
@@ -103,6 +171,36 @@ static const unsigned long ns_flags[] = {
 	CLONE_NEWTIME,
 #endif
 };
+
+/* The socket families rules (see denied_families). */
+static int deny_families(scmp_filter_ctx ctx, tb_error_t *err)
+{
+	static const int calls[] = { SCMP_SYS(socket), SCMP_SYS(socketpair) };
+	int rc;
+
+	for (size_t c = 0; c < sizeof(calls) / sizeof(calls[0]); c++) {
+		for (size_t i = 0; i < sizeof(denied_families) / sizeof(denied_families[0]); i++) {
+			rc = seccomp_rule_add(
+			    ctx, SCMP_ACT_ERRNO(EPERM), calls[c], 1,
+			    SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)denied_families[i].family));
+			if (rc < 0)
+				return tb_error_errno(err, TB_EIO, -rc, "seccomp: deny %s",
+						      denied_families[i].why);
+		}
+		/* the table stops at AF_MCTP: whatever a later kernel adds */
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), calls[c], 1,
+				      SCMP_A0(SCMP_CMP_GT, (scmp_datum_t)AF_MCTP));
+		if (rc < 0)
+			return tb_error_errno(err, TB_EIO, -rc, "seccomp: deny new families");
+		/* netlink: the route protocol of the namespace only */
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), calls[c], 2,
+				      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)AF_NETLINK),
+				      SCMP_A2(SCMP_CMP_NE, (scmp_datum_t)NETLINK_ROUTE));
+		if (rc < 0)
+			return tb_error_errno(err, TB_EIO, -rc, "seccomp: netlink protocols");
+	}
+	return 0;
+}
 
 static int build(scmp_filter_ctx ctx, tb_error_t *err)
 {
@@ -127,6 +225,8 @@ static int build(scmp_filter_ctx ctx, tb_error_t *err)
 	if (nr != __NR_SCMP_ERROR &&
 	    (rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0)) < 0)
 		return tb_error_errno(err, TB_EIO, -rc, "seccomp: clone3");
+	if ((rc = deny_families(ctx, err)) < 0)
+		return rc;
 	/* TIOCSTI pushes input into a terminal shared with the worker. */
 	rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
 			      SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, 0x5412 /* TIOCSTI */));

@@ -488,6 +488,17 @@ def timespan_seconds(v):
     return total
 
 
+def id_registry_dir():
+    """The directory holding the host's registry of sandbox id ranges, from
+    the code (TB_SANDBOX_ID_REGISTRY's parent): every worker on a host must
+    see the same one."""
+    for h in glob.glob(os.path.join(SRC, "worker/**/sandbox_ids.h"), recursive=True):
+        m = re.search(r'#define TB_SANDBOX_ID_REGISTRY "([^"]+)"', read(rel(h)))
+        if m:
+            return os.path.dirname(m.group(1))
+    return None
+
+
 def check_systemd(drain, defaults):
     path = "deploy/systemd/taskbox-worker.service"
     if not C.check(exists(path), path, "exists"):
@@ -529,6 +540,13 @@ def check_systemd(drain, defaults):
                     f"the default {key} {d} is writable", f"ReadWritePaths={rw}")
     for key, why in SYSTEMD_FORBIDDEN.items():
         C.check(key not in svc, path, f"{key}= not set", why)
+    reg = id_registry_dir()
+    if C.check(reg is not None, "worker/", "TB_SANDBOX_ID_REGISTRY is defined"):
+        rt = " ".join(svc.get("RuntimeDirectory", [])).split()
+        C.check(reg == "/run/" + (rt[0] if rt else ""), path,
+                f"RuntimeDirectory makes the id registry's {reg} writable", f"RuntimeDirectory={rt}")
+        C.check(one("RuntimeDirectoryPreserve") == "yes", path,
+                "RuntimeDirectoryPreserve=yes (other workers on the host hold ranges there)")
     env_example = "deploy/systemd/worker.env.example"
     if C.check(exists(env_example), env_example, "exists"):
         text = read(env_example)
@@ -645,6 +663,12 @@ def check_k8s(docs, defaults, drain, version):
             d = cfg.get(key) or (defaults or {}).get(key)
             C.check(d in writable, dpath, f"{key} {d} is a writable volume (the root is read-only)",
                     f"writable mounts: {sorted(writable)}")
+    # The node's registry of id ranges: one for every worker pod on it.
+    reg = id_registry_dir()
+    shared = [m for n, m in mounts.items() if m["mountPath"].rstrip("/") == reg
+              and vols.get(n, {}).get("hostPath", {}).get("path") == reg and not m.get("readOnly")]
+    C.check(bool(shared), dpath, f"the id registry {reg} is the node's own (a writable hostPath mount)",
+            "pods on one node would hand out the same host uids")
     # Secrets.
     secrets = {n: o for (k, n), (p, o) in objs.items() if k == "Secret"}
     env = {e["name"]: e for e in c.get("env", [])}
@@ -760,6 +784,10 @@ def check_compose(docs, defaults, drain, version):
         if version:
             C.check(str(s.get("image", "")).endswith(":" + version), path,
                     f"service {n} image {s.get('image')} is tagged with the project version {version}")
+        reg = id_registry_dir()
+        vols = [v if isinstance(v, str) else f"{v.get('source')}:{v.get('target')}" for v in s.get("volumes", [])]
+        C.check(f"{reg}:{reg}" in vols, path, f"service {n} shares the host's id registry {reg} (2 replicas, one host)",
+                f"volumes {vols}")
         cmd = s.get("command", [])
         conf = cmd[cmd.index("--config") + 1] if "--config" in cmd else "/etc/taskbox/worker.json"
         src = None

@@ -21,6 +21,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <dirent.h>
+#include <linux/netlink.h>
+#include <linux/vm_sockets.h>
 #include <unistd.h>
 
 static int blocked(const char *what, int e)
@@ -248,6 +250,60 @@ static int probe_syscalls(void)
 	return blocked("denied syscalls", EPERM);
 }
 
+/* Every socket family but AF_UNIX, AF_INET, AF_INET6 and netlink's route
+ * protocol is refused by the policy (EPERM), not just missing from this
+ * kernel (EAFNOSUPPORT): the probe holds on any machine. */
+static int probe_families(void)
+{
+	int sv[2];
+
+	for (int fam = 0; fam < 64; fam++) {
+		if (fam == AF_UNIX || fam == AF_INET || fam == AF_INET6 || fam == AF_NETLINK)
+			continue;
+		errno = 0;
+		int fd = socket(fam, SOCK_DGRAM, 0);
+		if (fd >= 0 || errno != EPERM) {
+			printf("socket(%d) gave %d, errno %d\n", fam, fd, errno);
+			return escaped("a socket family the policy does not refuse");
+		}
+		errno = 0;
+		if (socketpair(fam, SOCK_STREAM, 0, sv) == 0 || errno != EPERM) {
+			printf("socketpair(%d): errno %d\n", fam, errno);
+			return escaped("a socketpair family the policy does not refuse");
+		}
+	}
+	for (int proto = 1; proto < 32; proto++) {
+		errno = 0;
+		int fd = socket(AF_NETLINK, SOCK_RAW, proto);
+		if (fd >= 0 || errno != EPERM) {
+			printf("netlink protocol %d gave %d, errno %d\n", proto, fd, errno);
+			return escaped("a netlink protocol other than route");
+		}
+	}
+	int route = socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE),
+	    tcp = socket(AF_INET6, SOCK_STREAM, 0);
+	if (route < 0 || tcp < 0) {
+		printf("route %d tcp %d: %s\n", route, tcp, strerror(errno));
+		return 2; /* what tasks need is gone */
+	}
+	return blocked("socket families", EPERM);
+}
+
+/* A vsock socket bound on any CID: the way to the hypervisor and the
+ * host's vsock services, which no network namespace isolates. */
+static int probe_vsock(void)
+{
+	struct sockaddr_vm a = { .svm_family = AF_VSOCK,
+				 .svm_cid = VMADDR_CID_ANY,
+				 .svm_port = 5000 };
+	int fd = socket(AF_VSOCK, SOCK_STREAM, 0);
+	if (fd < 0)
+		return blocked("vsock socket", errno);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		return blocked("vsock bind", errno);
+	return escaped("bound a vsock port");
+}
+
 int main(int argc, char **argv)
 {
 	const char *p = argc > 1 ? argv[1] : "";
@@ -280,6 +336,10 @@ int main(int argc, char **argv)
 		return probe_diskfill(arg);
 	if (!strcmp(p, "syscalls"))
 		return probe_syscalls();
+	if (!strcmp(p, "families"))
+		return probe_families();
+	if (!strcmp(p, "vsock"))
+		return probe_vsock();
 	if (!strcmp(p, "spin"))
 		for (;;)
 			;

@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -30,6 +32,7 @@
 
 #include "sandbox.h"
 #include "sandbox_cgroup.h"
+#include "sandbox_ids.h"
 #include "sandbox_pool.h"
 
 static tb_seccomp_t *policy;
@@ -40,6 +43,7 @@ static const char *group = "tbtest";
 static char *binds_items[] = { "/usr", "/bin", "/lib", "/lib64", "/sbin" };
 static const tb_strlist_t binds = { 5, binds_items };
 static int counter;
+extern char **environ;
 
 static tb_sandbox_spec_t spec(void)
 {
@@ -283,6 +287,15 @@ static void test_sandbox__cannot_mount_ptrace_or_make_user_namespaces(void **sta
 	probe("ptrace", "");
 	probe("userns", "");
 	probe("syscalls", "");
+}
+
+/* Socket families the network namespace does not isolate (vsock above
+ * all) and those a task has no business with are refused by the policy. */
+static void test_sandbox__only_namespaced_socket_families(void **state)
+{
+	(void)state;
+	probe("vsock", "");
+	probe("families", "");
 }
 
 static void test_sandbox__runs_unprivileged_under_seccomp(void **state)
@@ -632,6 +645,144 @@ static void test_pool__a_prepared_sandbox_that_died_is_replaced(void **state)
 	assert_int_equal(all_children(kids, 16), 0);
 }
 
+/* The first host id of @p sb's range, from its init's uid map. */
+static unsigned host_base(const tb_sandbox_t *sb)
+{
+	char path[64];
+	unsigned inside = 1, base = 0, count = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)tb_sandbox_init_pid(sb));
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	assert_int_equal(fscanf(f, "%u %u %u", &inside, &base, &count), 3);
+	fclose(f);
+	assert_int_equal(inside, 0);
+	assert_int_equal(count, TB_SANDBOX_ID_RANGE);
+	return base;
+}
+
+/* Another worker on this host, as far as ids go: this program again
+ * (--hold-a-sandbox), holding a sandbox with a process in it until its
+ * input closes. @return its pid; its range's base into @p base. */
+static pid_t another_worker(int *input, unsigned *base)
+{
+	int in[2], out[2];
+	char line[32];
+	pid_t pid;
+	posix_spawn_file_actions_t fa;
+	char *argv[] = { "/proc/self/exe", "--hold-a-sandbox", work_root, NULL };
+
+	assert_int_equal(pipe(in), 0);
+	assert_int_equal(pipe(out), 0);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+	posix_spawn_file_actions_addclose(&fa, in[1]);
+	posix_spawn_file_actions_addclose(&fa, out[0]);
+	assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	close(in[0]);
+	close(out[1]);
+	ssize_t n = read(out[0], line, sizeof(line) - 1);
+	close(out[0]);
+	line[n > 0 ? n : 0] = '\0';
+	if (sscanf(line, "%u", base) != 1)
+		fail_msg("the other worker said '%s'", line);
+	*input = in[1];
+	return pid;
+}
+
+/* Whether the registry's lock of the range at @p base is free now. */
+static int range_is_free(unsigned base)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/%u", TB_SANDBOX_ID_REGISTRY,
+		 (base - TB_SANDBOX_UID_FIRST) / TB_SANDBOX_ID_RANGE);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	assert_true(fd >= 0);
+	int free_now = flock(fd, LOCK_EX | LOCK_NB) == 0;
+	close(fd);
+	return free_now;
+}
+
+/* Two workers on one host (and this process) never share a range of host
+ * ids, and a worker that dies gives its ranges back with no clean-up. */
+static void test_sandbox__two_workers_on_one_host_share_no_ids(void **state)
+{
+	const char *argv[] = { "/bin/sleep", "30", NULL };
+	const char *env[] = { NULL };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, 0 };
+	tb_sandbox_spec_t s = spec();
+	tb_sandbox_t *mine, *mine2;
+	tb_error_t err;
+	unsigned a, b;
+	int in_a, in_b, id, status;
+
+	(void)state;
+	pid_t pa = another_worker(&in_a, &a);
+	pid_t pb = another_worker(&in_b, &b);
+	assert_int_equal(tb_sandbox_create(&mine, policy, &s, &err), 0);
+	s = spec();
+	assert_int_equal(tb_sandbox_create(&mine2, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_spawn(mine, &id, &ex, &err), 0);
+	unsigned bases[4] = { a, b, host_base(mine), host_base(mine2) };
+	for (int i = 0; i < 4; i++)
+		for (int j = i + 1; j < 4; j++)
+			if (bases[i] == bases[j])
+				fail_msg("two live sandboxes map onto host ids %u", bases[i]);
+	for (int i = 0; i < 4; i++)
+		assert_false(range_is_free(bases[i]));
+	/* A worker killed outright: its range is free again. */
+	char its_group[32];
+	snprintf(its_group, sizeof(its_group), "tbhold%d", (int)pa);
+	assert_int_equal(kill(pa, SIGKILL), 0);
+	assert_int_equal(waitpid(pa, &status, 0), pa);
+	close(in_a);
+	assert_true(range_is_free(a));
+	assert_int_equal(tb_sandbox_sweep(work_root, its_group, &err), 1);
+	assert_false(range_is_free(b));
+	/* One that ends its sandbox first, and ours when destroyed. */
+	close(in_b);
+	assert_int_equal(waitpid(pb, &status, 0), pb);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_true(range_is_free(b));
+	assert_int_equal(tb_sandbox_destroy(mine, &err), 0);
+	assert_int_equal(tb_sandbox_destroy(mine2, &err), 0);
+	assert_true(range_is_free(bases[2]));
+}
+
+/* --hold-a-sandbox WORK_ROOT: the other worker of the test above. */
+static int hold_a_sandbox(const char *root)
+{
+	const char *argv[] = { "/bin/sleep", "30", NULL };
+	const char *env[] = { NULL };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, 0 };
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	char c, name[32];
+	int id;
+
+	snprintf(work_root, sizeof(work_root), "%s", root);
+	snprintf(name, sizeof(name), "tbhold%d", (int)getpid());
+	tb_sandbox_spec_t s = spec();
+	s.recipe_dir = NULL;
+	s.name = "held";
+	s.group = name; /* its own: the test sweeps what it leaves when killed */
+	if (tb_seccomp_compile(&policy, &err) != 0 ||
+	    tb_sandbox_create(&sb, policy, &s, &err) != 0 ||
+	    tb_sandbox_spawn(sb, &id, &ex, &err) != 0) {
+		fprintf(stderr, "hold: %s\n", err.msg);
+		return 1;
+	}
+	printf("%u\n", host_base(sb));
+	fflush(stdout);
+	while (read(0, &c, 1) > 0)
+		;
+	int rc = tb_sandbox_destroy(sb, &err);
+	tb_seccomp_free(policy);
+	return rc == 0 ? 0 : 1;
+}
+
 static int setup(void **state)
 {
 	tb_error_t err;
@@ -666,7 +817,7 @@ static int teardown(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sandbox__runs_processes_and_reports_exit_codes),
@@ -680,6 +831,8 @@ int main(void)
 		cmocka_unit_test(test_sandbox__sees_no_host_processes),
 		cmocka_unit_test(test_sandbox__cannot_mount_ptrace_or_make_user_namespaces),
 		cmocka_unit_test(test_sandbox__runs_unprivileged_under_seccomp),
+		cmocka_unit_test(test_sandbox__only_namespaced_socket_families),
+		cmocka_unit_test(test_sandbox__two_workers_on_one_host_share_no_ids),
 		cmocka_unit_test(test_sandbox__cannot_escape_its_cgroup),
 		cmocka_unit_test(test_sandbox__cannot_reach_a_server_on_the_host_loopback),
 		cmocka_unit_test(test_limits__fork_bomb_stops_at_the_pids_limit),
@@ -715,5 +868,7 @@ int main(void)
 		printf("%s\n", err.msg);
 		return 1;
 	}
+	if (argc == 3 && !strcmp(argv[1], "--hold-a-sandbox"))
+		return hold_a_sandbox(argv[2]);
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
