@@ -16,6 +16,7 @@
 
 #include "agent_events.h"
 #include "proxy_http.h"
+#include "proxy_mask.h"
 #include "proxy_policy.h"
 #include "tb/runtime.h"
 #include "tb/schema_event.h"
@@ -47,9 +48,9 @@
 #define B64 "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 typedef struct secret {
-	char *value;    /* rendered header or query value; NULL: none or unreadable */
-	char *masks[2]; /* the secret and its query encoding, masked in responses */
-	char why[400];  /* why value is NULL although a credential is configured */
+	char *value;   /* rendered header or query value; NULL: none or unreadable */
+	char *mask;    /* the secret, masked in responses however echoed (proxy_mask.h) */
+	char why[400]; /* why value is NULL although a credential is configured */
 } secret_t;
 
 typedef struct conn conn_t;
@@ -324,37 +325,11 @@ static void refuse(conn_t *c, int status, const char *reason)
 
 /* ----------------------------------------------------------- masking */
 
-/* Replaces every occurrence of the endpoint's secrets in @p s with '*'. */
+/* Replaces every echo of the endpoint's secret in @p s with '*'. */
 static void mask_all(const secret_t *sec, char *s, size_t len)
 {
-	for (int m = 0; sec && m < 2; m++) {
-		const char *k = sec->masks[m];
-		size_t kl = k ? strlen(k) : 0;
-		if (!kl || kl > len)
-			continue;
-		for (size_t i = 0; i + kl <= len; i++)
-			if (s[i] == k[0] && memcmp(s + i, k, kl) == 0) {
-				memset(s + i, '*', kl);
-				i += kl - 1;
-			}
-	}
-}
-
-/* The longest tail of @p s that is the start of a secret (it may be
- * completed by the next bytes): held back until they come. */
-static size_t maybe_secret_tail(const secret_t *sec, const char *s, size_t len)
-{
-	size_t best = 0;
-	for (int m = 0; sec && m < 2; m++) {
-		const char *k = sec->masks[m];
-		size_t kl = k ? strlen(k) : 0;
-		for (size_t t = kl ? kl - 1 : 0; t > best; t--)
-			if (t <= len && s[len - t] == k[0] && memcmp(s + len - t, k, t) == 0) {
-				best = t;
-				break;
-			}
-	}
-	return best;
+	if (sec && sec->mask)
+		tb_mask_apply(sec->mask, s, len);
 }
 
 /* ------------------------------------------------------------- upstream */
@@ -515,7 +490,7 @@ static size_t on_write(char *data, size_t size, size_t nitems, void *ud)
 	x->bytes_in += len;
 	if (x->resp_nobody)
 		return len;
-	if (!x->sec || !(x->sec->masks[0] || x->sec->masks[1]))
+	if (!x->sec || !x->sec->mask)
 		return send_body(x, data, len) < 0 ? 0 : len;
 	/* Held bytes and these, masked; the tail that may be the start of a
 	 * secret waits for the next call. */
@@ -526,7 +501,7 @@ static size_t on_write(char *data, size_t size, size_t nitems, void *ud)
 	memcpy(work, c->hold, c->nhold);
 	memcpy(work + c->nhold, data, len);
 	mask_all(x->sec, work, all);
-	size_t keep = maybe_secret_tail(x->sec, work, all);
+	size_t keep = tb_mask_pending(x->sec->mask, work, all);
 	int rc = send_body(x, work, all - keep);
 	memcpy(c->hold, work + all - keep, keep);
 	c->nhold = keep;
@@ -1548,8 +1523,7 @@ static void secrets_free(tb_proxy_t *p)
 {
 	for (size_t i = 0; p->secrets && i < p->nsecrets; i++) {
 		tb_proxy_secret_free(p->secrets[i].value);
-		tb_proxy_secret_free(p->secrets[i].masks[0]);
-		tb_proxy_secret_free(p->secrets[i].masks[1]);
+		tb_proxy_secret_free(p->secrets[i].mask);
 	}
 	free(p->secrets);
 	p->secrets = NULL;
@@ -1576,17 +1550,9 @@ static int secrets_load(tb_proxy_t *p, tb_error_t *err)
 			continue;
 		}
 		if (strlen(raw) >= MASK_MIN) {
-			tb_credential_t q = { .query = "q" };
-			char *enc = NULL;
-			if (tb_proxy_credential_render(&enc, &q, raw, &e) == 0 &&
-			    strcmp(enc, raw) != 0)
-				s->masks[1] = enc;
-			else
-				tb_proxy_secret_free(enc);
-			s->masks[0] = raw;
-			for (int m = 0; m < 2; m++)
-				if (s->masks[m] && strlen(s->masks[m]) > p->max_mask)
-					p->max_mask = strlen(s->masks[m]);
+			s->mask = raw;
+			if (tb_mask_max_len(raw) > p->max_mask)
+				p->max_mask = tb_mask_max_len(raw);
 		} else {
 			tb_proxy_secret_free(raw);
 		}

@@ -43,6 +43,8 @@
 #include "tb/schema_event.h"
 
 #define SECRET "sk-test-0123456789abcdef"
+/* a key with bytes that percent-encoding escapes */
+#define ENC_SECRET "sk/9+Zq=abc/DEF+ghi=="
 #define TASK "proxy-task"
 #define ATTEMPT 2
 #define HEADER_TIMEOUT_MS 600
@@ -237,6 +239,37 @@ static void *fake_conn(void *arg)
 		const char *r = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n"
 				"Connection: close\r\n\r\nhello!";
 		send_str(fd, r, strlen(r));
+	} else if (strcmp(target, "/v1/echo-encoded") == 0) {
+		/* The key percent-encoded, as a server that puts it in a URL
+		 * does: upper case hex, lower case, mixed, every byte. */
+		char forms[4][512];
+		const char *a = auth ? auth : "";
+		for (int f = 0; f < 4; f++) {
+			size_t o = 0;
+			for (const unsigned char *q = (const unsigned char *)a; *q && o < 500;
+			     q++) {
+				int plain = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
+					    (*q >= '0' && *q <= '9') || *q == '-';
+				int upper =
+				    f == 0 || (f == 2 && (q - (const unsigned char *)a) % 2);
+				if (plain && f != 3)
+					forms[f][o++] = (char)*q;
+				else
+					o += (size_t)snprintf(forms[f] + o, 4,
+							      upper ? "%%%02X" : "%%%02x", *q);
+			}
+			forms[f][o] = '\0';
+		}
+		int tl = snprintf(text, sizeof(text),
+				  "{\"upper\":\"%s\",\"lower\":\"%s\",\"mixed\":\"%s\","
+				  "\"every\":\"%s\"}",
+				  forms[0], forms[1], forms[2], forms[3]);
+		int rl = snprintf(
+		    resp, sizeof(resp),
+		    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+		    "X-Echo-Lower: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		    forms[1], tl, text);
+		send_str(fd, resp, (size_t)rl);
 	} else if (strncmp(target, "/v1/", 4) == 0 || strncmp(target, "/models", 7) == 0) {
 		/* Echoes what it got, the key included, as careless servers do. */
 		int tl =
@@ -436,8 +469,8 @@ static char *m_llm[] = { "POST", "GET" };
 static char *m_get[] = { "GET" };
 static char *p_v1[] = { "/v1/" };
 static char *p_models[] = { "/models" };
-static tb_endpoint_t eps[5];
-static tb_list_t eplist = { 5, eps };
+static tb_endpoint_t eps[6];
+static tb_list_t eplist = { 6, eps };
 
 static void endpoints_init(void)
 {
@@ -467,6 +500,14 @@ static void endpoints_init(void)
 	eps[3] = (tb_endpoint_t){
 		.name = "rebind", .host = "127.1", .port = fake.port, .scheme = "http"
 	};
+	/* a key that percent-encoding changes */
+	eps[5] = (tb_endpoint_t){ .name = "enc",
+				  .host = "localhost",
+				  .port = fake.port,
+				  .scheme = "http",
+				  .credential = { .header = "Authorization",
+						  .format = "Bearer {}",
+						  .env = "TB_TEST_ENC_KEY" } };
 	/* a credential, and any method and path */
 	eps[4] = (tb_endpoint_t){ .name = "any",
 				  .host = "localhost",
@@ -510,6 +551,7 @@ static int setup(void **state)
 	unsetenv("http_proxy"), unsetenv("HTTP_PROXY"), unsetenv("all_proxy");
 	unsetenv("ALL_PROXY");
 	setenv("TB_TEST_PROVIDER_KEY", SECRET, 1);
+	setenv("TB_TEST_ENC_KEY", ENC_SECRET, 1);
 	unsetenv("TB_TEST_UNSET_KEY");
 	fake_start();
 	endpoints_init();
@@ -1031,6 +1073,24 @@ static void test_proxy__masking_is_not_undone_by_compression_ranges_or_trace(voi
 	assert_non_null(strstr(resp, "TRACE is not allowed for endpoint 'any'"));
 	assert_true(audit_find("/v1/echo", 403).refused);
 	assert_int_equal(fake_requests(), before + 1);
+}
+
+/* The key echoed percent-encoded in lower case (and upper, mixed, every
+ * byte escaped) is masked like the plain one, in the head and the body. */
+static void test_proxy__masking_covers_every_case_of_percent_encoding(void **state)
+{
+	char resp[16384];
+	(void)state;
+	request(resp, sizeof(resp), "GET", "/enc/v1/echo-encoded", token, NULL, NULL);
+	assert_int_equal(status_of(resp), 200);
+	const char *forms[] = { "sk%2F9%2BZq", "sk%2f9%2bZq", "%2Bghi%3d%3D", "%73%6b%2f" };
+	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++)
+		if (strcasestr(resp, forms[i]))
+			fail_msg("an echo of the key reached the client: %s", resp);
+	/* masked, not dropped: the client sees where the key was */
+	assert_non_null(strstr(resp, "X-Echo-Lower: Bearer%20***"));
+	assert_non_null(strstr(resp, "\"lower\":\"Bearer%20****"));
+	assert_non_null(strstr(resp, "\"every\":\"%42%65%61%72%65%72%20***"));
 }
 
 static void test_proxy__upstream_framing_that_disagrees_is_not_passed_on(void **state)
@@ -1614,6 +1674,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_proxy__stop_ends_a_running_stream),
 		cmocka_unit_test(test_proxy__headers_that_redirect_method_or_path_are_not_sent),
 		cmocka_unit_test(test_proxy__masking_is_not_undone_by_compression_ranges_or_trace),
+		cmocka_unit_test(test_proxy__masking_covers_every_case_of_percent_encoding),
 		cmocka_unit_test(test_proxy__upstream_framing_that_disagrees_is_not_passed_on),
 		cmocka_unit_test(test_proxy__an_answer_before_the_whole_body_says_close),
 		cmocka_unit_test(
