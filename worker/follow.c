@@ -71,7 +71,13 @@ void tb_follow_print_event(FILE *out, const tb_event_t *ev)
 			str(p, "worker")[0] ? " on " : "", str(p, "worker"));
 		break;
 	case TB_EV_MESSAGE:
-		fprintf(out, "%s: %s\n", str(p, "role"), str(p, "text"));
+		/* a role the agent claims is not the worker's word for it */
+		fprintf(out, "%s%s: %s\n", str(p, "role"),
+			TB_HAS(ev, TB_EVENT_F_SOURCE) && ev->source == TB_SOURCE_AGENT &&
+				strcmp(str(p, "role"), "assistant")
+			    ? " (written by the agent)"
+			    : "",
+			str(p, "text"));
 		break;
 	case TB_EV_THOUGHT:
 		fprintf(out, "thought: %s\n", str(p, "text"));
@@ -121,9 +127,16 @@ void tb_follow_print_json(FILE *out, const tb_event_t *ev)
 
 	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, &err) < 0)
 		p = json_pack("{s:s}", "unreadable", err.msg);
-	json_t *o = json_pack("{s:s,s:I,s:I,s:I,s:s,s:o}", "task_id", ev->task_id, "attempt",
+	/* the fields in the schema's order, source before the payload */
+	json_t *o = json_pack("{s:s,s:I,s:I,s:I,s:s}", "task_id", ev->task_id, "attempt",
 			      (json_int_t)ev->attempt, "seq", (json_int_t)ev->seq, "ts",
-			      (json_int_t)ev->ts, "type", t ? t : "?", "payload", p);
+			      (json_int_t)ev->ts, "type", t ? t : "?");
+	if (o && TB_HAS(ev, TB_EVENT_F_SOURCE))
+		json_object_set_new(o, "source", json_string(tb_event_source_name(ev->source)));
+	if (o)
+		json_object_set_new(o, "payload", p);
+	else
+		json_decref(p);
 	char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 	if (text)
 		fprintf(out, "%s\n", text);

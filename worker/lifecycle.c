@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,8 +76,9 @@ static uint64_t wall_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Stamps, records and sends one event; takes ownership of payload. */
-static void emit(run_t *r, int type, tb_bytes_t payload)
+/* Stamps, records and sends one event whose payload @p source wrote
+ * (tb_event_source_t); takes ownership of payload. */
+static void emit_from(run_t *r, int source, int type, tb_bytes_t payload)
 {
 	tb_event_t ev = { 0 };
 	msgpack_sbuffer sb;
@@ -87,6 +89,8 @@ static void emit(run_t *r, int type, tb_bytes_t payload)
 	ev.seq = r->seq++;
 	ev.ts = wall_ms();
 	ev.type = type;
+	ev.source = source;
+	TB_SET_HAS(&ev, TB_EVENT_F_SOURCE);
 	ev.payload = payload;
 	msgpack_sbuffer_init(&sb);
 	if (tb_msg_encode(&sb, &tb_schema_event, &ev, &err) < 0) {
@@ -96,7 +100,7 @@ static void emit(run_t *r, int type, tb_bytes_t payload)
 		r->seq--;
 		tb_bytes_t e;
 		if (type != TB_EV_ERROR && tb_agent_error_payload(&e, err.code, err.msg) == 0)
-			emit(r, TB_EV_ERROR, e);
+			emit_from(r, TB_SOURCE_WORKER, TB_EV_ERROR, e);
 		return;
 	}
 	if (tb_write_all(r->record_fd, sb.data, sb.size) < 0)
@@ -108,9 +112,15 @@ static void emit(run_t *r, int type, tb_bytes_t payload)
 	msgpack_sbuffer_destroy(&sb);
 }
 
+/* An event the worker wrote: everything but what the agent sent. */
+static void emit(run_t *r, int type, tb_bytes_t payload)
+{
+	emit_from(r, TB_SOURCE_WORKER, type, payload);
+}
+
 /*
  * Brings the judges' JSON lines up to date with the record: each event as
- * {"type", "seq", "payload"}. Done when a judge is about to read them, not
+ * {"type", "seq", "source", "payload"}. Done when a judge is about to read them, not
  * per event: a chatty agent's events cost one conversion less each on the
  * way out.
  */
@@ -144,8 +154,9 @@ static int sync_jsonl(run_t *r, tb_error_t *err)
 		 * out of the judges' lines, not fatal: it is in the record */
 		if (tb_mpack_to_json(&pj, ev.payload.data, ev.payload.len, err) == 0) {
 			json_t *line =
-			    json_pack("{s:s,s:I,s:O}", "type", tb_event_type_name(ev.type), "seq",
-				      (json_int_t)ev.seq, "payload", pj);
+			    json_pack("{s:s,s:I,s:s,s:O}", "type", tb_event_type_name(ev.type),
+				      "seq", (json_int_t)ev.seq, "source",
+				      tb_event_source_name(ev.source), "payload", pj);
 			char *text =
 			    line ? json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 			if (!text || tb_write_all(r->jsonl_fd, text, strlen(text)) < 0 ||
@@ -246,7 +257,7 @@ static void emit_egress(void *ud, json_t *payload)
 static void emit_posted(void *ud, int type, tb_bytes_t payload)
 {
 	pace(ud);
-	emit(ud, type, payload);
+	emit_from(ud, TB_SOURCE_AGENT, type, payload);
 }
 
 /* Paced by the run's event rate, as the agent's events are (a loop of
@@ -388,7 +399,7 @@ static void on_agent_line(void *ud, const char *line, size_t len, int too_long)
 		    json_pack("{s:s,s:I}", "state", "turn-ended", "turn", (json_int_t)r->turn));
 		return;
 	}
-	emit(r, type, payload);
+	emit_from(r, TB_SOURCE_AGENT, type, payload);
 }
 
 /* ------------------------------------------------ interactive sessions */
@@ -572,6 +583,10 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 	char *line = prompt ? json_dumps(prompt, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 	json_decref(prompt);
 	int sv[2] = { -1, -1 };
+	/* The prompt is the record's first message, whatever the kind of
+	 * task: the judges grade the answer against what was asked. */
+	emit_json(r, TB_EV_MESSAGE,
+		  json_pack("{s:s,s:s}", "role", "user", "text", r->task->prompt));
 	if (interactive) {
 		/* Prompts turn by turn, through a socket (see turns_t). */
 		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
@@ -579,8 +594,6 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 			shutdown(in, SHUT_WR);
 		}
 		t.idle_ms = r->rt.agent.idle_timeout_seconds * 1000;
-		emit_json(r, TB_EV_MESSAGE,
-			  json_pack("{s:s,s:s}", "role", "user", "text", r->task->prompt));
 		if (line)
 			queue_line(&t, json_loads(line, 0, NULL));
 	} else {
@@ -750,21 +763,101 @@ static int outcome_of(const tb_sandbox_exit_t *e)
 
 /* ------------------------------------------------------------- judges */
 
-/* Runs one judge in the sandbox with the conversation on its input; its
- * last output line is {"outcome": "pass"|"fail", "score": x, "reason": s}. */
-static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *err)
+/*
+ * The judge's standard input: a snapshot of the JSON lines in a sealed
+ * memfd of its own, opened read-only. The seals hold whatever the judge
+ * does (a reopen through /proc/self/fd/0 for writing included), and the
+ * worker's own copy never enters the sandbox: nothing a judge does
+ * changes what the next one reads or what is recorded.
+ * @return the descriptor, or -1 with errno set.
+ */
+static int judge_input(run_t *r)
 {
+	off_t size = lseek(r->jsonl_fd, 0, SEEK_END), off = 0;
+	int fd = memfd_create("taskbox-judge-input", MFD_CLOEXEC | MFD_ALLOW_SEALING), ro = -1;
+	char path[64];
+
+	if (size < 0 || fd < 0)
+		goto out;
+	while (off < size) {
+		ssize_t n = sendfile(fd, r->jsonl_fd, &off, (size_t)(size - off));
+		if (n <= 0) {
+			errno = n < 0 ? errno : EIO;
+			goto out;
+		}
+	}
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+		goto out;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+out:
+	if (fd >= 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+	}
+	return ro;
+}
+
+/* The verdict in the last non-empty line of the judge's output @p out;
+ * what is wrong with it, or its reason, into @p why. */
+static void read_verdict(tb_verdict_t *v, int out, char *why, size_t len)
+{
+	char last[4096] = "";
+	off_t size = lseek(out, 0, SEEK_END);
+	off_t from = size > (off_t)sizeof(last) - 1 ? size - (off_t)sizeof(last) + 1 : 0;
+	ssize_t n = pread(out, last, sizeof(last) - 1, from);
+	json_error_t jerr;
+
+	last[n > 0 ? n : 0] = '\0';
+	while (n > 0 && (last[n - 1] == '\n' || last[n - 1] == ' '))
+		last[--n] = '\0';
+	char *nl = strrchr(last, '\n');
+	json_t *res = json_loads(nl ? nl + 1 : last, 0, &jerr);
+	const char *o = json_string_value(json_object_get(res, "outcome"));
+	if (!o || (strcmp(o, "pass") && strcmp(o, "fail"))) {
+		snprintf(why, len,
+			 "the judge's last line is not {\"outcome\": \"pass\" or \"fail\"}");
+	} else {
+		v->outcome = !strcmp(o, "pass") ? TB_VERDICT_PASS : TB_VERDICT_FAIL;
+		json_t *score = json_object_get(res, "score");
+		if (json_is_number(score) && json_number_value(score) >= 0 &&
+		    json_number_value(score) <= 1) {
+			v->score = json_number_value(score);
+			TB_SET_HAS(v, TB_VERDICT_F_SCORE);
+		}
+		const char *reason = json_string_value(json_object_get(res, "reason"));
+		if (reason) {
+			snprintf(why, len, "%.500s", reason);
+			tb_utf8_trim(why); /* cut mid-character */
+		}
+	}
+	json_decref(res);
+}
+
+/*
+ * Runs the @p index-th judge in the sandbox, as a uid of its own, in a
+ * view of its own (tb_sandbox_judge_view: the agent's files read-only,
+ * empty /tmp and home), with the conversation on its input; its last
+ * output line is {"outcome": "pass"|"fail", "score": x, "reason": s}.
+ * Every process it started ends before that output is read.
+ */
+static int judge(run_t *r, size_t index, const char *prefix, tb_error_t *err)
+{
+	const tb_judge_t *j = (const tb_judge_t *)r->recipe.judges.items + index;
 	tb_verdict_t v = { 0 };
 	tb_sandbox_exit_t end;
-	char why[600] = "", key[1024], last[4096] = "";
+	char why[600] = "", key[1024];
 	const char *argv[65],
-	    *envp[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", NULL };
+	    *envp[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home", "TMPDIR=/tmp", NULL };
+	unsigned uid = TB_SANDBOX_JUDGE_ID + (unsigned)index;
 	uint64_t t0 = wall_ms();
+	tb_error_t view_err;
 	int rc = sync_jsonl(r, err);
 	if (rc < 0)
 		return rc;
 	int out = memfd_create("taskbox-judge", MFD_CLOEXEC), id;
-	int in = dup(r->jsonl_fd);
+	int in = judge_input(r);
 
 	v.task_id = r->task->id;
 	v.attempt = r->attempt;
@@ -775,12 +868,14 @@ static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *
 		argv[i] = j->command.items[i];
 	argv[argc] = NULL;
 	uint64_t timeout = TB_HAS(j, 2) ? j->timeout_seconds : r->rt.agent.judge_timeout_seconds;
-	if (out < 0 || in < 0 || lseek(in, 0, SEEK_SET) < 0) {
-		snprintf(why, sizeof(why), "cannot set up the judge's input and output");
+	if (out < 0 || in < 0) {
+		snprintf(why, sizeof(why), "cannot set up the judge's input and output: %s",
+			 strerror(errno));
+	} else if (tb_sandbox_judge_view(r->sb, uid, &view_err) < 0) {
+		snprintf(why, sizeof(why), "cannot give the judge a clean view: %.500s",
+			 view_err.msg);
 	} else {
-		tb_sandbox_exec_t ex = {
-			argv, envp, "/recipe", in, out, -1, -1, TB_SANDBOX_JUDGE_ID
-		};
+		tb_sandbox_exec_t ex = { argv, envp, "/recipe", in, out, -1, -1, uid };
 		if ((rc = tb_sandbox_spawn(r->sb, &id, &ex, err)) < 0) {
 			snprintf(why, sizeof(why), "%.500s", err->msg);
 		} else if ((rc = tb_sandbox_wait(r->sb, id, (int)(timeout * 1000), &end, err)) <
@@ -789,44 +884,16 @@ static int judge(run_t *r, const tb_judge_t *j, const char *prefix, tb_error_t *
 			tb_sandbox_wait(r->sb, id, 5000, &end, NULL);
 			snprintf(why, sizeof(why), "no verdict within %llu s",
 				 (unsigned long long)timeout);
+		} else if (tb_sandbox_kill_all(r->sb, &view_err) < 0) {
+			/* what it left running could still be writing */
+			snprintf(why, sizeof(why), "%.500s", view_err.msg);
 		} else if (end.end != TB_SANDBOX_EXITED || end.code != 0) {
 			/* A crash is an error, whatever it printed first. */
 			char how[200];
 			tb_sandbox_end_describe(&end, how, sizeof(how));
 			snprintf(why, sizeof(why), "the judge %s", how);
 		} else {
-			/* The last non-empty line of its output. */
-			off_t size = lseek(out, 0, SEEK_END);
-			off_t from =
-			    size > (off_t)sizeof(last) - 1 ? size - (off_t)sizeof(last) + 1 : 0;
-			ssize_t n = pread(out, last, sizeof(last) - 1, from);
-			last[n > 0 ? n : 0] = '\0';
-			while (n > 0 && (last[n - 1] == '\n' || last[n - 1] == ' '))
-				last[--n] = '\0';
-			char *nl = strrchr(last, '\n');
-			json_error_t jerr;
-			json_t *res = json_loads(nl ? nl + 1 : last, 0, &jerr);
-			const char *o = json_string_value(json_object_get(res, "outcome"));
-			if (!o || (strcmp(o, "pass") && strcmp(o, "fail"))) {
-				snprintf(why, sizeof(why),
-					 "the judge's last line is not {\"outcome\": \"pass\" or "
-					 "\"fail\"}");
-			} else {
-				v.outcome = !strcmp(o, "pass") ? TB_VERDICT_PASS : TB_VERDICT_FAIL;
-				json_t *score = json_object_get(res, "score");
-				if (json_is_number(score) && json_number_value(score) >= 0 &&
-				    json_number_value(score) <= 1) {
-					v.score = json_number_value(score);
-					TB_SET_HAS(&v, TB_VERDICT_F_SCORE);
-				}
-				const char *reason =
-				    json_string_value(json_object_get(res, "reason"));
-				if (reason) {
-					snprintf(why, sizeof(why), "%.500s", reason);
-					tb_utf8_trim(why); /* cut mid-character */
-				}
-			}
-			json_decref(res);
+			read_verdict(&v, out, why, sizeof(why));
 		}
 	}
 	if (out >= 0)
@@ -1026,9 +1093,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	phase(&r, "collected");
 
 	for (size_t i = 0; i < r.recipe.judges.n; i++)
-		if ((rc = cancelled(&r, err)) < 0 ||
-		    (rc = judge(&r, (const tb_judge_t *)r.recipe.judges.items + i, prefix, err)) <
-			0) {
+		if ((rc = cancelled(&r, err)) < 0 || (rc = judge(&r, i, prefix, err)) < 0) {
 			error_event(&r, rc, "judged", err->msg);
 			goto done;
 		}
@@ -1140,6 +1205,8 @@ int tb_lifecycle_acknowledged(const tb_event_sink_t *sink, const char *task, uin
 		ev.seq = seq;
 		ev.ts = now;
 		ev.type = TB_EV_PHASE;
+		ev.source = TB_SOURCE_WORKER;
+		TB_SET_HAS(&ev, TB_EVENT_F_SOURCE);
 		ev.payload.data = (uint8_t *)pb.data;
 		ev.payload.len = pb.size;
 		if ((rc = tb_msg_encode(&sb, &tb_schema_event, &ev, err)) == 0)

@@ -10,6 +10,13 @@ static const char *const event_types[] = {
 	"verdict", "error",   "egress",    "turn",        "result",  NULL,
 };
 
+static const char *const event_sources[] = { "worker", "agent", NULL };
+
+const char *tb_event_source_name(int source)
+{
+	return source >= 0 && source <= TB_SOURCE_AGENT ? event_sources[source] : NULL;
+}
+
 const char *tb_event_type_name(int type)
 {
 	return type >= 0 && type < TB_EV__COUNT ? event_types[type] : NULL;
@@ -45,6 +52,10 @@ static const tb_field_t event_fields[] = {
 	  .flags = TB_FF_REQUIRED,
 	  .offset = offsetof(tb_event_t, type),
 	  .names = event_types },
+	{ .name = "source",
+	  .type = TB_FT_ENUM,
+	  .offset = offsetof(tb_event_t, source),
+	  .names = event_sources },
 	{ .name = "payload",
 	  .type = TB_FT_MAP,
 	  .flags = TB_FF_REQUIRED,

@@ -24,6 +24,14 @@ typedef enum tb_event_type {
 	TB_EV__COUNT
 } tb_event_type_t;
 
+/* Who wrote an event's payload. The worker stamps it outside the payload,
+ * where an agent cannot reach: a `user` message the agent made up says
+ * "agent", the prompt the worker recorded says "worker". */
+typedef enum tb_event_source {
+	TB_SOURCE_WORKER = 0, /* phases, prompts, artifacts, verdicts, errors, egress, results */
+	TB_SOURCE_AGENT,      /* what the agent wrote: message, tool-call, tool-result, thought */
+} tb_event_source_t;
+
 typedef struct tb_event {
 	uint32_t has;
 	char *task_id;
@@ -31,13 +39,19 @@ typedef struct tb_event {
 	uint64_t seq;     /* 0-based, per (task, attempt), no gaps */
 	uint64_t ts;      /* ms since the Unix epoch */
 	int type;         /* tb_event_type_t */
+	int source;       /* tb_event_source_t; optional (TB_EVENT_F_SOURCE) */
 	tb_bytes_t payload;
 } tb_event_t;
+
+#define TB_EVENT_F_SOURCE 5 /* field index of `source`, for TB_HAS */
 
 #define TB_EVENT_PAYLOAD_MAX (256u << 10)
 #define TB_EVENT_MAX_BYTES (TB_EVENT_PAYLOAD_MAX + 1024)
 
 extern const tb_schema_t tb_schema_event;
+
+/** The wire name of an event source ("agent"), or NULL if out of range. */
+const char *tb_event_source_name(int source);
 
 /** The wire name of an event type ("tool-call"), or NULL if out of range. */
 const char *tb_event_type_name(int type);
