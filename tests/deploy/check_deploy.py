@@ -12,7 +12,7 @@ configuration files (`taskbox schema config|runtime FILE`).
 
 Read from the code rather than written here: the topic and group names
 (common/src/config.c's default JSON), the drain timeout (drain_seconds there),
-the metric names (worker/metrics.c's string literals; the contract below
+the metric names (common/src/metrics.c's string literals; the contract below
 when that file does not exist yet), the partition counts the test services
 create (deploy/local/services), the project version (CMakeLists.txt).
 """
@@ -39,7 +39,7 @@ except ImportError:
     print("SKIP: PyYAML is missing (deploy/local/install-deps test installs python3-yaml)")
     sys.exit(77)
 
-# The metrics contract (issue 9), used when worker/metrics.c does not exist
+# The metrics contract (issue 9), used when common/src/metrics.c does not exist
 # yet; label names and the values the dashboards may select on.
 CONTRACT = {
     "taskbox_worker_info": ("gauge", {"worker"}),
@@ -185,9 +185,9 @@ def service_topics():
 
 
 def metric_names():
-    """{name: type} exported by the worker: from worker/metrics.c's string
+    """{name: type} exported by the worker: from common/src/metrics.c's string
     literals when it exists, else the contract."""
-    path = "worker/metrics.c"
+    path = "common/src/metrics.c"
     if not exists(path):
         C.note(f"{path} does not exist yet: metric names from the contract in this script")
         return {n: t for n, (t, _) in CONTRACT.items()}

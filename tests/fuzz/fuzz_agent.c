@@ -3,7 +3,7 @@
  * event parser: no crash, and every accepted line's payload is a map the
  * event encoder takes.
  */
-#include "agent_events.h"
+#include "tb/agent_events.h"
 #include "tb/schema_event.h"
 
 #include <stdint.h>

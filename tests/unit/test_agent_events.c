@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent_events.h"
+#include "tb/agent_events.h"
 #include "tb/json_mpack.h"
 #include "tb/schema_event.h"
 

@@ -2,7 +2,8 @@
  * test_metrics.c: the worker's Prometheus registry renders what was
  * recorded in the text format, and its endpoint serves it on loopback.
  */
-#include "metrics.h"
+#include "metrics_http.h"
+#include "tb/metrics.h"
 
 #include <curl/curl.h>
 #include <setjmp.h>

@@ -3,7 +3,7 @@
  * all stored with their content, more than a wave's worth included, and
  * a refused one reported by its key while the others still land.
  */
-#include "store_put_all.h"
+#include "tb/store_put_all.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -9,10 +9,10 @@
  */
 #include "worker.h"
 
-#include "fault.h"
+#include "tb/fault.h"
 #include "inputs.h"
 #include "intake.h"
-#include "metrics.h"
+#include "tb/metrics.h"
 #include "session.h"
 #include "tb/json_mpack.h"
 #include "tb/kafka.h"

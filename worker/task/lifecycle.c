@@ -9,13 +9,13 @@
  */
 #include "lifecycle.h"
 
-#include "agent_events.h"
+#include "tb/agent_events.h"
 #include "collect.h"
 #include "egress.h"
-#include "fault.h"
+#include "tb/fault.h"
 #include "inputs.h"
-#include "metrics.h"
-#include "store_put_all.h"
+#include "tb/metrics.h"
+#include "tb/store_put_all.h"
 #include "tb/fsutil.h"
 #include "tb/json_mpack.h"
 #include "tb/runtime.h"

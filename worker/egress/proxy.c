@@ -14,7 +14,7 @@
  */
 #include "proxy.h"
 
-#include "agent_events.h"
+#include "tb/agent_events.h"
 #include "proxy_http.h"
 #include "proxy_mask.h"
 #include "proxy_policy.h"

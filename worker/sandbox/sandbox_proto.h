@@ -9,7 +9,7 @@
 #ifndef TB_SANDBOX_PROTO_H
 #define TB_SANDBOX_PROTO_H
 
-#include "sandbox.h"
+#include "sandbox_ids.h"
 
 #include <stdint.h>
 

@@ -1,9 +1,9 @@
 /*
  * metrics.h: the worker's Prometheus metrics. One registry per process
  * (a worker is one process), written from any thread by the functions
- * below, and served as Prometheus text on `metrics_listen` by
- * tb_metrics_serve() (libmicrohttpd): GET /metrics, and GET /healthz for
- * probes. Every name is listed in the README's "Metrics" table; the deploy/
+ * below, and rendered as Prometheus text (the worker serves it on
+ * `metrics_listen`: worker/loop/metrics_http.h). It sits in common, below
+ * every layer that counts something, as the log does. Every name is listed in the README's "Metrics" table; the deploy/
  * dashboards and alert rules use them, and tests/deploy checks they agree.
  *
  *   taskbox_worker_info{worker}             1
@@ -52,19 +52,5 @@ char *tb_metrics_render(size_t *len);
 
 /** Forgets every value (tests). */
 void tb_metrics_reset(void);
-
-typedef struct tb_metrics_server tb_metrics_server_t;
-
-/**
- * Serves the registry on @p listen ("host:port", IPv4 or [IPv6]; port 0
- * picks one, see tb_metrics_port()).
- * @return 0; TB_EINVAL for a bad address; TB_EIO if it cannot listen
- */
-int tb_metrics_serve(tb_metrics_server_t **out, const char *listen, tb_error_t *err);
-
-/** The port it listens on. */
-unsigned tb_metrics_port(const tb_metrics_server_t *s);
-
-void tb_metrics_stop(tb_metrics_server_t *s);
 
 #endif

@@ -4,7 +4,6 @@
  */
 #include "sandbox_ids.h"
 
-#include "sandbox.h"
 #include "tb/fsutil.h"
 
 #include <errno.h>

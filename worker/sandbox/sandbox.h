@@ -29,18 +29,13 @@
 #ifndef TB_SANDBOX_H
 #define TB_SANDBOX_H
 
+#include "sandbox_ids.h"
 #include "sandbox_seccomp.h"
 #include "tb/codec.h"
 #include "tb/error.h"
 
 #include <stdint.h>
 #include <sys/types.h>
-
-#define TB_SANDBOX_AGENT_ID 1000
-#define TB_SANDBOX_JUDGE_ID 1001 /* the first judge's; the n-th runs as 1000 + n */
-#define TB_SANDBOX_MAX_JUDGES 32 /* uids TB_SANDBOX_JUDGE_ID + 0..31 */
-#define TB_SANDBOX_ID_RANGE 65536u
-#define TB_SANDBOX_UID_FIRST 200000u /* the first range's uid_base (sandbox_ids.h) */
 
 typedef struct tb_sandbox tb_sandbox_t;
 

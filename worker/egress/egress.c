@@ -6,8 +6,8 @@
  */
 #include "egress.h"
 
-#include "agent_events.h"
-#include "metrics.h"
+#include "tb/agent_events.h"
+#include "tb/metrics.h"
 #include "proxy.h"
 #include "task_token.h"
 

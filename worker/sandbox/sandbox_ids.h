@@ -11,11 +11,19 @@
  *
  * Range k is host ids TB_SANDBOX_UID_FIRST + k * TB_SANDBOX_ID_RANGE on;
  * none is host root. This module does not write uid maps (sandbox.c does).
+ * It also holds the ids inside a sandbox (the agent's, the judges'), which
+ * the worker and the init program share; libc only, like init.
  */
 #ifndef TB_SANDBOX_IDS_H
 #define TB_SANDBOX_IDS_H
 
 #include "tb/error.h"
+
+#define TB_SANDBOX_AGENT_ID 1000
+#define TB_SANDBOX_JUDGE_ID 1001 /* the first judge's; the n-th runs as 1000 + n */
+#define TB_SANDBOX_MAX_JUDGES 32 /* uids TB_SANDBOX_JUDGE_ID + 0..31 */
+#define TB_SANDBOX_ID_RANGE 65536u
+#define TB_SANDBOX_UID_FIRST 200000u /* range 0's first host id */
 
 #define TB_SANDBOX_ID_REGISTRY "/run/taskbox/id-ranges"
 #define TB_SANDBOX_ID_RANGES 4096u /* ranges a host can hand out */

@@ -15,7 +15,7 @@
 #ifndef TB_EGRESS_H
 #define TB_EGRESS_H
 
-#include "agent_events.h"
+#include "tb/agent_events.h"
 #include "tb/error.h"
 #include "tb/runtime.h"
 

@@ -2,7 +2,7 @@
  * store_put_all.c: one thread per object beyond the first, which the
  * caller's thread puts itself; the store is safe to use from many threads.
  */
-#include "store_put_all.h"
+#include "tb/store_put_all.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -6,8 +6,9 @@
  */
 #include "cmd.h"
 
-#include "fault.h"
-#include "metrics.h"
+#include "tb/fault.h"
+#include "metrics_http.h"
+#include "tb/metrics.h"
 #include "sandbox.h"
 #include "tb/kafka.h"
 #include "tb/log.h"

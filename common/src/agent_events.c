@@ -2,7 +2,7 @@
  * agent_events.c: line splitting, per-type validation (jansson), and a
  * token bucket.
  */
-#include "agent_events.h"
+#include "tb/agent_events.h"
 
 #include "tb/json_mpack.h"
 #include "tb/schema_event.h"

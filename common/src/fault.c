@@ -2,7 +2,7 @@
  * fault.c: the armed fault point (fault.h). Set once at start, before any
  * thread; counted atomically after.
  */
-#include "fault.h"
+#include "tb/fault.h"
 
 #include <signal.h>
 #include <stdatomic.h>
