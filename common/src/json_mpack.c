@@ -4,10 +4,10 @@
  */
 #include "tb/json_mpack.h"
 
+#include "tb/encoding.h"
 #include "tb/mpack_scan.h"
 
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,32 +20,17 @@ static int sb_write(void *data, const char *buf, size_t len)
 
 static int bin_from_base64(msgpack_packer *pk, const char *b64, size_t n, tb_error_t *err)
 {
-	static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-				       "0123456789+/";
-	size_t body = strspn(b64, alphabet);
-	unsigned char *raw;
-	int len;
+	unsigned char *raw = malloc(n / 4 * 3 + 1);
+	ssize_t len;
 
-	if (n % 4 != 0)
-		return tb_error_set(err, TB_EINVAL, "$bin: base64 length not a multiple of 4");
-	/* EVP_DecodeBlock takes '=' anywhere as zero bits: only the last
-	 * one or two characters may be padding. */
-	if (n && (body + 2 < n || (body + 2 == n && b64[n - 2] != '=') ||
-		  (body < n && b64[n - 1] != '=')))
-		return tb_error_set(err, TB_EINVAL, "$bin: not valid base64");
-	raw = malloc(n / 4 * 3 + 1);
 	if (!raw)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	len = EVP_DecodeBlock(raw, (const unsigned char *)b64, (int)n);
-	if (len < 0) {
+	/* canonical: padded to whole quads, '=' only at the end */
+	if ((len = tb_base64_decode(raw, n / 4 * 3 + 1, b64, n, TB_BASE64_PAD)) < 0) {
 		free(raw);
-		return tb_error_set(err, TB_EINVAL, "$bin: not valid base64");
+		return tb_error_set(err, TB_EINVAL,
+				    "$bin: not valid base64 (padded, standard alphabet)");
 	}
-	/* EVP_DecodeBlock counts padding as zero bytes; take them back off. */
-	if (n >= 1 && b64[n - 1] == '=')
-		len--;
-	if (n >= 2 && b64[n - 2] == '=')
-		len--;
 	msgpack_pack_bin(pk, (size_t)len);
 	msgpack_pack_bin_body(pk, raw, (size_t)len);
 	free(raw);
@@ -122,7 +107,7 @@ static json_t *bin_to_json(const char *data, uint32_t n)
 
 	if (!b64)
 		return NULL;
-	EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)data, (int)n);
+	tb_base64_encode(b64, cap, data, n, 0); /* fits: cap is 4 per 3, and a NUL */
 	j = json_pack("{s:s}", "$bin", b64);
 	free(b64);
 	return j;

@@ -4,6 +4,8 @@
  */
 #include "tb/kafka.h"
 
+#include "tb/clock.h"
+
 #include "tb/log.h"
 
 #include <jansson.h>
@@ -209,14 +211,11 @@ int tb_kafka_produce_tracked(rd_kafka_t *producer, const char *topic, const char
 
 int tb_kafka_await(rd_kafka_t *producer, tb_kafka_tracker_t *t, int timeout_ms, tb_error_t *err)
 {
-	struct timespec ts;
 	char why[256];
+	uint64_t until = tb_mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	int64_t until = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + timeout_ms;
 	while (atomic_load(&t->pending) > 0) {
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		if ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 >= until)
+		if (tb_mono_ms() >= until)
 			return tb_error_set(err, TB_ERETRY,
 					    "kafka: %ld messages not delivered in %d ms",
 					    (long)atomic_load(&t->pending), timeout_ms);
@@ -286,13 +285,6 @@ static struct watched {
 	uint64_t since; /* monotonic ms */
 } watched[MAX_WATCHED];
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static _Atomic(tb_kafka_lag_fn) lag_hook;
 
 void tb_kafka_on_lag(tb_kafka_lag_fn fn)
@@ -348,7 +340,7 @@ static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
 		if (w->rk != rk || strcmp(w->state, state)) {
 			w->rk = rk;
 			snprintf(w->state, sizeof(w->state), "%s", state);
-			w->since = mono_ms();
+			w->since = tb_mono_ms();
 		}
 	}
 	pthread_mutex_unlock(&watch_lock);
@@ -366,7 +358,7 @@ uint64_t tb_kafka_join_state(const rd_kafka_t *rk, char *state, size_t len)
 	for (int i = 0; i < MAX_WATCHED; i++)
 		if (watched[i].rk == rk) {
 			snprintf(state, len, "%s", watched[i].state);
-			for_ms = mono_ms() - watched[i].since;
+			for_ms = tb_mono_ms() - watched[i].since;
 		}
 	pthread_mutex_unlock(&watch_lock);
 	return for_ms;

@@ -5,6 +5,8 @@
  */
 #include "tb/log.h"
 
+#include "tb/clock.h"
+
 #include "tb/error.h"
 
 #include <stdarg.h>
@@ -68,7 +70,6 @@ void tb_log(tb_log_level_t level, const char *task_id, const char *fmt, ...)
 {
 	char msg[2048];
 	char line[4096];
-	struct timespec ts;
 	struct tm tm;
 	size_t pos;
 	va_list ap;
@@ -79,11 +80,12 @@ void tb_log(tb_log_level_t level, const char *task_id, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
+	uint64_t now = tb_wall_ms();
+	time_t secs = (time_t)(now / 1000);
+	gmtime_r(&secs, &tm);
 	pos = strftime(line, sizeof(line), "ts=%Y-%m-%dT%H:%M:%S", &tm);
 	pos += (size_t)snprintf(line + pos, sizeof(line) - pos, ".%03ldZ level=%s",
-				ts.tv_nsec / 1000000, level_names[level]);
+				(long)(now % 1000), level_names[level]);
 	if (task_id) {
 		pos += (size_t)snprintf(line + pos, sizeof(line) - pos, " task=");
 		pos = append_quoted(line, pos, sizeof(line), task_id);

@@ -6,6 +6,8 @@
  */
 #include "tb/sigv4.h"
 
+#include "tb/encoding.h"
+
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
@@ -17,17 +19,6 @@
 #define CANON_MAX (16u << 10)
 #define MAX_PARAMS 64
 #define MAX_HEADERS 32
-
-void tb_hex(char *out, const void *bytes, size_t n)
-{
-	static const char digits[] = "0123456789abcdef";
-	const unsigned char *in = bytes;
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[in[i] >> 4];
-		out[2 * i + 1] = digits[in[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
 
 void tb_sha256_hex(char out[65], const void *data, size_t len)
 {
@@ -47,55 +38,6 @@ void tb_sigv4_date(char out[TB_SIGV4_DATE_LEN], time_t t)
 	struct tm tm;
 	gmtime_r(&t, &tm);
 	strftime(out, TB_SIGV4_DATE_LEN, "%Y%m%dT%H%M%SZ", &tm);
-}
-
-int tb_sigv4_encode(char *out, size_t len, const char *in, int keep_slash)
-{
-	static const char digits[] = "0123456789ABCDEF";
-	size_t o = 0;
-
-	for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
-		int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-			    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.' ||
-			    *p == '~' || (keep_slash && *p == '/');
-		if (o + (plain ? 1 : 3) >= len)
-			return TB_ETOOBIG;
-		if (plain) {
-			out[o++] = (char)*p;
-		} else {
-			out[o++] = '%';
-			out[o++] = digits[*p >> 4];
-			out[o++] = digits[*p & 15];
-		}
-	}
-	out[o] = '\0';
-	return 0;
-}
-
-static int unhex(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-/* Decodes %XX (and '+' as itself: S3 treats it literally) in place. */
-static void decode(char *s)
-{
-	char *o = s;
-	for (char *p = s; *p; p++) {
-		if (*p == '%' && unhex(p[1]) >= 0 && unhex(p[2]) >= 0) {
-			*o++ = (char)(unhex(p[1]) << 4 | unhex(p[2]));
-			p += 2;
-		} else {
-			*o++ = *p;
-		}
-	}
-	*o = '\0';
 }
 
 struct param {
@@ -137,16 +79,16 @@ static int canonical_query(char *out, size_t len, const char *query, tb_error_t 
 		}
 		memcpy(p[n].k, t, strlen(t) + 1);
 		memcpy(p[n].v, eq ? eq + 1 : "", strlen(eq ? eq + 1 : "") + 1);
-		decode(p[n].k);
-		decode(p[n].v);
+		tb_percent_decode(p[n].k, p[n].k, strlen(p[n].k), 0);
+		tb_percent_decode(p[n].v, p[n].v, strlen(p[n].v), 0);
 		n++;
 	}
 	qsort(p, n, sizeof(*p), by_key);
 	out[0] = '\0';
 	for (size_t i = 0; i < n; i++) {
 		char k[1600], v[3100];
-		if (tb_sigv4_encode(k, sizeof(k), p[i].k, 0) ||
-		    tb_sigv4_encode(v, sizeof(v), p[i].v, 0)) {
+		if (tb_percent_encode(k, sizeof(k), p[i].k, 0) ||
+		    tb_percent_encode(v, sizeof(v), p[i].v, 0)) {
 			rc = tb_error_set(err, TB_ETOOBIG, "sigv4: query too long");
 			goto out;
 		}
@@ -234,7 +176,7 @@ int tb_sigv4_authorization(char *out, size_t len, const tb_sigv4_creds_t *c, con
 
 	if (nheaders > MAX_HEADERS)
 		return tb_error_set(err, TB_ETOOBIG, "sigv4: too many headers");
-	if (tb_sigv4_encode(uri, sizeof(uri), path, 1) < 0)
+	if (tb_percent_encode(uri, sizeof(uri), path, 1) < 0)
 		return tb_error_set(err, TB_ETOOBIG, "sigv4: path too long");
 	if ((rc = canonical_query(query_c, sizeof(query_c), query, err)) < 0)
 		return rc;
@@ -300,12 +242,12 @@ int tb_sigv4_presign(char *out, size_t len, const tb_sigv4_creds_t *c, const cha
 	(void)err;
 	scope_of(scope, sizeof(scope), c, amz_date);
 	snprintf(canon, sizeof(canon), "%s/%s", c->access_key, scope);
-	if (tb_sigv4_encode(cred, sizeof(cred), canon, 0) < 0 ||
-	    tb_sigv4_encode(uri, sizeof(uri), path, 1) < 0)
+	if (tb_percent_encode(cred, sizeof(cred), canon, 0) < 0 ||
+	    tb_percent_encode(uri, sizeof(uri), path, 1) < 0)
 		return tb_error_set(err, TB_ETOOBIG, "sigv4: presign: too long");
 	if (c->session_token) {
 		char enc[1800];
-		if (tb_sigv4_encode(enc, sizeof(enc), c->session_token, 0) < 0)
+		if (tb_percent_encode(enc, sizeof(enc), c->session_token, 0) < 0)
 			return tb_error_set(err, TB_ETOOBIG, "sigv4: session token too long");
 		snprintf(token, sizeof(token), "&X-Amz-Security-Token=%s", enc);
 	}

@@ -48,17 +48,18 @@ static void contract(tb_ledger_t *l)
 
 	snprintf(task, sizeof(task), "t-%d-%ld", getpid(), (long)time(NULL));
 	/* attempts count up from 1 */
-	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), 0);
+	assert_int_equal(tb_ledger_begin(l, task, LEASE, &attempt, &err), 0);
 	assert_int_equal(attempt, 1);
-	assert_int_equal(l->ops->history(l, task, &hist, &n, &err), 0);
+	assert_int_equal(tb_ledger_history(l, task, &hist, &n, &err), 0);
 	assert_int_equal(n, 0);
 	assert_null(hist);
 	/* failures keep their reasons, oldest first, tabs and all */
-	assert_int_equal(l->ops->failed(l, task, 1, TB_EIO, "sandbox: cgroup\tgone", &err), 0);
-	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), 0);
+	assert_int_equal(tb_ledger_failed(l, task, 1, TB_EIO, "sandbox: cgroup\tgone", &err), 0);
+	assert_int_equal(tb_ledger_begin(l, task, LEASE, &attempt, &err), 0);
 	assert_int_equal(attempt, 2);
-	assert_int_equal(l->ops->failed(l, task, 2, TB_ERETRY, "recipe fetch timed out", &err), 0);
-	assert_int_equal(l->ops->history(l, task, &hist, &n, &err), 0);
+	assert_int_equal(tb_ledger_failed(l, task, 2, TB_ERETRY, "recipe fetch timed out", &err),
+			 0);
+	assert_int_equal(tb_ledger_history(l, task, &hist, &n, &err), 0);
 	assert_int_equal(n, 2);
 	assert_int_equal(hist[0].attempt, 1);
 	assert_string_equal(hist[0].reason, "sandbox: cgroup\tgone");
@@ -69,55 +70,56 @@ static void contract(tb_ledger_t *l)
 	assert_true(hist[1].ts > 0);
 	assert_true(hist[1].worker[0] != '\0');
 	free(hist);
-	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), 0);
+	assert_int_equal(tb_ledger_begin(l, task, LEASE, &attempt, &err), 0);
 	assert_int_equal(attempt, 3);
 	/* the attempt is the fencing token: an older one can neither renew
 	 * its lease nor finish the task */
-	assert_int_equal(l->ops->renew(l, task, 2, LEASE, &err), TB_EFENCED);
+	assert_int_equal(tb_ledger_renew(l, task, 2, LEASE, &err), TB_EFENCED);
 	assert_non_null(strstr(err.msg, "fenced"));
-	assert_int_equal(l->ops->done(l, task, 2, "tasks/x/2/manifest.msgpack", &err), TB_EFENCED);
-	assert_int_equal(l->ops->renew(l, task, 3, LEASE, &err), 0);
+	assert_int_equal(tb_ledger_done(l, task, 2, "tasks/x/2/manifest.msgpack", &err),
+			 TB_EFENCED);
+	assert_int_equal(tb_ledger_renew(l, task, 3, LEASE, &err), 0);
 	/* done: every later begin refuses, whichever attempt it would be */
-	assert_int_equal(l->ops->done(l, task, 3, "tasks/x/3/manifest.msgpack", &err), 0);
-	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), TB_EEXIST);
+	assert_int_equal(tb_ledger_done(l, task, 3, "tasks/x/3/manifest.msgpack", &err), 0);
+	assert_int_equal(tb_ledger_begin(l, task, LEASE, &attempt, &err), TB_EEXIST);
 	assert_non_null(strstr(err.msg, task));
 	/* the same attempt's second done-marker changes nothing */
-	assert_int_equal(l->ops->done(l, task, 3, "", &err), 0);
-	assert_int_equal(l->ops->begin(l, task, LEASE, &attempt, &err), TB_EEXIST);
+	assert_int_equal(tb_ledger_done(l, task, 3, "", &err), 0);
+	assert_int_equal(tb_ledger_begin(l, task, LEASE, &attempt, &err), TB_EEXIST);
 	/* an unknown task has no attempt to fence with */
-	assert_int_equal(l->ops->done(l, "never-begun", 1, "m", &err), TB_EFENCED);
+	assert_int_equal(tb_ledger_done(l, "never-begun", 1, "m", &err), TB_EFENCED);
 
 	/* inspect, and revive: a task done with a record stays done; a dead
 	 * letter may run again, its budget counted from here */
 	tb_ledger_task_t t;
-	assert_int_equal(l->ops->inspect(l, task, &t, &err), 0);
+	assert_int_equal(tb_ledger_inspect(l, task, &t, &err), 0);
 	assert_true(t.done);
 	assert_int_equal(t.done_attempt, 3);
 	assert_string_equal(t.manifest, "tasks/x/3/manifest.msgpack");
-	assert_int_equal(l->ops->revive(l, task, &err), TB_EEXIST);
+	assert_int_equal(tb_ledger_revive(l, task, &err), TB_EEXIST);
 	char dead[80];
 	snprintf(dead, sizeof(dead), "%s-dead", task);
-	assert_int_equal(l->ops->revive(l, dead, &err), TB_ENOTFOUND);
-	assert_int_equal(l->ops->begin(l, dead, LEASE, &attempt, &err), 0);
-	assert_int_equal(l->ops->done(l, dead, 1, "", &err), 0);
-	assert_int_equal(l->ops->inspect(l, dead, &t, &err), 0);
+	assert_int_equal(tb_ledger_revive(l, dead, &err), TB_ENOTFOUND);
+	assert_int_equal(tb_ledger_begin(l, dead, LEASE, &attempt, &err), 0);
+	assert_int_equal(tb_ledger_done(l, dead, 1, "", &err), 0);
+	assert_int_equal(tb_ledger_inspect(l, dead, &t, &err), 0);
 	assert_true(t.done && !t.manifest[0]);
-	assert_int_equal(l->ops->revive(l, dead, &err), 0);
-	assert_int_equal(l->ops->inspect(l, dead, &t, &err), 0);
+	assert_int_equal(tb_ledger_revive(l, dead, &err), 0);
+	assert_int_equal(tb_ledger_inspect(l, dead, &t, &err), 0);
 	assert_false(t.done);
 	assert_int_equal(t.base, 1);
-	assert_int_equal(l->ops->begin(l, dead, LEASE, &attempt, &err), 0);
+	assert_int_equal(tb_ledger_begin(l, dead, LEASE, &attempt, &err), 0);
 	assert_int_equal(attempt, 2);
-	assert_int_equal(l->ops->revive(l, dead, &err), TB_ENOTFOUND);
-	assert_int_equal(l->ops->inspect(l, "never-seen", &t, &err), 0);
+	assert_int_equal(tb_ledger_revive(l, dead, &err), TB_ENOTFOUND);
+	assert_int_equal(tb_ledger_inspect(l, "never-seen", &t, &err), 0);
 	assert_int_equal(t.attempts, 0);
 	/* follow-up numbers, per task, from 1 */
 	uint64_t seq;
-	assert_int_equal(l->ops->next_followup(l, dead, &seq, &err), 0);
+	assert_int_equal(tb_ledger_next_followup(l, dead, &seq, &err), 0);
 	assert_int_equal(seq, 1);
-	assert_int_equal(l->ops->next_followup(l, dead, &seq, &err), 0);
+	assert_int_equal(tb_ledger_next_followup(l, dead, &seq, &err), 0);
 	assert_int_equal(seq, 2);
-	assert_int_equal(l->ops->next_followup(l, task, &seq, &err), 0);
+	assert_int_equal(tb_ledger_next_followup(l, task, &seq, &err), 0);
 	assert_int_equal(seq, 1);
 }
 
@@ -128,17 +130,17 @@ static void liveness(tb_ledger_t *l)
 	size_t n;
 	tb_error_t err;
 
-	assert_int_equal(l->ops->alive(l, "{\"worker\":\"w-a\",\"slots\":2}", 400, &err), 0);
-	assert_int_equal(l->ops->workers(l, &infos, &n, &err), 0);
+	assert_int_equal(tb_ledger_alive(l, "{\"worker\":\"w-a\",\"slots\":2}", 400, &err), 0);
+	assert_int_equal(tb_ledger_workers(l, &infos, &n, &err), 0);
 	assert_int_equal(n, 1);
 	assert_string_equal(infos[0], "{\"worker\":\"w-a\",\"slots\":2}");
 	free(infos[0]);
 	free(infos);
 	usleep(600000);
-	assert_int_equal(l->ops->workers(l, &infos, &n, &err), 0);
+	assert_int_equal(tb_ledger_workers(l, &infos, &n, &err), 0);
 	assert_int_equal(n, 0);
 	assert_null(infos);
-	l->ops->close(l);
+	tb_ledger_close(l);
 }
 
 static void test_ledger__memory_liveness(void **state)
@@ -159,7 +161,7 @@ static void test_ledger__memory_contract(void **state)
 
 	(void)state;
 	contract(l);
-	l->ops->close(l);
+	tb_ledger_close(l);
 }
 
 static void test_ledger__redis_contract(void **state)
@@ -168,7 +170,7 @@ static void test_ledger__redis_contract(void **state)
 
 	(void)state;
 	contract(l);
-	l->ops->close(l);
+	tb_ledger_close(l);
 }
 
 /*
@@ -188,30 +190,31 @@ static void test_ledger__redis_leases_are_shared_between_workers(void **state)
 
 	(void)state;
 	snprintf(task, sizeof(task), "shared-%d-%ld", getpid(), (long)time(NULL));
-	assert_int_equal(a->ops->begin(a, task, LEASE, &att, &err), 0);
+	assert_int_equal(tb_ledger_begin(a, task, LEASE, &att, &err), 0);
 	assert_int_equal(att, 1);
-	assert_int_equal(b->ops->begin(b, task, LEASE, &att, &err), TB_EBUSY);
+	assert_int_equal(tb_ledger_begin(b, task, LEASE, &att, &err), TB_EBUSY);
 	assert_non_null(strstr(err.msg, "worker-a"));
 	assert_int_equal(att, 1);
-	assert_int_equal(a->ops->renew(a, task, 1, LEASE, &err), 0);
-	assert_int_equal(a->ops->release(a, task, 1, &err), 0);
-	assert_int_equal(b->ops->begin(b, task, LEASE, &att, &err), 0);
+	assert_int_equal(tb_ledger_renew(a, task, 1, LEASE, &err), 0);
+	assert_int_equal(tb_ledger_release(a, task, 1, &err), 0);
+	assert_int_equal(tb_ledger_begin(b, task, LEASE, &att, &err), 0);
 	assert_int_equal(att, 2);
 	/* worker-a's attempt 1, still running somewhere, is fenced out */
-	assert_int_equal(a->ops->renew(a, task, 1, LEASE, &err), TB_EFENCED);
-	assert_int_equal(a->ops->done(a, task, 1, "tasks/t/1/manifest.msgpack", &err), TB_EFENCED);
-	assert_int_equal(a->ops->begin(a, task, LEASE, &att, &err), TB_EBUSY);
-	assert_int_equal(b->ops->failed(b, task, 2, TB_EFENCED, "lost its slot", &err), 0);
-	assert_int_equal(a->ops->history(a, task, &hist, &n, &err), 0);
+	assert_int_equal(tb_ledger_renew(a, task, 1, LEASE, &err), TB_EFENCED);
+	assert_int_equal(tb_ledger_done(a, task, 1, "tasks/t/1/manifest.msgpack", &err),
+			 TB_EFENCED);
+	assert_int_equal(tb_ledger_begin(a, task, LEASE, &att, &err), TB_EBUSY);
+	assert_int_equal(tb_ledger_failed(b, task, 2, TB_EFENCED, "lost its slot", &err), 0);
+	assert_int_equal(tb_ledger_history(a, task, &hist, &n, &err), 0);
 	assert_int_equal(n, 1);
 	assert_string_equal(hist[0].worker, "worker-b");
 	assert_string_equal(hist[0].code, "fenced");
 	free(hist);
-	assert_int_equal(b->ops->done(b, task, 2, "m", &err), 0);
+	assert_int_equal(tb_ledger_done(b, task, 2, "m", &err), 0);
 	/* done released the lease: the other worker sees done, not busy */
-	assert_int_equal(a->ops->begin(a, task, LEASE, &att, &err), TB_EEXIST);
-	a->ops->close(a);
-	b->ops->close(b);
+	assert_int_equal(tb_ledger_begin(a, task, LEASE, &att, &err), TB_EEXIST);
+	tb_ledger_close(a);
+	tb_ledger_close(b);
 }
 
 /* A holder that stops renewing loses the lease when it expires. */
@@ -225,18 +228,18 @@ static void test_ledger__redis_lease_expires_without_heartbeats(void **state)
 
 	(void)state;
 	snprintf(task, sizeof(task), "expiry-%d-%ld", getpid(), (long)time(NULL));
-	assert_int_equal(a->ops->begin(a, task, 300, &att, &err), 0);
-	assert_int_equal(b->ops->begin(b, task, 300, &att, &err), TB_EBUSY);
+	assert_int_equal(tb_ledger_begin(a, task, 300, &att, &err), 0);
+	assert_int_equal(tb_ledger_begin(b, task, 300, &att, &err), TB_EBUSY);
 	usleep(200000);
-	assert_int_equal(a->ops->renew(a, task, 1, 300, &err), 0); /* a heartbeat */
+	assert_int_equal(tb_ledger_renew(a, task, 1, 300, &err), 0); /* a heartbeat */
 	usleep(200000);
-	assert_int_equal(b->ops->begin(b, task, 300, &att, &err), TB_EBUSY);
+	assert_int_equal(tb_ledger_begin(b, task, 300, &att, &err), TB_EBUSY);
 	usleep(300000); /* no heartbeat for longer than the lease */
-	assert_int_equal(b->ops->begin(b, task, 300, &att, &err), 0);
+	assert_int_equal(tb_ledger_begin(b, task, 300, &att, &err), 0);
 	assert_int_equal(att, 2);
-	assert_int_equal(a->ops->renew(a, task, 1, 300, &err), TB_EFENCED);
-	a->ops->close(a);
-	b->ops->close(b);
+	assert_int_equal(tb_ledger_renew(a, task, 1, 300, &err), TB_EFENCED);
+	tb_ledger_close(a);
+	tb_ledger_close(b);
 }
 
 /* A worker restarted with its id takes its predecessor's lease at once. */
@@ -250,11 +253,11 @@ static void test_ledger__redis_a_restarted_worker_takes_its_lease_over(void **st
 
 	(void)state;
 	snprintf(task, sizeof(task), "restart-%d-%ld", getpid(), (long)time(NULL));
-	assert_int_equal(before->ops->begin(before, task, LEASE, &att, &err), 0);
-	before->ops->close(before); /* killed: its lease stands */
-	assert_int_equal(after->ops->begin(after, task, LEASE, &att, &err), 0);
+	assert_int_equal(tb_ledger_begin(before, task, LEASE, &att, &err), 0);
+	tb_ledger_close(before); /* killed: its lease stands */
+	assert_int_equal(tb_ledger_begin(after, task, LEASE, &att, &err), 0);
 	assert_int_equal(att, 2);
-	after->ops->close(after);
+	tb_ledger_close(after);
 }
 
 /* A task failing forever keeps only its newest 64 reasons. */
@@ -267,14 +270,14 @@ static void keeps_the_newest_failures(tb_ledger_t *l)
 
 	for (uint64_t i = 1; i <= 70; i++) {
 		snprintf(reason, sizeof(reason), "failure %llu", (unsigned long long)i);
-		assert_int_equal(l->ops->failed(l, "capped", i, TB_EIO, reason, &err), 0);
+		assert_int_equal(tb_ledger_failed(l, "capped", i, TB_EIO, reason, &err), 0);
 	}
-	assert_int_equal(l->ops->history(l, "capped", &hist, &n, &err), 0);
+	assert_int_equal(tb_ledger_history(l, "capped", &hist, &n, &err), 0);
 	assert_int_equal(n, 64);
 	assert_int_equal(hist[0].attempt, 7);
 	assert_string_equal(hist[63].reason, "failure 70");
 	free(hist);
-	l->ops->close(l);
+	tb_ledger_close(l);
 }
 
 static void test_ledger__memory_keeps_the_newest_failures(void **state)
@@ -301,12 +304,12 @@ static void test_ledger__redis_prefixes_are_separate(void **state)
 	(void)state;
 	snprintf(other, sizeof(other), "%s-other", prefix);
 	assert_int_equal(tb_ledger_open(&b, url, other, "w", &err), 0);
-	assert_int_equal(a->ops->begin(a, "same-id", LEASE, &att, &err), 0);
-	assert_int_equal(a->ops->done(a, "same-id", att, "m", &err), 0);
-	assert_int_equal(b->ops->begin(b, "same-id", LEASE, &att, &err), 0);
+	assert_int_equal(tb_ledger_begin(a, "same-id", LEASE, &att, &err), 0);
+	assert_int_equal(tb_ledger_done(a, "same-id", att, "m", &err), 0);
+	assert_int_equal(tb_ledger_begin(b, "same-id", LEASE, &att, &err), 0);
 	assert_int_equal(att, 1);
-	a->ops->close(a);
-	b->ops->close(b);
+	tb_ledger_close(a);
+	tb_ledger_close(b);
 }
 
 /* Nothing listens on loopback port 1: every call says "wait", with the
@@ -322,18 +325,18 @@ static void test_ledger__unreachable_redis_is_retryable(void **state)
 	(void)state;
 	assert_int_equal(tb_ledger_open(&l, "redis://127.0.0.1:1", "tb", "w", &err), 0);
 	char **infos;
-	assert_int_equal(l->ops->begin(l, "t", LEASE, &att, &err), TB_ERETRY);
+	assert_int_equal(tb_ledger_begin(l, "t", LEASE, &att, &err), TB_ERETRY);
 	assert_non_null(strstr(err.msg, "127.0.0.1:1"));
 	assert_int_equal(att, 0);
-	assert_int_equal(l->ops->renew(l, "t", 1, LEASE, &err), TB_ERETRY);
-	assert_int_equal(l->ops->release(l, "t", 1, &err), TB_ERETRY);
-	assert_int_equal(l->ops->alive(l, "{}", LEASE, &err), TB_ERETRY);
-	assert_int_equal(l->ops->workers(l, &infos, &n, &err), TB_ERETRY);
-	assert_int_equal(l->ops->failed(l, "t", 1, TB_EIO, "r", &err), TB_ERETRY);
-	assert_int_equal(l->ops->done(l, "t", 1, "m", &err), TB_ERETRY);
-	assert_int_equal(l->ops->history(l, "t", &hist, &n, &err), TB_ERETRY);
+	assert_int_equal(tb_ledger_renew(l, "t", 1, LEASE, &err), TB_ERETRY);
+	assert_int_equal(tb_ledger_release(l, "t", 1, &err), TB_ERETRY);
+	assert_int_equal(tb_ledger_alive(l, "{}", LEASE, &err), TB_ERETRY);
+	assert_int_equal(tb_ledger_workers(l, &infos, &n, &err), TB_ERETRY);
+	assert_int_equal(tb_ledger_failed(l, "t", 1, TB_EIO, "r", &err), TB_ERETRY);
+	assert_int_equal(tb_ledger_done(l, "t", 1, "m", &err), TB_ERETRY);
+	assert_int_equal(tb_ledger_history(l, "t", &hist, &n, &err), TB_ERETRY);
 	assert_int_equal(n, 0);
-	l->ops->close(l);
+	tb_ledger_close(l);
 }
 
 static void test_ledger__bad_urls_are_explained(void **state)
@@ -354,7 +357,7 @@ static void test_ledger__bad_urls_are_explained(void **state)
 	assert_int_equal(tb_ledger_open(&l, "redis://h:1", "has space", "w", &err), TB_EINVAL);
 	assert_non_null(strstr(err.msg, "ledger.prefix"));
 	assert_int_equal(tb_ledger_open(&l, "redis://h:1/3", "tb", "w", &err), 0);
-	l->ops->close(l);
+	tb_ledger_close(l);
 }
 
 int main(void)

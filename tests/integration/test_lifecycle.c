@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "lifecycle.h"
+#include "tb/sys/store.h" /* a backend of its own, or one called bypassing the checks */
 #include "tb/json_mpack.h"
 #include "tb/schema_verdict.h"
 

@@ -21,6 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tb/sys/store.h" /* a backend of its own, or one called bypassing the checks */
+#include "tb/encoding.h"
 #include "tb/crc32c.h"
 #include "tb/sigv4.h"
 #include "tb/store.h"
@@ -1092,7 +1094,7 @@ static int upload_pending(fixture_t *fx, const char *key)
 	char full[300];
 
 	snprintf(full, sizeof(full), "runs/%s", key);
-	assert_int_equal(tb_sigv4_encode(enc, sizeof(enc), full, 0), 0);
+	assert_int_equal(tb_percent_encode(enc, sizeof(enc), full, 0), 0);
 	snprintf(url, sizeof(url), "%s/%s?prefix=%s&uploads=", getenv("TASKBOX_TEST_S3_ENDPOINT"),
 		 fx->bucket, enc);
 	snprintf(sigv4, sizeof(sigv4), "aws:amz:%s:s3", getenv("TASKBOX_TEST_S3_REGION"));

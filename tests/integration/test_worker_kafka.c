@@ -422,8 +422,8 @@ static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void 
 		uint64_t att;
 		assert_int_equal(
 		    tb_ledger_open(&l, getenv("TASKBOX_TEST_REDIS"), group, "reader", &err), 0);
-		assert_int_equal(l->ops->begin(l, id, 10000, &att, &err), TB_EEXIST);
-		l->ops->close(l);
+		assert_int_equal(tb_ledger_begin(l, id, 10000, &att, &err), TB_EEXIST);
+		tb_ledger_close(l);
 	}
 
 	kill(worker, SIGTERM);

@@ -106,18 +106,6 @@ static void test_sigv4__presigned_url(void **state)
 	    "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404");
 }
 
-static void test_sigv4__encoding(void **state)
-{
-	char out[64];
-
-	(void)state;
-	assert_int_equal(tb_sigv4_encode(out, sizeof(out), "a b/c~d+e", 1), 0);
-	assert_string_equal(out, "a%20b/c~d%2Be");
-	assert_int_equal(tb_sigv4_encode(out, sizeof(out), "a/b", 0), 0);
-	assert_string_equal(out, "a%2Fb");
-	assert_int_equal(tb_sigv4_encode(out, 4, "abcd", 0), TB_ETOOBIG);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -125,7 +113,6 @@ int main(void)
 		cmocka_unit_test(test_sigv4__put_object_encodes_the_path),
 		cmocka_unit_test(test_sigv4__query_without_value_and_sorting),
 		cmocka_unit_test(test_sigv4__presigned_url),
-		cmocka_unit_test(test_sigv4__encoding),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

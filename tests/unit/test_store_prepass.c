@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "store_prepass.h"
+#include "tb/sys/store.h" /* a backend of its own, or one called bypassing the checks */
+#include "tb/encoding.h"
 #include "tb/crc32c.h"
 #include "tb/sigv4.h"
 

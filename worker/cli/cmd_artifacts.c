@@ -52,7 +52,7 @@ static int find(tb_ledger_t *l, tb_store_t *s, const char *task, found_t *f)
 	char *bytes = NULL;
 	size_t len;
 
-	if (l->ops->inspect(l, task, &t, &err) < 0) {
+	if (tb_ledger_inspect(l, task, &t, &err) < 0) {
 		fprintf(stderr, "taskbox artifacts: %s\n", err.msg);
 		return TB_EXIT_FAILURE;
 	}
@@ -260,7 +260,7 @@ out:
 	if (f.have)
 		tb_msg_free(&tb_schema_manifest, &f.m);
 	if (l)
-		l->ops->close(l);
+		tb_ledger_close(l);
 	tb_store_close(store);
 	tb_config_free(&cfg);
 	return rc;

@@ -26,7 +26,7 @@ int tb_cmd_open_fleet(const char *cmd, const tb_config_t *cfg, tb_ledger_t **led
 	if (tb_ledger_open(ledger, cfg->ledger.url, cfg->ledger.prefix, cmd, err) < 0)
 		return TB_EXIT_FAILURE;
 	if (store && tb_store_open(store, &cfg->store, err) < 0) {
-		(*ledger)->ops->close(*ledger);
+		tb_ledger_close(*ledger);
 		*ledger = NULL;
 		return TB_EXIT_FAILURE;
 	}

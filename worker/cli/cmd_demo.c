@@ -15,6 +15,7 @@
 #include "demo_recipe.h"
 #include "intake.h"
 #include "sandbox.h"
+#include "tb/clock.h"
 #include "tb/fsutil.h"
 #include "worker.h"
 #include "tb/json_mpack.h"
@@ -54,13 +55,6 @@ static const struct {
 	[MSG_JUNK] = { NULL, "random bytes" },
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: taskbox demo [--recipe DIR] [--chat DIR] [--keep]\n\n"
@@ -88,7 +82,7 @@ static int encode_task(msgpack_sbuffer *out, const char *id, int kind, const cha
 	t.recipe.commit = (char *)DEMO_COMMIT;
 	t.prompt = (char *)prompt;
 	t.runtime = (char *)"default";
-	t.submitted_at = now_ms();
+	t.submitted_at = tb_wall_ms();
 	return tb_msg_encode(out, &tb_schema_task, &t, err);
 }
 
@@ -100,7 +94,7 @@ static int encode_followup(msgpack_sbuffer *out, uint64_t seq, const char *text,
 	f.seq = seq;
 	f.kind = text ? TB_FOLLOWUP_PROMPT : TB_FOLLOWUP_END;
 	f.text = (char *)text;
-	f.sent_at = now_ms();
+	f.sent_at = tb_wall_ms();
 	return tb_msg_encode(out, &tb_schema_followup, &f, err);
 }
 
@@ -172,7 +166,7 @@ static int handle(rd_kafka_t *producer, const rd_kafka_message_t *m, int *failed
 	tb_error_t err;
 	int accepted = 0;
 
-	if (tb_intake_decode(&in, m->payload, m->len, &origin, now_ms()) < 0) {
+	if (tb_intake_decode(&in, m->payload, m->len, &origin, tb_wall_ms()) < 0) {
 		fprintf(stderr, "taskbox demo: out of memory\n");
 		*failed = 1;
 		return 0;
@@ -472,7 +466,7 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 	t.recipe.commit = commit;
 	t.runtime = (char *)"default";
 	t.prompt = (char *)"Say hello to the queue.";
-	t.submitted_at = now_ms();
+	t.submitted_at = tb_wall_ms();
 	t.id = (char *)"demo-hello";
 	if (tb_msg_encode(&v[0], &tb_schema_task, &t, &d.err) < 0 ||
 	    tb_msg_encode(&v[1], &tb_schema_task, &t, &d.err) < 0)
@@ -544,7 +538,7 @@ cleanup:
 	tb_kafka_mock_free(mock);
 	tb_store_close(d.deps.store);
 	if (d.deps.ledger)
-		d.deps.ledger->ops->close(d.deps.ledger);
+		tb_ledger_close(d.deps.ledger);
 	tb_recipe_cache_close(d.deps.recipes);
 	tb_seccomp_free((tb_seccomp_t *)d.deps.policy);
 out:

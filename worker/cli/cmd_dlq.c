@@ -6,6 +6,7 @@
  */
 #include "cmd.h"
 
+#include "tb/clock.h"
 #include "tb/config.h"
 #include "tb/kafka.h"
 #include "tb/ledger.h"
@@ -89,7 +90,8 @@ static int each_record(const tb_config_t *cfg, int32_t only, int64_t from, recor
 	}
 	rd_kafka_assign(c, parts);
 	rd_kafka_topic_partition_list_destroy(parts);
-	for (time_t until = time(NULL) + 60; ended < want && !stop && time(NULL) < until;) {
+	for (uint64_t until = tb_mono_ms() + 60000;
+	     ended < want && !stop && tb_mono_ms() < until;) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
 		tb_dlq_t rec;
 		tb_error_t derr;
@@ -208,7 +210,7 @@ static int send_back(const tb_config_t *cfg, int32_t partition, int64_t offset)
 	/* Only a task the ledger holds dead: a worker writes that marker just
 	 * after the DLQ record, and a task sent back before it would be found
 	 * done and not run. */
-	int rv = l->ops->revive(l, f.rec.task_id, &err);
+	int rv = tb_ledger_revive(l, f.rec.task_id, &err);
 	if (rv == TB_ENOTFOUND) {
 		fprintf(stderr,
 			"taskbox dlq: the ledger (%s, prefix %s) holds no dead letter for task %s: "
@@ -235,7 +237,7 @@ out:
 	if (p)
 		rd_kafka_destroy(p);
 	if (l)
-		l->ops->close(l);
+		tb_ledger_close(l);
 	tb_msg_free(&tb_schema_dlq, &f.rec);
 	return rc;
 }

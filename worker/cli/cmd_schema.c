@@ -6,6 +6,7 @@
  */
 #include "cmd.h"
 
+#include "tb/encoding.h"
 #include "tb/codec.h"
 #include "tb/config.h"
 #include "tb/json_mpack.h"
@@ -79,16 +80,10 @@ static int unhex(char *buf, size_t *len)
 
 	for (size_t i = 0; i < *len; i++) {
 		char c = buf[i];
-		int v;
+		int v = tb_hex_digit(c);
 		if (c == ' ' || c == '\n' || c == '\t' || c == '\r')
 			continue;
-		if (c >= '0' && c <= '9')
-			v = c - '0';
-		else if (c >= 'a' && c <= 'f')
-			v = c - 'a' + 10;
-		else if (c >= 'A' && c <= 'F')
-			v = c - 'A' + 10;
-		else
+		if (v < 0)
 			return -1;
 		if (hi < 0) {
 			hi = v;

@@ -9,6 +9,7 @@
  */
 #include "cmd.h"
 
+#include "tb/clock.h"
 #include "tb/config.h"
 #include "tb/kafka.h"
 #include "tb/ledger.h"
@@ -41,13 +42,6 @@ static void usage(FILE *out, const char *cmd)
 		     "4 the follow-up is invalid (the field is named).\n");
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* The follow-up's number: @p given, else the ledger's next. */
 static int number(const tb_config_t *cfg, const char *cmd, const char *task, uint64_t given,
 		  uint64_t *seq)
@@ -65,8 +59,8 @@ static int number(const tb_config_t *cfg, const char *cmd, const char *task, uin
 			rc == TB_EXIT_CONFIG ? "; or number it with --seq" : "");
 		return rc;
 	}
-	rc = l->ops->next_followup(l, task, seq, &err);
-	l->ops->close(l);
+	rc = tb_ledger_next_followup(l, task, seq, &err);
+	tb_ledger_close(l);
 	if (rc < 0) {
 		fprintf(stderr, "taskbox %s: %s\n", cmd, err.msg);
 		return TB_EXIT_FAILURE;
@@ -132,7 +126,7 @@ static int send_followup(int argc, char **argv, const char *cmd)
 	f.task_id = (char *)task;
 	f.kind = is_end ? TB_FOLLOWUP_END : TB_FOLLOWUP_PROMPT;
 	f.text = is_end ? NULL : (char *)text;
-	f.sent_at = now_ms();
+	f.sent_at = tb_wall_ms();
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
 	/* checked before a number is taken: a refused one leaves no gap */

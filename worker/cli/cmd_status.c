@@ -6,6 +6,7 @@
 #include "cmd.h"
 #include "fleet.h"
 
+#include "tb/clock.h"
 #include "tb/config.h"
 #include "tb/kafka.h"
 #include "tb/ledger.h"
@@ -31,13 +32,6 @@ static void usage(FILE *out)
 		     "`taskbox worker` (schemas/config.md).\n"
 		     "Exit: 0 shown, 1 a service failed, 2 usage, 3 configuration,\n"
 		     "5 the ledger has never seen TASK_ID.\n");
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* The done attempt's manifest, as JSON (NULL if it cannot be read: the
@@ -83,7 +77,7 @@ static const char *phase_of(tb_ledger_t *l, const char *worker, const char *task
 	tb_error_t err;
 	int found = 0;
 
-	if (l->ops->workers(l, &infos, &n, &err) < 0)
+	if (tb_ledger_workers(l, &infos, &n, &err) < 0)
 		return NULL;
 	for (size_t i = 0; i < n; i++) {
 		json_t *w = json_loads(infos[i], 0, NULL), *t;
@@ -116,8 +110,8 @@ static int task_status(tb_ledger_t *l, tb_store_t *store, const char *id, json_t
 	size_t n = 0;
 	int rc;
 
-	if ((rc = l->ops->inspect(l, id, &t, err)) < 0 ||
-	    (rc = l->ops->history(l, id, &hist, &n, err)) < 0)
+	if ((rc = tb_ledger_inspect(l, id, &t, err)) < 0 ||
+	    (rc = tb_ledger_history(l, id, &hist, &n, err)) < 0)
 		return rc;
 	if (!t.attempts && !n && !t.done) {
 		free(hist);
@@ -168,7 +162,7 @@ static int fleet_status(const tb_config_t *cfg, tb_ledger_t *l, json_t **out, tb
 	size_t n;
 	int rc;
 
-	if ((rc = l->ops->workers(l, &infos, &n, err)) < 0)
+	if ((rc = tb_ledger_workers(l, &infos, &n, err)) < 0)
 		return rc;
 	json_t *workers = json_array();
 	for (size_t i = 0; i < n; i++) {
@@ -237,7 +231,7 @@ static void print_fleet(const json_t *o)
 {
 	json_t *ws = json_object_get(o, "workers"), *w, *t, *p;
 	size_t i, k;
-	uint64_t now = now_ms();
+	uint64_t now = tb_wall_ms();
 
 	printf("%zu workers alive\n", json_array_size(ws));
 	json_array_foreach(ws, i, w)
@@ -340,7 +334,7 @@ int tb_cmd_status(int argc, char **argv)
 out:
 	json_decref(o);
 	if (l)
-		l->ops->close(l);
+		tb_ledger_close(l);
 	tb_store_close(store);
 	tb_config_free(&cfg);
 	return rc;

@@ -6,6 +6,7 @@
 #include "cmd.h"
 #include "follow.h"
 
+#include "tb/clock.h"
 #include "tb/config.h"
 #include "tb/json_mpack.h"
 #include "tb/kafka.h"
@@ -57,13 +58,6 @@ static void usage(FILE *out)
 		"8 --timeout passed first (the task goes on).\n");
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* t-20261129-134501-9f2c4e1a: sortable by time, unique by chance. */
 static void new_id(char *buf, size_t len)
 {
@@ -73,7 +67,7 @@ static void new_id(char *buf, size_t len)
 	char when[32];
 
 	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) { /* never short for 4 bytes */
-		uint64_t t = now_ms();
+		uint64_t t = tb_wall_ms();
 		memcpy(r, &t, sizeof(r));
 	}
 	gmtime_r(&now, &tm);
@@ -213,7 +207,7 @@ static json_t *build(submit_args_t *a)
 		json_object_set_new(doc, "id", json_string(id));
 	}
 	if (!json_object_get(doc, "submitted_at"))
-		json_object_set_new(doc, "submitted_at", json_integer((json_int_t)now_ms()));
+		json_object_set_new(doc, "submitted_at", json_integer((json_int_t)tb_wall_ms()));
 	int bad = 0;
 	for (size_t i = 0; i < a->ninputs && !bad; i++)
 		bad = add_input(doc, a->inputs[i]);
@@ -293,7 +287,7 @@ static int wait_for(const tb_config_t *cfg, const submit_args_t *a, const char *
 			       .stop = &stop };
 	int rc = tb_follow(cfg, &o, &res, &err);
 	if (l)
-		l->ops->close(l);
+		tb_ledger_close(l);
 	tb_store_close(store);
 	if (rc == TB_ETIMEOUT) {
 		fprintf(stderr, "taskbox submit: %s: %s; task %s goes on\n", id, err.msg, id);
@@ -408,7 +402,7 @@ int tb_cmd_submit(int argc, char **argv)
 		goto out;
 	}
 	/* Events are stamped by the workers' clocks: a little slack. */
-	uint64_t since = now_ms() - 2000;
+	uint64_t since = tb_wall_ms() - 2000;
 	if ((rc = produce(&cfg, id, &bytes)) != TB_EXIT_OK)
 		goto out;
 	printf("%s\n", id);

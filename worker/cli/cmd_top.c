@@ -11,6 +11,7 @@
 #include "fleet.h"
 #include "follow.h"
 
+#include "tb/clock.h"
 #include "tb/config.h"
 #include "tb/json_mpack.h"
 #include "tb/ledger.h"
@@ -76,13 +77,6 @@ typedef struct top {
 	char lag_err[256], dlq_err[256];
 	uint64_t slow_at;
 } top_t;
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void mark(marks_t *m, uint64_t at)
 {
@@ -170,7 +164,7 @@ static void take(top_t *t, const tb_event_t *ev)
 static void refresh_slow(top_t *t, const tb_config_t *cfg, rd_kafka_t *c)
 {
 	tb_error_t err;
-	uint64_t now = now_ms();
+	uint64_t now = tb_wall_ms();
 
 	if (t->slow_at && now - t->slow_at < SLOW_EVERY_MS)
 		return;
@@ -206,7 +200,7 @@ static const char *ago(char *buf, size_t len, uint64_t now, json_int_t then)
 static void draw(FILE *out, const top_t *t, const tb_config_t *cfg, json_t *workers, int tty,
 		 const char *ledger_err)
 {
-	uint64_t now = now_ms();
+	uint64_t now = tb_wall_ms();
 	long long slots = 0, busy = 0, waiting = 0;
 	json_t *w, *k;
 	size_t i, j;
@@ -343,7 +337,7 @@ int tb_cmd_top(int argc, char **argv)
 		fprintf(stderr, "taskbox top: out of memory\n");
 		goto out;
 	}
-	if (tb_follow_open(&cfg, (int64_t)(now_ms() - WINDOW_MS), &c, &np, &err) < 0) {
+	if (tb_follow_open(&cfg, (int64_t)(tb_wall_ms() - WINDOW_MS), &c, &np, &err) < 0) {
 		fprintf(stderr, "taskbox top: %s\n", err.msg);
 		goto out;
 	}
@@ -358,8 +352,8 @@ int tb_cmd_top(int argc, char **argv)
 	if (tty)
 		fputs("\033[?1049h\033[?25l", stdout); /* alternate screen, no cursor */
 	while (!stop) {
-		uint64_t until = now_ms() + (uint64_t)interval * 1000;
-		while (!stop && now_ms() < until) { /* events, for one interval */
+		uint64_t until = tb_mono_ms() + (uint64_t)interval * 1000;
+		while (!stop && tb_mono_ms() < until) { /* events, for one interval */
 			rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
 			tb_event_t ev;
 			if (m && !m->err &&
@@ -378,7 +372,7 @@ int tb_cmd_top(int argc, char **argv)
 		char **infos = NULL;
 		size_t n = 0;
 		json_t *workers = json_array();
-		int lrc = l->ops->workers(l, &infos, &n, &err);
+		int lrc = tb_ledger_workers(l, &infos, &n, &err);
 		for (size_t i = 0; i < n; i++) {
 			json_t *w = json_loads(infos[i], 0, NULL);
 			if (w)
@@ -403,7 +397,7 @@ out:
 		rd_kafka_destroy(c);
 	}
 	if (l)
-		l->ops->close(l);
+		tb_ledger_close(l);
 	free(t);
 	tb_config_free(&cfg);
 	return rc;

@@ -151,7 +151,7 @@ int tb_cmd_watch(int argc, char **argv)
 	}
 out:
 	if (l)
-		l->ops->close(l);
+		tb_ledger_close(l);
 	tb_store_close(store);
 	tb_config_free(&cfg);
 	return rc;

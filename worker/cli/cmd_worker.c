@@ -169,7 +169,7 @@ cleanup:
 	metrics = NULL;
 	tb_store_close(d.store);
 	if (d.ledger)
-		d.ledger->ops->close(d.ledger);
+		tb_ledger_close(d.ledger);
 	tb_recipe_cache_close(d.recipes);
 	tb_seccomp_free((tb_seccomp_t *)d.policy);
 out:

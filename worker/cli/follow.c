@@ -5,6 +5,7 @@
  */
 #include "follow.h"
 
+#include "tb/clock.h"
 #include "tb/json_mpack.h"
 #include "tb/kafka.h"
 #include "tb/schema_manifest.h"
@@ -38,13 +39,6 @@ typedef struct follow {
 	unsigned char eof[MAX_PARTITIONS];
 	uint64_t ledger_at, done_since;
 } follow_t;
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static const char *str(const json_t *p, const char *k)
 {
@@ -180,7 +174,8 @@ static int settles(const follow_t *f, uint64_t attempt)
 
 	if (!l)
 		return 1;
-	return l->ops->inspect(l, f->o->task, &t, &err) == 0 && t.done && t.done_attempt == attempt;
+	return tb_ledger_inspect(l, f->o->task, &t, &err) == 0 && t.done &&
+	       t.done_attempt == attempt;
 }
 
 /* What one task's event tells: results, errors, the acknowledgement. */
@@ -272,12 +267,12 @@ static void ask_ledger(follow_t *f)
 	tb_ledger_t *l = f->o->ledger;
 	tb_ledger_task_t t;
 	tb_error_t err;
-	uint64_t now = now_ms();
+	uint64_t now = tb_wall_ms();
 
 	if (now - f->ledger_at < LEDGER_CHECK_MS)
 		return;
 	f->ledger_at = now;
-	if (l->ops->inspect(l, f->o->task, &t, &err) < 0 || !t.done)
+	if (tb_ledger_inspect(l, f->o->task, &t, &err) < 0 || !t.done)
 		return;
 	seen_t *s = NULL;
 	for (size_t i = 0; i < f->nseen; i++)
@@ -430,9 +425,9 @@ int tb_follow(const tb_config_t *cfg, const tb_follow_opts_t *o, tb_follow_resul
 		return rc;
 	if (f.np > MAX_PARTITIONS)
 		f.np = MAX_PARTITIONS;
-	uint64_t deadline = o->timeout_ms ? now_ms() + o->timeout_ms : 0;
+	uint64_t deadline = o->timeout_ms ? tb_mono_ms() + o->timeout_ms : 0;
 	while (!(o->stop && *o->stop) && !(o->until_settled && res->settled)) {
-		if (deadline && now_ms() > deadline) {
+		if (deadline && tb_mono_ms() > deadline) {
 			rc = tb_error_set(err, TB_ETIMEOUT, "waited %llu s",
 					  (unsigned long long)(o->timeout_ms / 1000));
 			break;

@@ -14,10 +14,12 @@
  */
 #include "proxy.h"
 
+#include "tb/clock.h"
 #include "tb/agent_events.h"
 #include "proxy_http.h"
 #include "proxy_mask.h"
 #include "proxy_policy.h"
+#include "tb/encoding.h"
 #include "tb/runtime.h"
 #include "tb/schema_event.h"
 
@@ -45,7 +47,6 @@
 #define RESP_HEAD_MAX (64 << 10) /* the upstream's response headers */
 #define MASK_MIN 8               /* shorter secrets are not masked */
 #define LINGER_MS 500            /* reading what a refused client still sends */
-#define B64 "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 typedef struct secret {
 	char *value;   /* rendered header or query value; NULL: none or unreadable */
@@ -111,20 +112,6 @@ typedef struct exchange {
 	uint64_t bytes_in;
 } exchange_t;
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static const char *reason_phrase(long status)
 {
 	static const struct {
@@ -178,7 +165,7 @@ static int wait_fd(conn_t *c, short events, uint64_t deadline)
 {
 	for (;;) {
 		struct pollfd pf[2] = { { c->fd, events, 0 }, { c->p->stop_fd, POLLIN, 0 } };
-		uint64_t now = mono_ms();
+		uint64_t now = tb_mono_ms();
 		if (now >= deadline)
 			return 0;
 		int n = poll(pf, 2, (int)(deadline - now > 1000 ? 1000 : deadline - now));
@@ -193,7 +180,7 @@ static int wait_fd(conn_t *c, short events, uint64_t deadline)
 
 static int send_all(conn_t *c, struct iovec *iov, int n, unsigned timeout_ms)
 {
-	uint64_t deadline = mono_ms() + timeout_ms;
+	uint64_t deadline = tb_mono_ms() + timeout_ms;
 
 	while (n > 0) {
 		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
@@ -271,7 +258,7 @@ static void audit(conn_t *c, const char *method, const char *host, const char *p
 		.status = status,
 		.bytes_in = in,
 		.bytes_out = out,
-		.duration_ms = mono_ms() - t0,
+		.duration_ms = tb_mono_ms() - t0,
 		.reason = reason,
 		.refused = reason != NULL && !c->upstream,
 	};
@@ -307,7 +294,7 @@ static void refuse_with(conn_t *c, int status, const char *reason, const char *e
 	if (send_all(c, iov, 2, t) < 0)
 		return;
 	shutdown(c->fd, SHUT_WR);
-	uint64_t deadline = mono_ms() + LINGER_MS;
+	uint64_t deadline = tb_mono_ms() + LINGER_MS;
 	for (size_t drained = 0; drained < (64 << 10);) {
 		c->off = c->have = 0;
 		ssize_t n = fill(c, deadline);
@@ -518,7 +505,7 @@ static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
 
 	while (!x->body_done) {
 		if (c->off == c->have) {
-			ssize_t n = fill(c, mono_ms() + c->p->conf.io_timeout_ms);
+			ssize_t n = fill(c, tb_mono_ms() + c->p->conf.io_timeout_ms);
 			if (n <= 0) {
 				x->body_err = n == -2 ? 408 : 400;
 				return CURL_READFUNC_ABORT;
@@ -914,26 +901,12 @@ static int split_target(tb_proxy_target_t *t, char *binding, size_t blen, char *
  * @p out, or NULL when @p b64 is not one or is too long. */
 static const char *basic_password(char *out, size_t cap, const char *b64)
 {
-	size_t o = 0;
-	uint32_t acc = 0;
-	int bits = 0;
-
 	while (*b64 == ' ')
 		b64++;
-	for (const char *s = b64; *s && *s != '='; s++) {
-		const char *at = strchr(B64, *s);
-		if (!at || o + 1 >= cap)
-			return NULL;
-		acc = acc << 6 | (uint32_t)(at - B64);
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			out[o++] = (char)(acc >> bits & 0xff);
-		}
-	}
-	out[o] = '\0';
-	if (memchr(out, '\0', o))
+	ssize_t n = cap ? tb_base64_decode(out, cap - 1, b64, strlen(b64), 0) : -1;
+	if (n < 0 || memchr(out, '\0', (size_t)n))
 		return NULL;
+	out[n] = '\0';
 	const char *colon = strchr(out, ':');
 	return colon ? colon + 1 : NULL;
 }
@@ -993,7 +966,7 @@ static int read_body(conn_t *c, const tb_http_request_t *r, char *out, size_t ca
 		if (!r->chunked && !left)
 			return 0;
 		if (c->off == c->have) {
-			ssize_t n = fill(c, mono_ms() + c->p->conf.io_timeout_ms);
+			ssize_t n = fill(c, tb_mono_ms() + c->p->conf.io_timeout_ms);
 			if (n <= 0)
 				return n == -2 ? 408 : 400;
 		}
@@ -1149,7 +1122,7 @@ static int serve(conn_t *c, size_t hlen, uint64_t t0)
 			 "Proxy-Authorization: Basic with $TASKBOX_TOKEN as the password");
 	} else {
 		int rc = tb_task_token_verify(&p->key, tok, strlen(tok), p->task_id,
-					      p->conf.attempt, wall_ms(), &err);
+					      p->conf.attempt, tb_wall_ms(), &err);
 		status = rc == 0 ? 0 : rc == TB_EFENCED ? 403 : 401;
 		if (rc < 0)
 			snprintf(why, sizeof(why), "%.500s", err.msg);
@@ -1243,7 +1216,7 @@ out:
 static long read_head(conn_t *c, int first)
 {
 	const tb_proxy_conf_t *conf = &c->p->conf;
-	uint64_t now = mono_ms();
+	uint64_t now = tb_mono_ms();
 	uint64_t deadline =
 	    now + (first || c->have > c->off ? conf->header_timeout_ms : conf->idle_timeout_ms);
 	int started = first || c->have > c->off;
@@ -1274,7 +1247,7 @@ static long read_head(conn_t *c, int first)
 			return 0;
 		if (!started) {
 			started = 1;
-			deadline = mono_ms() + conf->header_timeout_ms;
+			deadline = tb_mono_ms() + conf->header_timeout_ms;
 		}
 	}
 }
@@ -1285,7 +1258,7 @@ static void *conn_main(void *arg)
 	tb_proxy_t *p = c->p;
 
 	for (int first = 1; !atomic_load(&p->stopping); first = 0) {
-		uint64_t t0 = mono_ms();
+		uint64_t t0 = tb_mono_ms();
 		c->upstream = 0;
 		long n = read_head(c, first);
 		if (n == 0)

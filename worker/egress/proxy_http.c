@@ -4,6 +4,8 @@
  */
 #include "proxy_http.h"
 
+#include "tb/encoding.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -193,17 +195,6 @@ enum {
 	CH_DONE,
 };
 
-static int hexdigit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int tb_http_chunked_decode(tb_http_chunked_t *c, const char *in, size_t len, size_t *used,
 			   char *out, size_t cap, size_t *produced)
 {
@@ -214,7 +205,7 @@ int tb_http_chunked_decode(tb_http_chunked_t *c, const char *in, size_t len, siz
 		char ch = in[i];
 		switch (c->state) {
 		case CH_SIZE: {
-			int d = hexdigit(ch);
+			int d = tb_hex_digit(ch);
 			if (d >= 0) {
 				if (++c->digits > 15)
 					return -1;

@@ -5,20 +5,11 @@
  */
 #include "proxy_mask.h"
 
+#include "tb/encoding.h"
+
 #include <string.h>
 
 enum { NO_MATCH = -1, CUT_SHORT = -2 };
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 /*
  * Matches @p secret (its first @p k bytes) at the start of @p s.
@@ -36,7 +27,8 @@ static long match(const char *secret, size_t k, const char *s, size_t len)
 	long best = NO_MATCH;
 	if (s[0] == '%') {
 		unsigned char want = (unsigned char)*secret;
-		int hi = len > 1 ? hexval(s[1]) : want >> 4, lo = len > 2 ? hexval(s[2]) : 0;
+		int hi = len > 1 ? tb_hex_digit(s[1]) : want >> 4,
+		    lo = len > 2 ? tb_hex_digit(s[2]) : 0;
 		if (len < 3 && hi == want >> 4) {
 			best = CUT_SHORT; /* "%" or "%X" at the end: may be an escape */
 		} else if (hi >= 0 && lo >= 0 && (unsigned char)(hi << 4 | lo) == want) {

@@ -5,6 +5,8 @@
  */
 #include "proxy_policy.h"
 
+#include "tb/encoding.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,17 +17,6 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 static int unreserved(unsigned char c)
 {
@@ -61,7 +52,7 @@ int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_erro
 			path[o++] = (char)c;
 			continue;
 		}
-		int hi = hexval(s[1]), lo = hi < 0 ? -1 : hexval(s[2]);
+		int hi = tb_hex_digit(s[1]), lo = hi < 0 ? -1 : tb_hex_digit(s[2]);
 		if (hi < 0 || lo < 0)
 			return tb_error_set(err, TB_EINVAL, "the path holds a bad %%-escape");
 		unsigned char v = (unsigned char)(hi << 4 | lo);
@@ -110,7 +101,7 @@ int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_erro
 				return tb_error_set(err, TB_EINVAL,
 						    "the query holds a space, a control character, "
 						    "'#' or a byte above 0x7e");
-			if (c == '%' && (hexval(s[1]) < 0 || hexval(s[2]) < 0))
+			if (c == '%' && (tb_hex_digit(s[1]) < 0 || tb_hex_digit(s[2]) < 0))
 				return tb_error_set(err, TB_EINVAL,
 						    "the query holds a bad %%-escape");
 			query[q++] = (char)c;
@@ -212,17 +203,12 @@ static int query_sets(const char *query, const char *name)
 {
 	for (const char *p = query; *p;) {
 		const char *amp = strchr(p, '&'), *e = amp ? amp : p + strlen(p);
+		const char *eq = memchr(p, '=', (size_t)(e - p));
+		size_t klen = (size_t)((eq ? eq : e) - p);
 		char buf[256];
-		size_t o = 0;
-		for (const char *c = p; c < e && *c != '=' && o + 1 < sizeof(buf); c++) {
-			if (*c == '%' && c + 2 < e && hexval(c[1]) >= 0 && hexval(c[2]) >= 0) {
-				buf[o++] = (char)(hexval(c[1]) << 4 | hexval(c[2]));
-				c += 2;
-			} else {
-				buf[o++] = *c == '+' ? ' ' : *c;
-			}
-		}
-		buf[o] = '\0';
+		if (klen >= sizeof(buf))
+			klen = sizeof(buf) - 1;
+		tb_percent_decode(buf, p, klen, 1);
 		if (strcmp(buf, name) == 0)
 			return 1;
 		p = amp ? amp + 1 : e;
@@ -430,24 +416,12 @@ int tb_proxy_credential_render(char **out, const tb_credential_t *cred, const ch
 	memcpy(v + pre + slen, at + (at[0] ? 2 : 0), flen - 2 - pre);
 	v[vlen] = '\0';
 	if (cred->query) {
-		static const char hex[] = "0123456789ABCDEF";
 		char *q = malloc(vlen * 3 + 1);
-		size_t o = 0;
 		if (!q) {
 			tb_proxy_secret_free(v);
 			return tb_error_set(err, TB_ENOMEM, "out of memory");
 		}
-		for (size_t i = 0; i < vlen; i++) {
-			unsigned char c = (unsigned char)v[i];
-			if (unreserved(c)) {
-				q[o++] = (char)c;
-			} else {
-				q[o++] = '%';
-				q[o++] = hex[c >> 4];
-				q[o++] = hex[c & 15];
-			}
-		}
-		q[o] = '\0';
+		tb_percent_encode(q, vlen * 3 + 1, v, 0); /* fits: 3 bytes a byte */
 		tb_proxy_secret_free(v);
 		v = q;
 	}

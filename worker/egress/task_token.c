@@ -4,6 +4,8 @@
  */
 #include "task_token.h"
 
+#include "tb/encoding.h"
+
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -16,81 +18,6 @@
 #define PREFIX_LEN 4
 #define MAC_BYTES 32
 #define PAYLOAD_MAX 180 /* 128 + ':' + 20 + ':' + 20, rounded up */
-
-static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/* Encodes @p len bytes without padding; returns the length written, or 0
- * if @p cap (which must leave room for the NUL) is too small. */
-static size_t b64_encode(char *out, size_t cap, const uint8_t *in, size_t len)
-{
-	size_t need = len / 3 * 4 + (len % 3 ? len % 3 + 1 : 0), o = 0, i = 0;
-
-	if (need + 1 > cap)
-		return 0;
-	for (; i + 3 <= len; i += 3) {
-		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-		out[o++] = b64url[v >> 18 & 63];
-		out[o++] = b64url[v >> 12 & 63];
-		out[o++] = b64url[v >> 6 & 63];
-		out[o++] = b64url[v & 63];
-	}
-	if (len - i == 1) {
-		uint32_t v = (uint32_t)in[i] << 16;
-		out[o++] = b64url[v >> 18 & 63];
-		out[o++] = b64url[v >> 12 & 63];
-	} else if (len - i == 2) {
-		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
-		out[o++] = b64url[v >> 18 & 63];
-		out[o++] = b64url[v >> 12 & 63];
-		out[o++] = b64url[v >> 6 & 63];
-	}
-	out[o] = '\0';
-	return o;
-}
-
-static int b64_value(char c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '-')
-		return 62;
-	if (c == '_')
-		return 63;
-	return -1;
-}
-
-/* Decodes unpadded base64url; -1 on a bad character, a bad length, unused
- * bits that are not zero (one text per value) or no room. */
-static ssize_t b64_decode(uint8_t *out, size_t cap, const char *in, size_t len)
-{
-	size_t o = 0;
-	uint32_t acc = 0;
-	int bits = 0;
-
-	if (len % 4 == 1)
-		return -1;
-	for (size_t i = 0; i < len; i++) {
-		int v = b64_value(in[i]);
-		if (v < 0)
-			return -1;
-		acc = acc << 6 | (uint32_t)v;
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			if (o >= cap)
-				return -1;
-			out[o++] = (uint8_t)(acc >> bits);
-			acc &= (1u << bits) - 1;
-		}
-	}
-	if (acc != 0)
-		return -1;
-	return (ssize_t)o;
-}
 
 static int valid_id(const char *s, size_t len)
 {
@@ -179,12 +106,12 @@ int tb_task_token_issue(char *out, size_t cap, const tb_task_token_key_t *key, c
 		return tb_error_set(err, TB_ETOOBIG, "task token: no room");
 	memcpy(out, PREFIX, PREFIX_LEN);
 	o = PREFIX_LEN;
-	size_t w = b64_encode(out + o, cap - o, (const uint8_t *)payload, (size_t)n);
-	if (!w || o + w + 1 >= cap)
+	ssize_t w = tb_base64_encode(out + o, cap - o, payload, (size_t)n, TB_BASE64_URL);
+	if (w <= 0 || o + (size_t)w + 1 >= cap)
 		return tb_error_set(err, TB_ETOOBIG, "task token: no room");
-	o += w;
+	o += (size_t)w;
 	out[o++] = '.';
-	if (!(w = b64_encode(out + o, cap - o, mac, sizeof(mac))))
+	if (tb_base64_encode(out + o, cap - o, mac, sizeof(mac), TB_BASE64_URL) <= 0)
 		return tb_error_set(err, TB_ETOOBIG, "task token: no room");
 	OPENSSL_cleanse(mac, sizeof(mac));
 	return 0;
@@ -206,8 +133,11 @@ int tb_task_token_parse(tb_task_token_claims_t *out, const tb_task_token_key_t *
 	token += PREFIX_LEN, len -= PREFIX_LEN;
 	if (!(dot = memchr(token, '.', len)))
 		return tb_error_set(err, TB_EINVAL, "task token: malformed");
-	plen = b64_decode(payload, PAYLOAD_MAX, token, (size_t)(dot - token));
-	mlen = b64_decode(mac, sizeof(mac), dot + 1, len - (size_t)(dot - token) - 1);
+	/* one text per token: no padding, unused bits zero */
+	plen = tb_base64_decode(payload, PAYLOAD_MAX, token, (size_t)(dot - token),
+				TB_BASE64_URL | TB_BASE64_EXACT);
+	mlen = tb_base64_decode(mac, sizeof(mac), dot + 1, len - (size_t)(dot - token) - 1,
+				TB_BASE64_URL | TB_BASE64_EXACT);
 	if (plen <= 0 || mlen != MAC_BYTES)
 		return tb_error_set(err, TB_EINVAL, "task token: malformed");
 	/* The MAC first: nothing the payload says counts before it holds. */

@@ -9,6 +9,7 @@
  */
 #include "worker.h"
 
+#include "tb/clock.h"
 #include "tb/fault.h"
 #include "inputs.h"
 #include "intake.h"
@@ -55,6 +56,7 @@ typedef struct job {
 	uint64_t attempt;
 	uint64_t max_attempts;
 	uint64_t received_ms, claimed_ms; /* for the phase events */
+	uint64_t received_mono;           /* for how long it has waited */
 	uint64_t retry_at;                /* waiting: not before (monotonic ms) */
 	unsigned backoff;                 /* waiting: the next pause */
 	unsigned failures;                /* platform failures here: the retry pause */
@@ -109,20 +111,6 @@ typedef struct worker {
 	tb_worker_stats_t *stats;
 	volatile sig_atomic_t *stop;
 } worker_t;
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* ------------------------------------------------------------- events */
 
@@ -257,9 +245,9 @@ static int dead_letter_task(worker_t *w, job_t *j, int cause, const char *reason
 	tb_error_t err;
 
 	if (tb_intake_dead_letter(&rec, cause, reason, j->key, j->value, j->len, &origin,
-				  now_ms()) < 0)
+				  tb_wall_ms()) < 0)
 		abort(); /* out of memory */
-	if (w->d->ledger->ops->history(w->d->ledger, j->key, &hist, &n, &err) == 0 && n) {
+	if (tb_ledger_history(w->d->ledger, j->key, &hist, &n, &err) == 0 && n) {
 		tb_dlq_attempt_t *a = calloc(n, sizeof(*a));
 		for (size_t i = 0; a && i < n; i++) {
 			a[i].worker = strdup(hist[i].worker);
@@ -338,7 +326,7 @@ static void let_go(worker_t *w, job_t *j)
 	tb_ledger_t *l = w->d->ledger;
 	tb_error_t err;
 
-	if (j->attempt && l->ops->release(l, j->key, j->attempt, &err) < 0)
+	if (j->attempt && tb_ledger_release(l, j->key, j->attempt, &err) < 0)
 		tb_warn(j->key, "lease not released: %s", err.msg);
 	free_job(j);
 }
@@ -445,7 +433,7 @@ static int mark_done(void *ud, const char *task, uint64_t attempt, const char *m
 		     tb_error_t *err)
 {
 	tb_ledger_t *l = ud;
-	return l->ops->done(l, task, attempt, manifest_key, err);
+	return tb_ledger_done(l, task, attempt, manifest_key, err);
 }
 
 static void *slot_main(void *arg)
@@ -499,7 +487,7 @@ static int start_job(worker_t *w, job_t *j, tb_error_t *err)
 	while (slot < w->d->cfg->slots && (w->busy_slots >> slot & 1))
 		slot++;
 	j->slot = slot;
-	j->lease_ok = mono_ms();
+	j->lease_ok = tb_mono_ms();
 	atomic_store(&j->cancel, 0);
 	atomic_store(&j->phase, 0);
 	j->moved = 0;
@@ -553,7 +541,7 @@ static void forget_running(worker_t *w, const job_t *j)
 /* Puts @p j at the end of the waiting line, to begin after @p delay_ms. */
 static void wait_for(worker_t *w, job_t *j, uint64_t delay_ms)
 {
-	j->retry_at = mono_ms() + delay_ms;
+	j->retry_at = tb_mono_ms() + delay_ms;
 	j->next = NULL;
 	*w->waiting_tail = j;
 	w->waiting_tail = &j->next;
@@ -577,9 +565,9 @@ static char *liveness(const worker_t *w)
 	}
 	json_t *o = json_pack("{s:s,s:i,s:I,s:I,s:i,s:i,s:o,s:I}", "worker", w->d->worker_id, "pid",
 			      (int)getpid(), "started_ms", (json_int_t)w->started_ms,
-			      "heartbeat_ms", (json_int_t)now_ms(), "slots", (int)w->d->cfg->slots,
-			      "waiting", (int)w->nwaiting, "tasks", tasks, "finished",
-			      (json_int_t)w->finished_messages);
+			      "heartbeat_ms", (json_int_t)tb_wall_ms(), "slots",
+			      (int)w->d->cfg->slots, "waiting", (int)w->nwaiting, "tasks", tasks,
+			      "finished", (json_int_t)w->finished_messages);
 	char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 	json_decref(o);
 	return text;
@@ -594,7 +582,7 @@ static char *liveness(const worker_t *w)
 static void heartbeat(worker_t *w)
 {
 	tb_ledger_t *l = w->d->ledger;
-	uint64_t now = mono_ms();
+	uint64_t now = tb_mono_ms();
 	tb_error_t err;
 
 	if (now < w->next_beat)
@@ -603,10 +591,10 @@ static void heartbeat(worker_t *w)
 	for (job_t *j = w->running_jobs; j; j = j->next_running) {
 		if (atomic_load(&j->cancel))
 			continue;
-		int rc = l->ops->renew(l, j->key, j->attempt, w->lease_ms, &err);
+		int rc = tb_ledger_renew(l, j->key, j->attempt, w->lease_ms, &err);
 		if (rc == 0) {
-			j->lease_ok = mono_ms();
-		} else if (rc == TB_EFENCED || mono_ms() - j->lease_ok >= w->lease_ms * 2 / 3) {
+			j->lease_ok = tb_mono_ms();
+		} else if (rc == TB_EFENCED || tb_mono_ms() - j->lease_ok >= w->lease_ms * 2 / 3) {
 			/* fenced, or two beats missed: stop before the lease
 			 * can lapse and another worker begin */
 			tb_warn(j->key, "attempt %llu lost its lease, stopping it: %s",
@@ -622,7 +610,7 @@ static void heartbeat(worker_t *w)
 		if (w->marks[p])
 			tb_watermark_resend(w->marks[p]);
 	char *info = liveness(w);
-	if (info && l->ops->alive(l, info, w->lease_ms, &err) < 0)
+	if (info && tb_ledger_alive(l, info, w->lease_ms, &err) < 0)
 		tb_warn(NULL, "liveness not recorded: %s", err.msg);
 	free(info);
 }
@@ -717,7 +705,7 @@ static int give_up(worker_t *w, job_t *j, int cause, const char *reason)
 	if ((rc = dead_letter_task(w, j, cause, reason)) < 0)
 		return rc;
 	tb_metrics_task("dead-lettered");
-	if (l->ops->done(l, j->key, j->attempt, "", &err) < 0)
+	if (tb_ledger_done(l, j->key, j->attempt, "", &err) < 0)
 		tb_warn(j->key, "no done-marker for the dead letter: %s", err.msg);
 	return 0;
 }
@@ -729,7 +717,7 @@ static void keep_failure(worker_t *w, job_t *j, int code, const char *reason)
 	tb_ledger_t *l = w->d->ledger;
 	tb_error_t err;
 
-	if (l->ops->failed(l, j->key, j->attempt, code, reason, &err) == 0) {
+	if (tb_ledger_failed(l, j->key, j->attempt, code, reason, &err) == 0) {
 		j->failure_unkept = 0;
 		return;
 	}
@@ -787,7 +775,8 @@ static void complete(worker_t *w)
 			retry_later(w, j, RETRY_BACKOFF_MS);
 			continue;
 		} else if (j->rc == TB_EFENCED ||
-			   l->ops->renew(l, j->key, j->attempt, w->lease_ms, &err) == TB_EFENCED) {
+			   tb_ledger_renew(l, j->key, j->attempt, w->lease_ms, &err) ==
+			       TB_EFENCED) {
 			/* Lost its lease: another worker has begun the task, or
 			 * may. Wait for that run to end (done: acknowledged) or
 			 * its lease to lapse (then run it here). */
@@ -851,8 +840,8 @@ static int over_budget(worker_t *w, const job_t *j, char *why, size_t len)
 	if (j->attempt <= j->max_attempts)
 		return 0;
 	/* Counted from the last revive (`taskbox dlq send`) on. */
-	if (l->ops->inspect(l, j->key, &t, &err) < 0 ||
-	    l->ops->history(l, j->key, &hist, &n, &err) < 0) {
+	if (tb_ledger_inspect(l, j->key, &t, &err) < 0 ||
+	    tb_ledger_history(l, j->key, &hist, &n, &err) < 0) {
 		snprintf(why, len, "no history to count attempts by: %.500s", err.msg);
 		return TB_ERETRY;
 	}
@@ -907,7 +896,7 @@ static int admit_inputs(worker_t *w, const job_t *j, char *why, size_t len, tb_e
 	tb_ledger_task_t t;
 	int rc;
 
-	if ((rc = l->ops->inspect(l, j->key, &t, err)) < 0)
+	if ((rc = tb_ledger_inspect(l, j->key, &t, err)) < 0)
 		return rc;
 	if (t.done)
 		return 0;
@@ -917,7 +906,8 @@ static int admit_inputs(worker_t *w, const job_t *j, char *why, size_t len, tb_e
 			continue;
 		if (rc != TB_EBUSY && rc != TB_ENOTFOUND)
 			return rc; /* the ledger's */
-		if (rc == TB_EBUSY && !t.attempts && now_ms() - j->received_ms >= INPUT_UNSEEN_MS) {
+		if (rc == TB_EBUSY && !t.attempts &&
+		    tb_mono_ms() - j->received_mono >= INPUT_UNSEEN_MS) {
 			snprintf(why, len,
 				 "input %.200s: task %.128s is unknown: the ledger has not seen it "
 				 "in %d minutes",
@@ -942,7 +932,7 @@ static void admit_waiting(worker_t *w)
 {
 	tb_ledger_t *l = w->d->ledger;
 	job_t *list = w->waiting;
-	uint64_t now = mono_ms();
+	uint64_t now = tb_mono_ms();
 	tb_error_t err;
 
 	w->waiting = NULL;
@@ -971,7 +961,7 @@ static void admit_waiting(worker_t *w)
 		else if (j->ninputs && (inputs = admit_inputs(w, j, why, sizeof(why), &err)) != 0 &&
 			 inputs != TB_EPOISON)
 			rc = inputs == TB_EBUSY ? tb_error_set(&err, TB_EBUSY, "%s", why) : inputs;
-		else if ((rc = l->ops->begin(l, j->key, w->lease_ms, &j->attempt, &err)) == 0 &&
+		else if ((rc = tb_ledger_begin(l, j->key, w->lease_ms, &j->attempt, &err)) == 0 &&
 			 inputs == TB_EPOISON) {
 			/* an attempt, for the done-marker that goes with the DLQ */
 			keep_failure(w, j, TB_EPOISON, why);
@@ -979,12 +969,12 @@ static void admit_waiting(worker_t *w)
 		} else if (rc == 0 && (spent = over_budget(w, j, why, sizeof(why))) < 0) {
 			/* this attempt never ran: excused, and its lease let go */
 			keep_failure(w, j, TB_ERETRY, why);
-			l->ops->release(l, j->key, j->attempt, &err);
+			tb_ledger_release(l, j->key, j->attempt, &err);
 			rc = tb_error_set(&err, spent, "%s", why);
 		}
 		j->input_wait = inputs == TB_EBUSY;
 		if (rc == 0 && !spent) {
-			j->claimed_ms = now_ms();
+			j->claimed_ms = tb_wall_ms();
 			tb_kafka_tracker_reset(j->events);
 			if (start_job(w, j, &err) == 0)
 				continue;
@@ -1033,7 +1023,7 @@ static int refuse(worker_t *w, const tb_followup_t *f, const void *raw, size_t l
 	tb_dlq_t rec;
 
 	if (tb_intake_dead_letter(&rec, TB_DLQ_ORPHAN, why, f->task_id, raw, len, origin,
-				  now_ms()) < 0)
+				  tb_wall_ms()) < 0)
 		abort(); /* out of memory */
 	int rc = dead_letter(w, &rec, t, wait_ms);
 	tb_msg_free(&tb_schema_dlq, &rec);
@@ -1053,7 +1043,7 @@ static int orphan(worker_t *w, const tb_followup_t *f, const void *raw, size_t l
 	char why[1024], *bytes = NULL;
 	size_t blen;
 
-	if (l->ops->inspect(l, f->task_id, &t, &err) < 0) {
+	if (tb_ledger_inspect(l, f->task_id, &t, &err) < 0) {
 		snprintf(why, sizeof(why),
 			 "follow-up %llu: task %s has no session here, and the ledger cannot say "
 			 "whether one took it: %.600s",
@@ -1205,7 +1195,7 @@ static void redo_message(worker_t *w, job_t *j)
 	} else if (tb_kafka_tracker_pending(j->dlq) > 0) {
 		rc = TB_ERETRY;
 	} else {
-		if (tb_intake_decode(&in, j->value, j->len, &origin, now_ms()) < 0)
+		if (tb_intake_decode(&in, j->value, j->len, &origin, tb_wall_ms()) < 0)
 			abort(); /* out of memory */
 		rc = settle_other(w, &in, j->value, j->len, &origin, j->dlq, 0);
 		tb_intake_free(&in);
@@ -1228,7 +1218,7 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	if (m->partition < 0 || m->partition >= MAX_PARTITIONS || !w->marks[m->partition] ||
 	    tb_watermark_start(w->marks[m->partition], m->offset, &err) < 0)
 		return; /* not ours (any more), or seen: nothing to ack */
-	if (tb_intake_decode(&in, m->payload, m->len, &origin, now_ms()) < 0)
+	if (tb_intake_decode(&in, m->payload, m->len, &origin, tb_wall_ms()) < 0)
 		abort(); /* out of memory */
 	if (in.kind != TB_INTAKE_TASK) {
 		job_t *r = redo_job(w, m->partition, m->offset, w->epochs[m->partition]);
@@ -1268,7 +1258,8 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 		abort();
 	memcpy(j->value, m->payload, m->len);
 	j->len = m->len;
-	j->received_ms = now_ms();
+	j->received_ms = tb_wall_ms();
+	j->received_mono = tb_mono_ms();
 	snprintf(j->key, sizeof(j->key), "%s", in.task.id);
 	size_t by_task = 0;
 	for (size_t i = 0; i < in.task.inputs.n; i++)
@@ -1438,7 +1429,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	w->stop = stop;
 	w->waiting_tail = &w->waiting;
 	w->lease_ms = d->cfg->ledger.lease_ms ? d->cfg->ledger.lease_ms : 15000;
-	w->started_ms = now_ms();
+	w->started_ms = tb_wall_ms();
 	pthread_mutex_init(&w->lock, NULL);
 	if (pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "worker: pipe");
@@ -1491,9 +1482,9 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	 * read here): the next owner replays them from their first prompt. */
 	drop_all_waiting(w);
 	stop_sessions(w, -1, "the worker stops");
-	uint64_t drain_until = d->drain_ms ? now_ms() + d->drain_ms : 0;
+	uint64_t drain_until = d->drain_ms ? tb_mono_ms() + d->drain_ms : 0;
 	while (w->running) {
-		if (drain_until && now_ms() > drain_until) {
+		if (drain_until && tb_mono_ms() > drain_until) {
 			tb_warn(NULL,
 				"%u tasks still running after the drain timeout: leaving them "
 				"unacknowledged",

@@ -10,6 +10,7 @@
 #include "sandbox_cgroup.h"
 #include "sandbox_ids.h"
 #include "sandbox_proto.h"
+#include "tb/clock.h"
 #include "tb/fsutil.h"
 #include "tb/log.h"
 
@@ -67,13 +68,6 @@ struct tb_sandbox {
 	char name[256];      /* for logs */
 	char root[PATH_MAX]; /* work_root, canonical: init mounts its root over it */
 };
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 const char *tb_sandbox_end_describe(const tb_sandbox_exit_t *e, char *buf, size_t len)
 {
@@ -695,7 +689,7 @@ int tb_sandbox_assign(tb_sandbox_t *sb, const tb_sandbox_spec_t *spec, tb_error_
 	}
 	sb->assigned = 1;
 	if (spec->wall_ms)
-		sb->deadline = mono_ms() + spec->wall_ms;
+		sb->deadline = tb_mono_ms() + spec->wall_ms;
 out:
 	free(req);
 	return rc;
@@ -766,7 +760,7 @@ int tb_sandbox_spawn(tb_sandbox_t *sb, int *out, const tb_sandbox_exec_t *ex, tb
 	tb_sbp_resp_t r;
 
 	*out = 0;
-	if (!sb->dead && sb->deadline && mono_ms() >= sb->deadline) {
+	if (!sb->dead && sb->deadline && tb_mono_ms() >= sb->deadline) {
 		hit_deadline(sb);
 		return tb_error_set(err, TB_ETIMEOUT, "sandbox: deadline passed");
 	}
@@ -870,7 +864,7 @@ static void classify(tb_sandbox_t *sb, proc_t *p, tb_sandbox_exit_t *out)
 int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t *out,
 		    tb_error_t *err)
 {
-	uint64_t until = timeout_ms < 0 ? 0 : mono_ms() + (uint64_t)timeout_ms;
+	uint64_t until = timeout_ms < 0 ? 0 : tb_mono_ms() + (uint64_t)timeout_ms;
 	proc_t *p = find(sb, id);
 	tb_sbp_resp_t r;
 
@@ -880,7 +874,7 @@ int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t 
 		if (p->deadline) {
 			/* Killed at the deadline: its end comes from init
 			 * shortly, and nothing is read before it (bounded). */
-			for (uint64_t by = mono_ms() + 2000; !p->exited && mono_ms() < by;) {
+			for (uint64_t by = tb_mono_ms() + 2000; !p->exited && tb_mono_ms() < by;) {
 				int got = await(sb, &r, 100);
 				if (got == 1 && r.op == TB_SBP_EXITED)
 					note_exit(sb, &r);
@@ -908,7 +902,7 @@ int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t 
 			}
 			return tb_error_set(err, TB_EIO, "sandbox: init died");
 		}
-		uint64_t now = mono_ms(), stop = until;
+		uint64_t now = tb_mono_ms(), stop = until;
 		if (sb->deadline && (!stop || sb->deadline < stop))
 			stop = sb->deadline;
 		uint64_t left = stop > now ? stop - now : 0;
@@ -917,9 +911,9 @@ int tb_sandbox_wait(tb_sandbox_t *sb, int id, int timeout_ms, tb_sandbox_exit_t 
 		if (got == 1 && r.op == TB_SBP_EXITED) {
 			note_exit(sb, &r);
 		} else if (got == 0) {
-			if (sb->deadline && mono_ms() >= sb->deadline) {
+			if (sb->deadline && tb_mono_ms() >= sb->deadline) {
 				hit_deadline(sb); /* p exited by then, or is marked */
-			} else if (until && mono_ms() >= until) {
+			} else if (until && tb_mono_ms() >= until) {
 				return tb_error_set(err, TB_ETIMEOUT,
 						    "sandbox: process %d still running", id);
 			}
@@ -951,7 +945,7 @@ int tb_sandbox_kill(tb_sandbox_t *sb, int id, int sig, tb_error_t *err)
  * init does not answer in time is ended: nothing may run in it unseen. */
 static int clear(tb_sandbox_t *sb, unsigned uid, tb_error_t *err)
 {
-	uint64_t until = mono_ms() + TEARDOWN_TIMEOUT_MS;
+	uint64_t until = tb_mono_ms() + TEARDOWN_TIMEOUT_MS;
 	tb_sbp_req_t req;
 	tb_sbp_resp_t r;
 
@@ -965,7 +959,7 @@ static int clear(tb_sandbox_t *sb, unsigned uid, tb_error_t *err)
 	if (send(sb->ctl, &req, offsetof(tb_sbp_req_t, data), MSG_NOSIGNAL) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "sandbox: send to init");
 	for (;;) {
-		uint64_t now = mono_ms();
+		uint64_t now = tb_mono_ms();
 		int got = now < until ? await(sb, &r, (int)(until - now)) : 0;
 		if (got <= 0) {
 			kill_init(sb);

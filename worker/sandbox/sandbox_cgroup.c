@@ -14,6 +14,8 @@
  */
 #include "sandbox_cgroup.h"
 
+#include "tb/clock.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -534,17 +536,10 @@ int tb_cgroup_nprocs(tb_cgroup_t *cg)
 	return total;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Kills what is in @p dir, waits for it to empty, removes it. */
 static int remove_dir(const char *dir, int timeout_ms, tb_error_t *err)
 {
-	uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+	uint64_t deadline = tb_mono_ms() + (uint64_t)timeout_ms;
 	struct timespec pause = { 0, 200000 }; /* 0.2 ms, doubling */
 
 	thaw_dir(dir);
@@ -559,7 +554,7 @@ static int remove_dir(const char *dir, int timeout_ms, tb_error_t *err)
 			return 0;
 		if (n == 0 && errno != EBUSY)
 			return tb_error_errno(err, TB_EIO, errno, "cgroup: rmdir %s", dir);
-		if (now_ms() >= deadline)
+		if (tb_mono_ms() >= deadline)
 			return tb_error_set(err, TB_EIO,
 					    "cgroup: %s still has %d processes after %d ms", dir, n,
 					    timeout_ms);

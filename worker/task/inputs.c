@@ -16,7 +16,7 @@ int tb_inputs_task_done(tb_ledger_t *ledger, const char *task, tb_ledger_task_t 
 {
 	int rc;
 
-	if ((rc = ledger->ops->inspect(ledger, task, t, err)) < 0)
+	if ((rc = tb_ledger_inspect(ledger, task, t, err)) < 0)
 		return tb_error_prefix(err, "task %s: the ledger", task);
 	if (!t->done && !t->attempts)
 		return tb_error_set(err, TB_EBUSY,

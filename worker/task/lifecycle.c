@@ -9,6 +9,7 @@
  */
 #include "lifecycle.h"
 
+#include "tb/clock.h"
 #include "tb/agent_events.h"
 #include "collect.h"
 #include "egress.h"
@@ -69,13 +70,6 @@ typedef struct run {
 	tb_error_t teardown_err;
 } run_t;
 
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Stamps, records and sends one event whose payload @p source wrote
  * (tb_event_source_t); takes ownership of payload. */
 static void emit_from(run_t *r, int source, int type, tb_bytes_t payload)
@@ -87,7 +81,7 @@ static void emit_from(run_t *r, int source, int type, tb_bytes_t payload)
 	ev.task_id = r->task->id;
 	ev.attempt = r->attempt;
 	ev.seq = r->seq++;
-	ev.ts = wall_ms();
+	ev.ts = tb_wall_ms();
 	ev.type = type;
 	ev.source = source;
 	TB_SET_HAS(&ev, TB_EVENT_F_SOURCE);
@@ -226,7 +220,7 @@ static int cancelled(const run_t *r, tb_error_t *err)
 
 static void phase(run_t *r, const char *name)
 {
-	phase_at(r, name, wall_ms(), NULL);
+	phase_at(r, name, tb_wall_ms(), NULL);
 }
 
 static void error_event(run_t *r, int code, const char *phase_name, const char *reason)
@@ -242,7 +236,7 @@ static void error_event(run_t *r, int code, const char *phase_name, const char *
 static void pace(run_t *r)
 {
 	uint64_t wait;
-	while ((wait = tb_rate_take(&r->rate, wall_ms())) > 0)
+	while ((wait = tb_rate_take(&r->rate, tb_wall_ms())) > 0)
 		usleep((useconds_t)(wait * 1000));
 }
 
@@ -268,7 +262,7 @@ static void egress_flush(run_t *r, const char *phase_name, int last)
 {
 	char why[128];
 	uint64_t dropped =
-	    tb_egress_drain(r->egress, &r->rate, wall_ms(), last, emit_egress, emit_posted, r);
+	    tb_egress_drain(r->egress, &r->rate, tb_wall_ms(), last, emit_egress, emit_posted, r);
 	if (dropped) {
 		snprintf(why, sizeof(why), "%llu egress records dropped: over %d waiting",
 			 (unsigned long long)dropped, TB_EGRESS_QUEUE_MAX);
@@ -323,14 +317,11 @@ static int prepare(run_t *r, char *recipe_dir, size_t len, char *inputs_dir, siz
 		.max_file_mb = r->rt.sandbox.max_file_mb,
 		.wall_ms = lim->wall_seconds * 1000,
 	};
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint64_t t0 = tb_mono_us();
 	rc = ctx->pool ? tb_sandbox_pool_create(ctx->pool, &spec, &r->sb, NULL, err)
 		       : tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rc == 0)
-		tb_metrics_launch((uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000 +
-				  (uint64_t)((t1.tv_nsec - t0.tv_nsec) / 1000));
+		tb_metrics_launch(tb_mono_us() - t0);
 	return rc;
 }
 
@@ -428,13 +419,6 @@ typedef struct turns {
  * processes are killed (it then settles as it ended). */
 #define ENDING_GRACE_MS 30000
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Queues one protocol line for the agent's input. */
 static void queue_line(turns_t *t, json_t *obj)
 {
@@ -496,7 +480,7 @@ static void end_session(run_t *r, turns_t *t, const char *why)
 	queue_line(t, json_pack("{s:s}", "type", "end"));
 	t->close_after = 1;
 	t->st = T_ENDING;
-	t->ending_since = mono_ms();
+	t->ending_since = tb_mono_ms();
 }
 
 /* The agent is ready for its next prompt: the next follow-up, the end,
@@ -512,7 +496,7 @@ static void next_turn(run_t *r, turns_t *t)
 		if (t->st == T_IDLE)
 			return;
 		t->st = T_IDLE;
-		t->idle_since = mono_ms();
+		t->idle_since = tb_mono_ms();
 		emit_json(r, TB_EV_TURN,
 			  json_pack("{s:s,s:I}", "state", "idle", "turn", (json_int_t)r->turn));
 		if (tb_sandbox_freeze(r->sb, 1, &err) == 0)
@@ -548,13 +532,13 @@ static void drive_turns(run_t *r, turns_t *t, int followup_ready)
 	}
 	if (t->st == T_IDLE && followup_ready) {
 		next_turn(r, t);
-	} else if (t->st == T_IDLE && mono_ms() - t->idle_since >= t->idle_ms) {
+	} else if (t->st == T_IDLE && tb_mono_ms() - t->idle_since >= t->idle_ms) {
 		char why[96];
 		snprintf(why, sizeof(why), "idle for %llu s",
 			 (unsigned long long)(t->idle_ms / 1000));
 		end_session(r, t, why);
 	} else if (t->st == T_ENDING && !t->killed &&
-		   mono_ms() - t->ending_since >= ENDING_GRACE_MS) {
+		   tb_mono_ms() - t->ending_since >= ENDING_GRACE_MS) {
 		tb_warn(r->task->id, "the agent did not exit %d s after its session's end: killed",
 			ENDING_GRACE_MS / 1000);
 		tb_sandbox_kill_all(r->sb, NULL);
@@ -851,7 +835,7 @@ static int judge(run_t *r, size_t index, const char *prefix, tb_error_t *err)
 	const char *argv[65],
 	    *envp[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home", "TMPDIR=/tmp", NULL };
 	unsigned uid = TB_SANDBOX_JUDGE_ID + (unsigned)index;
-	uint64_t t0 = wall_ms();
+	uint64_t t0 = tb_wall_ms();
 	tb_error_t view_err;
 	int rc = sync_jsonl(r, err);
 	if (rc < 0)
@@ -902,7 +886,7 @@ static int judge(run_t *r, size_t index, const char *prefix, tb_error_t *err)
 		close(in);
 	tb_utf8_sanitize(why); /* the judge's own bytes, or its error's */
 	v.reason = why[0] ? why : NULL;
-	v.ts = wall_ms();
+	v.ts = tb_wall_ms();
 	v.duration_ms = v.ts - t0;
 
 	/* Stored with the conversation record, side by side (recorded). */
@@ -998,7 +982,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 
 	memset(out, 0, sizeof(*out));
 	r.ctx = ctx, r.task = task, r.attempt = attempt;
-	r.phase_ms = wall_ms();
+	r.phase_ms = tb_wall_ms();
 	r.m.started_at = r.phase_ms;
 	r.m.runtime = task->runtime;
 	r.record_fd = memfd_create("taskbox-conversation", MFD_CLOEXEC);
@@ -1020,7 +1004,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	r.phase_ms = got;
 	phase_at(&r, "received", got, ctx->worker);
 	phase_at(&r, "validated", got, NULL);
-	phase_at(&r, "claimed", ctx->claimed_ms ? ctx->claimed_ms : wall_ms(), NULL);
+	phase_at(&r, "claimed", ctx->claimed_ms ? ctx->claimed_ms : tb_wall_ms(), NULL);
 
 	if ((rc = prepare(&r, recipe_dir, sizeof(recipe_dir), inputs_dir, sizeof(inputs_dir), &lim,
 			  err)) < 0) {
@@ -1029,11 +1013,11 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	}
 	/* The sandbox's one way out, for the agent only (judges get no token). */
 	if ((rc = tb_egress_start(&r.egress, &r.rt, tb_sandbox_init_pid(r.sb), task->id, attempt,
-				  wall_ms() + lim.wall_seconds * 1000 + 60000, err)) < 0) {
+				  tb_wall_ms() + lim.wall_seconds * 1000 + 60000, err)) < 0) {
 		error_event(&r, rc, "prepared", err->msg);
 		goto done;
 	}
-	tb_rate_init(&r.rate, r.rt.agent.max_events_per_second, wall_ms());
+	tb_rate_init(&r.rate, r.rt.agent.max_events_per_second, tb_wall_ms());
 	phase(&r, "prepared");
 	if ((rc = cancelled(&r, err)) < 0) {
 		error_event(&r, rc, "prepared", err->msg);
@@ -1117,7 +1101,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	r.m.recipe = task->recipe;
 	r.m.conversation_key = key;
 	r.m.events = r.seq;
-	r.m.finished_at = wall_ms();
+	r.m.finished_at = tb_wall_ms();
 	if (r.failed) { /* the events are the record: incomplete, not recorded */
 		rc = tb_error_set(err, TB_ERETRY, "events: %s",
 				  r.sink_err.msg[0] ? r.sink_err.msg : "could not be recorded");
@@ -1188,7 +1172,7 @@ done:
 int tb_lifecycle_acknowledged(const tb_event_sink_t *sink, const char *task, uint64_t attempt,
 			      uint64_t seq, uint64_t since_ms, tb_error_t *err)
 {
-	uint64_t now = wall_ms();
+	uint64_t now = tb_wall_ms();
 	json_t *p = json_pack("{s:s,s:I}", "phase", "acknowledged", "duration_ms",
 			      (json_int_t)(now > since_ms ? now - since_ms : 0));
 	tb_event_t ev = { 0 };

@@ -4,7 +4,9 @@
  * One interface; implementations chosen at start-up by ledger.url:
  * "memory:" (in-process: the demo and tests, one worker) or
  * "redis://host:port[/db]" (shared by a fleet, surviving crashes). This file owns the
- * contract; it does not decide when a task is done (the lifecycle does).
+ * contract, and the wrappers below are the only way in; the backends'
+ * function table is tb/sys/ledger.h, for those who write one. It does not
+ * decide when a task is done (the lifecycle does).
  */
 #ifndef TB_LEDGER_H
 #define TB_LEDGER_H
@@ -51,55 +53,65 @@ typedef struct tb_ledger_task {
 			       * only those after it */
 } tb_ledger_task_t;
 
-struct tb_ledger_ops {
-	/* Starts the next attempt of @p task: *attempt = previous + 1, under a
-	 * lease of @p lease_ms held by this ledger's worker. TB_EEXIST if the
-	 * task is done; TB_EBUSY if another worker's lease is live (err says
-	 * whose and for how long): wait and try again. */
-	int (*begin)(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,
-		     tb_error_t *err);
-	/* The heartbeat: extends the lease of @p attempt by @p lease_ms.
-	 * TB_EFENCED if a newer attempt began: stop the run, write nothing. */
-	int (*renew)(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
-		     tb_error_t *err);
-	/* Lets the lease go (the attempt is over and nothing will run it
-	 * here): another worker may begin at once. A no-op if fenced. */
-	int (*release)(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err);
-	/* The attempt failed (@p code, a TB_E*, and the reason): kept, the
-	 * newest TB_LEDGER_MAX_FAILURES of them. The lease stays. */
-	int (*failed)(tb_ledger_t *l, const char *task, uint64_t attempt, int code,
-		      const char *reason, tb_error_t *err);
-	/* The attempt is recorded (manifest durable, or "" for a task
-	 * dead-lettered): the done-marker, and the lease released.
-	 * TB_EFENCED if a newer attempt began (nothing is written). */
-	int (*done)(tb_ledger_t *l, const char *task, uint64_t attempt, const char *manifest_key,
+/**
+ * Starts the next attempt of @p task: *attempt = previous + 1, under a
+ * lease of @p lease_ms held by this ledger's worker.
+ * @return 0; TB_EEXIST if the task is done; TB_EBUSY if another worker's
+ *         lease is live (err says whose and for how long): wait and try
+ *         again; TB_ERETRY if the ledger cannot be reached
+ */
+int tb_ledger_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,
 		    tb_error_t *err);
-	/* Every failed attempt's reason, oldest first; *n set. The caller
-	 * frees the array. */
-	int (*history)(tb_ledger_t *l, const char *task, tb_ledger_attempt_t **out, size_t *n,
-		       tb_error_t *err);
-	/* A dead-lettered task may run again (`taskbox dlq send`): its
-	 * done-marker goes and its attempt budget starts afresh (attempt
-	 * numbers go on). TB_EEXIST if it is done with a record (it would not
-	 * run again); TB_ENOTFOUND if it is not dead-lettered. */
-	int (*revive)(tb_ledger_t *l, const char *task, tb_error_t *err);
-	/* The next follow-up number for @p task (1, 2, 3 ...), counted here
-	 * for producers that keep no count of their own (`taskbox send`). */
-	int (*next_followup)(tb_ledger_t *l, const char *task, uint64_t *seq, tb_error_t *err);
-	/* What the ledger knows of @p task, read at one instant. */
-	int (*inspect)(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, tb_error_t *err);
-	/* This worker's liveness: @p info (a JSON object, schemas/keys.md)
-	 * stands for @p ttl_ms unless renewed. */
-	int (*alive)(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_t *err);
-	/* The live workers' info strings; the caller frees each and the
-	 * array. */
-	int (*workers)(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err);
-	void (*close)(tb_ledger_t *l);
-};
 
-struct tb_ledger {
-	const struct tb_ledger_ops *ops;
-};
+/** The heartbeat: extends the lease of @p attempt by @p lease_ms.
+ * @return 0; TB_EFENCED if a newer attempt began: stop the run, write
+ *         nothing */
+int tb_ledger_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
+		    tb_error_t *err);
+
+/** Lets the lease go (the attempt is over and nothing will run it here):
+ * another worker may begin at once. A no-op if fenced. */
+int tb_ledger_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err);
+
+/** The attempt failed (@p code, a TB_E*, and the reason): kept, the
+ * newest TB_LEDGER_MAX_FAILURES of them. The lease stays. */
+int tb_ledger_failed(tb_ledger_t *l, const char *task, uint64_t attempt, int code,
+		     const char *reason, tb_error_t *err);
+
+/** The attempt is recorded (manifest durable, or "" for a task
+ * dead-lettered): the done-marker, and the lease released.
+ * @return 0; TB_EFENCED if a newer attempt began (nothing is written) */
+int tb_ledger_done(tb_ledger_t *l, const char *task, uint64_t attempt, const char *manifest_key,
+		   tb_error_t *err);
+
+/** Every failed attempt's reason, oldest first; *n set.
+ * @param[out] out freed by the caller with free() */
+int tb_ledger_history(tb_ledger_t *l, const char *task, tb_ledger_attempt_t **out, size_t *n,
+		      tb_error_t *err);
+
+/** A dead-lettered task may run again (`taskbox dlq send`): its
+ * done-marker goes and its attempt budget starts afresh (attempt numbers
+ * go on). @return 0; TB_EEXIST if it is done with a record (it would not
+ * run again); TB_ENOTFOUND if it is not dead-lettered */
+int tb_ledger_revive(tb_ledger_t *l, const char *task, tb_error_t *err);
+
+/** The next follow-up number for @p task (1, 2, 3 ...), counted here for
+ * producers that keep no count of their own (`taskbox send`). */
+int tb_ledger_next_followup(tb_ledger_t *l, const char *task, uint64_t *seq, tb_error_t *err);
+
+/** What the ledger knows of @p task, read at one instant. */
+int tb_ledger_inspect(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, tb_error_t *err);
+
+/** This worker's liveness: @p info (a JSON object, schemas/keys.md) stands
+ * for @p ttl_ms unless renewed. */
+int tb_ledger_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_t *err);
+
+/** The live workers' info strings.
+ * @param[out] infos each string and the array freed by the caller */
+int tb_ledger_workers(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err);
+
+/** Closes the ledger and frees @p l; NULL is fine. */
+void tb_ledger_close(tb_ledger_t *l);
 
 /**
  * Opens the ledger @p url names ("memory:" or "redis://host:port[/db]").
@@ -110,7 +122,9 @@ struct tb_ledger {
 int tb_ledger_open(tb_ledger_t **out, const char *url, const char *prefix, const char *worker,
 		   tb_error_t *err);
 
+/** The in-process ledger ("memory:"): one worker's, lost with it. */
 int tb_ledger_memory_open(tb_ledger_t **out, const char *worker, tb_error_t *err);
+/** The Redis ledger ("redis://host:port[/db]"), shared by a fleet. */
 int tb_ledger_redis_open(tb_ledger_t **out, const char *url, const char *prefix, const char *worker,
 			 tb_error_t *err);
 

@@ -38,7 +38,7 @@ typedef struct tb_sigv4_header {
  * @param path the URI path, not yet encoded ("/bucket/key with space")
  * @param query the query string as it will be sent, "k=v&k2" (may be
  *        empty); it is decoded, sorted and re-encoded for signing, so send
- *        it encoded the same way (tb_sigv4_encode)
+ *        it encoded the same way (tb_percent_encode, keeping '/')
  * @param headers every header to sign, host, x-amz-date and
  *        x-amz-content-sha256 included
  * @param payload_sha256 the hex SHA-256 of the body, or "UNSIGNED-PAYLOAD"
@@ -63,18 +63,7 @@ int tb_sigv4_presign(char *out, size_t len, const tb_sigv4_creds_t *c, const cha
 /** Formats @p t as an x-amz-date ("20130524T000000Z"). */
 void tb_sigv4_date(char out[TB_SIGV4_DATE_LEN], time_t t);
 
-/**
- * URI-encodes @p in per SigV4: unreserved characters (A-Z a-z 0-9 - _ . ~)
- * stay, everything else becomes %XX; '/' stays when @p keep_slash.
- * @return 0, or TB_ETOOBIG if @p out is too small
- */
-int tb_sigv4_encode(char *out, size_t len, const char *in, int keep_slash);
-
 /** Hex SHA-256 of @p data. */
 void tb_sha256_hex(char out[65], const void *data, size_t len);
-
-/** @p n bytes as 2n lowercase hex digits and a NUL, the form every
- * checksum here is written in. */
-void tb_hex(char *out, const void *bytes, size_t n);
 
 #endif

@@ -1,7 +1,10 @@
 /*
- * ledger.c: chooses the ledger implementation ledger.url names.
+ * ledger.c: chooses the ledger implementation ledger.url names, and the
+ * wrappers that are the only way into its function table.
  */
 #include "tb/ledger.h"
+
+#include "tb/sys/ledger.h"
 
 #include <string.h>
 
@@ -15,4 +18,70 @@ int tb_ledger_open(tb_ledger_t **out, const char *url, const char *prefix, const
 		return tb_ledger_redis_open(out, url, prefix, worker, err);
 	return tb_error_set(err, TB_EINVAL,
 			    "ledger.url '%s': expected 'memory:' or redis://host:port[/db]", url);
+}
+
+int tb_ledger_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,
+		    tb_error_t *err)
+{
+	return l->ops->begin(l, task, lease_ms, attempt, err);
+}
+
+int tb_ledger_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
+		    tb_error_t *err)
+{
+	return l->ops->renew(l, task, attempt, lease_ms, err);
+}
+
+int tb_ledger_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err)
+{
+	return l->ops->release(l, task, attempt, err);
+}
+
+int tb_ledger_failed(tb_ledger_t *l, const char *task, uint64_t attempt, int code,
+		     const char *reason, tb_error_t *err)
+{
+	return l->ops->failed(l, task, attempt, code, reason, err);
+}
+
+int tb_ledger_done(tb_ledger_t *l, const char *task, uint64_t attempt, const char *manifest_key,
+		   tb_error_t *err)
+{
+	return l->ops->done(l, task, attempt, manifest_key, err);
+}
+
+int tb_ledger_history(tb_ledger_t *l, const char *task, tb_ledger_attempt_t **out, size_t *n,
+		      tb_error_t *err)
+{
+	return l->ops->history(l, task, out, n, err);
+}
+
+int tb_ledger_revive(tb_ledger_t *l, const char *task, tb_error_t *err)
+{
+	return l->ops->revive(l, task, err);
+}
+
+int tb_ledger_next_followup(tb_ledger_t *l, const char *task, uint64_t *seq, tb_error_t *err)
+{
+	return l->ops->next_followup(l, task, seq, err);
+}
+
+int tb_ledger_inspect(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, tb_error_t *err)
+{
+	return l->ops->inspect(l, task, out, err);
+}
+
+int tb_ledger_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_t *err)
+{
+	return l->ops->alive(l, info, ttl_ms, err);
+}
+
+int tb_ledger_workers(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err)
+{
+	return l->ops->workers(l, infos, n, err);
+}
+
+void tb_ledger_close(tb_ledger_t *l)
+{
+	if (l)
+		l->ops->close(l);
 }

@@ -7,6 +7,9 @@
  * runs tens of tasks, not millions.
  */
 #include "tb/ledger.h"
+#include "tb/sys/ledger.h"
+
+#include "tb/clock.h"
 
 #include "tb/codec.h"
 
@@ -36,13 +39,6 @@ typedef struct mem_ledger {
 	char *info; /* alive()'s, until info_until (ms, monotonic) */
 	uint64_t info_until;
 } mem_ledger_t;
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static entry_t *find(mem_ledger_t *m, const char *task, int create)
 {
@@ -229,7 +225,7 @@ static int mem_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error
 	pthread_mutex_lock(&m->lock);
 	free(m->info);
 	m->info = copy;
-	m->info_until = mono_ms() + ttl_ms;
+	m->info_until = tb_mono_ms() + ttl_ms;
 	pthread_mutex_unlock(&m->lock);
 	return 0;
 }
@@ -242,7 +238,7 @@ static int mem_workers(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err
 	*infos = NULL;
 	*n = 0;
 	pthread_mutex_lock(&m->lock);
-	if (m->info && mono_ms() < m->info_until) {
+	if (m->info && tb_mono_ms() < m->info_until) {
 		if (!(*infos = calloc(1, sizeof(char *))) || !((*infos)[0] = strdup(m->info))) {
 			free(*infos);
 			*infos = NULL;

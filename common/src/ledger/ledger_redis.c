@@ -26,6 +26,9 @@
  * done-markers and finished tasks run again (deploy/local/services does).
  */
 #include "tb/ledger.h"
+#include "tb/sys/ledger.h"
+
+#include "tb/clock.h"
 
 #include "tb/codec.h"
 
@@ -128,13 +131,6 @@ static void task_keys(task_keys_t *k, const redis_ledger_t *r, const char *task)
 	key(k->base, sizeof(k->base), r, task, "base");
 }
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Connected, or TB_ERETRY naming the address. A failed dial is not tried
  * again for REDIAL_MS: a worker with many leases to renew does not wait a
  * connect timeout for each. Caller holds the lock. */
@@ -144,13 +140,13 @@ static int dial(redis_ledger_t *r, tb_error_t *err)
 
 	if (r->c)
 		return 0;
-	if (mono_ms() < r->redial_at)
+	if (tb_mono_ms() < r->redial_at)
 		return tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d unreachable: %s", r->host,
 				    r->port, r->down);
 	r->c = redisConnectWithTimeout(r->host, r->port, connect_tv);
 	if (!r->c || r->c->err) {
 		snprintf(r->down, sizeof(r->down), "%s", r->c ? r->c->errstr : "out of memory");
-		r->redial_at = mono_ms() + REDIAL_MS;
+		r->redial_at = tb_mono_ms() + REDIAL_MS;
 		redisFree(r->c);
 		r->c = NULL;
 		return tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d unreachable: %s", r->host,
@@ -445,17 +441,15 @@ static int redis_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_err
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
 	char k_worker[512], k_workers[128];
-	struct timespec ts;
 	redisReply *rep;
 	int rc;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
 	snprintf(k_worker, sizeof(k_worker), "%s:worker:{%s}", r->prefix, r->worker);
 	snprintf(k_workers, sizeof(k_workers), "%s:workers", r->prefix);
 	pthread_mutex_lock(&r->lock);
 	rc = run(r, &rep, ANY, err, "EVAL %s 2 %s %s %s %llu %s %llu", ALIVE_LUA, k_worker,
 		 k_workers, info, (unsigned long long)ttl_ms, r->worker,
-		 (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000);
+		 (unsigned long long)tb_wall_ms());
 	pthread_mutex_unlock(&r->lock);
 	freeReplyObject(rep);
 	return rc;

@@ -14,6 +14,9 @@
  * store sends in parts).
  */
 #include "tb/store.h"
+#include "tb/sys/store.h"
+
+#include "tb/encoding.h"
 
 #include "store_hasher.h"
 #include "store_prepass.h"

@@ -8,6 +8,7 @@
  * half-written or replaced.
  */
 #include "tb/store.h"
+#include "tb/sys/store.h"
 
 #include "tb/fsutil.h"
 

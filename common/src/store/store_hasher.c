@@ -13,6 +13,7 @@
  */
 #include "store_hasher.h"
 
+#include "tb/encoding.h"
 #include "tb/crc32c.h"
 #include "tb/sigv4.h"
 

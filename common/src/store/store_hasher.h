@@ -6,6 +6,7 @@
 #define TB_STORE_HASHER_H
 
 #include "tb/store.h"
+#include "tb/sys/store.h"
 
 #include <openssl/evp.h>
 #include <pthread.h>

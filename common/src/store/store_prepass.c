@@ -22,6 +22,7 @@
  */
 #include "store_prepass.h"
 
+#include "tb/encoding.h"
 #include "tb/crc32c.h"
 #include "tb/sigv4.h"
 

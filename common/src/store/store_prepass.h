@@ -6,6 +6,7 @@
 #define TB_STORE_PREPASS_H
 
 #include "tb/store.h"
+#include "tb/sys/store.h"
 
 #include <stdint.h>
 

@@ -17,8 +17,10 @@
  * Addressing: with an endpoint (an S3-compatible server), path style
  * http(s)://endpoint/bucket/key; without one, AWS virtual-hosted style.
  */
+#include "tb/encoding.h"
 #include "tb/fsutil.h"
 #include "tb/store.h"
+#include "tb/sys/store.h"
 
 #include "tb/sigv4.h"
 
@@ -327,7 +329,7 @@ static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, in
 
 	*prep_rc = 0;
 	build_path(s, r->key, path, sizeof(path));
-	if (tb_sigv4_encode(encoded, sizeof(encoded), path, 1) < 0) {
+	if (tb_percent_encode(encoded, sizeof(encoded), path, 1) < 0) {
 		*prep_rc = tb_error_set(err, TB_EINVAL, "s3: key too long");
 		return CURLE_OK;
 	}
@@ -603,7 +605,7 @@ static int put_multipart(s3_store_t *s, const char *key, int fd, const tb_object
 		rc = s3_fail(s, &r, err);
 		goto out;
 	}
-	tb_sigv4_encode(enc_id, sizeof(enc_id), upload_id, 0);
+	tb_percent_encode(enc_id, sizeof(enc_id), upload_id, 0);
 	mp_job_t job = { .s = s,
 			 .key = key,
 			 .enc_id = enc_id,
@@ -740,10 +742,10 @@ static int s3_list(tb_store_t *base, const char *prefix, tb_store_list_fn fn, vo
 	int rc = 0, more = 1, stop = 0;
 
 	snprintf(full, sizeof(full), "%s%s", s->prefix, prefix);
-	if (tb_sigv4_encode(enc_prefix, sizeof(enc_prefix), full, 0) < 0)
+	if (tb_percent_encode(enc_prefix, sizeof(enc_prefix), full, 0) < 0)
 		return tb_error_set(err, TB_EINVAL, "s3: prefix too long");
 	for (int page = 0; more && !stop && page < 100000; page++) {
-		tb_sigv4_encode(enc_token, sizeof(enc_token), token, 0);
+		tb_percent_encode(enc_token, sizeof(enc_token), token, 0);
 		snprintf(query, sizeof(query), "list-type=2&prefix=%s%s%s", enc_prefix,
 			 token[0] ? "&continuation-token=" : "", token[0] ? enc_token : "");
 		s3_req_t r = req_init("GET", NULL, query);

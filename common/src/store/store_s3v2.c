@@ -25,6 +25,7 @@
  */
 #include "tb/fsutil.h"
 #include "tb/store.h"
+#include "tb/sys/store.h"
 
 #include <errno.h>
 #include <libs3.h>
