@@ -6,6 +6,7 @@
 #include "tb/metrics.h"
 
 #include "tb/schema_dlq.h"
+#include "tb/schema_event.h"
 #include "tb/schema_manifest.h"
 
 #include <pthread.h>
@@ -34,9 +35,6 @@ typedef struct family { /* one label, its values in first-seen order */
 	histogram_t hist[MAX_VALUES]; /* histogram families only */
 } family_t;
 
-static const char *const phases[] = { "received", "validated", "claimed",     "prepared",
-				      "running",  "settled",   "collected",   "judged",
-				      "recorded", "torn-down", "acknowledged" };
 static const char *const egress_classes[] = { "2xx", "3xx", "4xx", "5xx", "refused" };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -84,8 +82,8 @@ static void seed(void)
 	slot(&R.tasks, "dead-lettered");
 	for (size_t i = 0; tb_dlq_causes[i]; i++)
 		slot(&R.dlq, tb_dlq_causes[i]);
-	for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
-		slot(&R.phase, phases[i]);
+	for (int i = 0; i < TB_PHASE__COUNT; i++) /* so slot i is phase i */
+		slot(&R.phase, tb_phase_name(i));
 }
 
 void tb_metrics_reset(void)
@@ -129,12 +127,14 @@ void tb_metrics_dlq(const char *cause)
 	count(&R.dlq, cause);
 }
 
-void tb_metrics_phase(const char *phase, uint64_t duration_ms)
+void tb_metrics_phase(tb_phase_t phase, uint64_t duration_ms)
 {
+	if ((int)phase < 0 || phase >= TB_PHASE__COUNT)
+		return;
 	pthread_mutex_lock(&lock);
 	if (!R.tasks.n)
 		seed();
-	observe(&R.phase.hist[slot(&R.phase, phase)], (double)duration_ms / 1e3);
+	observe(&R.phase.hist[phase], (double)duration_ms / 1e3);
 	pthread_mutex_unlock(&lock);
 }
 

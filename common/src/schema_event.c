@@ -10,6 +10,15 @@ static const char *const event_types[] = {
 	"verdict", "error",   "egress",    "turn",        "result",  NULL,
 };
 
+static const char *const phases[] = { "received", "validated", "claimed",     "prepared",
+				      "running",  "settled",   "collected",   "judged",
+				      "recorded", "torn-down", "acknowledged" };
+
+const char *tb_phase_name(int phase)
+{
+	return phase >= 0 && phase < TB_PHASE__COUNT ? phases[phase] : NULL;
+}
+
 static const char *const event_sources[] = { "worker", "agent", NULL };
 
 const char *tb_event_source_name(int source)

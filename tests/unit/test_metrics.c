@@ -43,9 +43,9 @@ static void renders_what_was_recorded(void **state)
 	tb_metrics_task("dead-lettered");
 	tb_metrics_failure("retryable");
 	tb_metrics_dlq("poison");
-	tb_metrics_phase("running", 40);   /* 0.04 s: bucket 0.05 */
-	tb_metrics_phase("running", 2000); /* 2 s: bucket 2.5 */
-	tb_metrics_launch(3000);           /* 3 ms */
+	tb_metrics_phase(TB_PHASE_RUNNING, 40);   /* 0.04 s: bucket 0.05 */
+	tb_metrics_phase(TB_PHASE_RUNNING, 2000); /* 2 s: bucket 2.5 */
+	tb_metrics_launch(3000);                  /* 3 ms */
 	tb_metrics_busy(3, 1);
 	int64_t lag[] = { 5, -1, 0 };
 	tb_metrics_lag(lag, 3);

@@ -140,7 +140,8 @@ static void take(top_t *t, const tb_event_t *ev)
 			k->since = ev->ts;
 		}
 	}
-	if (ev->type == TB_EV_PHASE && phase && !strcmp(phase, "acknowledged")) {
+	if (ev->type == TB_EV_PHASE && phase &&
+	    !strcmp(phase, tb_phase_name(TB_PHASE_ACKNOWLEDGED))) {
 		/* settled; no result means it was given up (the DLQ) */
 		const char *o = k->outcome[0] ? k->outcome : "dead-lettered";
 		mark(&t->settled, ev->ts);

@@ -192,7 +192,8 @@ static void track(follow_t *f, seen_t *s, const tb_event_t *ev)
 		snprintf(s->reason, sizeof(s->reason), "%s", str(p, "reason"));
 	} else if (ev->type == TB_EV_ERROR && !s->has_result) {
 		snprintf(s->reason, sizeof(s->reason), "[%s] %s", str(p, "code"), str(p, "reason"));
-	} else if (ev->type == TB_EV_PHASE && !strcmp(str(p, "phase"), "acknowledged")) {
+	} else if (ev->type == TB_EV_PHASE &&
+		   !strcmp(str(p, "phase"), tb_phase_name(TB_PHASE_ACKNOWLEDGED))) {
 		s->acknowledged = 1;
 		if (settles(f, s->attempt))
 			settle(f, s->attempt, s->has_result ? s->outcome : "dead-lettered",

@@ -132,24 +132,10 @@ static int produce(worker_t *w, const char *topic, const char *key, const void *
 	return rc;
 }
 
-/* The lifecycle's phases, as the liveness record names them. */
-static const char *const phases[] = { "received", "validated", "claimed",     "prepared",
-				      "running",  "settled",   "collected",   "judged",
-				      "recorded", "torn-down", "acknowledged" };
-
-/* Notes the phase a job's phase event names (read by liveness()). */
-static void note_phase(job_t *j, const tb_event_t *ev)
+/* The phase a job reached (read by liveness()); the sink's ud is the job. */
+static void note_phase(void *ud, tb_phase_t phase)
 {
-	json_t *p = NULL;
-	tb_error_t err;
-
-	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, &err) < 0)
-		return;
-	const char *name = json_string_value(json_object_get(p, "phase"));
-	for (int i = 0; name && i < (int)(sizeof(phases) / sizeof(phases[0])); i++)
-		if (!strcmp(name, phases[i]))
-			atomic_store(&j->phase, i + 1);
-	json_decref(p);
+	atomic_store(&((job_t *)ud)->phase, (int)phase + 1);
 }
 
 /* The sink's ud is the job. */
@@ -161,8 +147,6 @@ static int publish_event(void *ud, const tb_event_t *ev, const void *bytes, size
 			 err);
 	if (rc == 0)
 		tb_metrics_events(1);
-	if (rc == 0 && ev->type == TB_EV_PHASE)
-		note_phase(j, ev);
 	return rc;
 }
 
@@ -458,7 +442,7 @@ static void *slot_main(void *arg)
 		.worker = w->d->worker_id,
 		.received_ms = j->received_ms,
 		.claimed_ms = j->claimed_ms,
-		.sink = { publish_event, j, flush_events },
+		.sink = { publish_event, j, flush_events, note_phase },
 		.recorded = mark_done,
 		.recorded_ud = w->d->ledger,
 		.cancel = &j->cancel,
@@ -561,7 +545,7 @@ static char *liveness(const worker_t *w)
 				      json_pack("{s:s,s:I,s:i,s:I,s:s}", "task", j->key, "attempt",
 						(json_int_t)j->attempt, "slot", (int)j->slot,
 						"since_ms", (json_int_t)j->claimed_ms, "phase",
-						ph > 0 ? phases[ph - 1] : "claimed"));
+						tb_phase_name(ph > 0 ? ph - 1 : TB_PHASE_CLAIMED)));
 	}
 	json_t *o = json_pack("{s:s,s:i,s:I,s:I,s:i,s:i,s:o,s:I}", "worker", w->d->worker_id, "pid",
 			      (int)getpid(), "started_ms", (json_int_t)w->started_ms,
@@ -686,12 +670,12 @@ static void acknowledge(worker_t *w, job_t *j)
 	if (j->session)
 		settle_followups(w, j);
 	if (j->res.events) {
-		tb_event_sink_t sink = { publish_event, j, NULL };
+		tb_event_sink_t sink = { publish_event, j, NULL, NULL };
 		if (tb_lifecycle_acknowledged(&sink, j->key, j->attempt, j->res.events,
 					      j->res.last_ms, &err) < 0)
 			tb_warn(j->key, "no acknowledged event: %s", err.msg);
 	}
-	tb_fault_point("acknowledged");
+	tb_fault_point(tb_phase_name(TB_PHASE_ACKNOWLEDGED));
 }
 
 /* A task that will never run: to the DLQ with its history, then marked

@@ -185,26 +185,30 @@ static void emit_json(run_t *r, int type, json_t *obj)
 	json_decref(obj);
 }
 
-/* Phase @p name, reached at @p at (ms): the previous phase took the rest. */
-static void phase_at(run_t *r, const char *name, uint64_t at, const char *worker)
+/* Phase @p ph, reached at @p at (ms): the previous phase took the rest. */
+static void phase_at(run_t *r, tb_phase_t ph, uint64_t at, const char *worker)
 {
-	json_t *p = json_pack("{s:s,s:I}", "phase", name, "duration_ms",
-			      (json_int_t)(at > r->phase_ms ? at - r->phase_ms : 0));
+	const char *name = tb_phase_name(ph);
+	uint64_t took = at > r->phase_ms ? at - r->phase_ms : 0;
+	json_t *p = json_pack("{s:s,s:I}", "phase", name, "duration_ms", (json_int_t)took);
+
 	if (p && worker)
 		json_object_set_new(p, "worker", json_string(worker));
 	emit_json(r, TB_EV_PHASE, p);
-	tb_metrics_phase(name, at > r->phase_ms ? at - r->phase_ms : 0);
+	tb_metrics_phase(ph, took);
+	if (r->ctx->sink.phase)
+		r->ctx->sink.phase(r->ctx->sink.ud, ph);
 	/* The manifest keeps the phases up to "recorded", the last before
 	 * it is written. */
 	if (r->m.phases.items && r->m.phases.n < MAX_PHASES && !r->recorded_phase) {
 		tb_phase_time_t *t = (tb_phase_time_t *)r->m.phases.items + r->m.phases.n;
 		if ((t->name = strdup(name))) {
 			t->at = at;
-			t->duration_ms = at > r->phase_ms ? at - r->phase_ms : 0;
+			t->duration_ms = took;
 			r->m.phases.n++;
 		}
 	}
-	r->recorded_phase |= !strcmp(name, "recorded");
+	r->recorded_phase |= ph == TB_PHASE_RECORDED;
 	r->phase_ms = at > r->phase_ms ? at : r->phase_ms;
 	tb_fault_point(name);
 }
@@ -218,16 +222,17 @@ static int cancelled(const run_t *r, tb_error_t *err)
 	return 0;
 }
 
-static void phase(run_t *r, const char *name)
+static void phase(run_t *r, tb_phase_t ph)
 {
-	phase_at(r, name, tb_wall_ms(), NULL);
+	phase_at(r, ph, tb_wall_ms(), NULL);
 }
 
-static void error_event(run_t *r, int code, const char *phase_name, const char *reason)
+/* An error event, said to have happened in phase @p ph. */
+static void error_event(run_t *r, int code, tb_phase_t ph, const char *reason)
 {
 	emit_json(r, TB_EV_ERROR,
 		  json_pack("{s:s,s:s,s:s}", "code", tb_error_name(code), "reason", reason, "phase",
-			    phase_name));
+			    tb_phase_name(ph)));
 }
 
 /* Pacing the agent's events: wait for a token rather than buffer; the
@@ -258,7 +263,7 @@ static void emit_posted(void *ud, int type, tb_bytes_t payload)
  * refused requests must not flood the events topic); what finds no room
  * is summarised per status (tb_egress_drain). @p last: the proxy is
  * stopped, every summary goes out now. */
-static void egress_flush(run_t *r, const char *phase_name, int last)
+static void egress_flush(run_t *r, tb_phase_t ph, int last)
 {
 	char why[128];
 	uint64_t dropped =
@@ -266,7 +271,7 @@ static void egress_flush(run_t *r, const char *phase_name, int last)
 	if (dropped) {
 		snprintf(why, sizeof(why), "%llu egress records dropped: over %d waiting",
 			 (unsigned long long)dropped, TB_EGRESS_QUEUE_MAX);
-		error_event(r, TB_ETOOBIG, phase_name, why);
+		error_event(r, TB_ETOOBIG, ph, why);
 	}
 }
 
@@ -674,7 +679,7 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 		/* What the proxy queued goes before the lines just read: an
 		 * event the agent posted was queued before it had its answer,
 		 * so before anything it wrote on fd 3 after that. */
-		egress_flush(r, "running", 0);
+		egress_flush(r, TB_PHASE_RUNNING, 0);
 		if (got > 0)
 			tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
 		eof = got == 0;
@@ -689,7 +694,7 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 	/* What the agent wrote before it ended. Its children may hold the
 	 * pipe open and keep writing: end them first, so this read ends. */
 	tb_sandbox_kill_all(r->sb, NULL);
-	egress_flush(r, "running", 0); /* posted before those lines were written */
+	egress_flush(r, TB_PHASE_RUNNING, 0); /* posted before those lines were written */
 	ssize_t got;
 	while ((got = read(ev[0], buf, sizeof(buf))) > 0)
 		tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
@@ -945,7 +950,7 @@ static void finish_teardown(run_t *r)
 	r->tearing_down = 0;
 	if (r->teardown_rc < 0)
 		tb_warn(r->task->id, "teardown: %s", r->teardown_err.msg);
-	phase(r, "torn-down");
+	phase(r, TB_PHASE_TORN_DOWN);
 }
 
 /* The conversation record and the verdicts, side by side: all durable
@@ -1002,37 +1007,37 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	 * slot started: those phases carry the worker's times. */
 	uint64_t got = ctx->received_ms ? ctx->received_ms : r.phase_ms;
 	r.phase_ms = got;
-	phase_at(&r, "received", got, ctx->worker);
-	phase_at(&r, "validated", got, NULL);
-	phase_at(&r, "claimed", ctx->claimed_ms ? ctx->claimed_ms : tb_wall_ms(), NULL);
+	phase_at(&r, TB_PHASE_RECEIVED, got, ctx->worker);
+	phase_at(&r, TB_PHASE_VALIDATED, got, NULL);
+	phase_at(&r, TB_PHASE_CLAIMED, ctx->claimed_ms ? ctx->claimed_ms : tb_wall_ms(), NULL);
 
 	if ((rc = prepare(&r, recipe_dir, sizeof(recipe_dir), inputs_dir, sizeof(inputs_dir), &lim,
 			  err)) < 0) {
-		error_event(&r, rc, "prepared", err->msg);
+		error_event(&r, rc, TB_PHASE_PREPARED, err->msg);
 		goto done;
 	}
 	/* The sandbox's one way out, for the agent only (judges get no token). */
 	if ((rc = tb_egress_start(&r.egress, &r.rt, tb_sandbox_init_pid(r.sb), task->id, attempt,
 				  tb_wall_ms() + lim.wall_seconds * 1000 + 60000, err)) < 0) {
-		error_event(&r, rc, "prepared", err->msg);
+		error_event(&r, rc, TB_PHASE_PREPARED, err->msg);
 		goto done;
 	}
 	tb_rate_init(&r.rate, r.rt.agent.max_events_per_second, tb_wall_ms());
-	phase(&r, "prepared");
+	phase(&r, TB_PHASE_PREPARED);
 	if ((rc = cancelled(&r, err)) < 0) {
-		error_event(&r, rc, "prepared", err->msg);
+		error_event(&r, rc, TB_PHASE_PREPARED, err->msg);
 		goto done;
 	}
 
-	phase(&r, "running");
+	phase(&r, TB_PHASE_RUNNING);
 	rc = run_agent(&r, &end, tail, sizeof(tail), err);
 	tb_sandbox_disarm_deadline(r.sb); /* the judges have timeouts of their own */
 	/* The agent and everything it started are gone: so is its way out,
 	 * and its last egress records are events before it settles. */
 	tb_egress_stop(r.egress);
-	egress_flush(&r, "running", 1);
+	egress_flush(&r, TB_PHASE_RUNNING, 1);
 	if (rc < 0) {
-		error_event(&r, rc, "running", err->msg);
+		error_event(&r, rc, TB_PHASE_RUNNING, err->msg);
 		goto done;
 	}
 	char how[200];
@@ -1053,19 +1058,19 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		TB_SET_HAS(&r.m, TB_MANIFEST_TURNS);
 		TB_SET_HAS(&r.m, TB_MANIFEST_FOLLOWUPS);
 	}
-	phase(&r, "settled");
+	phase(&r, TB_PHASE_SETTLED);
 
 	/* Whatever the agent left running ends before anything is read. */
 	tb_sandbox_kill_all(r.sb, NULL);
 	if ((rc = cancelled(&r, err)) < 0) {
-		error_event(&r, rc, "settled", err->msg);
+		error_event(&r, rc, TB_PHASE_SETTLED, err->msg);
 		goto done;
 	}
 	snprintf(outputs, sizeof(outputs), "/proc/%d/root/outputs", (int)tb_sandbox_init_pid(r.sb));
 	snprintf(key, sizeof(key), "%soutputs/", prefix);
 	tb_collect_limits_t cl = { r.rt.sandbox.max_output_files, lim.outputs_mb << 20 };
 	if ((rc = tb_collect_outputs(&r.m, ctx->store, outputs, key, &cl, err)) < 0) {
-		error_event(&r, rc, "collected", err->msg);
+		error_event(&r, rc, TB_PHASE_COLLECTED, err->msg);
 		goto done;
 	}
 	for (size_t i = 0; i < r.m.artifacts.n; i++) {
@@ -1074,26 +1079,26 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 			  json_pack("{s:s,s:s,s:I,s:s}", "path", a->path, "key", a->key, "size",
 				    (json_int_t)a->size, "sha256", a->sha256));
 	}
-	phase(&r, "collected");
+	phase(&r, TB_PHASE_COLLECTED);
 
 	for (size_t i = 0; i < r.recipe.judges.n; i++)
 		if ((rc = cancelled(&r, err)) < 0 || (rc = judge(&r, i, prefix, err)) < 0) {
-			error_event(&r, rc, "judged", err->msg);
+			error_event(&r, rc, TB_PHASE_JUDGED, err->msg);
 			goto done;
 		}
-	phase(&r, "judged");
+	phase(&r, TB_PHASE_JUDGED);
 	if ((rc = cancelled(&r, err)) < 0) {
-		error_event(&r, rc, "judged", err->msg);
+		error_event(&r, rc, TB_PHASE_JUDGED, err->msg);
 		goto done;
 	}
 	/* Nothing runs in the sandbox any more: it goes while the record is
 	 * stored (its phase, torn-down, still comes after recorded). */
 	start_teardown(&r);
-	phase(&r, "recorded"); /* the record's last events, then the record */
+	phase(&r, TB_PHASE_RECORDED); /* the record's last events, then the record */
 
 	snprintf(key, sizeof(key), "%sconversation.msgpack", prefix);
 	if ((rc = put_record(&r, key, err)) < 0) {
-		error_event(&r, rc, "recorded", err->msg);
+		error_event(&r, rc, TB_PHASE_RECORDED, err->msg);
 		goto done;
 	}
 	r.m.task_id = task->id;
@@ -1115,7 +1120,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		rc = tb_store_put_bytes(ctx->store, out->manifest_key, sb.data, sb.size, NULL, err);
 	msgpack_sbuffer_destroy(&sb);
 	if (rc < 0) {
-		error_event(&r, rc, "recorded", err->msg);
+		error_event(&r, rc, TB_PHASE_RECORDED, err->msg);
 		goto done;
 	}
 	tb_fault_point("manifest-durable");
@@ -1134,7 +1139,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	 * the ledger refuses it (TB_EFENCED) if a newer attempt began. */
 	if (ctx->recorded &&
 	    (rc = ctx->recorded(ctx->recorded_ud, task->id, attempt, out->manifest_key, err)) < 0) {
-		error_event(&r, rc, "recorded", err->msg);
+		error_event(&r, rc, TB_PHASE_RECORDED, err->msg);
 		goto done;
 	}
 	tb_fault_point("done-marked");
@@ -1143,7 +1148,7 @@ done:
 	 * it is logged, and the worker's sweep removes what is left. The
 	 * proxy goes before the sandbox (already, when the agent ran). */
 	tb_egress_stop(r.egress);
-	egress_flush(&r, "torn-down", 1);
+	egress_flush(&r, TB_PHASE_TORN_DOWN, 1);
 	tb_egress_free(r.egress);
 	r.egress = NULL;
 	finish_teardown(&r);
@@ -1173,8 +1178,8 @@ int tb_lifecycle_acknowledged(const tb_event_sink_t *sink, const char *task, uin
 			      uint64_t seq, uint64_t since_ms, tb_error_t *err)
 {
 	uint64_t now = tb_wall_ms();
-	json_t *p = json_pack("{s:s,s:I}", "phase", "acknowledged", "duration_ms",
-			      (json_int_t)(now > since_ms ? now - since_ms : 0));
+	json_t *p = json_pack("{s:s,s:I}", "phase", tb_phase_name(TB_PHASE_ACKNOWLEDGED),
+			      "duration_ms", (json_int_t)(now > since_ms ? now - since_ms : 0));
 	tb_event_t ev = { 0 };
 	msgpack_sbuffer pb, sb;
 	int rc;

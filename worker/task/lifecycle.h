@@ -39,6 +39,9 @@ typedef struct tb_event_sink {
 	 * are part of the record: the done-marker waits for them). May be
 	 * NULL when emit delivers at once. */
 	int (*flush)(void *ud, tb_error_t *err);
+	/* Told each phase the attempt reaches, after its event (the worker's
+	 * liveness record shows it). May be NULL. */
+	void (*phase)(void *ud, tb_phase_t phase);
 } tb_event_sink_t;
 
 typedef struct tb_lifecycle_ctx {

@@ -25,6 +25,7 @@
 #define TB_METRICS_H
 
 #include "tb/error.h"
+#include "tb/schema_event.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -34,7 +35,7 @@ void tb_metrics_init(const char *worker_id, unsigned slots);
 
 void tb_metrics_task(const char *outcome);
 void tb_metrics_failure(const char *code);
-void tb_metrics_phase(const char *phase, uint64_t duration_ms);
+void tb_metrics_phase(tb_phase_t phase, uint64_t duration_ms);
 void tb_metrics_launch(uint64_t duration_us);
 void tb_metrics_busy(unsigned slots_busy, unsigned waiting);
 /** The lags of one stats round (lag[p] < 0: not held): replaces the last. */

@@ -24,6 +24,23 @@ typedef enum tb_event_type {
 	TB_EV__COUNT
 } tb_event_type_t;
 
+/* A task's phases, in order: the one list of them (event.md's `phase`
+ * payload, the metrics' phase label, the worker's liveness record). */
+typedef enum tb_phase {
+	TB_PHASE_RECEIVED = 0,
+	TB_PHASE_VALIDATED,
+	TB_PHASE_CLAIMED,
+	TB_PHASE_PREPARED,
+	TB_PHASE_RUNNING,
+	TB_PHASE_SETTLED,
+	TB_PHASE_COLLECTED,
+	TB_PHASE_JUDGED,
+	TB_PHASE_RECORDED,
+	TB_PHASE_TORN_DOWN,
+	TB_PHASE_ACKNOWLEDGED,
+	TB_PHASE__COUNT
+} tb_phase_t;
+
 /* Who wrote an event's payload. The worker stamps it outside the payload,
  * where an agent cannot reach: a `user` message the agent made up says
  * "agent", the prompt the worker recorded says "worker". */
@@ -49,6 +66,9 @@ typedef struct tb_event {
 #define TB_EVENT_MAX_BYTES (TB_EVENT_PAYLOAD_MAX + 1024)
 
 extern const tb_schema_t tb_schema_event;
+
+/** The wire name of a phase ("torn-down"), or NULL if out of range. */
+const char *tb_phase_name(int phase);
 
 /** The wire name of an event source ("agent"), or NULL if out of range. */
 const char *tb_event_source_name(int source);
