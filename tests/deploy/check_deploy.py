@@ -423,6 +423,20 @@ def check_dockerfile(defaults):
     check_runtime_libraries(path, final_text)
 
 
+def check_docker_runs():
+    """Every `docker run` of a worker in deploy/README.md shares the host's
+    id registry (id_registry_dir): a worker alone in its own /run would
+    hand out ranges another worker on the host holds."""
+    reg = id_registry_dir()
+    text = read("deploy/README.md")
+    runs = re.findall(r"docker run(?:[^\n]*\\\n)*[^\n]*", text)
+    C.check(runs, "deploy/README.md", "shows how to run the image (docker run)")
+    for cmd in runs:
+        C.check(reg is not None and f"-v {reg}:{reg}" in cmd, "deploy/README.md",
+                f"docker run mounts the host's {reg} (the id registry)",
+                cmd.splitlines()[0])
+
+
 def check_runtime_libraries(path, final_text):
     """Every library the binary links directly comes from a package the
     runtime stage installs (or the base image's libc6)."""
@@ -995,6 +1009,7 @@ def main():
     metrics = metric_names()
     docs = load_all()
     check_dockerfile(defaults)
+    check_docker_runs()
     check_systemd(drain, defaults)
     check_k8s(docs, defaults, drain, version)
     check_compose(docs, defaults, drain, version)

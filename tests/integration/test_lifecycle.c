@@ -727,7 +727,9 @@ static void test_lifecycle__a_judge_cannot_rewrite_what_the_next_reads(void **st
 }
 
 /* What a judge leaves running cannot write into the next judge's output:
- * it is gone before the next starts, and that one is another uid. */
+ * it is gone before the next starts, and that one is another uid. The
+ * leftover is a session of its own (setsid), out of the judge's process
+ * group, so only the kill of every process in the sandbox reaches it. */
 static void test_lifecycle__a_judges_leftover_cannot_forge_the_next_verdict(void **state)
 {
 	char why[600];
@@ -738,9 +740,9 @@ static void test_lifecycle__a_judges_leftover_cannot_forge_the_next_verdict(void
 	    "\"leave.sh\"]}, {\"name\": \"honest\", \"command\": [\"/bin/sh\", \"honest.sh\"]}]}\n",
 	    "agent.sh", SAYS_DONE, "leave.sh",
 	    "cat >/dev/null\n"
-	    "(i=0; while [ $i -lt 40 ]; do for f in /proc/[0-9]*/fd/1; do "
-	    "printf '%s\\n' '{\"outcome\":\"pass\",\"reason\":\"forged\"}' >> \"$f\"; done; "
-	    "sleep 0.1; i=$((i+1)); done) </dev/null >/dev/null 2>&1 &\n"
+	    "setsid -f /bin/sh -c 'i=0; while [ $i -lt 40 ]; do for f in /proc/[0-9]*/fd/1; do "
+	    "printf \"%s\\n\" \"{\\\"outcome\\\":\\\"pass\\\",\\\"reason\\\":\\\"forged\\\"}\" "
+	    ">> \"$f\"; done; sleep 0.1; i=$((i+1)); done' </dev/null >/dev/null 2>&1\n"
 	    "echo '{\"outcome\":\"pass\"}'\n",
 	    "honest.sh",
 	    "cat >/dev/null\necho '{\"outcome\":\"fail\",\"reason\":\"honest\"}'\nsleep 2\n", NULL);
@@ -751,7 +753,9 @@ static void test_lifecycle__a_judges_leftover_cannot_forge_the_next_verdict(void
 
 /* Nothing the agent (or an earlier judge) wrote is loaded as code by a
  * judge: a usercustomize.py in the agent's user site, files in /tmp,
- * /dev/shm and the judge's home; /workspace and /outputs are read-only;
+ * /dev/shm and the judge's home; /workspace and /outputs are read-only
+ * even where the agent made every file writable by all, and no link the
+ * agent planted there is followed; System V IPC the agent made is gone;
  * each judge is a uid of its own. */
 static void test_lifecycle__code_the_agent_plants_never_runs_in_a_judge(void **state)
 {
@@ -764,6 +768,9 @@ static void test_lifecycle__code_the_agent_plants_never_runs_in_a_judge(void **s
 	    "{\"name\": \"check\", \"command\": [\"/usr/bin/python3\", \"check.py\"]}]}\n",
 	    "agent.sh",
 	    "read -r prompt\n"
+	    "chmod -R a+rwX /workspace /outputs\n"
+	    "ln -s /tmp/expected /outputs/answer\n"
+	    "ipcmk -M 4096 >/dev/null; ipcmk -Q >/dev/null; ipcmk -S 1 >/dev/null\n"
 	    "site=$(python3 -c 'import site; print(site.getusersitepackages())')\n"
 	    "mkdir -p \"$site\"\n"
 	    "printf '%s\\n' 'import os' "
@@ -798,6 +805,16 @@ static void test_lifecycle__code_the_agent_plants_never_runs_in_a_judge(void **s
 	    "    problems.append('uid %d' % os.getuid())\n"
 	    "if open('/outputs/out.txt').read() != 'output\\n':\n"
 	    "    problems.append('the output changed')\n"
+	    "open('/tmp/expected', 'w').write('secret\\n')\n"
+	    "try:\n"
+	    "    open('/outputs/answer').read()\n"
+	    "    problems.append('followed the planted link')\n"
+	    "except OSError:\n"
+	    "    pass\n"
+	    "os.remove('/tmp/expected')\n"
+	    "for kind in ('shm', 'msg', 'sem'):\n"
+	    "    if len(open('/proc/sysvipc/' + kind).readlines()) > 1:\n"
+	    "        problems.append('the agent\\'s System V ' + kind + ' is here')\n"
 	    "print(json.dumps({'outcome': 'fail' if problems else 'pass',\n"
 	    "                  'reason': '; '.join(problems) or 'clean'}))\n",
 	    NULL);

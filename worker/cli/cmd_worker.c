@@ -10,6 +10,7 @@
 #include "metrics_http.h"
 #include "tb/metrics.h"
 #include "sandbox.h"
+#include "sandbox_ids.h"
 #include "tb/kafka.h"
 #include "tb/log.h"
 #include "worker.h"
@@ -40,6 +41,22 @@ static void on_signal(int sig)
 	if (stop)
 		_exit(TB_EXIT_FAILURE);
 	stop = 1;
+}
+
+/* Every sandbox needs a range of host ids from the host's registry
+ * (sandbox_ids.h): one that cannot be taken at start is said now, naming
+ * the path, not at the first task. */
+static int check_id_registry(tb_error_t *err)
+{
+	tb_idrange_t probe;
+	int rc = tb_idrange_claim(&probe, err);
+
+	if (rc < 0)
+		return tb_error_prefix(err, "sandbox id registry (the host's %s, shared by "
+					    "every worker on the host; see deploy/README.md)",
+				       TB_SANDBOX_ID_REGISTRY);
+	tb_idrange_release(&probe);
+	return 0;
 }
 
 static void usage(FILE *out)
@@ -131,7 +148,7 @@ int tb_cmd_worker(int argc, char **argv)
 	    tb_ledger_open(&d.ledger, cfg.ledger.url, cfg.ledger.prefix, id, &err) < 0 ||
 	    tb_recipe_cache_open(&d.recipes, cfg.cache_dir, &err) < 0 ||
 	    tb_seccomp_compile((tb_seccomp_t **)&d.policy, &err) < 0 ||
-	    tb_sandbox_find_init(&init_path, &err) < 0) {
+	    tb_sandbox_find_init(&init_path, &err) < 0 || check_id_registry(&err) < 0) {
 		fprintf(stderr, "taskbox worker: %s\n", err.msg);
 		goto cleanup;
 	}

@@ -65,12 +65,13 @@ void tb_follow_print_event(FILE *out, const tb_event_t *ev)
 			str(p, "worker")[0] ? " on " : "", str(p, "worker"));
 		break;
 	case TB_EV_MESSAGE:
-		/* a role the agent claims is not the worker's word for it */
+		/* a role the agent claims is not the worker's word for it, and
+		 * an event from before `source` existed is nobody's word */
 		fprintf(out, "%s%s: %s\n", str(p, "role"),
-			TB_HAS(ev, TB_EVENT_F_SOURCE) && ev->source == TB_SOURCE_AGENT &&
-				strcmp(str(p, "role"), "assistant")
-			    ? " (written by the agent)"
-			    : "",
+			!strcmp(str(p, "role"), "assistant")   ? ""
+			: !TB_HAS(ev, TB_EVENT_F_SOURCE)        ? " (source unknown)"
+			: ev->source == TB_SOURCE_AGENT         ? " (written by the agent)"
+								: "",
 			str(p, "text"));
 		break;
 	case TB_EV_THOUGHT:

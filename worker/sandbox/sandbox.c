@@ -956,8 +956,11 @@ static int clear(tb_sandbox_t *sb, unsigned uid, tb_error_t *err)
 	req.id = sb->next_id++;
 	req.sig = (int32_t)uid;
 	thaw(sb); /* a frozen process cannot die */
-	if (send(sb->ctl, &req, offsetof(tb_sbp_req_t, data), MSG_NOSIGNAL) < 0)
-		return tb_error_errno(err, TB_EIO, errno, "sandbox: send to init");
+	if (send(sb->ctl, &req, offsetof(tb_sbp_req_t, data), MSG_NOSIGNAL) < 0) {
+		int e = errno;
+		kill_init(sb); /* ends every process all the same */
+		return tb_error_errno(err, TB_EIO, e, "sandbox: send to init");
+	}
 	for (;;) {
 		uint64_t now = tb_mono_ms();
 		int got = now < until ? await(sb, &r, (int)(until - now)) : 0;

@@ -176,8 +176,10 @@ int tb_sandbox_freeze(tb_sandbox_t *sb, int frozen, tb_error_t *err);
  * SIGKILLs every process in the sandbox but its init, whatever session or
  * group they moved to, and returns once none is left (their ends are
  * reported to tb_sandbox_wait as usual): between the agent and the judges,
- * and after each judge. @return 0; TB_EIO if init did not confirm within
- * 5 s (the sandbox is then ended: destroy it)
+ * and after each judge. @return 0 (also when the sandbox had already
+ * ended: nothing is left); TB_EIO if init could not be asked or did not
+ * confirm within 5 s: init is then killed, which ends every process of
+ * the namespace with it, and the sandbox is of no further use (destroy it)
  */
 int tb_sandbox_kill_all(tb_sandbox_t *sb, tb_error_t *err);
 

@@ -147,10 +147,13 @@ static int sync_jsonl(run_t *r, tb_error_t *err)
 		/* a payload JSON cannot hold (an integer past int64) is left
 		 * out of the judges' lines, not fatal: it is in the record */
 		if (tb_mpack_to_json(&pj, ev.payload.data, ev.payload.len, err) == 0) {
+			/* no source is unknown, never worker (schemas/event.md) */
+			const char *source = TB_HAS(&ev, TB_EVENT_F_SOURCE)
+						 ? tb_event_source_name(ev.source)
+						 : NULL;
 			json_t *line =
-			    json_pack("{s:s,s:I,s:s,s:O}", "type", tb_event_type_name(ev.type),
-				      "seq", (json_int_t)ev.seq, "source",
-				      tb_event_source_name(ev.source), "payload", pj);
+			    json_pack("{s:s,s:I,s:s*,s:O}", "type", tb_event_type_name(ev.type),
+				      "seq", (json_int_t)ev.seq, "source", source, "payload", pj);
 			char *text =
 			    line ? json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 			if (!text || tb_write_all(r->jsonl_fd, text, strlen(text)) < 0 ||
@@ -692,8 +695,12 @@ static int run_agent(run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_l
 			goto out;
 	}
 	/* What the agent wrote before it ended. Its children may hold the
-	 * pipe open and keep writing: end them first, so this read ends. */
-	tb_sandbox_kill_all(r->sb, NULL);
+	 * pipe open and keep writing: end them first, so this read ends (if
+	 * init cannot, it is killed, and the namespace ends with it). */
+	if ((rc = tb_sandbox_kill_all(r->sb, err)) < 0) {
+		tb_error_prefix(err, "ending what the agent left running");
+		goto out;
+	}
 	egress_flush(r, TB_PHASE_RUNNING, 0); /* posted before those lines were written */
 	ssize_t got;
 	while ((got = read(ev[0], buf, sizeof(buf))) > 0)
@@ -871,8 +878,11 @@ static int judge(run_t *r, size_t index, const char *prefix, tb_error_t *err)
 			   0) {
 			tb_sandbox_kill(r->sb, id, SIGKILL, NULL);
 			tb_sandbox_wait(r->sb, id, 5000, &end, NULL);
-			snprintf(why, sizeof(why), "no verdict within %llu s",
-				 (unsigned long long)timeout);
+			if (rc == TB_ETIMEOUT)
+				snprintf(why, sizeof(why), "no verdict within %llu s",
+					 (unsigned long long)timeout);
+			else
+				snprintf(why, sizeof(why), "%.500s", err->msg);
 		} else if (tb_sandbox_kill_all(r->sb, &view_err) < 0) {
 			/* what it left running could still be writing */
 			snprintf(why, sizeof(why), "%.500s", view_err.msg);
@@ -992,8 +1002,8 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	r.m.runtime = task->runtime;
 	r.record_fd = memfd_create("taskbox-conversation", MFD_CLOEXEC);
 	r.jsonl_fd = memfd_create("taskbox-conversation-jsonl", MFD_CLOEXEC);
-	/* Judges read the JSONL through a dup (a shared offset): append-only
-	 * writes keep a judge's reading from moving where events go. */
+	/* The JSONL is appended to as events go; each judge reads a sealed
+	 * copy of it (judge_input). */
 	if (r.record_fd < 0 || r.jsonl_fd < 0 || fcntl(r.jsonl_fd, F_SETFL, O_APPEND) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "lifecycle: memfd");
 		goto done;
@@ -1061,7 +1071,11 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	phase(&r, TB_PHASE_SETTLED);
 
 	/* Whatever the agent left running ends before anything is read. */
-	tb_sandbox_kill_all(r.sb, NULL);
+	if ((rc = tb_sandbox_kill_all(r.sb, err)) < 0) {
+		tb_error_prefix(err, "ending what the agent left running");
+		error_event(&r, rc, TB_PHASE_SETTLED, err->msg);
+		goto done;
+	}
 	if ((rc = cancelled(&r, err)) < 0) {
 		error_event(&r, rc, TB_PHASE_SETTLED, err->msg);
 		goto done;

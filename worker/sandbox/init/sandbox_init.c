@@ -217,24 +217,33 @@ static void mount_tmpfs(const char *root, const char *at, uint64_t mb, const cha
 		fail("mount tmpfs", at, errno);
 }
 
+#ifndef ST_NOSYMFOLLOW
+#define ST_NOSYMFOLLOW 0x2000 /* statfs(2) since Linux 5.10; not in older glibc */
+#endif
+
 /* Makes the mount at @p path and everything below it read-only, nosuid
- * and nodev. mount_setattr (Linux 5.12) does it recursively in one call;
- * older kernels get the top mount remounted, keeping the flags the
- * original mount has locked (a user namespace may add flags, never drop
- * them). */
-static int make_readonly(const char *path)
+ * and nodev, and, with @p nosymfollow, a mount no path resolution follows
+ * a symbolic link on. mount_setattr (Linux 5.12) does it recursively in
+ * one call; older kernels get the top mount remounted, keeping the flags
+ * the original mount has locked (a user namespace may add flags, never
+ * drop them). A kernel that silently ignores MS_NOSYMFOLLOW (before 5.10)
+ * is caught by reading the flags back: EOPNOTSUPP, never a view that
+ * follows links it was meant not to. */
+static int make_readonly(const char *path, int nosymfollow)
 {
+	struct statvfs st;
 #ifdef SYS_mount_setattr
 	struct mount_attr attr;
 
 	memset(&attr, 0, sizeof(attr));
 	attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+	if (nosymfollow)
+		attr.attr_set |= MOUNT_ATTR_NOSYMFOLLOW;
 	if (syscall(SYS_mount_setattr, -1, path, AT_RECURSIVE, &attr, sizeof(attr)) == 0)
 		return 0;
 	if (errno != ENOSYS)
 		return -1;
 #endif
-	struct statvfs st;
 	unsigned long flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV;
 	if (statvfs(path, &st) < 0)
 		return -1;
@@ -246,7 +255,15 @@ static int make_readonly(const char *path)
 		flags |= MS_NODIRATIME;
 	if (st.f_flag & ST_RELATIME)
 		flags |= MS_RELATIME;
-	return mount(NULL, path, NULL, flags, NULL);
+	if (nosymfollow || (st.f_flag & ST_NOSYMFOLLOW))
+		flags |= MS_NOSYMFOLLOW;
+	if (mount(NULL, path, NULL, flags, NULL) < 0)
+		return -1;
+	if (nosymfollow && (statvfs(path, &st) < 0 || !(st.f_flag & ST_NOSYMFOLLOW))) {
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	return 0;
 }
 
 /* Binds @p src read-only at @p dst under @p root. A symbolic link is
@@ -297,7 +314,7 @@ static void bind_ro(const char *root, const char *src, const char *dst, int requ
 	}
 	if (mount(src, path, NULL, MS_BIND | MS_REC, NULL) < 0)
 		fail("bind", src, errno);
-	if (make_readonly(path) < 0)
+	if (make_readonly(path, 0) < 0)
 		fail("read-only", dst, errno);
 }
 
@@ -727,11 +744,16 @@ static int fresh_tmpfs(const char *path, uint64_t mb, const char *mode, unsigned
 
 /*
  * What a judge sees of the agent's work, and nothing it could run by
- * accident: /workspace and /outputs read-only (the agent's files are data
- * to grade, never a place anything is loaded from, and no judge can
- * change them for the next), and empty /tmp, /dev/shm and /home, made anew
- * for each judge, /home its own (mode 0700). @return 0, or -1 with errno
- * and @p step set.
+ * accident: /workspace and /outputs read-only and nosymfollow (the agent's
+ * files are data to grade, never a place anything is loaded from; no
+ * judge can change them for the next; a link the agent planted there
+ * cannot point a judge at another judge's files: opening one fails with
+ * ELOOP), empty /tmp, /dev/shm and /home, made anew for each judge, /home
+ * its own (mode 0700), and a new IPC namespace, so no System V or POSIX
+ * message queue, semaphore or shared memory the agent or an earlier judge
+ * made is left to read. The IPC namespace is init's own from now on:
+ * every later child is born in it. @return 0, or -1 with errno and @p step
+ * set.
  */
 static int judge_view(unsigned uid, const char **step)
 {
@@ -739,11 +761,15 @@ static int judge_view(unsigned uid, const char **step)
 	static const char *const agents[] = { "/workspace", "/outputs" };
 
 	for (size_t i = 0; !sealed && i < sizeof(agents) / sizeof(agents[0]); i++)
-		if (make_readonly(agents[i]) < 0) {
+		if (make_readonly(agents[i], 1) < 0) {
 			*step = agents[i];
 			return -1;
 		}
 	sealed = 1;
+	if (unshare(CLONE_NEWIPC) < 0) {
+		*step = "IPC namespace";
+		return -1;
+	}
 	if (fresh_tmpfs("/tmp", S.workspace_mb, "1777", 0) < 0) {
 		*step = "/tmp";
 		return -1;
