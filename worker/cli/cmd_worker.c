@@ -52,8 +52,9 @@ static int check_id_registry(tb_error_t *err)
 	int rc = tb_idrange_claim(&probe, err);
 
 	if (rc < 0)
-		return tb_error_prefix(err, "sandbox id registry (the host's %s, shared by "
-					    "every worker on the host; see deploy/README.md)",
+		return tb_error_prefix(err,
+				       "sandbox id registry (the host's %s, shared by "
+				       "every worker on the host; see deploy/README.md)",
 				       TB_SANDBOX_ID_REGISTRY);
 	tb_idrange_release(&probe);
 	return 0;

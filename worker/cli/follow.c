@@ -68,10 +68,10 @@ void tb_follow_print_event(FILE *out, const tb_event_t *ev)
 		/* a role the agent claims is not the worker's word for it, and
 		 * an event from before `source` existed is nobody's word */
 		fprintf(out, "%s%s: %s\n", str(p, "role"),
-			!strcmp(str(p, "role"), "assistant")   ? ""
-			: !TB_HAS(ev, TB_EVENT_F_SOURCE)        ? " (source unknown)"
-			: ev->source == TB_SOURCE_AGENT         ? " (written by the agent)"
-								: "",
+			!strcmp(str(p, "role"), "assistant") ? ""
+			: !TB_HAS(ev, TB_EVENT_F_SOURCE)     ? " (source unknown)"
+			: ev->source == TB_SOURCE_AGENT      ? " (written by the agent)"
+							     : "",
 			str(p, "text"));
 		break;
 	case TB_EV_THOUGHT:
