@@ -12,8 +12,11 @@
  * lease another worker holds, or whose ledger is unreachable, waits in
  * line (pausing consumption) instead of blocking the loop.
  *
- * Not yet here (their issues): interactive sessions (follow-ups are
- * dead-lettered as not supported), metrics.
+ * Interactive tasks keep their session here (task/session.h): the
+ * follow-ups topic is consumed beside the tasks topic and each follow-up
+ * is handed to its task's running attempt, or waits for it. The metrics
+ * (tb/metrics.h) are counted where things happen and served by
+ * metrics_http.h.
  */
 #ifndef TB_WORKER_H
 #define TB_WORKER_H

@@ -1,17 +1,19 @@
 /*
- * lifecycle.h: one attempt of one one-shot task, in order, and the only
- * place that knows the order (DESIGN.md):
+ * lifecycle.h: one attempt of one task, one-shot or interactive, in
+ * order, and the only place that knows the order (DESIGN.md):
  *
  *   validated -> prepared (runtime, recipe at its commit, inputs, sandbox)
- *   -> running (the agent; its events streamed) -> settled -> collected
- *   (outputs, conversation record) -> judged (each judge in the same
- *   sandbox) -> recorded (conversation, manifest, the result event, every
- *   event delivered, then the done-marker) -> torn down
+ *   -> running (the agent; its events streamed; an interactive agent's
+ *   turns as its session's follow-ups arrive) -> settled -> collected
+ *   (outputs) -> judged (each judge in the same sandbox, in a view of its
+ *   own) -> recorded (conversation, verdicts, manifest, the result event,
+ *   every event delivered, then the done-marker) -> torn down
  *
  * Each phase emits a "phase" event with the time the previous one took;
- * every event goes to the sink with (task, attempt, seq, ts) stamped.
- * Receiving, claiming (the ledger) and acknowledging (the watermark) are
- * the caller's: this file runs a task it was given and says how it ended.
+ * every event goes to the sink with (task, attempt, seq, ts, source)
+ * stamped. Receiving, claiming (the ledger) and acknowledging (the
+ * watermark) are the caller's: this module runs a task it was given and
+ * says how it ended. Its files are listed in run.h.
  */
 #ifndef TB_LIFECYCLE_H
 #define TB_LIFECYCLE_H

@@ -1,0 +1,114 @@
+/*
+ * run.h: one attempt as it runs, shared by the files that do its phases
+ * (private to worker/task/; lifecycle.h is the public face):
+ *
+ *   record.c    events: stamped, recorded, sent; phases; the judges'
+ *               JSON lines; the egress records; the record's puts
+ *   prepare.c   the runtime, the recipe at its commit, inputs, sandbox
+ *   agent.c     the agent: its environment, its lines, its end
+ *   turns.c     an interactive agent's prompts, turn by turn
+ *   judges.c    each judge, in a view of its own, and its verdict
+ *   lifecycle.c the order of the phases, and the teardown
+ *
+ * Everything here runs on the attempt's own thread; a tb_run_t lives on
+ * tb_lifecycle_run()'s stack.
+ */
+#ifndef TB_RUN_H
+#define TB_RUN_H
+
+#include "egress.h"
+#include "lifecycle.h"
+#include "tb/agent_events.h"
+#include "tb/runtime.h"
+
+#include <jansson.h>
+#include <msgpack.h>
+#include <pthread.h>
+#include <sys/types.h>
+
+#define TB_RUN_MAX_PHASES 16 /* the manifest keeps at most these */
+
+typedef struct tb_run {
+	const tb_lifecycle_ctx_t *ctx;
+	const tb_task_t *task;
+	uint64_t attempt;
+	uint64_t seq;
+	uint64_t phase_ms;
+	int record_fd;    /* conversation record: MessagePack events */
+	int jsonl_fd;     /* the same as JSON lines, for the judges (tb_run_sync_jsonl) */
+	off_t jsonl_from; /* how much of the record is in it */
+	int failed;       /* the sink refused an event */
+	tb_error_t sink_err;
+	tb_runtime_t rt;
+	tb_recipe_manifest_t recipe;
+	tb_sandbox_t *sb;
+	tb_manifest_t m;
+	tb_rate_t rate;
+	tb_linebuf_t lines;
+	uint64_t line_no;
+	int recorded_phase;  /* reached: later phases are not in the manifest */
+	tb_egress_t *egress; /* the sandbox's way out; NULL when it has none */
+	uint64_t turn;       /* the prompt the agent is answering, 1-based */
+	uint64_t turns_ended;
+	int turn_ended;            /* the agent has just ended its turn */
+	char ended_why[160];       /* an interactive session ended before the agent did */
+	msgpack_sbuffer *verdicts; /* encoded, one per m.verdicts: put with the record */
+	pthread_t teardown;        /* destroying sb beside the record's puts */
+	int tearing_down;
+	int teardown_rc;
+	tb_error_t teardown_err;
+} tb_run_t;
+
+/* ------------------------------------------------------ record.c */
+
+/** Stamps, records and sends one event whose payload @p source wrote
+ * (tb_event_source_t); takes @p payload. A refused event marks the run
+ * failed (it cannot be recorded whole). */
+void tb_run_emit_from(tb_run_t *r, int source, int type, tb_bytes_t payload);
+/** tb_run_emit_from() for the worker's own events. */
+void tb_run_emit(tb_run_t *r, int type, tb_bytes_t payload);
+/** The worker's event whose payload is @p obj (taken, may be NULL: the
+ * run is then failed). */
+void tb_run_emit_json(tb_run_t *r, int type, json_t *obj);
+/** Phase @p ph reached at @p at (wall ms), @p worker named if not NULL. */
+void tb_run_phase_at(tb_run_t *r, tb_phase_t ph, uint64_t at, const char *worker);
+/** Phase @p ph reached now. */
+void tb_run_phase(tb_run_t *r, tb_phase_t ph);
+/** An `error` event with @p code's name, @p reason and @p ph. */
+void tb_run_error_event(tb_run_t *r, int code, tb_phase_t ph, const char *reason);
+/** @return 0; TB_EFENCED once the run was told to stop. */
+int tb_run_cancelled(const tb_run_t *r, tb_error_t *err);
+/** Waits for the run's event rate to allow one more of the agent's. */
+void tb_run_pace(tb_run_t *r);
+/** The egress proxy's records and posted events, as events, paced;
+ * @p last: the proxy is stopped, everything goes now. */
+void tb_run_egress_flush(tb_run_t *r, tb_phase_t ph, int last);
+/** Brings the judges' JSON lines up to date with the record. */
+int tb_run_sync_jsonl(tb_run_t *r, tb_error_t *err);
+/** Puts the conversation record at @p key and the verdicts beside it. */
+int tb_run_put_record(tb_run_t *r, const char *key, tb_error_t *err);
+
+/* ------------------------------------------------------ prepare.c */
+
+/** The "prepared" phase's work: the runtime, the recipe checked out into
+ * @p recipe_dir, the inputs fetched into @p inputs_dir ("" when none), the
+ * limits into @p lim, the sandbox into r->sb. */
+int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, size_t ilen,
+		   tb_limits_t *lim, tb_error_t *err);
+
+/* -------------------------------------------------------- agent.c */
+
+/** Runs the agent until it exits, streaming its events; how it ended
+ * into @p end, the last of its output into @p tail. */
+int tb_run_agent(tb_run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_len, tb_error_t *err);
+/** The manifest's outcome for the agent's end. */
+int tb_run_outcome(const tb_sandbox_exit_t *e);
+
+/* ------------------------------------------------------- judges.c */
+
+/** Runs the @p index-th judge of the recipe and keeps its verdict (put
+ * under @p prefix with the record). @return 0, whatever the verdict;
+ * < 0 only when the run cannot go on. */
+int tb_run_judge(tb_run_t *r, size_t index, const char *prefix, tb_error_t *err);
+
+#endif
