@@ -1,0 +1,142 @@
+/*
+ * proxy_int.h: the egress proxy's insides, shared by its files (private to
+ * worker/egress/; proxy.h is the contract):
+ *
+ *   proxy.c          the listener, the accept thread, start and stop
+ *   proxy_serve.c    a connection's thread: each request read, routed and
+ *                    answered or forwarded
+ *   proxy_client.c   the client's side: waiting, sending, reading,
+ *                    refusals, the audit record, masking
+ *   proxy_upstream.c one request's transfer to its endpoint (libcurl)
+ *   proxy_platform.c the platform route the proxy answers itself
+ */
+#ifndef TB_PROXY_INT_H
+#define TB_PROXY_INT_H
+
+#include "proxy.h"
+#include "proxy_http.h"
+#include "proxy_policy.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#define RESP_HEAD_MAX (64 << 10) /* the upstream's response headers */
+#define MASK_MIN 8               /* shorter secrets are not masked */
+#define LINGER_MS 500            /* reading what a refused client still sends */
+
+typedef struct tb_proxy_secret {
+	char *value;   /* rendered header or query value; NULL: none or unreadable */
+	char *mask;    /* the secret, masked in responses however echoed (proxy_mask.h) */
+	char why[400]; /* why value is NULL although a credential is configured */
+} tb_proxy_secret_t;
+
+typedef struct tb_proxy_conn tb_proxy_conn_t;
+
+struct tb_proxy {
+	tb_proxy_conf_t conf;
+	char task_id[129];
+	tb_task_token_key_t key;
+	int listen_fd, stop_fd;
+	unsigned port;
+	tb_proxy_secret_t *secrets; /* one per endpoint */
+	size_t nsecrets;
+	size_t max_mask;
+	pthread_t accept_th;
+	int accept_started;
+	pthread_mutex_t lock;
+	tb_proxy_conn_t *conns;
+	unsigned live;
+	atomic_int stopping;
+};
+
+struct tb_proxy_conn {
+	tb_proxy_t *p;
+	int fd;
+	pthread_t th;
+	int done; /* under p->lock */
+	tb_proxy_conn_t *next;
+	char *buf; /* bytes from the client: [off, have) unread */
+	size_t off, have, cap;
+	char *head; /* the head being parsed, a copy */
+	CURL *curl;
+	char *hold; /* response bytes held back: maybe the start of a secret */
+	size_t nhold;
+	int upstream; /* the current request went upstream */
+};
+
+/* One request and its response. */
+typedef struct tb_proxy_exchange {
+	tb_proxy_conn_t *c;
+	tb_http_request_t req;
+	const tb_endpoint_t *ep;
+	const tb_proxy_secret_t *sec;
+	int is_head;
+	int blocked;   /* the upstream name resolved to an internal address */
+	int body_mode; /* 0 none, 1 Content-Length, 2 chunked */
+	uint64_t body_left;
+	tb_http_chunked_t dec;
+	int body_done;
+	int body_err; /* the client's body failed: 400 or 408 */
+	uint64_t bytes_out;
+	long status;
+	char *rhead; /* the upstream's headers to pass on */
+	size_t rlen;
+	char rlength[24];    /* its Content-Length, "" when none */
+	int rchunked;        /* it sent Transfer-Encoding: its Content-Length is void */
+	const char *framing; /* why its framing was refused, or NULL */
+	int head_sent, resp_chunked, resp_nobody, client_err;
+	uint64_t bytes_in;
+} tb_proxy_exchange_t;
+
+/* ------------------------------------------------- proxy_client.c */
+
+/** The standard reason phrase of @p status, "" for one not listed. */
+const char *tb_proxy_reason_phrase(long status);
+/** Sends all of @p iov within @p timeout_ms. @return 0, or -1 (timeout,
+ * error, or the proxy stops). */
+int tb_proxy_send_all(tb_proxy_conn_t *c, struct iovec *iov, int n, unsigned timeout_ms);
+/** tb_proxy_send_all() of one string, within the io timeout. */
+int tb_proxy_send_str(tb_proxy_conn_t *c, const char *s, size_t len);
+/** Reads more from the client into c->buf: > 0 bytes, 0 end of stream,
+ * -1 error or stop, -2 @p deadline (monotonic ms) passed. */
+ssize_t tb_proxy_fill(tb_proxy_conn_t *c, uint64_t deadline);
+/** The audit record of one request, when the proxy keeps one; @p reason
+ * non-NULL for a refusal or failure. */
+void tb_proxy_audit(tb_proxy_conn_t *c, const char *method, const char *host, const char *path,
+		    const tb_endpoint_t *ep, int status, uint64_t in, uint64_t out, uint64_t t0,
+		    const char *reason);
+/** A client's path fit for the audit: no query, printable, bounded. */
+void tb_proxy_safe_path(char *out, size_t cap, const char *target);
+/** Answers @p status with @p reason (and header lines @p extra), then
+ * closes gently. */
+void tb_proxy_refuse_with(tb_proxy_conn_t *c, int status, const char *reason, const char *extra);
+/** tb_proxy_refuse_with() with no extra header. */
+void tb_proxy_refuse(tb_proxy_conn_t *c, int status, const char *reason);
+/** Masks every echo of the endpoint's secret in @p s. */
+void tb_proxy_mask_all(const tb_proxy_secret_t *sec, char *s, size_t len);
+
+/* ----------------------------------------------- proxy_upstream.c */
+
+/** Forwards the request in @p x to its endpoint as @p d allows and
+ * streams the response back. @return 1 when the connection may carry
+ * another request. */
+int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0);
+
+/* ----------------------------------------------- proxy_platform.c */
+
+/** The platform route's path when @p target is for it, else NULL. */
+const char *tb_proxy_platform_path(const tb_proxy_t *p, const char *target);
+/** Serves one platform request (POST /_taskbox/events). @return 1 when
+ * the connection may carry another request. */
+int tb_proxy_serve_platform(tb_proxy_conn_t *c, const tb_http_request_t *r, const char *path);
+
+/* -------------------------------------------------- proxy_serve.c */
+
+/** A connection's thread: @p arg is its tb_proxy_conn_t. */
+void *tb_proxy_conn_main(void *arg);
+
+#endif
