@@ -46,45 +46,68 @@
 #define WAIT_BACKOFF_MIN_MS 250
 #define WAIT_BACKOFF_MAX_MS 10000
 
+/* A task's place in the waiting line, and what it waits for. A parked
+ * message waits in the same line, in arrival order. */
+typedef struct job_wait {
+	uint64_t retry_at;                 /* not before (monotonic ms) */
+	unsigned backoff;                  /* the next pause */
+	char **input_names, **input_tasks; /* its inputs named by an earlier task */
+	size_t ninputs;                    /* (admit() waits for those tasks) */
+	int input_wait;                    /* the last look found such a task not done */
+} job_wait_t;
+
+/* A task's attempt: while it runs (the main thread's and its slot's), and
+ * how the last one ended, kept while the task waits to be tried again. */
+typedef struct job_run {
+	struct job *next_running; /* the main thread's list of running attempts */
+	pthread_t thread;
+	unsigned slot;
+	uint64_t lease_ok; /* last renewal (monotonic ms) */
+	atomic_int cancel; /* the lease is lost: stop */
+	atomic_int phase;  /* tb_phase_t + 1, for liveness */
+	int moved;         /* a session stopped because its partition moved or the worker
+			     * stops: let go without counting it as a failure */
+	int rc;            /* the last attempt's: 0 or a TB_E* */
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	int failure_unkept; /* err holds a failure the ledger missed */
+} job_run_t;
+
+/* A message that is not a task to run (malformed, or a follow-up
+ * refused), parked until its DLQ record can be sent. */
+typedef struct job_parked {
+	void *msg_key; /* the message's Kafka key, for its DLQ record */
+	size_t msg_key_len;
+} job_parked_t;
+
+/*
+ * One message the worker holds until it can be acknowledged: a task
+ * (waiting in line, then running an attempt in a slot, then waiting
+ * again to be retried) or a parked message. The three parts are what
+ * each of those states owns; the top is the message and the task's
+ * ledger facts, which every state shares.
+ */
 typedef struct job {
-	struct job *next;
-	struct job *next_running; /* main thread's list of running attempts */
+	struct job *next; /* in the waiting line, or the finished list */
 	struct worker *w;
+	enum { JOB_TASK, JOB_PARKED } kind;
 	int32_t partition;
 	int64_t offset;
 	uint64_t epoch; /* the partition's assignment this message came in */
+	char key[160];  /* the task's id: the message's key */
+	void *value;    /* the task message, decoded again by the slot */
+	size_t len;
 	uint64_t attempt;
 	uint64_t max_attempts;
 	uint64_t received_ms, claimed_ms; /* for the phase events */
 	uint64_t received_mono;           /* for how long it has waited */
-	uint64_t retry_at;                /* waiting: not before (monotonic ms) */
-	unsigned backoff;                 /* waiting: the next pause */
 	unsigned failures;                /* platform failures here: the retry pause */
-	uint64_t lease_ok;                /* running: last renewal (monotonic ms) */
-	atomic_int cancel;                /* running: the lease is lost, stop */
 	tb_kafka_tracker_t *events;       /* its events in flight (the record's) */
-	atomic_int phase;                 /* running: index + 1 in phases[], for liveness */
-	int moved;          /* a session stopped because its partition moved or the worker
-		    * stops: let go without counting it as a failure */
-	int failure_unkept; /* err holds a failure the ledger missed */
-	void *value;        /* the task message, decoded again by the slot */
-	size_t len;
-	int redo;      /* not a task: a message whose DLQ record could not be sent yet
-			     * (malformed, or a follow-up refused), handled again */
-	void *msg_key; /* redo: the message's Kafka key, for its DLQ record */
-	size_t msg_key_len;
-	tb_kafka_tracker_t *dlq;           /* its DLQ record's copies, across tries */
-	char **input_names, **input_tasks; /* its inputs named by an earlier task */
-	size_t ninputs;                    /* (admit_inputs waits for those tasks) */
-	int input_wait;                    /* waiting: the last look found such a task not done */
-	char key[160];
-	tb_session_t *session; /* interactive: its follow-ups, held with their offsets */
-	/* results */
-	int rc;
-	tb_lifecycle_result_t res;
-	tb_error_t err;
-	pthread_t thread;
-	unsigned slot;
+	tb_kafka_tracker_t *dlq;          /* its DLQ record's copies, across tries */
+	tb_session_t *session;            /* interactive: its follow-ups, held with their offsets */
+	job_wait_t wait;
+	job_run_t run;
+	job_parked_t parked;
 } job_t;
 
 typedef struct worker {
@@ -135,7 +158,7 @@ static int produce(worker_t *w, const char *topic, const char *key, const void *
 /* The phase a job reached (read by liveness()); the sink's ud is the job. */
 static void note_phase(void *ud, tb_phase_t phase)
 {
-	atomic_store(&((job_t *)ud)->phase, (int)phase + 1);
+	atomic_store(&((job_t *)ud)->run.phase, (int)phase + 1);
 }
 
 /* The sink's ud is the job. */
@@ -283,15 +306,15 @@ static void free_job(job_t *j)
 {
 	tb_kafka_tracker_release(j->events); /* its events in flight keep it */
 	tb_kafka_tracker_release(j->dlq);
-	for (size_t i = 0; i < j->ninputs; i++) {
-		free(j->input_names[i]);
-		free(j->input_tasks[i]);
+	for (size_t i = 0; i < j->wait.ninputs; i++) {
+		free(j->wait.input_names[i]);
+		free(j->wait.input_tasks[i]);
 	}
-	free(j->input_names);
-	free(j->input_tasks);
+	free(j->wait.input_names);
+	free(j->wait.input_tasks);
 	tb_session_free(j->session);
 	free(j->value);
-	free(j->msg_key);
+	free(j->parked.msg_key);
 	free(j);
 }
 
@@ -330,7 +353,7 @@ static void drop_waiting(worker_t *w, int p)
 		} else {
 			link = &j->next;
 			w->nwaiting++;
-			w->ninput_waits += j->input_wait;
+			w->ninput_waits += j->wait.input_wait;
 		}
 	}
 	w->waiting_tail = link;
@@ -355,12 +378,12 @@ static void drop_all_waiting(worker_t *w)
  * a failure of the task: their attempts are let go uncounted. */
 static void stop_sessions(worker_t *w, int p, const char *why)
 {
-	for (job_t *r = w->running_jobs; r; r = r->next_running)
-		if ((p < 0 || r->partition == p) && r->session && !r->moved) {
+	for (job_t *r = w->running_jobs; r; r = r->run.next_running)
+		if ((p < 0 || r->partition == p) && r->session && !r->run.moved) {
 			tb_info(r->key, "%s: the session stops, to go on at the partition's owner",
 				why);
-			r->moved = 1;
-			atomic_store(&r->cancel, 1);
+			r->run.moved = 1;
+			atomic_store(&r->run.cancel, 1);
 		}
 }
 
@@ -438,19 +461,20 @@ static void *slot_main(void *arg)
 		.runtimes_dir = w->d->cfg->runtimes_dir,
 		.work_root = w->d->cfg->work_dir,
 		.group = group,
-		.slot = j->slot,
+		.slot = j->run.slot,
 		.worker = w->d->worker_id,
 		.received_ms = j->received_ms,
 		.claimed_ms = j->claimed_ms,
 		.sink = { publish_event, j, flush_events, note_phase },
 		.recorded = mark_done,
 		.recorded_ud = w->d->ledger,
-		.cancel = &j->cancel,
+		.cancel = &j->run.cancel,
 	};
-	if ((j->rc = tb_msg_decode(&tb_schema_task, &task, j->value, j->len, &j->err)) == 0) {
+	if ((j->run.rc = tb_msg_decode(&tb_schema_task, &task, j->value, j->len, &j->run.err)) ==
+	    0) {
 		tb_info(task.id, "attempt %llu starts in slot %u", (unsigned long long)j->attempt,
-			j->slot);
-		j->rc = tb_lifecycle_run(&ctx, &task, j->attempt, &j->res, &j->err);
+			j->run.slot);
+		j->run.rc = tb_lifecycle_run(&ctx, &task, j->attempt, &j->run.res, &j->run.err);
 		tb_msg_free(&tb_schema_task, &task);
 	}
 	pthread_mutex_lock(&w->lock);
@@ -470,22 +494,22 @@ static int start_job(worker_t *w, job_t *j, tb_error_t *err)
 
 	while (slot < w->d->cfg->slots && (w->busy_slots >> slot & 1))
 		slot++;
-	j->slot = slot;
-	j->lease_ok = tb_mono_ms();
-	atomic_store(&j->cancel, 0);
-	atomic_store(&j->phase, 0);
-	j->moved = 0;
+	j->run.slot = slot;
+	j->run.lease_ok = tb_mono_ms();
+	atomic_store(&j->run.cancel, 0);
+	atomic_store(&j->run.phase, 0);
+	j->run.moved = 0;
 	if (j->session) /* a new attempt replays the session from its start */
 		tb_session_rewind(j->session);
-	memset(&j->res, 0, sizeof(j->res));
+	memset(&j->run.res, 0, sizeof(j->run.res));
 	w->busy_slots |= 1ull << slot;
 	w->running++;
-	if (pthread_create(&j->thread, NULL, slot_main, j) != 0) {
+	if (pthread_create(&j->run.thread, NULL, slot_main, j) != 0) {
 		w->busy_slots &= ~(1ull << slot);
 		w->running--;
 		return tb_error_set(err, TB_EIO, "cannot start a slot thread");
 	}
-	j->next_running = w->running_jobs;
+	j->run.next_running = w->running_jobs;
 	w->running_jobs = j;
 	return 0;
 }
@@ -496,18 +520,19 @@ static int start_job(worker_t *w, job_t *j, tb_error_t *err)
  * the task's message delivered again made a new job for that. */
 static job_t *find_job(worker_t *w, const char *key, int32_t p)
 {
-	for (job_t *r = w->running_jobs; r; r = r->next_running)
+	for (job_t *r = w->running_jobs; r; r = r->run.next_running)
 		if (r->partition == p && ours(w, r) && !strcmp(r->key, key))
 			return r;
 	for (job_t *r = w->waiting; r; r = r->next)
-		if (!r->redo && r->partition == p && ours(w, r) && !strcmp(r->key, key))
+		if (r->kind != JOB_PARKED && r->partition == p && ours(w, r) &&
+		    !strcmp(r->key, key))
 			return r;
 	return NULL;
 }
 
 static int is_running(const worker_t *w, const char *key)
 {
-	for (const job_t *r = w->running_jobs; r; r = r->next_running)
+	for (const job_t *r = w->running_jobs; r; r = r->run.next_running)
 		if (!strcmp(r->key, key))
 			return 1;
 	return 0;
@@ -515,9 +540,9 @@ static int is_running(const worker_t *w, const char *key)
 
 static void forget_running(worker_t *w, const job_t *j)
 {
-	for (job_t **p = &w->running_jobs; *p; p = &(*p)->next_running)
+	for (job_t **p = &w->running_jobs; *p; p = &(*p)->run.next_running)
 		if (*p == j) {
-			*p = j->next_running;
+			*p = j->run.next_running;
 			return;
 		}
 }
@@ -525,12 +550,12 @@ static void forget_running(worker_t *w, const job_t *j)
 /* Puts @p j at the end of the waiting line, to begin after @p delay_ms. */
 static void wait_for(worker_t *w, job_t *j, uint64_t delay_ms)
 {
-	j->retry_at = tb_mono_ms() + delay_ms;
+	j->wait.retry_at = tb_mono_ms() + delay_ms;
 	j->next = NULL;
 	*w->waiting_tail = j;
 	w->waiting_tail = &j->next;
 	w->nwaiting++;
-	w->ninput_waits += j->input_wait;
+	w->ninput_waits += j->wait.input_wait;
 }
 
 /* ------------------------------------------------------- heartbeats */
@@ -539,11 +564,11 @@ static void wait_for(worker_t *w, job_t *j, uint64_t delay_ms)
 static char *liveness(const worker_t *w)
 {
 	json_t *tasks = json_array();
-	for (const job_t *j = w->running_jobs; j; j = j->next_running) {
-		int ph = atomic_load(&j->phase);
+	for (const job_t *j = w->running_jobs; j; j = j->run.next_running) {
+		int ph = atomic_load(&j->run.phase);
 		json_array_append_new(tasks,
 				      json_pack("{s:s,s:I,s:i,s:I,s:s}", "task", j->key, "attempt",
-						(json_int_t)j->attempt, "slot", (int)j->slot,
+						(json_int_t)j->attempt, "slot", (int)j->run.slot,
 						"since_ms", (json_int_t)j->claimed_ms, "phase",
 						tb_phase_name(ph > 0 ? ph - 1 : TB_PHASE_CLAIMED)));
 	}
@@ -572,18 +597,19 @@ static void heartbeat(worker_t *w)
 	if (now < w->next_beat)
 		return;
 	w->next_beat = now + w->lease_ms / 3;
-	for (job_t *j = w->running_jobs; j; j = j->next_running) {
-		if (atomic_load(&j->cancel))
+	for (job_t *j = w->running_jobs; j; j = j->run.next_running) {
+		if (atomic_load(&j->run.cancel))
 			continue;
 		int rc = tb_ledger_renew(l, j->key, j->attempt, w->lease_ms, &err);
 		if (rc == 0) {
-			j->lease_ok = tb_mono_ms();
-		} else if (rc == TB_EFENCED || tb_mono_ms() - j->lease_ok >= w->lease_ms * 2 / 3) {
+			j->run.lease_ok = tb_mono_ms();
+		} else if (rc == TB_EFENCED ||
+			   tb_mono_ms() - j->run.lease_ok >= w->lease_ms * 2 / 3) {
 			/* fenced, or two beats missed: stop before the lease
 			 * can lapse and another worker begin */
 			tb_warn(j->key, "attempt %llu lost its lease, stopping it: %s",
 				(unsigned long long)j->attempt, err.msg);
-			atomic_store(&j->cancel, 1);
+			atomic_store(&j->run.cancel, 1);
 		} else {
 			tb_warn(j->key, "lease not renewed: %s", err.msg);
 		}
@@ -620,7 +646,7 @@ static void redo_message(worker_t *w, job_t *j);
  * written yet is tried again (redo_message). */
 static void settle_followups(worker_t *w, job_t *j)
 {
-	int recorded = j->rc == 0 && j->res.manifest_key[0];
+	int recorded = j->run.rc == 0 && j->run.res.manifest_key[0];
 	size_t n = tb_session_count(j->session);
 	int64_t holds[64];
 	tb_error_t err;
@@ -632,7 +658,7 @@ static void settle_followups(worker_t *w, job_t *j)
 		size_t len;
 		tb_followup_t f;
 		tb_session_item(j->session, i, &seq, &off, &raw, &len);
-		if (!(recorded && seq <= j->res.followups) &&
+		if (!(recorded && seq <= j->run.res.followups) &&
 		    tb_msg_decode(&tb_schema_followup, &f, raw, len, &err) == 0) {
 			tb_msg_origin_t origin = { w->d->cfg->kafka.tasks_topic, j->partition, off,
 						   j->key, strlen(j->key) };
@@ -641,7 +667,7 @@ static void settle_followups(worker_t *w, job_t *j)
 			snprintf(
 			    why, sizeof(why),
 			    "follow-up %llu: the session ended before it took it (it took %llu)",
-			    (unsigned long long)seq, (unsigned long long)j->res.followups);
+			    (unsigned long long)seq, (unsigned long long)j->run.res.followups);
 			settled(w, r,
 				recorded
 				    ? refuse(w, &f, raw, len, &origin, why, r->dlq, DLQ_WAIT_MS)
@@ -669,10 +695,10 @@ static void acknowledge(worker_t *w, job_t *j)
 	w->finished_messages++;
 	if (j->session)
 		settle_followups(w, j);
-	if (j->res.events) {
+	if (j->run.res.events) {
 		tb_event_sink_t sink = { publish_event, j, NULL, NULL };
-		if (tb_lifecycle_acknowledged(&sink, j->key, j->attempt, j->res.events,
-					      j->res.last_ms, &err) < 0)
+		if (tb_lifecycle_acknowledged(&sink, j->key, j->attempt, j->run.res.events,
+					      j->run.res.last_ms, &err) < 0)
 			tb_warn(j->key, "no acknowledged event: %s", err.msg);
 	}
 	tb_fault_point(tb_phase_name(TB_PHASE_ACKNOWLEDGED));
@@ -702,14 +728,14 @@ static void keep_failure(worker_t *w, job_t *j, int code, const char *reason)
 	tb_error_t err;
 
 	if (tb_ledger_failed(l, j->key, j->attempt, code, reason, &err) == 0) {
-		j->failure_unkept = 0;
+		j->run.failure_unkept = 0;
 		return;
 	}
 	tb_warn(j->key, "the ledger did not keep this failure yet: %s", err.msg);
-	if (reason != j->err.msg)
-		snprintf(j->err.msg, sizeof(j->err.msg), "%s", reason);
-	j->err.code = code;
-	j->failure_unkept = 1;
+	if (reason != j->run.err.msg)
+		snprintf(j->run.err.msg, sizeof(j->run.err.msg), "%s", reason);
+	j->run.err.code = code;
+	j->run.failure_unkept = 1;
 }
 
 /* Back in line after @p pause, if the message is still ours. */
@@ -720,7 +746,7 @@ static void retry_later(worker_t *w, job_t *j, uint64_t pause)
 		let_go(w, j);
 		return;
 	}
-	j->backoff = WAIT_BACKOFF_MIN_MS;
+	j->wait.backoff = WAIT_BACKOFF_MIN_MS;
 	wait_for(w, j, pause < RETRY_BACKOFF_MAX_MS ? pause : RETRY_BACKOFF_MAX_MS);
 }
 
@@ -737,18 +763,18 @@ static void complete(worker_t *w)
 	pthread_mutex_unlock(&w->lock);
 	for (job_t *j = list, *next; j; j = next) {
 		next = j->next;
-		pthread_join(j->thread, NULL);
-		w->busy_slots &= ~(1ull << j->slot);
+		pthread_join(j->run.thread, NULL);
+		w->busy_slots &= ~(1ull << j->run.slot);
 		w->running--;
 		forget_running(w, j);
-		if (j->rc == 0) {
+		if (j->run.rc == 0) {
 			/* the slot set the done-marker before the result event */
 			w->stats->recorded++;
-			w->stats->succeeded += j->res.outcome == TB_OUTCOME_SUCCEEDED;
-			tb_metrics_task(tb_outcomes[j->res.outcome]);
+			w->stats->succeeded += j->run.res.outcome == TB_OUTCOME_SUCCEEDED;
+			tb_metrics_task(tb_outcomes[j->run.res.outcome]);
 			tb_info(j->key, "attempt %llu recorded: %s", (unsigned long long)j->attempt,
-				tb_outcomes[j->res.outcome]);
-		} else if (j->moved) {
+				tb_outcomes[j->run.res.outcome]);
+		} else if (j->run.moved) {
 			/* A session stopped because its partition moved (or this
 			 * worker stops): kept as "busy", which spends no attempt,
 			 * and let go to the partition's owner. */
@@ -758,7 +784,7 @@ static void complete(worker_t *w)
 				(unsigned long long)j->attempt);
 			retry_later(w, j, RETRY_BACKOFF_MS);
 			continue;
-		} else if (j->rc == TB_EFENCED ||
+		} else if (j->run.rc == TB_EFENCED ||
 			   tb_ledger_renew(l, j->key, j->attempt, w->lease_ms, &err) ==
 			       TB_EFENCED) {
 			/* Lost its lease: another worker has begun the task, or
@@ -766,14 +792,14 @@ static void complete(worker_t *w)
 			 * its lease to lapse (then run it here). */
 			w->stats->fenced++;
 			tb_metrics_failure(tb_error_name(TB_EFENCED));
-			if (j->rc != TB_EFENCED)
-				j->err = err;
+			if (j->run.rc != TB_EFENCED)
+				j->run.err = err;
 			tb_warn(j->key, "attempt %llu fenced: %s", (unsigned long long)j->attempt,
-				j->err.msg);
-			keep_failure(w, j, TB_EFENCED, j->err.msg);
+				j->run.err.msg);
+			keep_failure(w, j, TB_EFENCED, j->run.err.msg);
 			retry_later(w, j, RETRY_BACKOFF_MS);
 			continue;
-		} else if (j->rc != TB_EPOISON) {
+		} else if (j->run.rc != TB_EPOISON) {
 			/* The platform failed, not the task: another attempt
 			 * after a pause growing with each failure (admission
 			 * decides whether one is left), with the offset still
@@ -782,16 +808,16 @@ static void complete(worker_t *w)
 					 << (j->failures < 6 ? j->failures : 6);
 			j->failures++;
 			w->stats->retried++;
-			tb_metrics_failure(tb_error_name(j->rc));
+			tb_metrics_failure(tb_error_name(j->run.rc));
 			tb_warn(j->key, "attempt %llu failed (%s), retrying in %llu ms: %s",
-				(unsigned long long)j->attempt, tb_error_name(j->rc),
-				(unsigned long long)pause, j->err.msg);
-			keep_failure(w, j, j->rc, j->err.msg);
+				(unsigned long long)j->attempt, tb_error_name(j->run.rc),
+				(unsigned long long)pause, j->run.err.msg);
+			keep_failure(w, j, j->run.rc, j->run.err.msg);
 			retry_later(w, j, pause);
 			continue;
 		} else {
-			keep_failure(w, j, j->rc, j->err.msg);
-			if (give_up(w, j, TB_DLQ_POISON, j->err.msg) < 0) {
+			keep_failure(w, j, j->run.rc, j->run.err.msg);
+			if (give_up(w, j, TB_DLQ_POISON, j->run.err.msg) < 0) {
 				retry_later(w, j, RETRY_BACKOFF_MS); /* the DLQ is away */
 				continue;
 			}
@@ -884,8 +910,8 @@ static int admit_inputs(worker_t *w, const job_t *j, char *why, size_t len, tb_e
 		return rc;
 	if (t.done)
 		return 0;
-	for (size_t i = 0; i < j->ninputs; i++) {
-		const char *name = j->input_names[i], *task = j->input_tasks[i];
+	for (size_t i = 0; i < j->wait.ninputs; i++) {
+		const char *name = j->wait.input_names[i], *task = j->wait.input_tasks[i];
 		if ((rc = tb_inputs_task_done(l, task, &t, err)) == 0)
 			continue;
 		if (rc != TB_EBUSY && rc != TB_ENOTFOUND)
@@ -904,9 +930,72 @@ static int admit_inputs(worker_t *w, const job_t *j, char *why, size_t len, tb_e
 	return 0;
 }
 
+/* What the ledger says of a waiting task, asked before it may begin. */
+typedef enum admission {
+	ADMIT_RUN,        /* an attempt is begun (its lease held): run it */
+	ADMIT_DONE,       /* done before: acknowledge only */
+	ADMIT_DEAD,       /* out of attempts, or poison: dead-letter it */
+	ADMIT_WAIT_INPUT, /* an earlier task its inputs name is not done yet */
+	ADMIT_WAIT_LEASE, /* another worker's live attempt holds it */
+	ADMIT_WAIT_AWAY,  /* the ledger cannot say, or missed the last failure */
+} admission_t;
+
+/*
+ * Decides whether @p j begins an attempt now. The last attempt's failure
+ * is kept first; then the earlier tasks its inputs name (admit_inputs);
+ * then the ledger begins an attempt, which it refuses when the task is
+ * done or another worker's lease holds it; then the budget (over_budget).
+ * ADMIT_DEAD sets @p cause (a TB_DLQ_* cause) and @p why; every wait says
+ * why in @p err.
+ */
+static admission_t admit(worker_t *w, job_t *j, int *cause, char *why, size_t len, tb_error_t *err)
+{
+	tb_ledger_t *l = w->d->ledger;
+	int inputs = 0, rc, over;
+
+	j->wait.input_wait = 0;
+	if (j->run.failure_unkept) /* the last attempt's, first */
+		keep_failure(w, j, j->run.err.code, j->run.err.msg);
+	if (j->run.failure_unkept) {
+		tb_error_set(err, TB_ERETRY, "%s", "its last failure is not kept yet");
+		return ADMIT_WAIT_AWAY;
+	}
+	if (j->wait.ninputs && (inputs = admit_inputs(w, j, why, len, err)) != 0 &&
+	    inputs != TB_EPOISON) {
+		if (inputs != TB_EBUSY)
+			return inputs == TB_EEXIST ? ADMIT_DONE
+						   : ADMIT_WAIT_AWAY; /* the ledger's */
+		j->wait.input_wait = 1;
+		tb_error_set(err, TB_EBUSY, "%s", why);
+		return ADMIT_WAIT_INPUT;
+	}
+	if ((rc = tb_ledger_begin(l, j->key, w->lease_ms, &j->attempt, err)) < 0)
+		return rc == TB_EEXIST  ? ADMIT_DONE
+		       : rc == TB_EBUSY ? ADMIT_WAIT_LEASE
+					: ADMIT_WAIT_AWAY;
+	if (inputs == TB_EPOISON) {
+		/* an attempt, for the done-marker that goes with the DLQ */
+		keep_failure(w, j, TB_EPOISON, why);
+		*cause = TB_DLQ_POISON;
+		return ADMIT_DEAD;
+	}
+	if ((over = over_budget(w, j, why, len)) < 0) {
+		/* this attempt never ran: excused, and its lease let go */
+		keep_failure(w, j, TB_ERETRY, why);
+		tb_ledger_release(l, j->key, j->attempt, err);
+		tb_error_set(err, over, "%s", why);
+		return ADMIT_WAIT_AWAY;
+	}
+	if (over) {
+		*cause = TB_DLQ_MAX_ATTEMPTS;
+		return ADMIT_DEAD;
+	}
+	return ADMIT_RUN;
+}
+
 /*
  * Begins the waiting jobs that are due, in order, while slots are free.
- * The ledger decides: already done (acknowledge), out of attempts (DLQ),
+ * admit() decides: already done (acknowledge), out of attempts (DLQ),
  * held by another worker's live lease or unreachable (wait, with
  * back-off, for as long as it takes: nothing runs or is acknowledged that
  * the ledger has not counted), or a new attempt (run it). A task running
@@ -914,7 +1003,6 @@ static int admit_inputs(worker_t *w, const job_t *j, char *why, size_t len, tb_e
  */
 static void admit_waiting(worker_t *w)
 {
-	tb_ledger_t *l = w->d->ledger;
 	job_t *list = w->waiting;
 	uint64_t now = tb_mono_ms();
 	tb_error_t err;
@@ -925,74 +1013,56 @@ static void admit_waiting(worker_t *w)
 	w->ninput_waits = 0;
 	for (job_t *j = list, *next; j; j = next) {
 		next = j->next;
-		if (j->redo && !*w->stop && j->retry_at <= now) {
+		if (j->kind == JOB_PARKED && !*w->stop && j->wait.retry_at <= now) {
 			redo_message(w, j); /* takes no slot */
 			continue;
 		}
-		if (*w->stop || j->retry_at > now || j->redo || w->running >= w->d->cfg->slots ||
-		    is_running(w, j->key)) {
-			uint64_t at = j->retry_at;
+		if (*w->stop || j->wait.retry_at > now || j->kind == JOB_PARKED ||
+		    w->running >= w->d->cfg->slots || is_running(w, j->key)) {
+			uint64_t at = j->wait.retry_at;
 			wait_for(w, j, at > now ? at - now : 0);
 			continue;
 		}
-		char why[600];
-		int rc = 0, spent = 0, inputs = 0, cause = TB_DLQ_MAX_ATTEMPTS;
-		if (j->failure_unkept) /* the last attempt's, first */
-			keep_failure(w, j, j->err.code, j->err.msg);
-		if (j->failure_unkept)
-			rc =
-			    tb_error_set(&err, TB_ERETRY, "%s", "its last failure is not kept yet");
-		else if (j->ninputs && (inputs = admit_inputs(w, j, why, sizeof(why), &err)) != 0 &&
-			 inputs != TB_EPOISON)
-			rc = inputs == TB_EBUSY ? tb_error_set(&err, TB_EBUSY, "%s", why) : inputs;
-		else if ((rc = tb_ledger_begin(l, j->key, w->lease_ms, &j->attempt, &err)) == 0 &&
-			 inputs == TB_EPOISON) {
-			/* an attempt, for the done-marker that goes with the DLQ */
-			keep_failure(w, j, TB_EPOISON, why);
-			spent = 1, cause = TB_DLQ_POISON;
-		} else if (rc == 0 && (spent = over_budget(w, j, why, sizeof(why))) < 0) {
-			/* this attempt never ran: excused, and its lease let go */
-			keep_failure(w, j, TB_ERETRY, why);
-			tb_ledger_release(l, j->key, j->attempt, &err);
-			rc = tb_error_set(&err, spent, "%s", why);
-		}
-		j->input_wait = inputs == TB_EBUSY;
-		if (rc == 0 && !spent) {
+		char why[600] = "";
+		int cause = TB_DLQ_MAX_ATTEMPTS;
+		admission_t a = admit(w, j, &cause, why, sizeof(why), &err);
+		if (a == ADMIT_RUN) {
 			j->claimed_ms = tb_wall_ms();
 			tb_kafka_tracker_reset(j->events);
 			if (start_job(w, j, &err) == 0)
 				continue;
 			tb_err(j->key, "%s", err.msg);
 			keep_failure(w, j, TB_EIO, err.msg);
-			rc = TB_ERETRY;
-		}
-		if (rc == 0 && give_up(w, j, cause, why) < 0) {
-			rc = tb_error_set(&err, TB_ERETRY, "%s", "the DLQ is away");
-		} else if (rc == 0) {
-			/* dead-lettered: acknowledged below */
-		} else if (rc == TB_EEXIST) {
+			a = ADMIT_WAIT_AWAY;
+		} else if (a == ADMIT_DEAD && give_up(w, j, cause, why) < 0) {
+			tb_error_set(&err, TB_ERETRY, "%s", "the DLQ is away");
+			a = ADMIT_WAIT_AWAY;
+		} else if (a == ADMIT_DONE) {
 			/* Done before (a replay after a crash, a duplicate, or
 			 * another worker's run): acknowledge only. */
 			tb_info(j->key, "already done; acknowledged without running");
 			w->stats->already++;
 			j->attempt = 0;
-		} else {
-			/* Busy elsewhere, or the ledger away: wait and ask again. */
-			if (!j->backoff)
-				j->backoff = WAIT_BACKOFF_MIN_MS;
+		}
+		if (a == ADMIT_WAIT_INPUT || a == ADMIT_WAIT_LEASE || a == ADMIT_WAIT_AWAY) {
+			/* Ask again after a pause that doubles each time. */
+			if (!j->wait.backoff)
+				j->wait.backoff = WAIT_BACKOFF_MIN_MS;
 			/* waiting for an earlier task is a task's ordinary course */
-			tb_log(inputs == TB_EBUSY ? TB_LOG_INFO : TB_LOG_WARN, j->key,
-			       "waiting %u ms %s: %s", j->backoff,
-			       inputs == TB_EBUSY ? "for an earlier task"
-			       : rc == TB_EBUSY   ? "for another worker's run"
-						  : "for the ledger or DLQ",
+			tb_log(a == ADMIT_WAIT_INPUT ? TB_LOG_INFO : TB_LOG_WARN, j->key,
+			       "waiting %u ms %s: %s", j->wait.backoff,
+			       a == ADMIT_WAIT_INPUT   ? "for an earlier task"
+			       : a == ADMIT_WAIT_LEASE ? "for another worker's run"
+						       : "for the ledger or DLQ",
 			       err.msg);
-			wait_for(w, j, j->backoff);
-			j->backoff = j->backoff * 2 > WAIT_BACKOFF_MAX_MS ? WAIT_BACKOFF_MAX_MS
-									  : j->backoff * 2;
+			wait_for(w, j, j->wait.backoff);
+			j->wait.backoff = j->wait.backoff * 2 > WAIT_BACKOFF_MAX_MS
+					      ? WAIT_BACKOFF_MAX_MS
+					      : j->wait.backoff * 2;
 			continue;
 		}
-		memset(&j->res, 0, sizeof(j->res));
+		/* dead-lettered, or done before: acknowledged */
+		memset(&j->run.res, 0, sizeof(j->run.res));
 		acknowledge(w, j);
 		free_job(j);
 	}
@@ -1120,9 +1190,9 @@ static job_t *redo_job(worker_t *w, int32_t partition, int64_t offset, uint64_t 
 	if (!r || !(r->dlq = tb_kafka_tracker_new()))
 		abort(); /* out of memory */
 	r->w = w;
-	r->redo = 1;
+	r->kind = JOB_PARKED;
 	r->partition = partition, r->offset = offset, r->epoch = epoch;
-	r->backoff = WAIT_BACKOFF_MIN_MS;
+	r->wait.backoff = WAIT_BACKOFF_MIN_MS;
 	return r;
 }
 
@@ -1136,20 +1206,20 @@ static void settled(worker_t *w, job_t *r, int rc, const void *raw, size_t len, 
 {
 	if (rc < 0 && !r->value) { /* its first try: kept for the next */
 		if (!(r->value = malloc(len ? len : 1)) ||
-		    (key_len && !(r->msg_key = malloc(key_len))))
+		    (key_len && !(r->parked.msg_key = malloc(key_len))))
 			abort(); /* out of memory */
 		memcpy(r->value, raw, len);
 		r->len = len;
 		if (key_len)
-			memcpy(r->msg_key, key, key_len);
-		r->msg_key_len = key_len;
+			memcpy(r->parked.msg_key, key, key_len);
+		r->parked.msg_key_len = key_len;
 	}
 	if (rc < 0) {
 		tb_warn(NULL, "partition %d offset %lld: trying the DLQ again in %u ms",
-			(int)r->partition, (long long)r->offset, r->backoff);
-		wait_for(w, r, r->backoff);
-		r->backoff =
-		    r->backoff * 2 > WAIT_BACKOFF_MAX_MS ? WAIT_BACKOFF_MAX_MS : r->backoff * 2;
+			(int)r->partition, (long long)r->offset, r->wait.backoff);
+		wait_for(w, r, r->wait.backoff);
+		r->wait.backoff = r->wait.backoff * 2 > WAIT_BACKOFF_MAX_MS ? WAIT_BACKOFF_MAX_MS
+									    : r->wait.backoff * 2;
 		return;
 	}
 	if (rc == 0)
@@ -1161,7 +1231,7 @@ static void settled(worker_t *w, job_t *r, int rc, const void *raw, size_t len, 
 static void redo_message(worker_t *w, job_t *j)
 {
 	tb_msg_origin_t origin = { w->d->cfg->kafka.tasks_topic, j->partition, j->offset,
-				   j->msg_key, j->msg_key_len };
+				   j->parked.msg_key, j->parked.msg_key_len };
 	tb_intake_t in;
 
 	if (!ours(w, j)) {
@@ -1187,7 +1257,7 @@ static void redo_message(worker_t *w, job_t *j)
 	if (rc >= 0)
 		tb_info(NULL, "partition %d offset %lld: settled on trying again",
 			(int)j->partition, (long long)j->offset);
-	settled(w, j, rc, j->value, j->len, j->msg_key, j->msg_key_len);
+	settled(w, j, rc, j->value, j->len, j->parked.msg_key, j->parked.msg_key_len);
 }
 
 static void handle(worker_t *w, const rd_kafka_message_t *m)
@@ -1248,17 +1318,17 @@ static void handle(worker_t *w, const rd_kafka_message_t *m)
 	size_t by_task = 0;
 	for (size_t i = 0; i < in.task.inputs.n; i++)
 		by_task += ((const tb_input_t *)in.task.inputs.items)[i].task != NULL;
-	if (by_task && (!(j->input_names = calloc(by_task, sizeof(char *))) ||
-			!(j->input_tasks = calloc(by_task, sizeof(char *)))))
+	if (by_task && (!(j->wait.input_names = calloc(by_task, sizeof(char *))) ||
+			!(j->wait.input_tasks = calloc(by_task, sizeof(char *)))))
 		abort(); /* out of memory */
 	for (size_t i = 0; i < in.task.inputs.n; i++) {
 		const tb_input_t *x = (const tb_input_t *)in.task.inputs.items + i;
 		if (!x->task)
 			continue;
-		if (!(j->input_names[j->ninputs] = strdup(x->name)) ||
-		    !(j->input_tasks[j->ninputs] = strdup(x->task)))
+		if (!(j->wait.input_names[j->wait.ninputs] = strdup(x->name)) ||
+		    !(j->wait.input_tasks[j->wait.ninputs] = strdup(x->task)))
 			abort(); /* out of memory */
-		j->ninputs++;
+		j->wait.ninputs++;
 	}
 	char path[4096];
 	tb_runtime_t rt;
@@ -1377,7 +1447,7 @@ static void pace(worker_t *w)
 {
 	unsigned slots = (unsigned)w->d->cfg->slots;
 	unsigned high = 8 * slots > 32 ? 8 * slots : 32;
-	for (const job_t *r = w->running_jobs; r; r = r->next_running)
+	for (const job_t *r = w->running_jobs; r; r = r->run.next_running)
 		if (r->session) {
 			high = 16 * slots > high ? 16 * slots : high;
 			break;
