@@ -1,0 +1,243 @@
+/*
+ * admit.c: whether a waiting task may begin, asked of the ledger.
+ */
+#include "loop_int.h"
+
+#include "inputs.h"
+#include "tb/clock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Whether attempt j->attempt is past the task's budget: max_attempts
+ * counts the attempts that ended without a word (the worker died: a task
+ * that kills its worker each time ends in the DLQ) and those that failed
+ * for the task's own reasons; attempts the platform failed (the store,
+ * ledger or events away, a lost lease: a code other than poison in the
+ * ledger) are excused, PLATFORM_FAILURES_MAX of them. Why, into @p why.
+ * @return 1 over, 0 not, TB_ERETRY if the ledger cannot say (wait).
+ */
+static int over_budget(tb_loop_t *w, const tb_job_t *j, char *why, size_t len)
+{
+	tb_ledger_t *l = w->d->ledger;
+	tb_ledger_attempt_t *hist = NULL;
+	tb_ledger_task_t t;
+	uint64_t excused = 0;
+	size_t n = 0;
+	tb_error_t err;
+
+	if (j->attempt <= j->max_attempts)
+		return 0;
+	/* Counted from the last revive (`taskbox dlq send`) on. */
+	if (tb_ledger_inspect(l, j->key, &t, &err) < 0 ||
+	    tb_ledger_history(l, j->key, &hist, &n, &err) < 0) {
+		snprintf(why, len, "no history to count attempts by: %.500s", err.msg);
+		return TB_ERETRY;
+	}
+	uint64_t base = t.base < j->attempt ? t.base : 0, begun = j->attempt - base;
+	/* distinct attempts since base, before this one (a failure may be
+	 * kept twice when a reply was lost) */
+	uint64_t moved = 0;
+	for (size_t i = 0; i < n; i++) {
+		int dup = 0;
+		for (size_t k = 0; k < i && !dup; k++)
+			dup = hist[k].attempt == hist[i].attempt;
+		if (dup || hist[i].attempt <= base || hist[i].attempt >= j->attempt)
+			continue;
+		if (!strcmp(hist[i].code, tb_error_name(TB_EBUSY)))
+			moved++; /* a session stopped to move: no attempt spent */
+		else if (hist[i].code[0] && strcmp(hist[i].code, tb_error_name(TB_EPOISON)))
+			excused++;
+	}
+	begun -= moved < begun ? moved : begun - 1;
+	if (excused > begun - 1)
+		excused = begun - 1;
+	int over = excused >= PLATFORM_FAILURES_MAX || begun - excused > j->max_attempts;
+	if (excused >= PLATFORM_FAILURES_MAX)
+		snprintf(why, len, "the platform failed this task %llu times; the last: %.400s",
+			 (unsigned long long)excused, n ? hist[n - 1].reason : "?");
+	else if (over)
+		snprintf(why, len,
+			 "no attempts left: %llu of %llu begun ended without a result "
+			 "(max_attempts %llu)",
+			 (unsigned long long)(begun - 1 - excused), (unsigned long long)(begun - 1),
+			 (unsigned long long)j->max_attempts);
+	free(hist);
+	return over;
+}
+
+/* How long a task waits for an earlier task its inputs name that the
+ * ledger has not seen at all (not submitted yet, or a wrong id), from
+ * when its message came; then it is poison. */
+#define INPUT_UNSEEN_MS (10 * 60 * 1000)
+
+/*
+ * Whether the earlier tasks @p j's inputs name are done, asked before an
+ * attempt begins, so that waiting for them spends no attempt, slot or
+ * sandbox. @return 0 all are (or @p j is done itself: begin says so);
+ * TB_EBUSY one is not yet (@p why says which): wait in line; TB_EPOISON
+ * one never will be (dead-lettered, or unseen for INPUT_UNSEEN_MS); or
+ * the ledger's error (wait for it).
+ */
+static int admit_inputs(tb_loop_t *w, const tb_job_t *j, char *why, size_t len, tb_error_t *err)
+{
+	tb_ledger_t *l = w->d->ledger;
+	tb_ledger_task_t t;
+	int rc;
+
+	if ((rc = tb_ledger_inspect(l, j->key, &t, err)) < 0)
+		return rc;
+	if (t.done)
+		return 0;
+	for (size_t i = 0; i < j->wait.ninputs; i++) {
+		const char *name = j->wait.input_names[i], *task = j->wait.input_tasks[i];
+		if ((rc = tb_inputs_task_done(l, task, &t, err)) == 0)
+			continue;
+		if (rc != TB_EBUSY && rc != TB_ENOTFOUND)
+			return rc; /* the ledger's */
+		if (rc == TB_EBUSY && !t.attempts &&
+		    tb_mono_ms() - j->received_mono >= INPUT_UNSEEN_MS) {
+			snprintf(why, len,
+				 "input %.200s: task %.128s is unknown: the ledger has not seen it "
+				 "in %d minutes",
+				 name, task, INPUT_UNSEEN_MS / 60000);
+			return TB_EPOISON;
+		}
+		snprintf(why, len, "input %.200s: %.380s", name, err->msg);
+		return rc == TB_EBUSY ? TB_EBUSY : TB_EPOISON;
+	}
+	return 0;
+}
+
+/* What the ledger says of a waiting task, asked before it may begin. */
+typedef enum admission {
+	ADMIT_RUN,        /* an attempt is begun (its lease held): run it */
+	ADMIT_DONE,       /* done before: acknowledge only */
+	ADMIT_DEAD,       /* out of attempts, or poison: dead-letter it */
+	ADMIT_WAIT_INPUT, /* an earlier task its inputs name is not done yet */
+	ADMIT_WAIT_LEASE, /* another worker's live attempt holds it */
+	ADMIT_WAIT_AWAY,  /* the ledger cannot say, or missed the last failure */
+} admission_t;
+
+/*
+ * Decides whether @p j begins an attempt now. The last attempt's failure
+ * is kept first; then the earlier tasks its inputs name (admit_inputs);
+ * then the ledger begins an attempt, which it refuses when the task is
+ * done or another worker's lease holds it; then the budget (over_budget).
+ * ADMIT_DEAD sets @p cause (a TB_DLQ_* cause) and @p why; every wait says
+ * why in @p err.
+ */
+static admission_t admit(tb_loop_t *w, tb_job_t *j, int *cause, char *why, size_t len,
+			 tb_error_t *err)
+{
+	tb_ledger_t *l = w->d->ledger;
+	int inputs = 0, rc, over;
+
+	j->wait.input_wait = 0;
+	if (j->run.failure_unkept) /* the last attempt's, first */
+		tb_loop_keep_failure(w, j, j->run.err.code, j->run.err.msg);
+	if (j->run.failure_unkept) {
+		tb_error_set(err, TB_ERETRY, "%s", "its last failure is not kept yet");
+		return ADMIT_WAIT_AWAY;
+	}
+	if (j->wait.ninputs && (inputs = admit_inputs(w, j, why, len, err)) != 0 &&
+	    inputs != TB_EPOISON) {
+		if (inputs != TB_EBUSY)
+			return inputs == TB_EEXIST ? ADMIT_DONE
+						   : ADMIT_WAIT_AWAY; /* the ledger's */
+		j->wait.input_wait = 1;
+		tb_error_set(err, TB_EBUSY, "%s", why);
+		return ADMIT_WAIT_INPUT;
+	}
+	if ((rc = tb_ledger_begin(l, j->key, w->lease_ms, &j->attempt, err)) < 0)
+		return rc == TB_EEXIST  ? ADMIT_DONE
+		       : rc == TB_EBUSY ? ADMIT_WAIT_LEASE
+					: ADMIT_WAIT_AWAY;
+	if (inputs == TB_EPOISON) {
+		/* an attempt, for the done-marker that goes with the DLQ */
+		tb_loop_keep_failure(w, j, TB_EPOISON, why);
+		*cause = TB_DLQ_POISON;
+		return ADMIT_DEAD;
+	}
+	if ((over = over_budget(w, j, why, len)) < 0) {
+		/* this attempt never ran: excused, and its lease let go */
+		tb_loop_keep_failure(w, j, TB_ERETRY, why);
+		tb_ledger_release(l, j->key, j->attempt, err);
+		tb_error_set(err, over, "%s", why);
+		return ADMIT_WAIT_AWAY;
+	}
+	if (over) {
+		*cause = TB_DLQ_MAX_ATTEMPTS;
+		return ADMIT_DEAD;
+	}
+	return ADMIT_RUN;
+}
+
+void tb_loop_admit_waiting(tb_loop_t *w)
+{
+	tb_job_t *list = w->waiting;
+	uint64_t now = tb_mono_ms();
+	tb_error_t err;
+
+	w->waiting = NULL;
+	w->waiting_tail = &w->waiting;
+	w->nwaiting = 0;
+	w->ninput_waits = 0;
+	for (tb_job_t *j = list, *next; j; j = next) {
+		next = j->next;
+		if (j->kind == JOB_PARKED && !*w->stop && j->wait.retry_at <= now) {
+			tb_loop_redo_message(w, j); /* takes no slot */
+			continue;
+		}
+		if (*w->stop || j->wait.retry_at > now || j->kind == JOB_PARKED ||
+		    w->running >= w->d->cfg->slots || tb_loop_is_running(w, j->key)) {
+			uint64_t at = j->wait.retry_at;
+			tb_loop_wait_for(w, j, at > now ? at - now : 0);
+			continue;
+		}
+		char why[600] = "";
+		int cause = TB_DLQ_MAX_ATTEMPTS;
+		admission_t a = admit(w, j, &cause, why, sizeof(why), &err);
+		if (a == ADMIT_RUN) {
+			j->claimed_ms = tb_wall_ms();
+			tb_kafka_tracker_reset(j->events);
+			if (tb_loop_start_job(w, j, &err) == 0)
+				continue;
+			tb_err(j->key, "%s", err.msg);
+			tb_loop_keep_failure(w, j, TB_EIO, err.msg);
+			a = ADMIT_WAIT_AWAY;
+		} else if (a == ADMIT_DEAD && tb_loop_give_up(w, j, cause, why) < 0) {
+			tb_error_set(&err, TB_ERETRY, "%s", "the DLQ is away");
+			a = ADMIT_WAIT_AWAY;
+		} else if (a == ADMIT_DONE) {
+			/* Done before (a replay after a crash, a duplicate, or
+			 * another worker's run): acknowledge only. */
+			tb_info(j->key, "already done; acknowledged without running");
+			w->stats->already++;
+			j->attempt = 0;
+		}
+		if (a == ADMIT_WAIT_INPUT || a == ADMIT_WAIT_LEASE || a == ADMIT_WAIT_AWAY) {
+			/* Ask again after a pause that doubles each time. */
+			if (!j->wait.backoff)
+				j->wait.backoff = WAIT_BACKOFF_MIN_MS;
+			/* waiting for an earlier task is a task's ordinary course */
+			tb_log(a == ADMIT_WAIT_INPUT ? TB_LOG_INFO : TB_LOG_WARN, j->key,
+			       "waiting %u ms %s: %s", j->wait.backoff,
+			       a == ADMIT_WAIT_INPUT   ? "for an earlier task"
+			       : a == ADMIT_WAIT_LEASE ? "for another worker's run"
+						       : "for the ledger or DLQ",
+			       err.msg);
+			tb_loop_wait_for(w, j, j->wait.backoff);
+			j->wait.backoff = j->wait.backoff * 2 > WAIT_BACKOFF_MAX_MS
+					      ? WAIT_BACKOFF_MAX_MS
+					      : j->wait.backoff * 2;
+			continue;
+		}
+		/* dead-lettered, or done before: acknowledged */
+		memset(&j->run.res, 0, sizeof(j->run.res));
+		tb_loop_acknowledge(w, j);
+		tb_loop_free_job(j);
+	}
+}
