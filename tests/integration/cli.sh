@@ -40,6 +40,15 @@ check "recipe example is valid" 0 "$tb" schema recipe "$root/examples/recipes/he
 check "config example is valid" 0 "$tb" schema config "$root/examples/worker.json"
 check "missing config file" 1 "$tb" schema config "$tmp/nope.json"
 contains "bad env override is explained" "TASKBOX_SLOTS" env TASKBOX_SLOTS=x "$tb" schema config
+# Every command's options the same way (worker/cli/opts.h).
+check "an unknown option" 2 "$tb" status --frob
+contains "is named" "taskbox status: unknown option '--frob'" "$tb" status --frob
+contains "--name=value is --name value" "$tmp/nope.json" "$tb" worker --config="$tmp/nope.json"
+check "-- ends the options" 0 "$tb" schema check -- "$tmp/task.bin"
+check "a flag takes no value" 2 "$tb" schema check --hex=1 "$tmp/task.bin"
+contains "a number out of range" "--interval wants 1..60 seconds, not '0'" "$tb" top --interval 0
+contains "a positional too many" "unexpected argument 'b'" "$tb" status a b
+contains "an option missing its value" "--config wants a value" "$tb" watch --config
 check "help" 0 "$tb" --help
 check "worker help" 0 "$tb" worker --help
 check "worker refuses the mock cluster" 3 env TASKBOX_KAFKA_BROKERS=mock "$tb" worker

@@ -6,10 +6,12 @@
 #ifndef TB_CMD_H
 #define TB_CMD_H
 
+#include "opts.h"
 #include "tb/config.h"
 #include "tb/ledger.h"
 #include "tb/store.h"
 
+#include <stdio.h>
 #include <string.h>
 
 enum {
@@ -34,6 +36,11 @@ enum {
  */
 int tb_cmd_open_fleet(const char *cmd, const tb_config_t *cfg, tb_ledger_t **ledger,
 		      tb_store_t **store, tb_error_t *err);
+
+/** Parses a command's arguments from argv[@p first] by @p o's table
+ * (opts.h). @return -1 to go on; TB_EXIT_OK once @p usage printed the
+ * help on stdout; TB_EXIT_USAGE once what was wrong was said. */
+int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)(FILE *out));
 
 /** A prompt from @p path ("-": stdin), cut one byte past the schema's
  * limit (which then names it); NULL after a message. The caller frees it. */

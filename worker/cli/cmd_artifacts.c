@@ -207,34 +207,29 @@ int tb_cmd_artifacts(int argc, char **argv)
 	int want = !strcmp(what, "list")                            ? 1
 		   : !strcmp(what, "get") || !strcmp(what, "share") ? 2
 								    : 0;
-	for (int i = 2; want && i < argc; i++) {
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		char *end;
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			return TB_EXIT_OK;
-		} else if (!strcmp(argv[i], "--config") && v) {
-			path = v, i++;
-		} else if (!strcmp(argv[i], "--json") && want == 1) {
-			as_json = 1;
-		} else if (!strcmp(argv[i], "-o") && v && !strcmp(what, "get")) {
-			out = v, i++;
-		} else if (!strcmp(argv[i], "--expires") && v && !strcmp(what, "share")) {
-			errno = 0;
-			long long s = strtoll(v, &end, 10);
-			if (errno || end == v || *end || s < 1 || s > 604800) {
-				fprintf(stderr, "taskbox artifacts: --expires wants 1..604800 "
-						"seconds\n");
-				return TB_EXIT_USAGE;
-			}
-			seconds = (unsigned)s, i++;
-		} else if (argv[i][0] != '-' && nargs < want) {
-			args[nargs++] = argv[i];
-		} else {
-			want = 0;
-		}
+	if (!want) {
+		usage(stderr);
+		return TB_EXIT_USAGE;
 	}
-	if (!want || nargs != want) {
+	uint64_t expires = DEFAULT_SHARE_SECONDS;
+	/* each verb's own options: the rest are unknown to it */
+	const tb_opt_t opts[] = {
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
+		want == 1 ? (tb_opt_t){ "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL }
+		: !strcmp(what, "get")
+		    ? (tb_opt_t){ "-o", TB_OPT_STRING, &out, 0, 0, NULL }
+		    : (tb_opt_t){ "--expires", TB_OPT_UINT, &expires, 1, 604800, "seconds" },
+		{ NULL, 0, NULL, 0, 0, NULL },
+	};
+	char cmd[32];
+	snprintf(cmd, sizeof(cmd), "artifacts %s", what);
+	tb_opts_t o = { cmd, opts, args, want, 0 };
+	if ((rc = tb_cmd_options(&o, argc, argv, 2, usage)) >= 0)
+		return rc;
+	rc = TB_EXIT_CONFIG;
+	nargs = o.npos;
+	seconds = (unsigned)expires;
+	if (nargs != want) {
 		usage(stderr);
 		return TB_EXIT_USAGE;
 	}

@@ -1,6 +1,6 @@
 /*
  * cmd_common.c: what several subcommands share: opening the fleet's
- * ledger and store, and reading a prompt from a file.
+ * ledger and store, parsing options, and reading a prompt from a file.
  */
 #include "cmd.h"
 
@@ -10,6 +10,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)(FILE *out))
+{
+	switch (tb_opts_parse(o, argc, argv, first)) {
+	case TB_OPTS_OK:
+		return -1;
+	case TB_OPTS_HELP:
+		usage(stdout);
+		return TB_EXIT_OK;
+	default:
+		return TB_EXIT_USAGE;
+	}
+}
 
 int tb_cmd_open_fleet(const char *cmd, const tb_config_t *cfg, tb_ledger_t **ledger,
 		      tb_store_t **store, tb_error_t *err)

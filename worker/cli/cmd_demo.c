@@ -552,23 +552,17 @@ out:
 int tb_cmd_demo(int argc, char **argv)
 {
 	const char *recipe = "examples/recipes/hello", *chat = "examples/recipes/chat";
-	int keep = 0;
+	int keep = 0, rc;
+	const tb_opt_t opts[] = {
+		{ "--recipe", TB_OPT_STRING, &recipe, 0, 0, NULL },
+		{ "--chat", TB_OPT_STRING, &chat, 0, 0, NULL },
+		{ "--keep", TB_OPT_FLAG, &keep, 0, 0, NULL },
+		{ NULL, 0, NULL, 0, 0, NULL },
+	};
+	tb_opts_t o = { "demo", opts, NULL, 0, 0 };
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			return TB_EXIT_OK;
-		} else if (!strcmp(argv[i], "--keep")) {
-			keep = 1;
-		} else if (!strcmp(argv[i], "--recipe") && i + 1 < argc) {
-			recipe = argv[++i];
-		} else if (!strcmp(argv[i], "--chat") && i + 1 < argc) {
-			chat = argv[++i];
-		} else {
-			usage(stderr);
-			return TB_EXIT_USAGE;
-		}
-	}
+	if ((rc = tb_cmd_options(&o, argc, argv, 1, usage)) >= 0)
+		return rc;
 	if (geteuid() != 0) {
 		printf("taskbox demo: not root, so no sandboxes: showing intake only.\n\n");
 		return demo_intake_only();

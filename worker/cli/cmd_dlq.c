@@ -244,28 +244,21 @@ out:
 
 int tb_cmd_dlq(int argc, char **argv)
 {
-	const char *path = NULL, *what = NULL, *where = NULL;
-	int as_json = 0, rc = TB_EXIT_OK;
+	const char *path = NULL, *pos[2] = { NULL, NULL };
+	int as_json = 0, rc;
 	tb_config_t cfg;
 	tb_error_t err;
+	const tb_opt_t opts[] = {
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
+		{ "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL },
+		{ NULL, 0, NULL, 0, 0, NULL },
+	};
+	tb_opts_t o = { "dlq", opts, pos, 2, 0 };
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			return TB_EXIT_OK;
-		} else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-			path = argv[++i];
-		} else if (!strcmp(argv[i], "--json")) {
-			as_json = 1;
-		} else if (argv[i][0] != '-' && !what) {
-			what = argv[i];
-		} else if (argv[i][0] != '-' && !where) {
-			where = argv[i];
-		} else {
-			usage(stderr);
-			return TB_EXIT_USAGE;
-		}
-	}
+	if ((rc = tb_cmd_options(&o, argc, argv, 1, usage)) >= 0)
+		return rc;
+	rc = TB_EXIT_OK;
+	const char *what = pos[0], *where = pos[1];
 	int partition = -1;
 	long long offset = -1;
 	int n = 0;

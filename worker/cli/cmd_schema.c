@@ -177,7 +177,7 @@ cleanup:
 	return rc;
 }
 
-static int do_check(int argc, char **argv, int hex)
+static int do_check(int argc, const char **argv, int hex)
 {
 	int worst = TB_EXIT_OK;
 
@@ -240,25 +240,37 @@ static int do_file(const char *kind, const char *path)
 
 int tb_cmd_schema(int argc, char **argv)
 {
-	int hex = 0, i = 2;
+	enum { MAX_FILES = 4096 };
+	static const char *files[MAX_FILES];
 	const char *verb = argc > 1 ? argv[1] : NULL;
+	int hex = 0, rc;
 
 	if (!verb || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
 		usage(verb ? stdout : stderr);
 		return verb ? TB_EXIT_OK : TB_EXIT_USAGE;
 	}
-	if (i < argc && strcmp(argv[i], "--hex") == 0)
-		hex = 1, i++;
-	if (strcmp(verb, "encode") == 0 && argc - i <= 1)
-		return do_encode(i < argc ? argv[i] : NULL, hex);
-	if (strcmp(verb, "decode") == 0 && argc - i <= 1)
-		return do_decode(i < argc ? argv[i] : NULL, hex);
-	if (strcmp(verb, "check") == 0 && argc - i >= 1)
-		return do_check(argc - i, argv + i, hex);
-	if (strcmp(verb, "config") == 0 && !hex && argc - i <= 1)
-		return do_file(verb, i < argc ? argv[i] : NULL);
-	if ((strcmp(verb, "runtime") == 0 || strcmp(verb, "recipe") == 0) && !hex && argc - i == 1)
-		return do_file(verb, argv[i]);
+	/* --hex is for the verbs that read or write messages */
+	int messages = !strcmp(verb, "encode") || !strcmp(verb, "decode") || !strcmp(verb, "check");
+	const tb_opt_t opts[] = {
+		{ messages ? "--hex" : NULL, TB_OPT_FLAG, &hex, 0, 0, NULL },
+		{ NULL, 0, NULL, 0, 0, NULL },
+	};
+	char cmd[32];
+	snprintf(cmd, sizeof(cmd), "schema %.16s", verb);
+	tb_opts_t o = { cmd, opts, files, MAX_FILES, 0 };
+	if ((rc = tb_cmd_options(&o, argc, argv, 2, usage)) >= 0)
+		return rc;
+	int n = o.npos;
+	if (strcmp(verb, "encode") == 0 && n <= 1)
+		return do_encode(n ? files[0] : NULL, hex);
+	if (strcmp(verb, "decode") == 0 && n <= 1)
+		return do_decode(n ? files[0] : NULL, hex);
+	if (strcmp(verb, "check") == 0 && n >= 1)
+		return do_check(n, files, hex);
+	if (strcmp(verb, "config") == 0 && n <= 1)
+		return do_file(verb, n ? files[0] : NULL);
+	if ((strcmp(verb, "runtime") == 0 || strcmp(verb, "recipe") == 0) && n == 1)
+		return do_file(verb, files[0]);
 	usage(stderr);
 	return TB_EXIT_USAGE;
 }

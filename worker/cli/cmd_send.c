@@ -42,6 +42,16 @@ static void usage(FILE *out, const char *cmd)
 		     "4 the follow-up is invalid (the field is named).\n");
 }
 
+static void usage_send(FILE *out)
+{
+	usage(out, "send");
+}
+
+static void usage_end(FILE *out)
+{
+	usage(out, "end");
+}
+
 /* The follow-up's number: @p given, else the ledger's next. */
 static int number(const tb_config_t *cfg, const char *cmd, const char *task, uint64_t given,
 		  uint64_t *seq)
@@ -73,36 +83,22 @@ static int send_followup(int argc, char **argv, const char *cmd)
 	const char *path = NULL, *task = NULL, *text = NULL, *file = NULL;
 	uint64_t given = 0;
 	int is_end = !strcmp(cmd, "end"), rc;
-	char *loaded = NULL, *end;
+	char *loaded = NULL;
 	tb_config_t cfg;
 	tb_error_t err;
 
-	for (int i = 1; i < argc; i++) {
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout, cmd);
-			return TB_EXIT_OK;
-		} else if (!strcmp(argv[i], "--config") && v) {
-			path = v, i++;
-		} else if (!strcmp(argv[i], "--file") && v && !is_end) {
-			file = v, i++;
-		} else if (!strcmp(argv[i], "--seq") && v) {
-			errno = 0;
-			long long n = strtoll(v, &end, 10);
-			if (errno || end == v || *end || n < 1 || n > 1000000) {
-				fprintf(stderr, "taskbox %s: --seq wants 1..1000000\n", cmd);
-				return TB_EXIT_USAGE;
-			}
-			given = (uint64_t)n, i++;
-		} else if (argv[i][0] != '-' && !task) {
-			task = argv[i];
-		} else if (argv[i][0] != '-' && !text && !is_end) {
-			text = argv[i];
-		} else {
-			usage(stderr, cmd);
-			return TB_EXIT_USAGE;
-		}
-	}
+	const char *pos[2] = { NULL, NULL };
+	const tb_opt_t opts[] = {
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
+		{ "--seq", TB_OPT_UINT, &given, 1, 1000000, NULL },
+		{ is_end ? NULL : "--file", TB_OPT_STRING, &file, 0, 0, NULL }, /* not for end */
+		{ NULL, 0, NULL, 0, 0, NULL },
+	};
+	tb_opts_t o = { cmd, opts, pos, is_end ? 1 : 2, 0 };
+
+	if ((rc = tb_cmd_options(&o, argc, argv, 1, is_end ? usage_end : usage_send)) >= 0)
+		return rc;
+	task = pos[0], text = pos[1];
 	if (!task || (!is_end && !text == !file)) {
 		usage(stderr, cmd);
 		return TB_EXIT_USAGE;

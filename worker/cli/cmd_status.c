@@ -292,21 +292,16 @@ int tb_cmd_status(int argc, char **argv)
 	tb_config_t cfg;
 	tb_error_t err;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			return TB_EXIT_OK;
-		} else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-			path = argv[++i];
-		} else if (!strcmp(argv[i], "--json")) {
-			as_json = 1;
-		} else if (argv[i][0] != '-' && !task) {
-			task = argv[i];
-		} else {
-			usage(stderr);
-			return TB_EXIT_USAGE;
-		}
-	}
+	const tb_opt_t opts[] = {
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
+		{ "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL },
+		{ NULL, 0, NULL, 0, 0, NULL },
+	};
+	tb_opts_t opt = { "status", opts, &task, 1, 0 };
+
+	if ((rc = tb_cmd_options(&opt, argc, argv, 1, usage)) >= 0)
+		return rc;
+	rc = TB_EXIT_CONFIG;
 	if (tb_config_load(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox status: %s\n", err.msg);
 		return TB_EXIT_CONFIG;

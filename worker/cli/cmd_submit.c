@@ -303,54 +303,6 @@ static int wait_for(const tb_config_t *cfg, const submit_args_t *a, const char *
 	return tb_cmd_outcome_exit(res.outcome);
 }
 
-/* A flag with a value: 0 taken, 1 unknown, -1 bad value (said why). */
-static int value_flag(submit_args_t *a, const char *f, char *v)
-{
-	static const struct {
-		const char *flag;
-		size_t offset;
-	} strings[] = {
-		{ "--config", offsetof(submit_args_t, config) },
-		{ "--file", offsetof(submit_args_t, file) },
-		{ "--recipe", offsetof(submit_args_t, recipe) },
-		{ "--commit", offsetof(submit_args_t, commit) },
-		{ "--prompt", offsetof(submit_args_t, prompt) },
-		{ "--prompt-file", offsetof(submit_args_t, prompt_file) },
-		{ "--id", offsetof(submit_args_t, id) },
-		{ "--runtime", offsetof(submit_args_t, runtime) },
-	};
-	char *end;
-
-	for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++)
-		if (!strcmp(f, strings[i].flag)) {
-			*(const char **)((char *)a + strings[i].offset) = v;
-			return 0;
-		}
-	char **list = !strcmp(f, "--input")   ? a->inputs
-		      : !strcmp(f, "--limit") ? a->limits
-		      : !strcmp(f, "--label") ? a->labels
-					      : NULL;
-	size_t *n = list == a->inputs ? &a->ninputs : list == a->limits ? &a->nlimits : &a->nlabels;
-	if (list) {
-		if (*n >= MAX_REPEATS) {
-			fprintf(stderr, "taskbox submit: %s at most %d times\n", f, MAX_REPEATS);
-			return -1;
-		}
-		list[(*n)++] = v;
-		return 0;
-	}
-	if (strcmp(f, "--timeout"))
-		return 1;
-	errno = 0;
-	long long s = strtoll(v, &end, 10);
-	if (errno || end == v || *end || s < 1 || s > 7 * 86400) {
-		fprintf(stderr, "taskbox submit: --timeout wants 1..604800 seconds\n");
-		return -1;
-	}
-	a->timeout_ms = (uint64_t)s * 1000;
-	return 0;
-}
-
 int tb_cmd_submit(int argc, char **argv)
 {
 	submit_args_t a = { 0 };
@@ -359,26 +311,33 @@ int tb_cmd_submit(int argc, char **argv)
 	tb_error_t err;
 	int rc = 0;
 
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i];
-		char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-			usage(stdout);
-			return TB_EXIT_OK;
-		} else if (!strcmp(f, "--interactive")) {
-			a.interactive = 1;
-		} else if (!strcmp(f, "--wait")) {
-			a.wait = 1;
-		} else if (!strcmp(f, "--json")) {
-			a.json = 1;
-		} else if (v && (rc = value_flag(&a, f, v)) == 0) {
-			i++;
-		} else {
-			if (!v || rc > 0)
-				usage(stderr);
-			return TB_EXIT_USAGE;
-		}
-	}
+	uint64_t timeout_s = 0;
+	tb_opt_list_t inputs = { a.inputs, 0, MAX_REPEATS }, limits = { a.limits, 0, MAX_REPEATS },
+		      labels = { a.labels, 0, MAX_REPEATS };
+	const tb_opt_t opts[] = {
+		{ "--config", TB_OPT_STRING, &a.config, 0, 0, NULL },
+		{ "--file", TB_OPT_STRING, &a.file, 0, 0, NULL },
+		{ "--recipe", TB_OPT_STRING, &a.recipe, 0, 0, NULL },
+		{ "--commit", TB_OPT_STRING, &a.commit, 0, 0, NULL },
+		{ "--prompt", TB_OPT_STRING, &a.prompt, 0, 0, NULL },
+		{ "--prompt-file", TB_OPT_STRING, &a.prompt_file, 0, 0, NULL },
+		{ "--id", TB_OPT_STRING, &a.id, 0, 0, NULL },
+		{ "--runtime", TB_OPT_STRING, &a.runtime, 0, 0, NULL },
+		{ "--input", TB_OPT_LIST, &inputs, 0, 0, NULL },
+		{ "--limit", TB_OPT_LIST, &limits, 0, 0, NULL },
+		{ "--label", TB_OPT_LIST, &labels, 0, 0, NULL },
+		{ "--interactive", TB_OPT_FLAG, &a.interactive, 0, 0, NULL },
+		{ "--wait", TB_OPT_FLAG, &a.wait, 0, 0, NULL },
+		{ "--json", TB_OPT_FLAG, &a.json, 0, 0, NULL },
+		{ "--timeout", TB_OPT_UINT, &timeout_s, 1, 7 * 86400, "seconds" },
+		{ NULL, 0, NULL, 0, 0, NULL },
+	};
+	tb_opts_t o = { "submit", opts, NULL, 0, 0 };
+
+	if ((rc = tb_cmd_options(&o, argc, argv, 1, usage)) >= 0)
+		return rc;
+	a.ninputs = inputs.n, a.nlimits = limits.n, a.nlabels = labels.n;
+	a.timeout_ms = timeout_s * 1000;
 	json_t *doc = build(&a);
 	if (!doc)
 		return TB_EXIT_USAGE;

@@ -279,19 +279,6 @@ static void draw(FILE *out, const top_t *t, const tb_config_t *cfg, json_t *work
 	fflush(out);
 }
 
-static int interval_of(const char *v, unsigned *out)
-{
-	char *end;
-	errno = 0;
-	long n = strtol(v, &end, 10);
-	if (errno || end == v || *end || n < 1 || n > 60) {
-		fprintf(stderr, "taskbox top: --interval wants 1..60 seconds\n");
-		return -1;
-	}
-	*out = (unsigned)n;
-	return 0;
-}
-
 int tb_cmd_top(int argc, char **argv)
 {
 	const char *path = NULL;
@@ -304,22 +291,19 @@ int tb_cmd_top(int argc, char **argv)
 	tb_config_t cfg;
 	tb_error_t err;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			return TB_EXIT_OK;
-		} else if (!strcmp(argv[i], "--once")) {
-			once = 1;
-		} else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-			path = argv[++i];
-		} else if (!strcmp(argv[i], "--interval") && i + 1 < argc) {
-			if (interval_of(argv[++i], &interval) < 0)
-				return TB_EXIT_USAGE;
-		} else {
-			usage(stderr);
-			return TB_EXIT_USAGE;
-		}
-	}
+	uint64_t every = 2;
+	const tb_opt_t opts[] = {
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
+		{ "--interval", TB_OPT_UINT, &every, 1, 60, "seconds" },
+		{ "--once", TB_OPT_FLAG, &once, 0, 0, NULL },
+		{ NULL, 0, NULL, 0, 0, NULL },
+	};
+	tb_opts_t o = { "top", opts, NULL, 0, 0 };
+
+	if ((rc = tb_cmd_options(&o, argc, argv, 1, usage)) >= 0)
+		return rc;
+	rc = TB_EXIT_CONFIG;
+	interval = (unsigned)every;
 	if (tb_config_load(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox top: %s\n", err.msg);
 		return TB_EXIT_CONFIG;

@@ -44,20 +44,6 @@ static void usage(FILE *out)
 	    "8 --timeout passed or interrupted before the task was settled.\n");
 }
 
-static int seconds(const char *flag, const char *v, uint64_t *out)
-{
-	char *end;
-
-	errno = 0;
-	long long s = strtoll(v, &end, 10);
-	if (errno || end == v || *end || s < 1 || s > 366LL * 86400) {
-		fprintf(stderr, "taskbox watch: %s wants 1..31622400 seconds, not '%s'\n", flag, v);
-		return -1;
-	}
-	*out = (uint64_t)s;
-	return 0;
-}
-
 int tb_cmd_watch(int argc, char **argv)
 {
 	const char *path = NULL, *task = NULL;
@@ -70,34 +56,20 @@ int tb_cmd_watch(int argc, char **argv)
 	tb_config_t cfg;
 	tb_error_t err;
 
-	for (int i = 1; i < argc; i++) {
-		const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-			usage(stdout);
-			return TB_EXIT_OK;
-		} else if (!strcmp(f, "--json")) {
-			json = 1;
-		} else if (!strcmp(f, "--follow")) {
-			follow = 1;
-		} else if (!strcmp(f, "--from-beginning")) {
-			from_beginning = 1;
-		} else if (!strcmp(f, "--config") && v) {
-			path = v, i++;
-		} else if (!strcmp(f, "--since") && v) {
-			if (seconds(f, v, &since_s) < 0)
-				return TB_EXIT_USAGE;
-			i++;
-		} else if (!strcmp(f, "--timeout") && v) {
-			if (seconds(f, v, &timeout_s) < 0)
-				return TB_EXIT_USAGE;
-			i++;
-		} else if (f[0] != '-' && !task) {
-			task = f;
-		} else {
-			usage(stderr);
-			return TB_EXIT_USAGE;
-		}
-	}
+	const tb_opt_t opts[] = {
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
+		{ "--json", TB_OPT_FLAG, &json, 0, 0, NULL },
+		{ "--follow", TB_OPT_FLAG, &follow, 0, 0, NULL },
+		{ "--from-beginning", TB_OPT_FLAG, &from_beginning, 0, 0, NULL },
+		{ "--since", TB_OPT_UINT, &since_s, 1, 366 * 86400, "seconds" },
+		{ "--timeout", TB_OPT_UINT, &timeout_s, 1, 366 * 86400, "seconds" },
+		{ NULL, 0, NULL, 0, 0, NULL },
+	};
+	tb_opts_t opt = { "watch", opts, &task, 1, 0 };
+
+	if ((rc = tb_cmd_options(&opt, argc, argv, 1, usage)) >= 0)
+		return rc;
+	rc = TB_EXIT_OK;
 	if (since_s && from_beginning) {
 		fprintf(stderr, "taskbox watch: --since or --from-beginning, not both\n");
 		return TB_EXIT_USAGE;

@@ -87,17 +87,15 @@ int tb_cmd_worker(int argc, char **argv)
 	tb_error_t err;
 	int rc = TB_EXIT_CONFIG;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			return TB_EXIT_OK;
-		} else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-			path = argv[++i];
-		} else {
-			usage(stderr);
-			return TB_EXIT_USAGE;
-		}
-	}
+	const tb_opt_t opts[] = {
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
+		{ NULL, 0, NULL, 0, 0, NULL },
+	};
+	tb_opts_t o = { "worker", opts, NULL, 0, 0 };
+
+	if ((rc = tb_cmd_options(&o, argc, argv, 1, usage)) >= 0)
+		return rc;
+	rc = TB_EXIT_CONFIG;
 	if (tb_config_load(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox worker: %s\n", err.msg);
 		return TB_EXIT_CONFIG;
