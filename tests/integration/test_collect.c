@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "collect.h"
+#include "fixture.h"
 #include "inputs.h"
 #include "sandbox.h"
 #include "tb/sys/store.h" /* a backend of its own, or one called bypassing the checks */
@@ -30,12 +31,7 @@
 
 #include <fcntl.h>
 
-static tb_seccomp_t *policy;
-static tb_store_t *store;
-static char root[64] = "/tmp/tb-collect-test-XXXXXX";
-static char work[128], storedir[128];
-static char *binds_items[] = { "/usr", "/bin", "/lib", "/lib64", "/sbin" };
-static const tb_strlist_t binds = { 5, binds_items };
+static tb_fixture_t F;
 
 static tb_sandbox_spec_t spec(const char *base, const char *inputs)
 {
@@ -46,9 +42,9 @@ static tb_sandbox_spec_t spec(const char *base, const char *inputs)
 	return (tb_sandbox_spec_t){ .name = n,
 				    .hostname = "collect",
 				    .slot = 2,
-				    .work_root = work,
+				    .work_root = F.work,
 				    .group = "tbcollect",
-				    .ro_binds = &binds,
+				    .ro_binds = &tb_fixture_binds,
 				    .inputs_dir = inputs,
 				    .workspace_mb = 8,
 				    .outputs_mb = 8,
@@ -100,7 +96,7 @@ static void test_collect__saves_regular_files_and_refuses_the_rest(void **state)
 	char out[512], outputs[128], got[128];
 
 	(void)state;
-	assert_int_equal(tb_sandbox_create(&sb, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_create(&sb, F.policy, &s, &err), 0);
 	assert_int_equal(
 	    run_sh(sb,
 		   "cd /outputs && echo alpha > a.txt && mkdir sub && echo beta > sub/b.txt"
@@ -111,7 +107,7 @@ static void test_collect__saves_regular_files_and_refuses_the_rest(void **state)
 		   out, sizeof(out)),
 	    0);
 	snprintf(outputs, sizeof(outputs), "/proc/%d/root/outputs", (int)tb_sandbox_init_pid(sb));
-	if (tb_collect_outputs(&m, store, outputs, "tasks/t-c1/1/outputs/", &lim, &err) != 0)
+	if (tb_collect_outputs(&m, F.store, outputs, "tasks/t-c1/1/outputs/", &lim, &err) != 0)
 		fail_msg("collect: %s", err.msg);
 	assert_int_equal(m.artifacts.n, 3);
 	const tb_artifact_t *a = m.artifacts.items;
@@ -125,9 +121,9 @@ static void test_collect__saves_regular_files_and_refuses_the_rest(void **state)
 	assert_string_equal(reason_of(&m, "inner-link"), "symbolic link (links are not followed)");
 	assert_string_equal(reason_of(&m, "fifo"), "not a regular file (fifo)");
 	assert_string_equal(reason_of(&m, "bad?name"), "name is not valid UTF-8");
-	snprintf(got, sizeof(got), "%s/got.txt", root);
+	snprintf(got, sizeof(got), "%s/got.txt", F.root);
 	assert_int_equal(
-	    tb_store_get_file(store, "tasks/t-c1/1/outputs/sub/b.txt", got, 0, NULL, &err), 0);
+	    tb_store_get_file(F.store, "tasks/t-c1/1/outputs/sub/b.txt", got, 0, NULL, &err), 0);
 	FILE *f = fopen(got, "r");
 	assert_non_null(fgets(out, sizeof(out), f));
 	fclose(f);
@@ -150,7 +146,7 @@ static void test_collect__saves_regular_files_and_refuses_the_rest(void **state)
 	lim.max_files = 100;
 	lim.max_bytes = 1000;
 	assert_int_equal(
-	    tb_collect_outputs(&m2, store, outputs, "tasks/t-c1/2/outputs/", &lim, &err), 0);
+	    tb_collect_outputs(&m2, F.store, outputs, "tasks/t-c1/2/outputs/", &lim, &err), 0);
 	assert_string_equal(reason_of(&m2, "z-big.bin"), "over the size limit");
 	tb_msg_free(&tb_schema_manifest, &m2);
 	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
@@ -168,7 +164,7 @@ static void test_collect__devices_and_sockets_are_refused(void **state)
 	char dir[128], path[192];
 
 	(void)state;
-	snprintf(dir, sizeof(dir), "%s/odd-outputs", root);
+	snprintf(dir, sizeof(dir), "%s/odd-outputs", F.root);
 	assert_int_equal(mkdir(dir, 0755), 0);
 	snprintf(path, sizeof(path), "%s/dev-null", dir);
 	if (mknod(path, S_IFCHR | 0600, makedev(1, 3)) != 0)
@@ -182,7 +178,7 @@ static void test_collect__devices_and_sockets_are_refused(void **state)
 	assert_non_null(f);
 	fputs("plain\n", f);
 	fclose(f);
-	if (tb_collect_outputs(&m, store, dir, "tasks/t-c4/1/outputs/", &lim, &err) != 0)
+	if (tb_collect_outputs(&m, F.store, dir, "tasks/t-c4/1/outputs/", &lim, &err) != 0)
 		fail_msg("collect: %s", err.msg);
 	close(sock);
 	assert_int_equal(m.artifacts.n, 1);
@@ -210,11 +206,11 @@ static void test_collect__a_flood_of_refusals_is_summed_up(void **state)
 	char out[512], outputs[128];
 
 	(void)state;
-	assert_int_equal(tb_sandbox_create(&sb, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_create(&sb, F.policy, &s, &err), 0);
 	assert_int_equal(run_sh(sb, "cd /outputs && mkfifo $(seq -f f%04g 1100)", out, sizeof(out)),
 			 0);
 	snprintf(outputs, sizeof(outputs), "/proc/%d/root/outputs", (int)tb_sandbox_init_pid(sb));
-	if (tb_collect_outputs(&m, store, outputs, "tasks/t-c3/1/outputs/", &lim, &err) != 0)
+	if (tb_collect_outputs(&m, F.store, outputs, "tasks/t-c3/1/outputs/", &lim, &err) != 0)
 		fail_msg("collect: %s", err.msg);
 	assert_int_equal(m.artifacts.n, 0);
 	assert_int_equal(m.refused.n, 1001);
@@ -243,7 +239,7 @@ static void put_manifest(const char *key, const tb_manifest_t *m)
 
 	msgpack_sbuffer_init(&sb);
 	assert_int_equal(tb_msg_encode(&sb, &tb_schema_manifest, m, &err), 0);
-	assert_int_equal(tb_store_put_bytes(store, key, sb.data, sb.size, NULL, &err), 0);
+	assert_int_equal(tb_store_put_bytes(F.store, key, sb.data, sb.size, NULL, &err), 0);
 	msgpack_sbuffer_destroy(&sb);
 }
 
@@ -283,22 +279,22 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 
 	(void)state;
 	assert_int_equal(tb_ledger_memory_open(&ledger, "test", &err), 0);
-	assert_int_equal(tb_store_put_bytes(store, in[0].artifact, "my notes", 8, NULL, &err), 0);
-	assert_int_equal(tb_store_put_bytes(store, art[0].key, "summary!", 8, &info, &err), 0);
+	assert_int_equal(tb_store_put_bytes(F.store, in[0].artifact, "my notes", 8, NULL, &err), 0);
+	assert_int_equal(tb_store_put_bytes(F.store, art[0].key, "summary!", 8, &info, &err), 0);
 	art[0].sha256 = info.sha256;
 	/* an output of the earlier task that this one does not name */
-	assert_int_equal(tb_store_put_bytes(store, art[1].key, "unasked", 7, &info2, &err), 0);
+	assert_int_equal(tb_store_put_bytes(F.store, art[1].key, "unasked", 7, &info2, &err), 0);
 	art[1].sha256 = info2.sha256;
 	put_manifest("tasks/t-prev/2/manifest.msgpack", &m);
 
 	/* Not done yet (the ledger has not seen it, then an attempt runs):
 	 * the task waits, retried as the platform's failures are. */
-	snprintf(dir, sizeof(dir), "%s/inputs-0", root);
-	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_ERETRY);
+	snprintf(dir, sizeof(dir), "%s/inputs-0", F.root);
+	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_ERETRY);
 	assert_non_null(strstr(err.msg, "input prior/summary.md: task t-prev is not done"));
 	uint64_t att;
 	assert_int_equal(tb_ledger_begin(ledger, "t-prev", 60000, &att, &err), 0);
-	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_ERETRY);
+	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_ERETRY);
 	assert_non_null(strstr(err.msg, "not done yet (1 attempts so far)"));
 
 	/* Attempt 2 is the one done. A third attempt's manifest, newer in
@@ -309,15 +305,15 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 			       .size = 8 };
 	tb_manifest_t m3 = m;
 	m3.attempt = 3, m3.artifacts.n = 1, m3.artifacts.items = &art3;
-	assert_int_equal(tb_store_put_bytes(store, art3.key, "not-this", 8, &info2, &err), 0);
+	assert_int_equal(tb_store_put_bytes(F.store, art3.key, "not-this", 8, &info2, &err), 0);
 	art3.sha256 = info2.sha256;
 	put_manifest("tasks/t-prev/3/manifest.msgpack", &m3);
 
-	snprintf(dir, sizeof(dir), "%s/inputs-1", root);
-	if (tb_inputs_fetch(store, ledger, &task, dir, &err) != 0)
+	snprintf(dir, sizeof(dir), "%s/inputs-1", F.root);
+	if (tb_inputs_fetch(F.store, ledger, &task, dir, &err) != 0)
 		fail_msg("fetch: %s", err.msg);
 	tb_sandbox_spec_t s = spec("c2", dir);
-	if (tb_sandbox_create(&box, policy, &s, &err) != 0)
+	if (tb_sandbox_create(&box, F.policy, &s, &err) != 0)
 		fail_msg("create: %s", err.msg);
 	/* The inputs, only those named, on a read-only mount (its flags, not
 	 * just the files' modes). */
@@ -335,8 +331,8 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 
 	/* A wrong checksum or a missing input can never succeed: poison. */
 	in[0].sha256 = "0000000000000000000000000000000000000000000000000000000000000000";
-	snprintf(dir, sizeof(dir), "%s/inputs-2", root);
-	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_EPOISON);
+	snprintf(dir, sizeof(dir), "%s/inputs-2", F.root);
+	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "the task expects"));
 
 	/* A record claiming the SHA-256 the task expects, over other content
@@ -345,7 +341,7 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	 * store is found damaged. */
 	static char forged[] = "tasks/t-prev/2/outputs/forged.txt";
 	char path[200], want[65];
-	if (!strcmp(store->ops->name, "s3")) {
+	if (!strcmp(F.store->ops->name, "s3")) {
 		/* A SigV4 put signs the SHA-256 it records as its payload's,
 		 * and the server refuses a body that is not that: no forging
 		 * through this store. */
@@ -353,7 +349,7 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 		goto missing;
 	}
 	tb_object_info_t sums = { .size = 6 };
-	snprintf(path, sizeof(path), "%s/forged.txt", root);
+	snprintf(path, sizeof(path), "%s/forged.txt", F.root);
 	FILE *f = fopen(path, "w");
 	assert_non_null(f);
 	fputs("forged", f);
@@ -363,34 +359,34 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	snprintf(sums.crc32c, sizeof(sums.crc32c), "%08x", (unsigned)tb_crc32c(0, "forged", 6));
 	int fd = open(path, O_RDONLY);
 	assert_true(fd >= 0);
-	assert_int_equal(store->ops->put(store, forged, fd, &sums, NULL, &err), 0);
+	assert_int_equal(F.store->ops->put(F.store, forged, fd, &sums, NULL, &err), 0);
 	close(fd);
 	in[0].artifact = forged;
 	in[0].sha256 = want;
-	snprintf(dir, sizeof(dir), "%s/inputs-forged", root);
-	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_EIO);
+	snprintf(dir, sizeof(dir), "%s/inputs-forged", F.root);
+	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_EIO);
 	assert_non_null(strstr(err.msg, "checksum mismatch"));
 missing:
 	in[0].artifact = "tasks/t-prev/2/outputs/notes.txt";
 	in[0].sha256 = NULL;
 	in[1].path = "missing.md";
-	snprintf(dir, sizeof(dir), "%s/inputs-3", root);
-	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_EPOISON);
+	snprintf(dir, sizeof(dir), "%s/inputs-3", F.root);
+	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "has no output 'missing.md'"));
 
 	/* A task that was dead-lettered has no outputs, and never will. */
 	ledger_done(ledger, "t-dead", 1, "");
 	in[1].task = "t-dead";
-	snprintf(dir, sizeof(dir), "%s/inputs-4", root);
-	assert_int_equal(tb_inputs_fetch(store, ledger, &task, dir, &err), TB_EPOISON);
+	snprintf(dir, sizeof(dir), "%s/inputs-4", F.root);
+	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "task t-dead was dead-lettered"));
 
 	/* Without a ledger, an earlier task's output cannot be resolved. */
-	assert_int_equal(tb_inputs_fetch(store, NULL, &task, dir, &err), TB_EINVAL);
+	assert_int_equal(tb_inputs_fetch(F.store, NULL, &task, dir, &err), TB_EINVAL);
 	tb_ledger_close(ledger);
 }
 
-/* A scratch directory, the seccomp policy, and the store: a directory
+/* A scratch directory, the seccomp F.policy, and the store: a directory
  * (@p scheme NULL) or a bucket of this run's own on the test S3 server
  * (dropped by tests/run afterwards, as test_store's are). */
 static int setup_with(const char *scheme)
@@ -399,24 +395,17 @@ static int setup_with(const char *scheme)
 	tb_error_t err;
 	char url[128];
 
-	store = NULL;
-	snprintf(root, sizeof(root), "/tmp/tb-collect-test-XXXXXX");
-	if (!mkdtemp(root))
+	/* the directory F.store, or an S3 one with a bucket of its own */
+	if (tb_fixture_setup(&F, "collect", "tbcollect", scheme ? 0 : TB_FIXTURE_STORE) < 0)
 		return -1;
-	chmod(root, 0711);
-	snprintf(work, sizeof(work), "%s/work", root);
-	snprintf(storedir, sizeof(storedir), "%s/store", root);
-	tb_sandbox_sweep(work, "tbcollect", &err);
-	snprintf(url, sizeof(url), "%s://tb-%s-%d/collect", scheme ? scheme : "",
-		 scheme ? scheme : "", (int)getpid());
+	if (!scheme)
+		return 0;
+	snprintf(url, sizeof(url), "%s://tb-%s-%d/collect", scheme, scheme, (int)getpid());
 	cfg.url = url, cfg.endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT"),
 	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
-	if (tb_seccomp_compile(&policy, &err) != 0 ||
-	    (scheme ? tb_store_open(&store, &cfg, &err) || tb_store_create_bucket(store, &err)
-		    : tb_store_dir_open(&store, storedir, &err)) != 0) {
+	if (tb_store_open(&F.store, &cfg, &err) || tb_store_create_bucket(F.store, &err)) {
 		fprintf(stderr, "%s\n", err.msg);
-		tb_store_close(store);
-		store = NULL;
+		tb_fixture_teardown(&F);
 		return -1;
 	}
 	return 0;
@@ -442,13 +431,8 @@ static int setup_s3v2(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[128];
-
 	(void)state;
-	tb_store_close(store);
-	tb_seccomp_free(policy);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
-	return system(cmd) == 0 ? 0 : -1;
+	return tb_fixture_teardown(&F);
 }
 
 int main(void)

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixture.h"
 #include "lifecycle.h"
 #include "session.h"
 #include "tb/json_mpack.h"
@@ -28,11 +29,8 @@
 
 #define GROUP "tbinter"
 
-static char root[64] = "/tmp/tb-interactive-test-XXXXXX";
-static char url[160], work[128], runtimes[128], commit[64];
-static tb_seccomp_t *policy;
-static tb_store_t *store;
-static tb_recipe_cache_t *recipes;
+static tb_fixture_t F;
+static char url[160], commit[64];
 
 struct events {
 	pthread_mutex_t lock;
@@ -93,11 +91,11 @@ static int count(struct events *e, const char *prefix)
 
 static tb_lifecycle_ctx_t ctx(struct events *e, tb_session_t *s)
 {
-	return (tb_lifecycle_ctx_t){ .policy = policy,
-				     .store = store,
-				     .recipes = recipes,
-				     .runtimes_dir = runtimes,
-				     .work_root = work,
+	return (tb_lifecycle_ctx_t){ .policy = F.policy,
+				     .store = F.store,
+				     .recipes = F.recipes,
+				     .runtimes_dir = F.runtimes,
+				     .work_root = F.work,
 				     .group = GROUP,
 				     .slot = 5,
 				     .worker = "interactive-test",
@@ -135,7 +133,7 @@ static tb_manifest_t manifest(const char *key)
 	tb_error_t err;
 	char *bytes;
 	size_t len;
-	assert_int_equal(tb_store_get_bytes(store, key, 1 << 20, &bytes, &len, &err), 0);
+	assert_int_equal(tb_store_get_bytes(F.store, key, 1 << 20, &bytes, &len, &err), 0);
 	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, bytes, len, &err), 0);
 	free(bytes);
 	return m;
@@ -330,56 +328,31 @@ static void followups_wake_a_frozen_idle_session(void **state)
 
 static int setup(void **state)
 {
-	tb_error_t err;
-	char storedir[160], cache[160], repo[128], cmd[2048];
+	char repo[128], cmd[1024];
 
 	(void)state;
-	if (!mkdtemp(root))
+	if (tb_fixture_setup(&F, "interactive", GROUP,
+			     TB_FIXTURE_STORE | TB_FIXTURE_RECIPES | TB_FIXTURE_RUNTIME) < 0)
 		return -1;
-	chmod(root, 0711);
-	snprintf(repo, sizeof(repo), "%s/chat", root);
+	snprintf(repo, sizeof(repo), "%s/chat", F.root);
 	snprintf(url, sizeof(url), "file://%s", repo);
-	snprintf(work, sizeof(work), "%s/work", root);
-	snprintf(runtimes, sizeof(runtimes), "%s/runtimes", root);
-	snprintf(storedir, sizeof(storedir), "%s/store", root);
-	snprintf(cache, sizeof(cache), "%s/cache", root);
+	snprintf(cmd, sizeof(cmd), "%s/examples/recipes/chat", TB_SOURCE_DIR);
+	if (tb_fixture_commit(repo, cmd, commit, sizeof(commit)) < 0)
+		return -1;
+	/* "quick": the default runtime with a one-second idle timeout */
 	snprintf(cmd, sizeof(cmd),
-		 "set -e; git init -q %s && cp -r %s/examples/recipes/chat/. %s/ && cd %s && "
-		 "git add -A && git -c user.name=t -c user.email=t@t commit -qm chat && "
-		 "mkdir -p %s && sed 's/\"name\": \"default\"/\"name\": \"test\"/' "
-		 "%s/examples/runtimes/default.json > %s/test.json && "
 		 "sed -e 's/\"name\": \"default\"/\"name\": \"quick\"/' "
 		 "-e 's/\"idle_timeout_seconds\": [0-9]*/\"idle_timeout_seconds\": 1/' "
 		 "%s/examples/runtimes/default.json > %s/quick.json && grep -q "
 		 "'\"idle_timeout_seconds\": 1' %s/quick.json",
-		 repo, TB_SOURCE_DIR, repo, repo, runtimes, TB_SOURCE_DIR, runtimes, TB_SOURCE_DIR,
-		 runtimes, runtimes);
-	if (system(cmd) != 0)
-		return -1;
-	snprintf(cmd, sizeof(cmd), "cd %s && git rev-parse HEAD", repo);
-	FILE *f = popen(cmd, "r");
-	if (!f || !fgets(commit, sizeof(commit), f))
-		return -1;
-	pclose(f);
-	commit[strcspn(commit, "\n")] = '\0';
-	tb_sandbox_sweep(work, GROUP, &err); /* what a crashed run left */
-	if (tb_seccomp_compile(&policy, &err) || tb_store_dir_open(&store, storedir, &err) ||
-	    tb_recipe_cache_open(&recipes, cache, &err)) {
-		fprintf(stderr, "%s\n", err.msg);
-		return -1;
-	}
-	return 0;
+		 TB_SOURCE_DIR, F.runtimes, F.runtimes);
+	return system(cmd) == 0 ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-	char cmd[128];
 	(void)state;
-	tb_recipe_cache_close(recipes);
-	tb_store_close(store);
-	tb_seccomp_free(policy);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
-	return system(cmd) == 0 ? 0 : -1;
+	return tb_fixture_teardown(&F);
 }
 
 int main(void)

@@ -24,16 +24,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fixture.h"
 #include "lifecycle.h"
 #include "tb/sys/store.h" /* a backend of its own, or one called bypassing the checks */
 #include "tb/json_mpack.h"
 #include "tb/schema_verdict.h"
 
-static char root[64] = "/tmp/tb-lifecycle-test-XXXXXX";
-static char repo[128], url[160], work[128], runtimes[128];
-static tb_seccomp_t *policy;
-static tb_store_t *store;
-static tb_recipe_cache_t *recipes;
+static tb_fixture_t F;
+static char repo[128], url[160];
 
 struct events {
 	char types[256][16];
@@ -123,17 +121,6 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 	return 0;
 }
 
-static void sh(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	if (system(cmd) != 0)
-		fail_msg("command failed: %s", cmd);
-}
-
 static void write_repo_file(const char *name, const char *text)
 {
 	char path[512];
@@ -152,7 +139,7 @@ static void get_record(const char *key, const tb_schema_t *schema, void *out)
 	char *bytes;
 	size_t len;
 
-	if (tb_store_get_bytes(store, key, 1 << 20, &bytes, &len, &err) != 0)
+	if (tb_store_get_bytes(F.store, key, 1 << 20, &bytes, &len, &err) != 0)
 		fail_msg("get %s: %s", key, err.msg);
 	if (tb_msg_decode(schema, out, bytes, len, &err) != 0)
 		fail_msg("decode %s: %s", key, err.msg);
@@ -162,22 +149,18 @@ static void get_record(const char *key, const tb_schema_t *schema, void *out)
 static char *head_commit(void)
 {
 	static char id[64];
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "cd %s && git rev-parse HEAD", repo);
-	FILE *f = popen(cmd, "r");
-	assert_non_null(fgets(id, sizeof(id), f));
-	pclose(f);
-	id[strcspn(id, "\n")] = '\0';
+	if (tb_fixture_head(repo, id, sizeof(id)) < 0)
+		fail_msg("cannot read the head of %s", repo);
 	return id;
 }
 
 static tb_lifecycle_ctx_t ctx(struct events *e)
 {
-	return (tb_lifecycle_ctx_t){ .policy = policy,
-				     .store = store,
-				     .recipes = recipes,
-				     .runtimes_dir = runtimes,
-				     .work_root = work,
+	return (tb_lifecycle_ctx_t){ .policy = F.policy,
+				     .store = F.store,
+				     .recipes = F.recipes,
+				     .runtimes_dir = F.runtimes,
+				     .work_root = F.work,
 				     .group = "tblife",
 				     .slot = 3,
 				     .worker = "lifecycle-test",
@@ -239,7 +222,7 @@ static void test_lifecycle__one_shot_task_end_to_end(void **state)
 		assert_true(i == 0 || ph[i].at >= ph[i - 1].at);
 	}
 	tb_object_info_t info;
-	assert_int_equal(tb_store_head(store, m.conversation_key, &info, &err), 0);
+	assert_int_equal(tb_store_head(F.store, m.conversation_key, &info, &err), 0);
 	assert_true(info.size > 100);
 	tb_msg_free(&tb_schema_manifest, &m);
 }
@@ -320,7 +303,7 @@ static void test_lifecycle__keys_by_attempt_and_the_manifest_last(void **state)
 	struct events e = { .seq_ok = 1 };
 	tb_lifecycle_ctx_t c = ctx(&e);
 	tb_task_t t = task("life-keys", head_commit(), "test");
-	rec_store_t rec = { .base = { .ops = &rec_ops }, .inner = store };
+	rec_store_t rec = { .base = { .ops = &rec_ops }, .inner = F.store };
 	tb_lifecycle_result_t res;
 	tb_object_info_t info;
 	tb_error_t err;
@@ -360,12 +343,12 @@ static void test_lifecycle__keys_by_attempt_and_the_manifest_last(void **state)
 	printf("store failing the outputs: %s\n", err.msg);
 	assert_true(rc == TB_EIO || rc == TB_ERETRY);
 	assert_non_null(strstr(err.msg, "refused"));
-	assert_int_equal(tb_store_head(store, "tasks/life-keys/2/manifest.msgpack", &info, &err),
+	assert_int_equal(tb_store_head(F.store, "tasks/life-keys/2/manifest.msgpack", &info, &err),
 			 TB_ENOTFOUND);
 	for (int i = 0; i < rec.n; i++)
 		assert_null(strstr(rec.keys[i], "manifest"));
 	/* attempt 1's objects are as they were */
-	assert_int_equal(tb_store_head(store, "tasks/life-keys/1/manifest.msgpack", &info, &err),
+	assert_int_equal(tb_store_head(F.store, "tasks/life-keys/1/manifest.msgpack", &info, &err),
 			 0);
 }
 
@@ -384,29 +367,29 @@ static void test_lifecycle__inputs_are_there_before_the_agent_starts(void **stat
 	size_t len;
 
 	(void)state;
-	assert_int_equal(tb_store_put_bytes(store, in[0].artifact, "from before\n", 12, NULL, &err),
-			 0);
-	assert_int_equal(tb_store_put_bytes(store, "tasks/life-src/1/outputs/other.txt",
+	assert_int_equal(
+	    tb_store_put_bytes(F.store, in[0].artifact, "from before\n", 12, NULL, &err), 0);
+	assert_int_equal(tb_store_put_bytes(F.store, "tasks/life-src/1/outputs/other.txt",
 					    "not named\n", 10, NULL, &err),
 			 0);
-	sh("cd %s && printf '%%s\\n' 'read -r prompt' "
-	   "'(cd /inputs && find . -type f | sort) > /outputs/listing.txt' "
-	   "'cp /inputs/notes.txt /outputs/copy.txt' > agent.sh && git add -A && "
-	   "git -c user.name=t -c user.email=t@t commit -qm inputs",
-	   repo);
+	tb_fixture_sh("cd %s && printf '%%s\\n' 'read -r prompt' "
+		      "'(cd /inputs && find . -type f | sort) > /outputs/listing.txt' "
+		      "'cp /inputs/notes.txt /outputs/copy.txt' > agent.sh && git add -A && "
+		      "git -c user.name=t -c user.email=t@t commit -qm inputs",
+		      repo);
 	tb_task_t t = task("life-in", head_commit(), "test");
 	t.inputs.n = 1;
 	t.inputs.items = in;
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
-	assert_int_equal(
-	    tb_store_get_bytes(store, "tasks/life-in/1/outputs/copy.txt", 100, &bytes, &len, &err),
-	    0);
+	assert_int_equal(tb_store_get_bytes(F.store, "tasks/life-in/1/outputs/copy.txt", 100,
+					    &bytes, &len, &err),
+			 0);
 	assert_int_equal(len, 12);
 	assert_memory_equal(bytes, "from before\n", 12);
 	free(bytes);
-	assert_int_equal(tb_store_get_bytes(store, "tasks/life-in/1/outputs/listing.txt", 100,
+	assert_int_equal(tb_store_get_bytes(F.store, "tasks/life-in/1/outputs/listing.txt", 100,
 					    &bytes, &len, &err),
 			 0);
 	assert_int_equal(len, 12);
@@ -424,7 +407,7 @@ static void test_lifecycle__inputs_are_there_before_the_agent_starts(void **stat
 		assert_string_not_equal(e2.phases[i], "running");
 	tb_object_info_t info;
 	assert_int_equal(
-	    tb_store_head(store, "tasks/life-in-missing/1/outputs/copy.txt", &info, &err),
+	    tb_store_head(F.store, "tasks/life-in-missing/1/outputs/copy.txt", &info, &err),
 	    TB_ENOTFOUND);
 }
 
@@ -439,14 +422,15 @@ static void test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out(vo
 	tb_error_t err;
 
 	(void)state;
-	sh("cd %s && printf '%%s\\n' '{\"v\": 1, \"name\": \"late\", \"agent\": {\"command\": "
-	   "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"looked\", \"command\": "
-	   "[\"/bin/sh\", \"judge.sh\"]}]}' > taskbox.json && "
-	   "printf '%%s\\n' 'read -r prompt' 'echo partial > /outputs/partial.txt' "
-	   "'sleep 60' > agent.sh && "
-	   "printf '%%s\\n' 'cat >/dev/null; echo \"{\\\"outcome\\\":\\\"fail\\\"}\"' "
-	   "> judge.sh && git add -A && git -c user.name=t -c user.email=t@t commit -qm slow",
-	   repo);
+	tb_fixture_sh(
+	    "cd %s && printf '%%s\\n' '{\"v\": 1, \"name\": \"late\", \"agent\": {\"command\": "
+	    "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"looked\", \"command\": "
+	    "[\"/bin/sh\", \"judge.sh\"]}]}' > taskbox.json && "
+	    "printf '%%s\\n' 'read -r prompt' 'echo partial > /outputs/partial.txt' "
+	    "'sleep 60' > agent.sh && "
+	    "printf '%%s\\n' 'cat >/dev/null; echo \"{\\\"outcome\\\":\\\"fail\\\"}\"' "
+	    "> judge.sh && git add -A && git -c user.name=t -c user.email=t@t commit -qm slow",
+	    repo);
 	tb_task_t t = task("life-late", head_commit(), "test");
 	t.limits.wall_seconds = 2;
 	TB_SET_HAS(&t.limits, TB_LIMIT_WALL_SECONDS);
@@ -499,7 +483,8 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 			"r=$(printf '\\303\\251%.0s' $(seq 300))\n"
 			"echo \"{\\\"outcome\\\":\\\"fail\\\",\\\"reason\\\":\\\"x$r\\\"}\"\n");
 	write_repo_file("judge2.sh", "cat >/dev/null\necho '{\"outcome\":\"pass\"}'\nexit 3\n");
-	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm bytes", repo);
+	tb_fixture_sh(
+	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm bytes", repo);
 	tb_task_t t = task("life-bytes", head_commit(), "test");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
@@ -508,7 +493,7 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	assert_non_null(strstr(res.reason, "caf? ?? end"));
 	/* The recipe's PATH wins over the fixed one: one PATH, the recipe's,
 	 * in the environment as exec'd (a shell would tidy it up). */
-	assert_int_equal(tb_store_get_bytes(store, "tasks/life-bytes/1/outputs/env.txt", 1 << 16,
+	assert_int_equal(tb_store_get_bytes(F.store, "tasks/life-bytes/1/outputs/env.txt", 1 << 16,
 					    &bytes, &len, &err),
 			 0);
 	bytes = realloc(bytes, len + 2);
@@ -552,8 +537,9 @@ static void test_lifecycle__judges_are_not_held_to_the_agents_deadline(void **st
 			"\"command\": [\"/bin/sh\", \"judge.sh\"]}]}\n");
 	write_repo_file("agent.sh", "read -r prompt\nsleep 1\n");
 	write_repo_file("judge.sh", "cat >/dev/null\nsleep 2\necho '{\"outcome\":\"pass\"}'\n");
-	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm slow-judge",
-	   repo);
+	tb_fixture_sh(
+	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm slow-judge",
+	    repo);
 	tb_task_t t = task("life-slow-judge", head_commit(), "test");
 	t.limits.wall_seconds = 2;
 	TB_SET_HAS(&t.limits, TB_LIMIT_WALL_SECONDS);
@@ -586,8 +572,9 @@ static void test_lifecycle__a_hung_judge_is_stopped_at_its_timeout(void **state)
 	write_repo_file("agent.sh", "read -r prompt\n");
 	write_repo_file("judge.sh", "cat >/dev/null\nsleep 600\n");
 	write_repo_file("answer.sh", "cat >/dev/null\necho '{\"outcome\":\"pass\"}'\n");
-	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm hung-judge",
-	   repo);
+	tb_fixture_sh(
+	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm hung-judge",
+	    repo);
 	tb_task_t t = task("life-hung-judge", head_commit(), "test");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
@@ -624,13 +611,14 @@ static void test_lifecycle__the_prompt_reaches_a_one_shot_agent(void **state)
 					"[\"/bin/sh\", \"agent.sh\"]}, \"judges\": []}\n");
 	write_repo_file("agent.sh",
 			"IFS= read -r line\nprintf '%s' \"$line\" > /outputs/first-line\n");
-	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm prompt", repo);
+	tb_fixture_sh(
+	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm prompt", repo);
 	tb_task_t t = task("life-prompt", head_commit(), "test");
 	t.prompt = (char *)prompt;
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
-	assert_int_equal(tb_store_get_bytes(store, "tasks/life-prompt/1/outputs/first-line", 4096,
+	assert_int_equal(tb_store_get_bytes(F.store, "tasks/life-prompt/1/outputs/first-line", 4096,
 					    &bytes, &len, &err),
 			 0);
 	json_t *line = json_loadb(bytes, len, 0, &jerr);
@@ -655,7 +643,8 @@ static char *commit_recipe(const char *manifest, ...)
 	while ((name = va_arg(ap, const char *)))
 		write_repo_file(name, va_arg(ap, const char *));
 	va_end(ap);
-	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm recipe", repo);
+	tb_fixture_sh(
+	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm recipe", repo);
 	return head_commit();
 }
 
@@ -867,9 +856,9 @@ static void test_lifecycle__failing_agent_is_a_recorded_failure(void **state)
 	tb_error_t err;
 
 	(void)state;
-	sh("cd %s && printf 'echo broken >&2; exit 3\\n' > agent.sh && git add -A && "
-	   "git -c user.name=t -c user.email=t@t commit -qm fail",
-	   repo);
+	tb_fixture_sh("cd %s && printf 'echo broken >&2; exit 3\\n' > agent.sh && git add -A && "
+		      "git -c user.name=t -c user.email=t@t commit -qm fail",
+		      repo);
 	tb_task_t t = task("life-fail", head_commit(), "test");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
@@ -887,10 +876,10 @@ static void test_lifecycle__misbehaving_recipe_is_recorded_with_reasons(void **s
 	tb_error_t err;
 
 	(void)state;
-	sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./* && cp -r "
-	   "%s/examples/recipes/misbehave/. . && "
-	   "git add -A && git -c user.name=t -c user.email=t@t commit -qm misbehave",
-	   repo, TB_SOURCE_DIR);
+	tb_fixture_sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./* && cp -r "
+		      "%s/examples/recipes/misbehave/. . && "
+		      "git add -A && git -c user.name=t -c user.email=t@t commit -qm misbehave",
+		      repo, TB_SOURCE_DIR);
 	tb_task_t t = task("life-misbehave", head_commit(), "test");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
@@ -999,7 +988,7 @@ static char *artifact(const tb_manifest_t *m, const char *path)
 		const tb_artifact_t *a = (const tb_artifact_t *)m->artifacts.items + i;
 		if (strcmp(a->path, path) != 0)
 			continue;
-		if (tb_store_get_bytes(store, a->key, 1 << 20, &bytes, &len, &err) != 0)
+		if (tb_store_get_bytes(F.store, a->key, 1 << 20, &bytes, &len, &err) != 0)
 			fail_msg("get %s: %s", a->key, err.msg);
 		char *text = malloc(len + 1);
 		memcpy(text, bytes, len);
@@ -1035,7 +1024,7 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 	setenv("TB_LIFE_PROVIDER_KEY", PROVIDER_KEY, 1);
 
 	/* A runtime allowing one endpoint: the fake provider. */
-	snprintf(path, sizeof(path), "%s/net.json", runtimes);
+	snprintf(path, sizeof(path), "%s/net.json", F.runtimes);
 	FILE *f = fopen(path, "w");
 	assert_non_null(f);
 	fprintf(f,
@@ -1049,7 +1038,7 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 	/* An agent that uses its binding, tries the provider directly, tries
 	 * a host outside the policy and goes without its token; then shows
 	 * everything it can see of its environment and processes. */
-	sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
+	tb_fixture_sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
 	snprintf(path, sizeof(path), "%s/taskbox.json", repo);
 	assert_non_null(f = fopen(path, "w"));
 	fprintf(f, "{\"v\": 1, \"name\": \"net\", \"agent\": {\"command\": [\"/bin/sh\", "
@@ -1079,7 +1068,8 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 		">&3\n",
 		provider.port, provider.port);
 	fclose(f);
-	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm net", repo);
+	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm net",
+		      repo);
 
 	tb_task_t t = task("life-net", head_commit(), "net");
 	int rc = tb_lifecycle_run(&c, &t, 1, &res, &err);
@@ -1121,8 +1111,8 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 			fail_msg("the key is in the sandbox's %s", ar->path);
 		free(text);
 	}
-	assert_int_equal(tb_store_get_bytes(store, m.conversation_key, 1 << 24, &bytes, &len, &err),
-			 0);
+	assert_int_equal(
+	    tb_store_get_bytes(F.store, m.conversation_key, 1 << 24, &bytes, &len, &err), 0);
 	assert_null(memmem(bytes, len, PROVIDER_KEY, strlen(PROVIDER_KEY)));
 	free(bytes);
 	assert_int_equal(e.secret_seen, 0);
@@ -1152,14 +1142,14 @@ static void test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events
 	/* Five events a second for this run; one endpoint, never reached:
 	 * every request below names another host and is refused (403)
 	 * before any name is looked up. */
-	snprintf(path, sizeof(path), "%s/flood.json", runtimes);
+	snprintf(path, sizeof(path), "%s/flood.json", F.runtimes);
 	FILE *f = fopen(path, "w");
 	assert_non_null(f);
 	fprintf(f, "{\"v\": 1, \"name\": \"flood\", \"agent\": {\"max_events_per_second\": 5}, "
 		   "\"network\": {\"allow\": [{\"name\": \"provider\", \"host\": "
 		   "\"localhost\", \"port\": 9, \"scheme\": \"http\"}]}}\n");
 	fclose(f);
-	sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
+	tb_fixture_sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
 	snprintf(path, sizeof(path), "%s/taskbox.json", repo);
 	assert_non_null(f = fopen(path, "w"));
 	fprintf(f, "{\"v\": 1, \"name\": \"flood\", \"agent\": {\"command\": [\"/bin/sh\", "
@@ -1174,7 +1164,8 @@ static void test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events
 		"printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' "
 		">&3\n");
 	fclose(f);
-	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm flood", repo);
+	tb_fixture_sh(
+	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm flood", repo);
 
 	tb_task_t t = task("life-flood", head_commit(), "flood");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
@@ -1203,7 +1194,7 @@ static void test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own(
 	if (access("/usr/bin/curl", X_OK) != 0)
 		skip(); /* the agent below uses curl from the host's /usr */
 	/* A proxy needs an endpoint; this one is never reached. */
-	snprintf(path, sizeof(path), "%s/route.json", runtimes);
+	snprintf(path, sizeof(path), "%s/route.json", F.runtimes);
 	FILE *f = fopen(path, "w");
 	assert_non_null(f);
 	fprintf(f,
@@ -1212,7 +1203,7 @@ static void test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own(
 	fclose(f);
 	/* A message on fd 3, a thought through the route (and a turn-ended,
 	 * which the route refuses), then a message on fd 3 again. */
-	sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
+	tb_fixture_sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
 	snprintf(path, sizeof(path), "%s/taskbox.json", repo);
 	assert_non_null(f = fopen(path, "w"));
 	fprintf(f, "{\"v\": 1, \"name\": \"route\", \"agent\": {\"command\": [\"/bin/sh\", "
@@ -1235,7 +1226,8 @@ static void test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own(
 	    ">&3\n"
 	    "echo \"$TASKBOX_EVENTS_URL\" > $o/url.txt\n");
 	fclose(f);
-	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm route", repo);
+	tb_fixture_sh(
+	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm route", repo);
 
 	tb_task_t t = task("life-route", head_commit(), "route");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
@@ -1262,8 +1254,8 @@ static void test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own(
 	assert_int_equal(e.egress, 0);          /* not an egress request */
 	assert_string_equal(e.first_error, ""); /* a refused post is no error event */
 	/* and recorded in the conversation */
-	assert_int_equal(tb_store_get_bytes(store, m.conversation_key, 1 << 24, &bytes, &len, &err),
-			 0);
+	assert_int_equal(
+	    tb_store_get_bytes(F.store, m.conversation_key, 1 << 24, &bytes, &len, &err), 0);
 	assert_non_null(memmem(bytes, len, "posted through the proxy", 24));
 	free(bytes);
 	free(codes);
@@ -1274,19 +1266,13 @@ static void test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own(
 
 static int setup(void **state)
 {
-	tb_error_t err;
-	char storedir[160], cache[160];
-
 	(void)state;
-	if (!mkdtemp(root))
+	if (tb_fixture_setup(&F, "lifecycle", "tblife",
+			     TB_FIXTURE_STORE | TB_FIXTURE_RECIPES | TB_FIXTURE_RUNTIME) < 0)
 		return -1;
-	chmod(root, 0711);
-	snprintf(repo, sizeof(repo), "%s/repo", root);
+	snprintf(repo, sizeof(repo), "%s/repo", F.root);
 	snprintf(url, sizeof(url), "file://%s", repo);
-	snprintf(work, sizeof(work), "%s/work", root);
-	snprintf(runtimes, sizeof(runtimes), "%s/runtimes", root);
-	snprintf(storedir, sizeof(storedir), "%s/store", root);
-	snprintf(cache, sizeof(cache), "%s/cache", root);
+	/* the hello recipe: an agent that says done, a judge that checks */
 	char cmd[4096];
 	snprintf(
 	    cmd, sizeof(cmd),
@@ -1310,31 +1296,15 @@ static int setup(void **state)
 	    "printf '%%s\\n' 'if grep -q done; then echo "
 	    "\"{\\\"outcome\\\":\\\"pass\\\",\\\"score\\\":1}\"; "
 	    "else echo \"{\\\"outcome\\\":\\\"fail\\\"}\"; fi' > judge.sh && "
-	    "git add -A && git -c user.name=t -c user.email=t@t commit -qm hello && "
-	    "mkdir -p %s && sed 's/\"name\": \"default\"/\"name\": \"test\"/' "
-	    "%s/examples/runtimes/default.json "
-	    "> %s/test.json",
-	    repo, repo, repo, runtimes, TB_SOURCE_DIR, runtimes);
-	if (system(cmd) != 0)
-		return -1;
-	tb_sandbox_sweep(work, "tblife", &err); /* what a crashed run left */
-	if (tb_seccomp_compile(&policy, &err) || tb_store_dir_open(&store, storedir, &err) ||
-	    tb_recipe_cache_open(&recipes, cache, &err)) {
-		fprintf(stderr, "%s\n", err.msg);
-		return -1;
-	}
-	return 0;
+	    "git add -A && git -c user.name=t -c user.email=t@t commit -qm hello",
+	    repo, repo, repo);
+	return system(cmd) == 0 ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-	char cmd[128];
 	(void)state;
-	tb_recipe_cache_close(recipes);
-	tb_store_close(store);
-	tb_seccomp_free(policy);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
-	return system(cmd) == 0 ? 0 : -1;
+	return tb_fixture_teardown(&F);
 }
 
 int main(void)

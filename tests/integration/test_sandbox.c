@@ -30,18 +30,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fixture.h"
 #include "sandbox.h"
 #include "sandbox_cgroup.h"
 #include "sandbox_ids.h"
 #include "sandbox_pool.h"
 
-static tb_seccomp_t *policy;
-static char work_root[64] = "/tmp/tb-sandbox-test-XXXXXX";
+static tb_fixture_t F;
 static char recipe[128];
 static char canary[128];
 static const char *group = "tbtest";
-static char *binds_items[] = { "/usr", "/bin", "/lib", "/lib64", "/sbin" };
-static const tb_strlist_t binds = { 5, binds_items };
 static int counter;
 extern char **environ;
 
@@ -53,9 +51,9 @@ static tb_sandbox_spec_t spec(void)
 		.name = name,
 		.hostname = "task-test",
 		.slot = 1,
-		.work_root = work_root,
+		.work_root = F.work,
 		.group = group,
-		.ro_binds = &binds,
+		.ro_binds = &tb_fixture_binds,
 		.recipe_dir = recipe,
 		.workspace_mb = 8,
 		.outputs_mb = 8,
@@ -81,7 +79,7 @@ static tb_sandbox_exit_t run(tb_sandbox_spec_t s, const char *const *argv, char 
 	assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
 	ex.stdout_fd = pipefd[1];
 	ex.stderr_fd = pipefd[1];
-	if (tb_sandbox_create(&sb, policy, &s, &err) != 0)
+	if (tb_sandbox_create(&sb, F.policy, &s, &err) != 0)
 		fail_msg("create: %s", err.msg);
 	if (tb_sandbox_spawn(sb, &id, &ex, &err) != 0)
 		fail_msg("spawn %s: %s", argv[0], err.msg);
@@ -131,7 +129,7 @@ static void test_sandbox__missing_program_is_a_clear_error(void **state)
 	int id;
 
 	(void)state;
-	assert_int_equal(tb_sandbox_create(&sb, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_create(&sb, F.policy, &s, &err), 0);
 	assert_int_equal(tb_sandbox_spawn(sb, &id, &ex, &err), TB_ENOTFOUND);
 	assert_non_null(strstr(err.msg, "/no/such/agent"));
 	assert_non_null(strstr(err.msg, "No such file"));
@@ -156,7 +154,7 @@ static void test_sandbox__init_is_its_own_small_program(void **state)
 	ssize_t n;
 
 	(void)state;
-	assert_int_equal(tb_sandbox_create(&sb, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_create(&sb, F.policy, &s, &err), 0);
 	snprintf(path, sizeof(path), "/proc/%d/exe", (int)tb_sandbox_init_pid(sb));
 	n = readlink(path, exe, sizeof(exe) - 1);
 	assert_true(n > 0);
@@ -186,7 +184,7 @@ static void test_sandbox__prepared_runs_nothing_until_assigned(void **state)
 	int id, fds[2];
 
 	(void)state;
-	assert_int_equal(tb_sandbox_prepare(&sb, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_prepare(&sb, F.policy, &s, &err), 0);
 	assert_int_equal(tb_sandbox_spawn(sb, &id, &ex, &err), TB_EINVAL);
 	assert_non_null(strstr(err.msg, "not assigned"));
 	assert_int_equal(tb_sandbox_assign(sb, &s, &err), 0);
@@ -216,7 +214,7 @@ static void test_sandbox__refuses_dangerous_binds(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		tb_strlist_t one = { 1, &bad[i] };
 		s.ro_binds = &one;
-		assert_int_equal(tb_sandbox_prepare(&sb, policy, &s, &err), TB_EINVAL);
+		assert_int_equal(tb_sandbox_prepare(&sb, F.policy, &s, &err), TB_EINVAL);
 		assert_non_null(strstr(err.msg, "ro_binds"));
 	}
 }
@@ -239,7 +237,7 @@ static void test_sandbox__judges_are_out_of_the_agents_reach(void **state)
 	(void)state;
 	assert_int_equal(pipe(fds), 0);
 	judge.stdout_fd = fds[1];
-	assert_int_equal(tb_sandbox_create(&sb, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_create(&sb, F.policy, &s, &err), 0);
 	assert_int_equal(tb_sandbox_spawn(sb, &jid, &judge, &err), 0);
 	close(fds[1]);
 	/* The agent kills everything it may: not the judge (another uid). */
@@ -430,7 +428,7 @@ static void test_teardown__a_thousand_sandboxes_leave_nothing(void **state)
 		tb_sandbox_exit_t e;
 		tb_sandbox_t *sb;
 		int id;
-		if (tb_sandbox_create(&sb, policy, &s, &err) != 0)
+		if (tb_sandbox_create(&sb, F.policy, &s, &err) != 0)
 			fail_msg("sandbox %d: %s", i, err.msg);
 		if (tb_sandbox_spawn(sb, &id, &ex, &err) != 0 ||
 		    tb_sandbox_wait(sb, id, 10000, &e, &err) != 0)
@@ -439,7 +437,7 @@ static void test_teardown__a_thousand_sandboxes_leave_nothing(void **state)
 		if (tb_sandbox_destroy(sb, &err) != 0)
 			fail_msg("sandbox %d: %s", i, err.msg);
 	}
-	assert_int_equal(count_entries(work_root, group), 0);
+	assert_int_equal(count_entries(F.work, group), 0);
 	assert_int_equal(count_children(), 0);
 	assert_int_equal(count_lines("/proc/self/mountinfo"), mounts);
 	/* No sandbox cgroup is left under our group in any hierarchy. */
@@ -476,16 +474,16 @@ static void test_sweep__removes_what_a_dead_worker_left(void **state)
 	/* A "worker" that builds a sandbox and dies without tearing down. */
 	pid_t w = fork();
 	if (w == 0) {
-		if (tb_sandbox_create(&sb, policy, &s, &err) != 0)
+		if (tb_sandbox_create(&sb, F.policy, &s, &err) != 0)
 			_exit(1);
 		_exit(0);
 	}
 	assert_int_equal(waitpid(w, &status, 0), w);
 	assert_int_equal(WEXITSTATUS(status), 0);
-	int removed = tb_sandbox_sweep(work_root, group, &err);
+	int removed = tb_sandbox_sweep(F.work, group, &err);
 	assert_int_equal(removed, 1); /* once, whatever the number of hierarchies */
-	assert_int_equal(tb_sandbox_sweep(work_root, group, &err), 0);
-	assert_int_equal(count_entries(work_root, group), 0);
+	assert_int_equal(tb_sandbox_sweep(F.work, group, &err), 0);
+	assert_int_equal(count_entries(F.work, group), 0);
 }
 
 /* Runs argv in @p sb; its stdout and stderr into @p out. */
@@ -572,7 +570,7 @@ static void test_pool__the_next_task_takes_a_sandbox_built_ahead(void **state)
 	int prepared;
 
 	(void)state;
-	assert_int_equal(tb_sandbox_pool_new(&pool, policy, work_root, group, 2, &err), 0);
+	assert_int_equal(tb_sandbox_pool_new(&pool, F.policy, F.work, group, 2, &err), 0);
 	tb_sandbox_spec_t s = spec();
 	/* The slot's first task: nothing was built for it yet. */
 	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
@@ -610,7 +608,7 @@ static void test_pool__the_next_task_takes_a_sandbox_built_ahead(void **state)
 	/* Freed: the sandbox built ahead goes too. */
 	assert_int_equal(await_sandboxes(1), 1);
 	tb_sandbox_pool_free(pool);
-	assert_int_equal(count_entries(work_root, group), 0);
+	assert_int_equal(count_entries(F.work, group), 0);
 	pid_t kids[16];
 	assert_int_equal(all_children(kids, 16), 0);
 }
@@ -626,7 +624,7 @@ static void test_pool__a_prepared_sandbox_that_died_is_replaced(void **state)
 	pid_t kids[16];
 
 	(void)state;
-	assert_int_equal(tb_sandbox_pool_new(&pool, policy, work_root, group, 2, &err), 0);
+	assert_int_equal(tb_sandbox_pool_new(&pool, F.policy, F.work, group, 2, &err), 0);
 	tb_sandbox_spec_t s = spec();
 	assert_int_equal(tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err), 0);
 	assert_int_equal(await_sandboxes(2), 2);
@@ -641,7 +639,7 @@ static void test_pool__a_prepared_sandbox_that_died_is_replaced(void **state)
 	assert_int_equal(run_in(sb, argv, out, sizeof(out)).code, 0);
 	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
 	tb_sandbox_pool_free(pool);
-	assert_int_equal(count_entries(work_root, group), 0);
+	assert_int_equal(count_entries(F.work, group), 0);
 	assert_int_equal(all_children(kids, 16), 0);
 }
 
@@ -670,7 +668,7 @@ static pid_t another_worker(int *input, unsigned *base)
 	char line[32];
 	pid_t pid;
 	posix_spawn_file_actions_t fa;
-	char *argv[] = { "/proc/self/exe", "--hold-a-sandbox", work_root, NULL };
+	char *argv[] = { "/proc/self/exe", "--hold-a-sandbox", F.work, NULL };
 
 	assert_int_equal(pipe(in), 0);
 	assert_int_equal(pipe(out), 0);
@@ -721,9 +719,9 @@ static void test_sandbox__two_workers_on_one_host_share_no_ids(void **state)
 	(void)state;
 	pid_t pa = another_worker(&in_a, &a);
 	pid_t pb = another_worker(&in_b, &b);
-	assert_int_equal(tb_sandbox_create(&mine, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_create(&mine, F.policy, &s, &err), 0);
 	s = spec();
-	assert_int_equal(tb_sandbox_create(&mine2, policy, &s, &err), 0);
+	assert_int_equal(tb_sandbox_create(&mine2, F.policy, &s, &err), 0);
 	assert_int_equal(tb_sandbox_spawn(mine, &id, &ex, &err), 0);
 	unsigned bases[4] = { a, b, host_base(mine), host_base(mine2) };
 	for (int i = 0; i < 4; i++)
@@ -739,7 +737,7 @@ static void test_sandbox__two_workers_on_one_host_share_no_ids(void **state)
 	assert_int_equal(waitpid(pa, &status, 0), pa);
 	close(in_a);
 	assert_true(range_is_free(a));
-	assert_int_equal(tb_sandbox_sweep(work_root, its_group, &err), 1);
+	assert_int_equal(tb_sandbox_sweep(F.work, its_group, &err), 1);
 	assert_false(range_is_free(b));
 	/* One that ends its sandbox first, and ours when destroyed. */
 	close(in_b);
@@ -762,14 +760,14 @@ static int hold_a_sandbox(const char *root)
 	char c, name[32];
 	int id;
 
-	snprintf(work_root, sizeof(work_root), "%s", root);
+	snprintf(F.work, sizeof(F.work), "%s", root);
 	snprintf(name, sizeof(name), "tbhold%d", (int)getpid());
 	tb_sandbox_spec_t s = spec();
 	s.recipe_dir = NULL;
 	s.name = "held";
 	s.group = name; /* its own: the test sweeps what it leaves when killed */
-	if (tb_seccomp_compile(&policy, &err) != 0 ||
-	    tb_sandbox_create(&sb, policy, &s, &err) != 0 ||
+	if (tb_seccomp_compile(&F.policy, &err) != 0 ||
+	    tb_sandbox_create(&sb, F.policy, &s, &err) != 0 ||
 	    tb_sandbox_spawn(sb, &id, &ex, &err) != 0) {
 		fprintf(stderr, "hold: %s\n", err.msg);
 		return 1;
@@ -779,7 +777,7 @@ static int hold_a_sandbox(const char *root)
 	while (read(0, &c, 1) > 0)
 		;
 	int rc = tb_sandbox_destroy(sb, &err);
-	tb_seccomp_free(policy);
+	tb_seccomp_free(F.policy);
 	return rc == 0 ? 0 : 1;
 }
 
@@ -789,32 +787,24 @@ static int setup(void **state)
 	char describe[128], cmd[512];
 
 	(void)state;
-	if (!mkdtemp(work_root))
+	if (tb_fixture_setup(&F, "sandbox", group, 0) < 0)
 		return -1;
-	snprintf(recipe, sizeof(recipe), "%s/recipe", work_root);
-	snprintf(canary, sizeof(canary), "%s/canary", work_root);
+	snprintf(recipe, sizeof(recipe), "%s/recipe", F.root);
+	snprintf(canary, sizeof(canary), "%s/canary", F.root);
 	mkdir(recipe, 0755);
 	snprintf(cmd, sizeof(cmd), "cp %s %s/ && echo secret > %s", TB_PROBE, recipe, canary);
 	if (system(cmd) != 0)
 		return -1;
-	chmod(work_root, 0711);
-	if (tb_seccomp_compile(&policy, &err) != 0) {
-		fprintf(stderr, "%s\n", err.msg);
-		return -1;
-	}
 	if (tb_cgroup_describe(describe, sizeof(describe), &err) == 0)
 		printf("cgroups: %s; seccomp: %u instructions\n", describe,
-		       tb_seccomp_size(policy));
+		       tb_seccomp_size(F.policy));
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	char cmd[256];
 	(void)state;
-	tb_seccomp_free(policy);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", work_root);
-	return system(cmd) == 0 ? 0 : -1;
+	return tb_fixture_teardown(&F);
 }
 
 int main(int argc, char **argv)
