@@ -133,7 +133,7 @@ static const struct {
 	{ "enable.auto.offset.store", "offsets are committed only after a task's teardown" },
 	{ "auto.offset.reset", "a new group reads every task from the start" },
 	{ "partition.assignment.strategy",
-	  "the worker's commits rely on the range assignor (README, \"Crash safety\")" },
+	  "the worker's commits rely on the range assignor (docs/crash-safety.md)" },
 	{ "enable.idempotence", "each task's events are delivered once each, in order" },
 };
 
