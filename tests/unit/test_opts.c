@@ -43,7 +43,8 @@ static int parse(args_t *a, ...)
 
 	va_start(ap, a);
 	for (const char *w; argc < 16 && (w = va_arg(ap, const char *));)
-		argv[argc] = strcpy(words[argc], w), argc++;
+		snprintf(words[argc], sizeof(words[argc]), "%s", w), argv[argc] = words[argc],
+								     argc++;
 	va_end(ap);
 	return tb_opts_parse(&a->o, argc, argv, 1);
 }

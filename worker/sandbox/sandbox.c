@@ -41,6 +41,9 @@
 #define NAMESPACES                                                                                 \
 	(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC)
 #define READY_TIMEOUT_MS 10000
+/* init_child() runs on the clone's own stack while the worker's shadow
+ * memory is shared: no ASan instrumentation there. */
+#define NO_ASAN __attribute__((no_sanitize("address")))
 #define INIT_NAME "taskbox-sandbox-init"
 #define INIT_STACK (64 * 1024)
 #define TEARDOWN_TIMEOUT_MS 5000
@@ -428,7 +431,7 @@ struct init_child {
  * capabilities the namespace gave it. Raised to ambient, they survive
  * the exec: init needs them to become root of the namespace and to
  * mount. Init clears the ambient set in every process it starts. */
-__attribute__((no_sanitize("address"))) static int init_child(void *p)
+static NO_ASAN int init_child(void *p)
 {
 	static char *const no_env[] = { NULL };
 	struct init_child *c = p;
