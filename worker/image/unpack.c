@@ -1,0 +1,518 @@
+/*
+ * unpack.c: one image layer applied onto a tree, safely (unpack.h).
+ *
+ * Every entry is placed in two steps: its parent directory is opened
+ * with openat2(RESOLVE_IN_ROOT) from the tree's root, so a link in the
+ * tree resolves as it would inside the sandbox, never outside; then the
+ * entry is made in that directory by name with O_EXCL / O_NOFOLLOW
+ * calls after what was there is removed. The set of paths this layer
+ * made tells an opaque directory's own entries from the lower layers'.
+ */
+#include "unpack.h"
+
+#include "tb/fsutil.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define PATH_MAX_LEN 4096
+#define NOBODY 65534
+#define ID_LIMIT 65536 /* what a sandbox maps */
+#define WH ".wh."
+#define WH_OPAQUE ".wh..wh..opq"
+
+/* ------------------------------------------------ the paths made here */
+
+/* A set of strings, open addressing: the paths this layer made. */
+typedef struct names {
+	char **slot;
+	size_t cap, n;
+} names_t;
+
+static uint64_t hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+static int names_has(const names_t *s, const char *p)
+{
+	if (!s->cap)
+		return 0;
+	for (size_t i = hash(p) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+		if (!s->slot[i])
+			return 0;
+		if (!strcmp(s->slot[i], p))
+			return 1;
+	}
+}
+
+static int names_put(names_t *s, char *owned)
+{
+	size_t i = hash(owned) & (s->cap - 1);
+	while (s->slot[i]) {
+		if (!strcmp(s->slot[i], owned)) {
+			free(owned);
+			return 0;
+		}
+		i = (i + 1) & (s->cap - 1);
+	}
+	s->slot[i] = owned;
+	s->n++;
+	return 0;
+}
+
+/* Adds @p p and every prefix of it ("a", "a/b", "a/b/c"). */
+static int names_add(names_t *s, const char *p)
+{
+	for (const char *end = p;; end++) {
+		if (*end && *end != '/')
+			continue;
+		if (2 * (s->n + 1) > s->cap) { /* grow at half full */
+			names_t bigger = { calloc(s->cap ? 2 * s->cap : 256, sizeof(char *)),
+					   s->cap ? 2 * s->cap : 256, 0 };
+			if (!bigger.slot)
+				return -1;
+			for (size_t i = 0; i < s->cap; i++)
+				if (s->slot[i])
+					names_put(&bigger, s->slot[i]);
+			free(s->slot);
+			*s = bigger;
+		}
+		char *copy = strndup(p, (size_t)(end - p));
+		if (!copy || (!names_has(s, copy) ? names_put(s, copy) : (free(copy), 0)) < 0)
+			return -1;
+		if (!*end)
+			return 0;
+	}
+}
+
+static void names_free(names_t *s)
+{
+	for (size_t i = 0; i < s->cap; i++)
+		free(s->slot[i]);
+	free(s->slot);
+	memset(s, 0, sizeof(*s));
+}
+
+/* ------------------------------------------------------------ context */
+
+typedef struct ctx {
+	int root;
+	const tb_unpack_limits_t *lim;
+	tb_unpack_stats_t *st;
+	names_t made;
+	char parent[PATH_MAX_LEN]; /* the last parent opened, and its fd */
+	int parent_fd;
+	const char *entry; /* the entry being placed, for errors */
+	tb_error_t *err;
+} ctx_t;
+
+static int fail(ctx_t *c, int code, const char *why)
+{
+	return tb_error_set(c->err, code, "layer entry '%.300s': %s", c->entry, why);
+}
+
+static int fail_errno(ctx_t *c, const char *what)
+{
+	return tb_error_errno(c->err, TB_EIO, errno, "layer entry '%.300s': %s", c->entry, what);
+}
+
+/* "./a//b/" -> "a/b", "/etc" -> "etc", "./" -> "". @return 0; -1 for a
+ * ".." component or a name too long. */
+static int clean_path(const char *in, char *out, size_t cap)
+{
+	size_t o = 0;
+
+	for (const char *p = in; *p;) {
+		while (*p == '/')
+			p++;
+		const char *e = p + strcspn(p, "/");
+		size_t n = (size_t)(e - p);
+		if (n == 2 && p[0] == '.' && p[1] == '.')
+			return -1;
+		if (n && !(n == 1 && p[0] == '.')) {
+			if (o + (o > 0) + n + 1 > cap)
+				return -1;
+			if (o)
+				out[o++] = '/';
+			memcpy(out + o, p, n);
+			o += n;
+		}
+		p = e;
+	}
+	out[o] = '\0';
+	return 0;
+}
+
+/* @p rel resolved inside the tree, as a directory (O_PATH). */
+static int open_beneath(int root, const char *rel)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+	};
+	return (int)syscall(SYS_openat2, root, rel[0] ? rel : ".", &how, sizeof(how));
+}
+
+static void forget_parent(ctx_t *c)
+{
+	if (c->parent_fd >= 0)
+		close(c->parent_fd);
+	c->parent_fd = -1;
+	c->parent[0] = '\0';
+}
+
+/* The directory @p rel of the tree, made (0755, this layer's) where it
+ * is missing. @return an fd the context keeps, or -1 with the error set. */
+static int open_parent(ctx_t *c, const char *rel)
+{
+	char prefix[PATH_MAX_LEN];
+	int fd;
+
+	if (c->parent_fd >= 0 && !strcmp(c->parent, rel))
+		return c->parent_fd;
+	forget_parent(c);
+	if ((fd = open_beneath(c->root, rel)) < 0 && errno == ENOENT) {
+		/* make each missing directory, from the top down */
+		for (const char *end = rel;; end++) {
+			if (*end && *end != '/')
+				continue;
+			snprintf(prefix, sizeof(prefix), "%.*s", (int)(end - rel), rel);
+			int at = open_beneath(c->root, prefix);
+			if (at < 0 && errno == ENOENT) {
+				char *slash = strrchr(prefix, '/');
+				int up = slash ? (*slash = '\0', open_beneath(c->root, prefix))
+					       : dup(c->root);
+				const char *name = slash ? slash + 1 : prefix;
+				if (up < 0 || (mkdirat(up, name, 0755) < 0 && errno != EEXIST)) {
+					if (up >= 0)
+						close(up);
+					fail_errno(c, "cannot make its directory");
+					return -1;
+				}
+				close(up);
+				c->st->entries++;
+				if (slash)
+					*slash = '/';
+				if (names_add(&c->made, prefix) < 0) {
+					fail(c, TB_ENOMEM, "out of memory");
+					return -1;
+				}
+			} else if (at >= 0) {
+				close(at);
+			}
+			if (!*end)
+				break;
+		}
+		fd = open_beneath(c->root, rel);
+	}
+	if (fd < 0) {
+		/* a file where a directory should be, a link to nowhere, a loop */
+		tb_error_set(c->err, TB_EINVAL,
+			     "layer entry '%.300s': its directory is not one in the tree (%s)",
+			     c->entry, strerror(errno));
+		return -1;
+	}
+	snprintf(c->parent, sizeof(c->parent), "%s", rel);
+	c->parent_fd = fd;
+	return fd;
+}
+
+/* The ids the entry will have: past what a sandbox maps, nobody. */
+static void ids_of(struct archive_entry *e, uid_t *uid, gid_t *gid)
+{
+	int64_t u = archive_entry_uid(e), g = archive_entry_gid(e);
+	*uid = u >= 0 && u < ID_LIMIT ? (uid_t)u : NOBODY;
+	*gid = g >= 0 && g < ID_LIMIT ? (gid_t)g : NOBODY;
+}
+
+/* Removes whatever is at @p name in @p pfd (a whole directory too),
+ * unless it is a directory and @p keep_dir. */
+static int clear_place(ctx_t *c, int pfd, const char *name, int keep_dir)
+{
+	struct stat st;
+
+	if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : fail_errno(c, "cannot look at what is there");
+	if (keep_dir && S_ISDIR(st.st_mode))
+		return 1;
+	/* the cached directory is @p pfd, this entry's parent: it stays */
+	if (tb_remove_tree(pfd, name) < 0)
+		return fail_errno(c, "cannot replace what is there");
+	return 0;
+}
+
+/* ------------------------------------------------------------ entries */
+
+static int put_file(ctx_t *c, struct archive *a, struct archive_entry *e, int pfd, const char *name)
+{
+	const void *buf;
+	size_t size;
+	la_int64_t offset;
+	uid_t uid;
+	gid_t gid;
+	int rc, fd = openat(pfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return fail_errno(c, "cannot create it");
+	while ((rc = archive_read_data_block(a, &buf, &size, &offset)) == ARCHIVE_OK) {
+		if (c->st->bytes + size > c->lim->max_bytes) {
+			close(fd);
+			return tb_error_set(c->err, TB_ETOOBIG,
+					    "the image unpacks to more than %llu MiB (at '%.300s')",
+					    (unsigned long long)(c->lim->max_bytes >> 20),
+					    c->entry);
+		}
+		c->st->bytes += size;
+		for (size_t done = 0; done < size;) {
+			ssize_t n = pwrite(fd, (const char *)buf + done, size - done,
+					   (off_t)offset + (off_t)done);
+			if (n <= 0) {
+				close(fd);
+				return fail_errno(c, "cannot write it");
+			}
+			done += (size_t)n;
+		}
+	}
+	if (rc != ARCHIVE_EOF) {
+		close(fd);
+		return fail(c, TB_EINVAL,
+			    archive_error_string(a) ? archive_error_string(a)
+						    : "its data cannot be read");
+	}
+	ids_of(e, &uid, &gid);
+	/* a sparse file's size, then its owner and mode (set-ID bits dropped) */
+	struct timespec t[2] = { { archive_entry_atime(e), 0 }, { archive_entry_mtime(e), 0 } };
+	if (ftruncate(fd, (off_t)archive_entry_size(e)) < 0 || fchown(fd, uid, gid) < 0 ||
+	    fchmod(fd, archive_entry_perm(e) & 01777 & ~(mode_t)06000) < 0 || futimens(fd, t) < 0) {
+		close(fd);
+		return fail_errno(c, "cannot set its size, owner, mode or time");
+	}
+	close(fd);
+	return 0;
+}
+
+static int put_dir(ctx_t *c, struct archive_entry *e, int pfd, const char *name)
+{
+	uid_t uid;
+	gid_t gid;
+	int rc = clear_place(c, pfd, name, 1);
+
+	if (rc < 0)
+		return rc;
+	if (rc == 0 && mkdirat(pfd, name, 0700) < 0)
+		return fail_errno(c, "cannot make it");
+	ids_of(e, &uid, &gid);
+	if (fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    fchmodat(pfd, name, archive_entry_perm(e) & 01777 & ~(mode_t)06000, 0) < 0)
+		return fail_errno(c, "cannot set its owner or mode");
+	return 0;
+}
+
+static int put_symlink(ctx_t *c, struct archive_entry *e, int pfd, const char *name)
+{
+	const char *target = archive_entry_symlink(e);
+	uid_t uid;
+	gid_t gid;
+	int rc;
+
+	if (!target || !target[0])
+		return fail(c, TB_EINVAL, "a symbolic link to nothing");
+	if ((rc = clear_place(c, pfd, name, 0)) < 0)
+		return rc;
+	ids_of(e, &uid, &gid);
+	if (symlinkat(target, pfd, name) < 0 ||
+	    fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+		return fail_errno(c, "cannot make the link");
+	return 0;
+}
+
+/* A hard link to an entry already in the tree (never a directory). */
+static int put_hardlink(ctx_t *c, struct archive_entry *e, int pfd, const char *name)
+{
+	char target[PATH_MAX_LEN];
+	int rc;
+
+	if (clean_path(archive_entry_hardlink(e), target, sizeof(target)) < 0 || !target[0])
+		return fail(c, TB_EINVAL, "a hard link out of the tree");
+	char *slash = strrchr(target, '/');
+	const char *tname = slash ? slash + 1 : target;
+	if (slash)
+		*slash = '\0';
+	int tfd = open_beneath(c->root, slash ? target : "");
+	if (tfd < 0)
+		return fail(c, TB_EINVAL, "a hard link to an entry not in the tree");
+	if ((rc = clear_place(c, pfd, name, 0)) < 0) {
+		close(tfd);
+		return rc;
+	}
+	/* flags 0: a link to a symbolic link links the link itself */
+	rc = linkat(tfd, tname, pfd, name, 0);
+	int e2 = errno;
+	close(tfd);
+	if (rc < 0) {
+		errno = e2;
+		return e2 == ENOENT || e2 == EPERM ? fail(c, TB_EINVAL,
+							  "a hard link to an entry not "
+							  "in the tree, or to a directory")
+						   : fail_errno(c, "cannot make the link");
+	}
+	return 0;
+}
+
+/* An opaque directory: what a lower layer put under @p rel goes, what
+ * this layer made stays. */
+static int make_opaque(ctx_t *c, int dfd, const char *rel)
+{
+	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char path[PATH_MAX_LEN];
+	struct dirent *de;
+	DIR *d;
+	int rc = 0;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return fail_errno(c, "cannot read the opaque directory");
+	}
+	while (rc == 0 && (de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(path, sizeof(path), "%s%s%s", rel, rel[0] ? "/" : "", de->d_name);
+		if (!names_has(&c->made, path)) {
+			rc = tb_remove_tree(dirfd(d), de->d_name) < 0
+				 ? fail_errno(c, "cannot remove what the opaque directory hides")
+				 : 0;
+			c->st->removed++;
+		} else if (de->d_type == DT_DIR) {
+			int sub = openat(dirfd(d), de->d_name,
+					 O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0) {
+				rc = make_opaque(c, sub, path);
+				close(sub);
+			}
+		}
+	}
+	closedir(d);
+	return rc;
+}
+
+/* A whiteout: `.wh.NAME` removes NAME from the layers below; `.wh..wh..opq`
+ * makes its directory opaque. */
+static int whiteout(ctx_t *c, int pfd, const char *parent, const char *name)
+{
+	if (!strcmp(name, WH_OPAQUE)) {
+		forget_parent(c);
+		int fd = open_beneath(c->root, parent);
+		if (fd < 0)
+			return fail_errno(c, "cannot open the opaque directory");
+		int rc = make_opaque(c, fd, parent);
+		close(fd);
+		return rc;
+	}
+	const char *hidden = name + strlen(WH);
+	if (!hidden[0] || !strcmp(hidden, ".") || !strcmp(hidden, "..") ||
+	    !strncmp(hidden, WH, strlen(WH)))
+		return 0; /* .wh..wh..plnk and the like: aufs's, nothing to do */
+	c->st->removed++;
+	return clear_place(c, pfd, hidden, 0);
+}
+
+/* Places one entry. */
+static int place(ctx_t *c, struct archive *a, struct archive_entry *e)
+{
+	char rel[PATH_MAX_LEN], parent[PATH_MAX_LEN];
+	const char *path = archive_entry_pathname(e);
+	int rc;
+
+	c->entry = path ? path : "(no name)";
+	if (!path || clean_path(path, rel, sizeof(rel)) < 0)
+		return fail(c, TB_EINVAL, "a name with '..', or too long");
+	if (!rel[0])
+		return 0; /* the root itself: its mode is the tree's */
+	char *slash = strrchr(rel, '/');
+	const char *name = slash ? slash + 1 : rel;
+	snprintf(parent, sizeof(parent), "%.*s", slash ? (int)(slash - rel) : 0, rel);
+	int pfd = open_parent(c, parent);
+	if (pfd < 0)
+		return c->err->code;
+	if (!strncmp(name, WH, strlen(WH)))
+		return whiteout(c, pfd, parent, name);
+	if (++c->st->entries > c->lim->max_entries)
+		return tb_error_set(c->err, TB_ETOOBIG, "the image has more than %llu entries",
+				    (unsigned long long)c->lim->max_entries);
+	if (archive_entry_hardlink(e)) {
+		rc = put_hardlink(c, e, pfd, name);
+	} else {
+		switch (archive_entry_filetype(e)) {
+		case AE_IFREG:
+			rc = clear_place(c, pfd, name, 0);
+			if (rc == 0)
+				rc = put_file(c, a, e, pfd, name);
+			break;
+		case AE_IFDIR:
+			rc = put_dir(c, e, pfd, name);
+			break;
+		case AE_IFLNK:
+			rc = put_symlink(c, e, pfd, name);
+			break;
+		case AE_IFIFO:
+			rc = clear_place(c, pfd, name, 0);
+			if (rc == 0 && mkfifoat(pfd, name, 0600) < 0)
+				rc = fail_errno(c, "cannot make the fifo");
+			break;
+		default: /* devices and sockets: never in a sandbox's root */
+			c->st->skipped++;
+			c->st->entries--;
+			return 0;
+		}
+	}
+	if (rc == 0 && names_add(&c->made, rel) < 0)
+		rc = fail(c, TB_ENOMEM, "out of memory");
+	return rc;
+}
+
+int tb_unpack_layer(int rootfd, int fd, const tb_unpack_limits_t *lim, tb_unpack_stats_t *st,
+		    tb_error_t *err)
+{
+	struct archive *a = archive_read_new();
+	struct archive_entry *e;
+	ctx_t c = { .root = rootfd, .lim = lim, .st = st, .parent_fd = -1, .err = err };
+	int rc = 0, r;
+
+	if (!a)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	archive_read_support_filter_gzip(a);
+	archive_read_support_filter_zstd(a);
+	archive_read_support_format_tar(a);
+	if (archive_read_open_fd(a, fd, 1 << 16) != ARCHIVE_OK) {
+		rc = tb_error_set(err, TB_EINVAL, "layer: %s", archive_error_string(a));
+		goto out;
+	}
+	while (rc == 0 && (r = archive_read_next_header(a, &e)) != ARCHIVE_EOF) {
+		if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+			rc = tb_error_set(err, TB_EINVAL, "layer: not a readable tar: %s",
+					  archive_error_string(a) ? archive_error_string(a) : "?");
+			break;
+		}
+		rc = place(&c, a, e);
+	}
+out:
+	forget_parent(&c);
+	names_free(&c.made);
+	archive_read_free(a);
+	return rc;
+}
