@@ -1,0 +1,428 @@
+/*
+ * test_image_cache.c: images made ready from OCI layouts the test writes
+ * (worker/image/image.h): the tree, the record, the cache hit; an index
+ * and this platform; a blob that does not match its digest, a missing
+ * one, a layer that is not one, a hostile layer; eviction of what no one
+ * holds; two slots asking at once; what a crash leaves. As root (the
+ * tree keeps the layers' owners); skips otherwise.
+ */
+#include "image.h"
+
+#include "tb/encoding.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static char base[64] = "/tmp/tb-imagecache-test-XXXXXX";
+static char layout[128], cache_dir[128];
+#define MAX_UNPACKED (64u << 20)
+
+/* Writes @p len bytes as a blob of the layout; its digest into @p d. */
+static void put_blob(const void *data, size_t len, char d[72])
+{
+	unsigned char sum[32];
+	char path[300];
+	EVP_Digest(data, len, sum, NULL, EVP_sha256(), NULL);
+	memcpy(d, "sha256:", 7);
+	tb_hex(d + 7, sum, sizeof(sum));
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, d + 7);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(fwrite(data, 1, len, f), len);
+	fclose(f);
+}
+
+/* A gzip layer of "path=content" files ("dir/" for a directory). */
+static size_t make_layer(const char *const *files, char *out, size_t cap)
+{
+	struct archive *a = archive_write_new();
+	size_t used = 0;
+	archive_write_set_format_pax_restricted(a);
+	archive_write_add_filter_gzip(a);
+	archive_write_open_memory(a, out, cap, &used);
+	for (; *files; files++) {
+		struct archive_entry *e = archive_entry_new();
+		const char *eq = strchr(*files, '=');
+		char name[256];
+		snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - *files) : (int)strlen(*files),
+			 *files);
+		archive_entry_set_pathname(e, name);
+		archive_entry_set_uid(e, 1000);
+		archive_entry_set_gid(e, 1000);
+		int dir = name[strlen(name) - 1] == '/';
+		archive_entry_set_filetype(e, dir ? AE_IFDIR : AE_IFREG);
+		archive_entry_set_perm(e, dir ? 0755 : 0644);
+		archive_entry_set_size(e, eq ? (la_int64_t)strlen(eq + 1) : 0);
+		archive_write_header(a, e);
+		if (eq)
+			archive_write_data(a, eq + 1, strlen(eq + 1));
+		archive_entry_free(e);
+	}
+	archive_write_close(a);
+	archive_write_free(a);
+	return used;
+}
+
+#define GZ "application/vnd.oci.image.layer.v1.tar+gzip"
+
+/* An image of the given layers (each NULL-ended file list); its manifest's
+ * digest into @p d. @p layer_type: NULL for gzip layers. */
+static void make_image(const char *const *const *layers, size_t n, const char *layer_type,
+		       char d[72])
+{
+	static char buf[1 << 16];
+	char cfg_d[72], layer_d[8][72], text[4096];
+	size_t sizes[8];
+	for (size_t i = 0; i < n; i++) {
+		sizes[i] = make_layer(layers[i], buf, sizeof(buf));
+		put_blob(buf, sizes[i], layer_d[i]);
+	}
+	const char *cfg = "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Env\":"
+			  "[\"PATH=/bin\",\"LANG=C.UTF-8\"],\"WorkingDir\":\"/home/agent\","
+			  "\"User\":\"1000\"},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}";
+	put_blob(cfg, strlen(cfg), cfg_d);
+	int o = snprintf(text, sizeof(text),
+			 "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest."
+			 "v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config."
+			 "v1+json\",\"digest\":\"%s\",\"size\":%zu},\"layers\":[",
+			 cfg_d, strlen(cfg));
+	for (size_t i = 0; i < n; i++)
+		o += snprintf(text + o, sizeof(text) - (size_t)o,
+			      "%s{\"mediaType\":\"%s\",\"digest\":\"%s\",\"size\":%zu}",
+			      i ? "," : "", layer_type ? layer_type : GZ, layer_d[i], sizes[i]);
+	snprintf(text + o, sizeof(text) - (size_t)o, "]}");
+	put_blob(text, strlen(text), d);
+}
+
+/* An index naming @p manifest for @p arch (and one for s390x). */
+static void make_index(const char *manifest, const char *arch, char d[72])
+{
+	char text[1024];
+	snprintf(text, sizeof(text),
+		 "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\","
+		 "\"manifests\":[{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+		 "\"digest\":\"%s\",\"size\":100,\"platform\":{\"os\":\"linux\",\"architecture\":"
+		 "\"s390x\"}},{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+		 "\"digest\":\"%s\",\"size\":100,\"platform\":{\"os\":\"linux\",\"architecture\":"
+		 "\"%s\"}}]}",
+		 manifest, manifest, arch);
+	put_blob(text, strlen(text), d);
+}
+
+static tb_image_ref_t ref_of(const char *digest)
+{
+	char text[400];
+	tb_image_ref_t r;
+	tb_error_t err;
+	snprintf(text, sizeof(text), "oci-layout:%s@%s", layout, digest);
+	if (tb_image_ref_parse(&r, text, &err) < 0)
+		fail_msg("%s", err.msg);
+	return r;
+}
+
+static char *read_file(const char *dir, const char *rel)
+{
+	static char buf[256];
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static int present(const char *rel)
+{
+	char path[1024];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/images/%s", cache_dir, rel);
+	return lstat(path, &st) == 0;
+}
+
+static const char *const lower[] = { "bin/", "bin/tool=v1", "etc/old=x", "home/agent/", NULL };
+static const char *const upper[] = { "bin/tool=v2", "etc/.wh.old", NULL };
+
+static void test_image__made_once_then_cached(void **state)
+{
+	const char *const *layers[] = { lower, upper };
+	tb_image_cache_t *c;
+	tb_image_t img;
+	tb_error_t err;
+	char d[72];
+	struct stat st;
+	(void)state;
+	make_image(layers, 2, NULL, d);
+	tb_image_ref_t r = ref_of(d);
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+	if (tb_image_get(c, &r, MAX_UNPACKED, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_int_equal(img.cached, 0);
+	assert_true(img.fetched > 0);
+	assert_string_equal(img.digest, d);
+	assert_int_equal(img.layers.n, 2);
+	assert_string_equal(read_file(img.tree, "bin/tool"), "v2");
+	assert_null(read_file(img.tree, "etc/old"));
+	assert_int_equal(stat(img.tree, &st), 0);
+	assert_int_equal(img.config.nenv, 2);
+	assert_string_equal(img.config.env[1], "LANG=C.UTF-8");
+	assert_string_equal(img.config.workdir, "/home/agent");
+	assert_string_equal(img.config.user, "1000");
+	char tree[4096];
+	snprintf(tree, sizeof(tree), "%s", img.tree);
+	snprintf(tree + strlen(tree), sizeof(tree) - strlen(tree), "/home/agent");
+	assert_int_equal(stat(tree, &st), 0);
+	assert_int_equal(st.st_uid, 1000); /* the layer's owner, kept */
+	tb_image_release(&img);
+	/* again: from the cache, nothing fetched, the same record */
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), 0);
+	assert_int_equal(img.cached, 1);
+	assert_int_equal(img.fetched, 0);
+	assert_int_equal(img.layers.n, 2);
+	assert_string_equal(img.config.workdir, "/home/agent");
+	tb_image_release(&img);
+	tb_image_cache_close(c);
+}
+
+static void test_image__an_index_gives_this_platforms_manifest(void **state)
+{
+	const char *const *layers[] = { lower };
+	const char *os, *arch, *variant;
+	tb_image_cache_t *c;
+	tb_image_t img;
+	tb_error_t err;
+	char m[72], ix[72], other[72];
+	(void)state;
+	tb_oci_platform(&os, &arch, &variant);
+	make_image(layers, 1, NULL, m);
+	make_index(m, arch, ix);
+	make_index(m, "mips64", other);
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+	tb_image_ref_t r = ref_of(ix);
+	if (tb_image_get(c, &r, MAX_UNPACKED, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_string_equal(img.digest, m); /* the manifest, not the index */
+	tb_image_release(&img);
+	r = ref_of(other);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "has no manifest for linux/"));
+	assert_non_null(strstr(err.msg, "linux/mips64"));
+	tb_image_cache_close(c);
+}
+
+static void test_image__what_is_wrong_with_an_image_is_said(void **state)
+{
+	static const char *const hostile[] = { "../../escape=x", NULL };
+	const char *const *bad_layer[] = { hostile };
+	const char *const *layers[] = { lower };
+	tb_image_cache_t *c;
+	tb_image_t img;
+	tb_error_t err;
+	char d[72], path[400];
+	(void)state;
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+	/* no such digest in the layout */
+	tb_image_ref_t r =
+	    ref_of("sha256:0000000000000000000000000000000000000000000000000000000000000000");
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "has no blob"));
+	/* a layer whose bytes are not its digest's: the platform's failure */
+	static const char *const changed[] = { "only/here=x", NULL };
+	const char *const *clayers[] = { changed };
+	make_image(clayers, 1, NULL, d);
+	char *doc;
+	size_t len;
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, d + 7);
+	FILE *f = fopen(path, "r");
+	static char text[4096];
+	len = fread(text, 1, sizeof(text) - 1, f);
+	text[len] = '\0';
+	fclose(f);
+	doc = strstr(text, "\"layers\":[");
+	char *layer = doc ? strstr(doc, "sha256:") : NULL;
+	assert_non_null(layer);
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%.64s", layout, layer + 7);
+	f = fopen(path, "r+"); /* the same length, other bytes */
+	fputs("tampered", f);
+	fclose(f);
+	r = ref_of(d);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_ERETRY);
+	assert_non_null(strstr(err.msg, "the bytes received are"));
+	f = fopen(path, "a"); /* more bytes than the descriptor says */
+	fputs("and more", f);
+	fclose(f);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_ERETRY);
+	assert_non_null(strstr(err.msg, "more than the"));
+	/* a layer of another media type */
+	make_image(layers, 1, "application/vnd.example.not-a-layer", d);
+	r = ref_of(d);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "not a filesystem layer"));
+	/* a hostile layer: refused, nothing half made left behind */
+	make_image(bad_layer, 1, NULL, d);
+	r = ref_of(d);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "layer 0"));
+	snprintf(path, sizeof(path), "trees/%s", d + 7);
+	assert_false(present(path));
+	snprintf(path, sizeof(path), "test -z \"$(ls -A %s/images/tmp)\"", cache_dir);
+	assert_int_equal(system(path), 0);
+	tb_image_cache_close(c);
+}
+
+static void test_image__eviction_spares_what_is_held(void **state)
+{
+	static const char *const a_files[] = { "a=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", NULL };
+	static const char *const b_files[] = { "b=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", NULL };
+	const char *const *a_layers[] = { a_files }, *const * b_layers[] = { b_files };
+	tb_image_cache_t *c;
+	tb_image_t a, b;
+	tb_error_t err;
+	char da[72], db[72], path[200];
+	(void)state;
+	make_image(a_layers, 1, NULL, da);
+	make_image(b_layers, 1, NULL, db);
+	/* room for about one image: its blobs and its files */
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1, &err), 0);
+	tb_image_ref_t ra = ref_of(da), rb = ref_of(db);
+	assert_int_equal(tb_image_get(c, &ra, MAX_UNPACKED, &a, &err), 0);
+	assert_int_equal(tb_image_get(c, &rb, MAX_UNPACKED, &b, &err), 0);
+	snprintf(path, sizeof(path), "trees/%s", da + 7);
+	assert_true(present(path)); /* held: kept, over the size or not */
+	tb_image_release(&a);
+	tb_image_cache_trim(c);
+	assert_false(present(path)); /* let go: evicted */
+	snprintf(path, sizeof(path), "trees/%s", db + 7);
+	assert_true(present(path));
+	tb_image_release(&b);
+	tb_image_cache_close(c);
+}
+
+struct racer {
+	tb_image_cache_t *c;
+	tb_image_ref_t ref;
+	tb_image_t img;
+	int rc;
+};
+
+static void *race(void *arg)
+{
+	struct racer *r = arg;
+	tb_error_t err;
+	r->rc = tb_image_get(r->c, &r->ref, MAX_UNPACKED, &r->img, &err);
+	return NULL;
+}
+
+static void test_image__two_slots_at_once_make_it_once(void **state)
+{
+	static const char *const files[] = { "shared=1", NULL };
+	const char *const *layers[] = { files };
+	struct racer r[2];
+	tb_image_cache_t *c;
+	pthread_t t[2];
+	tb_error_t err;
+	char d[72];
+	(void)state;
+	make_image(layers, 1, NULL, d);
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+	for (int i = 0; i < 2; i++) {
+		r[i] = (struct racer){ .c = c, .ref = ref_of(d) };
+		pthread_create(&t[i], NULL, race, &r[i]);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	assert_int_equal(r[0].rc, 0);
+	assert_int_equal(r[1].rc, 0);
+	assert_int_equal(r[0].img.cached + r[1].img.cached, 1); /* one made it, one waited */
+	assert_string_equal(read_file(r[0].img.tree, "shared"), "1");
+	tb_image_release(&r[0].img);
+	tb_image_release(&r[1].img);
+	tb_image_cache_close(c);
+}
+
+static void test_image__what_a_crash_left_is_swept(void **state)
+{
+	char cmd[600];
+	tb_image_cache_t *c;
+	tb_error_t err;
+	(void)state;
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+	tb_image_cache_close(c);
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s/images && mkdir -p tmp/abc.1.2/usr && touch blobs/.tmp-abc-1-2 && "
+		 "mkdir -p trees/%064d/half",
+		 cache_dir, 7);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+	assert_false(present("tmp/abc.1.2"));
+	assert_false(present("blobs/.tmp-abc-1-2"));
+	snprintf(cmd, sizeof(cmd), "trees/%064d", 7);
+	assert_false(present(cmd));
+	tb_image_cache_close(c);
+}
+
+static int fresh_cache(void **state)
+{
+	char cmd[300];
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", cache_dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static int setup(void **state)
+{
+	char cmd[400];
+	(void)state;
+	if (!mkdtemp(base))
+		return -1;
+	snprintf(layout, sizeof(layout), "%s/layout", base);
+	snprintf(cache_dir, sizeof(cache_dir), "%s/cache", base);
+	snprintf(cmd, sizeof(cmd),
+		 "mkdir -p %s/blobs/sha256 && echo '{\"imageLayoutVersion\":\"1.0.0\"}' > "
+		 "%s/oci-layout",
+		 layout, layout);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_image__made_once_then_cached, fresh_cache),
+		cmocka_unit_test_setup(test_image__an_index_gives_this_platforms_manifest,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_image__what_is_wrong_with_an_image_is_said,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_image__eviction_spares_what_is_held, fresh_cache),
+		cmocka_unit_test_setup(test_image__two_slots_at_once_make_it_once, fresh_cache),
+		cmocka_unit_test_setup(test_image__what_a_crash_left_is_swept, fresh_cache),
+	};
+	if (geteuid() != 0) {
+		printf("SKIP: the tree keeps the layers' owners: needs root\n");
+		return 77;
+	}
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,137 @@
+/*
+ * blob.c: verified blobs in the image cache (blob.h).
+ */
+#include "blob.h"
+
+#include "tb/encoding.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static atomic_uint counter;
+
+int tb_blob_begin(tb_blob_t *b, int dir, const char *digest, uint64_t size, uint64_t max,
+		  tb_error_t *err)
+{
+	memset(b, 0, sizeof(*b));
+	b->dir = dir;
+	b->fd = -1;
+	b->max = max;
+	b->want_size = size;
+	snprintf(b->want, sizeof(b->want), "%s", digest);
+	snprintf(b->tmp, sizeof(b->tmp), TB_BLOB_TMP_PREFIX "%.16s-%d-%u", digest + 7,
+		 (int)getpid(), atomic_fetch_add(&counter, 1));
+	b->fd = openat(dir, b->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (b->fd < 0)
+		return tb_error_errno(err, TB_EIO, errno, "image cache: a file for blob %.20s",
+				      digest);
+	flock(b->fd, LOCK_EX); /* ours while it is written: not stale */
+	if (!(b->md = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(b->md, EVP_sha256(), NULL)) {
+		tb_blob_abort(b);
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+int tb_blob_write(tb_blob_t *b, const void *data, size_t len, tb_error_t *err)
+{
+	uint64_t limit = b->want_size ? b->want_size : b->max;
+
+	if (b->n + len > limit || b->n + len > b->max)
+		return tb_error_set(err, TB_ERETRY, "blob %.80s: more than the %llu bytes %s",
+				    b->want, (unsigned long long)limit,
+				    b->want_size ? "its descriptor says" : "allowed");
+	b->n += len;
+	EVP_DigestUpdate(b->md, data, len);
+	for (size_t done = 0; done < len;) {
+		ssize_t w = write(b->fd, (const char *)data + done, len - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return tb_error_errno(err, TB_EIO, errno, "image cache: writing blob");
+		done += (size_t)w;
+	}
+	return 0;
+}
+
+int tb_blob_commit(tb_blob_t *b, tb_error_t *err)
+{
+	unsigned char sum[32];
+	char got[72] = "sha256:";
+	int rc;
+
+	EVP_DigestFinal_ex(b->md, sum, NULL);
+	tb_hex(got + 7, sum, sizeof(sum));
+	if (strcmp(got, b->want) != 0 || (b->want_size && b->n != b->want_size)) {
+		rc = tb_error_set(err, TB_ERETRY,
+				  "blob %.80s: the bytes received are %s (%llu bytes): not used",
+				  b->want, got, (unsigned long long)b->n);
+		tb_blob_abort(b);
+		return rc;
+	}
+	if (renameat(b->dir, b->tmp, b->dir, b->want + 7) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "image cache: keeping blob %.20s", b->want);
+		tb_blob_abort(b);
+		return rc;
+	}
+	b->tmp[0] = '\0';
+	tb_blob_abort(b); /* closes what is left */
+	return 0;
+}
+
+void tb_blob_abort(tb_blob_t *b)
+{
+	if (b->tmp[0])
+		unlinkat(b->dir, b->tmp, 0);
+	b->tmp[0] = '\0';
+	if (b->fd >= 0)
+		close(b->fd);
+	b->fd = -1;
+	EVP_MD_CTX_free(b->md);
+	b->md = NULL;
+}
+
+int tb_blob_have(int dir, const char *digest)
+{
+	struct stat st;
+	return fstatat(dir, digest + 7, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+}
+
+int tb_blob_read(int dir, const char *digest, uint64_t max, char **out, size_t *len,
+		 tb_error_t *err)
+{
+	int fd = openat(dir, digest + 7, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	char *buf;
+
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return tb_error_errno(err, TB_EIO, e, "image cache: blob %.20s", digest);
+	}
+	if ((uint64_t)st.st_size > max || !(buf = malloc((size_t)st.st_size + 1))) {
+		close(fd);
+		return tb_error_set(err, TB_ETOOBIG, "image cache: blob %.20s is over %llu bytes",
+				    digest, (unsigned long long)max);
+	}
+	ssize_t n = pread(fd, buf, (size_t)st.st_size, 0);
+	close(fd);
+	if (n != st.st_size) {
+		free(buf);
+		return tb_error_errno(err, TB_EIO, errno, "image cache: reading blob %.20s",
+				      digest);
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = (size_t)n;
+	return 0;
+}

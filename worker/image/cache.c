@@ -1,0 +1,582 @@
+/*
+ * cache.c: images made ready and kept (image.h): the order of the work
+ * (manifest, config, layers, unpacking, the tree renamed into place, its
+ * record written last), the locks that let slots and workers share it,
+ * and eviction.
+ */
+#include "image.h"
+
+#include "blob.h"
+#include "source.h"
+#include "tb/clock.h"
+#include "tb/fsutil.h"
+#include "tb/log.h"
+#include "unpack.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_ENTRIES 1000000 /* an image's files, at most */
+#define META_MAX (1u << 20)
+#define TRIM_LOCK ".trim" /* shared while an image is made; eviction takes it alone */
+
+struct tb_image_cache {
+	char path[4096]; /* <cache_dir>/images */
+	int root, blobs, trees, tmp, locks;
+	uint64_t max;
+};
+
+static atomic_uint tmp_counter;
+
+/* --------------------------------------------------------------- open */
+
+static int open_dir(int at, const char *name, tb_error_t *err, const char *path)
+{
+	if (mkdirat(at, name, 0700) < 0 && errno != EEXIST)
+		return tb_error_errno(err, TB_EIO, errno, "image cache: cannot make %s/%s", path,
+				      name);
+	int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return tb_error_errno(err, TB_EIO, errno, "image cache: cannot open %s/%s", path,
+				      name);
+	return fd;
+}
+
+/* An flock on @p name in @p dir (made if missing). @return the fd, or -1
+ * (EWOULDBLOCK with LOCK_NB: somebody holds it). */
+static int lock_at(int dir, const char *name, int how)
+{
+	int fd = openat(dir, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	while (flock(fd, how) < 0) {
+		if (errno == EINTR)
+			continue;
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+/* Whether nobody holds an flock on @p name in @p dir now. */
+static int unheld(int dir, const char *name, int flags)
+{
+	int fd = openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	int free_ = flock(fd, LOCK_EX | LOCK_NB) == 0;
+	close(fd);
+	return free_;
+}
+
+/* What a crash left: temporary entries nobody holds, trees with no record. */
+static void sweep(tb_image_cache_t *c)
+{
+	struct dirent *de;
+	int fd;
+	DIR *d;
+
+	if ((fd = dup(c->tmp)) >= 0 && (d = fdopendir(fd))) {
+		rewinddir(d); /* a dup shares the offset: from the start */
+		while ((de = readdir(d)))
+			if (de->d_name[0] != '.' && unheld(c->tmp, de->d_name, O_RDONLY))
+				tb_remove_tree(c->tmp, de->d_name);
+		closedir(d);
+	}
+	if ((fd = dup(c->blobs)) >= 0 && (d = fdopendir(fd))) {
+		rewinddir(d);
+		while ((de = readdir(d)))
+			if (!strncmp(de->d_name, TB_BLOB_TMP_PREFIX, strlen(TB_BLOB_TMP_PREFIX)) &&
+			    unheld(c->blobs, de->d_name, O_RDONLY))
+				unlinkat(c->blobs, de->d_name, 0);
+		closedir(d);
+	}
+	if ((fd = dup(c->trees)) >= 0 && (d = fdopendir(fd))) {
+		rewinddir(d);
+		while ((de = readdir(d))) {
+			char meta[300];
+			struct stat st;
+			if (de->d_name[0] == '.' || strchr(de->d_name, '.'))
+				continue;
+			snprintf(meta, sizeof(meta), "%s.json", de->d_name);
+			int lock;
+			if (fstatat(c->trees, meta, &st, 0) == 0 ||
+			    (lock = lock_at(c->locks, de->d_name, LOCK_EX | LOCK_NB)) < 0)
+				continue;
+			tb_remove_tree(c->trees, de->d_name);
+			close(lock);
+		}
+		closedir(d);
+	}
+}
+
+int tb_image_cache_open(tb_image_cache_t **out, const char *cache_dir, uint64_t max_bytes,
+			tb_error_t *err)
+{
+	tb_image_cache_t *c = calloc(1, sizeof(*c));
+	int rc;
+
+	if (!c)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	c->root = c->blobs = c->trees = c->tmp = c->locks = -1;
+	c->max = max_bytes;
+	snprintf(c->path, sizeof(c->path), "%s/images", cache_dir);
+	if (tb_mkdir_parents(c->path) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "image cache: cannot make %s", cache_dir);
+		goto fail;
+	}
+	if ((rc = c->root = open_dir(AT_FDCWD, c->path, err, "")) < 0 ||
+	    (rc = c->blobs = open_dir(c->root, "blobs", err, c->path)) < 0 ||
+	    (rc = c->trees = open_dir(c->root, "trees", err, c->path)) < 0 ||
+	    (rc = c->tmp = open_dir(c->root, "tmp", err, c->path)) < 0 ||
+	    (rc = c->locks = open_dir(c->root, "locks", err, c->path)) < 0)
+		goto fail;
+	fchmod(c->root, 0700); /* images keep their modes: no host user in */
+	sweep(c);
+	*out = c;
+	return 0;
+fail:
+	tb_image_cache_close(c);
+	return rc;
+}
+
+void tb_image_cache_close(tb_image_cache_t *c)
+{
+	if (!c)
+		return;
+	int fds[] = { c->root, c->blobs, c->trees, c->tmp, c->locks };
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(c);
+}
+
+/* ---------------------------------------------------------- the record */
+
+/* The record of a complete tree: what tb_image_t says of it. */
+static int write_meta(tb_image_cache_t *c, const char *hex, const char *top,
+		      const tb_oci_manifest_t *m, const tb_image_t *img, tb_error_t *err)
+{
+	json_t *o = json_pack("{s:s,s:s,s:s,s:I}", "digest", img->digest, "top", top, "config",
+			      m->config.digest, "bytes", (json_int_t)img->bytes);
+	json_t *layers = json_array(), *env = json_array();
+	char name[300], tmp[320];
+	int rc = 0;
+
+	for (size_t i = 0; i < m->nlayers; i++)
+		json_array_append_new(layers, json_string(m->layers[i].digest));
+	for (size_t i = 0; i < img->config.nenv; i++)
+		json_array_append_new(env, json_string(img->config.env[i]));
+	json_object_set_new(o, "layers", layers);
+	json_object_set_new(o, "env", env);
+	if (img->config.workdir)
+		json_object_set_new(o, "workdir", json_string(img->config.workdir));
+	if (img->config.user)
+		json_object_set_new(o, "user", json_string(img->config.user));
+	snprintf(name, sizeof(name), "%s.json", hex);
+	snprintf(tmp, sizeof(tmp), ".%s.%d", name, (int)getpid());
+	char *text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	int fd = text ? openat(c->trees, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+	if (fd < 0 || tb_write_all(fd, text, strlen(text)) < 0 || fsync(fd) < 0 ||
+	    renameat(c->trees, tmp, c->trees, name) < 0)
+		rc = tb_error_errno(err, TB_EIO, errno, "image cache: the record of %.20s", hex);
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0)
+		unlinkat(c->trees, tmp, 0);
+	free(text);
+	return rc;
+}
+
+static char *str_dup(json_t *v)
+{
+	const char *s = json_string_value(v);
+	return s ? strdup(s) : NULL;
+}
+
+/* Fills @p img from the record of tree @p hex. @return 1 read, 0 none. */
+static int read_meta(tb_image_cache_t *c, const char *hex, tb_image_t *img)
+{
+	char name[300];
+	json_t *o, *v;
+	size_t i;
+
+	snprintf(name, sizeof(name), "%s.json", hex);
+	int fd = openat(c->trees, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	o = json_loadfd(fd, 0, NULL);
+	close(fd);
+	if (!o)
+		return 0;
+	json_t *layers = json_object_get(o, "layers"), *env = json_object_get(o, "env");
+	img->bytes = (uint64_t)json_integer_value(json_object_get(o, "bytes"));
+	img->layers.items = calloc(json_array_size(layers) + 1, sizeof(char *));
+	img->config.env = calloc(json_array_size(env) + 1, sizeof(char *));
+	json_array_foreach(layers, i, v) if (img->layers.items) img->layers.items[img->layers.n++] =
+	    str_dup(v);
+	json_array_foreach(env, i, v) if (img->config.env) img->config.env[img->config.nenv++] =
+	    str_dup(v);
+	img->config.workdir = str_dup(json_object_get(o, "workdir"));
+	img->config.user = str_dup(json_object_get(o, "user"));
+	json_decref(o);
+	/* the least recently used go first: this one was used now */
+	utimensat(c->trees, name, NULL, 0);
+	return 1;
+}
+
+/* ------------------------------------------------------------- making */
+
+/* Blob @p digest into the cache (unless there), checked. */
+static int ensure_blob(tb_image_cache_t *c, tb_image_source_t *src, const char *digest,
+		       uint64_t size, uint64_t max, int manifest, char *ct, size_t ctlen,
+		       uint64_t *fetched, tb_error_t *err)
+{
+	tb_blob_t b;
+	int rc;
+
+	if (ctlen)
+		ct[0] = '\0';
+	if (tb_blob_have(c->blobs, digest))
+		return 0;
+	if ((rc = tb_blob_begin(&b, c->blobs, digest, size, max, err)) < 0)
+		return rc;
+	if ((rc = src->fetch(src, digest, manifest, &b, ct, ctlen, err)) == 0)
+		rc = tb_blob_commit(&b, err);
+	*fetched += b.n;
+	tb_blob_abort(&b);
+	return rc;
+}
+
+/* The image's manifest for this platform: through its index if it has one. */
+static int find_manifest(tb_image_cache_t *c, tb_image_source_t *src, const tb_image_ref_t *ref,
+			 tb_oci_manifest_t *m, char *digest, uint64_t *fetched, tb_error_t *err)
+{
+	char ct[160], *doc = NULL;
+	tb_oci_kind_t kind;
+	tb_oci_desc_t d;
+	size_t len;
+	int rc;
+
+	snprintf(digest, 72, "%s", ref->digest);
+	for (int depth = 0; depth < 2; depth++) {
+		if ((rc = ensure_blob(c, src, digest, 0, TB_OCI_DOC_MAX, 1, ct, sizeof(ct), fetched,
+				      err)) < 0 ||
+		    (rc = tb_blob_read(c->blobs, digest, TB_OCI_DOC_MAX, &doc, &len, err)) < 0 ||
+		    (rc = tb_oci_kind(&kind, doc, len, ct[0] ? ct : NULL, err)) < 0)
+			break;
+		if (kind == TB_OCI_MANIFEST) {
+			rc = tb_oci_manifest(m, doc, len, err);
+			break;
+		}
+		if (depth || (rc = tb_oci_pick(&d, doc, len, err)) < 0) {
+			if (depth)
+				rc =
+				    tb_error_set(err, TB_EINVAL, "image index names another index");
+			break;
+		}
+		snprintf(digest, 72, "%s", d.digest);
+		free(doc);
+		doc = NULL;
+	}
+	free(doc);
+	return rc;
+}
+
+/* Fetches the config and every layer, unpacks them into a temporary
+ * tree and renames it into trees/<hex>; the record last. */
+static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manifest_t *m,
+		 const char *hex, const char *top, uint64_t max_unpacked, tb_image_t *img,
+		 tb_error_t *err)
+{
+	char tmp[128] = "", *doc = NULL;
+	tb_unpack_stats_t st = { 0 };
+	tb_unpack_limits_t lim = { max_unpacked, MAX_ENTRIES };
+	size_t len;
+	int rc, dir = -1, rootfd = -1;
+
+	if ((rc = ensure_blob(c, src, m->config.digest, m->config.size, TB_OCI_DOC_MAX, 0, NULL, 0,
+			      &img->fetched, err)) < 0 ||
+	    (rc = tb_blob_read(c->blobs, m->config.digest, TB_OCI_DOC_MAX, &doc, &len, err)) < 0 ||
+	    (rc = tb_oci_config(&img->config, doc, len, err)) < 0)
+		goto out;
+	for (size_t i = 0; i < m->nlayers; i++)
+		if ((rc = ensure_blob(c, src, m->layers[i].digest, m->layers[i].size,
+				      m->layers[i].size, 0, NULL, 0, &img->fetched, err)) < 0)
+			goto out;
+	snprintf(tmp, sizeof(tmp), "%s.%d.%u", hex, (int)getpid(),
+		 atomic_fetch_add(&tmp_counter, 1));
+	if (mkdirat(c->tmp, tmp, 0755) < 0 ||
+	    (dir = openat(c->tmp, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	    flock(dir, LOCK_EX) < 0 ||
+	    (rootfd = openat(dir, ".", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "image cache: a directory to unpack into");
+		goto out;
+	}
+	for (size_t i = 0; i < m->nlayers && rc == 0; i++) {
+		int fd =
+		    openat(c->blobs, m->layers[i].digest + 7, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0) {
+			rc = tb_error_errno(err, TB_EIO, errno, "image cache: layer %zu", i);
+			break;
+		}
+		rc = tb_unpack_layer(rootfd, fd, &lim, &st, err);
+		close(fd);
+		if (rc < 0)
+			tb_error_prefix(err, "layer %zu (%.19s)", i, m->layers[i].digest);
+	}
+	if (rc < 0)
+		goto out;
+	img->bytes = st.bytes;
+	tb_remove_tree(c->trees, hex); /* a tree with no record: half made */
+	if (renameat(c->tmp, tmp, c->trees, hex) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "image cache: keeping the tree");
+		goto out;
+	}
+	tmp[0] = '\0';
+	rc = write_meta(c, hex, top, m, img, err);
+	tb_oci_config_free(&img->config); /* read back with the rest: read_meta() */
+out:
+	if (rc < 0 && tmp[0] && dir >= 0)
+		tb_remove_tree(c->tmp, tmp);
+	if (rootfd >= 0)
+		close(rootfd);
+	if (dir >= 0)
+		close(dir);
+	free(doc);
+	return rc;
+}
+
+/* What a failure means for the task: the image's own fault is poison
+ * (it will never work), a source or cache failure is the platform's. */
+static int classify(int rc, tb_error_t *err)
+{
+	/* (a blob that does not match its digest says TB_ERETRY: blob.h) */
+	if (rc == TB_ENOTFOUND || rc == TB_ETOOBIG || rc == TB_EINVAL || rc == TB_EPOISON)
+		return err->code = TB_EPOISON;
+	return rc;
+}
+
+int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_unpacked,
+		 tb_image_t *out, tb_error_t *err)
+{
+	tb_image_source_t *src = NULL;
+	tb_oci_manifest_t *m = malloc(sizeof(*m));
+	uint64_t t0 = tb_mono_ms();
+	int rc, building = -1;
+
+	memset(out, 0, sizeof(*out));
+	out->lock = -1;
+	if (!m)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	if (!ref->layout)
+		rc = tb_error_set(err, TB_EINVAL,
+				  "image %.300s: pulling from a registry is not built yet; use an "
+				  "oci-layout: image",
+				  ref->text);
+	else
+		rc = tb_layout_open(&src, ref, err);
+	/* shared while anything is made: eviction waits for no blob in use */
+	if (rc == 0 && (building = lock_at(c->locks, TRIM_LOCK, LOCK_SH)) < 0)
+		rc = tb_error_errno(err, TB_EIO, errno, "image cache: its lock");
+	if (rc == 0)
+		rc = find_manifest(c, src, ref, m, out->digest, &out->fetched, err);
+	const char *hex = out->digest + 7;
+	if (rc == 0 && (out->lock = lock_at(c->locks, hex, LOCK_SH)) < 0)
+		rc = tb_error_errno(err, TB_EIO, errno, "image cache: the lock of %.20s", hex);
+	if (rc == 0 && read_meta(c, hex, out)) {
+		out->cached = 1;
+	} else if (rc == 0) {
+		/* made here, once: other slots and workers wait for it */
+		if (flock(out->lock, LOCK_EX) < 0)
+			rc = tb_error_errno(err, TB_EIO, errno, "image cache: the lock of %.20s",
+					    hex);
+		else if (read_meta(c, hex, out))
+			out->cached = 1;
+		else if ((rc = build(c, src, m, hex, ref->digest, max_unpacked, out, err)) == 0 &&
+			 !read_meta(c, hex, out))
+			rc = tb_error_set(err, TB_EIO, "image cache: the record of %.20s is gone",
+					  hex);
+		if (rc == 0)
+			flock(out->lock, LOCK_SH);
+	}
+	if (rc == 0 &&
+	    snprintf(out->tree, sizeof(out->tree), "%.3900s/trees/%.64s", c->path, hex) < 0)
+		rc = tb_error_set(err, TB_EIO, "image cache: a path too long");
+	out->ms = tb_mono_ms() - t0;
+	if (building >= 0)
+		close(building);
+	if (src)
+		src->close(src);
+	free(m);
+	if (rc < 0) {
+		tb_image_release(out);
+		return classify(rc, err);
+	}
+	tb_image_cache_trim(c);
+	return 0;
+}
+
+/* ------------------------------------------------------------ eviction */
+
+typedef struct entry {
+	char hex[72];
+	uint64_t bytes;
+	struct timespec used;
+	char **refs; /* a tree's blobs: manifest, index, config, layers */
+	size_t nrefs;
+} entry_t;
+
+static int older(const void *a, const void *b)
+{
+	const entry_t *x = a, *y = b;
+	if (x->used.tv_sec != y->used.tv_sec)
+		return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+	return x->used.tv_nsec < y->used.tv_nsec ? -1 : x->used.tv_nsec > y->used.tv_nsec;
+}
+
+static void add_ref(entry_t *e, const char *digest)
+{
+	char **more = digest && strlen(digest) == 71
+			  ? realloc(e->refs, (e->nrefs + 1) * sizeof(char *))
+			  : NULL;
+	if (more && (more[e->nrefs] = strdup(digest + 7)))
+		e->nrefs++;
+	if (more)
+		e->refs = more;
+}
+
+/* The trees (by their records) or the blobs in @p dir, with sizes. */
+static size_t list(tb_image_cache_t *c, int dir, int trees, entry_t **out)
+{
+	struct dirent *de;
+	size_t n = 0, cap = 0;
+	entry_t *v = NULL;
+	int fd = dup(dir);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+
+	if (d)
+		rewinddir(d); /* a dup shares the offset: from the start */
+
+	while (d && (de = readdir(d))) {
+		struct stat st;
+		size_t len = strlen(de->d_name);
+		int is_meta = len == 64 + 5 && !strcmp(de->d_name + 64, ".json");
+		if (de->d_name[0] == '.' || (trees ? !is_meta : len != 64) ||
+		    fstatat(dir, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (n == cap) {
+			entry_t *more = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*v));
+			if (!more)
+				break;
+			v = more;
+		}
+		entry_t *e = &v[n++];
+		memset(e, 0, sizeof(*e));
+		snprintf(e->hex, sizeof(e->hex), "%.64s", de->d_name);
+		e->used = st.st_mtim;
+		e->bytes = (uint64_t)st.st_size;
+		if (trees) {
+			int mfd = openat(dir, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			json_t *o = mfd >= 0 ? json_loadfd(mfd, 0, NULL) : NULL, *l;
+			size_t i;
+			if (mfd >= 0)
+				close(mfd);
+			e->bytes = (uint64_t)json_integer_value(json_object_get(o, "bytes"));
+			add_ref(e, json_string_value(json_object_get(o, "digest")));
+			add_ref(e, json_string_value(json_object_get(o, "top")));
+			add_ref(e, json_string_value(json_object_get(o, "config")));
+			json_array_foreach(json_object_get(o, "layers"), i, l)
+			    add_ref(e, json_string_value(l));
+			json_decref(o);
+		}
+	}
+	if (d)
+		closedir(d);
+	(void)c;
+	*out = v;
+	return n;
+}
+
+static void free_list(entry_t *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		for (size_t k = 0; k < v[i].nrefs; k++)
+			free(v[i].refs[k]);
+		free(v[i].refs);
+	}
+	free(v);
+}
+
+static int named(const entry_t *trees, size_t n, const char *hex)
+{
+	for (size_t i = 0; i < n; i++)
+		for (size_t k = 0; trees[i].hex[0] && k < trees[i].nrefs; k++)
+			if (!strcmp(trees[i].refs[k], hex))
+				return 1;
+	return 0;
+}
+
+void tb_image_cache_trim(tb_image_cache_t *c)
+{
+	int all = lock_at(c->locks, TRIM_LOCK, LOCK_EX | LOCK_NB);
+	entry_t *trees = NULL, *blobs = NULL;
+	uint64_t total = 0;
+	char name[128];
+
+	if (all < 0)
+		return; /* an image is being made: the next one trims */
+	size_t nt = list(c, c->trees, 1, &trees), nb = list(c, c->blobs, 0, &blobs);
+	for (size_t i = 0; i < nt; i++)
+		total += trees[i].bytes;
+	for (size_t i = 0; i < nb; i++)
+		total += blobs[i].bytes;
+	qsort(trees, nt, sizeof(*trees), older);
+	qsort(blobs, nb, sizeof(*blobs), older);
+	for (size_t i = 0; i < nt && total > c->max; i++) {
+		int lock = lock_at(c->locks, trees[i].hex, LOCK_EX | LOCK_NB);
+		if (lock < 0)
+			continue; /* in use */
+		snprintf(name, sizeof(name), "%s.json", trees[i].hex);
+		unlinkat(c->trees, name, 0); /* incomplete from now on */
+		snprintf(name, sizeof(name), "evict-%s.%d", trees[i].hex, (int)getpid());
+		if (renameat(c->trees, trees[i].hex, c->tmp, name) == 0)
+			tb_remove_tree(c->tmp, name);
+		close(lock);
+		tb_info(NULL, "image cache: evicted %.12s (%llu MiB)", trees[i].hex,
+			(unsigned long long)(trees[i].bytes >> 20));
+		total -= trees[i].bytes;
+		trees[i].hex[0] = '\0'; /* names nothing any more */
+	}
+	for (size_t i = 0; i < nb && total > c->max; i++)
+		if (!named(trees, nt, blobs[i].hex) && unlinkat(c->blobs, blobs[i].hex, 0) == 0)
+			total -= blobs[i].bytes;
+	free_list(trees, nt);
+	free_list(blobs, nb);
+	close(all);
+}
+
+void tb_image_release(tb_image_t *img)
+{
+	for (size_t i = 0; i < img->layers.n; i++)
+		free(img->layers.items[i]);
+	free(img->layers.items);
+	img->layers.items = NULL;
+	img->layers.n = 0;
+	tb_oci_config_free(&img->config);
+	if (img->lock >= 0)
+		close(img->lock);
+	img->lock = -1;
+}

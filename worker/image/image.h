@@ -1,0 +1,74 @@
+/*
+ * image.h: a task's environment, an OCI image named by digest, made ready
+ * on the worker: its manifest for this platform, config and layers
+ * fetched (layout.c, registry.c) and each checked against its digest
+ * (blob.h), its layers unpacked in order into one tree (unpack.h), all
+ * kept in a cache under the worker's cache_dir, content-addressed:
+ *
+ *   <cache_dir>/images/blobs/<hex>         verified blobs, shared by images
+ *   <cache_dir>/images/trees/<hex>/        an image's root, by its manifest
+ *   <cache_dir>/images/trees/<hex>.json    ... complete once this exists
+ *   <cache_dir>/images/locks/<hex>         flock: shared while in use,
+ *                                          exclusive while built or evicted
+ *   <cache_dir>/images/tmp/                what is being made (flock'd)
+ *
+ * Workers on one host may share the cache: everything is taken under
+ * those locks, made under a temporary name and renamed into place when
+ * complete, so a crash leaves only temporary entries, which the next
+ * open removes. The cache stays under a size in bytes by removing the
+ * least recently used images no sandbox holds, then the blobs none of
+ * the remaining images names. The directories are the worker's alone
+ * (mode 0700): an image's files keep their owners and modes, and no
+ * host user may reach them.
+ */
+#ifndef TB_IMAGE_H
+#define TB_IMAGE_H
+
+#include "oci.h"
+#include "tb/codec.h"
+#include "tb/image_ref.h"
+
+typedef struct tb_image_cache tb_image_cache_t;
+
+typedef struct tb_image {
+	char tree[4096];        /* the image's root on the host: mount it, never write */
+	char digest[72];        /* its manifest's, for this platform */
+	tb_strlist_t layers;    /* their digests, bottom first */
+	tb_oci_config_t config; /* Env, WorkingDir, User */
+	uint64_t bytes;         /* its files, unpacked */
+	int cached;             /* 1: it was ready; 0: made now */
+	uint64_t fetched;       /* bytes fetched now (0 when cached) */
+	uint64_t ms;            /* how long it took to make ready */
+	int lock;               /* held shared while in use */
+} tb_image_t;
+
+/**
+ * Opens (making it) the cache under @p cache_dir, to be kept under
+ * @p max_bytes, and removes what a crash left half made.
+ * @return 0; TB_EIO naming the directory
+ */
+int tb_image_cache_open(tb_image_cache_t **out, const char *cache_dir, uint64_t max_bytes,
+			tb_error_t *err);
+
+void tb_image_cache_close(tb_image_cache_t *c);
+
+/**
+ * Makes @p ref ready (fetched, verified, unpacked; or found in the cache)
+ * and holds it until tb_image_release(): it is not evicted meanwhile.
+ * Its files may take @p max_unpacked bytes at most. @return 0; TB_EPOISON when the image itself is wrong (no
+ * such digest, a mismatching blob, a bad or hostile layer, too big, no
+ * manifest for this platform) naming why; TB_ERETRY when its source is
+ * away; TB_EIO when the cache cannot be written.
+ */
+int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_unpacked,
+		 tb_image_t *out, tb_error_t *err);
+
+/** Removes the least recently used images no one holds, then the blobs
+ * no remaining image names, until the cache is under its size (done by
+ * tb_image_get() too). Skipped while an image is being made. */
+void tb_image_cache_trim(tb_image_cache_t *c);
+
+/** Lets go of an image from tb_image_get() (and frees what it holds). */
+void tb_image_release(tb_image_t *img);
+
+#endif
