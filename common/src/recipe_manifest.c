@@ -58,6 +58,23 @@ static const tb_schema_t agent_schema = {
 	.strict = true,
 };
 
+/* clang-format off */
+static const tb_field_t environment_fields[] = {
+	{.name = "image", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_environment_t, image), .min = 1, .max = TB_IMAGE_REF_MAX - 1,
+	 .check = tb_check_image_ref},
+};
+/* clang-format on */
+
+static const tb_schema_t environment_schema = {
+	.name = "environment",
+	.size = sizeof(tb_environment_t),
+	.has_offset = offsetof(tb_environment_t, has),
+	.fields = environment_fields,
+	.nfields = 1,
+	.strict = true,
+};
+
 static int manifest_check(const void *obj, tb_error_t *err)
 {
 	const tb_recipe_manifest_t *m = obj;
@@ -84,6 +101,8 @@ static const tb_field_t manifest_fields[] = {
 	 .offset = offsetof(tb_recipe_manifest_t, judges), .max = 32, .sub = &judge_schema},
 	{.name = "limits", .type = TB_FT_OBJ,
 	 .offset = offsetof(tb_recipe_manifest_t, limits), .sub = &tb_schema_limits},
+	{.name = "environment", .type = TB_FT_OBJ,
+	 .offset = offsetof(tb_recipe_manifest_t, environment), .sub = &environment_schema},
 };
 /* clang-format on */
 

@@ -7,6 +7,7 @@
 #include "tb/jsonconf.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -18,7 +19,8 @@ const char tb_runtime_defaults[] =
     "  \"cpu_millis\": 2000, \"outputs_mb\": 1024},"
     " \"sandbox\": {\"ro_binds\": [\"/usr\", \"/bin\", \"/lib\", \"/lib64\", \"/sbin\","
     "  \"/etc/alternatives\", \"/etc/ssl\"], \"workspace_mb\": 256,"
-    "  \"max_open_files\": 256, \"max_file_mb\": 256, \"max_output_files\": 1000},"
+    "  \"max_open_files\": 256, \"max_file_mb\": 256, \"max_output_files\": 1000,"
+    "  \"images\": {\"max_unpacked_mb\": 4096, \"writable_mb\": 1024}},"
     " \"agent\": {\"max_event_bytes\": 65536, \"max_events_per_second\": 2000,"
     "  \"idle_timeout_seconds\": 300, \"judge_timeout_seconds\": 60}}";
 
@@ -116,6 +118,57 @@ static const tb_schema_t endpoint_schema = {
 		.min = lo, .max = hi                                                               \
 	}
 
+/* A registry, or a registry and a repository's first components. */
+static int check_prefix(const void *value, char *why, size_t len)
+{
+	const char *s = value;
+
+	if (!s[0] || s[0] == '/' || strpbrk(s, "@ \t")) {
+		snprintf(why, len,
+			 "not a registry or repository prefix (registry.example.com/team)");
+		return -1;
+	}
+	return 0;
+}
+
+/* An absolute path with no "." or ".." components. */
+static int check_abs_path(const void *value, char *why, size_t len)
+{
+	const char *s = value;
+	size_t n = strlen(s);
+
+	if (s[0] != '/' || strstr(s, "/../") || strstr(s, "/./") ||
+	    (n >= 3 && !strcmp(s + n - 3, "/..")) || (n >= 2 && !strcmp(s + n - 2, "/."))) {
+		snprintf(why, len, "not an absolute path without '.' or '..'");
+		return -1;
+	}
+	return 0;
+}
+
+/* clang-format off */
+static const tb_field_t images_fields[] = {
+	{.name = "allow", .type = TB_FT_STRLIST, .offset = offsetof(tb_images_conf_t, allow),
+	 .max = 64, .item_max = 512, .check = check_prefix},
+	{.name = "layouts", .type = TB_FT_STRLIST, .offset = offsetof(tb_images_conf_t, layouts),
+	 .max = 64, .item_max = 4096, .check = check_abs_path},
+	{.name = "default", .type = TB_FT_STR, .offset = offsetof(tb_images_conf_t, default_image),
+	 .min = 1, .max = TB_IMAGE_REF_MAX - 1, .check = tb_check_image_ref},
+	U64("max_unpacked_mb", tb_images_conf_t, max_unpacked_mb, 1, 1u << 20),
+	U64("writable_mb", tb_images_conf_t, writable_mb, 1, 1u << 20),
+	{.name = "credentials", .type = TB_FT_STR, .offset = offsetof(tb_images_conf_t, credentials),
+	 .min = 1, .max = 4096, .check = check_abs_path},
+};
+/* clang-format on */
+
+static const tb_schema_t images_schema = {
+	.name = "images",
+	.size = sizeof(tb_images_conf_t),
+	.has_offset = offsetof(tb_images_conf_t, has),
+	.fields = images_fields,
+	.nfields = sizeof(images_fields) / sizeof(images_fields[0]),
+	.strict = true,
+};
+
 /* clang-format off */
 static const tb_field_t sandbox_fields[] = {
 	{.name = "ro_binds", .type = TB_FT_STRLIST, .flags = TB_FF_REQUIRED,
@@ -124,6 +177,8 @@ static const tb_field_t sandbox_fields[] = {
 	U64("max_open_files", tb_sandbox_conf_t, max_open_files, 16, 1u << 20),
 	U64("max_file_mb", tb_sandbox_conf_t, max_file_mb, 1, 1u << 20),
 	U64("max_output_files", tb_sandbox_conf_t, max_output_files, 1, 10000),
+	{.name = "images", .type = TB_FT_OBJ, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_sandbox_conf_t, images), .sub = &images_schema},
 };
 /* clang-format on */
 
@@ -131,7 +186,7 @@ static const tb_schema_t sandbox_schema = {
 	.name = "sandbox",
 	.size = sizeof(tb_sandbox_conf_t),
 	.fields = sandbox_fields,
-	.nfields = 5,
+	.nfields = 6,
 	.strict = true,
 };
 
@@ -211,6 +266,16 @@ static int runtime_check(const void *obj, tb_error_t *err)
 			    lf[i].name, (unsigned long long)*limit_at(&rt->limits, i), lf[i].name,
 			    (unsigned long long)*limit_at(&rt->max_limits, i));
 	}
+	const tb_images_conf_t *im = &rt->sandbox.images;
+	if (im->default_image) {
+		tb_image_ref_t ref;
+		if (tb_image_ref_parse(&ref, im->default_image, err) < 0 ||
+		    !tb_images_allowed(im, &ref))
+			return tb_error_set(err, TB_EINVAL,
+					    "sandbox.images.default: '%s' is not under one of "
+					    "sandbox.images.%s",
+					    im->default_image, ref.layout ? "layouts" : "allow");
+	}
 	for (size_t i = 0; i < rt->endpoints.n; i++) {
 		/* The egress proxy's own route (POST /_taskbox/events) is where
 		 * such a binding would be: any case, to leave no doubt. */
@@ -259,6 +324,16 @@ const tb_schema_t tb_schema_runtime = {
 	.strict = true,
 	.check = runtime_check,
 };
+
+int tb_images_allowed(const tb_images_conf_t *im, const tb_image_ref_t *ref)
+{
+	const tb_strlist_t *list = ref->layout ? &im->layouts : &im->allow;
+
+	for (size_t i = 0; i < list->n; i++)
+		if (tb_image_ref_allowed(ref, list->items[i]))
+			return 1;
+	return 0;
+}
 
 int tb_runtime_load(tb_runtime_t *out, const char *path, tb_error_t *err)
 {

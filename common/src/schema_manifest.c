@@ -7,6 +7,8 @@
 #include "tb/schema_verdict.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 const char *const tb_outcomes[] = {
 	"succeeded", "failed", "timed-out", "oom-killed", "pids-limit", "cancelled", "error", NULL,
@@ -109,6 +111,39 @@ static const tb_schema_t phase_schema = {
 	.nfields = 3,
 };
 
+/* "sha256:" and 64 lowercase hex digits. */
+static int check_digest(const void *value, char *why, size_t len)
+{
+	const char *s = value;
+	size_t n = strspn(s + (strncmp(s, "sha256:", 7) ? 0 : 7), "0123456789abcdef");
+
+	if (strncmp(s, "sha256:", 7) || n != 64 || s[71]) {
+		snprintf(why, len, "not a digest (sha256:<64 lowercase hex>)");
+		return -1;
+	}
+	return 0;
+}
+
+/* clang-format off */
+static const tb_field_t environment_fields[] = {
+	{.name = "image", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_environment_ran_t, image), .min = 1, .max = TB_IMAGE_REF_MAX - 1,
+	 .check = tb_check_image_ref},
+	{.name = "digest", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_environment_ran_t, digest), .min = 71, .max = 71,
+	 .check = check_digest},
+	{.name = "layers", .type = TB_FT_STRLIST, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_environment_ran_t, layers), .max = 256, .item_max = 71,
+	 .check = check_digest},
+};
+/* clang-format on */
+static const tb_schema_t environment_schema = {
+	.name = "environment",
+	.size = sizeof(tb_environment_ran_t),
+	.fields = environment_fields,
+	.nfields = 3,
+};
+
 /* clang-format off */
 static const tb_field_t manifest_fields[] = {
 	{.name = "task_id", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
@@ -150,7 +185,10 @@ static const tb_field_t manifest_fields[] = {
 	 .offset = offsetof(tb_manifest_t, turns), .max = 1000001},
 	{.name = "followups", .type = TB_FT_U64,
 	 .offset = offsetof(tb_manifest_t, followups), .max = 1000000},
+	{.name = "environment", .type = TB_FT_OBJ,
+	 .offset = offsetof(tb_manifest_t, environment), .sub = &environment_schema},
 };
+
 /* clang-format on */
 
 const tb_schema_t tb_schema_manifest = {

@@ -59,6 +59,9 @@ int tb_fixture_setup(tb_fixture_t *f, const char *name, const char *group, unsig
 	snprintf(path, sizeof(path), "%s/cache", f->root);
 	if ((parts & TB_FIXTURE_RECIPES) && tb_recipe_cache_open(&f->recipes, path, &err) < 0)
 		goto fail;
+	if ((parts & TB_FIXTURE_IMAGES) &&
+	    tb_image_cache_open(&f->images, path, 1ull << 30, &err) < 0)
+		goto fail;
 	return 0;
 fail:
 	fprintf(stderr, "fixture: %s\n", err.msg);
@@ -70,9 +73,10 @@ int tb_fixture_teardown(tb_fixture_t *f)
 	char cmd[128];
 
 	tb_recipe_cache_close(f->recipes);
+	tb_image_cache_close(f->images);
 	tb_store_close(f->store);
 	tb_seccomp_free(f->policy);
-	f->recipes = NULL, f->store = NULL, f->policy = NULL;
+	f->recipes = NULL, f->store = NULL, f->policy = NULL, f->images = NULL;
 	if (!f->root[0])
 		return 0;
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", f->root);

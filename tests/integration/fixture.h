@@ -9,6 +9,7 @@
 #ifndef TB_TEST_FIXTURE_H
 #define TB_TEST_FIXTURE_H
 
+#include "image.h"
 #include "recipe.h"
 #include "sandbox.h"
 #include "tb/store.h"
@@ -19,6 +20,7 @@ enum {
 	TB_FIXTURE_STORE = 1,   /* F.store: a directory store under root/store */
 	TB_FIXTURE_RECIPES = 2, /* F.recipes: a recipe cache under root/cache */
 	TB_FIXTURE_RUNTIME = 4, /* root/runtimes/test.json */
+	TB_FIXTURE_IMAGES = 8,  /* F.images: an image cache under root/cache */
 };
 
 typedef struct tb_fixture {
@@ -28,6 +30,7 @@ typedef struct tb_fixture {
 	tb_seccomp_t *policy;
 	tb_store_t *store;
 	tb_recipe_cache_t *recipes;
+	tb_image_cache_t *images;
 } tb_fixture_t;
 
 /** The host directories a test sandbox binds read-only. */

@@ -11,6 +11,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+int tb_cmd_open_caches(const char *cache_dir, uint64_t image_bytes, tb_recipe_cache_t **recipes,
+		       tb_image_cache_t **images, tb_error_t *err)
+{
+	*recipes = NULL;
+	*images = NULL;
+	if (tb_recipe_cache_open(recipes, cache_dir, err) < 0 ||
+	    tb_image_cache_open(images, cache_dir, image_bytes, err) < 0) {
+		tb_cmd_close_caches(*recipes, *images);
+		*recipes = NULL;
+		*images = NULL;
+		return err->code;
+	}
+	return 0;
+}
+
+void tb_cmd_close_caches(tb_recipe_cache_t *recipes, tb_image_cache_t *images)
+{
+	tb_recipe_cache_close(recipes);
+	tb_image_cache_close(images);
+}
+
 int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)(FILE *out))
 {
 	switch (tb_opts_parse(o, argc, argv, first)) {

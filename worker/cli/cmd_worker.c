@@ -60,6 +60,19 @@ static int check_id_registry(tb_error_t *err)
 	return 0;
 }
 
+/* What a dead worker with this id left (sandboxes, cgroups, mounts). */
+static void sweep(const char *work_dir, const char *group, const char *id)
+{
+	tb_error_t err;
+	int swept = tb_sandbox_sweep(work_dir, group, &err);
+
+	if (swept > 0)
+		tb_warn(NULL, "removed %d sandboxes a dead worker %s left behind", swept, id);
+	else if (swept < 0)
+		tb_warn(NULL, "could not remove all that a dead worker %s left behind: %s", id,
+			err.msg);
+}
+
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: taskbox worker [--config FILE]\n\n"
@@ -145,18 +158,14 @@ int tb_cmd_worker(int argc, char **argv)
 			tb_metrics_port(metrics));
 	if (tb_store_open(&d.store, &cfg.store, &err) < 0 ||
 	    tb_ledger_open(&d.ledger, cfg.ledger.url, cfg.ledger.prefix, id, &err) < 0 ||
-	    tb_recipe_cache_open(&d.recipes, cfg.cache_dir, &err) < 0 ||
+	    tb_cmd_open_caches(cfg.cache_dir, cfg.image_cache_mb << 20, &d.recipes, &d.images,
+			       &err) < 0 ||
 	    tb_seccomp_compile((tb_seccomp_t **)&d.policy, &err) < 0 ||
 	    tb_sandbox_find_init(&init_path, &err) < 0 || check_id_registry(&err) < 0) {
 		fprintf(stderr, "taskbox worker: %s\n", err.msg);
 		goto cleanup;
 	}
-	int swept = tb_sandbox_sweep(cfg.work_dir, group, &err);
-	if (swept > 0)
-		tb_warn(NULL, "removed %d sandboxes a dead worker %s left behind", swept, id);
-	else if (swept < 0)
-		tb_warn(NULL, "could not remove all that a dead worker %s left behind: %s", id,
-			err.msg);
+	sweep(cfg.work_dir, group, id);
 	d.cfg = &cfg;
 	d.brokers = cfg.kafka.brokers;
 	d.worker_id = id;
@@ -186,7 +195,7 @@ cleanup:
 	tb_store_close(d.store);
 	if (d.ledger)
 		tb_ledger_close(d.ledger);
-	tb_recipe_cache_close(d.recipes);
+	tb_cmd_close_caches(d.recipes, d.images);
 	tb_seccomp_free((tb_seccomp_t *)d.policy);
 out:
 	tb_kafka_on_lag(NULL);

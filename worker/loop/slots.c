@@ -74,6 +74,7 @@ static void *slot_main(void *arg)
 		.store = w->d->store,
 		.ledger = w->d->ledger,
 		.recipes = w->d->recipes,
+		.images = w->d->images,
 		.runtimes_dir = w->d->cfg->runtimes_dir,
 		.work_root = w->d->cfg->work_dir,
 		.group = group,

@@ -21,10 +21,12 @@
 #include <limits.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
+#include <linux/mount.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,7 +379,8 @@ static int pack_setup(tb_sbp_req_t **out, const tb_seccomp_t *policy, const tb_s
 		.max_file_mb = spec->max_file_mb,
 		.nofile = spec->max_open_files,
 		.version = TB_SBP_VERSION,
-		.nbinds = spec->ro_binds ? (uint32_t)spec->ro_binds->n : 0,
+		.flags = spec->image_tree ? TB_SBP_F_IMAGE : 0,
+		.nbinds = spec->ro_binds && !spec->image_tree ? (uint32_t)spec->ro_binds->n : 0,
 	};
 	size_t bpf_size, pos;
 	struct rlimit hard;
@@ -513,6 +516,93 @@ static int start_init(pid_t *out, int ctl, const char *name, tb_error_t *err)
 	return 0;
 }
 
+/* The image's tree as a detached mount for init, read-only, nosuid,
+ * nodev, and idmapped to the sandbox's user namespace so that a file the
+ * image gave uid 1000 is uid 1000 inside. A kernel or file system that
+ * cannot idmap (before Linux 5.12, or an overlay below 5.19) gets the
+ * tree as it is: its files then show as nobody inside, and are still
+ * read as their modes allow. @return the mount's fd, or < 0. */
+static int image_mount(const tb_sandbox_t *sb, const char *tree, tb_error_t *err)
+{
+	static atomic_int warned;
+	char ns[64];
+	int fd = (int)syscall(SYS_open_tree, AT_FDCWD, tree,
+			      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	if (fd < 0)
+		return tb_error_errno(err, TB_EIO, errno, "sandbox: the image's tree %.200s", tree);
+	snprintf(ns, sizeof(ns), "/proc/%d/ns/user", (int)sb->init);
+	int userns = open(ns, O_RDONLY | O_CLOEXEC);
+	struct mount_attr attr = {
+		.attr_set =
+		    MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+		.userns_fd = (uint64_t)userns,
+	};
+	int rc = userns < 0 ? -1
+			    : (int)syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | AT_RECURSIVE,
+					   &attr, sizeof(attr));
+	int e = errno;
+	if (userns >= 0)
+		close(userns);
+	if (rc < 0) {
+		attr.attr_set &= ~(uint64_t)MOUNT_ATTR_IDMAP;
+		if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+			    sizeof(attr)) < 0) {
+			close(fd);
+			return tb_error_errno(err, TB_EIO, errno,
+					      "sandbox: the image's tree read-only");
+		}
+		if (!atomic_exchange(&warned, 1))
+			tb_warn(NULL,
+				"images are mounted without an id mapping here (%s): their "
+				"files show as nobody inside the sandbox",
+				strerror(e));
+	}
+	return fd;
+}
+
+/* Sends @p len bytes of @p req, with @p fd (>= 0) as SCM_RIGHTS. */
+static int send_with_fd(int sock, const void *req, size_t len, int fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { (void *)req, len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (fd >= 0) {
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof(ctl.buf);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	}
+	return sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? -1 : 0;
+}
+
+/* What tb_sandbox_prepare() refuses before it builds anything. */
+static int check_spec(const tb_sandbox_spec_t *spec, tb_error_t *err)
+{
+	if (!valid_name(spec->name) || !valid_name(spec->group))
+		return tb_error_set(err, TB_EINVAL, "sandbox: name or group is not valid");
+	if (!spec->workspace_mb || !spec->outputs_mb || !spec->max_open_files || !spec->max_file_mb)
+		return tb_error_set(
+		    err, TB_EINVAL,
+		    "sandbox: tmpfs sizes and rlimits must be set (0 means unlimited)");
+	if (spec->image_tree && spec->image_tree[0] != '/')
+		return tb_error_set(err, TB_EINVAL, "sandbox: the image's tree is not absolute");
+	for (size_t i = 0; !spec->image_tree && spec->ro_binds && i < spec->ro_binds->n; i++)
+		if (!valid_bind(spec->ro_binds->items[i]))
+			return tb_error_set(
+			    err, TB_EINVAL,
+			    "sandbox: ro_binds entry '%.100s' is not an absolute, "
+			    "normalised path, or exposes /, /proc, /sys, /dev or /run",
+			    spec->ro_binds->items[i]);
+	return 0;
+}
+
 int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		       const tb_sandbox_spec_t *spec, tb_error_t *err)
 {
@@ -521,26 +611,15 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		.pids = spec->pids,
 		.cpu_millis = spec->cpu_millis,
 	};
-	int ctl[2] = { -1, -1 }, rc;
+	int ctl[2] = { -1, -1 }, rc, tree = -1;
 	char map[64], cgname[256];
 	tb_sbp_req_t *req = NULL;
 	tb_sbp_resp_t r;
 	tb_sandbox_t *sb;
 
 	*out = NULL;
-	if (!valid_name(spec->name) || !valid_name(spec->group))
-		return tb_error_set(err, TB_EINVAL, "sandbox: name or group is not valid");
-	if (!spec->workspace_mb || !spec->outputs_mb || !spec->max_open_files || !spec->max_file_mb)
-		return tb_error_set(
-		    err, TB_EINVAL,
-		    "sandbox: tmpfs sizes and rlimits must be set (0 means unlimited)");
-	for (size_t i = 0; spec->ro_binds && i < spec->ro_binds->n; i++)
-		if (!valid_bind(spec->ro_binds->items[i]))
-			return tb_error_set(
-			    err, TB_EINVAL,
-			    "sandbox: ro_binds entry '%.100s' is not an absolute, "
-			    "normalised path, or exposes /, /proc, /sys, /dev or /run",
-			    spec->ro_binds->items[i]);
+	if ((rc = check_spec(spec, err)) < 0)
+		return rc;
 	if (!(sb = calloc(1, sizeof(*sb))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	sb->ctl = -1;
@@ -593,10 +672,15 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	 * own score), never init, whose death ends the whole sandbox. Lowering
 	 * needs CAP_SYS_RESOURCE, which containers may lack: best effort. */
 	write_proc(sb->init, "oom_score_adj", "-1000", NULL);
-	if (send(sb->ctl, req, offsetof(tb_sbp_req_t, data) + req->len, MSG_NOSIGNAL) < 0) {
+	if (spec->image_tree && (rc = tree = image_mount(sb, spec->image_tree, err)) < 0)
+		goto fail;
+	if (send_with_fd(sb->ctl, req, offsetof(tb_sbp_req_t, data) + req->len, tree) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: send the setup to init");
 		goto fail;
 	}
+	if (tree >= 0)
+		close(tree);
+	tree = -1;
 	free(req);
 	req = NULL;
 
@@ -622,6 +706,8 @@ fail:
 	for (int i = 0; i < 2; i++)
 		if (ctl[i] >= 0)
 			close(ctl[i]);
+	if (tree >= 0)
+		close(tree);
 	free(req);
 	tb_sandbox_destroy(sb, NULL);
 	return rc;

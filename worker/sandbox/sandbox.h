@@ -45,7 +45,9 @@ typedef struct tb_sandbox_spec {
 	unsigned slot;                /* the worker's slot it serves (sandbox_pool.h) */
 	const char *work_root;        /* host directory init builds the root over */
 	const char *group;            /* the worker's prefix: cgroup and dir names */
-	const tb_strlist_t *ro_binds; /* host paths bound read-only */
+	const tb_strlist_t *ro_binds; /* host paths bound read-only (no image) */
+	const char *image_tree;       /* the root: an image's tree on the host (image.h),
+				       * read-only, its files' owners kept; NULL: ro_binds */
 	const char *recipe_dir;       /* bound read-only at /recipe; may be NULL */
 	const char *inputs_dir;       /* bound read-only at /inputs; may be NULL */
 	uint64_t workspace_mb;        /* /workspace and /tmp tmpfs size */

@@ -20,7 +20,7 @@
 #define TB_SBP_MAX_BINDS 1024
 /* SETUP's layout; init refuses another (a worker and an init of two
  * different builds). */
-#define TB_SBP_VERSION 2
+#define TB_SBP_VERSION 3
 
 enum tb_sbp_op {
 	/* worker -> init */
@@ -28,7 +28,8 @@ enum tb_sbp_op {
 	TB_SBP_KILL = 2,   /* signal a process group */
 	TB_SBP_ASSIGN = 3, /* data = hostname \0 recipe \0 inputs \0 */
 	TB_SBP_SETUP = 4,  /* the first message: data = tb_sbp_setup_t, then
-			    * the BPF, then root \0 and each ro_bind \0 */
+			    * the BPF, then root \0 and each ro_bind \0; with
+			    * TB_SBP_F_IMAGE, the image's tree as SCM_RIGHTS */
 	TB_SBP_CLEAR = 5,  /* kill and reap every process; sig > 0: then the
 			    * judge's view for that uid (tb_sandbox_judge_view) */
 	/* init -> worker */
@@ -73,9 +74,13 @@ typedef struct tb_sbp_resp {
  * worker sends it once it has written init's uid/gid maps and moved it
  * into the cgroup; until then init waits. The seccomp filter follows as
  * bpf_len struct sock_filter instructions, compiled once by the worker. */
+/* The root is an image's tree: a detached mount of it (idmapped where
+ * the kernel can) rides along with SETUP as SCM_RIGHTS; no ro_binds. */
+#define TB_SBP_F_IMAGE 1u
+
 typedef struct tb_sbp_setup {
-	uint32_t version; /* TB_SBP_VERSION */
-	uint32_t pad;
+	uint32_t version;      /* TB_SBP_VERSION */
+	uint32_t flags;        /* TB_SBP_F_* */
 	uint64_t workspace_mb; /* /workspace and /tmp tmpfs size */
 	uint64_t outputs_mb;   /* /outputs tmpfs size */
 	uint64_t max_file_mb;  /* RLIMIT_FSIZE of every process */

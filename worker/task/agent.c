@@ -86,6 +86,55 @@ static void on_agent_line(void *ud, const char *line, size_t len, int too_long)
 	tb_run_emit_from(r, TB_SOURCE_AGENT, type, payload);
 }
 
+/*
+ * The agent's environment into @p envp (room for 512, NULL-ended). Later
+ * names win (env_last_wins): the recipe's over the runtime's over the
+ * image's over the defaults; the sandbox's own TASKBOX_* and the network
+ * boundary's (token, proxy, endpoints) over all. @return how many.
+ */
+static int agent_env(tb_run_t *r, char **envp)
+{
+	static const char *const defaults[][2] = {
+		{ "HOME", "/workspace" },
+		{ "PATH", "/usr/local/bin:/usr/bin:/bin" },
+	};
+	static const char *const fixed[][2] = {
+		{ "TASKBOX_WORKSPACE", "/workspace" }, { "TASKBOX_OUTPUTS", "/outputs" },
+		{ "TASKBOX_INPUTS", "/inputs" },       { "TASKBOX_RECIPE", "/recipe" },
+		{ "TASKBOX_EVENTS_FD", "3" },
+	};
+	const tb_recipe_manifest_t *rm = &r->recipe;
+	char attempt[32];
+	int n = 0;
+
+	snprintf(attempt, sizeof(attempt), "%llu", (unsigned long long)r->attempt);
+	for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
+		if (asprintf(&envp[n++], "%s=%s", defaults[i][0], defaults[i][1]) < 0)
+			abort();
+	/* the image's Env (its PATH, LANG...), under the runtime's and recipe's */
+	for (size_t i = 0; r->has_image && i < r->image.config.nenv && n < 100; i++)
+		if (!(envp[n++] = strdup(r->image.config.env[i])))
+			abort();
+	for (size_t i = 0; i < r->rt.env.n && n < 250; i++)
+		if (asprintf(&envp[n++], "%s=%s", r->rt.env.items[i].key,
+			     r->rt.env.items[i].value) < 0)
+			abort();
+	for (size_t i = 0; i < rm->agent.env.n && n < 400; i++)
+		if (asprintf(&envp[n++], "%s=%s", rm->agent.env.items[i].key,
+			     rm->agent.env.items[i].value) < 0)
+			abort();
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (asprintf(&envp[n++], "%s=%s", fixed[i][0], fixed[i][1]) < 0)
+			abort();
+	if (asprintf(&envp[n++], "TASKBOX_TASK_ID=%s", r->task->id) < 0 ||
+	    asprintf(&envp[n++], "TASKBOX_ATTEMPT=%s", attempt) < 0)
+		abort();
+	n = tb_egress_env(r->egress, envp, n, 500); /* token, proxy, endpoints */
+	n = env_last_wins(envp, n);
+	envp[n] = NULL;
+	return n;
+}
+
 /* Reads what the agent wrote on fd 3 until it exits; fills @p end. */
 int tb_run_agent(tb_run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_len, tb_error_t *err)
 {
@@ -95,7 +144,6 @@ int tb_run_agent(tb_run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_le
 	const char *argv[65];
 	int in = -1, out = -1, ev[2] = { -1, -1 }, id = 0, rc, n = 0;
 	struct line_ctx lc = { r };
-	char attempt[32];
 	tb_turns_t t = { .s = r->ctx->session, .wr = -1 };
 	int interactive = t.s && r->task->kind == TB_TASK_INTERACTIVE;
 
@@ -136,39 +184,7 @@ int tb_run_agent(tb_run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_le
 		goto out;
 	}
 	free(line);
-	snprintf(attempt, sizeof(attempt), "%llu", (unsigned long long)r->attempt);
-	/* Later names win (env_last_wins): the recipe's over the runtime's
-	 * over the defaults; the sandbox's own TASKBOX_* and the network
-	 * boundary's (token, proxy, endpoints) over all. */
-	static const char *const defaults[][2] = {
-		{ "HOME", "/workspace" },
-		{ "PATH", "/usr/local/bin:/usr/bin:/bin" },
-	};
-	static const char *const fixed[][2] = {
-		{ "TASKBOX_WORKSPACE", "/workspace" }, { "TASKBOX_OUTPUTS", "/outputs" },
-		{ "TASKBOX_INPUTS", "/inputs" },       { "TASKBOX_RECIPE", "/recipe" },
-		{ "TASKBOX_EVENTS_FD", "3" },
-	};
-	for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
-		if (asprintf(&envp[n++], "%s=%s", defaults[i][0], defaults[i][1]) < 0)
-			abort();
-	for (size_t i = 0; i < r->rt.env.n && n < 250; i++)
-		if (asprintf(&envp[n++], "%s=%s", r->rt.env.items[i].key,
-			     r->rt.env.items[i].value) < 0)
-			abort();
-	for (size_t i = 0; i < rm->agent.env.n && n < 400; i++)
-		if (asprintf(&envp[n++], "%s=%s", rm->agent.env.items[i].key,
-			     rm->agent.env.items[i].value) < 0)
-			abort();
-	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
-		if (asprintf(&envp[n++], "%s=%s", fixed[i][0], fixed[i][1]) < 0)
-			abort();
-	if (asprintf(&envp[n++], "TASKBOX_TASK_ID=%s", r->task->id) < 0 ||
-	    asprintf(&envp[n++], "TASKBOX_ATTEMPT=%s", attempt) < 0)
-		abort();
-	n = tb_egress_env(r->egress, envp, n, 500); /* token, proxy, endpoints */
-	n = env_last_wins(envp, n);
-	envp[n] = NULL;
+	n = agent_env(r, envp);
 	size_t argc = rm->agent.command.n < 64 ? rm->agent.command.n : 64;
 	for (size_t i = 0; i < argc; i++)
 		argv[i] = rm->agent.command.items[i];

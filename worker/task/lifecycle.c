@@ -40,17 +40,23 @@ static void start_teardown(tb_run_t *r)
 /* Waits for the teardown, or does it; then the "torn-down" phase. */
 static void finish_teardown(tb_run_t *r)
 {
-	if (!r->tearing_down && !r->sb)
-		return;
-	if (r->tearing_down)
-		pthread_join(r->teardown, NULL);
-	else
-		r->teardown_rc = tb_sandbox_destroy(r->sb, &r->teardown_err);
-	r->sb = NULL;
-	r->tearing_down = 0;
-	if (r->teardown_rc < 0)
-		tb_warn(r->task->id, "teardown: %s", r->teardown_err.msg);
-	tb_run_phase(r, TB_PHASE_TORN_DOWN);
+	if (r->tearing_down || r->sb) {
+		if (r->tearing_down)
+			pthread_join(r->teardown, NULL);
+		else
+			r->teardown_rc = tb_sandbox_destroy(r->sb, &r->teardown_err);
+		r->sb = NULL;
+		r->tearing_down = 0;
+		if (r->teardown_rc < 0)
+			tb_warn(r->task->id, "teardown: %s", r->teardown_err.msg);
+		tb_run_phase(r, TB_PHASE_TORN_DOWN);
+	}
+	/* the environment's image, only once no sandbox can use it */
+	if (r->has_image)
+		tb_image_release(&r->image);
+	r->has_image = 0;
+	json_decref(r->phase_image);
+	r->phase_image = NULL;
 }
 
 /* ---------------------------------------------------------------- run */

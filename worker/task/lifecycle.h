@@ -18,6 +18,7 @@
 #ifndef TB_LIFECYCLE_H
 #define TB_LIFECYCLE_H
 
+#include "image.h"
 #include "recipe.h"
 #include "sandbox.h"
 #include "sandbox_pool.h"
@@ -54,6 +55,9 @@ typedef struct tb_lifecycle_ctx {
 	 * done-marker (inputs.h). May be NULL: such inputs are refused. */
 	tb_ledger_t *ledger;
 	tb_recipe_cache_t *recipes;
+	/* Environments' images (image.h). May be NULL: a recipe or runtime
+	 * naming an image then fails as the platform's (no cache here). */
+	tb_image_cache_t *images;
 	const char *runtimes_dir; /* <name>.json */
 	const char *work_root;    /* sandboxes and per-task scratch */
 	const char *group;        /* the worker's prefix */

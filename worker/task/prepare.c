@@ -1,7 +1,8 @@
 /*
  * prepare.c: the "prepared" phase (run.h): the runtime by name, the recipe
- * at its pinned commit, the limits, the inputs, and the sandbox, from the
- * pool when the worker keeps one.
+ * at its pinned commit, the limits, the inputs, the environment's image
+ * when one is named, and the sandbox, from the pool when the worker keeps
+ * one (an image's sandbox is built for it).
  */
 #include "run.h"
 
@@ -12,6 +13,58 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * The environment: the recipe's image, else the runtime's default, else
+ * none (the runtime's host binds). The runtime must allow where it comes
+ * from; it is made ready (fetched, verified, unpacked: image.h) and held
+ * in r->image until the sandbox is gone. @return 0; TB_EPOISON for an
+ * image the runtime does not allow or one that is wrong; the image
+ * cache's error otherwise.
+ */
+static int environment(tb_run_t *r, tb_error_t *err)
+{
+	const tb_images_conf_t *im = &r->rt.sandbox.images;
+	const char *name =
+	    r->recipe.environment.image ? r->recipe.environment.image : im->default_image;
+	tb_image_ref_t ref;
+	int rc;
+
+	if (!name)
+		return 0;
+	if ((rc = tb_image_ref_parse(&ref, name, err)) < 0)
+		return tb_error_set(err, TB_EPOISON, "%s", err->msg);
+	if (!tb_images_allowed(im, &ref))
+		return tb_error_set(
+		    err, TB_EPOISON,
+		    "image %.300s: runtime '%s' does not allow it (sandbox.images.%s "
+		    "names where images may come from)",
+		    name, r->rt.name, ref.layout ? "layouts" : "allow");
+	if (!r->ctx->images)
+		return tb_error_set(err, TB_EIO, "image %.300s: this worker keeps no image cache",
+				    name);
+	if ((rc = tb_image_get(r->ctx->images, &ref, im->max_unpacked_mb << 20, &r->image, err)) <
+	    0)
+		return tb_error_prefix(err, "environment");
+	r->has_image = 1;
+	tb_environment_ran_t *e = &r->m.environment;
+	e->image = strdup(name);
+	e->digest = strdup(r->image.digest);
+	e->layers.items = calloc(r->image.layers.n + 1, sizeof(char *));
+	for (size_t i = 0; e->layers.items && i < r->image.layers.n; i++)
+		if ((e->layers.items[e->layers.n] = strdup(r->image.layers.items[i])))
+			e->layers.n++;
+	if (!e->image || !e->digest || e->layers.n != r->image.layers.n)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	/* said with the "prepared" phase: whether it was ready, and the cost */
+	r->phase_image =
+	    json_pack("{s:s,s:s,s:b,s:I,s:I}", "image", name, "digest", r->image.digest, "cached",
+		      r->image.cached, "ms", (json_int_t)r->image.ms, "fetched_bytes",
+		      (json_int_t)r->image.fetched);
+	return 0;
+}
 
 int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, size_t ilen,
 		   tb_limits_t *lim, tb_error_t *err)
@@ -58,9 +111,13 @@ int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, 
 		.max_file_mb = r->rt.sandbox.max_file_mb,
 		.wall_ms = lim->wall_seconds * 1000,
 	};
+	if ((rc = environment(r, err)) < 0)
+		return rc;
 	uint64_t t0 = tb_mono_us();
-	rc = ctx->pool ? tb_sandbox_pool_create(ctx->pool, &spec, &r->sb, NULL, err)
-		       : tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
+	spec.image_tree = r->has_image ? r->image.tree : NULL;
+	rc = ctx->pool && !r->has_image
+		 ? tb_sandbox_pool_create(ctx->pool, &spec, &r->sb, NULL, err)
+		 : tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
 	if (rc == 0)
 		tb_metrics_launch(tb_mono_us() - t0);
 	return rc;

@@ -146,6 +146,11 @@ void tb_run_phase_at(tb_run_t *r, tb_phase_t ph, uint64_t at, const char *worker
 
 	if (p && worker)
 		json_object_set_new(p, "worker", json_string(worker));
+	if (p && r->phase_image)
+		json_object_set_new(p, "environment", r->phase_image);
+	else
+		json_decref(r->phase_image);
+	r->phase_image = NULL;
 	tb_run_emit_json(r, TB_EV_PHASE, p);
 	tb_metrics_phase(ph, took);
 	if (r->ctx->sink.phase)

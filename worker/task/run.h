@@ -42,6 +42,9 @@ typedef struct tb_run {
 	tb_runtime_t rt;
 	tb_recipe_manifest_t recipe;
 	tb_sandbox_t *sb;
+	tb_image_t image; /* the environment's, held while the sandbox lives */
+	int has_image;
+	json_t *phase_image; /* said with the next phase event ("prepared") */
 	tb_manifest_t m;
 	tb_rate_t rate;
 	tb_linebuf_t lines;
@@ -92,7 +95,8 @@ int tb_run_put_record(tb_run_t *r, const char *key, tb_error_t *err);
 
 /** The "prepared" phase's work: the runtime, the recipe checked out into
  * @p recipe_dir, the inputs fetched into @p inputs_dir ("" when none), the
- * limits into @p lim, the sandbox into r->sb. */
+ * limits into @p lim, the environment's image (r->image, when the recipe
+ * or the runtime names one), the sandbox into r->sb. */
 int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, size_t ilen,
 		   tb_limits_t *lim, tb_error_t *err);
 

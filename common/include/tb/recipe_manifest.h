@@ -8,6 +8,7 @@
 #define TB_RECIPE_MANIFEST_H
 
 #include "tb/codec.h"
+#include "tb/image_ref.h"
 #include "tb/schema_task.h"
 
 #define TB_RECIPE_MANIFEST_FILE "taskbox.json"
@@ -25,6 +26,12 @@ typedef struct tb_agent_spec {
 	tb_strmap_t env;
 } tb_agent_spec_t;
 
+/* What the task's sandbox is built from (schemas/recipe.md). */
+typedef struct tb_environment {
+	uint32_t has;
+	char *image; /* an OCI image pinned by digest (tb/image_ref.h) */
+} tb_environment_t;
+
 typedef struct tb_recipe_manifest {
 	uint32_t has;
 	char *name;
@@ -32,6 +39,7 @@ typedef struct tb_recipe_manifest {
 	tb_agent_spec_t agent;
 	tb_list_t judges; /* tb_judge_t */
 	tb_limits_t limits;
+	tb_environment_t environment; /* image NULL: the runtime's default image, or host binds */
 } tb_recipe_manifest_t;
 
 extern const tb_schema_t tb_schema_recipe_manifest;

@@ -10,6 +10,7 @@
 #define TB_RUNTIME_H
 
 #include "tb/codec.h"
+#include "tb/image_ref.h"
 #include "tb/schema_task.h"
 
 typedef struct tb_credential {
@@ -31,12 +32,25 @@ typedef struct tb_endpoint {
 	tb_credential_t credential; /* absent: none added */
 } tb_endpoint_t;
 
+/* Where a recipe's environment may come from (schemas/runtime.md,
+ * "sandbox.images"; tb/image_ref.h). */
+typedef struct tb_images_conf {
+	uint32_t has;
+	tb_strlist_t allow;       /* registry/repository prefixes a recipe may pull from */
+	tb_strlist_t layouts;     /* directories of OCI layouts a recipe may name */
+	char *default_image;      /* for recipes that name none; NULL: the host binds */
+	uint64_t max_unpacked_mb; /* an image's files, unpacked, at most */
+	uint64_t writable_mb;     /* the writable layer over an image's root */
+	char *credentials;        /* docker config.json "auths" file on the worker; may be NULL */
+} tb_images_conf_t;
+
 typedef struct tb_sandbox_conf {
 	tb_strlist_t ro_binds; /* host paths bound read-only at the same place */
 	uint64_t workspace_mb;
 	uint64_t max_open_files;
 	uint64_t max_file_mb;
 	uint64_t max_output_files;
+	tb_images_conf_t images;
 } tb_sandbox_conf_t;
 
 typedef struct tb_agent_conf {
@@ -68,6 +82,10 @@ extern const char tb_runtime_defaults[];
 int tb_runtime_load(tb_runtime_t *out, const char *path, tb_error_t *err);
 
 void tb_runtime_free(tb_runtime_t *rt);
+
+/** Whether @p im lets a recipe name @p ref (its allow list for a
+ * registry's image, its layouts for an OCI layout). */
+int tb_images_allowed(const tb_images_conf_t *im, const tb_image_ref_t *ref);
 
 /**
  * The limits a task runs with: the runtime's defaults, then the recipe's,

@@ -8,6 +8,7 @@
 #define TB_SCHEMA_MANIFEST_H
 
 #include "tb/codec.h"
+#include "tb/image_ref.h"
 #include "tb/schema_task.h"
 
 typedef enum tb_outcome {
@@ -46,6 +47,16 @@ typedef struct tb_phase_time {
 	uint64_t duration_ms; /* how long the phase before it took */
 } tb_phase_time_t;
 
+/* The environment an attempt ran on, when it was an image: the image as
+ * the recipe (or runtime) named it, the digest of the manifest pulled for
+ * this worker's platform (an index's entry), and every layer's digest,
+ * bottom first. */
+typedef struct tb_environment_ran {
+	char *image;
+	char *digest;
+	tb_strlist_t layers;
+} tb_environment_ran_t;
+
 typedef struct tb_manifest {
 	uint32_t has;
 	char *task_id;
@@ -57,13 +68,14 @@ typedef struct tb_manifest {
 	uint64_t finished_at;
 	char *conversation_key;
 	uint64_t events;
-	tb_list_t artifacts; /* tb_artifact_t */
-	tb_list_t refused;   /* tb_refused_t */
-	tb_list_t verdicts;  /* tb_verdict_ref_t */
-	char *runtime;       /* the runtime the attempt ran under */
-	tb_list_t phases;    /* tb_phase_time_t, in order, up to "recorded" */
-	uint64_t turns;      /* interactive: turns the agent ended (has bit) */
-	uint64_t followups;  /* interactive: the last follow-up seq taken (has bit) */
+	tb_list_t artifacts;              /* tb_artifact_t */
+	tb_list_t refused;                /* tb_refused_t */
+	tb_list_t verdicts;               /* tb_verdict_ref_t */
+	char *runtime;                    /* the runtime the attempt ran under */
+	tb_list_t phases;                 /* tb_phase_time_t, in order, up to "recorded" */
+	uint64_t turns;                   /* interactive: turns the agent ended (has bit) */
+	uint64_t followups;               /* interactive: the last follow-up seq taken (has bit) */
+	tb_environment_ran_t environment; /* an image's; image NULL: the host binds */
 } tb_manifest_t;
 
 enum { TB_MANIFEST_TURNS = 14, TB_MANIFEST_FOLLOWUPS = 15 }; /* has bits */

@@ -105,6 +105,51 @@ static void probe(const char *what, const char *arg)
 			 e.code, out);
 }
 
+/*
+ * An image's tree as the root: its own files (no host binds), their
+ * owners as the image gave them (idmapped), the image's users with the
+ * sandbox's added, read-only once assigned; /workspace and the rest as
+ * with any root. The tree is made here with busybox-static.
+ */
+static void test_sandbox__an_image_tree_is_the_root(void **state)
+{
+	char tree[200], cmd[4096], out[4096];
+	(void)state;
+	if (access("/bin/busybox", X_OK) != 0 ||
+	    system("file -L /bin/busybox | grep -q static") != 0)
+		skip(); /* deploy/local/install-deps test installs busybox-static */
+	snprintf(tree, sizeof(tree), "%s/image-tree", F.root);
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; rm -rf %s; mkdir -p %s/bin %s/etc %s/home/app %s/usr/share; "
+		 "cp /bin/busybox %s/bin/; ln -s busybox %s/bin/sh; "
+		 "echo 'root:x:0:0::/root:/bin/sh' > %s/etc/passwd; "
+		 "echo 'app:x:2000:2000::/home/app:/bin/sh' >> %s/etc/passwd; "
+		 "echo 'app:x:2000:' > %s/etc/group; echo from-the-image > %s/usr/share/marker; "
+		 "chown 2000:2000 %s/home/app; chmod 0750 %s/home/app",
+		 tree, tree, tree, tree, tree, tree, tree, tree, tree, tree, tree, tree, tree);
+	assert_int_equal(system(cmd), 0);
+	tb_sandbox_spec_t s = spec();
+	s.image_tree = tree;
+	const char *argv[] = { "/bin/sh", "-c",
+			       "cat /usr/share/marker; busybox stat -c 'app %u:%g %a' /home/app; "
+			       "test -e /usr/bin/python3 && echo host-visible; "
+			       "grep -c '^app:x:2000' /etc/passwd; grep -c ':x:1000:' /etc/passwd; "
+			       "grep -c '^judge1:x:1001' /etc/passwd; "
+			       "touch /usr/share/new 2>/dev/null && echo root-writable; "
+			       "echo w > /workspace/w && cat /workspace/w; id -u",
+			       NULL };
+	tb_sandbox_exit_t e = run(s, argv, out, sizeof(out));
+	if (e.end != TB_SANDBOX_EXITED || e.code != 0)
+		fail_msg("the image's shell failed (end %d code %d): %s", e.end, e.code, out);
+	const char *want = "from-the-image\napp 2000:2000 750\n1\n1\n1\nw\n1000\n";
+	if (strcmp(out, want) != 0)
+		fail_msg("inside the image root:\n%s\nwanted:\n%s", out, want);
+	/* the tree on the host is as it was */
+	snprintf(cmd, sizeof(cmd), "test ! -e %s/workspace && test ! -e %s/usr/share/new", tree,
+		 tree);
+	assert_int_equal(system(cmd), 0);
+}
+
 static void test_sandbox__runs_processes_and_reports_exit_codes(void **state)
 {
 	const char *argv[] = { "/bin/sh", "-c", "echo \"$(id -u):$(hostname):$(pwd)\"; exit 7",
@@ -811,6 +856,7 @@ int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sandbox__runs_processes_and_reports_exit_codes),
+		cmocka_unit_test(test_sandbox__an_image_tree_is_the_root),
 		cmocka_unit_test(test_sandbox__missing_program_is_a_clear_error),
 		cmocka_unit_test(test_sandbox__init_is_its_own_small_program),
 		cmocka_unit_test(test_sandbox__prepared_runs_nothing_until_assigned),

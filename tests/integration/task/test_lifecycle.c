@@ -159,6 +159,7 @@ static tb_lifecycle_ctx_t ctx(struct events *e)
 	return (tb_lifecycle_ctx_t){ .policy = F.policy,
 				     .store = F.store,
 				     .recipes = F.recipes,
+				     .images = F.images,
 				     .runtimes_dir = F.runtimes,
 				     .work_root = F.work,
 				     .group = "tblife",
@@ -1264,11 +1265,108 @@ static void test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own(
 	tb_msg_free(&tb_schema_manifest, &m);
 }
 
+/* An OCI image layout with busybox-static as its root, built with umoci
+ * (the real tool): @return its manifest's digest, or NULL when umoci or
+ * busybox-static is missing (deploy/local/install-deps test has both). */
+static const char *busybox_layout(const char *dir)
+{
+	static char digest[80];
+	char cmd[8192];
+	if (system("command -v umoci >/dev/null && file -L /bin/busybox | grep -q static") != 0)
+		return NULL;
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; rm -rf %s %s.b; umoci init --layout %s; umoci new --image %s:t; "
+		 "umoci unpack --rootless --image %s:t %s.b >/dev/null; "
+		 "mkdir -p %s.b/rootfs/bin %s.b/rootfs/usr/share %s.b/rootfs/etc; "
+		 "cp /bin/busybox %s.b/rootfs/bin/; ln -s busybox %s.b/rootfs/bin/sh; "
+		 "for t in cat echo grep id test; do ln -s busybox %s.b/rootfs/bin/$t; done; "
+		 "echo from-the-image > %s.b/rootfs/usr/share/marker; "
+		 "umoci repack --image %s:t %s.b; umoci config --image %s:t --config.env "
+		 "IMAGE_SAYS=hello --config.env PATH=/bin; rm -rf %s.b",
+		 dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir,
+		 dir);
+	if (system(cmd) != 0)
+		return NULL;
+	snprintf(cmd, sizeof(cmd), "grep -o 'sha256:[0-9a-f]*' %s/index.json | head -1", dir);
+	FILE *f = popen(cmd, "r");
+	if (!f || !fgets(digest, sizeof(digest), f))
+		fail_msg("no digest in %s/index.json", dir);
+	pclose(f);
+	digest[strcspn(digest, "\n")] = '\0';
+	return digest;
+}
+
+/* A recipe whose environment is an image: the agent and its judge run on
+ * the image's files, with its Env under the runtime's; the manifest names
+ * the digest and every layer. A runtime that does not allow the image
+ * makes the task poison, before any sandbox. */
+static void test_lifecycle__a_recipe_runs_in_its_pinned_image(void **state)
+{
+	char layout[200], manifest[1024], rt[1024], why[600];
+	(void)state;
+	snprintf(layout, sizeof(layout), "%s/layouts/busybox", F.root);
+	const char *digest = busybox_layout(layout);
+	if (!digest)
+		skip();
+	snprintf(
+	    rt, sizeof(rt),
+	    "sed 's|\"sandbox\": {|\"sandbox\": {\"images\": {\"layouts\": [\"%s/layouts\"]},|; "
+	    "s/\"name\": \"test\"/\"name\": \"img\"/' %s/test.json > %s/img.json",
+	    F.root, F.runtimes, F.runtimes);
+	tb_fixture_sh("%s", rt);
+	snprintf(manifest, sizeof(manifest),
+		 "{\"v\": 1, \"name\": \"img\", \"environment\": {\"image\": "
+		 "\"oci-layout:%s@%s\"}, \"agent\": {\"command\": [\"/bin/sh\", \"agent.sh\"]}, "
+		 "\"judges\": [{\"name\": \"saw\", \"command\": [\"/bin/sh\", \"judge.sh\"]}]}\n",
+		 layout, digest);
+	char *commit = commit_recipe(
+	    manifest, "agent.sh",
+	    "read -r prompt\n"
+	    "cat /usr/share/marker > /outputs/marker\n"
+	    "echo \"$IMAGE_SAYS $(id -u)\" > /outputs/env\n"
+	    "test -e /usr/bin/python3 && echo host > /outputs/host\n"
+	    "echo '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' >&3\n",
+	    "judge.sh",
+	    "cat >/dev/null\n"
+	    "if grep -q from-the-image /outputs/marker; then "
+	    "echo '{\"outcome\":\"pass\"}'; else echo '{\"outcome\":\"fail\"}'; fi\n",
+	    NULL);
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	tb_task_t t = task("life-image", commit, "img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	tb_manifest_t m;
+	get_record(res.manifest_key, &tb_schema_manifest, &m);
+	assert_non_null(m.environment.image);
+	assert_string_equal(m.environment.digest, digest);
+	assert_true(m.environment.layers.n >= 1);
+	assert_non_null(strstr(m.environment.image, layout));
+	char *marker = artifact(&m, "marker"), *env = artifact(&m, "env"),
+	     *host = artifact(&m, "host");
+	assert_string_equal(marker, "from-the-image\n");
+	assert_string_equal(env, "hello 1000\n");
+	assert_null(host); /* the host's /usr is not there */
+	free(marker);
+	free(env);
+	tb_msg_free(&tb_schema_manifest, &m);
+	assert_int_equal(verdict_of("life-image", "saw", why, sizeof(why)), TB_VERDICT_PASS);
+	/* the same recipe under a runtime that allows no images: poison */
+	e = (struct events){ .seq_ok = 1 };
+	t = task("life-image-refused", commit, "test");
+	assert_int_equal(tb_lifecycle_run(&c, &t, 1, &res, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "does not allow it"));
+}
+
 static int setup(void **state)
 {
 	(void)state;
 	if (tb_fixture_setup(&F, "lifecycle", "tblife",
-			     TB_FIXTURE_STORE | TB_FIXTURE_RECIPES | TB_FIXTURE_RUNTIME) < 0)
+			     TB_FIXTURE_STORE | TB_FIXTURE_RECIPES | TB_FIXTURE_RUNTIME |
+				 TB_FIXTURE_IMAGES) < 0)
 		return -1;
 	snprintf(repo, sizeof(repo), "%s/repo", F.root);
 	snprintf(url, sizeof(url), "file://%s", repo);
@@ -1330,6 +1428,7 @@ int main(void)
 		cmocka_unit_test(test_lifecycle__a_judges_leftover_cannot_forge_the_next_verdict),
 		cmocka_unit_test(test_lifecycle__code_the_agent_plants_never_runs_in_a_judge),
 		cmocka_unit_test(test_lifecycle__the_agent_cannot_pass_for_the_user),
+		cmocka_unit_test(test_lifecycle__a_recipe_runs_in_its_pinned_image),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");

@@ -60,7 +60,9 @@ static tb_sbp_setup_t S;
 static struct sock_fprog policy;
 static const char *new_root; /* host directory the root is built on */
 static const char *binds[TB_SBP_MAX_BINDS];
-static int assigned; /* no process may start before assign() */
+static int image_fd = -1;           /* the image's tree, a detached mount (TB_SBP_F_IMAGE) */
+static const char *image_root_path; /* where its overlay is, while the root is built */
+static int assigned;                /* no process may start before assign() */
 
 /* ------------------------------------------------------------ helpers */
 
@@ -376,14 +378,15 @@ static void judge_entries(char *buf, size_t cap, const char *rest)
 	}
 }
 
+static void image_etc(const char *root, const char *passwd, const char *group);
+
+/* /etc: the sandbox's own passwd, group, nsswitch.conf and resolv.conf in
+ * the tmpfs @p root; for an image root (@p root NULL), image_etc(). */
 static void build_etc(const char *root)
 {
 	static char passwd[4096], group[2048];
 	char path[PATH_LEN];
 
-	join(path, sizeof(path), root, "/etc");
-	if (mkdir_p(path) < 0)
-		fail("mkdir", "/etc", errno);
 	cat(passwd, sizeof(passwd),
 	    "root:x:0:0:root:/root:/bin/sh\n"
 	    "agent:x:1000:1000:agent:/workspace:/bin/sh\n");
@@ -392,6 +395,13 @@ static void build_etc(const char *root)
 	cat(group, sizeof(group), "root:x:0:\nagent:x:1000:\n");
 	judge_entries(group, sizeof(group), "");
 	cat(group, sizeof(group), "nogroup:x:65534:\n");
+	if (!root) {
+		image_etc(image_root_path, passwd, group);
+		return;
+	}
+	join(path, sizeof(path), root, "/etc");
+	if (mkdir_p(path) < 0)
+		fail("mkdir", "/etc", errno);
 	const struct {
 		const char *name, *text;
 	} files[] = {
@@ -407,17 +417,135 @@ static void build_etc(const char *root)
 	}
 }
 
+/* Whether the /etc/passwd or /etc/group text @p text has an entry whose
+ * id (its third field) is @p id's digits. */
+static int has_id(const char *text, const char *id, size_t idlen)
+{
+	for (const char *line = text; *line;) {
+		const char *f = line;
+		for (int colons = 0; *f && *f != '\n' && colons < 2; f++)
+			colons += *f == ':';
+		if (!strncmp(f, id, idlen) && f[idlen] == ':')
+			return 1;
+		line += strcspn(line, "\n");
+		line += *line == '\n';
+	}
+	return 0;
+}
+
+/* An image's own /etc/passwd or /etc/group (@p name), kept, with the
+ * lines of @p ours whose ids it lacks added (the agent's, the judges'). */
+static void merge_ids(const char *root, const char *name, const char *ours)
+{
+	static char text[65536];
+	char path[PATH_LEN];
+	ssize_t n = 0;
+
+	join(path, sizeof(path), root, name);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, text, sizeof(text) - 4096 * 2);
+		close(fd);
+	}
+	text[n > 0 ? n : 0] = '\0';
+	if (n > 0 && text[n - 1] != '\n')
+		cat(text, sizeof(text), "\n");
+	for (const char *line = ours; *line;) {
+		size_t len = strcspn(line, "\n");
+		const char *id = line;
+		for (int colons = 0; id < line + len && colons < 2; id++)
+			colons += *id == ':';
+		size_t idlen = strcspn(id, ":");
+		if (!has_id(text, id, idlen) && strlen(text) + len + 2 < sizeof(text)) {
+			size_t at = strlen(text);
+			memcpy(text + at, line, len);
+			text[at + len] = '\n';
+			text[at + len + 1] = '\0';
+		}
+		line += len + (line[len] == '\n');
+	}
+	unlink(path); /* a link, or the image's: ours from now on */
+	if (write_file(path, text, 0644) < 0)
+		fail("write", name, errno);
+}
+
+/* The /etc of an image root: the image's passwd and group with the
+ * sandbox's ids added, and the files the sandbox owns (no DNS: the proxy
+ * is the way out; hosts and hostname are written at assignment). */
+static void image_etc(const char *root, const char *passwd, const char *group)
+{
+	static const char *const ours[] = { "/etc/resolv.conf", "/etc/hosts", "/etc/hostname" };
+	char path[PATH_LEN];
+
+	join(path, sizeof(path), root, "/etc");
+	if (mkdir_p(path) < 0)
+		fail("mkdir", "/etc", errno);
+	merge_ids(root, "/etc/passwd", passwd);
+	merge_ids(root, "/etc/group", group);
+	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++) {
+		join(path, sizeof(path), root, ours[i]);
+		unlink(path);
+		if (write_file(path, "", 0644) < 0)
+			fail("write", ours[i], errno);
+	}
+}
+
+/* The root of an image: its tree (the detached mount the worker sent,
+ * idmapped so its files keep their owners as the sandbox sees them)
+ * under an overlay whose upper layer is a small tmpfs, where the
+ * mount points and the sandbox's own /etc files go. Built on a scaffold
+ * tmpfs at @p host_dir; @return the overlay's path in @p root. */
+static void image_root(const char *host_dir, char *root, size_t cap)
+{
+	char lower[PATH_LEN], rw[PATH_LEN], upper[PATH_LEN], work[PATH_LEN], opts[4 * PATH_LEN];
+
+	if (mount("tmpfs", host_dir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") < 0)
+		fail("mount scaffold tmpfs", host_dir, errno);
+	join(lower, sizeof(lower), host_dir, "/lower");
+	join(rw, sizeof(rw), host_dir, "/rw");
+	join(root, cap, host_dir, "/root");
+	if (mkdir(lower, 0755) < 0 || mkdir(rw, 0755) < 0 || mkdir(root, 0755) < 0)
+		fail("mkdir", "the image's scaffold", errno);
+	if (syscall(SYS_move_mount, image_fd, "", AT_FDCWD, lower, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		fail("mount the image's tree", NULL, errno);
+	close(image_fd);
+	image_fd = -1;
+	if (mount("tmpfs", rw, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m") < 0)
+		fail("mount the image's upper tmpfs", NULL, errno);
+	join(upper, sizeof(upper), rw, "/upper");
+	join(work, sizeof(work), rw, "/work");
+	if (mkdir(upper, 0755) < 0 || mkdir(work, 0755) < 0)
+		fail("mkdir", "the image's upper layer", errno);
+	opts[0] = '\0';
+	cat(opts, sizeof(opts), "lowerdir=");
+	cat(opts, sizeof(opts), lower);
+	cat(opts, sizeof(opts), ",upperdir=");
+	cat(opts, sizeof(opts), upper);
+	cat(opts, sizeof(opts), ",workdir=");
+	cat(opts, sizeof(opts), work);
+	cat(opts, sizeof(opts), ",userxattr");
+	if (mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
+		fail("mount the image's overlay", NULL, errno);
+}
+
 static void build_root(void)
 {
+	static char image[PATH_LEN];
 	const char *root = new_root;
 	char path[PATH_LEN];
 
 	/* Nothing we mount may propagate back to the host. */
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		fail("make / private", NULL, errno);
-	if (mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m") < 0)
-		fail("mount root tmpfs", root, errno);
-	build_etc(root);
+	if (S.flags & TB_SBP_F_IMAGE) {
+		image_root(new_root, image, sizeof(image));
+		root = image_root_path = image;
+		build_etc(NULL);
+	} else {
+		if (mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m") < 0)
+			fail("mount root tmpfs", root, errno);
+		build_etc(root);
+	}
 	build_dev(root);
 	join(path, sizeof(path), root, "/proc");
 	if (mkdir_p(path) < 0 ||
@@ -898,20 +1026,40 @@ static _Noreturn void serve(void)
 	}
 }
 
-/* Waits for SETUP and takes it apart. EOF means the worker gave up (or
- * died) before sending it. */
+/* The SETUP message into @p req, and the image's tree (image_fd) when
+ * one rides along. EOF means the worker gave up (or died) before. */
+static ssize_t recv_setup(tb_sbp_req_t *req)
+{
+	ssize_t n;
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { req, sizeof(*req) };
+	struct msghdr msg = { .msg_iov = &iov,
+			      .msg_iovlen = 1,
+			      .msg_control = ctl.buf,
+			      .msg_controllen = sizeof(ctl.buf) };
+	do
+		n = recvmsg(TB_SBP_INIT_FD, &msg, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		_exit(1);
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+	    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(&image_fd, CMSG_DATA(cm), sizeof(int));
+	return n;
+}
+
+/* Waits for SETUP and takes it apart. */
 static void read_setup(void)
 {
 	static tb_sbp_req_t req;
 	static struct sock_filter bpf[BPF_MAXINSNS];
-	ssize_t n;
+	ssize_t n = recv_setup(&req);
 	size_t pos, end;
 
-	do
-		n = recv(TB_SBP_INIT_FD, &req, sizeof(req), 0);
-	while (n < 0 && errno == EINTR);
-	if (n <= 0)
-		_exit(1);
 	if (n < (ssize_t)offsetof(tb_sbp_req_t, data) || req.op != TB_SBP_SETUP ||
 	    req.len > TB_SBP_DATA_MAX || (size_t)n != offsetof(tb_sbp_req_t, data) + req.len ||
 	    req.len < sizeof(S) + 1 || req.data[req.len - 1] != '\0')
@@ -941,6 +1089,8 @@ static void read_setup(void)
 	}
 	if (new_root[0] != '/')
 		fail("setup", "root is not absolute", EINVAL);
+	if (!(S.flags & TB_SBP_F_IMAGE) != (image_fd < 0) || (image_fd >= 0 && S.nbinds))
+		fail("setup", "an image root without its tree, or with binds", EINVAL);
 	for (uint32_t i = 0; i < S.nbinds; i++)
 		if (binds[i][0] != '/')
 			fail("setup", "a bind is not absolute", EINVAL);
