@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,25 +240,96 @@ static int read_meta(tb_image_cache_t *c, const char *hex, tb_image_t *img)
 
 /* ------------------------------------------------------------- making */
 
-/* Blob @p digest into the cache (unless there), checked. */
+/* Blob @p digest into the cache (unless there), checked; fetched by one
+ * slot or worker at a time (the others wait, then find it), and tried
+ * again twice, after a pause, when the source failed. A manifest's
+ * content type (the source's, if it says one) into @p ct. */
 static int ensure_blob(tb_image_cache_t *c, tb_image_source_t *src, const char *digest,
 		       uint64_t size, uint64_t max, int manifest, char *ct, size_t ctlen,
-		       uint64_t *fetched, tb_error_t *err)
+		       atomic_uint_fast64_t *fetched, tb_error_t *err)
 {
+	char name[80];
 	tb_blob_t b;
-	int rc;
+	int rc = 0, lock = -1;
 
 	if (ctlen)
 		ct[0] = '\0';
 	if (tb_blob_have(c->blobs, digest))
 		return 0;
-	if ((rc = tb_blob_begin(&b, c->blobs, digest, size, max, err)) < 0)
-		return rc;
-	if ((rc = src->fetch(src, digest, manifest, &b, ct, ctlen, err)) == 0)
-		rc = tb_blob_commit(&b, err);
-	*fetched += b.n;
-	tb_blob_abort(&b);
+	snprintf(name, sizeof(name), "blob-%.64s", digest + 7);
+	if ((lock = lock_at(c->locks, name, LOCK_EX)) < 0)
+		return tb_error_errno(err, TB_EIO, errno, "image cache: the lock of %.20s", name);
+	for (int attempt = 0; attempt < 3 && !tb_blob_have(c->blobs, digest); attempt++) {
+		if (attempt)
+			usleep(500000u << attempt); /* 1 s, then 2 s */
+		if ((rc = tb_blob_begin(&b, c->blobs, digest, size, max, err)) < 0)
+			break;
+		if ((rc = src->fetch(src, digest, manifest, &b, ct, ctlen, err)) == 0)
+			rc = tb_blob_commit(&b, err);
+		atomic_fetch_add(fetched, b.n);
+		tb_blob_abort(&b);
+		if (rc != TB_ERETRY)
+			break;
+	}
+	close(lock);
 	return rc;
+}
+
+/* The layers' blobs, fetched by up to FETCHERS threads at once. */
+#define FETCHERS 4
+
+typedef struct fetch_job {
+	tb_image_cache_t *c;
+	tb_image_source_t *src;
+	const tb_oci_manifest_t *m;
+	atomic_size_t next;
+	atomic_uint_fast64_t fetched;
+	pthread_mutex_t lock;
+	int rc; /* the first failure */
+	tb_error_t err;
+} fetch_job_t;
+
+static void *fetcher(void *arg)
+{
+	fetch_job_t *j = arg;
+	size_t i;
+	tb_error_t err;
+
+	while ((i = atomic_fetch_add(&j->next, 1)) < j->m->nlayers) {
+		const tb_oci_desc_t *d = &j->m->layers[i];
+		int rc = ensure_blob(j->c, j->src, d->digest, d->size, d->size, 0, NULL, 0,
+				     &j->fetched, &err);
+		pthread_mutex_lock(&j->lock);
+		if (rc < 0 && j->rc == 0) {
+			j->rc = rc;
+			j->err = err;
+			atomic_store(&j->next, j->m->nlayers); /* the rest would be wasted */
+		}
+		pthread_mutex_unlock(&j->lock);
+	}
+	return NULL;
+}
+
+static int fetch_layers(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manifest_t *m,
+			uint64_t *fetched, tb_error_t *err)
+{
+	fetch_job_t j = { .c = c, .src = src, .m = m };
+	pthread_t t[FETCHERS];
+	int started = 0;
+
+	pthread_mutex_init(&j.lock, NULL);
+	for (int i = 0; i < FETCHERS && (size_t)i < m->nlayers; i++)
+		if (pthread_create(&t[started], NULL, fetcher, &j) == 0)
+			started++;
+	if (!started)
+		fetcher(&j); /* no thread to be had: this one does it all */
+	for (int i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	pthread_mutex_destroy(&j.lock);
+	*fetched += atomic_load(&j.fetched);
+	if (j.rc < 0)
+		*err = j.err;
+	return j.rc;
 }
 
 /* The image's manifest for this platform: through its index if it has one. */
@@ -272,8 +344,10 @@ static int find_manifest(tb_image_cache_t *c, tb_image_source_t *src, const tb_i
 
 	snprintf(digest, 72, "%s", ref->digest);
 	for (int depth = 0; depth < 2; depth++) {
-		if ((rc = ensure_blob(c, src, digest, 0, TB_OCI_DOC_MAX, 1, ct, sizeof(ct), fetched,
-				      err)) < 0 ||
+		atomic_uint_fast64_t got = 0;
+		rc = ensure_blob(c, src, digest, 0, TB_OCI_DOC_MAX, 1, ct, sizeof(ct), &got, err);
+		*fetched += atomic_load(&got);
+		if (rc < 0 ||
 		    (rc = tb_blob_read(c->blobs, digest, TB_OCI_DOC_MAX, &doc, &len, err)) < 0 ||
 		    (rc = tb_oci_kind(&kind, doc, len, ct[0] ? ct : NULL, err)) < 0)
 			break;
@@ -307,15 +381,15 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 	size_t len;
 	int rc, dir = -1, rootfd = -1;
 
-	if ((rc = ensure_blob(c, src, m->config.digest, m->config.size, TB_OCI_DOC_MAX, 0, NULL, 0,
-			      &img->fetched, err)) < 0 ||
+	atomic_uint_fast64_t got = 0;
+	rc = ensure_blob(c, src, m->config.digest, m->config.size, TB_OCI_DOC_MAX, 0, NULL, 0, &got,
+			 err);
+	img->fetched += atomic_load(&got);
+	if (rc < 0 ||
 	    (rc = tb_blob_read(c->blobs, m->config.digest, TB_OCI_DOC_MAX, &doc, &len, err)) < 0 ||
-	    (rc = tb_oci_config(&img->config, doc, len, err)) < 0)
+	    (rc = tb_oci_config(&img->config, doc, len, err)) < 0 ||
+	    (rc = fetch_layers(c, src, m, &img->fetched, err)) < 0)
 		goto out;
-	for (size_t i = 0; i < m->nlayers; i++)
-		if ((rc = ensure_blob(c, src, m->layers[i].digest, m->layers[i].size,
-				      m->layers[i].size, 0, NULL, 0, &img->fetched, err)) < 0)
-			goto out;
 	snprintf(tmp, sizeof(tmp), "%s.%d.%u", hex, (int)getpid(),
 		 atomic_fetch_add(&tmp_counter, 1));
 	if (mkdirat(c->tmp, tmp, 0755) < 0 ||
@@ -370,7 +444,7 @@ static int classify(int rc, tb_error_t *err)
 }
 
 int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_unpacked,
-		 tb_image_t *out, tb_error_t *err)
+		 const char *credentials, tb_image_t *out, tb_error_t *err)
 {
 	tb_image_source_t *src = NULL;
 	tb_oci_manifest_t *m = malloc(sizeof(*m));
@@ -381,13 +455,8 @@ int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_un
 	out->lock = -1;
 	if (!m)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	if (!ref->layout)
-		rc = tb_error_set(err, TB_EINVAL,
-				  "image %.300s: pulling from a registry is not built yet; use an "
-				  "oci-layout: image",
-				  ref->text);
-	else
-		rc = tb_layout_open(&src, ref, err);
+	rc = ref->layout ? tb_layout_open(&src, ref, err)
+			 : tb_registry_open(&src, ref, credentials, err);
 	/* shared while anything is made: eviction waits for no blob in use */
 	if (rc == 0 && (building = lock_at(c->locks, TRIM_LOCK, LOCK_SH)) < 0)
 		rc = tb_error_errno(err, TB_EIO, errno, "image cache: its lock");
@@ -399,8 +468,13 @@ int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_un
 	if (rc == 0 && read_meta(c, hex, out)) {
 		out->cached = 1;
 	} else if (rc == 0) {
-		/* made here, once: other slots and workers wait for it */
-		if (flock(out->lock, LOCK_EX) < 0)
+		/* made here, once: other slots and workers wait for its builder
+		 * (a lock of its own: the shared one is held by every user, and
+		 * no one waits for users to go) */
+		char name[80];
+		snprintf(name, sizeof(name), "%.64s.build", hex);
+		int builder = lock_at(c->locks, name, LOCK_EX);
+		if (builder < 0)
 			rc = tb_error_errno(err, TB_EIO, errno, "image cache: the lock of %.20s",
 					    hex);
 		else if (read_meta(c, hex, out))
@@ -409,8 +483,8 @@ int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_un
 			 !read_meta(c, hex, out))
 			rc = tb_error_set(err, TB_EIO, "image cache: the record of %.20s is gone",
 					  hex);
-		if (rc == 0)
-			flock(out->lock, LOCK_SH);
+		if (builder >= 0)
+			close(builder);
 	}
 	if (rc == 0 &&
 	    snprintf(out->tree, sizeof(out->tree), "%.3900s/trees/%.64s", c->path, hex) < 0)

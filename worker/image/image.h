@@ -9,7 +9,8 @@
  *   <cache_dir>/images/trees/<hex>/        an image's root, by its manifest
  *   <cache_dir>/images/trees/<hex>.json    ... complete once this exists
  *   <cache_dir>/images/locks/<hex>         flock: shared while in use,
- *                                          exclusive while built or evicted
+ *                                          exclusive while evicted
+ *   <cache_dir>/images/locks/<hex>.build   flock: while it is made
  *   <cache_dir>/images/tmp/                what is being made (flock'd)
  *
  * Workers on one host may share the cache: everything is taken under
@@ -55,13 +56,17 @@ void tb_image_cache_close(tb_image_cache_t *c);
 /**
  * Makes @p ref ready (fetched, verified, unpacked; or found in the cache)
  * and holds it until tb_image_release(): it is not evicted meanwhile.
- * Its files may take @p max_unpacked bytes at most. @return 0; TB_EPOISON when the image itself is wrong (no
+ * Its files may take @p max_unpacked bytes at most; a registry's login
+ * is looked up in @p credentials (a docker config.json; NULL: none).
+ * Layers are fetched in parallel, each blob at most once at a time on the
+ * host (another slot or worker fetching it is waited for), a failed
+ * fetch tried again twice after a pause. @return 0; TB_EPOISON when the image itself is wrong (no
  * such digest, a mismatching blob, a bad or hostile layer, too big, no
  * manifest for this platform) naming why; TB_ERETRY when its source is
  * away; TB_EIO when the cache cannot be written.
  */
 int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_unpacked,
-		 tb_image_t *out, tb_error_t *err);
+		 const char *credentials, tb_image_t *out, tb_error_t *err);
 
 /** Removes the least recently used images no one holds, then the blobs
  * no remaining image names, until the cache is under its size (done by

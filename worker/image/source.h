@@ -26,6 +26,12 @@ struct tb_image_source {
 	void (*close)(tb_image_source_t *s);
 };
 
+/** The registry @p ref names; @p credentials: a docker config.json whose
+ * "auths" may hold its login (NULL: anonymous). @return 0; TB_EIO when
+ * the credentials file cannot be read. */
+int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const char *credentials,
+		     tb_error_t *err);
+
 /** An OCI image layout at @p ref's path (ref->layout). @return 0;
  * TB_ENOTFOUND when the path holds no layout (no oci-layout file). */
 int tb_layout_open(tb_image_source_t **out, const tb_image_ref_t *ref, tb_error_t *err);

@@ -45,8 +45,8 @@ static int environment(tb_run_t *r, tb_error_t *err)
 	if (!r->ctx->images)
 		return tb_error_set(err, TB_EIO, "image %.300s: this worker keeps no image cache",
 				    name);
-	if ((rc = tb_image_get(r->ctx->images, &ref, im->max_unpacked_mb << 20, &r->image, err)) <
-	    0)
+	if ((rc = tb_image_get(r->ctx->images, &ref, im->max_unpacked_mb << 20, im->credentials,
+			       &r->image, err)) < 0)
 		return tb_error_prefix(err, "environment");
 	r->has_image = 1;
 	tb_environment_ran_t *e = &r->m.environment;

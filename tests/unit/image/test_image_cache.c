@@ -7,6 +7,7 @@
  * tree keeps the layers' owners); skips otherwise.
  */
 #include "image.h"
+#include "oci_testlib.h"
 
 #include "tb/encoding.h"
 
@@ -30,98 +31,6 @@
 static char base[64] = "/tmp/tb-imagecache-test-XXXXXX";
 static char layout[128], cache_dir[128];
 #define MAX_UNPACKED (64u << 20)
-
-/* Writes @p len bytes as a blob of the layout; its digest into @p d. */
-static void put_blob(const void *data, size_t len, char d[72])
-{
-	unsigned char sum[32];
-	char path[300];
-	EVP_Digest(data, len, sum, NULL, EVP_sha256(), NULL);
-	memcpy(d, "sha256:", 7);
-	tb_hex(d + 7, sum, sizeof(sum));
-	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, d + 7);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	assert_int_equal(fwrite(data, 1, len, f), len);
-	fclose(f);
-}
-
-/* A gzip layer of "path=content" files ("dir/" for a directory). */
-static size_t make_layer(const char *const *files, char *out, size_t cap)
-{
-	struct archive *a = archive_write_new();
-	size_t used = 0;
-	archive_write_set_format_pax_restricted(a);
-	archive_write_add_filter_gzip(a);
-	archive_write_open_memory(a, out, cap, &used);
-	for (; *files; files++) {
-		struct archive_entry *e = archive_entry_new();
-		const char *eq = strchr(*files, '=');
-		char name[256];
-		snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - *files) : (int)strlen(*files),
-			 *files);
-		archive_entry_set_pathname(e, name);
-		archive_entry_set_uid(e, 1000);
-		archive_entry_set_gid(e, 1000);
-		int dir = name[strlen(name) - 1] == '/';
-		archive_entry_set_filetype(e, dir ? AE_IFDIR : AE_IFREG);
-		archive_entry_set_perm(e, dir ? 0755 : 0644);
-		archive_entry_set_size(e, eq ? (la_int64_t)strlen(eq + 1) : 0);
-		archive_write_header(a, e);
-		if (eq)
-			archive_write_data(a, eq + 1, strlen(eq + 1));
-		archive_entry_free(e);
-	}
-	archive_write_close(a);
-	archive_write_free(a);
-	return used;
-}
-
-#define GZ "application/vnd.oci.image.layer.v1.tar+gzip"
-
-/* An image of the given layers (each NULL-ended file list); its manifest's
- * digest into @p d. @p layer_type: NULL for gzip layers. */
-static void make_image(const char *const *const *layers, size_t n, const char *layer_type,
-		       char d[72])
-{
-	static char buf[1 << 16];
-	char cfg_d[72], layer_d[8][72], text[4096];
-	size_t sizes[8];
-	for (size_t i = 0; i < n; i++) {
-		sizes[i] = make_layer(layers[i], buf, sizeof(buf));
-		put_blob(buf, sizes[i], layer_d[i]);
-	}
-	const char *cfg = "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Env\":"
-			  "[\"PATH=/bin\",\"LANG=C.UTF-8\"],\"WorkingDir\":\"/home/agent\","
-			  "\"User\":\"1000\"},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}";
-	put_blob(cfg, strlen(cfg), cfg_d);
-	int o = snprintf(text, sizeof(text),
-			 "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest."
-			 "v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config."
-			 "v1+json\",\"digest\":\"%s\",\"size\":%zu},\"layers\":[",
-			 cfg_d, strlen(cfg));
-	for (size_t i = 0; i < n; i++)
-		o += snprintf(text + o, sizeof(text) - (size_t)o,
-			      "%s{\"mediaType\":\"%s\",\"digest\":\"%s\",\"size\":%zu}",
-			      i ? "," : "", layer_type ? layer_type : GZ, layer_d[i], sizes[i]);
-	snprintf(text + o, sizeof(text) - (size_t)o, "]}");
-	put_blob(text, strlen(text), d);
-}
-
-/* An index naming @p manifest for @p arch (and one for s390x). */
-static void make_index(const char *manifest, const char *arch, char d[72])
-{
-	char text[1024];
-	snprintf(text, sizeof(text),
-		 "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\","
-		 "\"manifests\":[{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
-		 "\"digest\":\"%s\",\"size\":100,\"platform\":{\"os\":\"linux\",\"architecture\":"
-		 "\"s390x\"}},{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
-		 "\"digest\":\"%s\",\"size\":100,\"platform\":{\"os\":\"linux\",\"architecture\":"
-		 "\"%s\"}}]}",
-		 manifest, manifest, arch);
-	put_blob(text, strlen(text), d);
-}
 
 static tb_image_ref_t ref_of(const char *digest)
 {
@@ -168,10 +77,10 @@ static void test_image__made_once_then_cached(void **state)
 	char d[72];
 	struct stat st;
 	(void)state;
-	make_image(layers, 2, NULL, d);
+	oci_image(layout, layers, 2, NULL, d);
 	tb_image_ref_t r = ref_of(d);
 	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
-	if (tb_image_get(c, &r, MAX_UNPACKED, &img, &err) != 0)
+	if (tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err) != 0)
 		fail_msg("%s", err.msg);
 	assert_int_equal(img.cached, 0);
 	assert_true(img.fetched > 0);
@@ -191,7 +100,7 @@ static void test_image__made_once_then_cached(void **state)
 	assert_int_equal(st.st_uid, 1000); /* the layer's owner, kept */
 	tb_image_release(&img);
 	/* again: from the cache, nothing fetched, the same record */
-	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), 0);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err), 0);
 	assert_int_equal(img.cached, 1);
 	assert_int_equal(img.fetched, 0);
 	assert_int_equal(img.layers.n, 2);
@@ -210,17 +119,17 @@ static void test_image__an_index_gives_this_platforms_manifest(void **state)
 	char m[72], ix[72], other[72];
 	(void)state;
 	tb_oci_platform(&os, &arch, &variant);
-	make_image(layers, 1, NULL, m);
-	make_index(m, arch, ix);
-	make_index(m, "mips64", other);
+	oci_image(layout, layers, 1, NULL, m);
+	oci_index(layout, m, arch, ix);
+	oci_index(layout, m, "mips64", other);
 	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
 	tb_image_ref_t r = ref_of(ix);
-	if (tb_image_get(c, &r, MAX_UNPACKED, &img, &err) != 0)
+	if (tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err) != 0)
 		fail_msg("%s", err.msg);
 	assert_string_equal(img.digest, m); /* the manifest, not the index */
 	tb_image_release(&img);
 	r = ref_of(other);
-	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_EPOISON);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "has no manifest for linux/"));
 	assert_non_null(strstr(err.msg, "linux/mips64"));
 	tb_image_cache_close(c);
@@ -240,12 +149,12 @@ static void test_image__what_is_wrong_with_an_image_is_said(void **state)
 	/* no such digest in the layout */
 	tb_image_ref_t r =
 	    ref_of("sha256:0000000000000000000000000000000000000000000000000000000000000000");
-	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_EPOISON);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "has no blob"));
 	/* a layer whose bytes are not its digest's: the platform's failure */
 	static const char *const changed[] = { "only/here=x", NULL };
 	const char *const *clayers[] = { changed };
-	make_image(clayers, 1, NULL, d);
+	oci_image(layout, clayers, 1, NULL, d);
 	char *doc;
 	size_t len;
 	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, d + 7);
@@ -262,22 +171,22 @@ static void test_image__what_is_wrong_with_an_image_is_said(void **state)
 	fputs("tampered", f);
 	fclose(f);
 	r = ref_of(d);
-	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_ERETRY);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err), TB_ERETRY);
 	assert_non_null(strstr(err.msg, "the bytes received are"));
 	f = fopen(path, "a"); /* more bytes than the descriptor says */
 	fputs("and more", f);
 	fclose(f);
-	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_ERETRY);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err), TB_ERETRY);
 	assert_non_null(strstr(err.msg, "more than the"));
 	/* a layer of another media type */
-	make_image(layers, 1, "application/vnd.example.not-a-layer", d);
+	oci_image(layout, layers, 1, "application/vnd.example.not-a-layer", d);
 	r = ref_of(d);
-	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_EPOISON);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "not a filesystem layer"));
 	/* a hostile layer: refused, nothing half made left behind */
-	make_image(bad_layer, 1, NULL, d);
+	oci_image(layout, bad_layer, 1, NULL, d);
 	r = ref_of(d);
-	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, &img, &err), TB_EPOISON);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "layer 0"));
 	snprintf(path, sizeof(path), "trees/%s", d + 7);
 	assert_false(present(path));
@@ -296,13 +205,13 @@ static void test_image__eviction_spares_what_is_held(void **state)
 	tb_error_t err;
 	char da[72], db[72], path[200];
 	(void)state;
-	make_image(a_layers, 1, NULL, da);
-	make_image(b_layers, 1, NULL, db);
+	oci_image(layout, a_layers, 1, NULL, da);
+	oci_image(layout, b_layers, 1, NULL, db);
 	/* room for about one image: its blobs and its files */
 	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1, &err), 0);
 	tb_image_ref_t ra = ref_of(da), rb = ref_of(db);
-	assert_int_equal(tb_image_get(c, &ra, MAX_UNPACKED, &a, &err), 0);
-	assert_int_equal(tb_image_get(c, &rb, MAX_UNPACKED, &b, &err), 0);
+	assert_int_equal(tb_image_get(c, &ra, MAX_UNPACKED, NULL, &a, &err), 0);
+	assert_int_equal(tb_image_get(c, &rb, MAX_UNPACKED, NULL, &b, &err), 0);
 	snprintf(path, sizeof(path), "trees/%s", da + 7);
 	assert_true(present(path)); /* held: kept, over the size or not */
 	tb_image_release(&a);
@@ -325,7 +234,7 @@ static void *race(void *arg)
 {
 	struct racer *r = arg;
 	tb_error_t err;
-	r->rc = tb_image_get(r->c, &r->ref, MAX_UNPACKED, &r->img, &err);
+	r->rc = tb_image_get(r->c, &r->ref, MAX_UNPACKED, NULL, &r->img, &err);
 	return NULL;
 }
 
@@ -339,7 +248,7 @@ static void test_image__two_slots_at_once_make_it_once(void **state)
 	tb_error_t err;
 	char d[72];
 	(void)state;
-	make_image(layers, 1, NULL, d);
+	oci_image(layout, layers, 1, NULL, d);
 	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
 	for (int i = 0; i < 2; i++) {
 		r[i] = (struct racer){ .c = c, .ref = ref_of(d) };

@@ -1,0 +1,110 @@
+/*
+ * oci_testlib.c: OCI image layouts written by the tests (oci_testlib.h).
+ */
+#include "oci_testlib.h"
+
+#include "tb/encoding.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <openssl/evp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* Writes @p len bytes as a blob of the layout; its digest into @p d. */
+void oci_blob(const char *layout, const void *data, size_t len, char d[72])
+{
+	unsigned char sum[32];
+	char path[300];
+	EVP_Digest(data, len, sum, NULL, EVP_sha256(), NULL);
+	memcpy(d, "sha256:", 7);
+	tb_hex(d + 7, sum, sizeof(sum));
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, d + 7);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(fwrite(data, 1, len, f), len);
+	fclose(f);
+}
+
+/* A gzip layer of "path=content" files ("dir/" for a directory). */
+size_t oci_layer(const char *const *files, char *out, size_t cap)
+{
+	struct archive *a = archive_write_new();
+	size_t used = 0;
+	archive_write_set_format_pax_restricted(a);
+	archive_write_add_filter_gzip(a);
+	archive_write_open_memory(a, out, cap, &used);
+	for (; *files; files++) {
+		struct archive_entry *e = archive_entry_new();
+		const char *eq = strchr(*files, '=');
+		char name[256];
+		snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - *files) : (int)strlen(*files),
+			 *files);
+		archive_entry_set_pathname(e, name);
+		archive_entry_set_uid(e, 1000);
+		archive_entry_set_gid(e, 1000);
+		int dir = name[strlen(name) - 1] == '/';
+		archive_entry_set_filetype(e, dir ? AE_IFDIR : AE_IFREG);
+		archive_entry_set_perm(e, dir ? 0755 : 0644);
+		archive_entry_set_size(e, eq ? (la_int64_t)strlen(eq + 1) : 0);
+		archive_write_header(a, e);
+		if (eq)
+			archive_write_data(a, eq + 1, strlen(eq + 1));
+		archive_entry_free(e);
+	}
+	archive_write_close(a);
+	archive_write_free(a);
+	return used;
+}
+
+#define GZ "application/vnd.oci.image.layer.v1.tar+gzip"
+
+/* An image of the given layers (each NULL-ended file list); its manifest's
+ * digest into @p d. @p layer_type: NULL for gzip layers. */
+void oci_image(const char *layout, const char *const *const *layers, size_t n,
+	       const char *layer_type, char d[72])
+{
+	static char buf[1 << 16];
+	char cfg_d[72], layer_d[8][72], text[4096];
+	size_t sizes[8];
+	for (size_t i = 0; i < n; i++) {
+		sizes[i] = oci_layer(layers[i], buf, sizeof(buf));
+		oci_blob(layout, buf, sizes[i], layer_d[i]);
+	}
+	const char *cfg = "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Env\":"
+			  "[\"PATH=/bin\",\"LANG=C.UTF-8\"],\"WorkingDir\":\"/home/agent\","
+			  "\"User\":\"1000\"},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}";
+	oci_blob(layout, cfg, strlen(cfg), cfg_d);
+	int o = snprintf(text, sizeof(text),
+			 "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest."
+			 "v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config."
+			 "v1+json\",\"digest\":\"%s\",\"size\":%zu},\"layers\":[",
+			 cfg_d, strlen(cfg));
+	for (size_t i = 0; i < n; i++)
+		o += snprintf(text + o, sizeof(text) - (size_t)o,
+			      "%s{\"mediaType\":\"%s\",\"digest\":\"%s\",\"size\":%zu}",
+			      i ? "," : "", layer_type ? layer_type : GZ, layer_d[i], sizes[i]);
+	snprintf(text + o, sizeof(text) - (size_t)o, "]}");
+	oci_blob(layout, text, strlen(text), d);
+}
+
+/* An index naming @p manifest for @p arch (and one for s390x). */
+void oci_index(const char *layout, const char *manifest, const char *arch, char d[72])
+{
+	char text[1024];
+	snprintf(text, sizeof(text),
+		 "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\","
+		 "\"manifests\":[{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+		 "\"digest\":\"%s\",\"size\":100,\"platform\":{\"os\":\"linux\",\"architecture\":"
+		 "\"s390x\"}},{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+		 "\"digest\":\"%s\",\"size\":100,\"platform\":{\"os\":\"linux\",\"architecture\":"
+		 "\"%s\"}}]}",
+		 manifest, manifest, arch);
+	oci_blob(layout, text, strlen(text), d);
+}

@@ -1,0 +1,359 @@
+/*
+ * test_registry.c: images pulled from a registry (worker/image/registry.c)
+ * served by the test itself on loopback (libmicrohttpd): the distribution
+ * API over an OCI layout the test writes, anonymous, with HTTP Basic, and
+ * with the Bearer token challenge and its token endpoint; blobs redirected
+ * to "storage" on another loopback address, which must see no
+ * Authorization header; a blob whose bytes are not its digest's, one
+ * longer than its descriptor says, a missing manifest; a second image
+ * sharing all but its top layer fetches only that layer. As root (the
+ * tree keeps the layers' owners); skips otherwise.
+ */
+#include "image.h"
+#include "oci_testlib.h"
+
+#include "tb/encoding.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define TOKEN "tok-9f8e7d"
+#define USER_PASS "puller:s3cret"
+
+static char base[64] = "/tmp/tb-registry-test-XXXXXX";
+static char layout[128], cache_dir[128], creds[128];
+
+/* How the fake registry behaves, set by each test. */
+static struct {
+	enum { OPEN, BASIC, BEARER } auth;
+	int redirect;      /* blobs: 307 to the storage daemon */
+	char tamper[80];   /* this digest's blob is served altered */
+	char endless[80];  /* this digest's blob is served too long */
+	atomic_int leaked; /* storage saw an Authorization header */
+	atomic_int blob_gets;
+} fake;
+
+static struct MHD_Daemon *registry, *storage;
+static unsigned registry_port, storage_port;
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *text,
+				 const char *hname, const char *hvalue)
+{
+	struct MHD_Response *r =
+	    MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
+	if (hname)
+		MHD_add_response_header(r, hname, hvalue);
+	enum MHD_Result rc = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return rc;
+}
+
+/* The blob @p digest of the layout, as a response (altered if asked). */
+static enum MHD_Result send_blob(struct MHD_Connection *c, const char *digest, int manifest)
+{
+	char path[300], *buf;
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%.64s", layout, digest + 7);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return send_text(c, 404, "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\"}]}", NULL,
+				 NULL);
+	}
+	size_t extra = !strcmp(fake.endless, digest) ? (size_t)st.st_size + 65536 : 0;
+	buf = calloc(1, (size_t)st.st_size + extra + 1);
+	if (read(fd, buf, (size_t)st.st_size) != st.st_size)
+		fail_msg("read %s", path);
+	close(fd);
+	if (!strcmp(fake.tamper, digest))
+		buf[0] ^= 0x55;
+	memset(buf + st.st_size, 'x', extra);
+	struct MHD_Response *r =
+	    MHD_create_response_from_buffer((size_t)st.st_size + extra, buf, MHD_RESPMEM_MUST_FREE);
+	if (manifest && strstr(buf, "image.index"))
+		MHD_add_response_header(r, "Content-Type",
+					"application/vnd.oci.image.index.v1+json");
+	else if (manifest)
+		MHD_add_response_header(r, "Content-Type",
+					"application/vnd.oci.image.manifest.v1+json");
+	enum MHD_Result rc = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return rc;
+}
+
+static int authorized(struct MHD_Connection *c)
+{
+	char want[200], b64[100];
+	const char *got = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+
+	if (fake.auth == OPEN)
+		return 1;
+	if (fake.auth == BEARER)
+		return got && !strcmp(got, "Bearer " TOKEN);
+	tb_base64_encode(b64, sizeof(b64), USER_PASS, strlen(USER_PASS), 0);
+	snprintf(want, sizeof(want), "Basic %s", b64);
+	return got && !strcmp(got, want);
+}
+
+static enum MHD_Result on_registry(void *cls, struct MHD_Connection *c, const char *url,
+				   const char *method, const char *version, const char *data,
+				   size_t *size, void **state)
+{
+	char challenge[300], loc[300];
+	(void)cls, (void)method, (void)version, (void)data, (void)size, (void)state;
+
+	if (!strcmp(url, "/token")) { /* the Bearer challenge's realm */
+		char b64[100], want[200];
+		const char *got = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+		tb_base64_encode(b64, sizeof(b64), USER_PASS, strlen(USER_PASS), 0);
+		snprintf(want, sizeof(want), "Basic %s", b64);
+		const char *scope = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "scope");
+		if (!got || strcmp(got, want) || !scope ||
+		    strcmp(scope, "repository:team/app:pull"))
+			return send_text(c, 401, "{}", NULL, NULL);
+		return send_text(c, 200, "{\"token\":\"" TOKEN "\"}", "Content-Type",
+				 "application/json");
+	}
+	if (!authorized(c)) {
+		if (fake.auth == BEARER)
+			snprintf(challenge, sizeof(challenge),
+				 "Bearer realm=\"http://127.0.0.1:%u/token\",service=\"fake\","
+				 "scope=\"repository:team/app:pull\"",
+				 registry_port);
+		else
+			snprintf(challenge, sizeof(challenge), "Basic realm=\"fake\"");
+		return send_text(c, 401, "{\"errors\":[]}", "WWW-Authenticate", challenge);
+	}
+	const char *m = strstr(url, "/manifests/"), *b = strstr(url, "/blobs/");
+	if (strncmp(url, "/v2/team/app/", 13) || (!m && !b))
+		return send_text(c, 404, "{}", NULL, NULL);
+	if (m)
+		return send_blob(c, m + 11, 1);
+	atomic_fetch_add(&fake.blob_gets, 1);
+	if (!fake.redirect)
+		return send_blob(c, b + 7, 0);
+	snprintf(loc, sizeof(loc), "http://127.0.0.2:%u/storage/%s", storage_port, b + 7);
+	return send_text(c, 307, "", "Location", loc);
+}
+
+static enum MHD_Result on_storage(void *cls, struct MHD_Connection *c, const char *url,
+				  const char *method, const char *version, const char *data,
+				  size_t *size, void **state)
+{
+	(void)cls, (void)method, (void)version, (void)data, (void)size, (void)state;
+	if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"))
+		atomic_store(&fake.leaked, 1);
+	if (strncmp(url, "/storage/", 9))
+		return send_text(c, 404, "{}", NULL, NULL);
+	return send_blob(c, url + 9, 0);
+}
+
+static struct MHD_Daemon *serve(const char *ip, MHD_AccessHandlerCallback fn, unsigned *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	inet_pton(AF_INET, ip, &a.sin_addr);
+	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, fn,
+						NULL, MHD_OPTION_SOCK_ADDR, &a, MHD_OPTION_END);
+	assert_non_null(d);
+	*port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT)->port;
+	return d;
+}
+
+static tb_image_ref_t ref_of(const char *digest)
+{
+	char text[300];
+	tb_image_ref_t r;
+	tb_error_t err;
+	snprintf(text, sizeof(text), "127.0.0.1:%u/team/app@%s", registry_port, digest);
+	if (tb_image_ref_parse(&r, text, &err) < 0)
+		fail_msg("%s", err.msg);
+	return r;
+}
+
+static const char *const bottom[] = { "bin/", "bin/tool=v1", "usr/share/big=bbbbbbbbbbbbbbbb",
+				      NULL };
+static const char *const top1[] = { "etc/one=1", NULL };
+static const char *const top2[] = { "etc/two=2", NULL };
+
+/* Pulls @p digest into a fresh cache. @return tb_image_get's rc. */
+static int pull(const char *digest, const char *credentials, tb_image_t *img, tb_error_t *err)
+{
+	tb_image_cache_t *c;
+	tb_image_ref_t r = ref_of(digest);
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, err), 0);
+	int rc = tb_image_get(c, &r, 64 << 20, credentials, img, err);
+	tb_image_cache_close(c); /* img keeps its tree and lock */
+	return rc;
+}
+
+static void test_registry__anonymous_bearer_basic_and_redirects(void **state)
+{
+	const char *const *layers[] = { bottom, top1 };
+	tb_image_t img;
+	tb_error_t err;
+	char d[72];
+	(void)state;
+	oci_image(layout, layers, 2, NULL, d);
+	/* anonymous */
+	fake.auth = OPEN;
+	if (pull(d, NULL, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_true(img.fetched > 0);
+	tb_image_release(&img);
+	/* Bearer: the token from its realm, with the credentials, then
+	 * blobs redirected to storage elsewhere, which sees no login */
+	assert_int_equal(system("rm -rf /tmp/tb-registry-test-*/cache"), 0);
+	fake.auth = BEARER;
+	fake.redirect = 1;
+	assert_int_equal(pull(d, NULL, &img, &err), TB_EPOISON); /* no credentials */
+	assert_non_null(strstr(err.msg, "token service answered 401"));
+	if (pull(d, creds, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/bin/tool", img.tree);
+	assert_int_equal(access(path, R_OK), 0);
+	tb_image_release(&img);
+	assert_int_equal(atomic_load(&fake.leaked), 0);
+	/* Basic */
+	assert_int_equal(system("rm -rf /tmp/tb-registry-test-*/cache"), 0);
+	fake.auth = BASIC;
+	fake.redirect = 0;
+	assert_int_equal(pull(d, NULL, &img, &err), TB_EPOISON);
+	assert_non_null(strstr(err.msg, "wants a login"));
+	if (pull(d, creds, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	tb_image_release(&img);
+}
+
+static void test_registry__what_a_registry_gets_wrong_is_said(void **state)
+{
+	static const char *const other[] = { "etc/other=1", NULL };
+	const char *const *layers[] = { other };
+	char d[72], text[4096], layer[80];
+	tb_image_t img;
+	tb_error_t err;
+	(void)state;
+	fake.auth = OPEN;
+	oci_image(layout, layers, 1, NULL, d);
+	/* the layer's digest, from the manifest */
+	char path[300];
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, d + 7);
+	FILE *f = fopen(path, "r");
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	char *l = strstr(strstr(text, "\"layers\""), "sha256:");
+	snprintf(layer, sizeof(layer), "%.71s", l);
+	snprintf(fake.tamper, sizeof(fake.tamper), "%s", layer);
+	assert_int_equal(pull(d, NULL, &img, &err), TB_ERETRY);
+	assert_non_null(strstr(err.msg, "the bytes received are"));
+	fake.tamper[0] = '\0';
+	snprintf(fake.endless, sizeof(fake.endless), "%s", layer);
+	assert_int_equal(pull(d, NULL, &img, &err), TB_ERETRY);
+	assert_non_null(strstr(err.msg, "more than the"));
+	fake.endless[0] = '\0';
+	assert_int_equal(
+	    pull("sha256:1111111111111111111111111111111111111111111111111111111111111111", NULL,
+		 &img, &err),
+	    TB_EPOISON);
+	assert_non_null(strstr(err.msg, "has no manifest"));
+	/* and right again once the registry is */
+	assert_int_equal(pull(d, NULL, &img, &err), 0);
+	tb_image_release(&img);
+}
+
+static void test_registry__a_shared_layer_is_not_fetched_again(void **state)
+{
+	const char *const *one[] = { bottom, top1 }, *const * two[] = { bottom, top2 };
+	tb_image_cache_t *c;
+	tb_image_t a, b;
+	tb_error_t err;
+	char da[72], db[72];
+	(void)state;
+	fake.auth = OPEN;
+	oci_image(layout, one, 2, NULL, da);
+	oci_image(layout, two, 2, NULL, db);
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+	tb_image_ref_t ra = ref_of(da), rb = ref_of(db);
+	assert_int_equal(tb_image_get(c, &ra, 64 << 20, NULL, &a, &err), 0);
+	int gets = atomic_load(&fake.blob_gets);
+	assert_int_equal(tb_image_get(c, &rb, 64 << 20, NULL, &b, &err), 0);
+	/* the top layer only: the bottom one and the config (the same
+	 * bytes in both images) were there */
+	assert_int_equal(atomic_load(&fake.blob_gets) - gets, 1);
+	assert_true(b.fetched < a.fetched);
+	printf("  fetched: %llu bytes for the first image, %llu for the second\n",
+	       (unsigned long long)a.fetched, (unsigned long long)b.fetched);
+	tb_image_release(&a);
+	tb_image_release(&b);
+	tb_image_cache_close(c);
+}
+
+static int fresh_cache(void **state)
+{
+	char cmd[300];
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", cache_dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static int setup(void **state)
+{
+	char cmd[1200], b64[100];
+	(void)state;
+	if (!mkdtemp(base))
+		return -1;
+	snprintf(layout, sizeof(layout), "%s/layout", base);
+	snprintf(cache_dir, sizeof(cache_dir), "%s/cache", base);
+	snprintf(creds, sizeof(creds), "%s/auth.json", base);
+	registry = serve("127.0.0.1", on_registry, &registry_port);
+	storage = serve("127.0.0.2", on_storage, &storage_port);
+	tb_base64_encode(b64, sizeof(b64), USER_PASS, strlen(USER_PASS), 0);
+	snprintf(cmd, sizeof(cmd),
+		 "mkdir -p %s/blobs/sha256 && echo '{\"imageLayoutVersion\":\"1.0.0\"}' > "
+		 "%s/oci-layout && echo '{\"auths\":{\"127.0.0.1:%u\":{\"auth\":\"%s\"}}}' > %s",
+		 layout, layout, registry_port, b64, creds);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+	(void)state;
+	MHD_stop_daemon(registry);
+	MHD_stop_daemon(storage);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_registry__anonymous_bearer_basic_and_redirects,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_registry__what_a_registry_gets_wrong_is_said,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_registry__a_shared_layer_is_not_fetched_again,
+				       fresh_cache),
+	};
+	if (geteuid() != 0) {
+		printf("SKIP: the tree keeps the layers' owners: needs root\n");
+		return 77;
+	}
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

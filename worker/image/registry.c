@@ -1,0 +1,340 @@
+/*
+ * registry.c: a registry as a source of blobs (source.h), over the OCI
+ * distribution API with libcurl: GET /v2/<repository>/manifests/<digest>
+ * and /v2/<repository>/blobs/<digest>, redirects followed (to blob
+ * storage: curl drops the Authorization header on a move to another
+ * host), anonymous access, HTTP Basic, and the Bearer token challenge
+ * public registries use (WWW-Authenticate: Bearer realm=...,service=...,
+ * scope=...), the token kept for the source's later requests.
+ *
+ * Registries are spoken to over https, except one on loopback
+ * (localhost, 127.0.0.0/8, [::1]), which is spoken to over http: a test
+ * registry or a node-local mirror. A registry that stalls (under one byte
+ * a second for 30 s) is given up on, and one that sends more than a blob's
+ * descriptor says is cut off (blob.h): both are the platform's failure,
+ * tried again later; a registry that has no such image, or refuses it, is
+ * the image's (poison).
+ */
+#include "source.h"
+
+#include "tb/encoding.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define ERROR_BODY_MAX 4096
+#define STALL_SECONDS 30L
+#define TOKEN_MAX 8192
+
+typedef struct registry {
+	tb_image_source_t base;
+	char url[600];      /* scheme://host[:port]/v2/<repository> */
+	char registry[256]; /* host[:port], as named */
+	char repository[256];
+	char basic[900]; /* "Authorization: Basic ...", "" without credentials */
+	pthread_mutex_t lock;
+	char bearer[TOKEN_MAX + 32]; /* "Authorization: Bearer ...", once one is got */
+} registry_t;
+
+/* One response: its status, content type and challenge, and where its
+ * body goes (the blob on a 200, a small buffer otherwise). */
+typedef struct reply {
+	long status;
+	char type[160];
+	char challenge[1024];
+	tb_blob_t *blob;
+	int blob_rc;
+	tb_error_t *err;
+	char body[ERROR_BODY_MAX];
+	size_t nbody;
+} reply_t;
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+
+static void curl_init_once(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* A header line: the status line of each response (after a redirect,
+ * the next one's), its Content-Type and WWW-Authenticate. */
+static size_t on_header(char *b, size_t size, size_t n, void *ud)
+{
+	reply_t *r = ud;
+	size_t len = size * n;
+	int code;
+
+	if (len > 5 && !strncmp(b, "HTTP/", 5) && sscanf(b, "HTTP/%*s %d", &code) == 1) {
+		r->status = code;
+		r->type[0] = r->challenge[0] = '\0';
+		r->nbody = 0;
+	} else if (len > 13 && !strncasecmp(b, "Content-Type:", 13)) {
+		snprintf(r->type, sizeof(r->type), "%.*s", (int)(len - 13), b + 13);
+	} else if (len > 17 && !strncasecmp(b, "WWW-Authenticate:", 17)) {
+		snprintf(r->challenge, sizeof(r->challenge), "%.*s", (int)(len - 17), b + 17);
+	}
+	return len;
+}
+
+static size_t on_body(char *data, size_t size, size_t n, void *ud)
+{
+	reply_t *r = ud;
+	size_t len = size * n;
+
+	if (r->status == 200 && r->blob) {
+		if ((r->blob_rc = tb_blob_write(r->blob, data, len, r->err)) < 0)
+			return 0; /* stops the transfer */
+		return len;
+	}
+	size_t room = sizeof(r->body) - 1 - r->nbody; /* an error's text, kept short */
+	memcpy(r->body + r->nbody, data, len < room ? len : room);
+	r->nbody += len < room ? len : room;
+	return len;
+}
+
+/* GET @p url; the body into @p r (see reply_t). @return 0 when the
+ * transfer itself worked (whatever the status), TB_ERETRY otherwise. */
+static int get(const char *url, const char *auth, const char *accept, reply_t *r, tb_error_t *err)
+{
+	struct curl_slist *h = NULL;
+	CURL *c = curl_easy_init();
+	CURLcode cc;
+
+	if (!c)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	if (auth && auth[0])
+		h = curl_slist_append(h, auth);
+	if (accept)
+		h = curl_slist_append(h, accept);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, STALL_SECONDS);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "taskbox");
+	cc = curl_easy_perform(c);
+	curl_easy_cleanup(c);
+	curl_slist_free_all(h);
+	if (r->blob_rc < 0)
+		return r->blob_rc; /* the blob said why */
+	if (cc != CURLE_OK)
+		return tb_error_set(err, TB_ERETRY, "registry: %s: %s", url,
+				    curl_easy_strerror(cc));
+	return 0;
+}
+
+/* The value of key @p key in a challenge's "k=v,k2="v2"" list. */
+static int param(const char *challenge, const char *key, char *out, size_t cap)
+{
+	size_t klen = strlen(key);
+	for (const char *p = challenge; (p = strcasestr(p, key)); p += klen) {
+		if ((p != challenge && p[-1] != ' ' && p[-1] != ',') || p[klen] != '=')
+			continue;
+		const char *v = p + klen + 1, *end;
+		if (*v == '"')
+			end = strchr(++v, '"');
+		else
+			end = v + strcspn(v, ", \r\n");
+		if (!end || (size_t)(end - v) >= cap)
+			return -1;
+		memcpy(out, v, (size_t)(end - v));
+		out[end - v] = '\0';
+		return 0;
+	}
+	return -1;
+}
+
+/* Answers a Bearer challenge: a token from its realm (with the
+ * credentials, if any), kept in r->bearer. */
+static int get_token(registry_t *g, const char *challenge, tb_error_t *err)
+{
+	char realm[512], service[256] = "", scope[512] = "", url[2048];
+	char *esc_service = NULL, *esc_scope = NULL;
+	reply_t r = { .err = err };
+	int rc;
+
+	if (param(challenge, "realm", realm, sizeof(realm)) < 0 ||
+	    (strncmp(realm, "https://", 8) && strncmp(realm, "http://", 7)))
+		return tb_error_set(err, TB_EPOISON,
+				    "registry %s: a Bearer challenge with no realm", g->registry);
+	param(challenge, "service", service, sizeof(service));
+	param(challenge, "scope", scope, sizeof(scope));
+	CURL *c = curl_easy_init();
+	if (c) {
+		esc_service = curl_easy_escape(c, service, 0);
+		esc_scope = curl_easy_escape(c, scope, 0);
+		curl_easy_cleanup(c);
+	}
+	snprintf(url, sizeof(url), "%s%sservice=%s&scope=%s", realm, strchr(realm, '?') ? "&" : "?",
+		 esc_service ? esc_service : "", esc_scope ? esc_scope : "");
+	curl_free(esc_service);
+	curl_free(esc_scope);
+	if ((rc = get(url, g->basic, NULL, &r, err)) < 0)
+		return rc;
+	if (r.status != 200)
+		return tb_error_set(err, r.status >= 500 ? TB_ERETRY : TB_EPOISON,
+				    "registry %s: its token service answered %ld%s", g->registry,
+				    r.status, g->basic[0] ? "" : " (no credentials given)");
+	r.body[r.nbody] = '\0';
+	json_t *o = json_loads(r.body, 0, NULL);
+	const char *tok = json_string_value(json_object_get(o, "token"));
+	if (!tok)
+		tok = json_string_value(json_object_get(o, "access_token"));
+	if (!tok || strlen(tok) > TOKEN_MAX || strpbrk(tok, "\r\n")) {
+		json_decref(o);
+		return tb_error_set(err, TB_ERETRY, "registry %s: its token service gave no token",
+				    g->registry);
+	}
+	pthread_mutex_lock(&g->lock);
+	snprintf(g->bearer, sizeof(g->bearer), "Authorization: Bearer %s", tok);
+	pthread_mutex_unlock(&g->lock);
+	json_decref(o);
+	return 0;
+}
+
+static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest, tb_blob_t *b,
+			  char *ct, size_t ctlen, tb_error_t *err)
+{
+	static const char accept[] = "Accept: application/vnd.oci.image.index.v1+json, "
+				     "application/vnd.oci.image.manifest.v1+json, "
+				     "application/vnd.docker.distribution.manifest.list.v2+json, "
+				     "application/vnd.docker.distribution.manifest.v2+json";
+	registry_t *g = (registry_t *)s;
+	char url[800], auth[sizeof(g->bearer)];
+	int rc;
+
+	snprintf(url, sizeof(url), "%s/%s/%s", g->url, manifest ? "manifests" : "blobs", digest);
+	for (int round = 0; round < 2; round++) {
+		reply_t r = { .blob = b, .err = err };
+		pthread_mutex_lock(&g->lock);
+		snprintf(auth, sizeof(auth), "%s", g->bearer[0] ? g->bearer : g->basic);
+		pthread_mutex_unlock(&g->lock);
+		if ((rc = get(url, auth, manifest ? accept : NULL, &r, err)) < 0)
+			return rc;
+		if (r.status == 200) {
+			if (ctlen)
+				snprintf(ct, ctlen, "%.*s", (int)strcspn(r.type, "\r\n"), r.type);
+			while (ctlen && ct[0] == ' ')
+				memmove(ct, ct + 1, strlen(ct));
+			return 0;
+		}
+		if (r.status == 401 && round == 0 && strcasestr(r.challenge, "bearer")) {
+			if ((rc = get_token(g, r.challenge, err)) < 0)
+				return rc;
+			continue;
+		}
+		if (r.status == 401)
+			return tb_error_set(
+			    err, TB_EPOISON, "registry %s refused %s: it wants a login%s",
+			    g->registry, g->repository,
+			    g->basic[0] ? " the credentials given do not pass"
+					: " (sandbox.images.credentials names none for it)");
+		if (r.status == 404)
+			return tb_error_set(err, TB_ENOTFOUND, "registry %s has no %s %s in %s",
+					    g->registry, manifest ? "manifest" : "blob", digest,
+					    g->repository);
+		return tb_error_set(
+		    err, r.status >= 500 || r.status == 429 ? TB_ERETRY : TB_EPOISON,
+		    "registry %s answered %ld for %s", g->registry, r.status, digest);
+	}
+	return tb_error_set(err, TB_EPOISON, "registry %s: the token it gave does not pass",
+			    g->registry);
+}
+
+static void registry_close(tb_image_source_t *s)
+{
+	registry_t *g = (registry_t *)s;
+	if (!g)
+		return;
+	pthread_mutex_destroy(&g->lock);
+	explicit_bzero(g->basic, sizeof(g->basic));
+	explicit_bzero(g->bearer, sizeof(g->bearer));
+	free(g);
+}
+
+/* The registry's login from a docker config.json's "auths" (the entry
+ * for "host[:port]", or "https://host[:port]" and the like). */
+static int credentials(registry_t *g, const char *file, tb_error_t *err)
+{
+	json_error_t je;
+	json_t *o = json_load_file(file, JSON_REJECT_DUPLICATES, &je), *entry = NULL;
+	const char *key;
+	json_t *v;
+	char user_pass[600] = "", b64[820];
+
+	if (!o)
+		return tb_error_set(err, TB_EIO, "registry credentials %s: %s", file, je.text);
+	json_object_foreach(json_object_get(o, "auths"), key, v)
+	{
+		const char *host = strstr(key, "://") ? strstr(key, "://") + 3 : key;
+		size_t n = strcspn(host, "/");
+		if (n == strlen(g->registry) && !strncmp(host, g->registry, n))
+			entry = v;
+	}
+	const char *auth = json_string_value(json_object_get(entry, "auth"));
+	const char *user = json_string_value(json_object_get(entry, "username"));
+	const char *pass = json_string_value(json_object_get(entry, "password"));
+	if (auth && strlen(auth) < sizeof(b64)) {
+		ssize_t n =
+		    tb_base64_decode(user_pass, sizeof(user_pass) - 1, auth, strlen(auth), 0);
+		user_pass[n > 0 ? n : 0] = '\0';
+	} else if (user && pass) {
+		snprintf(user_pass, sizeof(user_pass), "%s:%s", user, pass);
+	}
+	json_decref(o);
+	if (user_pass[0]) {
+		tb_base64_encode(b64, sizeof(b64), user_pass, strlen(user_pass), 0);
+		snprintf(g->basic, sizeof(g->basic), "Authorization: Basic %s", b64);
+	}
+	explicit_bzero(user_pass, sizeof(user_pass));
+	return 0;
+}
+
+/* Loopback: localhost, 127.x.y.z, [::1], with any port. */
+static int loopback(const char *host)
+{
+	return !strncmp(host, "localhost", 9) || !strncmp(host, "127.", 4) ||
+	       !strncmp(host, "[::1]", 5);
+}
+
+int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const char *creds,
+		     tb_error_t *err)
+{
+	registry_t *g = calloc(1, sizeof(*g));
+	int rc;
+
+	if (!g)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	pthread_once(&curl_once, curl_init_once);
+	pthread_mutex_init(&g->lock, NULL);
+	g->base.fetch = registry_fetch;
+	g->base.close = registry_close;
+	snprintf(g->registry, sizeof(g->registry), "%s", ref->registry);
+	snprintf(g->repository, sizeof(g->repository), "%s", ref->repository);
+	/* Docker Hub's name is not where its API is */
+	const char *host =
+	    !strcmp(ref->registry, "docker.io") ? "registry-1.docker.io" : ref->registry;
+	snprintf(g->url, sizeof(g->url), "%s://%s/v2/%s", loopback(host) ? "http" : "https", host,
+		 ref->repository);
+	if (creds && (rc = credentials(g, creds, err)) < 0) {
+		registry_close(&g->base);
+		return rc;
+	}
+	*out = &g->base;
+	return 0;
+}
