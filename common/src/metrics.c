@@ -41,12 +41,13 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	char worker[128];
 	unsigned slots, busy, waiting;
-	family_t tasks, failures, dlq, phase;
+	family_t tasks, failures, dlq, phase, images;
 	histogram_t launch;
 	int64_t lag[MAX_LAG_PARTITIONS];
 	int nlag;
 	uint64_t egress[5];
 	uint64_t events;
+	uint64_t image_bytes, image_evictions;
 } R;
 
 /* The slot for @p name in @p f: made on first sight; "other" when full. */
@@ -178,6 +179,21 @@ void tb_metrics_events(uint64_t n)
 	pthread_mutex_unlock(&lock);
 }
 
+void tb_metrics_image(const char *result, uint64_t fetched)
+{
+	pthread_mutex_lock(&lock);
+	R.images.counts[slot(&R.images, result)]++;
+	R.image_bytes += fetched;
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_metrics_image_evicted(void)
+{
+	pthread_mutex_lock(&lock);
+	R.image_evictions++;
+	pthread_mutex_unlock(&lock);
+}
+
 /* ------------------------------------------------------------ render */
 
 /* A label value, escaped as the text format wants (\\, \", \n). */
@@ -280,6 +296,13 @@ char *tb_metrics_render(size_t *len)
 			(unsigned long long)R.egress[c]);
 	head(f, "taskbox_events_total", "counter", "Events produced to the events topic.");
 	fprintf(f, "taskbox_events_total %llu\n", (unsigned long long)R.events);
+	counters(f, "taskbox_image_gets_total", "result", &R.images,
+		 "Environments' images asked for: cached, made, refused (wrong), failed.");
+	head(f, "taskbox_image_fetched_bytes_total", "counter", "Image blobs fetched, in bytes.");
+	fprintf(f, "taskbox_image_fetched_bytes_total %llu\n", (unsigned long long)R.image_bytes);
+	head(f, "taskbox_image_evictions_total", "counter", "Images evicted from the cache.");
+	fprintf(f, "taskbox_image_evictions_total %llu\n",
+		(unsigned long long)R.image_evictions);
 	pthread_mutex_unlock(&lock);
 	if (fclose(f) != 0) {
 		free(buf);

@@ -54,6 +54,9 @@ CONTRACT = {
     "taskbox_egress_requests_total": ("counter", {"status"}),
     "taskbox_dlq_messages_total": ("counter", {"cause"}),
     "taskbox_events_total": ("counter", set()),
+    "taskbox_image_gets_total": ("counter", {"result"}),
+    "taskbox_image_fetched_bytes_total": ("counter", set()),
+    "taskbox_image_evictions_total": ("counter", set()),
 }
 LABEL_VALUES = {
     "outcome": {"succeeded", "failed", "timed-out", "oom-killed", "pids-limit", "cancelled",
@@ -61,6 +64,7 @@ LABEL_VALUES = {
     "phase": {"received", "validated", "claimed", "prepared", "running", "settled", "collected",
               "judged", "recorded", "torn-down", "acknowledged"},
     "status": {"2xx", "3xx", "4xx", "5xx", "refused"},
+    "result": {"cached", "made", "refused", "failed"},
 }
 # Series Prometheus makes itself for every target, and labels its service
 # discovery attaches; not exported by the worker.

@@ -11,6 +11,7 @@
 #include "tb/clock.h"
 #include "tb/fsutil.h"
 #include "tb/log.h"
+#include "tb/metrics.h"
 #include "unpack.h"
 
 #include <dirent.h>
@@ -497,8 +498,11 @@ int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_un
 	free(m);
 	if (rc < 0) {
 		tb_image_release(out);
-		return classify(rc, err);
+		rc = classify(rc, err);
+		tb_metrics_image(rc == TB_EPOISON ? "refused" : "failed", out->fetched);
+		return rc;
 	}
+	tb_metrics_image(out->cached ? "cached" : "made", out->fetched);
 	tb_image_cache_trim(c);
 	return 0;
 }
@@ -631,6 +635,7 @@ void tb_image_cache_trim(tb_image_cache_t *c)
 		close(lock);
 		tb_info(NULL, "image cache: evicted %.12s (%llu MiB)", trees[i].hex,
 			(unsigned long long)(trees[i].bytes >> 20));
+		tb_metrics_image_evicted();
 		total -= trees[i].bytes;
 		trees[i].hex[0] = '\0'; /* names nothing any more */
 	}

@@ -20,6 +20,10 @@
  *   taskbox_egress_requests_total{status}   proxy requests: 2xx .. 5xx, refused
  *   taskbox_dlq_messages_total{cause}       DLQ records written, by cause
  *   taskbox_events_total                    events produced
+ *   taskbox_image_gets_total{result}        environments' images asked for:
+ *                                           cached, made, refused, failed
+ *   taskbox_image_fetched_bytes_total       image blobs fetched
+ *   taskbox_image_evictions_total           images evicted from the cache
  */
 #ifndef TB_METRICS_H
 #define TB_METRICS_H
@@ -44,6 +48,11 @@ void tb_metrics_lag(const int64_t *lag, int n);
 void tb_metrics_egress(int status);
 void tb_metrics_dlq(const char *cause);
 void tb_metrics_events(uint64_t n);
+/** An image asked for (image.h): @p result "cached", "made", "refused"
+ * (the image is wrong) or "failed" (its source or the cache); @p fetched
+ * bytes fetched for it. */
+void tb_metrics_image(const char *result, uint64_t fetched);
+void tb_metrics_image_evicted(void);
 
 /**
  * The registry as Prometheus text (version 0.0.4).

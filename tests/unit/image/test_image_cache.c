@@ -8,6 +8,7 @@
  */
 #include "image.h"
 #include "oci_testlib.h"
+#include "tb/metrics.h"
 
 #include "tb/encoding.h"
 
@@ -107,6 +108,12 @@ static void test_image__made_once_then_cached(void **state)
 	assert_string_equal(img.config.workdir, "/home/agent");
 	tb_image_release(&img);
 	tb_image_cache_close(c);
+	/* counted: one made (its bytes fetched), one from the cache */
+	char *text = tb_metrics_render(NULL);
+	assert_non_null(strstr(text, "taskbox_image_gets_total{result=\"made\"} 1\n"));
+	assert_non_null(strstr(text, "taskbox_image_gets_total{result=\"cached\"} 1\n"));
+	assert_null(strstr(text, "taskbox_image_fetched_bytes_total 0\n"));
+	free(text);
 }
 
 static void test_image__an_index_gives_this_platforms_manifest(void **state)
@@ -217,6 +224,9 @@ static void test_image__eviction_spares_what_is_held(void **state)
 	tb_image_release(&a);
 	tb_image_cache_trim(c);
 	assert_false(present(path)); /* let go: evicted */
+	char *text = tb_metrics_render(NULL);
+	assert_non_null(strstr(text, "taskbox_image_evictions_total 1\n"));
+	free(text);
 	snprintf(path, sizeof(path), "trees/%s", db + 7);
 	assert_true(present(path));
 	tb_image_release(&b);
@@ -290,6 +300,7 @@ static int fresh_cache(void **state)
 {
 	char cmd[300];
 	(void)state;
+	tb_metrics_reset();
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", cache_dir);
 	return system(cmd) == 0 ? 0 : -1;
 }
