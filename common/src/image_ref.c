@@ -16,15 +16,18 @@ static int is_lower_alnum(char c)
 	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }
 
-/* "sha256:" and 64 lowercase hex digits. */
-static int valid_digest(const char *d)
+int tb_digest_valid(const char *d)
 {
-	if (strncmp(d, DIGEST_PREFIX, 7) != 0 || strlen(d) != 7 + 64)
+	return d && strncmp(d, DIGEST_PREFIX, 7) == 0 && strlen(d) == 7 + 64 &&
+	       strspn(d + 7, "0123456789abcdef") == 64;
+}
+
+int tb_check_digest(const void *value, char *why, size_t len)
+{
+	if (tb_digest_valid(value))
 		return 0;
-	for (const char *p = d + 7; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-			return 0;
-	return 1;
+	snprintf(why, len, "not a digest (sha256:<64 lowercase hex>)");
+	return -1;
 }
 
 /* One repository component: [a-z0-9]+ ((\.|_|__|-+)[a-z0-9]+)* */
@@ -113,7 +116,7 @@ int tb_image_ref_parse(tb_image_ref_t *out, const char *text, tb_error_t *err)
 				    "image '%.300s' is not pinned: name it by digest "
 				    "(...@sha256:<64 hex>); a tag can move",
 				    text);
-	if (!valid_digest(at + 1))
+	if (!tb_digest_valid(at + 1))
 		return tb_error_set(err, TB_EINVAL,
 				    "image '%.300s': the digest must be sha256:<64 lowercase hex>",
 				    text);

@@ -301,8 +301,7 @@ char *tb_metrics_render(size_t *len)
 	head(f, "taskbox_image_fetched_bytes_total", "counter", "Image blobs fetched, in bytes.");
 	fprintf(f, "taskbox_image_fetched_bytes_total %llu\n", (unsigned long long)R.image_bytes);
 	head(f, "taskbox_image_evictions_total", "counter", "Images evicted from the cache.");
-	fprintf(f, "taskbox_image_evictions_total %llu\n",
-		(unsigned long long)R.image_evictions);
+	fprintf(f, "taskbox_image_evictions_total %llu\n", (unsigned long long)R.image_evictions);
 	pthread_mutex_unlock(&lock);
 	if (fclose(f) != 0) {
 		free(buf);

@@ -7,8 +7,6 @@
 #include "tb/schema_verdict.h"
 
 #include <stddef.h>
-#include <stdio.h>
-#include <string.h>
 
 const char *const tb_outcomes[] = {
 	"succeeded", "failed", "timed-out", "oom-killed", "pids-limit", "cancelled", "error", NULL,
@@ -111,19 +109,6 @@ static const tb_schema_t phase_schema = {
 	.nfields = 3,
 };
 
-/* "sha256:" and 64 lowercase hex digits. */
-static int check_digest(const void *value, char *why, size_t len)
-{
-	const char *s = value;
-	size_t n = strspn(s + (strncmp(s, "sha256:", 7) ? 0 : 7), "0123456789abcdef");
-
-	if (strncmp(s, "sha256:", 7) || n != 64 || s[71]) {
-		snprintf(why, len, "not a digest (sha256:<64 lowercase hex>)");
-		return -1;
-	}
-	return 0;
-}
-
 /* clang-format off */
 static const tb_field_t environment_fields[] = {
 	{.name = "image", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
@@ -131,10 +116,10 @@ static const tb_field_t environment_fields[] = {
 	 .check = tb_check_image_ref},
 	{.name = "digest", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_environment_ran_t, digest), .min = 71, .max = 71,
-	 .check = check_digest},
+	 .check = tb_check_digest},
 	{.name = "layers", .type = TB_FT_STRLIST, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_environment_ran_t, layers), .max = 256, .item_max = 71,
-	 .check = check_digest},
+	 .check = tb_check_digest},
 };
 /* clang-format on */
 static const tb_schema_t environment_schema = {

@@ -67,6 +67,7 @@
 
 static char root[64] = "/tmp/tb-replay-XXXXXX";
 static char repo[128], commit[64], runtimes[128], bucket[64];
+static char image_commit[64]; /* the image recipe's; "" when umoci or busybox-static is missing */
 static char misbehave_commit[64], bare_commit[64], slow_commit[64], chat_commit[64];
 static const char *brokers, *redis_url, *s3_endpoint;
 
@@ -157,6 +158,68 @@ static int setup(void **state)
 		pclose(f);
 		into[i][strcspn(into[i], "\n")] = '\0';
 	}
+	/* A recipe whose environment is an image (a busybox-static root, built
+	 * with umoci): its agent and judges pass only on the image's files. */
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "command -v umoci >/dev/null && file -L /bin/busybox | grep -q static || exit 3; "
+	    "set -e; L=%s/layouts/bb; umoci init --layout $L; umoci new --image $L:t; "
+	    "umoci unpack --rootless --image $L:t $L.b >/dev/null; "
+	    "mkdir -p $L.b/rootfs/bin $L.b/rootfs/usr/share; cp /bin/busybox $L.b/rootfs/bin/; "
+	    "for t in sh cat grep; do ln -s busybox $L.b/rootfs/bin/$t; done; "
+	    "echo from-the-image > $L.b/rootfs/usr/share/marker; "
+	    "umoci repack --image $L:t $L.b; rm -rf $L.b; git init -q %s/imaged; "
+	    "grep -o 'sha256:[0-9a-f]*' $L/index.json | head -1 > %s/imaged.digest",
+	    root, root, root);
+	int made = system(cmd);
+	if (made == 0) {
+		static const char agent[] =
+		    "read -r p\ncat /usr/share/marker > /outputs/marker || exit 1\n"
+		    "echo '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' >&3\n";
+		static const char judge[] =
+		    "cat >/dev/null\nif grep -q from-the-image /outputs/marker; then "
+		    "echo '{\"outcome\":\"pass\"}'; else echo '{\"outcome\":\"fail\"}'; fi\n";
+		char digest[100] = "", path[300];
+		snprintf(path, sizeof(path), "%s/imaged.digest", root);
+		f = fopen(path, "r");
+		if (!f || !fgets(digest, sizeof(digest), f))
+			return -1;
+		fclose(f);
+		digest[strcspn(digest, "\n")] = '\0';
+		const char *const files[][2] = { { "agent.sh", agent }, { "judge.sh", judge } };
+		for (int i = 0; i < 2; i++) {
+			snprintf(path, sizeof(path), "%s/imaged/%s", root, files[i][0]);
+			if (!(f = fopen(path, "w")))
+				return -1;
+			fputs(files[i][1], f);
+			fclose(f);
+		}
+		snprintf(path, sizeof(path), "%s/imaged/taskbox.json", root);
+		if (!(f = fopen(path, "w")))
+			return -1;
+		fprintf(
+		    f,
+		    "{\"v\": 1, \"name\": \"imaged\", \"environment\": {\"image\": "
+		    "\"oci-layout:%s/layouts/bb@%s\"}, \"agent\": {\"command\": [\"/bin/sh\", "
+		    "\"agent.sh\"]}, \"judges\": [{\"name\": \"one\", \"command\": [\"/bin/sh\", "
+		    "\"judge.sh\"]}, {\"name\": \"two\", \"command\": [\"/bin/sh\", "
+		    "\"judge.sh\"]}]}\n",
+		    root, digest);
+		fclose(f);
+		snprintf(
+		    cmd, sizeof(cmd),
+		    "cd %s/imaged && git add -A && git -c user.name=t -c user.email=t@t commit "
+		    "-qm imaged && git rev-parse HEAD > %s/imaged.commit",
+		    root, root);
+		snprintf(path, sizeof(path), "%s/imaged.commit", root);
+		if (system(cmd) != 0 || !(f = fopen(path, "r")) ||
+		    !fgets(image_commit, sizeof(image_commit), f))
+			return -1;
+		fclose(f);
+		image_commit[strcspn(image_commit, "\n")] = '\0';
+	} else if (!WIFEXITED(made) || WEXITSTATUS(made) != 3) {
+		return -1;
+	}
 	/* Runtimes: "killable" has attempts enough for a task hit by every
 	 * kill of a batch (each kill spends an attempt); "standard" has the
 	 * default 3 (service outages must not spend them); "twice" has 2. */
@@ -166,8 +229,10 @@ static int setup(void **state)
 	    "mkdir -p %s && cd %s && "
 	    "echo '{\"v\": 1, \"name\": \"killable\", \"max_attempts\": 20}' > killable.json && "
 	    "echo '{\"v\": 1, \"name\": \"standard\"}' > standard.json && "
-	    "echo '{\"v\": 1, \"name\": \"twice\", \"max_attempts\": 2}' > twice.json",
-	    runtimes, runtimes);
+	    "echo '{\"v\": 1, \"name\": \"twice\", \"max_attempts\": 2}' > twice.json && "
+	    "echo '{\"v\": 1, \"name\": \"imaged\", \"max_attempts\": 20, \"sandbox\": "
+	    "{\"images\": {\"layouts\": [\"%s/layouts\"]}}}' > imaged.json",
+	    runtimes, runtimes, root);
 	if (system(cmd) != 0)
 		return -1;
 
@@ -804,6 +869,48 @@ static void test_replay__kill_at_every_phase(void **state)
 	check(sc);
 }
 
+/* A task in an image, the worker killed after the image's blobs are
+ * fetched and after its layers are unpacked (before the tree is in
+ * place): each task then runs once, on a whole root (its agent and
+ * judges pass only on the image's files). */
+static void test_replay__kill_while_an_image_is_made(void **state)
+{
+	static const char *const points[] = { "image-fetched", "image-unpacked" };
+	static scenario_t scenario;
+	scenario_t *sc = &scenario;
+	char url[200];
+
+	(void)state;
+	if (!brokers || !image_commit[0])
+		skip(); /* umoci and busybox-static: deploy/local/install-deps test */
+	scenario_init(sc, "image", 1, 1);
+	snprintf(url, sizeof(url), "file://%s/imaged", root);
+	for (int i = 0; i < 2; i++) {
+		char *id = sc->ids[sc->n++];
+		snprintf(id, sizeof(sc->ids[0]), "img-at-%s-%d", points[i], getpid());
+		produce_task_at(sc, id, url, image_commit, "imaged");
+		sc->extra--; /* one of the scenario's tasks (sc->ids), not an extra message */
+		pid_t w = start_worker(sc, 0, points[i]);
+		int status = wait_exit(w, 120);
+		if (status < 0 || !WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+			if (status < 0) {
+				kill(w, SIGKILL);
+				reap(w, &status, 0);
+			}
+			show_log(sc);
+			fail_msg("fault point %s: the worker was not killed there (status %d)",
+				 points[i], status);
+		}
+		/* the next task finds the image as a crash left it: swept, made again */
+		char cmd[300];
+		snprintf(cmd, sizeof(cmd), "rm -rf %s/cache/images/trees/*", root);
+		if (i == 0 && system(cmd) != 0)
+			fail_msg("%s", cmd);
+	}
+	finish_all(sc, 180);
+	check(sc);
+}
+
 /* A batch, the worker killed at random moments, restarted each time. */
 static void test_replay__random_kills_during_a_batch(void **state)
 {
@@ -1402,6 +1509,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_replay__kill_at_every_phase, stop_leftovers),
+		cmocka_unit_test_teardown(test_replay__kill_while_an_image_is_made, stop_leftovers),
 		cmocka_unit_test_teardown(test_replay__random_kills_during_a_batch, stop_leftovers),
 		cmocka_unit_test_teardown(
 		    test_replay__a_task_that_kills_its_worker_is_dead_lettered, stop_leftovers),

@@ -248,6 +248,13 @@ static void print_fleet(const json_t *o)
 		       (long long)json_integer_value(json_object_get(w, "waiting")),
 		       (long long)json_integer_value(json_object_get(w, "finished")),
 		       hb > 0 && (uint64_t)hb < now ? (double)(now - (uint64_t)hb) / 1000 : 0.0);
+		json_t *ic = json_object_get(w, "image_cache");
+		if (ic)
+			printf("    image cache: %lld images, %.1f of %.1f MiB\n",
+			       (long long)json_integer_value(json_object_get(ic, "images")),
+			       (double)json_integer_value(json_object_get(ic, "bytes")) / 1048576,
+			       (double)json_integer_value(json_object_get(ic, "max_bytes")) /
+				   1048576);
 		json_array_foreach(json_object_get(w, "tasks"), k, t)
 		{
 			json_int_t since = json_integer_value(json_object_get(t, "since_ms"));

@@ -9,6 +9,7 @@
 #include "blob.h"
 #include "source.h"
 #include "tb/clock.h"
+#include "tb/fault.h"
 #include "tb/fsutil.h"
 #include "tb/log.h"
 #include "tb/metrics.h"
@@ -391,6 +392,7 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 	    (rc = tb_oci_config(&img->config, doc, len, err)) < 0 ||
 	    (rc = fetch_layers(c, src, m, &img->fetched, err)) < 0)
 		goto out;
+	tb_fault_point("image-fetched");
 	snprintf(tmp, sizeof(tmp), "%s.%d.%u", hex, (int)getpid(),
 		 atomic_fetch_add(&tmp_counter, 1));
 	if (mkdirat(c->tmp, tmp, 0755) < 0 ||
@@ -414,6 +416,7 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 	}
 	if (rc < 0)
 		goto out;
+	tb_fault_point("image-unpacked"); /* complete, not yet in place */
 	img->bytes = st.bytes;
 	tb_remove_tree(c->trees, hex); /* a tree with no record: half made */
 	if (renameat(c->tmp, tmp, c->trees, hex) < 0) {
@@ -645,6 +648,22 @@ void tb_image_cache_trim(tb_image_cache_t *c)
 	free_list(trees, nt);
 	free_list(blobs, nb);
 	close(all);
+}
+
+void tb_image_cache_usage(tb_image_cache_t *c, uint64_t *images, uint64_t *bytes, uint64_t *max)
+{
+	entry_t *trees = NULL, *blobs = NULL;
+	size_t nt = list(c, c->trees, 1, &trees), nb = list(c, c->blobs, 0, &blobs);
+
+	*images = nt;
+	*bytes = 0;
+	for (size_t i = 0; i < nt; i++)
+		*bytes += trees[i].bytes;
+	for (size_t i = 0; i < nb; i++)
+		*bytes += blobs[i].bytes;
+	*max = c->max;
+	free_list(trees, nt);
+	free_list(blobs, nb);
 }
 
 void tb_image_release(tb_image_t *img)

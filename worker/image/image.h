@@ -73,6 +73,10 @@ int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_un
  * tb_image_get() too). Skipped while an image is being made. */
 void tb_image_cache_trim(tb_image_cache_t *c);
 
+/** What the cache holds now: complete images, and the bytes of their
+ * files and of every blob; its bound into @p max. */
+void tb_image_cache_usage(tb_image_cache_t *c, uint64_t *images, uint64_t *bytes, uint64_t *max);
+
 /** Lets go of an image from tb_image_get() (and frees what it holds). */
 void tb_image_release(tb_image_t *img);
 

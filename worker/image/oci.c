@@ -3,6 +3,8 @@
  */
 #include "oci.h"
 
+#include "tb/image_ref.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +30,6 @@ static const struct {
 	{ "application/vnd.docker.image.rootfs.diff.tar.gzip", TB_OCI_GZIP },
 	{ "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip", TB_OCI_GZIP },
 };
-
-int tb_oci_digest_valid(const char *d)
-{
-	return d && strncmp(d, "sha256:", 7) == 0 && strlen(d) == 71 &&
-	       strspn(d + 7, "0123456789abcdef") == 64;
-}
 
 void tb_oci_platform(const char **os, const char **arch, const char **variant)
 {
@@ -113,7 +109,7 @@ static int desc(tb_oci_desc_t *d, json_t *o, const char *what, tb_error_t *err)
 	const char *dg = json_string_value(json_object_get(o, "digest"));
 	json_t *size = json_object_get(o, "size");
 
-	if (!tb_oci_digest_valid(dg))
+	if (!tb_digest_valid(dg))
 		return tb_error_set(err, TB_EINVAL, "image %s: digest '%.80s' is not sha256", what,
 				    dg ? dg : "(none)");
 	if (!json_is_integer(size) || json_integer_value(size) < 0)

@@ -75,7 +75,4 @@ int tb_oci_config(tb_oci_config_t *out, const char *doc, size_t len, tb_error_t 
 
 void tb_oci_config_free(tb_oci_config_t *c);
 
-/** Whether @p d is "sha256:" and 64 lowercase hex digits. */
-int tb_oci_digest_valid(const char *d);
-
 #endif

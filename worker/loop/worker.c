@@ -126,6 +126,14 @@ static char *liveness(const tb_loop_t *w)
 			      "heartbeat_ms", (json_int_t)tb_wall_ms(), "slots",
 			      (int)w->d->cfg->slots, "waiting", (int)w->nwaiting, "tasks", tasks,
 			      "finished", (json_int_t)w->finished_messages);
+	if (o && w->d->images) {
+		uint64_t images, bytes, max;
+		tb_image_cache_usage(w->d->images, &images, &bytes, &max);
+		json_object_set_new(o, "image_cache",
+				    json_pack("{s:I,s:I,s:I}", "images", (json_int_t)images,
+					      "bytes", (json_int_t)bytes, "max_bytes",
+					      (json_int_t)max));
+	}
 	char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 	json_decref(o);
 	return text;

@@ -37,6 +37,13 @@ typedef struct tb_image_ref {
  */
 int tb_image_ref_parse(tb_image_ref_t *out, const char *text, tb_error_t *err);
 
+/** Whether @p d is a digest as images are named by: "sha256:" and 64
+ * lowercase hex digits. */
+int tb_digest_valid(const char *d);
+
+/** A schema field's check (tb_field_t.check) for a digest. */
+int tb_check_digest(const void *value, char *why, size_t len);
+
 /** A schema field's check (tb_field_t.check) for an image reference:
  * 0, or -1 with the reason in @p why. */
 int tb_check_image_ref(const void *value, char *why, size_t len);

@@ -125,6 +125,7 @@ has "status says done" "task $id: done" "$tmp/status.out"
 has "status lists the artifact" "artifact  hello.txt" "$tmp/status.out"
 expect "status of the fleet" 0 "$tmp/fleet.out" "$tb" status --config "$cfg"
 has "the fleet has our worker" "$run" "$tmp/fleet.out"
+has "and its image cache" "image cache: 0 images" "$tmp/fleet.out"
 expect "artifacts list" 0 "$tmp/list.out" "$tb" artifacts list --config "$cfg" "$id"
 has "artifacts list names hello.txt" "hello.txt" "$tmp/list.out"
 expect "artifacts get" 0 "$tmp/get.out" \
