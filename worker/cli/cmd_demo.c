@@ -3,7 +3,8 @@
  * this process: librdkafka's mock cluster stands in for Kafka, the
  * in-process ledger for Redis, a temporary directory for the artifact
  * store. It submits the example recipes' tasks (the hello recipe one-shot,
- * the chat recipe as an interactive session with a follow-up and an end),
+ * the chat recipe as an interactive session with a follow-up and an end,
+ * a task whose environment is an image the demo writes: demo_image.h),
  * a duplicate, a missing commit and three bad messages; one worker runs
  * them in sandboxes while the events topic is shown live; then the DLQ
  * and where the records are. Without root (no sandboxes) it shows intake
@@ -12,6 +13,7 @@
 #include "cmd.h"
 #include "follow.h"
 
+#include "demo_image.h"
 #include "demo_recipe.h"
 #include "intake.h"
 #include "sandbox.h"
@@ -37,7 +39,7 @@
 #define EVENTS "taskbox.events"
 #define DLQ "taskbox.dlq"
 #define DEMO_COMMIT "5d41402abc4b2a76b9719d911017c592ae3f0c11"
-#define DEMO_MSGS 10 /* the full demo's messages */
+#define DEMO_MSGS 11 /* the full demo's messages; the last, the image task, when it can be */
 
 enum { MSG_HELLO, MSG_CHAT, MSG_FOLLOWUP, MSG_END, MSG_BRANCH, MSG_FUTURE, MSG_JUNK, NMSGS };
 #define EXPECT_ACCEPTED 4 /* the first four are valid */
@@ -367,6 +369,87 @@ static void follow_events(const char *brokers, struct demo_run *d)
 	rd_kafka_destroy(c);
 }
 
+/* A recipe whose environment is the demo's image (demo_image.h), at
+ * @p base: the layout under images/, the recipe committed from recipes/.
+ * @return 0; TB_ENOTFOUND without taskbox-demo-agent (the demo goes on
+ * without it); another error after a message. */
+static int image_recipe(const char *base, char *url, size_t ulen, char commit[41], tb_error_t *err)
+{
+	char agent[PATH_MAX], layout[256], dir[256], path[320], git[256], digest[72];
+	int rc;
+
+	if ((rc = tb_demo_agent_path(agent, sizeof(agent), err)) < 0)
+		return rc;
+	snprintf(layout, sizeof(layout), "%s/images/demo", base);
+	snprintf(dir, sizeof(dir), "%s/image-recipe", base);
+	snprintf(git, sizeof(git), "%s/recipes/image.git", base);
+	if ((rc = tb_demo_image(layout, agent, digest, err)) < 0)
+		return rc;
+	snprintf(path, sizeof(path), "%s/taskbox.json", dir);
+	FILE *f = mkdir(dir, 0755) == 0 ? fopen(path, "w") : NULL;
+	if (!f)
+		return tb_error_errno(err, TB_EIO, errno, "demo: %s", path);
+	fprintf(f,
+		"{\"v\": 1, \"name\": \"hello-image\",\n"
+		" \"description\": \"the hello task, run in a pinned image\",\n"
+		" \"environment\": {\"image\": \"oci-layout:%s@%s\"},\n"
+		" \"agent\": {\"command\": [\"/bin/demo\"]},\n"
+		" \"judges\": [{\"name\": \"greeted\", \"command\": [\"/bin/demo\", "
+		"\"judge\"]}]}\n",
+		layout, digest);
+	fclose(f);
+	return tb_demo_recipe_commit(dir, git, url, ulen, commit, err);
+}
+
+/* The tasks the demo submits, encoded into @p v (see demo_full's list). */
+static void encode_tasks(msgpack_sbuffer *v, char *url, char *commit, char *chat_url,
+			 char *chat_commit, char *image_url, char *image_commit, tb_error_t *err)
+{
+	tb_task_t t = { 0 };
+	t.kind = TB_TASK_ONE_SHOT;
+	t.recipe.url = url;
+	t.recipe.commit = commit;
+	t.runtime = (char *)"default";
+	t.prompt = (char *)"Say hello to the queue.";
+	t.submitted_at = tb_wall_ms();
+	t.id = (char *)"demo-hello";
+	tb_msg_encode(&v[0], &tb_schema_task, &t, err);
+	tb_msg_encode(&v[1], &tb_schema_task, &t, err);
+	t.id = (char *)"demo-lost";
+	t.recipe.commit = (char *)"0000000000000000000000000000000000000001";
+	tb_msg_encode(&v[2], &tb_schema_task, &t, err);
+	/* The bad ones are the intake demo's: branch, future version, junk. */
+	msgpack_sbuffer bad[NMSGS];
+	for (int i = 0; i < NMSGS; i++)
+		msgpack_sbuffer_init(&bad[i]);
+	build_messages(bad, err);
+	msgpack_sbuffer_write(&v[3], bad[MSG_BRANCH].data, bad[MSG_BRANCH].size);
+	msgpack_sbuffer_write(&v[4], bad[MSG_FUTURE].data, bad[MSG_FUTURE].size);
+	msgpack_sbuffer_write(&v[5], bad[MSG_JUNK].data, bad[MSG_JUNK].size);
+	for (int i = 0; i < NMSGS; i++)
+		msgpack_sbuffer_destroy(&bad[i]);
+	t.id = (char *)"demo-late";
+	t.recipe.commit = commit;
+	tb_msg_encode(&v[6], &tb_schema_task, &t, err);
+	/* The session: a prompt, a follow-up, the end. */
+	t.id = (char *)"demo-chat";
+	t.kind = TB_TASK_INTERACTIVE;
+	t.recipe.url = chat_url;
+	t.recipe.commit = chat_commit;
+	t.prompt = (char *)"Let's write a haiku about queues.";
+	tb_msg_encode(&v[7], &tb_schema_task, &t, err);
+	encode_followup(&v[8], 1, "Now make it rhyme.", err);
+	encode_followup(&v[9], 2, NULL, err);
+	/* The hello task again, in the demo's pinned image. */
+	t.id = (char *)"demo-image";
+	t.kind = TB_TASK_ONE_SHOT;
+	t.recipe.url = image_url;
+	t.recipe.commit = image_commit;
+	t.prompt = (char *)"Say hello from the image.";
+	if (image_commit[0])
+		tb_msg_encode(&v[10], &tb_schema_task, &t, err);
+}
+
 static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 {
 	static const tb_kafka_topic_spec_t topics[] = { { TASKS, 4 }, { EVENTS, 4 }, { DLQ, 1 } };
@@ -374,6 +457,7 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 	char store_url[160], cache[128], work[128], runtimes[128], path[256], src[4096];
 	msgpack_sbuffer v[DEMO_MSGS];
 	char chat_git[128], chat_url[256], chat_commit[41], chat[4096];
+	char image_url[256] = "", image_commit[41] = "";
 	struct demo_run d = { 0 };
 	tb_kafka_mock_t *mock = NULL;
 	rd_kafka_t *producer = NULL;
@@ -414,15 +498,28 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 		fprintf(stderr, "taskbox demo: %s\n", d.err.msg);
 		goto out;
 	}
+	if (image_recipe(base, image_url, sizeof(image_url), image_commit, &d.err) < 0) {
+		printf("  (no task in an image: %s)\n", d.err.msg);
+		image_commit[0] = '\0';
+	}
 	FILE *f = fopen(path, "w");
 	if (!f)
 		goto out;
-	fputs("{\"v\": 1, \"name\": \"default\"}\n", f); /* the runtime defaults */
+	/* the runtime defaults, and the demo's image layout allowed */
+	fprintf(f,
+		"{\"v\": 1, \"name\": \"default\", \"sandbox\": {\"images\": "
+		"{\"layouts\": [\"%s/images\"]}}}\n",
+		base);
 	fclose(f);
 
 	printf("taskbox demo in %s\n", base);
 	printf("  recipe hello committed as %.12s in %s\n", commit, url);
 	printf("  recipe chat committed as %.12s in %s\n", chat_commit, chat_url);
+	if (image_commit[0])
+		printf(
+		    "  recipe hello-image committed as %.12s in %s, its environment an OCI image "
+		    "in %s/images/demo\n",
+		    image_commit, image_url, base);
 	if (tb_config_load(&cfg, NULL, &d.err) < 0) {
 		fprintf(stderr, "taskbox demo: %s\n", d.err.msg);
 		goto out;
@@ -459,46 +556,13 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 		{ "demo-chat", "an interactive chat session" },
 		{ "demo-chat", "its follow-up 1" },
 		{ "demo-chat", "its end (follow-up 2)" },
+		{ "demo-image", "the hello task in a pinned image" },
 	};
-	tb_task_t t = { 0 };
-	t.kind = TB_TASK_ONE_SHOT;
-	t.recipe.url = url;
-	t.recipe.commit = commit;
-	t.runtime = (char *)"default";
-	t.prompt = (char *)"Say hello to the queue.";
-	t.submitted_at = tb_wall_ms();
-	t.id = (char *)"demo-hello";
-	if (tb_msg_encode(&v[0], &tb_schema_task, &t, &d.err) < 0 ||
-	    tb_msg_encode(&v[1], &tb_schema_task, &t, &d.err) < 0)
-		goto cleanup;
-	t.id = (char *)"demo-lost";
-	t.recipe.commit = (char *)"0000000000000000000000000000000000000001";
-	tb_msg_encode(&v[2], &tb_schema_task, &t, &d.err);
-	/* The bad ones are the intake demo's: branch, future version, junk. */
-	msgpack_sbuffer bad[NMSGS];
-	for (int i = 0; i < NMSGS; i++)
-		msgpack_sbuffer_init(&bad[i]);
-	build_messages(bad, &d.err);
-	msgpack_sbuffer_write(&v[3], bad[MSG_BRANCH].data, bad[MSG_BRANCH].size);
-	msgpack_sbuffer_write(&v[4], bad[MSG_FUTURE].data, bad[MSG_FUTURE].size);
-	msgpack_sbuffer_write(&v[5], bad[MSG_JUNK].data, bad[MSG_JUNK].size);
-	for (int i = 0; i < NMSGS; i++)
-		msgpack_sbuffer_destroy(&bad[i]);
-	t.id = (char *)"demo-late";
-	t.recipe.commit = commit;
-	tb_msg_encode(&v[6], &tb_schema_task, &t, &d.err);
-	/* The session: a prompt, a follow-up, the end. */
-	t.id = (char *)"demo-chat";
-	t.kind = TB_TASK_INTERACTIVE;
-	t.recipe.url = chat_url;
-	t.recipe.commit = chat_commit;
-	t.prompt = (char *)"Let's write a haiku about queues.";
-	tb_msg_encode(&v[7], &tb_schema_task, &t, &d.err);
-	encode_followup(&v[8], 1, "Now make it rhyme.", &d.err);
-	encode_followup(&v[9], 2, NULL, &d.err);
+	encode_tasks(v, url, commit, chat_url, chat_commit, image_url, image_commit, &d.err);
+	int nmsgs = image_commit[0] ? DEMO_MSGS : DEMO_MSGS - 1;
 
-	printf("\nA producer submits %d messages to %s:\n", DEMO_MSGS, TASKS);
-	for (int i = 0; i < DEMO_MSGS; i++) {
+	printf("\nA producer submits %d messages to %s:\n", nmsgs, TASKS);
+	for (int i = 0; i < nmsgs; i++) {
 		printf("  %-32s key %s\n", msgs[i].what, msgs[i].key ? msgs[i].key : "(none)");
 		tb_kafka_produce(producer, TASKS, msgs[i].key, v[i].data, v[i].size, &d.err);
 	}
@@ -508,7 +572,7 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 	d.deps.brokers = tb_kafka_mock_bootstraps(mock);
 	d.deps.worker_id = "demo-worker";
 	d.deps.group = "tbdemo";
-	d.expect = DEMO_MSGS;
+	d.expect = (uint64_t)nmsgs;
 	tb_sandbox_sweep(work, "tbdemo", &d.err);
 	printf("\nA worker with %llu slots runs them; the events topic, live:\n",
 	       (unsigned long long)cfg.slots);
@@ -526,7 +590,8 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 	       (unsigned long long)d.stats.dead);
 	printf("Artifacts, conversation records, verdicts and manifests: %s/artifacts/tasks/\n",
 	       base);
-	rc = d.rc == 0 && d.stats.succeeded == 3 && d.stats.already == 1 && d.stats.dead == 4
+	rc = d.rc == 0 && d.stats.succeeded == 3u + (image_commit[0] != 0) &&
+		     d.stats.already == 1 && d.stats.dead == 4
 		 ? TB_EXIT_OK
 		 : TB_EXIT_FAILURE;
 	if (!keep)

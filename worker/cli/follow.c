@@ -59,11 +59,19 @@ void tb_follow_print_event(FILE *out, const tb_event_t *ev)
 	}
 	fprintf(out, "  %-12s #%-2llu ", ev->task_id, (unsigned long long)ev->seq);
 	switch (ev->type) {
-	case TB_EV_PHASE:
-		fprintf(out, "phase %-12s (+%lld ms)%s%s\n", str(p, "phase"),
+	case TB_EV_PHASE: {
+		json_t *env = json_object_get(p, "environment");
+		fprintf(out, "phase %-12s (+%lld ms)%s%s", str(p, "phase"),
 			(long long)json_integer_value(json_object_get(p, "duration_ms")),
 			str(p, "worker")[0] ? " on " : "", str(p, "worker"));
+		if (env) /* the image it runs in, and whether it had to be made */
+			fprintf(out, " in image %.19s (%s, %lld ms)", str(env, "digest"),
+				json_is_true(json_object_get(env, "cached")) ? "cached"
+									     : "made now",
+				(long long)json_integer_value(json_object_get(env, "ms")));
+		fputc('\n', out);
 		break;
+	}
 	case TB_EV_MESSAGE:
 		/* a role the agent claims is not the worker's word for it, and
 		 * an event from before `source` existed is nobody's word */
