@@ -383,6 +383,14 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 	size_t len;
 	int rc, dir = -1, rootfd = -1;
 
+	uint64_t total = 0;
+	for (size_t i = 0; i < m->nlayers; i++)
+		total += m->layers[i].size;
+	if (total > max_unpacked) { /* compressed, already over what may unpack */
+		rc = tb_error_set(err, TB_ETOOBIG, "the image's layers are %llu bytes: over %llu",
+				  (unsigned long long)total, (unsigned long long)max_unpacked);
+		goto out;
+	}
 	atomic_uint_fast64_t got = 0;
 	rc = ensure_blob(c, src, m->config.digest, m->config.size, TB_OCI_DOC_MAX, 0, NULL, 0, &got,
 			 err);

@@ -84,8 +84,9 @@ int tb_layout_open(tb_image_source_t **out, const tb_image_ref_t *ref, tb_error_
 		if (l->dir >= 0)
 			close(l->dir);
 		free(l);
-		return tb_error_errno(err, TB_ENOTFOUND, e, "no OCI image layout at %.300s",
-				      ref->repository);
+		/* not there is the image's fault; unreadable, the worker's */
+		return tb_error_errno(err, e == ENOENT || e == ENOTDIR ? TB_ENOTFOUND : TB_EIO, e,
+				      "no OCI image layout at %.300s", ref->repository);
 	}
 	close(marker);
 	*out = &l->base;

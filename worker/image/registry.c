@@ -28,13 +28,14 @@
 #include <string.h>
 #include <strings.h>
 
-#define ERROR_BODY_MAX 4096
+#define ERROR_BODY_MAX 20480 /* an error's text, or a token answer (TOKEN_MAX and more) */
 #define STALL_SECONDS 30L
 #define TOKEN_MAX 8192
 
 typedef struct registry {
 	tb_image_source_t base;
 	char url[600];      /* scheme://host[:port]/v2/<repository> */
+	char base_url[300]; /* scheme://host[:port]/ */
 	char registry[256]; /* host[:port], as named */
 	char repository[256];
 	char basic[900]; /* "Authorization: Basic ...", "" without credentials */
@@ -46,6 +47,7 @@ typedef struct registry {
  * body goes (the blob on a 200, a small buffer otherwise). */
 typedef struct reply {
 	long status;
+	char where[600]; /* the URL that answered (after redirects) */
 	char type[160];
 	char challenge[1024];
 	tb_blob_t *blob;
@@ -60,6 +62,18 @@ static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* Loopback: localhost, 127.x.y.z or [::1], with any port, and nothing
+ * more (not localhost.example.com), up to the end or a '/'. */
+static int loopback(const char *host)
+{
+	size_t n = strcspn(host, ":/");
+	if (!strncmp(host, "[::1]", 5))
+		return host[5] == '\0' || host[5] == ':' || host[5] == '/';
+	if (n == 9 && !strncmp(host, "localhost", 9))
+		return 1;
+	return n >= 7 && !strncmp(host, "127.", 4) && strspn(host, "0123456789.") == n;
 }
 
 /* A header line: the status line of each response (after a redirect,
@@ -128,6 +142,9 @@ static int get(const char *url, const char *auth, const char *accept, reply_t *r
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "taskbox");
 	cc = curl_easy_perform(c);
+	char *eff = NULL;
+	if (curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &eff) == CURLE_OK && eff)
+		snprintf(r->where, sizeof(r->where), "%s", eff);
 	curl_easy_cleanup(c);
 	curl_slist_free_all(h);
 	if (r->blob_rc < 0)
@@ -168,10 +185,14 @@ static int get_token(registry_t *g, const char *challenge, tb_error_t *err)
 	reply_t r = { .err = err };
 	int rc;
 
+	/* the login goes to the realm only over https (or to loopback) */
 	if (param(challenge, "realm", realm, sizeof(realm)) < 0 ||
-	    (strncmp(realm, "https://", 8) && strncmp(realm, "http://", 7)))
+	    (strncmp(realm, "https://", 8) &&
+	     (strncmp(realm, "http://", 7) || !loopback(realm + 7))))
 		return tb_error_set(err, TB_EPOISON,
-				    "registry %s: a Bearer challenge with no realm", g->registry);
+				    "registry %s: a Bearer challenge with no realm, or one not "
+				    "over https",
+				    g->registry);
 	param(challenge, "service", service, sizeof(service));
 	param(challenge, "scope", scope, sizeof(scope));
 	CURL *c = curl_easy_init();
@@ -187,7 +208,8 @@ static int get_token(registry_t *g, const char *challenge, tb_error_t *err)
 	if ((rc = get(url, g->basic, NULL, &r, err)) < 0)
 		return rc;
 	if (r.status != 200)
-		return tb_error_set(err, r.status >= 500 ? TB_ERETRY : TB_EPOISON,
+		return tb_error_set(err,
+				    r.status >= 500 || r.status == 429 ? TB_ERETRY : TB_EPOISON,
 				    "registry %s: its token service answered %ld%s", g->registry,
 				    r.status, g->basic[0] ? "" : " (no credentials given)");
 	r.body[r.nbody] = '\0';
@@ -233,6 +255,12 @@ static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest
 				memmove(ct, ct + 1, strlen(ct));
 			return 0;
 		}
+		/* an answer counts only from the registry itself, not from the
+		 * storage a blob was redirected to (its challenge least of all) */
+		if (strncmp(r.where, g->base_url, strlen(g->base_url)) != 0)
+			return tb_error_set(err, TB_ERETRY,
+					    "registry %s: its blob storage answered %ld for %s",
+					    g->registry, r.status, digest);
 		if (r.status == 401 && round == 0 && strcasestr(r.challenge, "bearer")) {
 			if ((rc = get_token(g, r.challenge, err)) < 0)
 				return rc;
@@ -305,13 +333,6 @@ static int credentials(registry_t *g, const char *file, tb_error_t *err)
 	return 0;
 }
 
-/* Loopback: localhost, 127.x.y.z, [::1], with any port. */
-static int loopback(const char *host)
-{
-	return !strncmp(host, "localhost", 9) || !strncmp(host, "127.", 4) ||
-	       !strncmp(host, "[::1]", 5);
-}
-
 int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const char *creds,
 		     tb_error_t *err)
 {
@@ -329,8 +350,9 @@ int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const c
 	/* Docker Hub's name is not where its API is */
 	const char *host =
 	    !strcmp(ref->registry, "docker.io") ? "registry-1.docker.io" : ref->registry;
-	snprintf(g->url, sizeof(g->url), "%s://%s/v2/%s", loopback(host) ? "http" : "https", host,
-		 ref->repository);
+	snprintf(g->base_url, sizeof(g->base_url), "%s://%s/", loopback(host) ? "http" : "https",
+		 host);
+	snprintf(g->url, sizeof(g->url), "%sv2/%s", g->base_url, ref->repository);
 	if (creds && (rc = credentials(g, creds, err)) < 0) {
 		registry_close(&g->base);
 		return rc;

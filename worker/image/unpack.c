@@ -164,7 +164,15 @@ static int open_beneath(int root, const char *rel)
 		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
 		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
 	};
-	return (int)syscall(SYS_openat2, root, rel[0] ? rel : ".", &how, sizeof(how));
+	int fd;
+	/* EAGAIN: a rename or mount somewhere on the host raced the walk of a
+	 * ".." (RESOLVE_IN_ROOT must then refuse): the walk is tried again */
+	for (int i = 0; i < 100; i++)
+		if ((fd = (int)syscall(SYS_openat2, root, rel[0] ? rel : ".", &how, sizeof(how))) >=
+			0 ||
+		    errno != EAGAIN)
+			break;
+	return fd;
 }
 
 static void forget_parent(ctx_t *c)
@@ -175,55 +183,70 @@ static void forget_parent(ctx_t *c)
 	c->parent[0] = '\0';
 }
 
-/* The directory @p rel of the tree, made (0755, this layer's) where it
- * is missing. @return an fd the context keeps, or -1 with the error set. */
-static int open_parent(ctx_t *c, const char *rel)
+/* Makes each directory of @p rel the tree lacks (0755, this layer's),
+ * from the top down. @return 0, or -1 with the error set. */
+static int make_parents(ctx_t *c, const char *rel)
 {
 	char prefix[PATH_MAX_LEN];
+
+	for (const char *end = rel;; end++) {
+		if (*end && *end != '/')
+			continue;
+		snprintf(prefix, sizeof(prefix), "%.*s", (int)(end - rel), rel);
+		int at = open_beneath(c->root, prefix);
+		if (at >= 0)
+			close(at);
+		else if (errno == ENOENT) {
+			char *slash = strrchr(prefix, '/');
+			int up =
+			    slash ? (*slash = '\0', open_beneath(c->root, prefix)) : dup(c->root);
+			const char *name = slash ? slash + 1 : prefix;
+			int made = up >= 0 && (mkdirat(up, name, 0755) == 0 || errno == EEXIST);
+			if (up >= 0)
+				close(up);
+			if (!made) {
+				fail_errno(c, "cannot make its directory");
+				return -1;
+			}
+			c->st->entries++;
+			if (slash)
+				*slash = '/';
+			if (names_add(&c->made, prefix) < 0) {
+				fail(c, TB_ENOMEM, "out of memory");
+				return -1;
+			}
+		}
+		if (!*end)
+			return 0;
+	}
+}
+
+/* The directory @p rel of the tree, made where it is missing
+ * (make_parents). @return an fd the context keeps, or -1 with the error
+ * set: the layer's (TB_EINVAL) when the path leads nowhere in the tree,
+ * the worker's (TB_EIO) when it cannot be opened. */
+static int open_parent(ctx_t *c, const char *rel)
+{
 	int fd;
 
 	if (c->parent_fd >= 0 && !strcmp(c->parent, rel))
 		return c->parent_fd;
 	forget_parent(c);
 	if ((fd = open_beneath(c->root, rel)) < 0 && errno == ENOENT) {
-		/* make each missing directory, from the top down */
-		for (const char *end = rel;; end++) {
-			if (*end && *end != '/')
-				continue;
-			snprintf(prefix, sizeof(prefix), "%.*s", (int)(end - rel), rel);
-			int at = open_beneath(c->root, prefix);
-			if (at < 0 && errno == ENOENT) {
-				char *slash = strrchr(prefix, '/');
-				int up = slash ? (*slash = '\0', open_beneath(c->root, prefix))
-					       : dup(c->root);
-				const char *name = slash ? slash + 1 : prefix;
-				if (up < 0 || (mkdirat(up, name, 0755) < 0 && errno != EEXIST)) {
-					if (up >= 0)
-						close(up);
-					fail_errno(c, "cannot make its directory");
-					return -1;
-				}
-				close(up);
-				c->st->entries++;
-				if (slash)
-					*slash = '/';
-				if (names_add(&c->made, prefix) < 0) {
-					fail(c, TB_ENOMEM, "out of memory");
-					return -1;
-				}
-			} else if (at >= 0) {
-				close(at);
-			}
-			if (!*end)
-				break;
-		}
+		if (make_parents(c, rel) < 0)
+			return -1;
 		fd = open_beneath(c->root, rel);
 	}
-	if (fd < 0) {
+	if (fd < 0 && (errno == ENOENT || errno == ENOTDIR || errno == ELOOP ||
+		       errno == ENAMETOOLONG || errno == EXDEV)) {
 		/* a file where a directory should be, a link to nowhere, a loop */
 		tb_error_set(c->err, TB_EINVAL,
 			     "layer entry '%.300s': its directory is not one in the tree (%s)",
 			     c->entry, strerror(errno));
+		return -1;
+	}
+	if (fd < 0) { /* the worker's trouble (no fds, no memory), not the layer's */
+		fail_errno(c, "its directory cannot be opened");
 		return -1;
 	}
 	snprintf(c->parent, sizeof(c->parent), "%s", rel);
@@ -373,12 +396,14 @@ static int put_hardlink(ctx_t *c, struct archive_entry *e, int pfd, const char *
 	return 0;
 }
 
-/* An opaque directory: what a lower layer put under @p rel goes, what
- * this layer made stays. */
-static int make_opaque(ctx_t *c, int dfd, const char *rel)
+/* An opaque directory: what a lower layer put under @p path (the
+ * directory's path in the tree, in a buffer of PATH_MAX_LEN shared by
+ * every level: the recursion's frames stay small however deep the tree
+ * goes) is removed, what this layer made stays. */
+static int make_opaque(ctx_t *c, int dfd, char *path)
 {
 	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	char path[PATH_MAX_LEN];
+	size_t len = strlen(path);
 	struct dirent *de;
 	DIR *d;
 	int rc = 0;
@@ -391,8 +416,11 @@ static int make_opaque(ctx_t *c, int dfd, const char *rel)
 	while (rc == 0 && (de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		snprintf(path, sizeof(path), "%s%s%s", rel, rel[0] ? "/" : "", de->d_name);
-		if (!names_has(&c->made, path)) {
+		if (len + 1 + strlen(de->d_name) >= PATH_MAX_LEN)
+			rc = fail(c, TB_EINVAL, "a path under the opaque directory is too long");
+		else if (snprintf(path + len, PATH_MAX_LEN - len, "%s%s", len ? "/" : "",
+				  de->d_name) < 0 ||
+			 !names_has(&c->made, path)) {
 			rc = tb_remove_tree(dirfd(d), de->d_name) < 0
 				 ? fail_errno(c, "cannot remove what the opaque directory hides")
 				 : 0;
@@ -400,11 +428,12 @@ static int make_opaque(ctx_t *c, int dfd, const char *rel)
 		} else if (de->d_type == DT_DIR) {
 			int sub = openat(dirfd(d), de->d_name,
 					 O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0) {
-				rc = make_opaque(c, sub, path);
+			rc = sub < 0 ? fail_errno(c, "cannot open under the opaque directory")
+				     : make_opaque(c, sub, path);
+			if (sub >= 0)
 				close(sub);
-			}
 		}
+		path[len] = '\0';
 	}
 	closedir(d);
 	return rc;
@@ -417,9 +446,15 @@ static int whiteout(ctx_t *c, int pfd, const char *parent, const char *name)
 	if (!strcmp(name, WH_OPAQUE)) {
 		forget_parent(c);
 		int fd = open_beneath(c->root, parent);
-		if (fd < 0)
+		char *path = fd >= 0 ? malloc(PATH_MAX_LEN) : NULL;
+		if (!path) {
+			if (fd >= 0)
+				close(fd);
 			return fail_errno(c, "cannot open the opaque directory");
-		int rc = make_opaque(c, fd, parent);
+		}
+		snprintf(path, PATH_MAX_LEN, "%s", parent);
+		int rc = make_opaque(c, fd, path);
+		free(path);
 		close(fd);
 		return rc;
 	}
@@ -449,11 +484,15 @@ static int place(ctx_t *c, struct archive *a, struct archive_entry *e)
 	int pfd = open_parent(c, parent);
 	if (pfd < 0)
 		return c->err->code;
-	if (!strncmp(name, WH, strlen(WH)))
-		return whiteout(c, pfd, parent, name);
-	if (++c->st->entries > c->lim->max_entries)
+	/* whiteouts count too: each costs a walk of what it hides */
+	if (c->st->entries + c->st->whiteouts >= c->lim->max_entries)
 		return tb_error_set(c->err, TB_ETOOBIG, "the image has more than %llu entries",
 				    (unsigned long long)c->lim->max_entries);
+	if (!strncmp(name, WH, strlen(WH))) {
+		c->st->whiteouts++;
+		return whiteout(c, pfd, parent, name);
+	}
+	c->st->entries++;
 	if (archive_entry_hardlink(e)) {
 		rc = put_hardlink(c, e, pfd, name);
 	} else {

@@ -35,10 +35,11 @@ typedef struct tb_unpack_limits {
 
 /* Counts over every layer applied to one tree (the caps apply to these). */
 typedef struct tb_unpack_stats {
-	uint64_t bytes;   /* file contents written */
-	uint64_t entries; /* entries made (files, directories, links) */
-	uint64_t skipped; /* device nodes and sockets left out */
-	uint64_t removed; /* whiteouts applied */
+	uint64_t bytes;     /* file contents written */
+	uint64_t entries;   /* entries made (files, directories, links) */
+	uint64_t skipped;   /* device nodes and sockets left out */
+	uint64_t removed;   /* entries whiteouts and opaque directories removed */
+	uint64_t whiteouts; /* whiteout entries read (they count toward max_entries) */
 } tb_unpack_stats_t;
 
 /**

@@ -35,7 +35,7 @@ static int environment(tb_run_t *r, tb_error_t *err)
 	if (!name)
 		return 0;
 	if ((rc = tb_image_ref_parse(&ref, name, err)) < 0)
-		return tb_error_set(err, TB_EPOISON, "%s", err->msg);
+		return err->code = TB_EPOISON; /* the recipe's or runtime's, as written */
 	if (!tb_images_allowed(im, &ref))
 		return tb_error_set(
 		    err, TB_EPOISON,

@@ -150,6 +150,36 @@ static void test_sandbox__an_image_tree_is_the_root(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* An image whose /etc, /dev and /tmp are links out of it (absolute and
+ * relative) and whose /etc/passwd would be a FIFO: init, which builds on
+ * host paths until its pivot, makes them directories of the overlay
+ * first; nothing lands on the host, and the sandbox works. */
+static void test_sandbox__an_image_cannot_lead_init_out(void **state)
+{
+	char tree[200], host[200], cmd[4096], out[4096];
+	(void)state;
+	if (system("file -L /bin/busybox | grep -q static") != 0)
+		skip();
+	snprintf(tree, sizeof(tree), "%s/hostile-tree", F.root);
+	snprintf(host, sizeof(host), "%s/host-side", F.root);
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; rm -rf %s %s; mkdir -p %s/bin %s; cp /bin/busybox %s/bin/; "
+		 "ln -s busybox %s/bin/sh; ln -s %s %s/etc; ln -s ../../../../../../..%s %s/dev; "
+		 "ln -s %s %s/tmp; mkfifo %s/passwd",
+		 tree, host, tree, host, tree, tree, host, tree, host, tree, host, tree, host);
+	assert_int_equal(system(cmd), 0);
+	tb_sandbox_spec_t s = spec();
+	s.image_tree = tree;
+	const char *argv[] = { "/bin/sh", "-c", "grep -c ':x:1000:' /etc/passwd; id -u", NULL };
+	tb_sandbox_exit_t e = run(s, argv, out, sizeof(out));
+	if (e.end != TB_SANDBOX_EXITED || e.code != 0 || strcmp(out, "1\n1000\n") != 0)
+		fail_msg("the hostile image's sandbox (end %d code %d): %s", e.end, e.code, out);
+	/* the host side holds only the FIFO it had */
+	snprintf(cmd, sizeof(cmd), "test \"$(ls -A %s)\" = passwd", host);
+	if (system(cmd) != 0)
+		fail_msg("init wrote into %s", host);
+}
+
 static void test_sandbox__runs_processes_and_reports_exit_codes(void **state)
 {
 	const char *argv[] = { "/bin/sh", "-c", "echo \"$(id -u):$(hostname):$(pwd)\"; exit 7",
@@ -857,6 +887,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sandbox__runs_processes_and_reports_exit_codes),
 		cmocka_unit_test(test_sandbox__an_image_tree_is_the_root),
+		cmocka_unit_test(test_sandbox__an_image_cannot_lead_init_out),
 		cmocka_unit_test(test_sandbox__missing_program_is_a_clear_error),
 		cmocka_unit_test(test_sandbox__init_is_its_own_small_program),
 		cmocka_unit_test(test_sandbox__prepared_runs_nothing_until_assigned),

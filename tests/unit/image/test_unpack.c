@@ -274,6 +274,28 @@ static void test_unpack__whiteouts_and_opaque_directories(void **state)
 	assert_false(exists_in("d/.wh..wh..opq"));
 }
 
+/* An opaque directory over a tree 2,000 levels deep: cleared, without a
+ * stack frame per level big enough to overflow a slot's stack. */
+static void test_unpack__an_opaque_directory_over_a_deep_tree(void **state)
+{
+	static char deep[4100];
+	tb_unpack_stats_t st = { 0 };
+	tb_error_t err;
+	(void)state;
+	size_t n = 0;
+	for (int i = 0; i < 2000; i++)
+		n += (size_t)snprintf(deep + n, sizeof(deep) - n, "d/");
+	snprintf(deep + n, sizeof(deep) - n, "x");
+	entry_t lower[] = { { deep, 'f', "x", 0644, 0 } };
+	entry_t upper[] = { { ".wh..wh..opq", 'f', "", 0644, 0 }, { "kept", 'f', "k", 0644, 0 } };
+	tb_unpack_limits_t many = { 1 << 20, 10000 };
+	assert_int_equal(apply(lower, 1, 0, &many, &st, &err), 0);
+	assert_true(exists_in("d/d/d"));
+	assert_int_equal(apply(upper, 2, 0, &many, &st, &err), 0);
+	assert_false(exists_in("d"));
+	assert_string_equal(read_in("kept"), "k");
+}
+
 static void test_unpack__caps_and_junk(void **state)
 {
 	static char big[8193];
@@ -328,6 +350,8 @@ int main(void)
 		cmocka_unit_test_setup(test_unpack__nothing_lands_outside_the_tree, fresh_tree),
 		cmocka_unit_test_setup(test_unpack__hostile_names_are_refused, fresh_tree),
 		cmocka_unit_test_setup(test_unpack__whiteouts_and_opaque_directories, fresh_tree),
+		cmocka_unit_test_setup(test_unpack__an_opaque_directory_over_a_deep_tree,
+				       fresh_tree),
 		cmocka_unit_test_setup(test_unpack__caps_and_junk, fresh_tree),
 	};
 	if (geteuid() != 0) {

@@ -433,6 +433,33 @@ static int has_id(const char *text, const char *id, size_t idlen)
 	return 0;
 }
 
+/*
+ * The places init builds on in an image's root, made real directories
+ * first: the image is untrusted, and until the pivot init works on host
+ * paths, so an image's `/etc -> /tmp` (or a relative `../../x`) would
+ * lead init's writes onto the host. Whatever the image put at those names
+ * (a link, a file, a FIFO) is removed from the overlay; a directory stays.
+ */
+static void image_places(const char *root)
+{
+	static const char *const places[] = { "/etc", "/dev",  "/proc", "/workspace", "/outputs",
+					      "/tmp", "/root", "/home", "/recipe",    "/inputs" };
+	char path[PATH_LEN];
+	struct stat st;
+
+	for (size_t i = 0; i < sizeof(places) / sizeof(places[0]); i++) {
+		join(path, sizeof(path), root, places[i]);
+		if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+			continue;
+		if ((unlink(path) < 0 && errno != ENOENT) || mkdir(path, 0755) < 0)
+			fail("make a directory of", places[i], errno);
+	}
+	/* where the host's root goes until assignment: nothing of the image's */
+	join(path, sizeof(path), root, HOST_DIR);
+	if (unlink(path) < 0 && errno != ENOENT && rmdir(path) < 0)
+		fail("remove the image's", HOST_DIR, errno);
+}
+
 /* An image's own /etc/passwd or /etc/group (@p name), kept, with the
  * lines of @p ours whose ids it lacks added (the agent's, the judges'). */
 static void merge_ids(const char *root, const char *name, const char *ours)
@@ -442,11 +469,13 @@ static void merge_ids(const char *root, const char *name, const char *ours)
 	ssize_t n = 0;
 
 	join(path, sizeof(path), root, name);
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd >= 0) {
+	/* a regular file only: a FIFO must not hang init, a link is not read */
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
 		n = read(fd, text, sizeof(text) - 4096 * 2);
+	if (fd >= 0)
 		close(fd);
-	}
 	text[n > 0 ? n : 0] = '\0';
 	if (n > 0 && text[n - 1] != '\n')
 		cat(text, sizeof(text), "\n");
@@ -464,8 +493,8 @@ static void merge_ids(const char *root, const char *name, const char *ours)
 		}
 		line += len + (line[len] == '\n');
 	}
-	unlink(path); /* a link, or the image's: ours from now on */
-	if (write_file(path, text, 0644) < 0)
+	if ((unlink(path) < 0 && errno != ENOENT && rmdir(path) < 0) || /* ours from now on */
+	    write_file(path, text, 0644) < 0)
 		fail("write", name, errno);
 }
 
@@ -484,8 +513,8 @@ static void image_etc(const char *root, const char *passwd, const char *group)
 	merge_ids(root, "/etc/group", group);
 	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++) {
 		join(path, sizeof(path), root, ours[i]);
-		unlink(path);
-		if (write_file(path, "", 0644) < 0)
+		if ((unlink(path) < 0 && errno != ENOENT && rmdir(path) < 0) ||
+		    write_file(path, "", 0644) < 0)
 			fail("write", ours[i], errno);
 	}
 }
@@ -526,6 +555,7 @@ static void image_root(const char *host_dir, char *root, size_t cap)
 	cat(opts, sizeof(opts), ",userxattr");
 	if (mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
 		fail("mount the image's overlay", NULL, errno);
+	image_places(root);
 }
 
 static void build_root(void)
