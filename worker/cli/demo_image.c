@@ -46,6 +46,20 @@ int tb_demo_agent_path(char *out, size_t len, tb_error_t *err)
 			    AGENT_NAME " is not next to taskbox nor in libexec/taskbox");
 }
 
+/* Writes @p len bytes to the file @p path (made or truncated). */
+static int put(const char *path, const void *data, size_t len, tb_error_t *err)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || tb_write_all(fd, data, len) < 0) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return tb_error_errno(err, TB_EIO, e, "demo image: %s", path);
+	}
+	close(fd);
+	return 0;
+}
+
 /* Writes @p len bytes as a blob of the layout at @p dir; digest into @p d. */
 static int blob(const char *dir, const void *data, size_t len, char d[72], tb_error_t *err)
 {
@@ -56,15 +70,7 @@ static int blob(const char *dir, const void *data, size_t len, char d[72], tb_er
 	memcpy(d, "sha256:", 7);
 	tb_hex(d + 7, sum, sizeof(sum));
 	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", dir, d + 7);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0 || tb_write_all(fd, data, len) < 0) {
-		int e = errno;
-		if (fd >= 0)
-			close(fd);
-		return tb_error_errno(err, TB_EIO, e, "demo image: %s", path);
-	}
-	close(fd);
-	return 0;
+	return put(path, data, len, err);
 }
 
 /* One tar entry: a directory (@p data NULL, @p len 0) or a file. */
@@ -153,14 +159,8 @@ int tb_demo_image(const char *dir, const char *program, char digest[72], tb_erro
 		      { "oci-layout", "{\"imageLayoutVersion\":\"1.0.0\"}\n", 31 } };
 	for (size_t i = 0; i < 2; i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, files[i].name);
-		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd < 0 || tb_write_all(fd, files[i].text, files[i].len) < 0) {
-			int e = errno;
-			if (fd >= 0)
-				close(fd);
-			return tb_error_errno(err, TB_EIO, e, "demo image: %s", path);
-		}
-		close(fd);
+		if ((rc = put(path, files[i].text, files[i].len, err)) < 0)
+			return rc;
 	}
 	return 0;
 }
