@@ -5,8 +5,9 @@
  * with openat2(RESOLVE_IN_ROOT) from the tree's root, so a link in the
  * tree resolves as it would inside the sandbox, never outside; then the
  * entry is made in that directory by name with O_EXCL / O_NOFOLLOW
- * calls after what was there is removed. The set of paths this layer
- * made tells an opaque directory's own entries from the lower layers'.
+ * calls after what was there is removed. The set of inodes this layer
+ * made (made_t) tells an opaque directory's own entries from the lower
+ * layers'.
  */
 #include "unpack.h"
 
@@ -31,78 +32,68 @@
 #define WH ".wh."
 #define WH_OPAQUE ".wh..wh..opq"
 
-/* ------------------------------------------------ the paths made here */
+/* ------------------------------------------------ what a layer made */
 
-/* A set of strings, open addressing: the paths this layer made. */
-typedef struct names {
-	char **slot;
+/* A set of (device, inode) pairs, open addressing: the entries this layer
+ * made, and every directory on their way from the tree's root. By inode,
+ * not by path: an entry the layer reached through a link is still the
+ * entry, and the set grows with the entries, not with their depth. */
+typedef struct made {
+	struct made_slot {
+		dev_t dev;
+		ino_t ino;
+		int used;
+	} * slot;
 	size_t cap, n;
-} names_t;
+} made_t;
 
-static uint64_t hash(const char *s)
+static size_t made_hash(const made_t *s, const struct stat *st)
 {
-	uint64_t h = 1469598103934665603ull;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
+	uint64_t h = (uint64_t)st->st_ino * 0x9E3779B97F4A7C15ull ^ (uint64_t)st->st_dev;
+	return (size_t)(h ^ (h >> 29)) & (s->cap - 1);
 }
 
-static int names_has(const names_t *s, const char *p)
+static int made_has(const made_t *s, const struct stat *st)
 {
 	if (!s->cap)
 		return 0;
-	for (size_t i = hash(p) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-		if (!s->slot[i])
+	for (size_t i = made_hash(s, st);; i = (i + 1) & (s->cap - 1)) {
+		if (!s->slot[i].used)
 			return 0;
-		if (!strcmp(s->slot[i], p))
+		if (s->slot[i].ino == st->st_ino && s->slot[i].dev == st->st_dev)
 			return 1;
 	}
 }
 
-static int names_put(names_t *s, char *owned)
+/* @return 0, or -1 out of memory. */
+static int made_put(made_t *s, const struct stat *st)
 {
-	size_t i = hash(owned) & (s->cap - 1);
-	while (s->slot[i]) {
-		if (!strcmp(s->slot[i], owned)) {
-			free(owned);
-			return 0;
-		}
-		i = (i + 1) & (s->cap - 1);
+	if (made_has(s, st))
+		return 0;
+	if (2 * (s->n + 1) > s->cap) { /* grow at half full */
+		made_t bigger = { calloc(s->cap ? 2 * s->cap : 256, sizeof(*s->slot)),
+				  s->cap ? 2 * s->cap : 256, 0 };
+		if (!bigger.slot)
+			return -1;
+		for (size_t i = 0; i < s->cap; i++)
+			if (s->slot[i].used) {
+				struct stat old = { .st_dev = s->slot[i].dev,
+						    .st_ino = s->slot[i].ino };
+				made_put(&bigger, &old);
+			}
+		free(s->slot);
+		*s = bigger;
 	}
-	s->slot[i] = owned;
+	size_t i = made_hash(s, st);
+	while (s->slot[i].used)
+		i = (i + 1) & (s->cap - 1);
+	s->slot[i] = (struct made_slot){ st->st_dev, st->st_ino, 1 };
 	s->n++;
 	return 0;
 }
 
-/* Adds @p p and every prefix of it ("a", "a/b", "a/b/c"). */
-static int names_add(names_t *s, const char *p)
+static void made_free(made_t *s)
 {
-	for (const char *end = p;; end++) {
-		if (*end && *end != '/')
-			continue;
-		if (2 * (s->n + 1) > s->cap) { /* grow at half full */
-			names_t bigger = { calloc(s->cap ? 2 * s->cap : 256, sizeof(char *)),
-					   s->cap ? 2 * s->cap : 256, 0 };
-			if (!bigger.slot)
-				return -1;
-			for (size_t i = 0; i < s->cap; i++)
-				if (s->slot[i])
-					names_put(&bigger, s->slot[i]);
-			free(s->slot);
-			*s = bigger;
-		}
-		char *copy = strndup(p, (size_t)(end - p));
-		if (!copy || (!names_has(s, copy) ? names_put(s, copy) : (free(copy), 0)) < 0)
-			return -1;
-		if (!*end)
-			return 0;
-	}
-}
-
-static void names_free(names_t *s)
-{
-	for (size_t i = 0; i < s->cap; i++)
-		free(s->slot[i]);
 	free(s->slot);
 	memset(s, 0, sizeof(*s));
 }
@@ -113,7 +104,8 @@ typedef struct ctx {
 	int root;
 	const tb_unpack_limits_t *lim;
 	tb_unpack_stats_t *st;
-	names_t made;
+	made_t made;
+	struct stat root_st;       /* the tree's root: where a walk up stops */
 	char parent[PATH_MAX_LEN]; /* the last parent opened, and its fd */
 	int parent_fd;
 	const char *entry; /* the entry being placed, for errors */
@@ -128,6 +120,35 @@ static int fail(ctx_t *c, int code, const char *why)
 static int fail_errno(ctx_t *c, const char *what)
 {
 	return tb_error_errno(c->err, TB_EIO, errno, "layer entry '%.300s': %s", c->entry, what);
+}
+
+/* Records the entry @p name of directory @p pfd as this layer's, and each
+ * directory above it up to the tree's root (a walk up that stops at one
+ * already recorded: those above it are too). */
+static int mark(ctx_t *c, int pfd, const char *name)
+{
+	struct stat st;
+	int cur;
+
+	if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || made_put(&c->made, &st) < 0)
+		return fail_errno(c, "cannot record it");
+	cur = openat(pfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	for (int depth = 0; cur >= 0 && depth < PATH_MAX_LEN; depth++) {
+		if (fstat(cur, &st) < 0 ||
+		    (st.st_dev == c->root_st.st_dev && st.st_ino == c->root_st.st_ino) ||
+		    made_has(&c->made, &st))
+			break;
+		if (made_put(&c->made, &st) < 0) {
+			close(cur);
+			return fail(c, TB_ENOMEM, "out of memory");
+		}
+		int up = openat(cur, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+		close(cur);
+		cur = up;
+	}
+	if (cur >= 0)
+		close(cur);
+	return 0;
 }
 
 /* "./a//b/" -> "a/b", "/etc" -> "etc", "./" -> "". @return 0; -1 for a
@@ -183,42 +204,93 @@ static void forget_parent(ctx_t *c)
 	c->parent[0] = '\0';
 }
 
-/* Makes each directory of @p rel the tree lacks (0755, this layer's),
- * from the top down. @return 0, or -1 with the error set. */
-static int make_parents(ctx_t *c, const char *rel)
+/* The length of the longest prefix of @p rel (whole components) that
+ * is a directory of the tree, and its fd (O_PATH) into @p fd. Galloping
+ * up from the end, then halving: O(depth log depth) component lookups,
+ * not O(depth^2), however deep a layer's new paths go. */
+static size_t deepest_dir(ctx_t *c, const char *rel, int *fd)
 {
 	char prefix[PATH_MAX_LEN];
+	size_t ends[PATH_MAX_LEN / 2 + 1], n = 0, lo = 0, hi;
+	int found = -1;
 
-	for (const char *end = rel;; end++) {
-		if (*end && *end != '/')
-			continue;
-		snprintf(prefix, sizeof(prefix), "%.*s", (int)(end - rel), rel);
+	for (size_t i = 0; rel[i]; i++) /* ends[k]: where component k ends */
+		if (rel[i + 1] == '/' || rel[i + 1] == '\0')
+			ends[++n] = i + 1;
+	ends[0] = 0;
+	hi = n; /* rel itself is missing: the answer is below n */
+	for (size_t step = 1; hi > 0; step *= 2) { /* gallop: hi - 1, hi - 2, hi - 4 ... */
+		size_t k = hi > step ? hi - step : 0;
+		snprintf(prefix, sizeof(prefix), "%.*s", (int)ends[k], rel);
 		int at = open_beneath(c->root, prefix);
-		if (at >= 0)
-			close(at);
-		else if (errno == ENOENT) {
-			char *slash = strrchr(prefix, '/');
-			int up =
-			    slash ? (*slash = '\0', open_beneath(c->root, prefix)) : dup(c->root);
-			const char *name = slash ? slash + 1 : prefix;
-			int made = up >= 0 && (mkdirat(up, name, 0755) == 0 || errno == EEXIST);
-			if (up >= 0)
-				close(up);
-			if (!made) {
-				fail_errno(c, "cannot make its directory");
-				return -1;
-			}
-			c->st->entries++;
-			if (slash)
-				*slash = '/';
-			if (names_add(&c->made, prefix) < 0) {
-				fail(c, TB_ENOMEM, "out of memory");
-				return -1;
-			}
+		if (at >= 0) {
+			if (found >= 0)
+				close(found);
+			found = at, lo = k;
+			break;
 		}
-		if (!*end)
-			return 0;
+		hi = k;
 	}
+	while (found >= 0 && lo + 1 < hi) { /* lo exists, hi does not */
+		size_t k = lo + (hi - lo) / 2;
+		snprintf(prefix, sizeof(prefix), "%.*s", (int)ends[k], rel);
+		int at = open_beneath(c->root, prefix);
+		if (at >= 0) {
+			close(found);
+			found = at, lo = k;
+		} else {
+			hi = k;
+		}
+	}
+	*fd = found;
+	return ends[lo];
+}
+
+/* Makes each directory of @p rel the tree lacks (0755, this layer's):
+ * from the deepest one there (deepest_dir), each new one made and opened
+ * by name (O_NOFOLLOW: it was just made, no link can be there). @return
+ * 0, or -1 with the error set. */
+static int make_parents(ctx_t *c, const char *rel)
+{
+	int cur;
+	size_t at = deepest_dir(c, rel, &cur);
+	char name[PATH_MAX_LEN];
+
+	if (cur < 0) {
+		fail_errno(c, "its directory's top is not in the tree");
+		return -1;
+	}
+	while (rel[at]) {
+		at += rel[at] == '/';
+		size_t len = strcspn(rel + at, "/");
+		snprintf(name, sizeof(name), "%.*s", (int)len, rel + at);
+		at += len;
+		int rc = 0, next = -1;
+		if (mkdirat(cur, name, 0755) < 0)
+			/* EEXIST: a file, or a link to nowhere, where it should be */
+			rc = errno == EEXIST
+				 ? fail(c, TB_EINVAL, "its directory is not one in the tree")
+				 : fail_errno(c, "cannot make its directory");
+		else if ((next = openat(cur, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) <
+			 0)
+			rc = fail_errno(c, "cannot open the directory it made");
+		else if (++c->st->entries > c->lim->max_entries)
+			rc =
+			    tb_error_set(c->err, TB_ETOOBIG, "the image has more than %llu entries",
+					 (unsigned long long)c->lim->max_entries);
+		else
+			rc = mark(c, cur, name);
+		if (rc < 0) {
+			close(cur);
+			if (next >= 0)
+				close(next);
+			return -1;
+		}
+		close(cur);
+		cur = next;
+	}
+	close(cur);
+	return 0;
 }
 
 /* The directory @p rel of the tree, made where it is missing
@@ -396,15 +468,15 @@ static int put_hardlink(ctx_t *c, struct archive_entry *e, int pfd, const char *
 	return 0;
 }
 
-/* An opaque directory: what a lower layer put under @p path (the
- * directory's path in the tree, in a buffer of PATH_MAX_LEN shared by
- * every level: the recursion's frames stay small however deep the tree
- * goes) is removed, what this layer made stays. */
-static int make_opaque(ctx_t *c, int dfd, char *path)
+/* An opaque directory (@p dfd): what a lower layer put under it is
+ * removed, what this layer made stays (by inode: see made_t); into a
+ * directory of this layer's, the same again. The frames are small however
+ * deep the tree goes. */
+static int make_opaque(ctx_t *c, int dfd)
 {
 	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	size_t len = strlen(path);
 	struct dirent *de;
+	struct stat st;
 	DIR *d;
 	int rc = 0;
 
@@ -416,24 +488,21 @@ static int make_opaque(ctx_t *c, int dfd, char *path)
 	while (rc == 0 && (de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		if (len + 1 + strlen(de->d_name) >= PATH_MAX_LEN)
-			rc = fail(c, TB_EINVAL, "a path under the opaque directory is too long");
-		else if (snprintf(path + len, PATH_MAX_LEN - len, "%s%s", len ? "/" : "",
-				  de->d_name) < 0 ||
-			 !names_has(&c->made, path)) {
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			rc = fail_errno(c, "cannot look under the opaque directory");
+		} else if (!made_has(&c->made, &st)) {
 			rc = tb_remove_tree(dirfd(d), de->d_name) < 0
 				 ? fail_errno(c, "cannot remove what the opaque directory hides")
 				 : 0;
 			c->st->removed++;
-		} else if (de->d_type == DT_DIR) {
+		} else if (S_ISDIR(st.st_mode)) {
 			int sub = openat(dirfd(d), de->d_name,
 					 O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			rc = sub < 0 ? fail_errno(c, "cannot open under the opaque directory")
-				     : make_opaque(c, sub, path);
+				     : make_opaque(c, sub);
 			if (sub >= 0)
 				close(sub);
 		}
-		path[len] = '\0';
 	}
 	closedir(d);
 	return rc;
@@ -446,15 +515,9 @@ static int whiteout(ctx_t *c, int pfd, const char *parent, const char *name)
 	if (!strcmp(name, WH_OPAQUE)) {
 		forget_parent(c);
 		int fd = open_beneath(c->root, parent);
-		char *path = fd >= 0 ? malloc(PATH_MAX_LEN) : NULL;
-		if (!path) {
-			if (fd >= 0)
-				close(fd);
+		if (fd < 0)
 			return fail_errno(c, "cannot open the opaque directory");
-		}
-		snprintf(path, PATH_MAX_LEN, "%s", parent);
-		int rc = make_opaque(c, fd, path);
-		free(path);
+		int rc = make_opaque(c, fd);
 		close(fd);
 		return rc;
 	}
@@ -519,8 +582,8 @@ static int place(ctx_t *c, struct archive *a, struct archive_entry *e)
 			return 0;
 		}
 	}
-	if (rc == 0 && names_add(&c->made, rel) < 0)
-		rc = fail(c, TB_ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = mark(c, open_parent(c, parent), name);
 	return rc;
 }
 
@@ -534,6 +597,10 @@ int tb_unpack_layer(int rootfd, int fd, const tb_unpack_limits_t *lim, tb_unpack
 
 	if (!a)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	if (fstat(rootfd, &c.root_st) < 0) {
+		archive_read_free(a);
+		return tb_error_errno(err, TB_EIO, errno, "layer: the tree's root");
+	}
 	archive_read_support_filter_gzip(a);
 	archive_read_support_filter_zstd(a);
 	archive_read_support_format_tar(a);
@@ -551,7 +618,7 @@ int tb_unpack_layer(int rootfd, int fd, const tb_unpack_limits_t *lim, tb_unpack
 	}
 out:
 	forget_parent(&c);
-	names_free(&c.made);
+	made_free(&c.made);
 	archive_read_free(a);
 	return rc;
 }

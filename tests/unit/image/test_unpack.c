@@ -296,6 +296,44 @@ static void test_unpack__an_opaque_directory_over_a_deep_tree(void **state)
 	assert_string_equal(read_in("kept"), "k");
 }
 
+/* What a layer made counts by inode, not by the path it was reached by:
+ * an entry put through a link survives its directory made opaque. */
+static void test_unpack__an_opaque_directory_keeps_what_came_through_a_link(void **state)
+{
+	tb_unpack_stats_t st = { 0 };
+	tb_error_t err;
+	(void)state;
+	entry_t lower[] = { { "usr/lib/x", 'f', "old", 0644, 0 }, { "lib", 'l', "usr/lib", 0, 0 } };
+	entry_t upper[] = { { "lib/foo", 'f', "new", 0644, 0 },
+			    { "usr/lib/.wh..wh..opq", 'f', "", 0644, 0 } };
+	assert_int_equal(apply(lower, 2, 0, &roomy, &st, &err), 0);
+	assert_int_equal(apply(upper, 2, 0, &roomy, &st, &err), 0);
+	assert_string_equal(read_in("usr/lib/foo"), "new");
+	assert_false(exists_in("usr/lib/x"));
+}
+
+/* Many new deep paths in one layer: each made from the deepest directory
+ * there, recorded by inode (no string per prefix). */
+static void test_unpack__many_deep_new_paths(void **state)
+{
+	static char paths[50][4000];
+	static entry_t e[50];
+	tb_unpack_stats_t st = { 0 };
+	tb_error_t err;
+	(void)state;
+	for (int i = 0; i < 50; i++) {
+		size_t n = (size_t)snprintf(paths[i], sizeof(paths[i]), "top%d/", i);
+		for (int k = 0; k < 900; k++)
+			n += (size_t)snprintf(paths[i] + n, sizeof(paths[i]) - n, "d/");
+		snprintf(paths[i] + n, sizeof(paths[i]) - n, "leaf");
+		e[i] = (entry_t){ paths[i], 'f', "x", 0644, 0 };
+	}
+	tb_unpack_limits_t lim = { 1 << 20, 100000 };
+	assert_int_equal(apply(e, 50, 'g', &lim, &st, &err), 0);
+	assert_true(exists_in(paths[49]));
+	assert_int_equal(st.entries, 50 * (1 + 900 + 1));
+}
+
 static void test_unpack__caps_and_junk(void **state)
 {
 	static char big[8193];
@@ -352,6 +390,9 @@ int main(void)
 		cmocka_unit_test_setup(test_unpack__whiteouts_and_opaque_directories, fresh_tree),
 		cmocka_unit_test_setup(test_unpack__an_opaque_directory_over_a_deep_tree,
 				       fresh_tree),
+		cmocka_unit_test_setup(
+		    test_unpack__an_opaque_directory_keeps_what_came_through_a_link, fresh_tree),
+		cmocka_unit_test_setup(test_unpack__many_deep_new_paths, fresh_tree),
 		cmocka_unit_test_setup(test_unpack__caps_and_junk, fresh_tree),
 	};
 	if (geteuid() != 0) {
