@@ -36,6 +36,9 @@ struct tb_image_cache {
 	char path[4096]; /* <cache_dir>/images */
 	int root, blobs, trees, tmp, locks;
 	uint64_t max;
+	/* what the last trim found (tb_image_cache_usage): counted there, not
+	 * by every reader, since counting lists every image and blob */
+	atomic_uint_fast64_t images, bytes;
 };
 
 static atomic_uint tmp_counter;
@@ -147,6 +150,7 @@ int tb_image_cache_open(tb_image_cache_t **out, const char *cache_dir, uint64_t 
 		goto fail;
 	fchmod(c->root, 0700); /* images keep their modes: no host user in */
 	sweep(c);
+	tb_image_cache_trim(c); /* the bound, and the counts, from the start */
 	*out = c;
 	return 0;
 fail:
@@ -514,7 +518,8 @@ int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_un
 		return rc;
 	}
 	tb_metrics_image(out->cached ? "cached" : "made", out->fetched);
-	tb_image_cache_trim(c);
+	if (!out->cached) /* a hit adds nothing: no listing of the cache on it */
+		tb_image_cache_trim(c);
 	return 0;
 }
 
@@ -653,6 +658,11 @@ void tb_image_cache_trim(tb_image_cache_t *c)
 	for (size_t i = 0; i < nb && total > c->max; i++)
 		if (!named(trees, nt, blobs[i].hex) && unlinkat(c->blobs, blobs[i].hex, 0) == 0)
 			total -= blobs[i].bytes;
+	size_t kept = 0;
+	for (size_t i = 0; i < nt; i++)
+		kept += trees[i].hex[0] != '\0';
+	atomic_store(&c->images, kept);
+	atomic_store(&c->bytes, total);
 	free_list(trees, nt);
 	free_list(blobs, nb);
 	close(all);
@@ -660,18 +670,9 @@ void tb_image_cache_trim(tb_image_cache_t *c)
 
 void tb_image_cache_usage(tb_image_cache_t *c, uint64_t *images, uint64_t *bytes, uint64_t *max)
 {
-	entry_t *trees = NULL, *blobs = NULL;
-	size_t nt = list(c, c->trees, 1, &trees), nb = list(c, c->blobs, 0, &blobs);
-
-	*images = nt;
-	*bytes = 0;
-	for (size_t i = 0; i < nt; i++)
-		*bytes += trees[i].bytes;
-	for (size_t i = 0; i < nb; i++)
-		*bytes += blobs[i].bytes;
+	*images = atomic_load(&c->images);
+	*bytes = atomic_load(&c->bytes);
 	*max = c->max;
-	free_list(trees, nt);
-	free_list(blobs, nb);
 }
 
 void tb_image_release(tb_image_t *img)

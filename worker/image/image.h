@@ -69,12 +69,14 @@ int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_un
 		 const char *credentials, tb_image_t *out, tb_error_t *err);
 
 /** Removes the least recently used images no one holds, then the blobs
- * no remaining image names, until the cache is under its size (done by
- * tb_image_get() too). Skipped while an image is being made. */
+ * no remaining image names, until the cache is under its size (done at
+ * open and by tb_image_get() when it made an image; a hit adds nothing).
+ * Skipped while an image is being made. */
 void tb_image_cache_trim(tb_image_cache_t *c);
 
-/** What the cache holds now: complete images, and the bytes of their
- * files and of every blob; its bound into @p max. */
+/** What the cache held at its last trim (at open, and after each image
+ * made): complete images, and the bytes of their files and of every
+ * blob; its bound into @p max. Cheap: for the worker's heartbeat. */
 void tb_image_cache_usage(tb_image_cache_t *c, uint64_t *images, uint64_t *bytes, uint64_t *max);
 
 /** Lets go of an image from tb_image_get() (and frees what it holds). */

@@ -85,6 +85,11 @@ static void test_image__made_once_then_cached(void **state)
 		fail_msg("%s", err.msg);
 	assert_int_equal(img.cached, 0);
 	assert_true(img.fetched > 0);
+	uint64_t images, bytes, max;
+	tb_image_cache_usage(c, &images, &bytes, &max);
+	assert_int_equal(images, 1); /* counted when it was made */
+	assert_true(bytes >= img.fetched);
+	assert_int_equal(max, 1 << 30);
 	assert_string_equal(img.digest, d);
 	assert_int_equal(img.layers.n, 2);
 	assert_string_equal(read_file(img.tree, "bin/tool"), "v2");
