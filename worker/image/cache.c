@@ -637,8 +637,10 @@ void tb_image_cache_trim(tb_image_cache_t *c)
 		total += trees[i].bytes;
 	for (size_t i = 0; i < nb; i++)
 		total += blobs[i].bytes;
-	qsort(trees, nt, sizeof(*trees), older);
-	qsort(blobs, nb, sizeof(*blobs), older);
+	if (nt) /* qsort wants a non-null array, even of none */
+		qsort(trees, nt, sizeof(*trees), older);
+	if (nb)
+		qsort(blobs, nb, sizeof(*blobs), older);
 	for (size_t i = 0; i < nt && total > c->max; i++) {
 		int lock = lock_at(c->locks, trees[i].hex, LOCK_EX | LOCK_NB);
 		if (lock < 0)
