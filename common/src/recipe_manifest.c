@@ -6,6 +6,7 @@
 #include "tb/jsonconf.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 /* clang-format off: one field per row reads as a table */
@@ -41,12 +42,33 @@ static const tb_schema_t judge_schema = {
 	.strict = true,
 };
 
+/* An absolute path with no "." or ".." component: where the agent starts. */
+static int check_workdir(const void *value, char *why, size_t whylen)
+{
+	const char *s = value;
+
+	if (s[0] != '/') {
+		snprintf(why, whylen, "must be an absolute path");
+		return -1;
+	}
+	for (const char *c = s; *c; c++)
+		if (c[0] == '/' && c[1] == '.' &&
+		    (c[2] == '/' || !c[2] || (c[2] == '.' && (c[3] == '/' || !c[3])))) {
+			snprintf(why, whylen, "must not have a '.' or '..' component");
+			return -1;
+		}
+	return 0;
+}
+
 /* clang-format off */
 static const tb_field_t agent_fields[] = {
 	{.name = "command", .type = TB_FT_STRLIST, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_agent_spec_t, command), .min = 1, .max = 64, .item_max = 4096},
 	{.name = "env", .type = TB_FT_STRMAP,
 	 .offset = offsetof(tb_agent_spec_t, env), .max = 64, .item_max = 4096},
+	{.name = "workdir", .type = TB_FT_STR,
+	 .offset = offsetof(tb_agent_spec_t, workdir), .min = 1, .max = 4096,
+	 .check = check_workdir},
 };
 /* clang-format on */
 
@@ -54,7 +76,7 @@ static const tb_schema_t agent_schema = {
 	.name = "agent",
 	.size = sizeof(tb_agent_spec_t),
 	.fields = agent_fields,
-	.nfields = 2,
+	.nfields = sizeof(agent_fields) / sizeof(agent_fields[0]),
 	.strict = true,
 };
 

@@ -378,6 +378,7 @@ static int pack_setup(tb_sbp_req_t **out, const tb_seccomp_t *policy, const tb_s
 		.outputs_mb = spec->outputs_mb,
 		.max_file_mb = spec->max_file_mb,
 		.nofile = spec->max_open_files,
+		.writable_mb = spec->writable_mb,
 		.version = TB_SBP_VERSION,
 		.flags = spec->image_tree ? TB_SBP_F_IMAGE : 0,
 		.nbinds = spec->ro_binds && !spec->image_tree ? (uint32_t)spec->ro_binds->n : 0,
@@ -593,6 +594,9 @@ static int check_spec(const tb_sandbox_spec_t *spec, tb_error_t *err)
 		    "sandbox: tmpfs sizes and rlimits must be set (0 means unlimited)");
 	if (spec->image_tree && spec->image_tree[0] != '/')
 		return tb_error_set(err, TB_EINVAL, "sandbox: the image's tree is not absolute");
+	if (spec->image_tree && !spec->writable_mb)
+		return tb_error_set(err, TB_EINVAL,
+				    "sandbox: an image's writable layer must have a size");
 	for (size_t i = 0; !spec->image_tree && spec->ro_binds && i < spec->ro_binds->n; i++)
 		if (!valid_bind(spec->ro_binds->items[i]))
 			return tb_error_set(

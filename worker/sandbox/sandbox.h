@@ -52,6 +52,8 @@ typedef struct tb_sandbox_spec {
 	const char *inputs_dir;       /* bound read-only at /inputs; may be NULL */
 	uint64_t workspace_mb;        /* /workspace and /tmp tmpfs size */
 	uint64_t outputs_mb;          /* /outputs tmpfs size */
+	uint64_t writable_mb;         /* image_tree: the agent's writable layer over it;
+				       * the judges see the image without it */
 	uint64_t memory_mb;           /* cgroup limits; 0 = none */
 	uint64_t pids;
 	uint64_t cpu_millis;

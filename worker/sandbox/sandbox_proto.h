@@ -20,7 +20,7 @@
 #define TB_SBP_MAX_BINDS 1024
 /* SETUP's layout; init refuses another (a worker and an init of two
  * different builds). */
-#define TB_SBP_VERSION 3
+#define TB_SBP_VERSION 4
 
 enum tb_sbp_op {
 	/* worker -> init */
@@ -85,6 +85,7 @@ typedef struct tb_sbp_setup {
 	uint64_t outputs_mb;   /* /outputs tmpfs size */
 	uint64_t max_file_mb;  /* RLIMIT_FSIZE of every process */
 	uint64_t nofile;       /* RLIMIT_NOFILE, capped at the worker's hard limit */
+	uint64_t writable_mb;  /* TB_SBP_F_IMAGE: the agent's layer over the image */
 	uint32_t bpf_len;      /* instructions */
 	uint32_t nbinds;       /* strings after root, at most TB_SBP_MAX_BINDS */
 } tb_sbp_setup_t;

@@ -135,6 +135,17 @@ static int agent_env(tb_run_t *r, char **envp)
 	return n;
 }
 
+/* Where the agent starts: the recipe's agent.workdir, else its image's
+ * WorkingDir, else the recipe's checkout (schemas/agent.md). */
+static const char *agent_workdir(const tb_run_t *r)
+{
+	if (r->recipe.agent.workdir)
+		return r->recipe.agent.workdir;
+	if (r->has_image && r->image.config.workdir && r->image.config.workdir[0] == '/')
+		return r->image.config.workdir;
+	return "/recipe";
+}
+
 /* Reads what the agent wrote on fd 3 until it exits; fills @p end. */
 int tb_run_agent(tb_run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_len, tb_error_t *err)
 {
@@ -190,7 +201,7 @@ int tb_run_agent(tb_run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_le
 		argv[i] = rm->agent.command.items[i];
 	argv[argc] = NULL;
 	tb_sandbox_exec_t ex = {
-		argv, (const char *const *)envp, "/recipe", in, out, out, ev[1], 0
+		argv, (const char *const *)envp, agent_workdir(r), in, out, out, ev[1], 0
 	};
 	rc = tb_sandbox_spawn(r->sb, &id, &ex, err);
 	close(ev[1]);

@@ -115,6 +115,7 @@ int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, 
 		return rc;
 	uint64_t t0 = tb_mono_us();
 	spec.image_tree = r->has_image ? r->image.tree : NULL;
+	spec.writable_mb = r->rt.sandbox.images.writable_mb;
 	rc = ctx->pool && !r->has_image
 		 ? tb_sandbox_pool_create(ctx->pool, &spec, &r->sb, NULL, err)
 		 : tb_sandbox_create(&r->sb, ctx->policy, &spec, err);

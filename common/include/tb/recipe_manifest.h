@@ -22,8 +22,9 @@ typedef struct tb_judge {
 } tb_judge_t;
 
 typedef struct tb_agent_spec {
-	tb_strlist_t command; /* argv, run in the recipe checkout */
+	tb_strlist_t command; /* argv */
 	tb_strmap_t env;
+	char *workdir; /* where it starts; NULL: the image's WorkingDir, else /recipe */
 } tb_agent_spec_t;
 
 /* What the task's sandbox is built from (schemas/recipe.md). */

@@ -130,6 +130,7 @@ static void test_sandbox__an_image_tree_is_the_root(void **state)
 	assert_int_equal(system(cmd), 0);
 	tb_sandbox_spec_t s = spec();
 	s.image_tree = tree;
+	s.writable_mb = 8;
 	const char *argv[] = { "/bin/sh", "-c",
 			       "cat /usr/share/marker; busybox stat -c 'app %u:%g %a' /home/app; "
 			       "test -e /usr/bin/python3 && echo host-visible; "
@@ -147,6 +148,106 @@ static void test_sandbox__an_image_tree_is_the_root(void **state)
 	/* the tree on the host is as it was */
 	snprintf(cmd, sizeof(cmd), "test ! -e %s/workspace && test ! -e %s/usr/share/new", tree,
 		 tree);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* Runs argv in @p sb as @p uid (0: the agent's); its stdout and stderr
+ * into @p out. */
+static tb_sandbox_exit_t run_as(tb_sandbox_t *sb, unsigned uid, const char *const *argv, char *out,
+				size_t cap)
+{
+	const char *env[] = { "PATH=/usr/bin:/bin", "HOME=/workspace", NULL };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, uid };
+	tb_sandbox_exit_t e;
+	tb_error_t err;
+	int fds[2], id;
+
+	assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+	ex.stdout_fd = ex.stderr_fd = fds[1];
+	if (tb_sandbox_spawn(sb, &id, &ex, &err) != 0)
+		fail_msg("spawn %s: %s", argv[0], err.msg);
+	close(fds[1]);
+	if (tb_sandbox_wait(sb, id, 60000, &e, &err) != 0)
+		fail_msg("wait: %s", err.msg);
+	ssize_t n = read(fds[0], out, cap - 1);
+	out[n > 0 ? n : 0] = '\0';
+	close(fds[0]);
+	return e;
+}
+
+static tb_sandbox_exit_t run_in(tb_sandbox_t *sb, const char *const *argv, char *out, size_t cap)
+{
+	return run_as(sb, 0, argv, out, cap);
+}
+
+/* Runs the shell @p script in @p sb as @p uid. */
+static tb_sandbox_exit_t sh_as(tb_sandbox_t *sb, unsigned uid, const char *script, char *out,
+			       size_t cap)
+{
+	const char *argv[] = { "/bin/sh", "-c", script, NULL };
+	return run_as(sb, uid, argv, out, cap);
+}
+
+/*
+ * The agent writes into an image's root where the image lets it (here a
+ * tool directory the image gave uid 1000), up to writable_mb; the judges
+ * then see the image as it was built: the agent's replacement of the
+ * tool and its new file are not there, the root is read-only, and the
+ * rest of a judge's view (the agent's /workspace, /proc, /dev, /recipe,
+ * /etc/hosts) is in place.
+ */
+static void test_sandbox__judges_see_the_image_without_the_agents_layer(void **state)
+{
+	char tree[200], cmd[4096], out[4096];
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	(void)state;
+	if (system("file -L /bin/busybox | grep -q static") != 0)
+		skip();
+	snprintf(tree, sizeof(tree), "%s/tool-tree", F.root);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "set -e; rm -rf %s; mkdir -p %s/bin %s/etc %s/opt/tool; cp /bin/busybox %s/bin/; "
+	    "ln -s busybox %s/bin/sh; printf '#!/bin/sh\\necho pristine\\n' > %s/opt/tool/run; "
+	    "chmod 0755 %s/opt/tool/run; chown -R 1000:1000 %s/opt/tool",
+	    tree, tree, tree, tree, tree, tree, tree, tree, tree);
+	assert_int_equal(system(cmd), 0);
+	tb_sandbox_spec_t s = spec();
+	s.image_tree = tree;
+	s.writable_mb = 4;
+	assert_int_equal(tb_sandbox_create(&sb, F.policy, &s, &err), 0);
+	tb_sandbox_exit_t e =
+	    sh_as(sb, 0,
+		  "printf '#!/bin/sh\\necho forged\\n' > /opt/tool/run && /opt/tool/run; "
+		  "echo new > /opt/tool/new && cat /opt/tool/new; "
+		  "dd if=/dev/zero of=/opt/tool/big bs=1M count=8 2>/dev/null || echo capped; "
+		  "rm -f /opt/tool/big; echo w > /workspace/w",
+		  out, sizeof(out));
+	if (e.end != TB_SANDBOX_EXITED || strcmp(out, "forged\nnew\ncapped\n") != 0)
+		fail_msg("the agent in its writable layer (end %d code %d):\n%s", e.end, e.code,
+			 out);
+	for (unsigned j = 0; j < 2; j++) {
+		if (tb_sandbox_judge_view(sb, TB_SANDBOX_JUDGE_ID + j, &err) != 0)
+			fail_msg("judge view: %s", err.msg);
+		e = sh_as(sb, TB_SANDBOX_JUDGE_ID + j,
+			  "/opt/tool/run; test -e /opt/tool/new && echo planted; "
+			  "touch /judged 2>/dev/null && echo root-writable; "
+			  "cat /workspace/w; test -e /recipe/sandbox_probe && echo recipe; "
+			  "grep -c task-test /etc/hosts; cat /etc/hostname; echo; "
+			  "head -c 4 /proc/self/status; echo; echo x > /dev/null && echo dev; "
+			  "touch /tmp/t && echo tmp; id -u",
+			  out, sizeof(out));
+		snprintf(cmd, sizeof(cmd),
+			 "pristine\nw\nrecipe\n1\ntask-test\nName\ndev\ntmp\n%u\n",
+			 TB_SANDBOX_JUDGE_ID + j);
+		if (e.end != TB_SANDBOX_EXITED || strcmp(out, cmd) != 0)
+			fail_msg("judge %u (end %d code %d) saw:\n%s\nwanted:\n%s", j, e.end,
+				 e.code, out, cmd);
+	}
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	/* the tree on the host is as it was */
+	snprintf(cmd, sizeof(cmd), "grep -q pristine %s/opt/tool/run && test ! -e %s/opt/tool/new",
+		 tree, tree);
 	assert_int_equal(system(cmd), 0);
 }
 
@@ -170,6 +271,7 @@ static void test_sandbox__an_image_cannot_lead_init_out(void **state)
 	assert_int_equal(system(cmd), 0);
 	tb_sandbox_spec_t s = spec();
 	s.image_tree = tree;
+	s.writable_mb = 8;
 	const char *argv[] = { "/bin/sh", "-c", "grep -c ':x:1000:' /etc/passwd; id -u", NULL };
 	tb_sandbox_exit_t e = run(s, argv, out, sizeof(out));
 	if (e.end != TB_SANDBOX_EXITED || e.code != 0 || strcmp(out, "1\n1000\n") != 0)
@@ -208,9 +310,15 @@ static void test_sandbox__missing_program_is_a_clear_error(void **state)
 	assert_int_equal(tb_sandbox_spawn(sb, &id, &ex, &err), TB_ENOTFOUND);
 	assert_non_null(strstr(err.msg, "/no/such/agent"));
 	assert_non_null(strstr(err.msg, "No such file"));
-	/* The sandbox is still usable afterwards: judges run after agents. */
+	/* a working directory that is not there (an image's WorkingDir) */
 	const char *ok[] = { "/bin/true", NULL };
 	ex.argv = ok;
+	ex.cwd = "/no/such/dir";
+	assert_int_equal(tb_sandbox_spawn(sb, &id, &ex, &err), TB_ENOTFOUND);
+	if (!strstr(err.msg, "working directory /no/such/dir"))
+		fail_msg("a missing working directory said: %s", err.msg);
+	/* The sandbox is still usable afterwards: judges run after agents. */
+	ex.cwd = NULL;
 	tb_sandbox_exit_t e;
 	assert_int_equal(tb_sandbox_spawn(sb, &id, &ex, &err), 0);
 	assert_int_equal(tb_sandbox_wait(sb, id, 10000, &e, &err), 0);
@@ -561,28 +669,6 @@ static void test_sweep__removes_what_a_dead_worker_left(void **state)
 	assert_int_equal(count_entries(F.work, group), 0);
 }
 
-/* Runs argv in @p sb; its stdout and stderr into @p out. */
-static tb_sandbox_exit_t run_in(tb_sandbox_t *sb, const char *const *argv, char *out, size_t cap)
-{
-	const char *env[] = { "PATH=/usr/bin:/bin", "HOME=/workspace", NULL };
-	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, 0 };
-	tb_sandbox_exit_t e;
-	tb_error_t err;
-	int fds[2], id;
-
-	assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
-	ex.stdout_fd = ex.stderr_fd = fds[1];
-	if (tb_sandbox_spawn(sb, &id, &ex, &err) != 0)
-		fail_msg("spawn %s: %s", argv[0], err.msg);
-	close(fds[1]);
-	if (tb_sandbox_wait(sb, id, 60000, &e, &err) != 0)
-		fail_msg("wait: %s", err.msg);
-	ssize_t n = read(fds[0], out, cap - 1);
-	out[n > 0 ? n : 0] = '\0';
-	close(fds[0]);
-	return e;
-}
-
 /* The pids of every child of every thread of this process. */
 static int all_children(pid_t *out, int cap)
 {
@@ -888,6 +974,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_sandbox__runs_processes_and_reports_exit_codes),
 		cmocka_unit_test(test_sandbox__an_image_tree_is_the_root),
 		cmocka_unit_test(test_sandbox__an_image_cannot_lead_init_out),
+		cmocka_unit_test(test_sandbox__judges_see_the_image_without_the_agents_layer),
 		cmocka_unit_test(test_sandbox__missing_program_is_a_clear_error),
 		cmocka_unit_test(test_sandbox__init_is_its_own_small_program),
 		cmocka_unit_test(test_sandbox__prepared_runs_nothing_until_assigned),

@@ -1282,7 +1282,8 @@ static const char *busybox_layout(const char *dir)
 		 "for t in cat echo grep id test; do ln -s busybox %s.b/rootfs/bin/$t; done; "
 		 "echo from-the-image > %s.b/rootfs/usr/share/marker; "
 		 "umoci repack --image %s:t %s.b; umoci config --image %s:t --config.env "
-		 "IMAGE_SAYS=hello --config.env PATH=/bin; rm -rf %s.b",
+		 "IMAGE_SAYS=hello --config.env PATH=/bin --config.workingdir /usr/share; "
+		 "rm -rf %s.b",
 		 dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir,
 		 dir);
 	if (system(cmd) != 0)
@@ -1297,8 +1298,8 @@ static const char *busybox_layout(const char *dir)
 }
 
 /* A recipe whose environment is an image: the agent and its judge run on
- * the image's files, with its Env under the runtime's; the manifest names
- * the digest and every layer. A runtime that does not allow the image
+ * the image's files, the agent with the image's Env under the runtime's
+ * and in its WorkingDir; the manifest names the digest and every layer. A runtime that does not allow the image
  * makes the task poison, before any sandbox. */
 static void test_lifecycle__a_recipe_runs_in_its_pinned_image(void **state)
 {
@@ -1316,14 +1317,15 @@ static void test_lifecycle__a_recipe_runs_in_its_pinned_image(void **state)
 	tb_fixture_sh("%s", rt);
 	snprintf(manifest, sizeof(manifest),
 		 "{\"v\": 1, \"name\": \"img\", \"environment\": {\"image\": "
-		 "\"oci-layout:%s@%s\"}, \"agent\": {\"command\": [\"/bin/sh\", \"agent.sh\"]}, "
+		 "\"oci-layout:%s@%s\"}, \"agent\": {\"command\": [\"/bin/sh\", "
+		 "\"/recipe/agent.sh\"]}, "
 		 "\"judges\": [{\"name\": \"saw\", \"command\": [\"/bin/sh\", \"judge.sh\"]}]}\n",
 		 layout, digest);
 	char *commit = commit_recipe(
 	    manifest, "agent.sh",
 	    "read -r prompt\n"
 	    "cat /usr/share/marker > /outputs/marker\n"
-	    "echo \"$IMAGE_SAYS $(id -u)\" > /outputs/env\n"
+	    "echo \"$IMAGE_SAYS $(id -u) $PWD\" > /outputs/env\n"
 	    "test -e /usr/bin/python3 && echo host > /outputs/host\n"
 	    "echo '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' >&3\n",
 	    "judge.sh",
@@ -1348,7 +1350,7 @@ static void test_lifecycle__a_recipe_runs_in_its_pinned_image(void **state)
 	char *marker = artifact(&m, "marker"), *env = artifact(&m, "env"),
 	     *host = artifact(&m, "host");
 	assert_string_equal(marker, "from-the-image\n");
-	assert_string_equal(env, "hello 1000\n");
+	assert_string_equal(env, "hello 1000 /usr/share\n");
 	assert_null(host); /* the host's /usr is not there */
 	free(marker);
 	free(env);

@@ -261,6 +261,27 @@ static void test_recipe__bad_manifests_are_explained(void **state)
 	assert_int_equal(tb_recipe_manifest_parse(&m, dup, strlen(dup), "r", &err), TB_EINVAL);
 	assert_contains(err.msg, "name 'j' used twice");
 	assert_int_equal(tb_recipe_manifest_parse(&m, "[]", 2, "r", &err), TB_EINVAL);
+	static const char *const workdirs[][2] = {
+		{ "work", "must be an absolute path" },
+		{ "/a/../etc", "must not have a '.' or '..' component" },
+		{ "/a/.", "must not have a '.' or '..' component" },
+	};
+	for (size_t i = 0; i < sizeof(workdirs) / sizeof(workdirs[0]); i++) {
+		char text[256];
+		snprintf(text, sizeof(text),
+			 "{\"v\": 1, \"name\": \"x\", \"agent\": {\"command\": [\"a\"], "
+			 "\"workdir\": \"%s\"}}",
+			 workdirs[i][0]);
+		assert_int_equal(tb_recipe_manifest_parse(&m, text, strlen(text), "r", &err),
+				 TB_EINVAL);
+		assert_contains(err.msg, "agent.workdir");
+		assert_contains(err.msg, workdirs[i][1]);
+	}
+	const char *ok = "{\"v\": 1, \"name\": \"x\", \"agent\": {\"command\": [\"a\"], "
+			 "\"workdir\": \"/src/.venv/..x\"}}";
+	assert_int_equal(tb_recipe_manifest_parse(&m, ok, strlen(ok), "r", &err), 0);
+	assert_string_equal(m.agent.workdir, "/src/.venv/..x");
+	tb_recipe_manifest_free(&m);
 }
 
 int main(void)

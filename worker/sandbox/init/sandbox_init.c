@@ -54,6 +54,7 @@
 #define NO_ASAN __attribute__((no_sanitize("address")))
 #define PATH_LEN 4096
 #define HOST_DIR "/.host"
+#define LAYERS_DIR "/.layers" /* an image root's scaffold: image_root() */
 
 /* From SETUP, never changed afterwards. */
 static tb_sbp_setup_t S;
@@ -63,6 +64,8 @@ static const char *binds[TB_SBP_MAX_BINDS];
 static int image_fd = -1;           /* the image's tree, a detached mount (TB_SBP_F_IMAGE) */
 static const char *image_root_path; /* where its overlay is, while the root is built */
 static int assigned;                /* no process may start before assign() */
+static char hostname[65];           /* from ASSIGN */
+static unsigned task_binds;         /* from ASSIGN: 1 /recipe, 2 /inputs */
 
 /* ------------------------------------------------------------ helpers */
 
@@ -458,6 +461,10 @@ static void image_places(const char *root)
 	join(path, sizeof(path), root, HOST_DIR);
 	if (unlink(path) < 0 && errno != ENOENT && rmdir(path) < 0)
 		fail("remove the image's", HOST_DIR, errno);
+	/* where the layers stay (image_root()): an empty directory of init's */
+	join(path, sizeof(path), root, LAYERS_DIR);
+	if ((unlink(path) < 0 && errno != ENOENT && rmdir(path) < 0) || mkdir(path, 0) < 0)
+		fail("make a directory of", LAYERS_DIR, errno);
 }
 
 /* An image's own /etc/passwd or /etc/group (@p name), kept, with the
@@ -519,43 +526,91 @@ static void image_etc(const char *root, const char *passwd, const char *group)
 	}
 }
 
-/* The root of an image: its tree (the detached mount the worker sent,
- * idmapped so its files keep their owners as the sandbox sees them)
- * under an overlay whose upper layer is a small tmpfs, where the
- * mount points and the sandbox's own /etc files go. Built on a scaffold
- * tmpfs at @p host_dir; @return the overlay's path in @p root. */
+/* Mounts an overlay at @p at: @p lowers (colon-separated, top first)
+ * under @p upper/upper, with @p upper/work; user xattrs, as a user
+ * namespace must. */
+static void overlay_at(const char *at, const char *lowers, const char *upper, const char *what)
+{
+	char opts[4 * PATH_LEN] = "lowerdir=";
+
+	cat(opts, sizeof(opts), lowers);
+	cat(opts, sizeof(opts), ",upperdir=");
+	cat(opts, sizeof(opts), upper);
+	cat(opts, sizeof(opts), "/upper,workdir=");
+	cat(opts, sizeof(opts), upper);
+	cat(opts, sizeof(opts), "/work,userxattr");
+	if (mount("overlay", at, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
+		fail("mount the overlay of", what, errno);
+}
+
+/* Makes @p dir/upper and @p dir/work. */
+static void upper_dirs(const char *dir, const char *what)
+{
+	char path[PATH_LEN];
+
+	join(path, sizeof(path), dir, "/upper");
+	if (mkdir(path, 0755) < 0)
+		fail("mkdir", what, errno);
+	join(path, sizeof(path), dir, "/work");
+	if (mkdir(path, 0755) < 0)
+		fail("mkdir", what, errno);
+}
+
+/*
+ * The root of an image, in three layers on a scaffold tmpfs at
+ * @p host_dir:
+ *
+ *   lower  the image's tree: the detached mount the worker sent,
+ *          idmapped so its files keep their owners as the sandbox sees
+ *          them; never written;
+ *   base   init's layer: the places it mounts on and its /etc files,
+ *          made through a staging overlay that is gone before anything
+ *          runs;
+ *   rw     the agent's writable layer, a tmpfs of writable_mb (charged
+ *          to the sandbox's memory), where whatever the image's owners
+ *          and modes let the agent change lands (pip install into an
+ *          image's venv).
+ *
+ * The root is the overlay of rw over base over lower. The judges get
+ * base over lower again, without the agent's layer (judge_root()), so
+ * the scaffold stays in the sandbox's mounts, at LAYERS_DIR (mode 0700,
+ * init's: no task process can enter it; an overlay's layers must be
+ * mounts of its mounter's namespace). @return the overlay's path in
+ * @p root.
+ */
 static void image_root(const char *host_dir, char *root, size_t cap)
 {
-	char lower[PATH_LEN], rw[PATH_LEN], upper[PATH_LEN], work[PATH_LEN], opts[4 * PATH_LEN];
+	char lower[PATH_LEN], base[PATH_LEN], stage[PATH_LEN], rw[PATH_LEN], path[PATH_LEN];
+	char lowers[2 * PATH_LEN + 1];
 
-	if (mount("tmpfs", host_dir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") < 0)
+	if (mount("tmpfs", host_dir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700,size=4m") < 0)
 		fail("mount scaffold tmpfs", host_dir, errno);
 	join(lower, sizeof(lower), host_dir, "/lower");
+	join(base, sizeof(base), host_dir, "/base");
+	join(stage, sizeof(stage), host_dir, "/stage");
 	join(rw, sizeof(rw), host_dir, "/rw");
 	join(root, cap, host_dir, "/root");
-	if (mkdir(lower, 0755) < 0 || mkdir(rw, 0755) < 0 || mkdir(root, 0755) < 0)
+	if (mkdir(lower, 0755) < 0 || mkdir(base, 0755) < 0 || mkdir(stage, 0755) < 0 ||
+	    mkdir(rw, 0755) < 0 || mkdir(root, 0755) < 0)
 		fail("mkdir", "the image's scaffold", errno);
 	if (syscall(SYS_move_mount, image_fd, "", AT_FDCWD, lower, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 		fail("mount the image's tree", NULL, errno);
 	close(image_fd);
 	image_fd = -1;
-	if (mount("tmpfs", rw, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m") < 0)
-		fail("mount the image's upper tmpfs", NULL, errno);
-	join(upper, sizeof(upper), rw, "/upper");
-	join(work, sizeof(work), rw, "/work");
-	if (mkdir(upper, 0755) < 0 || mkdir(work, 0755) < 0)
-		fail("mkdir", "the image's upper layer", errno);
-	opts[0] = '\0';
-	cat(opts, sizeof(opts), "lowerdir=");
-	cat(opts, sizeof(opts), lower);
-	cat(opts, sizeof(opts), ",upperdir=");
-	cat(opts, sizeof(opts), upper);
-	cat(opts, sizeof(opts), ",workdir=");
-	cat(opts, sizeof(opts), work);
-	cat(opts, sizeof(opts), ",userxattr");
-	if (mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
-		fail("mount the image's overlay", NULL, errno);
-	image_places(root);
+	upper_dirs(base, "init's layer");
+	overlay_at(stage, lower, base, "init's layer");
+	image_places(stage);
+	image_root_path = stage;
+	build_etc(NULL);
+	if (umount2(stage, 0) < 0)
+		fail("unmount", "init's layer", errno);
+	if (tmpfs_at(rw, S.writable_mb, "0755", 0) < 0)
+		fail("mount the image's writable layer", NULL, errno);
+	upper_dirs(rw, "the writable layer");
+	join(path, sizeof(path), base, "/upper");
+	join(lowers, sizeof(lowers), path, ":");
+	cat(lowers, sizeof(lowers), lower);
+	overlay_at(root, lowers, rw, "the image's root");
 }
 
 static void build_root(void)
@@ -569,8 +624,7 @@ static void build_root(void)
 		fail("make / private", NULL, errno);
 	if (S.flags & TB_SBP_F_IMAGE) {
 		image_root(new_root, image, sizeof(image));
-		root = image_root_path = image;
-		build_etc(NULL);
+		root = image;
 	} else {
 		if (mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m") < 0)
 			fail("mount root tmpfs", root, errno);
@@ -605,6 +659,11 @@ static void build_root(void)
 		fail("pivot_root", NULL, errno);
 	if (chdir("/") < 0)
 		fail("chdir", "/", errno);
+	if (S.flags & TB_SBP_F_IMAGE) {
+		join(path, sizeof(path), HOST_DIR, new_root);
+		if (mount(path, LAYERS_DIR, NULL, MS_MOVE, NULL) < 0)
+			fail("move the image's layers to", LAYERS_DIR, errno);
+	}
 	/* The runtime's binds, from the host's root as it is, now that the
 	 * new root no longer covers work_root there (a bind above or below
 	 * work_root sees the host's files, not this tmpfs). */
@@ -614,14 +673,30 @@ static void build_root(void)
 	}
 }
 
+/* /etc/hosts and /etc/hostname under @p root ("" for /), for hostname. */
+static int write_hosts(const char *root)
+{
+	char hosts[512] = "127.0.0.1 localhost ", path[PATH_LEN];
+
+	cat(hosts, sizeof(hosts), hostname);
+	cat(hosts, sizeof(hosts), "\n::1 localhost\n");
+	join(path, sizeof(path), root, "/etc/hosts");
+	if (write_file(path, hosts, 0644) < 0)
+		return -1;
+	join(path, sizeof(path), root, "/etc/hostname");
+	return write_file(path, hostname, 0644);
+}
+
 /* The task-specific part of a prepared sandbox: host name, the recipe and
  * inputs bound read-only from the host, then the host's root detached for
- * good and the root file system made read-only. Paths arrive canonical. */
+ * good and the root file system made read-only (an image's stays writable
+ * where the image lets the agent write: image_root()). Paths arrive
+ * canonical. */
 static void assign(const tb_sbp_req_t *req)
 {
 	static char data[TB_SBP_DATA_MAX];
 	const char *field[3] = { "", "", "" }; /* hostname, recipe, inputs */
-	char src[PATH_LEN], hosts[512] = "127.0.0.1 localhost ";
+	char src[PATH_LEN];
 	size_t pos = 0;
 
 	if (req->len == 0 || req->data[req->len - 1] != '\0')
@@ -631,20 +706,21 @@ static void assign(const tb_sbp_req_t *req)
 		field[i] = data + pos;
 		pos += strnlen(data + pos, req->len - pos) + 1;
 	}
-	if (!field[0][0] || sethostname(field[0], strlen(field[0])) < 0)
+	if (!field[0][0] || strlen(field[0]) >= sizeof(hostname) ||
+	    sethostname(field[0], strlen(field[0])) < 0)
 		fail("sethostname", field[0], errno ? errno : EINVAL);
-	cat(hosts, sizeof(hosts), field[0]);
-	cat(hosts, sizeof(hosts), "\n::1 localhost\n");
-	if (write_file("/etc/hosts", hosts, 0644) < 0 ||
-	    write_file("/etc/hostname", field[0], 0644) < 0)
+	memcpy(hostname, field[0], strlen(field[0]) + 1);
+	if (write_hosts("") < 0)
 		fail("write", "/etc/hosts", errno);
 	if (field[1][0]) {
 		join(src, sizeof(src), HOST_DIR, field[1]);
 		bind_ro("", src, "/recipe", 1);
+		task_binds |= 1;
 	}
 	if (field[2][0]) {
 		join(src, sizeof(src), HOST_DIR, field[2]);
 		bind_ro("", src, "/inputs", 1);
+		task_binds |= 2;
 	}
 	/* Answer first, then finish: init handles one message at a time, so
 	 * the worker's next request (the first EXEC) is only read after the
@@ -657,7 +733,8 @@ static void assign(const tb_sbp_req_t *req)
 		fail("detach the host root", NULL, errno);
 	if (rmdir(HOST_DIR) < 0)
 		fail("rmdir", HOST_DIR, errno);
-	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+	if (!(S.flags & TB_SBP_F_IMAGE) &&
+	    mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
 		fail("read-only root", NULL, errno);
 }
 
@@ -690,15 +767,41 @@ static int fd_or_null(int fd)
 	return fd >= 0 ? fd : open("/dev/null", O_RDWR | O_CLOEXEC);
 }
 
+/* In the new process (exec_child()): no capabilities, not even in the
+ * sandbox's user namespace, then @p uid and gid, alone. @return 0 or -1. */
+static NO_ASAN int become(unsigned uid)
+{
+	gid_t id = uid;
+
+	/* Empty the bounding set, then leave uid 0; the kernel clears the rest. */
+	for (int cap = 0; cap <= 63; cap++)
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+			return -1;
+	/* Init's inheritable and ambient sets are full (they carried its
+	 * capabilities through its own exec): nothing of them may reach a
+	 * task's process, nor a file's inheritable capabilities. */
+	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct caps[2];
+	if (syscall(SYS_capget, &hdr, caps) < 0)
+		return -1;
+	caps[0].inheritable = caps[1].inheritable = 0;
+	if (syscall(SYS_capset, &hdr, caps) < 0)
+		return -1;
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	if (raw_setgroups(1, &id) < 0 || raw_setresgid(id, id, id) < 0 ||
+	    raw_setresuid(id, id, id) < 0)
+		return -1;
+	return 0;
+}
+
 /* In the new process, between clone and execve: only syscalls. */
 static NO_ASAN _Noreturn void exec_child(char *const *argv, char *const *envp, const char *cwd,
 					 const int fds[4], int errpipe, unsigned uid)
 {
-	int e;
+	int e[2] = { 0, 0 }; /* errno, and 1 when it was the working directory */
 	struct rlimit nofile = { S.nofile, S.nofile };
 	struct rlimit fsize = { S.max_file_mb << 20, S.max_file_mb << 20 };
 	struct rlimit core = { 0, 0 };
-	gid_t agent = uid;
 	sigset_t none;
 
 	/* A clean signal state: init blocks SIGCHLD for its signalfd, and a
@@ -728,29 +831,14 @@ static NO_ASAN _Noreturn void exec_child(char *const *argv, char *const *envp, c
 	errpipe = 64;
 	close_fds(fds[3] >= 0 ? 4 : 3, 63);
 	close_fds(65, ~0u);
-	if (chdir(cwd) < 0)
+	if (chdir(cwd) < 0) {
+		e[1] = 1;
 		goto failed;
+	}
 	if (setrlimit(RLIMIT_NOFILE, &nofile) < 0 || setrlimit(RLIMIT_FSIZE, &fsize) < 0 ||
 	    setrlimit(RLIMIT_CORE, &core) < 0)
 		goto failed;
-	/* No capabilities, not even in the sandbox's user namespace: empty
-	 * the bounding set, then leave uid 0; the kernel clears the rest. */
-	for (int cap = 0; cap <= 63; cap++)
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-			goto failed;
-	/* Init's inheritable and ambient sets are full (they carried its
-	 * capabilities through its own exec): nothing of them may reach a
-	 * task's process, nor a file's inheritable capabilities. */
-	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
-	struct __user_cap_data_struct caps[2];
-	if (syscall(SYS_capget, &hdr, caps) < 0)
-		goto failed;
-	caps[0].inheritable = caps[1].inheritable = 0;
-	if (syscall(SYS_capset, &hdr, caps) < 0)
-		goto failed;
-	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-	if (raw_setgroups(1, &agent) < 0 || raw_setresgid(agent, agent, agent) < 0 ||
-	    raw_setresuid(agent, agent, agent) < 0)
+	if (become(uid) < 0)
 		goto failed;
 	/* Last: after it, the calls above would be refused. */
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
@@ -758,8 +846,8 @@ static NO_ASAN _Noreturn void exec_child(char *const *argv, char *const *envp, c
 		goto failed;
 	execve(argv[0], argv, envp);
 failed:
-	e = errno;
-	if (write(errpipe, &e, sizeof(e)) < 0)
+	e[0] = errno;
+	if (write(errpipe, e, sizeof(e)) < 0)
 		_exit(126);
 	_exit(127);
 }
@@ -784,13 +872,40 @@ static NO_ASAN int child_main(void *p)
 	exec_child(a->argv, a->envp, a->cwd, a->fds, a->errpipe_w, a->uid);
 }
 
+/* EXEC's strings, split into @p data: the worker wrote exactly argc +
+ * envc + 1, the last one NUL-terminated within len. @return NULL, or why
+ * the request is refused. */
+static const char *split_exec(const tb_sbp_req_t *req, char *data, char **argv, char **envp,
+			      const char **cwd)
+{
+	size_t pos;
+
+	if (req->len == 0 || req->data[req->len - 1] != '\0')
+		return "malformed request";
+	memcpy(data, req->data, req->len);
+	*cwd = data;
+	pos = strnlen(data, req->len) + 1;
+	for (uint32_t i = 0; i < req->argc + req->envc; i++) {
+		if (pos >= req->len)
+			return "truncated request";
+		if (i < req->argc)
+			argv[i] = data + pos;
+		else
+			envp[i - req->argc] = data + pos;
+		pos += strnlen(data + pos, req->len - pos) + 1;
+	}
+	argv[req->argc] = NULL;
+	envp[req->envc] = NULL;
+	return NULL;
+}
+
 static void handle_exec(const tb_sbp_req_t *req, int *fds)
 {
 	static char *argv[TB_SBP_MAX_ARGS + 1], *envp[TB_SBP_MAX_ENVS + 1];
 	static char data[TB_SBP_DATA_MAX];
-	int all[4] = { -1, -1, -1, -1 }, slot = -1, errpipe[2], e = 0;
-	const char *cwd;
-	size_t pos = 0, k = 0;
+	int all[4] = { -1, -1, -1, -1 }, slot = -1, errpipe[2], e[2] = { 0, 0 };
+	const char *cwd, *bad;
+	size_t k = 0;
 	pid_t pid;
 
 	for (int i = 0; i < 4; i++)
@@ -807,28 +922,10 @@ static void handle_exec(const tb_sbp_req_t *req, int *fds)
 			  slot < 0 ? "too many processes" : "bad request");
 		goto out;
 	}
-	/* Split the strings; the worker wrote exactly argc + envc + 1, the
-	 * last one NUL-terminated within len. */
-	if (req->len == 0 || req->data[req->len - 1] != '\0') {
-		send_resp(TB_SBP_FAILED, req->id, 0, 0, EINVAL, "malformed request");
+	if ((bad = split_exec(req, data, argv, envp, &cwd))) {
+		send_resp(TB_SBP_FAILED, req->id, 0, 0, EINVAL, bad);
 		goto out;
 	}
-	memcpy(data, req->data, req->len);
-	cwd = data;
-	pos = strnlen(data, req->len) + 1;
-	for (uint32_t i = 0; i < req->argc + req->envc; i++) {
-		if (pos >= req->len) {
-			send_resp(TB_SBP_FAILED, req->id, 0, 0, EINVAL, "truncated request");
-			goto out;
-		}
-		if (i < req->argc)
-			argv[i] = data + pos;
-		else
-			envp[i - req->argc] = data + pos;
-		pos += strnlen(data + pos, req->len - pos) + 1;
-	}
-	argv[req->argc] = NULL;
-	envp[req->envc] = NULL;
 	if (pipe2(errpipe, O_CLOEXEC) < 0) {
 		send_resp(TB_SBP_FAILED, req->id, 0, 0, errno, "pipe");
 		goto out;
@@ -847,12 +944,14 @@ static void handle_exec(const tb_sbp_req_t *req, int *fds)
 		goto out;
 	}
 	/* Reads 0 bytes when execve closed the pipe, the errno otherwise. */
-	while (read(errpipe[0], &e, sizeof(e)) < 0 && errno == EINTR)
+	while (read(errpipe[0], e, sizeof(e)) < 0 && errno == EINTR)
 		;
 	close(errpipe[0]);
-	if (e) {
+	if (e[0]) {
 		/* The child exits 127; it is reaped without a report. */
-		send_resp(TB_SBP_FAILED, req->id, 0, 0, e, argv[0]);
+		char msg[256] = "working directory ";
+		cat(msg, sizeof(msg), cwd);
+		send_resp(TB_SBP_FAILED, req->id, 0, 0, e[0], e[1] ? msg : argv[0]);
 	} else {
 		procs[slot].id = req->id;
 		procs[slot].pid = pid;
@@ -904,18 +1003,51 @@ static int fresh_tmpfs(const char *path, uint64_t mb, const char *mode, unsigned
 }
 
 /*
- * What a judge sees of the agent's work, and nothing it could run by
- * accident: /workspace and /outputs read-only and nosymfollow (the agent's
- * files are data to grade, never a place anything is loaded from; no
- * judge can change them for the next; a link the agent planted there
- * cannot point a judge at another judge's files: opening one fails with
- * ELOOP), empty /tmp, /dev/shm and /home, made anew for each judge, /home
- * its own (mode 0700), and a new IPC namespace, so no System V or POSIX
- * message queue, semaphore or shared memory the agent or an earlier judge
- * made is left to read. The IPC namespace is init's own from now on:
- * every later child is born in it. @return 0, or -1 with errno and @p step
- * set.
+ * The judges' root for an image: init's layer over the image's tree, as
+ * built, without the agent's writable layer, so nothing the agent wrote
+ * over the image (a planted python in the image's venv) runs in a judge;
+ * read-only. Built on a tmpfs over /tmp (its own writable layer, for
+ * /etc/hosts), the mounts the judges use moved in (/proc, /dev,
+ * /workspace, /outputs, /recipe, /inputs), then pivoted into and the
+ * agent's root detached, and the scaffold with it. @return 0, or -1 with errno and @p step set.
  */
+static int judge_root(const char **step)
+{
+	static const char *const moved[] = { "/proc",    "/dev",    "/workspace",
+					     "/outputs", "/recipe", "/inputs" };
+	char path[PATH_LEN];
+
+	*step = "the judges' root: its tmpfs";
+	for (int i = 0; i < 8 && umount2("/tmp", MNT_DETACH) == 0; i++)
+		;
+	if (tmpfs_at("/tmp", 4, "0700", 0) < 0 || mkdir("/tmp/root", 0755) < 0 ||
+	    mkdir("/tmp/layer", 0755) < 0 || mkdir("/tmp/layer/upper", 0755) < 0 ||
+	    mkdir("/tmp/layer/work", 0755) < 0)
+		return -1;
+	*step = "the judges' root: its overlay";
+	if (mount("overlay", "/tmp/root", "overlay", MS_NOSUID | MS_NODEV,
+		  "lowerdir=" LAYERS_DIR "/base/upper:" LAYERS_DIR
+		  "/lower,upperdir=/tmp/layer/upper,workdir=/tmp/layer/work,userxattr") < 0)
+		return -1;
+	*step = "the judges' root: /etc/hosts";
+	if (write_hosts("/tmp/root") < 0)
+		return -1;
+	for (size_t i = 0; i < sizeof(moved) / sizeof(moved[0]); i++) {
+		if ((i == 4 && !(task_binds & 1)) || (i == 5 && !(task_binds & 2)))
+			continue;
+		join(path, sizeof(path), "/tmp/root", moved[i]);
+		*step = moved[i];
+		if (mount(moved[i], path, NULL, MS_MOVE, NULL) < 0)
+			return -1;
+	}
+	*step = "the judges' root: pivot";
+	if (chdir("/tmp/root") < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
+	    umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+		return -1;
+	*step = "the judges' root: read-only";
+	return mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+}
+
 static int judge_view(unsigned uid, const char **step)
 {
 	static int sealed; /* the agent's two tmpfs are read-only for good */
@@ -926,6 +1058,8 @@ static int judge_view(unsigned uid, const char **step)
 			*step = agents[i];
 			return -1;
 		}
+	if (!sealed && (S.flags & TB_SBP_F_IMAGE) && judge_root(step) < 0)
+		return -1;
 	sealed = 1;
 	if (unshare(CLONE_NEWIPC) < 0) {
 		*step = "IPC namespace";
