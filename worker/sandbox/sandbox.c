@@ -69,6 +69,7 @@ struct tb_sandbox {
 	int next_id;
 	tb_idrange_t ids; /* the host ids it maps, its own on this host */
 	tb_cgroup_t *cg;
+	int hold; /* a duplicate of spec.image_hold, or -1 */
 	proc_t procs[TB_SBP_MAX_PROCS];
 	char name[256];      /* for logs */
 	char root[PATH_MAX]; /* work_root, canonical: init mounts its root over it */
@@ -627,6 +628,7 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	if (!(sb = calloc(1, sizeof(*sb))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	sb->ctl = -1;
+	sb->hold = -1;
 	sb->ids.lock = -1;
 	sb->next_id = 1;
 	snprintf(sb->name, sizeof(sb->name), "%s-%s", spec->group, spec->name);
@@ -647,6 +649,11 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	if (!strcmp(sb->root, "/")) {
 		free(sb);
 		return tb_error_set(err, TB_EINVAL, "sandbox: work_root may not be /");
+	}
+	if (spec->image_tree && spec->image_hold > 0 &&
+	    (sb->hold = fcntl(spec->image_hold, F_DUPFD_CLOEXEC, 3)) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: hold the image");
+		goto fail;
 	}
 	if ((rc = tb_idrange_claim(&sb->ids, err)) < 0)
 		goto fail;
@@ -1113,6 +1120,8 @@ int tb_sandbox_destroy(tb_sandbox_t *sb, tb_error_t *err)
 	 * lives (its descriptor is let go of, on purpose, not closed). */
 	if (rc == 0)
 		tb_idrange_release(&sb->ids);
+	if (sb->hold >= 0) /* init is gone: nothing uses the image's tree */
+		close(sb->hold);
 	free(sb);
 	return rc;
 }

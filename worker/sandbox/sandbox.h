@@ -54,6 +54,9 @@ typedef struct tb_sandbox_spec {
 	uint64_t outputs_mb;          /* /outputs tmpfs size */
 	uint64_t writable_mb;         /* image_tree: the agent's writable layer over it;
 				       * the judges see the image without it */
+	int image_hold;               /* image_tree: a descriptor (> 0) the sandbox keeps
+				       * a duplicate of until destroyed (the image's
+				       * cache lock: not evicted under it); 0: none */
 	uint64_t memory_mb;           /* cgroup limits; 0 = none */
 	uint64_t pids;
 	uint64_t cpu_millis;

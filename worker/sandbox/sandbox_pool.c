@@ -8,10 +8,12 @@
 
 #include "tb/log.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Builders at most: a build mostly waits on the kernel (cgroup moves,
  * namespace set-up), so a few overlap well even on two cores. */
@@ -20,8 +22,11 @@
 /* What a prepared sandbox is built with: the spec minus the task. */
 typedef struct shape {
 	uint64_t workspace_mb, outputs_mb, memory_mb, pids, cpu_millis;
-	uint64_t max_open_files, max_file_mb;
+	uint64_t max_open_files, max_file_mb, writable_mb;
 	tb_strlist_t ro_binds; /* owned copies */
+	char *image_tree;      /* owned copy, or NULL */
+	int image_hold;        /* a duplicate, owned, or 0: the image stays in
+				* the cache while a sandbox may be built on it */
 } shape_t;
 
 typedef struct slot {
@@ -51,6 +56,9 @@ static void shape_free(shape_t *s)
 	for (size_t i = 0; i < s->ro_binds.n; i++)
 		free(s->ro_binds.items[i]);
 	free(s->ro_binds.items);
+	free(s->image_tree);
+	if (s->image_hold > 0)
+		close(s->image_hold);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -60,8 +68,19 @@ static int shape_set(shape_t *s, const tb_sandbox_spec_t *spec)
 	size_t n = spec->ro_binds ? spec->ro_binds->n : 0;
 
 	shape_free(s);
-	*s = (shape_t){ spec->workspace_mb, spec->outputs_mb,     spec->memory_mb,   spec->pids,
-			spec->cpu_millis,   spec->max_open_files, spec->max_file_mb, { 0, NULL } };
+	*s = (shape_t){ .workspace_mb = spec->workspace_mb,
+			.outputs_mb = spec->outputs_mb,
+			.memory_mb = spec->memory_mb,
+			.pids = spec->pids,
+			.cpu_millis = spec->cpu_millis,
+			.max_open_files = spec->max_open_files,
+			.max_file_mb = spec->max_file_mb,
+			.writable_mb = spec->writable_mb };
+	if (spec->image_tree && !(s->image_tree = strdup(spec->image_tree)))
+		return -1;
+	if (spec->image_tree && spec->image_hold > 0 &&
+	    (s->image_hold = fcntl(spec->image_hold, F_DUPFD_CLOEXEC, 3)) < 0)
+		return -1;
 	if (n && !(s->ro_binds.items = calloc(n, sizeof(char *))))
 		return -1;
 	for (size_t i = 0; i < n; i++, s->ro_binds.n++)
@@ -78,7 +97,10 @@ static int shape_fits(const shape_t *s, const tb_sandbox_spec_t *spec)
 
 	if (s->workspace_mb != spec->workspace_mb || s->outputs_mb != spec->outputs_mb ||
 	    s->max_open_files != spec->max_open_files || s->max_file_mb != spec->max_file_mb ||
-	    s->ro_binds.n != n)
+	    s->ro_binds.n != n || !s->image_tree != !spec->image_tree)
+		return 0;
+	if (s->image_tree &&
+	    (strcmp(s->image_tree, spec->image_tree) != 0 || s->writable_mb != spec->writable_mb))
 		return 0;
 	for (size_t i = 0; i < n; i++)
 		if (strcmp(s->ro_binds.items[i], spec->ro_binds->items[i]))
@@ -108,6 +130,9 @@ static int build(tb_sandbox_pool_t *p, unsigned k, const shape_t *s, unsigned lo
 		.cpu_millis = s->cpu_millis,
 		.max_open_files = s->max_open_files,
 		.max_file_mb = s->max_file_mb,
+		.image_tree = s->image_tree,
+		.writable_mb = s->writable_mb,
+		.image_hold = s->image_hold,
 	};
 	return tb_sandbox_prepare(out, p->policy, &spec, err);
 }
@@ -208,6 +233,7 @@ int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, 
 	else
 		stale = s->sb;
 	s->sb = NULL;
+	shape_free(&s->sb_shape); /* the sandbox holds its image itself */
 	/* The slot's next sandbox, built while this task runs. */
 	s->wanted = shape_set(&s->want, spec) == 0; /* not to a partial copy */
 	if (s->wanted)

@@ -9,9 +9,12 @@
  *
  * A prepared sandbox fits the task that asked for it: the next one is
  * built with the same runtime shape (tmpfs sizes, read-only binds,
- * rlimits). A task with another shape gets a sandbox built on the spot,
- * and the slot's next one is built to its shape. Nothing is built for a
- * slot before its first task.
+ * rlimits) and on the same image, if any. A task with another shape or
+ * image gets a sandbox built on the spot, and the slot's next one is
+ * built to its shape. Nothing is built for a slot before its first task.
+ * An image a slot's next sandbox is built on stays held in the cache
+ * (the spec's image_hold, duplicated) until that sandbox is taken and
+ * destroyed, or is replaced.
  *
  * A pool thread is the parent of every sandbox it builds, and the
  * kernel's parent-death signal ends those with it: the pool is freed only

@@ -2,7 +2,7 @@
  * prepare.c: the "prepared" phase (run.h): the runtime by name, the recipe
  * at its pinned commit, the limits, the inputs, the environment's image
  * when one is named, and the sandbox, from the pool when the worker keeps
- * one (an image's sandbox is built for it).
+ * one (keyed by image: sandbox_pool.h).
  */
 #include "run.h"
 
@@ -116,9 +116,9 @@ int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, 
 	uint64_t t0 = tb_mono_us();
 	spec.image_tree = r->has_image ? r->image.tree : NULL;
 	spec.writable_mb = r->rt.sandbox.images.writable_mb;
-	rc = ctx->pool && !r->has_image
-		 ? tb_sandbox_pool_create(ctx->pool, &spec, &r->sb, NULL, err)
-		 : tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
+	spec.image_hold = r->has_image && r->image.lock > 0 ? r->image.lock : 0;
+	rc = ctx->pool ? tb_sandbox_pool_create(ctx->pool, &spec, &r->sb, NULL, err)
+		       : tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
 	if (rc == 0)
 		tb_metrics_launch(tb_mono_us() - t0);
 	return rc;

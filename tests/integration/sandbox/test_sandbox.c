@@ -720,6 +720,83 @@ static int take_and_drop(tb_sandbox_pool_t *pool, uint64_t workspace_mb)
 	return prepared;
 }
 
+/* A tree with busybox-static whose /marker says @p what, at @p tree. */
+static void marker_tree(const char *tree, const char *what)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; rm -rf %s; mkdir -p %s/bin; cp /bin/busybox %s/bin/; "
+		 "ln -s busybox %s/bin/sh; echo %s > %s/marker",
+		 tree, tree, tree, tree, what, tree);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* Whether someone holds @p path's flock (as the image cache's eviction
+ * asks: exclusive, without waiting). */
+static int held(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	int busy = flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+	close(fd);
+	return busy;
+}
+
+/*
+ * The pool keys prepared sandboxes by image: the next task on the same
+ * image takes one built ahead on it, a task on another image gets one
+ * built on the spot; the image a prepared sandbox stands on stays held
+ * (its cache lock) after the task that asked let go of it, and is let go
+ * of when that sandbox is replaced.
+ */
+static void test_pool__prepared_sandboxes_are_kept_per_image(void **state)
+{
+	const char *look[] = { "/bin/sh", "-c", "cat /marker", NULL };
+	char a[200], b[200], lock[220], out[256];
+	tb_sandbox_pool_t *pool;
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	int prepared;
+	(void)state;
+	if (system("file -L /bin/busybox | grep -q static") != 0)
+		skip();
+	snprintf(a, sizeof(a), "%s/pool-image-a", F.root);
+	snprintf(b, sizeof(b), "%s/pool-image-b", F.root);
+	snprintf(lock, sizeof(lock), "%s/pool-image-a.lock", F.root);
+	marker_tree(a, "image-a");
+	marker_tree(b, "image-b");
+	int hold = open(lock, O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(hold >= 0);
+	assert_int_equal(flock(hold, LOCK_SH), 0);
+	assert_int_equal(tb_sandbox_pool_new(&pool, F.policy, F.work, group, 2, &err), 0);
+
+	const char *trees[] = { a, a, b };
+	const int want_prepared[] = { 0, 1, 0 };
+	for (int i = 0; i < 3; i++) {
+		tb_sandbox_spec_t s = spec();
+		s.image_tree = trees[i];
+		s.writable_mb = 4;
+		s.image_hold = i == 0 ? hold : 0;
+		if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+			fail_msg("pool, task %d: %s", i, err.msg);
+		if (i == 0) { /* the task lets go; the slot's next sandbox holds it */
+			close(hold);
+			assert_true(held(lock));
+		}
+		assert_int_equal(prepared, want_prepared[i]);
+		tb_sandbox_exit_t e = run_in(sb, look, out, sizeof(out));
+		assert_int_equal(e.code, 0);
+		assert_string_equal(out, i < 2 ? "image-a\n" : "image-b\n");
+		assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+		if (i < 2)
+			assert_int_equal(await_sandboxes(1), 1);
+	}
+	/* the slot moved on to image b: nothing holds a any more */
+	assert_false(held(lock));
+	tb_sandbox_pool_free(pool);
+	assert_int_equal(count_entries(F.work, group), 0);
+}
+
 static void test_pool__the_next_task_takes_a_sandbox_built_ahead(void **state)
 {
 	const char *mark[] = { "/bin/sh", "-c", "echo left > /workspace/mark; hostname", NULL };
@@ -995,6 +1072,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_limits__runaway_is_killed_at_the_deadline),
 		cmocka_unit_test(test_sweep__removes_what_a_dead_worker_left),
 		cmocka_unit_test(test_pool__the_next_task_takes_a_sandbox_built_ahead),
+		cmocka_unit_test(test_pool__prepared_sandboxes_are_kept_per_image),
 		cmocka_unit_test(test_pool__a_prepared_sandbox_that_died_is_replaced),
 		cmocka_unit_test(test_teardown__a_thousand_sandboxes_leave_nothing),
 	};
