@@ -39,10 +39,11 @@ enum {
 int tb_cmd_open_fleet(const char *cmd, const tb_config_t *cfg, tb_ledger_t **ledger,
 		      tb_store_t **store, tb_error_t *err);
 
-/** Opens the recipe cache and the image cache (@p image_bytes at most)
- * under @p cache_dir. @return 0, or the error (nothing left open). */
-int tb_cmd_open_caches(const char *cache_dir, uint64_t image_bytes, tb_recipe_cache_t **recipes,
-		       tb_image_cache_t **images, tb_error_t *err);
+/** Opens the recipe cache and the image cache (@p image_bytes at most,
+ * giving up on a registry silent for @p stall_seconds) under
+ * @p cache_dir. @return 0, or the error (nothing left open). */
+int tb_cmd_open_caches(const char *cache_dir, uint64_t image_bytes, unsigned stall_seconds,
+		       tb_recipe_cache_t **recipes, tb_image_cache_t **images, tb_error_t *err);
 
 /** Closes what tb_cmd_open_caches() opened (either may be NULL). */
 void tb_cmd_close_caches(tb_recipe_cache_t *recipes, tb_image_cache_t *images);

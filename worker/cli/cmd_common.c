@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int tb_cmd_open_caches(const char *cache_dir, uint64_t image_bytes, tb_recipe_cache_t **recipes,
-		       tb_image_cache_t **images, tb_error_t *err)
+int tb_cmd_open_caches(const char *cache_dir, uint64_t image_bytes, unsigned stall_seconds,
+		       tb_recipe_cache_t **recipes, tb_image_cache_t **images, tb_error_t *err)
 {
 	*recipes = NULL;
 	*images = NULL;
@@ -23,6 +23,7 @@ int tb_cmd_open_caches(const char *cache_dir, uint64_t image_bytes, tb_recipe_ca
 		*images = NULL;
 		return err->code;
 	}
+	tb_image_cache_set_stall(*images, stall_seconds);
 	return 0;
 }
 

@@ -533,7 +533,8 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 	if (tb_kafka_mock_start(&mock, 1, topics, 3, &d.err) < 0 ||
 	    tb_store_open(&d.deps.store, &scfg, &d.err) < 0 ||
 	    tb_ledger_memory_open(&d.deps.ledger, "demo", &d.err) < 0 ||
-	    tb_cmd_open_caches(cache, 1ull << 30, &d.deps.recipes, &d.deps.images, &d.err) < 0 ||
+	    tb_cmd_open_caches(cache, 1ull << 30, 30, &d.deps.recipes, &d.deps.images, &d.err) <
+		0 ||
 	    tb_seccomp_compile((tb_seccomp_t **)&d.deps.policy, &d.err) < 0 ||
 	    tb_sandbox_find_init(&init_path, &d.err) < 0 ||
 	    tb_kafka_producer_new(&producer, tb_kafka_mock_bootstraps(mock), NULL, &d.err) < 0) {

@@ -88,6 +88,24 @@ static void usage(FILE *out)
 		     "Exit: 0 stopped, 1 failed, 2 usage, 3 configuration.\n");
 }
 
+/* The worker's id (the configuration's, else host-pid) into @p id, and
+ * the prefix of its sandboxes' cgroups and directories into @p group. */
+static void names(const tb_config_t *cfg, char *id, size_t idlen, char *group, size_t grouplen)
+{
+	if (cfg->worker_id[0]) {
+		snprintf(id, idlen, "%s", cfg->worker_id);
+	} else {
+		char host[64] = "host";
+		gethostname(host, sizeof(host) - 1);
+		snprintf(id, idlen, "%s-%d", host, (int)getpid());
+	}
+	snprintf(group, grouplen, "tb-%s", id);
+	for (char *c = group; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
+			*c = '_';
+}
+
 int tb_cmd_worker(int argc, char **argv)
 {
 	const char *path = NULL;
@@ -128,18 +146,7 @@ int tb_cmd_worker(int argc, char **argv)
 		fprintf(stderr, "taskbox worker: building sandboxes needs root\n");
 		goto out;
 	}
-	if (cfg.worker_id[0]) {
-		snprintf(id, sizeof(id), "%s", cfg.worker_id);
-	} else {
-		char host[64] = "host";
-		gethostname(host, sizeof(host) - 1);
-		snprintf(id, sizeof(id), "%s-%d", host, (int)getpid());
-	}
-	snprintf(group, sizeof(group), "tb-%s", id);
-	for (char *c = group; *c; c++)
-		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
-			*c = '_';
+	names(&cfg, id, sizeof(id), group, sizeof(group));
 	if ((mkdir(cfg.work_dir, 0711) < 0 && errno != EEXIST) ||
 	    (mkdir(cfg.cache_dir, 0755) < 0 && errno != EEXIST)) {
 		fprintf(stderr, "taskbox worker: cannot create %s or %s: %s\n", cfg.work_dir,
@@ -158,7 +165,8 @@ int tb_cmd_worker(int argc, char **argv)
 			tb_metrics_port(metrics));
 	if (tb_store_open(&d.store, &cfg.store, &err) < 0 ||
 	    tb_ledger_open(&d.ledger, cfg.ledger.url, cfg.ledger.prefix, id, &err) < 0 ||
-	    tb_cmd_open_caches(cfg.cache_dir, cfg.image_cache_mb << 20, &d.recipes, &d.images,
+	    tb_cmd_open_caches(cfg.cache_dir, cfg.image_cache_mb << 20,
+			       (unsigned)cfg.image_stall_seconds, &d.recipes, &d.images,
 			       &err) < 0 ||
 	    tb_seccomp_compile((tb_seccomp_t **)&d.policy, &err) < 0 ||
 	    tb_sandbox_find_init(&init_path, &err) < 0 || check_id_registry(&err) < 0) {

@@ -36,6 +36,7 @@ struct tb_image_cache {
 	char path[4096]; /* <cache_dir>/images */
 	int root, blobs, trees, tmp, locks;
 	uint64_t max;
+	atomic_uint stall_seconds; /* a registry's (tb_image_cache_set_stall) */
 	/* what the last trim found (tb_image_cache_usage): counted there, not
 	 * by every reader, since counting lists every image and blob */
 	atomic_uint_fast64_t images, bytes;
@@ -137,6 +138,7 @@ int tb_image_cache_open(tb_image_cache_t **out, const char *cache_dir, uint64_t 
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	c->root = c->blobs = c->trees = c->tmp = c->locks = -1;
 	c->max = max_bytes;
+	atomic_init(&c->stall_seconds, 30);
 	snprintf(c->path, sizeof(c->path), "%s/images", cache_dir);
 	if (tb_mkdir_parents(c->path) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "image cache: cannot make %s", cache_dir);
@@ -471,8 +473,9 @@ int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_un
 	out->lock = -1;
 	if (!m)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	rc = ref->layout ? tb_layout_open(&src, ref, err)
-			 : tb_registry_open(&src, ref, credentials, err);
+	rc = ref->layout
+		 ? tb_layout_open(&src, ref, err)
+		 : tb_registry_open(&src, ref, credentials, atomic_load(&c->stall_seconds), err);
 	/* shared while anything is made: eviction waits for no blob in use */
 	if (rc == 0 && (building = lock_at(c->locks, TRIM_LOCK, LOCK_SH)) < 0)
 		rc = tb_error_errno(err, TB_EIO, errno, "image cache: its lock");
@@ -675,6 +678,11 @@ void tb_image_cache_usage(tb_image_cache_t *c, uint64_t *images, uint64_t *bytes
 	*images = atomic_load(&c->images);
 	*bytes = atomic_load(&c->bytes);
 	*max = c->max;
+}
+
+void tb_image_cache_set_stall(tb_image_cache_t *c, unsigned seconds)
+{
+	atomic_store(&c->stall_seconds, seconds ? seconds : 30);
 }
 
 void tb_image_release(tb_image_t *img)

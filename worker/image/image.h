@@ -53,6 +53,10 @@ int tb_image_cache_open(tb_image_cache_t **out, const char *cache_dir, uint64_t 
 
 void tb_image_cache_close(tb_image_cache_t *c);
 
+/** A registry that sends under one byte a second for @p seconds is given
+ * up on (the config's image_stall_seconds; 30 until set). */
+void tb_image_cache_set_stall(tb_image_cache_t *c, unsigned seconds);
+
 /**
  * Makes @p ref ready (fetched, verified, unpacked; or found in the cache)
  * and holds it until tb_image_release(): it is not evicted meanwhile.

@@ -10,7 +10,7 @@
  * Registries are spoken to over https, except one on loopback
  * (localhost, 127.0.0.0/8, [::1]), which is spoken to over http: a test
  * registry or a node-local mirror. A registry that stalls (under one byte
- * a second for 30 s) is given up on, and one that sends more than a blob's
+ * a second for the worker's image_stall_seconds) is given up on, and one that sends more than a blob's
  * descriptor says is cut off (blob.h): both are the platform's failure,
  * tried again later; a registry that has no such image, or refuses it, is
  * the image's (poison).
@@ -29,7 +29,6 @@
 #include <strings.h>
 
 #define ERROR_BODY_MAX 20480 /* an error's text, or a token answer (TOKEN_MAX and more) */
-#define STALL_SECONDS 30L
 #define TOKEN_MAX 8192
 
 typedef struct registry {
@@ -37,6 +36,7 @@ typedef struct registry {
 	char url[600];      /* scheme://host[:port]/v2/<repository> */
 	char base_url[300]; /* scheme://host[:port]/ */
 	char registry[256]; /* host[:port], as named */
+	long stall;         /* seconds under a byte a second: given up on */
 	char repository[256];
 	char basic[900]; /* "Authorization: Basic ...", "" without credentials */
 	pthread_mutex_t lock;
@@ -46,6 +46,7 @@ typedef struct registry {
 /* One response: its status, content type and challenge, and where its
  * body goes (the blob on a 200, a small buffer otherwise). */
 typedef struct reply {
+	long stall; /* seconds under a byte a second: given up on */
 	long status;
 	char where[600]; /* the URL that answered (after redirects) */
 	char type[160];
@@ -134,7 +135,7 @@ static int get(const char *url, const char *auth, const char *accept, reply_t *r
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, STALL_SECONDS);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, r->stall);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
@@ -149,6 +150,11 @@ static int get(const char *url, const char *auth, const char *accept, reply_t *r
 	curl_slist_free_all(h);
 	if (r->blob_rc < 0)
 		return r->blob_rc; /* the blob said why */
+	if (cc == CURLE_OPERATION_TIMEDOUT)
+		return tb_error_set(err, TB_ERETRY,
+				    "registry: %s: stalled, under a byte a second for %ld s "
+				    "(image_stall_seconds)",
+				    url, r->stall);
 	if (cc != CURLE_OK)
 		return tb_error_set(err, TB_ERETRY, "registry: %s: %s", url,
 				    curl_easy_strerror(cc));
@@ -182,7 +188,7 @@ static int get_token(registry_t *g, const char *challenge, tb_error_t *err)
 {
 	char realm[512], service[256] = "", scope[512] = "", url[2048];
 	char *esc_service = NULL, *esc_scope = NULL;
-	reply_t r = { .err = err };
+	reply_t r = { .err = err, .stall = g->stall };
 	int rc;
 
 	/* the login goes to the realm only over https (or to loopback) */
@@ -242,7 +248,7 @@ static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest
 
 	snprintf(url, sizeof(url), "%s/%s/%s", g->url, manifest ? "manifests" : "blobs", digest);
 	for (int round = 0; round < 2; round++) {
-		reply_t r = { .blob = b, .err = err };
+		reply_t r = { .blob = b, .err = err, .stall = g->stall };
 		pthread_mutex_lock(&g->lock);
 		snprintf(auth, sizeof(auth), "%s", g->bearer[0] ? g->bearer : g->basic);
 		pthread_mutex_unlock(&g->lock);
@@ -334,7 +340,7 @@ static int credentials(registry_t *g, const char *file, tb_error_t *err)
 }
 
 int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const char *creds,
-		     tb_error_t *err)
+		     unsigned stall_seconds, tb_error_t *err)
 {
 	registry_t *g = calloc(1, sizeof(*g));
 	int rc;
@@ -343,6 +349,7 @@ int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const c
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	pthread_once(&curl_once, curl_init_once);
 	pthread_mutex_init(&g->lock, NULL);
+	g->stall = stall_seconds ? stall_seconds : 30;
 	g->base.fetch = registry_fetch;
 	g->base.close = registry_close;
 	snprintf(g->registry, sizeof(g->registry), "%s", ref->registry);

@@ -367,9 +367,9 @@ static int put_file(ctx_t *c, struct archive *a, struct archive_entry *e, int pf
 		if (c->st->bytes + size > c->lim->max_bytes) {
 			close(fd);
 			return tb_error_set(c->err, TB_ETOOBIG,
-					    "the image unpacks to more than %llu MiB (at '%.300s')",
-					    (unsigned long long)(c->lim->max_bytes >> 20),
-					    c->entry);
+					    "the image unpacks to more than %llu bytes, its cap "
+					    "(sandbox.images.max_unpacked_mb) (at '%.300s')",
+					    (unsigned long long)c->lim->max_bytes, c->entry);
 		}
 		c->st->bytes += size;
 		for (size_t done = 0; done < size;) {

@@ -608,6 +608,41 @@ static int check_spec(const tb_sandbox_spec_t *spec, tb_error_t *err)
 	return 0;
 }
 
+/* A sandbox's handle, before anything is built: its name, its canonical
+ * work_root (made if missing), its hold on the image. @return 0, or the
+ * error with nothing left (*@p out NULL). */
+static int sandbox_new(tb_sandbox_t **out, const tb_sandbox_spec_t *spec, tb_error_t *err)
+{
+	tb_sandbox_t *sb;
+	int rc = 0;
+
+	if (!(*out = sb = calloc(1, sizeof(*sb))))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	sb->ctl = -1;
+	sb->hold = -1;
+	sb->ids.lock = -1;
+	sb->next_id = 1;
+	snprintf(sb->name, sizeof(sb->name), "%s-%s", spec->group, spec->name);
+	/* No directory of its own on the host: init mounts the tmpfs it
+	 * builds the root on over work_root, in its own mount namespace,
+	 * and pivots into it. (A directory per sandbox cost a mkdir, a chown
+	 * and a removal on the host's file system each time.) */
+	if (mkdir(spec->work_root, 0711) < 0 && errno != EEXIST)
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: mkdir %s", spec->work_root);
+	else if (!realpath(spec->work_root, sb->root))
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: work_root %s", spec->work_root);
+	else if (!strcmp(sb->root, "/"))
+		rc = tb_error_set(err, TB_EINVAL, "sandbox: work_root may not be /");
+	else if (spec->image_tree && spec->image_hold > 0 &&
+		 (sb->hold = fcntl(spec->image_hold, F_DUPFD_CLOEXEC, 3)) < 0)
+		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: hold the image");
+	if (rc < 0) {
+		free(sb);
+		*out = NULL;
+	}
+	return rc;
+}
+
 int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		       const tb_sandbox_spec_t *spec, tb_error_t *err)
 {
@@ -625,36 +660,8 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	*out = NULL;
 	if ((rc = check_spec(spec, err)) < 0)
 		return rc;
-	if (!(sb = calloc(1, sizeof(*sb))))
-		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	sb->ctl = -1;
-	sb->hold = -1;
-	sb->ids.lock = -1;
-	sb->next_id = 1;
-	snprintf(sb->name, sizeof(sb->name), "%s-%s", spec->group, spec->name);
-	/* No directory of its own on the host: init mounts the tmpfs it
-	 * builds the root on over work_root, in its own mount namespace,
-	 * and pivots into it. (A directory per sandbox cost a mkdir, a chown
-	 * and a removal on the host's file system each time.) */
-	if (mkdir(spec->work_root, 0711) < 0 && errno != EEXIST) {
-		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: mkdir %s", spec->work_root);
-		free(sb);
+	if ((rc = sandbox_new(&sb, spec, err)) < 0)
 		return rc;
-	}
-	if (!realpath(spec->work_root, sb->root)) {
-		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: work_root %s", spec->work_root);
-		free(sb);
-		return rc;
-	}
-	if (!strcmp(sb->root, "/")) {
-		free(sb);
-		return tb_error_set(err, TB_EINVAL, "sandbox: work_root may not be /");
-	}
-	if (spec->image_tree && spec->image_hold > 0 &&
-	    (sb->hold = fcntl(spec->image_hold, F_DUPFD_CLOEXEC, 3)) < 0) {
-		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: hold the image");
-		goto fail;
-	}
 	if ((rc = tb_idrange_claim(&sb->ids, err)) < 0)
 		goto fail;
 	snprintf(cgname, sizeof(cgname), "%s", spec->name);

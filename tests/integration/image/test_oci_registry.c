@@ -4,7 +4,8 @@
  * cache (worker/image/image.h). The images are real too: built with
  * umoci (busybox-static; a second layer that deletes a file and replaces
  * a directory, so it holds a whiteout and an opaque directory), pushed
- * with skopeo, once as one manifest and once as a multi-platform index;
+ * with skopeo, once as one manifest, once as a multi-platform index and
+ * once as an index with no manifest for this platform;
  * and to a registry behind HTTP Basic, with and without its login.
  * Skips without TASKBOX_TEST_REGISTRY (deploy/local/services env), umoci
  * or skopeo; as root (the tree keeps the layers' owners).
@@ -129,6 +130,13 @@ static void test_oci_registry__a_multi_platform_index(void **state)
 	   "ix['manifests'].append({'mediaType': 'application/vnd.oci.image.index.v1+json',"
 	   " 'digest': 'sha256:' + d, 'size': len(data),"
 	   " 'annotations': {'org.opencontainers.image.ref.name': 'multi'}})\n"
+	   "foreign = dict(inner, manifests=[one])\n"
+	   "data = json.dumps(foreign).encode()\n"
+	   "d = hashlib.sha256(data).hexdigest()\n"
+	   "open('blobs/sha256/' + d, 'wb').write(data)\n"
+	   "ix['manifests'].append({'mediaType': 'application/vnd.oci.image.index.v1+json',"
+	   " 'digest': 'sha256:' + d, 'size': len(data),"
+	   " 'annotations': {'org.opencontainers.image.ref.name': 'foreign'}})\n"
 	   "json.dump(ix, open('index.json', 'w'))\n"
 	   "PY",
 	   layout);
@@ -144,6 +152,14 @@ static void test_oci_registry__a_multi_platform_index(void **state)
 	assert_string_not_equal(img.digest, index); /* this platform's manifest */
 	assert_true(exists_in(&img, "bin/busybox"));
 	tb_image_release(&img);
+	/* an index with no entry for this platform: the image is wrong */
+	sh("skopeo copy -q --all --dest-tls-verify=false --digestfile %s oci:%s:foreign "
+	   "docker://%s/test/app:foreign",
+	   file, layout, reg);
+	snprintf(index, sizeof(index), "%s", read_line(file));
+	assert_int_equal(pull(reg, index, NULL, &img, &err), TB_EPOISON);
+	if (!strstr(err.msg, "has no manifest for linux/") || !strstr(err.msg, "linux/s390x"))
+		fail_msg("a foreign index said: %s", err.msg);
 }
 
 static void test_oci_registry__a_registry_behind_a_login(void **state)

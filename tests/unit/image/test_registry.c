@@ -5,7 +5,8 @@
  * with the Bearer token challenge and its token endpoint; blobs redirected
  * to "storage" on another loopback address, which must see no
  * Authorization header; a blob whose bytes are not its digest's, one
- * longer than its descriptor says, a missing manifest; a second image
+ * longer than its descriptor says, a missing manifest, a layer that
+ * stalls, a decompression bomb; a second image
  * sharing all but its top layer fetches only that layer. As root (the
  * tree keeps the layers' owners); skips otherwise.
  */
@@ -42,6 +43,8 @@ static struct {
 	int redirect;      /* blobs: 307 to the storage daemon */
 	char tamper[80];   /* this digest's blob is served altered */
 	char endless[80];  /* this digest's blob is served too long */
+	char stall[80];    /* this digest's blob stops after a few bytes */
+	atomic_int stop;   /* teardown: stalled responses end */
 	atomic_int leaked; /* storage saw an Authorization header */
 	atomic_int blob_gets;
 } fake;
@@ -61,6 +64,22 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, cons
 	return rc;
 }
 
+/* A stalled blob: a byte, then nothing for up to 10 s (bounded; the
+ * client is meant to give up long before), then an aborted response.
+ * (curl averages its speed over the last few seconds: more bytes first
+ * would only make it wait longer to see the stall.) */
+static ssize_t stalled(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)cls;
+	if (pos == 0 && max >= 1) {
+		buf[0] = 's';
+		return 1;
+	}
+	for (int i = 0; i < 200 && !atomic_load(&fake.stop); i++)
+		usleep(50000);
+	return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
 /* The blob @p digest of the layout, as a response (altered if asked). */
 static enum MHD_Result send_blob(struct MHD_Connection *c, const char *digest, int manifest)
 {
@@ -74,6 +93,14 @@ static enum MHD_Result send_blob(struct MHD_Connection *c, const char *digest, i
 			close(fd);
 		return send_text(c, 404, "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\"}]}", NULL,
 				 NULL);
+	}
+	if (!strcmp(fake.stall, digest)) {
+		close(fd);
+		struct MHD_Response *r = MHD_create_response_from_callback((uint64_t)st.st_size, 64,
+									   stalled, NULL, NULL);
+		enum MHD_Result rc = MHD_queue_response(c, 200, r);
+		MHD_destroy_response(r);
+		return rc;
 	}
 	size_t extra = !strcmp(fake.endless, digest) ? (size_t)st.st_size + 65536 : 0;
 	buf = calloc(1, (size_t)st.st_size + extra + 1);
@@ -167,8 +194,10 @@ static struct MHD_Daemon *serve(const char *ip, MHD_AccessHandlerCallback fn, un
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	inet_pton(AF_INET, ip, &a.sin_addr);
-	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, fn,
-						NULL, MHD_OPTION_SOCK_ADDR, &a, MHD_OPTION_END);
+	/* a thread per connection: a stalled response holds its own only */
+	struct MHD_Daemon *d =
+	    MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
+			     NULL, NULL, fn, NULL, MHD_OPTION_SOCK_ADDR, &a, MHD_OPTION_END);
 	assert_non_null(d);
 	*port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT)->port;
 	return d;
@@ -189,6 +218,19 @@ static const char *const bottom[] = { "bin/", "bin/tool=v1", "usr/share/big=bbbb
 				      NULL };
 static const char *const top1[] = { "etc/one=1", NULL };
 static const char *const top2[] = { "etc/two=2", NULL };
+
+/* Pulls @p digest into a fresh cache, giving up on a registry silent for
+ * a second, at most @p max_unpacked bytes unpacked. @return tb_image_get's rc. */
+static int pull_at_most(const char *digest, uint64_t max_unpacked, tb_image_t *img, tb_error_t *err)
+{
+	tb_image_cache_t *c;
+	tb_image_ref_t r = ref_of(digest);
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, err), 0);
+	tb_image_cache_set_stall(c, 1);
+	int rc = tb_image_get(c, &r, max_unpacked, NULL, img, err);
+	tb_image_cache_close(c);
+	return rc;
+}
 
 /* Pulls @p digest into a fresh cache. @return tb_image_get's rc. */
 static int pull(const char *digest, const char *credentials, tb_image_t *img, tb_error_t *err)
@@ -240,6 +282,8 @@ static void test_registry__anonymous_bearer_basic_and_redirects(void **state)
 	tb_image_release(&img);
 }
 
+static int fresh_cache(void **state);
+
 static void test_registry__what_a_registry_gets_wrong_is_said(void **state)
 {
 	static const char *const other[] = { "etc/other=1", NULL };
@@ -267,6 +311,13 @@ static void test_registry__what_a_registry_gets_wrong_is_said(void **state)
 	assert_int_equal(pull(d, NULL, &img, &err), TB_ERETRY);
 	assert_non_null(strstr(err.msg, "more than the"));
 	fake.endless[0] = '\0';
+	/* a manifest whose bytes are not its digest's (a cache without it) */
+	assert_int_equal(fresh_cache(NULL), 0);
+	snprintf(fake.tamper, sizeof(fake.tamper), "%s", d);
+	assert_int_equal(pull(d, NULL, &img, &err), TB_ERETRY);
+	if (!strstr(err.msg, "the bytes received are"))
+		fail_msg("a tampered manifest said: %s", err.msg);
+	fake.tamper[0] = '\0';
 	assert_int_equal(
 	    pull("sha256:1111111111111111111111111111111111111111111111111111111111111111", NULL,
 		 &img, &err),
@@ -274,6 +325,60 @@ static void test_registry__what_a_registry_gets_wrong_is_said(void **state)
 	assert_non_null(strstr(err.msg, "has no manifest"));
 	/* and right again once the registry is */
 	assert_int_equal(pull(d, NULL, &img, &err), 0);
+	tb_image_release(&img);
+}
+
+/* The layer digest of the manifest @p d in the layout, into @p layer. */
+static void first_layer(const char *d, char layer[80])
+{
+	char path[300], text[4096];
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, d + 7);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	char *l = strstr(strstr(text, "\"layers\""), "sha256:");
+	snprintf(layer, 80, "%.71s", l);
+}
+
+/*
+ * A registry that stops sending in the middle of a layer is given up on
+ * after image_stall_seconds (here 1 s; each of the three tries), the
+ * platform's failure; a layer that inflates past max_unpacked (a 1000:1
+ * decompression bomb, small on the wire) stops at the cap and makes the
+ * image poison. Neither leaves anything in the cache's trees.
+ */
+static void test_registry__a_stall_and_a_bomb_end_in_reasons(void **state)
+{
+	static char bomb[1 << 20];
+	static char entry[(1 << 20) + 16];
+	const char *bomb_files[] = { entry, NULL };
+	const char *const *layers[] = { bomb_files };
+	char d[72], layer[80], cmd[300];
+	tb_image_t img;
+	tb_error_t err;
+	(void)state;
+	fake.auth = OPEN;
+	memset(bomb, 'z', sizeof(bomb) - 1);
+	snprintf(entry, sizeof(entry), "big=%s", bomb);
+	oci_image(layout, layers, 1, NULL, d);
+	first_layer(d, layer);
+
+	snprintf(fake.stall, sizeof(fake.stall), "%s", layer);
+	assert_int_equal(pull_at_most(d, 64 << 20, &img, &err), TB_ERETRY);
+	if (!strstr(err.msg, "stalled, under a byte a second for 1 s"))
+		fail_msg("a stall said: %s", err.msg);
+	fake.stall[0] = '\0';
+
+	assert_int_equal(pull_at_most(d, 256 << 10, &img, &err), TB_EPOISON);
+	if (!strstr(err.msg, "262144"))
+		fail_msg("a bomb said: %s", err.msg);
+	snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A %s/images/trees)\"", cache_dir);
+	assert_int_equal(system(cmd), 0);
+	/* and the same image under a cap it fits */
+	assert_int_equal(pull_at_most(d, 64 << 20, &img, &err), 0);
+	assert_true(img.bytes >= sizeof(bomb) - 1);
 	tb_image_release(&img);
 }
 
@@ -335,6 +440,7 @@ static int teardown(void **state)
 {
 	char cmd[128];
 	(void)state;
+	atomic_store(&fake.stop, 1);
 	MHD_stop_daemon(registry);
 	MHD_stop_daemon(storage);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
@@ -347,6 +453,8 @@ int main(void)
 		cmocka_unit_test_setup(test_registry__anonymous_bearer_basic_and_redirects,
 				       fresh_cache),
 		cmocka_unit_test_setup(test_registry__what_a_registry_gets_wrong_is_said,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_registry__a_stall_and_a_bomb_end_in_reasons,
 				       fresh_cache),
 		cmocka_unit_test_setup(test_registry__a_shared_layer_is_not_fetched_again,
 				       fresh_cache),
