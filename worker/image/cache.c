@@ -283,7 +283,9 @@ static int ensure_blob(tb_image_cache_t *c, tb_image_source_t *src, const char *
 	return rc;
 }
 
-/* The layers' blobs, fetched by up to FETCHERS threads at once. */
+/* The layers' blobs, fetched by up to FETCHERS threads at once, bottom
+ * first, while the layers already fetched are unpacked in order
+ * (build()): on a slow link the unpacking hides behind the fetching. */
 #define FETCHERS 4
 
 typedef struct fetch_job {
@@ -293,8 +295,12 @@ typedef struct fetch_job {
 	atomic_size_t next;
 	atomic_uint_fast64_t fetched;
 	pthread_mutex_t lock;
+	pthread_cond_t cond; /* a layer fetched, or a failure */
+	unsigned char done[TB_OCI_MAX_LAYERS];
 	int rc; /* the first failure */
 	tb_error_t err;
+	pthread_t threads[FETCHERS];
+	int started;
 } fetch_job_t;
 
 static void *fetcher(void *arg)
@@ -313,31 +319,58 @@ static void *fetcher(void *arg)
 			j->err = err;
 			atomic_store(&j->next, j->m->nlayers); /* the rest would be wasted */
 		}
+		j->done[i] = rc == 0;
+		pthread_cond_broadcast(&j->cond);
 		pthread_mutex_unlock(&j->lock);
 	}
 	return NULL;
 }
 
-static int fetch_layers(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manifest_t *m,
-			uint64_t *fetched, tb_error_t *err)
+/* Starts fetching @p m's layers; fetch_finish() must follow. */
+static void fetch_start(fetch_job_t *j, tb_image_cache_t *c, tb_image_source_t *src,
+			const tb_oci_manifest_t *m)
 {
-	fetch_job_t j = { .c = c, .src = src, .m = m };
-	pthread_t t[FETCHERS];
-	int started = 0;
-
-	pthread_mutex_init(&j.lock, NULL);
+	memset(j, 0, sizeof(*j));
+	j->c = c;
+	j->src = src;
+	j->m = m;
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->cond, NULL);
 	for (int i = 0; i < FETCHERS && (size_t)i < m->nlayers; i++)
-		if (pthread_create(&t[started], NULL, fetcher, &j) == 0)
-			started++;
-	if (!started)
-		fetcher(&j); /* no thread to be had: this one does it all */
-	for (int i = 0; i < started; i++)
-		pthread_join(t[i], NULL);
-	pthread_mutex_destroy(&j.lock);
-	*fetched += atomic_load(&j.fetched);
-	if (j.rc < 0)
-		*err = j.err;
-	return j.rc;
+		if (pthread_create(&j->threads[j->started], NULL, fetcher, j) == 0)
+			j->started++;
+	if (!j->started)
+		fetcher(j); /* no thread to be had: this one does it all */
+}
+
+/* Waits until layer @p i is in the cache. @return 0, or the first
+ * failure of any layer (nothing more is worth unpacking). */
+static int fetch_wait(fetch_job_t *j, size_t i, tb_error_t *err)
+{
+	int rc;
+
+	pthread_mutex_lock(&j->lock);
+	while (!j->done[i] && j->rc == 0)
+		pthread_cond_wait(&j->cond, &j->lock);
+	if ((rc = j->rc) < 0)
+		*err = j->err;
+	pthread_mutex_unlock(&j->lock);
+	return rc;
+}
+
+/* Stops handing out layers, waits for the fetches under way; the bytes
+ * fetched added to @p fetched. @return the first failure, or 0. */
+static int fetch_finish(fetch_job_t *j, uint64_t *fetched, tb_error_t *err)
+{
+	atomic_store(&j->next, j->m->nlayers);
+	for (int i = 0; i < j->started; i++)
+		pthread_join(j->threads[i], NULL);
+	pthread_cond_destroy(&j->cond);
+	pthread_mutex_destroy(&j->lock);
+	*fetched += atomic_load(&j->fetched);
+	if (j->rc < 0)
+		*err = j->err;
+	return j->rc;
 }
 
 /* The image's manifest for this platform: through its index if it has one. */
@@ -377,8 +410,24 @@ static int find_manifest(tb_image_cache_t *c, tb_image_source_t *src, const tb_i
 	return rc;
 }
 
-/* Fetches the config and every layer, unpacks them into a temporary
- * tree and renames it into trees/<hex>; the record last. */
+/* Unpacks layer @p i of @p m, from the cache, into @p rootfd. */
+static int unpack_one(tb_image_cache_t *c, const tb_oci_manifest_t *m, size_t i, int rootfd,
+		      const tb_unpack_limits_t *lim, tb_unpack_stats_t *st, tb_error_t *err)
+{
+	int rc, fd = openat(c->blobs, m->layers[i].digest + 7, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return tb_error_errno(err, TB_EIO, errno, "image cache: layer %zu", i);
+	rc = tb_unpack_layer(rootfd, fd, lim, st, err);
+	close(fd);
+	if (rc < 0)
+		tb_error_prefix(err, "layer %zu (%.19s)", i, m->layers[i].digest);
+	return rc;
+}
+
+/* Fetches the config and every layer, unpacks them in order as they
+ * arrive into a temporary tree and renames it into trees/<hex>; the
+ * record last. */
 static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manifest_t *m,
 		 const char *hex, const char *top, uint64_t max_unpacked, tb_image_t *img,
 		 tb_error_t *err)
@@ -403,30 +452,34 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 	img->fetched += atomic_load(&got);
 	if (rc < 0 ||
 	    (rc = tb_blob_read(c->blobs, m->config.digest, TB_OCI_DOC_MAX, &doc, &len, err)) < 0 ||
-	    (rc = tb_oci_config(&img->config, doc, len, err)) < 0 ||
-	    (rc = fetch_layers(c, src, m, &img->fetched, err)) < 0)
+	    (rc = tb_oci_config(&img->config, doc, len, err)) < 0)
 		goto out;
-	tb_fault_point("image-fetched");
+	fetch_job_t *j = malloc(sizeof(*j));
+	if (!j) {
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+		goto out;
+	}
+	fetch_start(j, c, src, m);
 	snprintf(tmp, sizeof(tmp), "%s.%d.%u", hex, (int)getpid(),
 		 atomic_fetch_add(&tmp_counter, 1));
 	if (mkdirat(c->tmp, tmp, 0755) < 0 ||
 	    (dir = openat(c->tmp, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
 	    flock(dir, LOCK_EX) < 0 ||
-	    (rootfd = openat(dir, ".", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+	    (rootfd = openat(dir, ".", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
 		rc = tb_error_errno(err, TB_EIO, errno, "image cache: a directory to unpack into");
-		goto out;
-	}
 	for (size_t i = 0; i < m->nlayers && rc == 0; i++) {
-		int fd =
-		    openat(c->blobs, m->layers[i].digest + 7, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0) {
-			rc = tb_error_errno(err, TB_EIO, errno, "image cache: layer %zu", i);
+		if ((rc = fetch_wait(j, i, err)) < 0)
 			break;
-		}
-		rc = tb_unpack_layer(rootfd, fd, &lim, &st, err);
-		close(fd);
-		if (rc < 0)
-			tb_error_prefix(err, "layer %zu (%.19s)", i, m->layers[i].digest);
+		if (i + 1 == m->nlayers)
+			tb_fault_point("image-fetched"); /* the tree not yet complete */
+		rc = unpack_one(c, m, i, rootfd, &lim, &st, err);
+	}
+	tb_error_t ferr;
+	int frc = fetch_finish(j, &img->fetched, &ferr);
+	free(j);
+	if (rc == 0 && frc < 0) {
+		*err = ferr;
+		rc = frc;
 	}
 	if (rc < 0)
 		goto out;
