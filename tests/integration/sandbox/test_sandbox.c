@@ -40,6 +40,7 @@ static tb_fixture_t F;
 static char recipe[128];
 static char canary[128];
 static const char *group = "tbtest";
+static const char *probe_image; /* set: spec() builds on this image tree */
 static int counter;
 extern char **environ;
 
@@ -63,6 +64,8 @@ static tb_sandbox_spec_t spec(void)
 		.max_open_files = 64,
 		.max_file_mb = 64,
 		.wall_ms = 0,
+		.image_tree = probe_image,
+		.writable_mb = 8,
 	};
 }
 
@@ -536,6 +539,51 @@ static void test_limits__disk_filler_gets_enospc_in_workspace(void **state)
 	probe("diskfill", "/workspace");
 	probe("diskfill", "/tmp");
 	probe("diskfill", "/outputs");
+}
+
+/*
+ * Every escape the probes try, and every limit, with an image's tree as
+ * the root (the agent's writable layer over it included): each is
+ * stopped as on host binds. The image has a root-owned /usr/bin and
+ * /etc/shadow, and a directory the agent owns, where a disk filler meets
+ * the writable layer's size. The probe is a static program.
+ */
+static void test_sandbox__escapes_are_stopped_in_an_image_root(void **state)
+{
+	char tree[200], cmd[4096];
+	if (system("file -L /bin/busybox | grep -q static") != 0 ||
+	    system("file -L " TB_PROBE " | grep -q static") != 0)
+		skip();
+	snprintf(tree, sizeof(tree), "%s/probe-tree", F.root);
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; rm -rf %s; mkdir -p %s/bin %s/usr/bin %s/etc %s/opt/mine; "
+		 "cp /bin/busybox %s/bin/; ln -s busybox %s/bin/sh; "
+		 "echo 'root:secret:1:0:99999:7:::' > %s/etc/shadow; chmod 0600 %s/etc/shadow; "
+		 "chown 1000:1000 %s/opt/mine",
+		 tree, tree, tree, tree, tree, tree, tree, tree, tree, tree);
+	assert_int_equal(system(cmd), 0);
+	probe_image = tree;
+	test_sandbox__cannot_read_a_host_canary(state);
+	test_sandbox__cannot_write_into_the_recipe_or_root(state);
+	probe("write", "/bin/busybox");
+	test_sandbox__sees_no_host_processes(state);
+	test_sandbox__cannot_mount_ptrace_or_make_user_namespaces(state);
+	test_sandbox__only_namespaced_socket_families(state);
+	test_sandbox__runs_unprivileged_under_seccomp(state);
+	test_sandbox__cannot_escape_its_cgroup(state);
+	test_sandbox__cannot_reach_a_server_on_the_host_loopback(state);
+	test_limits__fork_bomb_stops_at_the_pids_limit(state);
+	test_limits__memory_bomb_ends_as_oom(state);
+	test_limits__disk_filler_gets_enospc_in_workspace(state);
+	probe("diskfill", "/opt/mine"); /* the writable layer's size */
+	probe_image = NULL;
+}
+
+static int no_probe_image(void **state)
+{
+	(void)state;
+	probe_image = NULL;
+	return 0;
 }
 
 static void test_limits__runaway_is_killed_at_the_deadline(void **state)
@@ -1052,6 +1100,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_sandbox__an_image_tree_is_the_root),
 		cmocka_unit_test(test_sandbox__an_image_cannot_lead_init_out),
 		cmocka_unit_test(test_sandbox__judges_see_the_image_without_the_agents_layer),
+		cmocka_unit_test_teardown(test_sandbox__escapes_are_stopped_in_an_image_root,
+					  no_probe_image),
 		cmocka_unit_test(test_sandbox__missing_program_is_a_clear_error),
 		cmocka_unit_test(test_sandbox__init_is_its_own_small_program),
 		cmocka_unit_test(test_sandbox__prepared_runs_nothing_until_assigned),
