@@ -357,7 +357,7 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[i], "--json"))
 			tb_bench_json = 1;
 		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
-			rounds = atoi(argv[++i]);
+			rounds = (int)strtol(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--registry") && i + 1 < argc)
 			registry = argv[++i];
 		else if (!strcmp(argv[i], "--repo") && i + 1 < argc)
