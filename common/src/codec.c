@@ -577,8 +577,10 @@ static int decode_fields(const tb_schema_t *s, void *obj, const msgpack_object *
 			return tb_error_set(err, TB_EINVAL, "field '%s%s%s': required but missing",
 					    path, *path ? "." : "", s->fields[k].name);
 	}
+	/* a nested map's check names its path; the top's is named by the
+	 * caller (the message kind, the file) */
 	if (s->check && (rc = s->check(obj, err)) < 0)
-		return tb_error_prefix(err, "%s", *path ? path : s->name);
+		return *path ? tb_error_prefix(err, "%s", path) : rc;
 	return 0;
 }
 
@@ -597,16 +599,50 @@ int tb_obj_decode(const tb_schema_t *schema, void *out, const msgpack_object *ma
 	return rc;
 }
 
-/* Unpacks @p data after the bounds and structure checks. */
+/* What a MessagePack value beginning with byte @p b is (the spec's
+ * first-byte table). */
+static const char *first_byte_kind(uint8_t b)
+{
+	static const struct {
+		uint8_t lo, hi;
+		const char *kind;
+	} kinds[] = {
+		{ 0x00, 0x7f, "an integer" },   { 0x80, 0x8f, "a map" },
+		{ 0x90, 0x9f, "an array" },     { 0xa0, 0xbf, "a string" },
+		{ 0xc0, 0xc0, "nil" },          { 0xc1, 0xc1, "a byte MessagePack never uses" },
+		{ 0xc2, 0xc3, "a boolean" },    { 0xc4, 0xc6, "binary" },
+		{ 0xc7, 0xc9, "an extension" }, { 0xca, 0xcb, "a float" },
+		{ 0xcc, 0xd3, "an integer" },   { 0xd4, 0xd8, "an extension" },
+		{ 0xd9, 0xdb, "a string" },     { 0xdc, 0xdd, "an array" },
+		{ 0xde, 0xdf, "a map" },        { 0xe0, 0xff, "an integer" },
+	};
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (b >= kinds[i].lo && b <= kinds[i].hi)
+			return kinds[i].kind;
+	return "a byte MessagePack never uses";
+}
+
+/* Unpacks @p data after the bounds and structure checks. A message is
+ * one map: anything else is said as such first (random bytes are not
+ * "a value with trailing bytes" to a person reading the DLQ). */
 static int unpack_checked(msgpack_unpacked *up, const void *data, size_t len, size_t max,
 			  const char *what, tb_error_t *err)
 {
+	const uint8_t *b = data;
 	size_t off = 0;
 	int rc;
 
 	if (len > max)
 		return tb_error_set(err, TB_ETOOBIG, "%s: %zu bytes, at most %zu allowed", what,
 				    len, max);
+	if (len == 0)
+		return tb_error_set(err, TB_EINVAL,
+				    "%s: empty, where a MessagePack map was expected", what);
+	if (!((b[0] >= 0x80 && b[0] <= 0x8f) || b[0] == 0xde || b[0] == 0xdf))
+		return tb_error_set(err, TB_EINVAL,
+				    "%s: not a MessagePack map: its %zu bytes begin with %s "
+				    "(first byte 0x%02x)",
+				    what, len, first_byte_kind(b[0]), b[0]);
 	if ((rc = tb_mpack_scan(data, len, TB_MPACK_MAX_DEPTH, err)) < 0)
 		return tb_error_prefix(err, "%s: not valid MessagePack", what);
 	msgpack_unpacked_init(up);
@@ -646,10 +682,17 @@ static int read_header(const tb_schema_t **out, const msgpack_object *map, tb_er
 	if (dup_name || dup_v)
 		return tb_error_set(err, TB_EINVAL, "field '%s': appears twice",
 				    dup_name ? "schema" : "v");
-	if (!name || name->type != MSGPACK_OBJECT_STR)
-		return tb_error_set(err, TB_EINVAL, "field 'schema': required string missing");
-	if (!v || v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-		return tb_error_set(err, TB_EINVAL, "field 'v': required integer version missing");
+	if (!name)
+		return tb_error_set(err, TB_EINVAL, "field 'schema': required but missing");
+	if (name->type != MSGPACK_OBJECT_STR)
+		return tb_error_set(err, TB_EINVAL, "field 'schema': expected a string, got %s",
+				    otype_name(name->type));
+	if (!v)
+		return tb_error_set(err, TB_EINVAL, "field 'v': required but missing");
+	if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+		return tb_error_set(err, TB_EINVAL,
+				    "field 'v': expected a positive integer version, got %s",
+				    otype_name(v->type));
 	*out = NULL;
 	for (size_t i = 0; tb_schemas[i]; i++)
 		if (key_is(name, tb_schemas[i]->name))
@@ -887,7 +930,7 @@ static int encode_fields(msgpack_packer *pk, const tb_schema_t *s, const void *o
 	int rc;
 
 	if (s->check && (rc = s->check(obj, err)) < 0)
-		return tb_error_prefix(err, "%s", *path ? path : s->name);
+		return *path ? tb_error_prefix(err, "%s", path) : rc;
 	for (size_t k = 0; k < s->nfields; k++) {
 		bool present = field_present(s, k, obj);
 		if (!present && (s->fields[k].flags & TB_FF_REQUIRED))

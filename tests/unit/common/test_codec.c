@@ -220,6 +220,42 @@ static void test_decode__unknown_major_version_is_refused(void **state)
 	assert_contains(err.msg, "field 'v'");
 }
 
+/* The header's two fields say what is wrong with them, as every other
+ * field does; a message that is not a map at all says so first; a
+ * follow-up's reason names its kind once. */
+static void test_decode__reasons_say_what_is_wrong(void **state)
+{
+	static const uint8_t random_bytes[] = { 0x63, 0x9a, 0x01, 0xff, 0x42 };
+	tb_followup_t f;
+	tb_error_t err;
+	json_t *j = task_json();
+
+	(void)state;
+	json_object_set_new(j, "schema", json_integer(1));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'schema': expected a string, got integer");
+	j = task_json();
+	json_object_set_new(j, "v", json_string("1"));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'v': expected a positive integer version, got string");
+	assert_int_equal(tb_msg_decode(&tb_schema_task, &(tb_task_t){ 0 }, random_bytes,
+				       sizeof(random_bytes), &err),
+			 TB_EINVAL);
+	assert_contains(err.msg, "not a MessagePack map: its 5 bytes begin with an integer "
+				 "(first byte 0x63)");
+	assert_int_equal(tb_msg_decode(&tb_schema_task, &(tb_task_t){ 0 }, "", 0, &err), TB_EINVAL);
+	assert_contains(err.msg, "empty, where a MessagePack map was expected");
+	j = json_pack("{s:s,s:i,s:s,s:i,s:s,s:s,s:i}", "schema", "followup", "v", 1, "task_id",
+		      "t1", "seq", 2, "kind", "end", "text", "x", "sent_at", 1);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	assert_int_equal(tb_json_to_mpack(&sb, j, &err), 0);
+	json_decref(j);
+	assert_int_equal(tb_msg_decode(&tb_schema_followup, &f, sb.data, sb.size, &err), TB_EINVAL);
+	msgpack_sbuffer_destroy(&sb);
+	assert_string_equal(err.msg, "followup: field 'text': not allowed when kind is 'end'");
+}
+
 static void test_decode__other_kind_or_unknown_kind_is_refused(void **state)
 {
 	tb_error_t err;
@@ -606,6 +642,7 @@ int main(void)
 		cmocka_unit_test(test_decode__oversized_fields_are_refused),
 		cmocka_unit_test(test_decode__oversized_message_is_refused_before_parsing),
 		cmocka_unit_test(test_decode__unknown_major_version_is_refused),
+		cmocka_unit_test(test_decode__reasons_say_what_is_wrong),
 		cmocka_unit_test(test_decode__other_kind_or_unknown_kind_is_refused),
 		cmocka_unit_test(test_decode__missing_required_field_is_named),
 		cmocka_unit_test(test_decode__commit_must_be_full_hex),
