@@ -556,11 +556,28 @@ static void run_until_done(const scenario_t *sc, const pid_t *pids, int n, int s
 	}
 }
 
-/* Runs worker 0 without faults until every task is done, then stops it. */
+/* The cgroup directories named for worker @p id's group, in every
+ * hierarchy. */
+static long group_dirs(const char *id)
+{
+	char cmd[300], line[64];
+	snprintf(cmd, sizeof(cmd), "find /sys/fs/cgroup -type d -name 'tb-%s' | wc -l", id);
+	FILE *f = popen(cmd, "r");
+	long n = f && fgets(line, sizeof(line), f) ? strtol(line, NULL, 10) : -1;
+	if (f)
+		pclose(f);
+	return n;
+}
+
+/* Runs worker 0 without faults until every task is done, then stops it:
+ * a clean exit leaves no cgroup directory of its own behind. */
 static void finish_all(const scenario_t *sc, int seconds)
 {
 	pid_t w = start_worker(sc, 0, NULL);
 	run_until_done(sc, &w, 1, seconds);
+	if (group_dirs(sc->worker[0]) != 0)
+		fail_msg("%s: worker %s left %ld cgroup directories of its group", sc->name,
+			 sc->worker[0], group_dirs(sc->worker[0]));
 }
 
 /* ------------------------------------------------------------ checks */

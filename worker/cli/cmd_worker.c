@@ -106,6 +106,32 @@ static void names(const tb_config_t *cfg, char *id, size_t idlen, char *group, s
 			*c = '_';
 }
 
+/* The worker's end: what tb_worker_run() returned (@p rc) said, its own
+ * cgroup directories removed once every sandbox is gone. @return the
+ * exit code. */
+static int finished(int rc, const tb_worker_stats_t *stats, tb_error_t *err, const tb_config_t *cfg,
+		    const char *group)
+{
+	if (rc == TB_ETIMEOUT) {
+		fprintf(stderr, "taskbox worker: %s: exiting with tasks running\n", err->msg);
+		_exit(TB_EXIT_FAILURE);
+	}
+	if (rc < 0) {
+		fprintf(stderr, "taskbox worker: %s\n", err->msg);
+		rc = TB_EXIT_FAILURE;
+	} else {
+		tb_info(
+		    NULL,
+		    "stopped: %llu messages, %llu recorded (%llu succeeded), %llu dead-lettered",
+		    (unsigned long long)stats->received, (unsigned long long)stats->recorded,
+		    (unsigned long long)stats->succeeded, (unsigned long long)stats->dead);
+		rc = TB_EXIT_OK;
+	}
+	if (tb_sandbox_sweep(cfg->work_dir, group, err) < 0)
+		tb_warn(NULL, "cleaning up after the worker: %s", err->msg);
+	return rc;
+}
+
 int tb_cmd_worker(int argc, char **argv)
 {
 	const char *path = NULL;
@@ -183,20 +209,7 @@ int tb_cmd_worker(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	tb_info(NULL, "worker %s: store %s, ledger %s", id, tb_store_describe(d.store),
 		cfg.ledger.url);
-	if ((rc = tb_worker_run(&d, &stop, 0, &stats, &err)) == TB_ETIMEOUT) {
-		fprintf(stderr, "taskbox worker: %s: exiting with tasks running\n", err.msg);
-		_exit(TB_EXIT_FAILURE);
-	} else if (rc < 0) {
-		fprintf(stderr, "taskbox worker: %s\n", err.msg);
-		rc = TB_EXIT_FAILURE;
-	} else {
-		tb_info(
-		    NULL,
-		    "stopped: %llu messages, %llu recorded (%llu succeeded), %llu dead-lettered",
-		    (unsigned long long)stats.received, (unsigned long long)stats.recorded,
-		    (unsigned long long)stats.succeeded, (unsigned long long)stats.dead);
-		rc = TB_EXIT_OK;
-	}
+	rc = finished(tb_worker_run(&d, &stop, 0, &stats, &err), &stats, &err, &cfg, group);
 cleanup:
 	tb_metrics_stop(metrics);
 	metrics = NULL;

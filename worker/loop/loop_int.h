@@ -26,6 +26,11 @@
 #define MAX_PARTITIONS 256
 #define RETRY_BACKOFF_MS 1000
 #define RETRY_BACKOFF_MAX_MS 60000
+
+/** The pause before the next attempt of a task the platform failed
+ * @p failures times before: 1 s, doubling, at most 60 s (what the
+ * worker waits and says it waits). */
+uint64_t tb_loop_retry_pause(unsigned failures);
 /* Attempts the platform failed (a service away, a lost lease) do not
  * count against the runtime's max_attempts, up to this many. */
 #define PLATFORM_FAILURES_MAX 20

@@ -184,6 +184,13 @@ void tb_loop_keep_failure(tb_loop_t *w, tb_job_t *j, int code, const char *reaso
 }
 
 /* Back in line after @p pause, if the message is still ours. */
+uint64_t tb_loop_retry_pause(unsigned failures)
+{
+	uint64_t pause = (uint64_t)RETRY_BACKOFF_MS << (failures < 6 ? failures : 6);
+
+	return pause < RETRY_BACKOFF_MAX_MS ? pause : RETRY_BACKOFF_MAX_MS;
+}
+
 static void retry_later(tb_loop_t *w, tb_job_t *j, uint64_t pause)
 {
 	if (!tb_loop_ours(w, j)) {
@@ -249,8 +256,7 @@ void tb_loop_complete(tb_loop_t *w)
 			 * after a pause growing with each failure (admission
 			 * decides whether one is left), with the offset still
 			 * unfinished. */
-			uint64_t pause = (uint64_t)RETRY_BACKOFF_MS
-					 << (j->failures < 6 ? j->failures : 6);
+			uint64_t pause = tb_loop_retry_pause(j->failures);
 			j->failures++;
 			w->stats->retried++;
 			tb_metrics_failure(tb_error_name(j->run.rc));
