@@ -219,9 +219,10 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	/* The result, and every event delivered, before the done-marker: a
 	 * worker that dies after it leaves the attempt's events whole up to
 	 * the result (only torn-down and acknowledged may be missing). */
-	tb_run_emit_json(&r, TB_EV_RESULT,
-			 json_pack("{s:s,s:s,s:s}", "outcome", tb_outcomes[r.m.outcome], "reason",
-				   out->reason, "manifest_key", out->manifest_key));
+	json_t *result = json_pack("{s:s,s:s,s:s}", "outcome", tb_outcomes[r.m.outcome], "reason",
+				   out->reason, "manifest_key", out->manifest_key);
+	tb_run_add_labels(&r, result);
+	tb_run_emit_json(&r, TB_EV_RESULT, result);
 	if (r.failed || (ctx->sink.flush && ctx->sink.flush(ctx->sink.ud, &r.sink_err) < 0)) {
 		rc = tb_error_set(err, TB_ERETRY, "events: %s",
 				  r.sink_err.msg[0] ? r.sink_err.msg : "could not be delivered");

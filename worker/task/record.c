@@ -137,6 +137,20 @@ void tb_run_emit_json(tb_run_t *r, int type, json_t *obj)
 	json_decref(obj);
 }
 
+/* The task's labels into event payload @p p (none: no key), as task.md
+ * promises: on every phase up to torn-down, and on the result. */
+void tb_run_add_labels(const tb_run_t *r, json_t *p)
+{
+	const tb_strmap_t *l = &r->task->labels;
+	json_t *o;
+
+	if (!p || !l->n || !(o = json_object()))
+		return;
+	for (size_t i = 0; i < l->n; i++)
+		json_object_set_new(o, l->items[i].key, json_string(l->items[i].value));
+	json_object_set_new(p, "labels", o);
+}
+
 /* Phase @p ph, reached at @p at (ms): the previous phase took the rest. */
 void tb_run_phase_at(tb_run_t *r, tb_phase_t ph, uint64_t at, const char *worker)
 {
@@ -146,6 +160,7 @@ void tb_run_phase_at(tb_run_t *r, tb_phase_t ph, uint64_t at, const char *worker
 
 	if (p && worker)
 		json_object_set_new(p, "worker", json_string(worker));
+	tb_run_add_labels(r, p);
 	if (p && r->phase_image)
 		json_object_set_new(p, "environment", r->phase_image);
 	else

@@ -73,6 +73,10 @@ void tb_run_emit(tb_run_t *r, int type, tb_bytes_t payload);
 /** The worker's event whose payload is @p obj (taken, may be NULL: the
  * run is then failed). */
 void tb_run_emit_json(tb_run_t *r, int type, json_t *obj);
+
+/** Adds the task's labels to event payload @p p as "labels" (when it
+ * has any; @p p NULL: nothing). */
+void tb_run_add_labels(const tb_run_t *r, json_t *p);
 /** Phase @p ph reached at @p at (wall ms), @p worker named if not NULL. */
 void tb_run_phase_at(tb_run_t *r, tb_phase_t ph, uint64_t at, const char *worker);
 /** Phase @p ph reached now. */

@@ -50,6 +50,8 @@ struct events {
 	int egress_requests, egress_summaries; /* requests the events stand for */
 	int last_egress, settled;              /* their positions */
 	char thought[128];                     /* the last thought's text */
+	int labelled, unlabelled;              /* phase and result events, with
+						* the task's labels or without */
 };
 
 #define PROVIDER_KEY "sk-lifecycle-9f8e7d6c5b4a"
@@ -69,6 +71,13 @@ static int recorded(void *ud, const char *task, uint64_t attempt, const char *ke
 	e->done_marked = 1;
 	e->done_after_flushed = e->flushed_result;
 	return 0;
+}
+
+/* Whether @p v is the string @p s. */
+static int str_is(const json_t *v, const char *s)
+{
+	const char *x = json_string_value(v);
+	return x && !strcmp(x, s);
 }
 
 static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, tb_error_t *err)
@@ -106,6 +115,14 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 			json_t *count = json_object_get(p, "count");
 			e->egress_requests += count ? (int)json_integer_value(count) : 1;
 			e->egress_summaries += count != NULL;
+		}
+		if (ev->type == TB_EV_PHASE || ev->type == TB_EV_RESULT) {
+			json_t *l = json_object_get(p, "labels");
+			int ok = json_object_size(l) == 2 &&
+				 str_is(json_object_get(l, "team"), "evals") &&
+				 str_is(json_object_get(l, "run/batch"), "7");
+			e->labelled += ok;
+			e->unlabelled += !ok;
 		}
 		if (ev->type == TB_EV_THOUGHT)
 			snprintf(e->thought, sizeof(e->thought), "%s",
@@ -186,14 +203,19 @@ static void test_lifecycle__one_shot_task_end_to_end(void **state)
 	struct events e = { .seq_ok = 1 };
 	tb_lifecycle_ctx_t c = ctx(&e);
 	tb_task_t t = task("life-ok", head_commit(), "test");
+	tb_kv_t labels[] = { { "team", "evals" }, { "run/batch", "7" } };
 	tb_lifecycle_result_t res;
 	tb_error_t err;
 
 	(void)state;
+	t.labels = (tb_strmap_t){ 2, labels };
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
 	assert_true(e.seq_ok);
+	/* the labels on every phase and on the result, as task.md says */
+	assert_int_equal(e.labelled, 11);
+	assert_int_equal(e.unlabelled, 0);
 	const char *want[] = { "received", "validated", "claimed", "prepared", "running",
 			       "settled",  "collected", "judged",  "recorded", "torn-down" };
 	assert_int_equal(e.nphases, 10);
