@@ -2,7 +2,8 @@
 # The taskbox command end to end against the real services, as a producer
 # and an operator use it: a worker runs; `submit --wait` follows a task to
 # its outcome; `watch` replays its events; `status` and `artifacts` read
-# its record; a shared URL downloads an artifact with curl; a task
+# its record; a shared URL downloads an artifact with curl and has the
+# form schemas/keys.md documents (its signature recomputed); a task
 # dead-lettered for a missing runtime is sent back with `dlq send` after
 # the runtime is added, and succeeds; an artifact replaced behind the
 # store's back is refused against the manifest. Topics, bucket, ledger prefix and
@@ -167,6 +168,10 @@ print(a["key"], a["sha256"], hashlib.sha256(body).hexdigest(), "%08x" % (crc ^ 0
 EOF
 )
 read -r fkey msha fsha fcrc <<<"$forged"
+# the shared URL is what schemas/keys.md says, signature and all
+if python3 "$root/tests/integration/cli/check_share_url.py" "$(cat "$tmp/share.out")" \
+  "$TASKBOX_TEST_S3_ENDPOINT" "$run" "$fkey" "$TASKBOX_TEST_S3_REGION" 60
+then ok; else bad "the shared URL has the form schemas/keys.md documents"; fi
 if [ -n "$fcrc" ] && curl -sf -X PUT --aws-sigv4 "aws:amz:$TASKBOX_TEST_S3_REGION:s3" \
   --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
   -H "x-amz-meta-sha256: $fsha" -H "x-amz-meta-crc32c: $fcrc" --data-binary "@$tmp/forged.txt" \
