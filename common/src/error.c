@@ -100,6 +100,8 @@ const char *tb_error_name(int code)
 		return "too-big";
 	case TB_EVERSION:
 		return "unknown-version";
+	case TB_ECONFLICT:
+		return "conflict";
 	case TB_EEXIST:
 		return "exists";
 	case TB_EBUSY:

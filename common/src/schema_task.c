@@ -5,7 +5,10 @@
  */
 #include "tb/schema_task.h"
 
+#include "tb/sigv4.h"
+
 #include <stddef.h>
+#include <stdio.h>
 
 static const char *const task_kinds[] = { "one-shot", "interactive", NULL };
 
@@ -131,3 +134,20 @@ const tb_schema_t tb_schema_task = {
 	.nfields = sizeof(task_fields) / sizeof(task_fields[0]),
 	.max_bytes = TB_TASK_MAX_BYTES,
 };
+
+int tb_task_digest(const tb_task_t *t, char out[72], tb_error_t *err)
+{
+	tb_task_t copy = *t;
+	msgpack_sbuffer sb;
+	char hex[65];
+	int rc;
+
+	copy.submitted_at = 0; /* when, not what */
+	msgpack_sbuffer_init(&sb);
+	if ((rc = tb_msg_encode(&sb, &tb_schema_task, &copy, err)) == 0) {
+		tb_sha256_hex(hex, sb.data, sb.size);
+		snprintf(out, 72, "sha256:%s", hex);
+	}
+	msgpack_sbuffer_destroy(&sb);
+	return rc;
+}

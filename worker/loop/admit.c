@@ -116,6 +116,7 @@ typedef enum admission {
 	ADMIT_RUN,        /* an attempt is begun (its lease held): run it */
 	ADMIT_DONE,       /* done before: acknowledge only */
 	ADMIT_DEAD,       /* out of attempts, or poison: dead-letter it */
+	ADMIT_CONFLICT,   /* its id stands for another task: dead-letter it alone */
 	ADMIT_WAIT_INPUT, /* an earlier task its inputs name is not done yet */
 	ADMIT_WAIT_LEASE, /* another worker's live attempt holds it */
 	ADMIT_WAIT_AWAY,  /* the ledger cannot say, or missed the last failure */
@@ -151,7 +152,15 @@ static admission_t admit(tb_loop_t *w, tb_job_t *j, int *cause, char *why, size_
 		tb_error_set(err, TB_EBUSY, "%s", why);
 		return ADMIT_WAIT_INPUT;
 	}
-	if ((rc = tb_ledger_begin(l, j->key, w->lease_ms, &j->attempt, err)) < 0)
+	rc = tb_ledger_begin_task(l, j->key, j->content[0] ? j->content : NULL, w->lease_ms,
+				  &j->attempt, err);
+	if (rc == TB_ECONFLICT) {
+		snprintf(why, len,
+			 "%.480s: a task id names one task for good; send this one under a new id",
+			 err->msg);
+		return ADMIT_CONFLICT;
+	}
+	if (rc < 0)
 		return rc == TB_EEXIST  ? ADMIT_DONE
 		       : rc == TB_EBUSY ? ADMIT_WAIT_LEASE
 					: ADMIT_WAIT_AWAY;
@@ -211,6 +220,13 @@ void tb_loop_admit_waiting(tb_loop_t *w)
 		} else if (a == ADMIT_DEAD && tb_loop_give_up(w, j, cause, why) < 0) {
 			tb_error_set(&err, TB_ERETRY, "%s", "the DLQ is away");
 			a = ADMIT_WAIT_AWAY;
+		} else if (a == ADMIT_CONFLICT) {
+			tb_warn(j->key, "%s", why);
+			j->attempt = 0; /* no attempt of its own: nothing to acknowledge */
+			if (tb_loop_refuse_task(w, j, why) < 0) {
+				tb_error_set(&err, TB_ERETRY, "%s", "the DLQ is away");
+				a = ADMIT_WAIT_AWAY;
+			}
 		} else if (a == ADMIT_DONE) {
 			/* Done before (a replay after a crash, a duplicate, or
 			 * another worker's run): acknowledge only. */

@@ -90,9 +90,10 @@ typedef struct tb_job {
 	enum { JOB_TASK, JOB_PARKED } kind;
 	int32_t partition;
 	int64_t offset;
-	uint64_t epoch; /* the partition's assignment this message came in */
-	char key[160];  /* the task's id: the message's key */
-	void *value;    /* the task message, decoded again by the slot */
+	uint64_t epoch;   /* the partition's assignment this message came in */
+	char key[160];    /* the task's id: the message's key */
+	char content[72]; /* what it stands for (tb_task_digest); "" unknown */
+	void *value;      /* the task message, decoded again by the slot */
 	size_t len;
 	uint64_t attempt;
 	uint64_t max_attempts;
@@ -216,6 +217,9 @@ void tb_loop_acknowledge(tb_loop_t *w, tb_job_t *j);
 /* A task that will never run: to the DLQ with its history, then marked
  * done so a redelivery does not dead-letter it again. */
 int tb_loop_give_up(tb_loop_t *w, tb_job_t *j, int cause, const char *reason);
+/* A message that reuses a task's id for another task: to the DLQ with
+ * @p reason alone; the task the id stands for is left as it is. */
+int tb_loop_refuse_task(tb_loop_t *w, tb_job_t *j, const char *reason);
 /* Keeps a failure the ledger could not take, to be written before the
  * next attempt begins (it decides whether one is excused). */
 void tb_loop_keep_failure(tb_loop_t *w, tb_job_t *j, int code, const char *reason);

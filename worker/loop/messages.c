@@ -224,7 +224,9 @@ void tb_loop_handle(tb_loop_t *w, const rd_kafka_message_t *m)
 	tb_job_t *same = in.task.kind == TB_TASK_INTERACTIVE
 			     ? tb_loop_find_job(w, in.task.id, m->partition)
 			     : NULL;
-	if (same && same->session) {
+	if (tb_task_digest(&in.task, j->content, &err) < 0)
+		j->content[0] = '\0'; /* cannot happen to a decoded task: unchecked */
+	if (same && same->session && !strcmp(same->content, j->content)) {
 		tb_info(in.task.id, "delivered again: held with its session");
 		tb_session_hold(same->session, m->offset);
 		tb_intake_free(&in);

@@ -55,7 +55,7 @@ int tb_loop_dead_letter(tb_loop_t *w, tb_dlq_t *rec, tb_kafka_tracker_t *t, int 
 }
 
 /* A task's DLQ record, with every attempt's reason from the ledger. */
-static int dead_letter_task(tb_loop_t *w, tb_job_t *j, int cause, const char *reason)
+static int dead_letter_task(tb_loop_t *w, tb_job_t *j, int cause, const char *reason, int history)
 {
 	tb_msg_origin_t origin = { w->d->cfg->kafka.tasks_topic, j->partition, j->offset, NULL, 0 };
 	tb_ledger_attempt_t *hist = NULL;
@@ -66,7 +66,7 @@ static int dead_letter_task(tb_loop_t *w, tb_job_t *j, int cause, const char *re
 	if (tb_intake_dead_letter(&rec, cause, reason, j->key, j->value, j->len, &origin,
 				  tb_wall_ms()) < 0)
 		abort(); /* out of memory */
-	if (tb_ledger_history(w->d->ledger, j->key, &hist, &n, &err) == 0 && n) {
+	if (history && tb_ledger_history(w->d->ledger, j->key, &hist, &n, &err) == 0 && n) {
 		tb_dlq_attempt_t *a = calloc(n, sizeof(*a));
 		for (size_t i = 0; a && i < n; i++) {
 			a[i].worker = strdup(hist[i].worker);
@@ -159,12 +159,21 @@ int tb_loop_give_up(tb_loop_t *w, tb_job_t *j, int cause, const char *reason)
 	tb_error_t err;
 	int rc;
 
-	if ((rc = dead_letter_task(w, j, cause, reason)) < 0)
+	if ((rc = dead_letter_task(w, j, cause, reason, 1)) < 0)
 		return rc;
 	tb_metrics_task("dead-lettered");
 	if (tb_ledger_done(l, j->key, j->attempt, "", &err) < 0)
 		tb_warn(j->key, "no done-marker for the dead letter: %s", err.msg);
 	return 0;
+}
+
+int tb_loop_refuse_task(tb_loop_t *w, tb_job_t *j, const char *reason)
+{
+	int rc = dead_letter_task(w, j, TB_DLQ_POISON, reason, 0);
+
+	if (rc == 0)
+		tb_metrics_task("dead-lettered");
+	return rc;
 }
 
 void tb_loop_keep_failure(tb_loop_t *w, tb_job_t *j, int code, const char *reason)

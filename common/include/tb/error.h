@@ -17,18 +17,19 @@
  * caller does something different for it. */
 enum {
 	TB_OK = 0,
-	TB_EINVAL = -1,    /* bad input: malformed, wrong type, out of range */
-	TB_ENOMEM = -2,    /* allocation failed */
-	TB_ENOTFOUND = -3, /* the thing named does not exist */
-	TB_ETIMEOUT = -4,  /* a deadline passed */
-	TB_ERETRY = -5,    /* transient: the same call may succeed later */
-	TB_EPOISON = -6,   /* can never succeed for this input: DLQ it */
-	TB_EFENCED = -7,   /* a newer lease owner exists: stop, write nothing */
-	TB_EIO = -8,       /* a system call or service failed */
-	TB_ETOOBIG = -9,   /* over a size cap */
-	TB_EVERSION = -10, /* unknown major schema version */
-	TB_EEXIST = -11,   /* already there (a create-only write) */
-	TB_EBUSY = -12,    /* held by another (a live lease): wait for it */
+	TB_EINVAL = -1,     /* bad input: malformed, wrong type, out of range */
+	TB_ENOMEM = -2,     /* allocation failed */
+	TB_ENOTFOUND = -3,  /* the thing named does not exist */
+	TB_ETIMEOUT = -4,   /* a deadline passed */
+	TB_ERETRY = -5,     /* transient: the same call may succeed later */
+	TB_EPOISON = -6,    /* can never succeed for this input: DLQ it */
+	TB_EFENCED = -7,    /* a newer lease owner exists: stop, write nothing */
+	TB_EIO = -8,        /* a system call or service failed */
+	TB_ETOOBIG = -9,    /* over a size cap */
+	TB_EVERSION = -10,  /* unknown major schema version */
+	TB_EEXIST = -11,    /* already there (a create-only write) */
+	TB_EBUSY = -12,     /* held by another (a live lease): wait for it */
+	TB_ECONFLICT = -13, /* a name already stands for something else */
 };
 
 #define TB_ERROR_MSG_MAX 1024

@@ -60,6 +60,17 @@ typedef struct tb_ledger_task {
  *         lease is live (err says whose and for how long): wait and try
  *         again; TB_ERETRY if the ledger cannot be reached
  */
+/**
+ * tb_ledger_begin() for a task message whose content is @p content
+ * (tb_task_digest()): the first message of an id leaves its content with
+ * the ledger, for good; a later one under the same id must have the same
+ * (a retry, a redelivery). Checked before anything else.
+ * @return as tb_ledger_begin(); TB_ECONFLICT when the id already stands
+ *         for other content (err names both digests); nothing is written
+ */
+int tb_ledger_begin_task(tb_ledger_t *l, const char *task, const char *content, uint64_t lease_ms,
+			 uint64_t *attempt, tb_error_t *err);
+
 int tb_ledger_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,
 		    tb_error_t *err);
 

@@ -60,6 +60,15 @@ typedef struct tb_task {
 #define TB_PROMPT_MAX_BYTES (256u << 10)
 
 extern const tb_schema_t tb_schema_task;
+
+/**
+ * What task @p t stands for, as "sha256:<64 hex>": the SHA-256 of its
+ * canonical MessagePack encoding with submitted_at left out, so that the
+ * same task sent again (a retry, a redelivery, a resubmission) has the
+ * same digest and any other content under its id another (task.md).
+ * @return 0; the encoder's error for a task that would not encode
+ */
+int tb_task_digest(const tb_task_t *t, char out[72], tb_error_t *err);
 extern const tb_schema_t tb_schema_recipe_ref;
 extern const tb_schema_t tb_schema_limits;
 

@@ -23,7 +23,13 @@ int tb_ledger_open(tb_ledger_t **out, const char *url, const char *prefix, const
 int tb_ledger_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,
 		    tb_error_t *err)
 {
-	return l->ops->begin(l, task, lease_ms, attempt, err);
+	return l->ops->begin(l, task, NULL, lease_ms, attempt, err);
+}
+
+int tb_ledger_begin_task(tb_ledger_t *l, const char *task, const char *content, uint64_t lease_ms,
+			 uint64_t *attempt, tb_error_t *err)
+{
+	return l->ops->begin(l, task, content, lease_ms, attempt, err);
 }
 
 int tb_ledger_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,

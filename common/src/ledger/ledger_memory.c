@@ -26,6 +26,7 @@ typedef struct entry {
 	uint64_t followups; /* numbers handed out by next_followup */
 	int done;
 	char *manifest; /* the done-marker's */
+	char *content;  /* what the id stands for (tb_ledger_begin_task) */
 	tb_ledger_attempt_t *failures;
 	size_t nfail;
 	struct entry *next;
@@ -57,8 +58,8 @@ static entry_t *find(mem_ledger_t *m, const char *task, int create)
 	return e;
 }
 
-static int mem_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,
-		     tb_error_t *err)
+static int mem_begin(tb_ledger_t *l, const char *task, const char *content, uint64_t lease_ms,
+		     uint64_t *attempt, tb_error_t *err)
 {
 	mem_ledger_t *m = (mem_ledger_t *)l;
 	int rc = 0;
@@ -66,8 +67,14 @@ static int mem_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64
 	(void)lease_ms;
 	pthread_mutex_lock(&m->lock);
 	entry_t *e = find(m, task, 1);
+	if (e && content && !e->content && !(e->content = strdup(content)))
+		e = NULL;
 	if (!e)
 		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+	else if (content && strcmp(e->content, content) != 0)
+		rc = tb_error_set(err, TB_ECONFLICT,
+				  "task id %s already names another task (%s; this one is %s)",
+				  task, e->content, content);
 	else if (e->done)
 		rc = tb_error_set(err, TB_EEXIST, "task %s is done", task);
 	else
@@ -258,6 +265,7 @@ static void mem_close(tb_ledger_t *l)
 		next = e->next;
 		free(e->task);
 		free(e->manifest);
+		free(e->content);
 		free(e->failures);
 		free(e);
 	}

@@ -58,9 +58,15 @@ typedef struct redis_ledger {
 
 #define REDIAL_MS 1000
 
-/* KEYS attempts, done, lease; ARGV worker, lease ms. {n} the attempt,
- * {-1} done, {-2, lease, pttl} held by another worker. */
+/* KEYS attempts, done, lease, content; ARGV worker, lease ms, content
+ * ("" unchecked). {n} the attempt, {-1} done, {-2, lease, pttl} held by
+ * another worker, {-3, content} the id stands for other content. */
 static const char BEGIN_LUA[] =
+    "if ARGV[3] ~= '' then "
+    "  local c = redis.call('GET', KEYS[4]) "
+    "  if not c then redis.call('SET', KEYS[4], ARGV[3]) "
+    "  elseif c ~= ARGV[3] then return {-3, c} end "
+    "end "
     "if redis.call('EXISTS', KEYS[2]) == 1 then return {-1} end "
     "local cur = redis.call('GET', KEYS[3]) "
     "if cur and string.sub(cur, (string.find(cur, ' ', 1, true) or 0) + 1) ~= ARGV[1] then "
@@ -120,7 +126,7 @@ static void key(char *out, size_t size, const redis_ledger_t *r, const char *tas
 
 /* A task's keys, as the scripts take them. */
 typedef struct task_keys {
-	char att[512], lease[512], done[512], base[512];
+	char att[512], lease[512], done[512], base[512], content[512];
 } task_keys_t;
 
 static void task_keys(task_keys_t *k, const redis_ledger_t *r, const char *task)
@@ -129,6 +135,7 @@ static void task_keys(task_keys_t *k, const redis_ledger_t *r, const char *task)
 	key(k->lease, sizeof(k->lease), r, task, "lease");
 	key(k->done, sizeof(k->done), r, task, "done");
 	key(k->base, sizeof(k->base), r, task, "base");
+	key(k->content, sizeof(k->content), r, task, "content");
 }
 
 /* Connected, or TB_ERETRY naming the address. A failed dial is not tried
@@ -203,8 +210,8 @@ static int run(redis_ledger_t *r, redisReply **out, int want, tb_error_t *err, c
 	return 0;
 }
 
-static int redis_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,
-		       tb_error_t *err)
+static int redis_begin(tb_ledger_t *l, const char *task, const char *content, uint64_t lease_ms,
+		       uint64_t *attempt, tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
 	task_keys_t k;
@@ -213,8 +220,9 @@ static int redis_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint
 
 	task_keys(&k, r, task);
 	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 3 %s %s %s %s %llu", BEGIN_LUA, k.att,
-		 k.done, k.lease, r->worker, (unsigned long long)lease_ms);
+	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 4 %s %s %s %s %s %llu %s", BEGIN_LUA,
+		 k.att, k.done, k.lease, k.content, r->worker, (unsigned long long)lease_ms,
+		 content ? content : "");
 	pthread_mutex_unlock(&r->lock);
 	if (rc < 0)
 		return rc;
@@ -223,7 +231,11 @@ static int redis_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint
 		return tb_error_set(err, TB_EIO, "ledger: begin: unexpected reply");
 	}
 	long long n = rep->element[0]->integer;
-	if (n == -1)
+	if (n == -3 && rep->elements == 2 && rep->element[1]->type == REDIS_REPLY_STRING)
+		rc = tb_error_set(err, TB_ECONFLICT,
+				  "task id %s already names another task (%.80s; this one is %s)",
+				  task, rep->element[1]->str, content);
+	else if (n == -1)
 		rc = tb_error_set(err, TB_EEXIST, "task %s is done", task);
 	else if (n == -2 && rep->elements == 3 && rep->element[1]->type == REDIS_REPLY_STRING)
 		rc = tb_error_set(

@@ -121,6 +121,30 @@ static void contract(tb_ledger_t *l)
 	assert_int_equal(seq, 2);
 	assert_int_equal(tb_ledger_next_followup(l, task, &seq, &err), 0);
 	assert_int_equal(seq, 1);
+
+	/* an id stands for the content its first message had, for good: the
+	 * same content begins as ever; another is refused before anything
+	 * (no attempt counted), done or not, and so after a revive */
+	const char *a = "sha256:aaaa", *b = "sha256:bbbb";
+	char named[80];
+	snprintf(named, sizeof(named), "%s-named", task);
+	assert_int_equal(tb_ledger_begin_task(l, named, a, LEASE, &attempt, &err), 0);
+	assert_int_equal(attempt, 1);
+	assert_int_equal(tb_ledger_begin_task(l, named, b, LEASE, &attempt, &err), TB_ECONFLICT);
+	assert_non_null(strstr(err.msg, "already names another task (sha256:aaaa; this one is "
+					"sha256:bbbb)"));
+	assert_int_equal(tb_ledger_inspect(l, named, &t, &err), 0);
+	assert_int_equal(t.attempts, 1);
+	assert_int_equal(tb_ledger_begin_task(l, named, a, LEASE, &attempt, &err), 0);
+	assert_int_equal(attempt, 2);
+	assert_int_equal(tb_ledger_done(l, named, 2, "", &err), 0);
+	assert_int_equal(tb_ledger_begin_task(l, named, b, LEASE, &attempt, &err), TB_ECONFLICT);
+	assert_int_equal(tb_ledger_begin_task(l, named, a, LEASE, &attempt, &err), TB_EEXIST);
+	assert_int_equal(tb_ledger_revive(l, named, &err), 0);
+	assert_int_equal(tb_ledger_begin_task(l, named, b, LEASE, &attempt, &err), TB_ECONFLICT);
+	/* unchecked: the plain begin (tests, tools) */
+	assert_int_equal(tb_ledger_begin(l, named, LEASE, &attempt, &err), 0);
+	assert_int_equal(attempt, 3);
 }
 
 /* alive() is seen by workers() for its TTL, and not after. */

@@ -29,6 +29,7 @@
 
 #include "tb/kafka.h"
 #include "tb/ledger.h"
+#include "tb/schema_dlq.h"
 #include "tb/schema_event.h"
 #include "tb/schema_task.h"
 
@@ -121,6 +122,37 @@ static int dlq_records(const char *topic, int want, int seconds)
 	rd_kafka_consumer_close(c);
 	rd_kafka_destroy(c);
 	return n;
+}
+
+/* Whether a record on @p topic's partition 0 has a reason holding
+ * @p needle, read from the beginning until @p seconds pass. */
+static int dlq_reason_has(const char *topic, const char *needle, int seconds)
+{
+	tb_error_t err;
+	rd_kafka_t *c;
+	int found = 0;
+
+	assert_int_equal(
+	    tb_kafka_consumer_new(&c, brokers, "itest-dlq-reasons", NULL, NULL, NULL, NULL, &err),
+	    0);
+	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(parts, topic, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+	rd_kafka_assign(c, parts);
+	rd_kafka_topic_partition_list_destroy(parts);
+	for (int i = 0; i < 2 * seconds && !found; i++) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
+		tb_dlq_t rec;
+		if (m && !m->err &&
+		    tb_msg_decode(&tb_schema_dlq, &rec, m->payload, m->len, &err) == 0) {
+			found = strstr(rec.reason, needle) != NULL;
+			tb_msg_free(&tb_schema_dlq, &rec);
+		}
+		if (m)
+			rd_kafka_message_destroy(m);
+	}
+	rd_kafka_consumer_close(c);
+	rd_kafka_destroy(c);
+	return found;
 }
 
 static void sh(const char *fmt, ...)
@@ -401,6 +433,26 @@ static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void 
 
 	/* Both messages are acknowledged: the group's offset is past them. */
 	assert_int_equal(committed_reaching(topic_tasks, group, 2, 2, 20), 2);
+
+	/* The same task again (sent anew: another submitted_at) is
+	 * acknowledged as done; another task under its id reaches the DLQ,
+	 * saying the id names another task, and the first stays done. */
+	tb_task_t again = { 0 };
+	char url[160];
+	msgpack_sbuffer sb;
+	snprintf(url, sizeof(url), "file://%s", repo);
+	again.id = id, again.kind = TB_TASK_ONE_SHOT, again.recipe.url = url;
+	again.recipe.commit = commit, again.prompt = "hello?", again.runtime = "default";
+	again.submitted_at = 2;
+	msgpack_sbuffer_init(&sb);
+	assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &again, &err), 0);
+	produce_raw(topic_tasks, id, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+	produce_task_of(topic_tasks, id, repo, commit, "another question, same id");
+	assert_int_equal(committed_reaching(topic_tasks, group, 2, 4, 60), 4);
+	assert_int_equal(dlq_records(topic_dlq, 3, 20), 2);
+	if (!dlq_reason_has(topic_dlq, "already names another task", 10))
+		fail_msg("no DLQ record says that task id %s names another task", id);
 
 	/* On Redis, `taskbox status` tells the task and the fleet. */
 	if (getenv("TASKBOX_TEST_REDIS")) {

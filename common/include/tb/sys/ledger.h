@@ -10,8 +10,8 @@
 #include "tb/ledger.h"
 
 struct tb_ledger_ops {
-	int (*begin)(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,
-		     tb_error_t *err);
+	int (*begin)(tb_ledger_t *l, const char *task, const char *content, uint64_t lease_ms,
+		     uint64_t *attempt, tb_error_t *err);
 	int (*renew)(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
 		     tb_error_t *err);
 	int (*release)(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err);
