@@ -184,6 +184,24 @@ static admission_t admit(tb_loop_t *w, tb_job_t *j, int *cause, char *why, size_
 	return ADMIT_RUN;
 }
 
+/* Back in line for @p j, waiting as @p a says (@p err: why), after a
+ * pause that doubles each time. */
+static void ask_again(tb_loop_t *w, tb_job_t *j, admission_t a, const tb_error_t *err)
+{
+	if (!j->wait.backoff)
+		j->wait.backoff = WAIT_BACKOFF_MIN_MS;
+	/* waiting for an earlier task is a task's ordinary course */
+	tb_log(a == ADMIT_WAIT_INPUT ? TB_LOG_INFO : TB_LOG_WARN, j->key, "waiting %u ms %s: %s",
+	       j->wait.backoff,
+	       a == ADMIT_WAIT_INPUT   ? "for an earlier task"
+	       : a == ADMIT_WAIT_LEASE ? "for another worker's run"
+				       : "for the ledger or DLQ",
+	       err->msg);
+	tb_loop_wait_for(w, j, j->wait.backoff);
+	j->wait.backoff =
+	    j->wait.backoff * 2 > WAIT_BACKOFF_MAX_MS ? WAIT_BACKOFF_MAX_MS : j->wait.backoff * 2;
+}
+
 void tb_loop_admit_waiting(tb_loop_t *w)
 {
 	tb_job_t *list = w->waiting;
@@ -235,20 +253,7 @@ void tb_loop_admit_waiting(tb_loop_t *w)
 			j->attempt = 0;
 		}
 		if (a == ADMIT_WAIT_INPUT || a == ADMIT_WAIT_LEASE || a == ADMIT_WAIT_AWAY) {
-			/* Ask again after a pause that doubles each time. */
-			if (!j->wait.backoff)
-				j->wait.backoff = WAIT_BACKOFF_MIN_MS;
-			/* waiting for an earlier task is a task's ordinary course */
-			tb_log(a == ADMIT_WAIT_INPUT ? TB_LOG_INFO : TB_LOG_WARN, j->key,
-			       "waiting %u ms %s: %s", j->wait.backoff,
-			       a == ADMIT_WAIT_INPUT   ? "for an earlier task"
-			       : a == ADMIT_WAIT_LEASE ? "for another worker's run"
-						       : "for the ledger or DLQ",
-			       err.msg);
-			tb_loop_wait_for(w, j, j->wait.backoff);
-			j->wait.backoff = j->wait.backoff * 2 > WAIT_BACKOFF_MAX_MS
-					      ? WAIT_BACKOFF_MAX_MS
-					      : j->wait.backoff * 2;
+			ask_again(w, j, a, &err);
 			continue;
 		}
 		/* dead-lettered, or done before: acknowledged */

@@ -189,6 +189,27 @@ void tb_loop_redo_message(tb_loop_t *w, tb_job_t *j)
 	tb_loop_settled(w, j, rc, j->value, j->len, j->parked.msg_key, j->parked.msg_key_len);
 }
 
+/* The earlier tasks @p t's inputs name, for @p j to wait for. */
+static void input_waits(tb_job_t *j, const tb_task_t *t)
+{
+	size_t by_task = 0;
+
+	for (size_t i = 0; i < t->inputs.n; i++)
+		by_task += ((const tb_input_t *)t->inputs.items)[i].task != NULL;
+	if (by_task && (!(j->wait.input_names = calloc(by_task, sizeof(char *))) ||
+			!(j->wait.input_tasks = calloc(by_task, sizeof(char *)))))
+		abort(); /* out of memory */
+	for (size_t i = 0; i < t->inputs.n; i++) {
+		const tb_input_t *x = (const tb_input_t *)t->inputs.items + i;
+		if (!x->task)
+			continue;
+		if (!(j->wait.input_names[j->wait.ninputs] = strdup(x->name)) ||
+		    !(j->wait.input_tasks[j->wait.ninputs] = strdup(x->task)))
+			abort(); /* out of memory */
+		j->wait.ninputs++;
+	}
+}
+
 void tb_loop_handle(tb_loop_t *w, const rd_kafka_message_t *m)
 {
 	const tb_config_t *cfg = w->d->cfg;
@@ -247,21 +268,7 @@ void tb_loop_handle(tb_loop_t *w, const rd_kafka_message_t *m)
 	j->received_ms = tb_wall_ms();
 	j->received_mono = tb_mono_ms();
 	snprintf(j->key, sizeof(j->key), "%s", in.task.id);
-	size_t by_task = 0;
-	for (size_t i = 0; i < in.task.inputs.n; i++)
-		by_task += ((const tb_input_t *)in.task.inputs.items)[i].task != NULL;
-	if (by_task && (!(j->wait.input_names = calloc(by_task, sizeof(char *))) ||
-			!(j->wait.input_tasks = calloc(by_task, sizeof(char *)))))
-		abort(); /* out of memory */
-	for (size_t i = 0; i < in.task.inputs.n; i++) {
-		const tb_input_t *x = (const tb_input_t *)in.task.inputs.items + i;
-		if (!x->task)
-			continue;
-		if (!(j->wait.input_names[j->wait.ninputs] = strdup(x->name)) ||
-		    !(j->wait.input_tasks[j->wait.ninputs] = strdup(x->task)))
-			abort(); /* out of memory */
-		j->wait.ninputs++;
-	}
+	input_waits(j, &in.task);
 	char path[4096];
 	tb_runtime_t rt;
 	snprintf(path, sizeof(path), "%s/%s.json", cfg->runtimes_dir, in.task.runtime);

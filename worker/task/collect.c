@@ -70,6 +70,46 @@ static int refuse(walk_t *w, const char *path, const char *reason)
 	return add_refused(w, path, reason);
 }
 
+/*
+ * Why no object store can be trusted to hold a file named @p name (one
+ * path component), or NULL. Refused on every store alike, so the manifest
+ * does not depend on which one a worker has: control characters (S3's
+ * characters to avoid; XML listings cannot carry some), and a '.' or '..'
+ * piece between backslashes, which S3-compatible servers that read '\'
+ * as a separator answer with 400 ("..\..\escape").
+ */
+static const char *unstorable(const char *name)
+{
+	const char *piece = name;
+
+	for (const char *p = name; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			return "name has a control character, which object stores refuse";
+	for (const char *p = name;; p++) {
+		if (*p == '\\' || *p == '\0') {
+			size_t n = (size_t)(p - piece);
+			if ((n == 1 && piece[0] == '.') ||
+			    (n == 2 && piece[0] == '.' && piece[1] == '.'))
+				return "name has a '.' or '..' piece between backslashes, which "
+				       "object stores read as a path and refuse";
+			if (!*p)
+				return NULL;
+			piece = p + 1;
+		}
+	}
+}
+
+/* Why the entry @p name, at @p path under /outputs, cannot be saved
+ * whatever it is, or NULL. */
+static const char *bad_name(const char *name, const char *path)
+{
+	if (!tb_utf8_valid((const uint8_t *)name, strlen(name)))
+		return "name is not valid UTF-8";
+	if (strlen(path) > 1024)
+		return "path longer than 1024 bytes";
+	return unstorable(name);
+}
+
 static int save(walk_t *w, int fd, const char *rel, uint64_t size)
 {
 	char key[2048];
@@ -82,7 +122,21 @@ static int save(walk_t *w, int fd, const char *rel, uint64_t size)
 	if (size > w->lim->max_bytes - w->bytes)
 		return refuse(w, rel, "over the size limit");
 	snprintf(key, sizeof(key), "%s%s", w->prefix, rel);
-	if ((rc = tb_store_put_fd(w->store, key, fd, &info, w->err)) < 0)
+	if ((rc = tb_store_put_fd(w->store, key, fd, &info, w->err)) == TB_EINVAL) {
+		/* the store's answer about this object (its name, its key's
+		 * length), not the store failing: the task's output is refused */
+		char why[257]; /* a refusal's reason is at most 256 bytes */
+		const char *msg = w->err->msg;
+		size_t klen = strlen(key);
+		if (!strncmp(msg, "put ", 4) && !strncmp(msg + 4, key, klen) &&
+		    !strncmp(msg + 4 + klen, ": ", 2))
+			msg += 4 + klen + 2; /* the path is the refusal's already */
+		snprintf(why, sizeof(why), "the store refused it: %.234s", msg);
+		tb_utf8_sanitize(why);
+		tb_utf8_trim(why);
+		return refuse(w, rel, why);
+	}
+	if (rc < 0)
 		return rc;
 	a.path = strdup(rel);
 	a.key = strdup(key);
@@ -146,12 +200,9 @@ static int walk_dir(walk_t *w, int dfd, const char *rel, int depth)
 		int fd;
 
 		snprintf(path, sizeof(path), "%s%s%s", rel, rel[0] ? "/" : "", names[i]);
-		if (!tb_utf8_valid((const uint8_t *)names[i], strlen(names[i]))) {
-			rc = refuse(w, path, "name is not valid UTF-8");
-			continue;
-		}
-		if (strlen(path) > 1024) {
-			rc = refuse(w, path, "path longer than 1024 bytes");
+		const char *bad = bad_name(names[i], path);
+		if (bad) {
+			rc = refuse(w, path, bad);
 			continue;
 		}
 		if (fstatat(dirfd(d), names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {

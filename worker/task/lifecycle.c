@@ -59,6 +59,16 @@ static void finish_teardown(tb_run_t *r)
 	r->phase_image = NULL;
 }
 
+/* The attempt's result event, with the task's labels. */
+static void emit_result(tb_run_t *r, const tb_lifecycle_result_t *out)
+{
+	json_t *result = json_pack("{s:s,s:s,s:s}", "outcome", tb_outcomes[r->m.outcome], "reason",
+				   out->reason, "manifest_key", out->manifest_key);
+
+	tb_run_add_labels(r, result);
+	tb_run_emit_json(r, TB_EV_RESULT, result);
+}
+
 /* ---------------------------------------------------------------- run */
 
 int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint64_t attempt,
@@ -219,10 +229,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	/* The result, and every event delivered, before the done-marker: a
 	 * worker that dies after it leaves the attempt's events whole up to
 	 * the result (only torn-down and acknowledged may be missing). */
-	json_t *result = json_pack("{s:s,s:s,s:s}", "outcome", tb_outcomes[r.m.outcome], "reason",
-				   out->reason, "manifest_key", out->manifest_key);
-	tb_run_add_labels(&r, result);
-	tb_run_emit_json(&r, TB_EV_RESULT, result);
+	emit_result(&r, out);
 	if (r.failed || (ctx->sink.flush && ctx->sink.flush(ctx->sink.ud, &r.sink_err) < 0)) {
 		rc = tb_error_set(err, TB_ERETRY, "events: %s",
 				  r.sink_err.msg[0] ? r.sink_err.msg : "could not be delivered");

@@ -88,7 +88,10 @@ int tb_store_put_file(tb_store_t *s, const char *key, const char *path, tb_objec
 		      tb_error_t *err);
 
 /** Same, from an open file (read from offset 0): for files opened safely
- * inside a sandbox's file system, so no path is resolved twice. */
+ * inside a sandbox's file system, so no path is resolved twice. TB_EINVAL
+ * also when the store refuses the object itself (its answer is about the
+ * key: 400 InvalidRequest, InvalidArgument, KeyTooLongError, InvalidURI,
+ * 414), not a failure of the store. */
 int tb_store_put_fd(tb_store_t *s, const char *key, int fd, tb_object_info_t *out, tb_error_t *err);
 
 /** Same, from memory: manifests, verdicts, conversation records. */

@@ -90,7 +90,11 @@ static int check_key(const char *key, tb_error_t *err)
 {
 	char why[128];
 
-	if (!key || !key[0] || strlen(key) > 1024 || tb_check_relpath(key, why, sizeof(why)) != 0)
+	if (key && strlen(key) > 1024)
+		return tb_error_set(
+		    err, TB_EINVAL,
+		    "store: a key of %zu bytes, over the 1024 an object key may have", strlen(key));
+	if (!key || !key[0] || tb_check_relpath(key, why, sizeof(why)) != 0)
 		return tb_error_set(err, TB_EINVAL,
 				    "store: key '%.200s' is not a valid relative path",
 				    key ? key : "");

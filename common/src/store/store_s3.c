@@ -471,6 +471,21 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 }
 
 /* An S3 error answer as text: "HTTP 403 SignatureDoesNotMatch: ..." */
+/* Whether the server's answer @p status / @p code is about the object
+ * named (its key), not about the store: the object is refused. */
+static int refuses_object(long status, const char *code)
+{
+	static const char *const codes[] = { "InvalidRequest", "InvalidArgument", "KeyTooLongError",
+					     "InvalidURI", "XMinioInvalidObjectName" };
+
+	if (status == 414)
+		return 1;
+	for (size_t i = 0; status == 400 && i < sizeof(codes) / sizeof(codes[0]); i++)
+		if (!strcmp(code, codes[i]))
+			return 1;
+	return 0;
+}
+
 static int s3_fail(const s3_store_t *s, s3_req_t *r, tb_error_t *err)
 {
 	char code[128] = "", msg[512] = "", tries[48] = "";
@@ -479,7 +494,10 @@ static int s3_fail(const s3_store_t *s, s3_req_t *r, tb_error_t *err)
 	xml_text(r->xml, "Message", msg, sizeof(msg));
 	if (r->attempts > 1)
 		snprintf(tries, sizeof(tries), " (attempt %d of %d)", r->attempts, ATTEMPTS);
-	return tb_error_set(err, r->status == 404 ? TB_ENOTFOUND : TB_EIO,
+	return tb_error_set(err,
+			    r->status == 404                            ? TB_ENOTFOUND
+			    : r->key && refuses_object(r->status, code) ? TB_EINVAL
+									: TB_EIO,
 			    "s3 %s %s: HTTP %ld%s%s%s%s%s", r->method, r->key ? r->key : s->bucket,
 			    r->status, code[0] ? " " : "", code, msg[0] ? ": " : "", msg, tries);
 }

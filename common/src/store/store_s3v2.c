@@ -241,13 +241,24 @@ static int fail(const v2_store_t *s, const char *what, const char *key, const v2
 {
 	int notfound =
 	    c->status == S3StatusHttpErrorNotFound || c->status == S3StatusErrorNoSuchKey;
+	/* the server's answer about the object named (libs3 names these
+	 * codes; one it does not know is S3StatusErrorUnknown, which cannot
+	 * be told from a server failing) */
+	int refused =
+	    key[0] &&
+	    (c->status == S3StatusErrorInvalidArgument || c->status == S3StatusErrorInvalidURI ||
+	     c->status == S3StatusErrorKeyTooLong || c->status == S3StatusHttpErrorBadRequest);
 	char tries[48] = "";
 
 	if (c->attempts > 1)
 		snprintf(tries, sizeof(tries), " (attempt %d of %d)", c->attempts, ATTEMPTS);
-	return tb_error_set(err, notfound ? TB_ENOTFOUND : TB_EIO, "s3v2 %s %s/%s%s: %s%s%s%s%s",
-			    what, s->bucket, s->prefix, key, S3_get_status_name(c->status),
-			    http_of(c->status), c->message[0] ? ": " : "", c->message, tries);
+	return tb_error_set(err,
+			    notfound  ? TB_ENOTFOUND
+			    : refused ? TB_EINVAL
+				      : TB_EIO,
+			    "s3v2 %s %s/%s%s: %s%s%s%s%s", what, s->bucket, s->prefix, key,
+			    S3_get_status_name(c->status), http_of(c->status),
+			    c->message[0] ? ": " : "", c->message, tries);
 }
 
 /* Whether a failed request is worth another attempt: what libs3 calls

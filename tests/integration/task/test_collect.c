@@ -231,6 +231,73 @@ static void test_collect__a_flood_of_refusals_is_summed_up(void **state)
 	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
 }
 
+/*
+ * Names no object store can be trusted to hold are refused up front, the
+ * same on every store ('..' or '.' between backslashes, which S3 servers
+ * read as a path; control characters), and an object the store itself
+ * refuses (here a key over its 1024 bytes, though the path is under its
+ * own cap) is refused on its own: the other files are saved and the
+ * collection succeeds, where a failure would have run the attempt again.
+ * A backslash alone is fine. Run on the directory store and both S3 ones;
+ * on S3 (SigV4), the server's own 400 about a key is the object's
+ * refusal (TB_EINVAL), not the store failing.
+ */
+static void test_collect__names_a_store_cannot_hold_are_refused(void **state)
+{
+	tb_sandbox_spec_t s = spec("c4", NULL);
+	tb_collect_limits_t lim = { .max_files = 20, .max_bytes = 1 << 20 };
+	tb_manifest_t m = { 0 };
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	char out[512], outputs[128], prefix[64], deep[1100];
+
+	(void)state;
+	assert_int_equal(tb_sandbox_create(&sb, F.policy, &s, &err), 0);
+	assert_int_equal(run_sh(sb,
+				"cd /outputs && echo 1 > '..\\..\\escape' && echo 2 > 'a\\.\\b' && "
+				"echo 3 > \"ctl$(printf '\\001')x\" && echo 4 > 'back\\slash' && "
+				"echo 5 > fine.txt && mkdir 'd\\..' && echo 6 > 'd\\../f' && "
+				"d=$(printf 'x%.0s' $(seq 1 250)) && mkdir -p $d/$d/$d/$d && "
+				"echo 7 > $d/$d/$d/$d/long",
+				out, sizeof(out)),
+			 0);
+	snprintf(outputs, sizeof(outputs), "/proc/%d/root/outputs", (int)tb_sandbox_init_pid(sb));
+	snprintf(prefix, sizeof(prefix), "tasks/t-c4-%s/1/outputs/", F.store->ops->name);
+	if (tb_collect_outputs(&m, F.store, outputs, prefix, &lim, &err) != 0)
+		fail_msg("collect: %s", err.msg);
+	const char *pieces = "name has a '.' or '..' piece between backslashes, which object "
+			     "stores read as a path and refuse";
+	assert_string_equal(reason_of(&m, "..\\..\\escape"), pieces);
+	assert_string_equal(reason_of(&m, "a\\.\\b"), pieces);
+	assert_string_equal(reason_of(&m, "d\\.."), pieces);
+	assert_string_equal(reason_of(&m, "ctl?x"),
+			    "name has a control character, which object stores refuse");
+	/* four directories of 250 x's and "long": 1008 bytes, a key of over 1024 */
+	char *at = deep;
+	for (int i = 0; i < 4; i++, at += 251) {
+		memset(at, 'x', 250);
+		at[250] = '/';
+	}
+	snprintf(at, 8, "long");
+	const char *long_why = reason_of(&m, deep);
+	if (!long_why || !strstr(long_why, "the store refused it: ") ||
+	    !strstr(long_why, "over the 1024 an object key may have"))
+		fail_msg("the long key's refusal: %s", long_why ? long_why : "none");
+	assert_int_equal(m.artifacts.n, 2);
+	const tb_artifact_t *a = m.artifacts.items;
+	assert_string_equal(a[0].path, "back\\slash");
+	assert_string_equal(a[1].path, "fine.txt");
+	tb_msg_free(&tb_schema_manifest, &m);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	if (!strcmp(F.store->ops->name, "s3")) { /* the server's 400, as such */
+		char key[128];
+		snprintf(key, sizeof(key), "%s..\\..\\escape", prefix);
+		assert_int_equal(tb_store_put_bytes(F.store, key, "x", 1, NULL, &err), TB_EINVAL);
+		if (!strstr(err.msg, "HTTP 400"))
+			fail_msg("the server's refusal: %s", err.msg);
+	}
+}
+
 /* Puts @p m as @p key, encoded. */
 static void put_manifest(const char *key, const tb_manifest_t *m)
 {
@@ -441,12 +508,14 @@ int main(void)
 		cmocka_unit_test(test_collect__saves_regular_files_and_refuses_the_rest),
 		cmocka_unit_test(test_collect__a_flood_of_refusals_is_summed_up),
 		cmocka_unit_test(test_collect__devices_and_sockets_are_refused),
+		cmocka_unit_test(test_collect__names_a_store_cannot_hold_are_refused),
 		cmocka_unit_test(test_inputs__by_key_and_by_earlier_task_reach_the_sandbox),
 	};
 	/* Inputs through each S3 store too: an earlier task's output is
 	 * found through a listing, which each store parses its own way. */
 	const struct CMUnitTest via_s3[] = {
 		cmocka_unit_test(test_inputs__by_key_and_by_earlier_task_reach_the_sandbox),
+		cmocka_unit_test(test_collect__names_a_store_cannot_hold_are_refused),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");
