@@ -12,7 +12,7 @@
 #include <strings.h>
 
 const char tb_runtime_defaults[] =
-    "{\"max_attempts\": 3,"
+    "{\"max_attempts\": 3, \"max_worker_deaths\": 10,"
     " \"limits\": {\"wall_seconds\": 600, \"memory_mb\": 512, \"pids\": 256,"
     "  \"cpu_millis\": 1000, \"outputs_mb\": 64},"
     " \"max_limits\": {\"wall_seconds\": 3600, \"memory_mb\": 4096, \"pids\": 4096,"
@@ -300,6 +300,7 @@ static const tb_field_t runtime_fields[] = {
 	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_runtime_t, name), .min = 1, .max = 64, .check = tb_check_id},
 	U64("max_attempts", tb_runtime_t, max_attempts, 1, 100),
+	U64("max_worker_deaths", tb_runtime_t, max_worker_deaths, 1, 1000),
 	{.name = "limits", .type = TB_FT_OBJ, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_runtime_t, limits), .sub = &tb_schema_limits},
 	{.name = "max_limits", .type = TB_FT_OBJ, .flags = TB_FF_REQUIRED,

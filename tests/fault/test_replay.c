@@ -220,14 +220,18 @@ static int setup(void **state)
 	} else if (!WIFEXITED(made) || WEXITSTATUS(made) != 3) {
 		return -1;
 	}
-	/* Runtimes: "killable" has attempts enough for a task hit by every
-	 * kill of a batch (each kill spends an attempt); "standard" has the
-	 * default 3 (service outages must not spend them); "twice" has 2. */
+	/* Runtimes: "killable" has worker deaths enough for a task hit by
+	 * every fault point in turn (each death spends one of its
+	 * max_worker_deaths); "standard" has the defaults (3 attempts, 10
+	 * deaths: service outages and outside kills must not spend the
+	 * attempts); "twice" has 2 attempts; "fragile" 2 worker deaths. */
 	snprintf(runtimes, sizeof(runtimes), "%s/runtimes", root);
 	snprintf(
 	    cmd, sizeof(cmd),
 	    "mkdir -p %s && cd %s && "
-	    "echo '{\"v\": 1, \"name\": \"killable\", \"max_attempts\": 20}' > killable.json && "
+	    "echo '{\"v\": 1, \"name\": \"killable\", \"max_attempts\": 20, "
+	    "\"max_worker_deaths\": 20}' > killable.json && "
+	    "echo '{\"v\": 1, \"name\": \"fragile\", \"max_worker_deaths\": 2}' > fragile.json && "
 	    "echo '{\"v\": 1, \"name\": \"standard\"}' > standard.json && "
 	    "echo '{\"v\": 1, \"name\": \"twice\", \"max_attempts\": 2}' > twice.json && "
 	    "echo '{\"v\": 1, \"name\": \"imaged\", \"max_attempts\": 20, \"sandbox\": "
@@ -928,7 +932,10 @@ static void test_replay__kill_while_an_image_is_made(void **state)
 	check(sc);
 }
 
-/* A batch, the worker killed at random moments, restarted each time. */
+/* A batch, the worker killed at random moments, restarted each time, on
+ * the default runtime: a task hit by several kills keeps its 3 attempts
+ * (its worker's deaths have a budget of their own), and none is taken for
+ * a task that kills its worker. */
 static void test_replay__random_kills_during_a_batch(void **state)
 {
 	const char *env = getenv("TB_REPLAY_TASKS");
@@ -943,7 +950,7 @@ static void test_replay__random_kills_during_a_batch(void **state)
 	if (n < 1 || n > MAX_TASKS)
 		n = 200;
 	scenario_init(sc, "random", 1, 1);
-	produce_tasks(sc, "batch", n, "killable");
+	produce_tasks(sc, "batch", n, "standard");
 	printf("random kills: seed %u\n", seed);
 	srand(seed);
 	for (int k = 0; k < 8 && count_done(sc) < sc->n; k++) { /* at most 8 kills */
@@ -1034,32 +1041,25 @@ static int dead_letters(const scenario_t *sc, const char *id, int *cause, char *
 	return found;
 }
 
-/* A task that kills its worker every time it runs ends in the DLQ after
- * max_attempts (here 2), and the worker lives on. */
-static void test_replay__a_task_that_kills_its_worker_is_dead_lettered(void **state)
+/* Runs the worker with fault point @p fault armed @p deaths times, each
+ * of which must end it by a signal (the task killed it), then once more:
+ * that one must dead-letter the task without running it, live on, and
+ * stop cleanly. @return the DLQ record's cause, its reason in @p reason. */
+static int crash_loop(scenario_t *sc, const char *fault, int deaths, char *reason, size_t len)
 {
-	static scenario_t scenario;
-	scenario_t *sc = &scenario;
-	char reason[1024] = "";
 	int cause = -1, status;
 
-	(void)state;
-	if (!brokers)
-		skip();
-	scenario_init(sc, "crashloop", 1, 1);
-	produce_tasks(sc, "crash", 1, "twice");
-	for (int k = 0; k < 2; k++) {
-		pid_t w = start_worker(sc, 0, "running");
+	for (int k = 0; k < deaths; k++) {
+		pid_t w = start_worker(sc, 0, fault);
 		if ((status = wait_exit(w, 120)) < 0 || !WIFSIGNALED(status)) {
 			if (status < 0)
 				kill(w, SIGKILL), reap(w, NULL, 0);
 			show_log(sc);
-			fail_msg("run %d: the task did not kill its worker (status %d)", k + 1,
-				 status);
+			fail_msg("%s run %d: the task did not kill its worker (status %d)",
+				 sc->name, k + 1, status);
 		}
 	}
-	/* the third delivery: no attempt left, dead-lettered without running */
-	pid_t w = start_worker(sc, 0, "running");
+	pid_t w = start_worker(sc, 0, fault);
 	int all = 0;
 	for (int i = 0; i < 120 && !all; i++) {
 		sleep(1);
@@ -1070,12 +1070,69 @@ static void test_replay__a_task_that_kills_its_worker_is_dead_lettered(void **st
 	status = wait_exit(w, 150);
 	if (!all || status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		show_log(sc);
-		fail_msg("the worker did not dead-letter the task and stop cleanly (%d)", status);
+		fail_msg("%s: the worker did not dead-letter the task and stop cleanly (%d)",
+			 sc->name, status);
 	}
-	assert_int_equal(dead_letters(sc, sc->ids[0], &cause, reason, sizeof(reason)), 1);
-	printf("crash loop: dead-lettered: %s\n", reason);
-	assert_int_equal(cause, TB_DLQ_MAX_ATTEMPTS);
-	assert_non_null(strstr(reason, "2 of 2 begun ended without a result"));
+	assert_int_equal(dead_letters(sc, sc->ids[0], &cause, reason, len), 1);
+	printf("%s: dead-lettered: %s\n", sc->name, reason);
+	return cause;
+}
+
+/* A task that kills its worker in the same step after its agent, every
+ * time, is poison after 5 deaths (its 3 attempts unspent: the deaths are
+ * told apart from outside kills by where they happen); one that kills it
+ * while its agent runs spends the runtime's max_worker_deaths (here 2)
+ * and goes to the DLQ then. Either way the worker lives on. */
+static void test_replay__a_task_that_kills_its_worker_is_dead_lettered(void **state)
+{
+	static scenario_t scenario, running;
+	char reason[1024] = "";
+
+	(void)state;
+	if (!brokers)
+		skip();
+	scenario_init(&scenario, "crashloop", 1, 1);
+	produce_tasks(&scenario, "crash", 1, "standard");
+	assert_int_equal(crash_loop(&scenario, "collected", 5, reason, sizeof(reason)),
+			 TB_DLQ_POISON);
+	assert_non_null(strstr(reason, "its worker died 5 times in a row in phase collected"));
+	scenario_init(&running, "crashrun", 1, 1);
+	produce_tasks(&running, "crash", 1, "fragile");
+	assert_int_equal(crash_loop(&running, "running", 2, reason, sizeof(reason)),
+			 TB_DLQ_MAX_ATTEMPTS);
+	assert_non_null(strstr(reason, "its worker died 2 times while running it "
+				       "(max_worker_deaths 2)"));
+}
+
+/* A healthy task (its agent sleeps 7 s) whose worker is killed from
+ * outside four times while it runs, each time later in its run: four
+ * deaths, more than its 3 attempts, and it still runs to the end on the
+ * default runtime, once. */
+static void test_replay__a_task_outlives_its_workers_deaths(void **state)
+{
+	static const useconds_t after[] = { 2500, 4000, 5500, 7000 }; /* ms into a worker */
+	static scenario_t scenario;
+	scenario_t *sc = &scenario;
+	char url[200];
+
+	(void)state;
+	if (!brokers)
+		skip();
+	scenario_init(sc, "outlives", 1, 1);
+	snprintf(url, sizeof(url), "file://%s/slow", root);
+	snprintf(sc->ids[sc->n], sizeof(sc->ids[0]), "outlives-%d", getpid());
+	produce_task_at(sc, sc->ids[sc->n], url, slow_commit, "standard");
+	sc->n++;
+	sc->extra--; /* one of the scenario's tasks (sc->ids), not an extra message */
+	for (size_t k = 0; k < sizeof(after) / sizeof(after[0]); k++) {
+		pid_t w = start_worker(sc, 0, NULL);
+		usleep(after[k] * 1000);
+		kill(w, SIGKILL);
+		reap(w, NULL, 0);
+		assert_int_equal(count_done(sc), 0); /* killed before its agent ended */
+	}
+	finish_all(sc, 180);
+	check(sc);
 }
 
 /*
@@ -1528,6 +1585,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_replay__kill_at_every_phase, stop_leftovers),
 		cmocka_unit_test_teardown(test_replay__kill_while_an_image_is_made, stop_leftovers),
 		cmocka_unit_test_teardown(test_replay__random_kills_during_a_batch, stop_leftovers),
+		cmocka_unit_test_teardown(test_replay__a_task_outlives_its_workers_deaths,
+					  stop_leftovers),
 		cmocka_unit_test_teardown(
 		    test_replay__a_task_that_kills_its_worker_is_dead_lettered, stop_leftovers),
 		cmocka_unit_test_teardown(test_replay__services_down_mid_batch, stop_leftovers),

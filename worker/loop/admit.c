@@ -10,25 +10,107 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The step an attempt's worker died in, from its "died" failure's reason
+ * ("its worker died in phase P"), into @p out; "" when it never said. */
+static void death_point(const tb_ledger_attempt_t *a, char *out, size_t len)
+{
+	static const char said[] = "its worker died in phase ";
+
+	out[0] = '\0';
+	if (!strncmp(a->reason, said, sizeof(said) - 1))
+		snprintf(out, len, "%s", a->reason + sizeof(said) - 1);
+}
+
+/* Whether the SAME_POINT_DEATHS attempts before @p attempt all died in one
+ * step after the agent (settled, collected, recorded: the worker's own
+ * short work on what the task left, where outside kills of one task do
+ * not land that many times in a row); that step into @p step. */
+static int dies_at_one_point(const tb_ledger_attempt_t *hist, size_t n, uint64_t attempt,
+			     uint64_t base, char *step, size_t len)
+{
+	char first[32] = "", here[32];
+	int found = 0;
+
+	if (attempt <= base + SAME_POINT_DEATHS)
+		return 0;
+	for (uint64_t a = attempt - SAME_POINT_DEATHS; a < attempt; a++) {
+		const tb_ledger_attempt_t *d = NULL;
+		for (size_t i = 0; i < n; i++)
+			if (hist[i].attempt == a)
+				d = &hist[i];
+		if (!d || strcmp(d->code, "died"))
+			return 0;
+		death_point(d, here, sizeof(here));
+		if (strcmp(here, "settled") && strcmp(here, "collected") &&
+		    strcmp(here, "recorded"))
+			return 0;
+		if (found++ && strcmp(here, first))
+			return 0;
+		snprintf(first, sizeof(first), "%s", here);
+	}
+	snprintf(step, len, "%s", first);
+	return 1;
+}
+
+/* What the attempts since the last revive, before this one, came to. */
+typedef struct tally {
+	uint64_t begun;   /* this one included, sessions that moved not */
+	uint64_t excused; /* the platform failed them */
+	uint64_t died;    /* their worker died */
+} tally_t;
+
+static tally_t tally_of(const tb_ledger_attempt_t *hist, size_t n, uint64_t attempt, uint64_t base)
+{
+	tally_t t = { attempt - base, 0, 0 };
+	uint64_t moved = 0;
+
+	/* distinct attempts (a failure may be kept twice when a reply was lost) */
+	for (size_t i = 0; i < n; i++) {
+		int dup = 0;
+		for (size_t k = 0; k < i && !dup; k++)
+			dup = hist[k].attempt == hist[i].attempt;
+		if (dup || hist[i].attempt <= base || hist[i].attempt >= attempt)
+			continue;
+		if (!strcmp(hist[i].code, tb_error_name(TB_EBUSY)))
+			moved++; /* a session stopped to move: no attempt spent */
+		else if (!strcmp(hist[i].code, "died"))
+			t.died++;
+		else if (hist[i].code[0] && strcmp(hist[i].code, tb_error_name(TB_EPOISON)))
+			t.excused++;
+	}
+	t.begun -= moved < t.begun ? moved : t.begun - 1;
+	/* bounded by what was begun before this one */
+	if (t.died > t.begun - 1)
+		t.died = t.begun - 1;
+	if (t.excused > t.begun - 1 - t.died)
+		t.excused = t.begun - 1 - t.died;
+	return t;
+}
+
 /*
- * Whether attempt j->attempt is past the task's budget: max_attempts
- * counts the attempts that ended without a word (the worker died: a task
- * that kills its worker each time ends in the DLQ) and those that failed
- * for the task's own reasons; attempts the platform failed (the store,
- * ledger or events away, a lost lease: a code other than poison in the
- * ledger) are excused, PLATFORM_FAILURES_MAX of them. Why, into @p why.
- * @return 1 over, 0 not, TB_ERETRY if the ledger cannot say (wait).
+ * Whether attempt j->attempt is past the task's budget. Attempts whose
+ * worker died (the ledger keeps them as "died", with the step they were
+ * in) have a budget of their own, the runtime's max_worker_deaths: deploys,
+ * preemption and the host's OOM killer do not spend a healthy task's
+ * attempts; and SAME_POINT_DEATHS of them in a row in one step after the
+ * agent make the task poison (*@p cause), a task that kills its worker.
+ * max_attempts counts the rest: attempts that failed for the task's own
+ * reasons, and any that ended without a word the ledger kept. Attempts the
+ * platform failed (the store, ledger or events away, a lost lease: a code
+ * other than poison) are excused, PLATFORM_FAILURES_MAX of them. Why, into
+ * @p why. @return 1 over, 0 not, TB_ERETRY if the ledger cannot say (wait).
  */
-static int over_budget(tb_loop_t *w, const tb_job_t *j, char *why, size_t len)
+static int over_budget(tb_loop_t *w, const tb_job_t *j, int *cause, char *why, size_t len)
 {
 	tb_ledger_t *l = w->d->ledger;
 	tb_ledger_attempt_t *hist = NULL;
 	tb_ledger_task_t t;
-	uint64_t excused = 0;
 	size_t n = 0;
 	tb_error_t err;
+	char step[32];
 
-	if (j->attempt <= j->max_attempts)
+	if (j->attempt <= SAME_POINT_DEATHS && j->attempt <= j->max_attempts &&
+	    j->attempt <= j->max_deaths)
 		return 0;
 	/* Counted from the last revive (`taskbox dlq send`) on. */
 	if (tb_ledger_inspect(l, j->key, &t, &err) < 0 ||
@@ -36,34 +118,35 @@ static int over_budget(tb_loop_t *w, const tb_job_t *j, char *why, size_t len)
 		snprintf(why, len, "no history to count attempts by: %.500s", err.msg);
 		return TB_ERETRY;
 	}
-	uint64_t base = t.base < j->attempt ? t.base : 0, begun = j->attempt - base;
-	/* distinct attempts since base, before this one (a failure may be
-	 * kept twice when a reply was lost) */
-	uint64_t moved = 0;
-	for (size_t i = 0; i < n; i++) {
-		int dup = 0;
-		for (size_t k = 0; k < i && !dup; k++)
-			dup = hist[k].attempt == hist[i].attempt;
-		if (dup || hist[i].attempt <= base || hist[i].attempt >= j->attempt)
-			continue;
-		if (!strcmp(hist[i].code, tb_error_name(TB_EBUSY)))
-			moved++; /* a session stopped to move: no attempt spent */
-		else if (hist[i].code[0] && strcmp(hist[i].code, tb_error_name(TB_EPOISON)))
-			excused++;
-	}
-	begun -= moved < begun ? moved : begun - 1;
-	if (excused > begun - 1)
-		excused = begun - 1;
-	int over = excused >= PLATFORM_FAILURES_MAX || begun - excused > j->max_attempts;
-	if (excused >= PLATFORM_FAILURES_MAX)
+	uint64_t base = t.base < j->attempt ? t.base : 0;
+	tally_t c = tally_of(hist, n, j->attempt, base);
+	uint64_t own = c.begun - 1 - c.excused - c.died;
+	int over = 1;
+	*cause = TB_DLQ_MAX_ATTEMPTS;
+	if (dies_at_one_point(hist, n, j->attempt, base, step, sizeof(step))) {
+		*cause = TB_DLQ_POISON;
+		snprintf(why, len,
+			 "its worker died %d times in a row in phase %s: a task that kills its "
+			 "worker",
+			 SAME_POINT_DEATHS, step);
+	} else if (c.excused >= PLATFORM_FAILURES_MAX) {
 		snprintf(why, len, "the platform failed this task %llu times; the last: %.400s",
-			 (unsigned long long)excused, n ? hist[n - 1].reason : "?");
-	else if (over)
+			 (unsigned long long)c.excused, n ? hist[n - 1].reason : "?");
+	} else if (c.died >= j->max_deaths) {
+		snprintf(why, len,
+			 "its worker died %llu times while running it (max_worker_deaths %llu); "
+			 "the last: %.300s",
+			 (unsigned long long)c.died, (unsigned long long)j->max_deaths,
+			 n ? hist[n - 1].reason : "?");
+	} else if (own >= j->max_attempts) {
 		snprintf(why, len,
 			 "no attempts left: %llu of %llu begun ended without a result "
 			 "(max_attempts %llu)",
-			 (unsigned long long)(begun - 1 - excused), (unsigned long long)(begun - 1),
+			 (unsigned long long)own, (unsigned long long)(c.begun - 1),
 			 (unsigned long long)j->max_attempts);
+	} else {
+		over = 0;
+	}
 	free(hist);
 	return over;
 }
@@ -170,17 +253,15 @@ static admission_t admit(tb_loop_t *w, tb_job_t *j, int *cause, char *why, size_
 		*cause = TB_DLQ_POISON;
 		return ADMIT_DEAD;
 	}
-	if ((over = over_budget(w, j, why, len)) < 0) {
+	if ((over = over_budget(w, j, cause, why, len)) < 0) {
 		/* this attempt never ran: excused, and its lease let go */
 		tb_loop_keep_failure(w, j, TB_ERETRY, why);
 		tb_ledger_release(l, j->key, j->attempt, err);
 		tb_error_set(err, over, "%s", why);
 		return ADMIT_WAIT_AWAY;
 	}
-	if (over) {
-		*cause = TB_DLQ_MAX_ATTEMPTS;
+	if (over)
 		return ADMIT_DEAD;
-	}
 	return ADMIT_RUN;
 }
 

@@ -32,7 +32,13 @@
  * worker waits and says it waits). */
 uint64_t tb_loop_retry_pause(unsigned failures);
 /* Attempts the platform failed (a service away, a lost lease) do not
- * count against the runtime's max_attempts, up to this many. */
+ * count against the runtime's max_attempts, up to this many. Attempts
+ * whose worker died count against max_worker_deaths instead, and
+ * SAME_POINT_DEATHS in a row in one step after the agent make the task
+ * poison (admit.c). Five, not three: a worker killed from outside at
+ * every step in turn (tests/fault) can die in one short step three times
+ * running; five such kills in a row of the same task are not seen. */
+#define SAME_POINT_DEATHS 5
 #define PLATFORM_FAILURES_MAX 20
 /* A consumer stuck this long in one join state is replaced. */
 #define STUCK_MS 60000
@@ -97,6 +103,7 @@ typedef struct tb_job {
 	size_t len;
 	uint64_t attempt;
 	uint64_t max_attempts;
+	uint64_t max_deaths;              /* the runtime's max_worker_deaths */
 	uint64_t received_ms, claimed_ms; /* for the phase events */
 	uint64_t received_mono;           /* for how long it has waited */
 	unsigned failures;                /* platform failures here: the retry pause */

@@ -272,7 +272,9 @@ void tb_loop_handle(tb_loop_t *w, const rd_kafka_message_t *m)
 	char path[4096];
 	tb_runtime_t rt;
 	snprintf(path, sizeof(path), "%s/%s.json", cfg->runtimes_dir, in.task.runtime);
-	j->max_attempts = tb_runtime_load(&rt, path, &err) == 0 ? rt.max_attempts : 1;
+	int loaded = tb_runtime_load(&rt, path, &err) == 0;
+	j->max_attempts = loaded ? rt.max_attempts : 1;
+	j->max_deaths = loaded ? rt.max_worker_deaths : 1;
 	tb_runtime_free(&rt);
 	tb_intake_free(&in);
 	tb_loop_wait_for(w, j, 0);

@@ -26,10 +26,24 @@ int tb_loop_produce(tb_loop_t *w, const char *topic, const char *key, const void
 	return rc;
 }
 
-/* The phase a job reached (read by liveness()); the sink's ud is the job. */
+/* The phase a job reached (read by liveness() and the heartbeats); the
+ * sink's ud is the job. The short steps after the agent, where the
+ * worker handles what the task left, are said to the ledger as they
+ * begin: a worker that dies in one of them every time is told apart from
+ * one killed from outside (admit.c); the long ones (the agent, the
+ * judges) are said by the heartbeats. */
 static void note_phase(void *ud, tb_phase_t phase)
 {
-	atomic_store(&((tb_job_t *)ud)->run.phase, (int)phase + 1);
+	tb_job_t *j = ud;
+	tb_error_t err;
+
+	atomic_store(&j->run.phase, (int)phase + 1);
+	if ((phase == TB_PHASE_SETTLED || phase == TB_PHASE_COLLECTED ||
+	     phase == TB_PHASE_RECORDED) &&
+	    tb_ledger_renew_at(j->w->d->ledger, j->key, j->attempt, j->w->lease_ms,
+			       tb_phase_name(phase), &err) < 0)
+		tb_info(j->key, "phase %s not said to the ledger: %s", tb_phase_name(phase),
+			err.msg);
 }
 
 int tb_loop_publish_event(void *ud, const tb_event_t *ev, const void *bytes, size_t len,

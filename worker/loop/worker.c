@@ -151,7 +151,10 @@ void tb_loop_heartbeat(tb_loop_t *w)
 	for (tb_job_t *j = w->running_jobs; j; j = j->run.next_running) {
 		if (atomic_load(&j->run.cancel))
 			continue;
-		int rc = tb_ledger_renew(l, j->key, j->attempt, w->lease_ms, &err);
+		int ph = atomic_load(&j->run.phase);
+		int rc =
+		    tb_ledger_renew_at(l, j->key, j->attempt, w->lease_ms,
+				       ph > 0 ? tb_phase_name((tb_phase_t)(ph - 1)) : NULL, &err);
 		if (rc == 0) {
 			j->run.lease_ok = tb_mono_ms();
 		} else if (rc == TB_EFENCED ||

@@ -77,6 +77,16 @@ int tb_ledger_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_
 /** The heartbeat: extends the lease of @p attempt by @p lease_ms.
  * @return 0; TB_EFENCED if a newer attempt began: stop the run, write
  *         nothing */
+/**
+ * tb_ledger_renew(), saying too where the attempt is (@p phase, a phase
+ * name; NULL: nothing new). The next tb_ledger_begin() of the task, if
+ * this attempt ends without a word (its worker died), keeps a failure
+ * for it with code "died" and the reason "its worker died in phase
+ * <phase>" ("... before it reported a phase" when it never said one).
+ */
+int tb_ledger_renew_at(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
+		       const char *phase, tb_error_t *err);
+
 int tb_ledger_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
 		    tb_error_t *err);
 

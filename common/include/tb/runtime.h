@@ -64,8 +64,9 @@ typedef struct tb_runtime {
 	uint32_t has;
 	char *name;
 	uint64_t max_attempts;
-	tb_limits_t limits;     /* defaults for every task */
-	tb_limits_t max_limits; /* what a task may ask for at most */
+	uint64_t max_worker_deaths; /* attempts whose worker died, a budget of their own */
+	tb_limits_t limits;         /* defaults for every task */
+	tb_limits_t max_limits;     /* what a task may ask for at most */
 	tb_sandbox_conf_t sandbox;
 	tb_agent_conf_t agent;
 	tb_list_t endpoints; /* tb_endpoint_t, "network.allow" in the file */

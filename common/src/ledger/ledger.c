@@ -35,7 +35,13 @@ int tb_ledger_begin_task(tb_ledger_t *l, const char *task, const char *content, 
 int tb_ledger_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
 		    tb_error_t *err)
 {
-	return l->ops->renew(l, task, attempt, lease_ms, err);
+	return l->ops->renew(l, task, attempt, lease_ms, NULL, err);
+}
+
+int tb_ledger_renew_at(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
+		       const char *phase, tb_error_t *err)
+{
+	return l->ops->renew(l, task, attempt, lease_ms, phase, err);
 }
 
 int tb_ledger_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err)

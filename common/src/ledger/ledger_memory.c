@@ -27,6 +27,8 @@ typedef struct entry {
 	int done;
 	char *manifest; /* the done-marker's */
 	char *content;  /* what the id stands for (tb_ledger_begin_task) */
+	uint64_t progress_attempt;
+	char progress[32]; /* the phase that attempt last said (renew_at) */
 	tb_ledger_attempt_t *failures;
 	size_t nfail;
 	struct entry *next;
@@ -58,6 +60,48 @@ static entry_t *find(mem_ledger_t *m, const char *task, int create)
 	return e;
 }
 
+/* Keeps a failure of @p e's (the newest TB_LEDGER_MAX_FAILURES). Lock
+ * held. @return 0, or -1 out of memory. */
+static int push_failure(entry_t *e, uint64_t attempt, const char *worker, const char *code,
+			const char *reason)
+{
+	if (e->nfail == TB_LEDGER_MAX_FAILURES) /* keep the newest */
+		memmove(e->failures, e->failures + 1, --e->nfail * sizeof(*e->failures));
+	tb_ledger_attempt_t *bigger = realloc(e->failures, (e->nfail + 1) * sizeof(*bigger));
+	if (!bigger)
+		return -1;
+	tb_ledger_attempt_t *a = &bigger[e->nfail++];
+	memset(a, 0, sizeof(*a));
+	a->attempt = attempt;
+	a->ts = (uint64_t)time(NULL) * 1000;
+	snprintf(a->worker, sizeof(a->worker), "%s", worker);
+	snprintf(a->code, sizeof(a->code), "%s", code);
+	snprintf(a->reason, sizeof(a->reason), "%s", reason);
+	tb_utf8_trim(a->reason);
+	e->failures = bigger;
+	return 0;
+}
+
+/* The attempt before the one beginning, if it left no failure and was
+ * not revived past, ended without a word: kept as "died" (ledger.h). */
+static int note_silent(entry_t *e, const char *worker)
+{
+	char why[96];
+
+	if (!e->attempts || e->attempts <= e->base)
+		return 0;
+	for (size_t i = 0; i < e->nfail; i++)
+		if (e->failures[i].attempt == e->attempts)
+			return 0;
+	if (e->progress_attempt == e->attempts && !strcmp(e->progress, "released"))
+		return 0;
+	if (e->progress_attempt == e->attempts)
+		snprintf(why, sizeof(why), "its worker died in phase %s", e->progress);
+	else
+		snprintf(why, sizeof(why), "its worker died before it reported a phase");
+	return push_failure(e, e->attempts, worker, "died", why);
+}
+
 static int mem_begin(tb_ledger_t *l, const char *task, const char *content, uint64_t lease_ms,
 		     uint64_t *attempt, tb_error_t *err)
 {
@@ -77,6 +121,8 @@ static int mem_begin(tb_ledger_t *l, const char *task, const char *content, uint
 				  task, e->content, content);
 	else if (e->done)
 		rc = tb_error_set(err, TB_EEXIST, "task %s is done", task);
+	else if (note_silent(e, m->worker) < 0)
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
 	else
 		*attempt = ++e->attempts;
 	pthread_mutex_unlock(&m->lock);
@@ -96,21 +142,36 @@ static int newest(mem_ledger_t *m, const char *task, uint64_t attempt, tb_error_
 }
 
 static int mem_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
-		     tb_error_t *err)
+		     const char *phase, tb_error_t *err)
 {
 	mem_ledger_t *m = (mem_ledger_t *)l;
 
 	(void)lease_ms;
 	pthread_mutex_lock(&m->lock);
 	int rc = newest(m, task, attempt, err);
+	entry_t *e = rc == 0 && phase ? find(m, task, 0) : NULL;
+	if (e) {
+		e->progress_attempt = attempt;
+		snprintf(e->progress, sizeof(e->progress), "%s", phase);
+	}
 	pthread_mutex_unlock(&m->lock);
 	return rc;
 }
 
 static int mem_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err)
 {
-	(void)l, (void)task, (void)attempt, (void)err;
-	return 0; /* no other worker to hand the lease to */
+	mem_ledger_t *m = (mem_ledger_t *)l;
+
+	(void)err;
+	/* no other worker to hand the lease to; let go of, it is no death */
+	pthread_mutex_lock(&m->lock);
+	entry_t *e = find(m, task, 0);
+	if (e && e->attempts == attempt) {
+		e->progress_attempt = attempt;
+		snprintf(e->progress, sizeof(e->progress), "released");
+	}
+	pthread_mutex_unlock(&m->lock);
+	return 0;
 }
 
 static int mem_failed(tb_ledger_t *l, const char *task, uint64_t attempt, int code,
@@ -121,23 +182,8 @@ static int mem_failed(tb_ledger_t *l, const char *task, uint64_t attempt, int co
 
 	pthread_mutex_lock(&m->lock);
 	entry_t *e = find(m, task, 1);
-	if (e && e->nfail == TB_LEDGER_MAX_FAILURES) /* keep the newest */
-		memmove(e->failures, e->failures + 1, --e->nfail * sizeof(*e->failures));
-	tb_ledger_attempt_t *bigger =
-	    e ? realloc(e->failures, (e->nfail + 1) * sizeof(*bigger)) : NULL;
-	if (!bigger) {
+	if (!e || push_failure(e, attempt, m->worker, tb_error_name(code), reason) < 0)
 		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
-	} else {
-		tb_ledger_attempt_t *a = &bigger[e->nfail++];
-		memset(a, 0, sizeof(*a));
-		a->attempt = attempt;
-		a->ts = (uint64_t)time(NULL) * 1000;
-		snprintf(a->worker, sizeof(a->worker), "%s", m->worker);
-		snprintf(a->code, sizeof(a->code), "%s", tb_error_name(code));
-		snprintf(a->reason, sizeof(a->reason), "%s", reason);
-		tb_utf8_trim(a->reason);
-		e->failures = bigger;
-	}
 	pthread_mutex_unlock(&m->lock);
 	return rc;
 }

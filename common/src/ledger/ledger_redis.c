@@ -58,9 +58,12 @@ typedef struct redis_ledger {
 
 #define REDIAL_MS 1000
 
-/* KEYS attempts, done, lease, content; ARGV worker, lease ms, content
- * ("" unchecked). {n} the attempt, {-1} done, {-2, lease, pttl} held by
- * another worker, {-3, content} the id stands for other content. */
+/* KEYS attempts, done, lease, content, failures, progress, base; ARGV
+ * worker, lease ms, content ("" unchecked), now (ms), failures kept.
+ * {n} the attempt, {-1} done, {-2, lease, pttl} held by another worker,
+ * {-3, content} the id stands for other content. The attempt before, if
+ * it left no failure and was not revived past, ended without a word (its
+ * worker died): kept as a failure "died", with the phase it last said. */
 static const char BEGIN_LUA[] =
     "if ARGV[3] ~= '' then "
     "  local c = redis.call('GET', KEYS[4]) "
@@ -71,6 +74,19 @@ static const char BEGIN_LUA[] =
     "local cur = redis.call('GET', KEYS[3]) "
     "if cur and string.sub(cur, (string.find(cur, ' ', 1, true) or 0) + 1) ~= ARGV[1] then "
     "  return {-2, cur, redis.call('PTTL', KEYS[3])} end "
+    "local prev = tonumber(redis.call('GET', KEYS[1]) or '0') "
+    "if prev > tonumber(redis.call('GET', KEYS[7]) or '0') then "
+    "  local tag, seen = prev .. '\\t', false "
+    "  for _, e in ipairs(redis.call('LRANGE', KEYS[5], 0, -1)) do "
+    "    if string.sub(e, 1, #tag) == tag then seen = true break end end "
+    "  if not seen then "
+    "    local who, why = '?', 'its worker died before it reported a phase' "
+    "    local a, w, ph = string.match(redis.call('GET', KEYS[6]) or '', "
+    "'^(%d+) (%S+) (%S+)$') "
+    "    if a and tonumber(a) == prev then who, why = w, 'its worker died in phase ' .. ph end "
+    "    if not (a and tonumber(a) == prev and ph == 'released') then "
+    "      redis.call('RPUSH', KEYS[5], tag .. ARGV[4] .. '\\t' .. who .. '\\tdied\\t' .. why) "
+    "      redis.call('LTRIM', KEYS[5], -tonumber(ARGV[5]), -1) end end end "
     "local n = redis.call('INCR', KEYS[1]) "
     "redis.call('SET', KEYS[3], n .. ' ' .. ARGV[1], 'PX', ARGV[2]) "
     "return {n}";
@@ -78,10 +94,14 @@ static const char BEGIN_LUA[] =
 static const char RENEW_LUA[] =
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
     "redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], 'PX', ARGV[3]) "
+    "if ARGV[4] ~= '' then "
+    "  redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[4]) end "
     "return 1";
-/* KEYS attempts, lease; ARGV attempt. */
+/* KEYS attempts, lease, progress; ARGV attempt, worker. Let go of, it
+ * is no death (BEGIN_LUA). */
 static const char RELEASE_LUA[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[2]) end "
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[2]) "
+    "  redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[2] .. ' released') end "
     "return 1";
 /* KEYS attempts, done, lease; ARGV attempt, manifest key. 1, or 0 fenced. */
 static const char DONE_LUA[] = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
@@ -126,7 +146,8 @@ static void key(char *out, size_t size, const redis_ledger_t *r, const char *tas
 
 /* A task's keys, as the scripts take them. */
 typedef struct task_keys {
-	char att[512], lease[512], done[512], base[512], content[512];
+	char att[512], lease[512], done[512], base[512], content[512], failures[512];
+	char progress[512];
 } task_keys_t;
 
 static void task_keys(task_keys_t *k, const redis_ledger_t *r, const char *task)
@@ -136,6 +157,8 @@ static void task_keys(task_keys_t *k, const redis_ledger_t *r, const char *task)
 	key(k->done, sizeof(k->done), r, task, "done");
 	key(k->base, sizeof(k->base), r, task, "base");
 	key(k->content, sizeof(k->content), r, task, "content");
+	key(k->failures, sizeof(k->failures), r, task, "failures");
+	key(k->progress, sizeof(k->progress), r, task, "progress");
 }
 
 /* Connected, or TB_ERETRY naming the address. A failed dial is not tried
@@ -220,9 +243,11 @@ static int redis_begin(tb_ledger_t *l, const char *task, const char *content, ui
 
 	task_keys(&k, r, task);
 	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 4 %s %s %s %s %s %llu %s", BEGIN_LUA,
-		 k.att, k.done, k.lease, k.content, r->worker, (unsigned long long)lease_ms,
-		 content ? content : "");
+	rc = run(r, &rep, REDIS_REPLY_ARRAY, err,
+		 "EVAL %s 7 %s %s %s %s %s %s %s %s %llu %s %llu %d", BEGIN_LUA, k.att, k.done,
+		 k.lease, k.content, k.failures, k.progress, k.base, r->worker,
+		 (unsigned long long)lease_ms, content ? content : "",
+		 (unsigned long long)time(NULL) * 1000, TB_LEDGER_MAX_FAILURES);
 	pthread_mutex_unlock(&r->lock);
 	if (rc < 0)
 		return rc;
@@ -263,7 +288,7 @@ static int fencing(int rc, redisReply *rep, const char *task, uint64_t attempt, 
 }
 
 static int redis_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
-		       tb_error_t *err)
+		       const char *phase, tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
 	task_keys_t k;
@@ -272,9 +297,9 @@ static int redis_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint6
 
 	task_keys(&k, r, task);
 	pthread_mutex_lock(&r->lock);
-	rc =
-	    run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 2 %s %s %llu %s %llu", RENEW_LUA, k.att,
-		k.lease, (unsigned long long)attempt, r->worker, (unsigned long long)lease_ms);
+	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s %llu %s %llu %s", RENEW_LUA,
+		 k.att, k.lease, k.progress, (unsigned long long)attempt, r->worker,
+		 (unsigned long long)lease_ms, phase ? phase : "");
 	pthread_mutex_unlock(&r->lock);
 	return fencing(rc, rep, task, attempt, "renew", err);
 }
@@ -288,8 +313,8 @@ static int redis_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_
 
 	task_keys(&k, r, task);
 	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, ANY, err, "EVAL %s 2 %s %s %llu", RELEASE_LUA, k.att, k.lease,
-		 (unsigned long long)attempt);
+	rc = run(r, &rep, ANY, err, "EVAL %s 3 %s %s %s %llu %s", RELEASE_LUA, k.att, k.lease,
+		 k.progress, (unsigned long long)attempt, r->worker);
 	pthread_mutex_unlock(&r->lock);
 	freeReplyObject(rep);
 	return rc;

@@ -145,6 +145,43 @@ static void contract(tb_ledger_t *l)
 	/* unchecked: the plain begin (tests, tools) */
 	assert_int_equal(tb_ledger_begin(l, named, LEASE, &attempt, &err), 0);
 	assert_int_equal(attempt, 3);
+
+	/* an attempt that ends without a word (its worker died) is kept as
+	 * "died" by the next begin, with the phase it last said; one that
+	 * left a failure is not; one before a revive is not */
+	char silent[80];
+	snprintf(silent, sizeof(silent), "%s-silent", task);
+	assert_int_equal(tb_ledger_begin(l, silent, LEASE, &attempt, &err), 0);
+	assert_int_equal(tb_ledger_renew_at(l, silent, 1, LEASE, "running", &err), 0);
+	assert_int_equal(tb_ledger_renew_at(l, silent, 1, LEASE, "collected", &err), 0);
+	assert_int_equal(tb_ledger_begin(l, silent, LEASE, &attempt, &err), 0); /* 2 */
+	assert_int_equal(tb_ledger_begin(l, silent, LEASE, &attempt, &err), 0); /* 3 */
+	assert_int_equal(tb_ledger_failed(l, silent, 3, TB_EIO, "store away", &err), 0);
+	assert_int_equal(tb_ledger_begin(l, silent, LEASE, &attempt, &err), 0); /* 4 */
+	assert_int_equal(attempt, 4);
+	assert_int_equal(tb_ledger_history(l, silent, &hist, &n, &err), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(hist[0].attempt, 1);
+	assert_string_equal(hist[0].code, "died");
+	assert_string_equal(hist[0].reason, "its worker died in phase collected");
+	assert_int_equal(hist[1].attempt, 2);
+	assert_string_equal(hist[1].code, "died");
+	assert_string_equal(hist[1].reason, "its worker died before it reported a phase");
+	assert_int_equal(hist[2].attempt, 3);
+	assert_string_equal(hist[2].code, "io");
+	free(hist);
+	assert_int_equal(tb_ledger_done(l, silent, 4, "", &err), 0);
+	assert_int_equal(tb_ledger_revive(l, silent, &err), 0);
+	assert_int_equal(tb_ledger_begin(l, silent, LEASE, &attempt, &err), 0); /* 5 */
+	assert_int_equal(tb_ledger_history(l, silent, &hist, &n, &err), 0);
+	assert_int_equal(n, 3); /* the dead-lettered attempt 4 is not a death */
+	free(hist);
+	/* nor one let go of (its partition moved) */
+	assert_int_equal(tb_ledger_release(l, silent, 5, &err), 0);
+	assert_int_equal(tb_ledger_begin(l, silent, LEASE, &attempt, &err), 0); /* 6 */
+	assert_int_equal(tb_ledger_history(l, silent, &hist, &n, &err), 0);
+	assert_int_equal(n, 3);
+	free(hist);
 }
 
 /* alive() is seen by workers() for its TTL, and not after. */

@@ -13,7 +13,7 @@ struct tb_ledger_ops {
 	int (*begin)(tb_ledger_t *l, const char *task, const char *content, uint64_t lease_ms,
 		     uint64_t *attempt, tb_error_t *err);
 	int (*renew)(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
-		     tb_error_t *err);
+		     const char *phase, tb_error_t *err);
 	int (*release)(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err);
 	int (*failed)(tb_ledger_t *l, const char *task, uint64_t attempt, int code,
 		      const char *reason, tb_error_t *err);
