@@ -5,6 +5,8 @@
  */
 #include "tb/metrics.h"
 
+#include "tb/version.h"
+
 #include "tb/schema_dlq.h"
 #include "tb/schema_event.h"
 #include "tb/schema_manifest.h"
@@ -262,6 +264,11 @@ char *tb_metrics_render(size_t *len)
 	fputs("taskbox_worker_info{worker=\"", f);
 	label(f, R.worker);
 	fputs("\"} 1\n", f);
+	head(f, "taskbox_build_info", "gauge",
+	     "The taskbox build this worker runs (always 1): version, commit, build type.");
+	fputs("taskbox_build_info{version=\"" TB_VERSION "\",commit=\"" TB_GIT_COMMIT
+	      "\",build_type=\"" TB_BUILD_TYPE "\"} 1\n",
+	      f);
 	head(f, "taskbox_slots", "gauge", "Sandboxes this worker runs at once, at most.");
 	fprintf(f, "taskbox_slots %u\n", R.slots);
 	head(f, "taskbox_slots_busy", "gauge", "Sandboxes running now.");

@@ -43,6 +43,7 @@ except ImportError:
 # yet; label names and the values the dashboards may select on.
 CONTRACT = {
     "taskbox_worker_info": ("gauge", {"worker"}),
+    "taskbox_build_info": ("gauge", {"version", "commit", "build_type"}),
     "taskbox_slots": ("gauge", set()),
     "taskbox_slots_busy": ("gauge", set()),
     "taskbox_tasks_waiting": ("gauge", set()),

@@ -53,6 +53,10 @@ void tb_cmd_close_caches(tb_recipe_cache_t *recipes, tb_image_cache_t *images);
  * help on stdout; TB_EXIT_USAGE once what was wrong was said. */
 int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)(FILE *out));
 
+/** What `taskbox --version` prints: this build's version, commit and
+ * build type, then each library's version as the program runs with it. */
+void tb_cmd_print_version(FILE *out);
+
 /** A prompt from @p path ("-": stdin), cut one byte past the schema's
  * limit (which then names it); NULL after a message. The caller frees it. */
 char *tb_cmd_read_prompt(const char *cmd, const char *path);

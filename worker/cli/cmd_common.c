@@ -41,6 +41,9 @@ int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)
 	case TB_OPTS_HELP:
 		usage(stdout);
 		return TB_EXIT_OK;
+	case TB_OPTS_VERSION:
+		tb_cmd_print_version(stdout);
+		return TB_EXIT_OK;
 	default:
 		return TB_EXIT_USAGE;
 	}

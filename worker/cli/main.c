@@ -30,7 +30,8 @@ static void usage(FILE *out)
 	fprintf(out, "usage: taskbox <command> [options]\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-	fprintf(out, "\n'taskbox <command> --help' describes each one.\n");
+	fprintf(out, "\n'taskbox <command> --help' describes each one; 'taskbox --version' says\n"
+		     "which taskbox this is and the libraries it runs with.\n");
 }
 
 int main(int argc, char **argv)
@@ -42,6 +43,10 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
 		usage(stdout);
+		return TB_EXIT_OK;
+	}
+	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+		tb_cmd_print_version(stdout);
 		return TB_EXIT_OK;
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)

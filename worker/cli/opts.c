@@ -77,6 +77,8 @@ int tb_opts_parse(tb_opts_t *p, int argc, char **argv, int first)
 		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
 			return TB_OPTS_HELP;
+		if (!strcmp(a, "--version"))
+			return TB_OPTS_VERSION;
 		const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
 		size_t len = eq ? (size_t)(eq - a) : strlen(a);
 		const tb_opt_t *o = find(p->opts, a, len);

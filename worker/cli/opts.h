@@ -49,9 +49,10 @@ typedef struct tb_opts {
 } tb_opts_t;
 
 enum {
-	TB_OPTS_OK = 0,   /* parsed: go on */
-	TB_OPTS_HELP = 1, /* --help: print the usage on stdout, exit 0 */
-	TB_OPTS_BAD = 2,  /* said on stderr: exit TB_EXIT_USAGE */
+	TB_OPTS_OK = 0,      /* parsed: go on */
+	TB_OPTS_HELP = 1,    /* --help: print the usage on stdout, exit 0 */
+	TB_OPTS_BAD = 2,     /* said on stderr: exit TB_EXIT_USAGE */
+	TB_OPTS_VERSION = 3, /* --version: print the version on stdout, exit 0 */
 };
 
 /** Parses argv[first..argc) by @p o's table. @return TB_OPTS_* */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The taskbox command as a user runs it: `schema` turns the JSON examples
 # into their exact bytes and back, refuses bad input with the field named
-# and exit code 4, and validates configuration files; `--help` works.
+# and exit code 4, and validates configuration files; `--help` and
+# `--version` work.
 set -u
 tb=$1 root=$2
 pass=0 fail=0
@@ -38,6 +39,19 @@ check "check refuses junk" 4 "$tb" schema check "$tmp/junk.bin"
 check "runtime example is valid" 0 "$tb" schema runtime "$root/examples/runtimes/default.json"
 check "recipe example is valid" 0 "$tb" schema recipe "$root/examples/recipes/hello/taskbox.json"
 check "config example is valid" 0 "$tb" schema config "$root/examples/worker.json"
+
+# --version: the version project() sets (the one place it is set), the
+# commit and build, and the libraries the program runs with; from every
+# command too
+version=$(sed -n 's/^project(taskbox VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
+check "--version" 0 "$tb" --version
+if "$tb" --version | head -1 | grep -Eq "^taskbox $version \(commit ([0-9a-f]{12}|unknown), [A-Za-z]+ build\)$"
+then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL --version's first line: $("$tb" --version | head -1)"; fi
+for lib in librdkafka libgit2 libseccomp hiredis libcurl libarchive libmicrohttpd msgpack-c jansson OpenSSL; do
+  contains "--version names $lib" "$lib " "$tb" --version
+done
+contains "status --version" "taskbox $version" "$tb" status --version
+contains "worker --version" "taskbox $version" "$tb" worker --version
 check "missing config file" 1 "$tb" schema config "$tmp/nope.json"
 contains "bad env override is explained" "TASKBOX_SLOTS" env TASKBOX_SLOTS=x "$tb" schema config
 # Every command's options the same way (worker/cli/opts.h).

@@ -102,6 +102,8 @@ static void test_opts__help(void **state)
 	assert_int_equal(parse(&a, "t", "one", "--help", NULL), TB_OPTS_HELP);
 	init(&a);
 	assert_int_equal(parse(&a, "t", "-h", NULL), TB_OPTS_HELP);
+	init(&a);
+	assert_int_equal(parse(&a, "t", "one", "--version", NULL), TB_OPTS_VERSION);
 	init(&a); /* after --, a positional */
 	assert_int_equal(parse(&a, "t", "--", "-h", NULL), TB_OPTS_OK);
 }

@@ -4,6 +4,7 @@
  */
 #include "metrics_http.h"
 #include "tb/metrics.h"
+#include "tb/version.h"
 
 #include <curl/curl.h>
 #include <setjmp.h>
@@ -56,6 +57,8 @@ static void renders_what_was_recorded(void **state)
 	char *t = render();
 	static const char *const want[] = {
 		"taskbox_worker_info{worker=\"w-1\"} 1",
+		"taskbox_build_info{version=\"" TB_VERSION "\",commit=\"" TB_GIT_COMMIT
+		"\",build_type=\"" TB_BUILD_TYPE "\"} 1",
 		"taskbox_slots 4",
 		"taskbox_slots_busy 3",
 		"taskbox_tasks_waiting 1",
