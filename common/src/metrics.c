@@ -5,6 +5,7 @@
  */
 #include "tb/metrics.h"
 
+#include "tb/health.h"
 #include "tb/version.h"
 
 #include "tb/schema_dlq.h"
@@ -269,6 +270,7 @@ char *tb_metrics_render(size_t *len)
 	fputs("taskbox_build_info{version=\"" TB_VERSION "\",commit=\"" TB_GIT_COMMIT
 	      "\",build_type=\"" TB_BUILD_TYPE "\"} 1\n",
 	      f);
+	tb_health_gauges(f);
 	head(f, "taskbox_slots", "gauge", "Sandboxes this worker runs at once, at most.");
 	fprintf(f, "taskbox_slots %u\n", R.slots);
 	head(f, "taskbox_slots_busy", "gauge", "Sandboxes running now.");

@@ -44,6 +44,7 @@ except ImportError:
 CONTRACT = {
     "taskbox_worker_info": ("gauge", {"worker"}),
     "taskbox_build_info": ("gauge", {"version", "commit", "build_type"}),
+    "taskbox_up": ("gauge", {"dependency"}),
     "taskbox_slots": ("gauge", set()),
     "taskbox_slots_busy": ("gauge", set()),
     "taskbox_tasks_waiting": ("gauge", set()),
@@ -703,12 +704,14 @@ def check_k8s(docs, defaults, drain, version):
     cports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
     if C.check("metrics" in cports, dpath, "a containerPort named metrics", f"ports {cports}"):
         port_seen(f"{dpath} containerPort metrics", cports["metrics"])
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    # alive: the main loop turns; ready: its services answer (tb/health.h)
+    for probe, want in (("startupProbe", "/healthz"), ("readinessProbe", "/readyz"),
+                        ("livenessProbe", "/healthz")):
         pr = c.get(probe)
         if not C.check(pr is not None, dpath, f"{probe} defined"):
             continue
         hg = pr.get("httpGet", {})
-        C.check(hg.get("path") == "/metrics", dpath, f"{probe} is GET /metrics", f"path {hg.get('path')}")
+        C.check(hg.get("path") == want, dpath, f"{probe} is GET {want}", f"path {hg.get('path')}")
         port_seen(f"{dpath} {probe}", resolve_port(c, hg.get("port")))
     ann = dep["spec"]["template"]["metadata"].get("annotations", {})
     if "prometheus.io/port" in ann:

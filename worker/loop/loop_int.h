@@ -118,6 +118,10 @@ typedef struct tb_job {
 typedef struct tb_loop {
 	const tb_worker_deps_t *d;
 	rd_kafka_t *consumer, *producer;
+	int kafka_broken;        /* the brokers were unreachable: looked at by heartbeats */
+	pthread_t prober;        /* asks the store every 30 s (tb/health.h) */
+	int probing;             /* the prober runs */
+	atomic_int probe_stop;   /* tells it to end */
 	tb_sandbox_pool_t *pool; /* each slot's next sandbox, built ahead */
 	tb_watermark_t *marks[MAX_PARTITIONS];
 	uint64_t epochs[MAX_PARTITIONS]; /* bumped at each assignment */

@@ -1,14 +1,17 @@
 /*
  * metrics_http.c: the worker's metrics endpoint (metrics_http.h) on
  * libmicrohttpd's own thread: GET /metrics renders the registry
- * (tb/metrics.h), GET /healthz answers ok.
+ * (tb/metrics.h); GET /healthz (alive) and GET /readyz (ready) answer
+ * 200 or 503 with a short JSON body saying what is wrong (tb/health.h).
  */
 #include "metrics_http.h"
 
+#include "tb/health.h"
 #include "tb/metrics.h"
 
 #include <microhttpd.h>
 #include <netdb.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +24,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
 			      const char *method, const char *version, const char *upload,
 			      size_t *upload_size, void **state)
 {
-	static const char not_found[] = "not found: try /metrics\n", ok[] = "ok\n";
+	static const char not_found[] = "not found: try /metrics, /healthz or /readyz\n";
 	struct MHD_Response *r;
 	unsigned status = MHD_HTTP_OK;
 	enum MHD_Result rc;
@@ -43,9 +46,20 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
 		else
 			MHD_add_response_header(r, "Content-Type",
 						"text/plain; version=0.0.4; charset=utf-8");
-	} else if (!strcmp(url, "/healthz")) {
-		r = MHD_create_response_from_buffer(sizeof(ok) - 1, (void *)ok,
-						    MHD_RESPMEM_PERSISTENT);
+	} else if (!strcmp(url, "/healthz") || !strcmp(url, "/readyz")) {
+		char *body = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&body, &len);
+		if (!f)
+			return MHD_NO;
+		if (!tb_health_render(f, !strcmp(url, "/readyz")))
+			status = MHD_HTTP_SERVICE_UNAVAILABLE;
+		fclose(f);
+		r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+		if (!r)
+			free(body);
+		else
+			MHD_add_response_header(r, "Content-Type", "application/json");
 	} else {
 		status = MHD_HTTP_NOT_FOUND;
 		r = MHD_create_response_from_buffer(sizeof(not_found) - 1, (void *)not_found,

@@ -12,6 +12,7 @@
 #include "loop_int.h"
 
 #include "tb/clock.h"
+#include "tb/health.h"
 #include "tb/metrics.h"
 
 #include <errno.h>
@@ -82,7 +83,11 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 		 * keeps its state): resume all, and let pace() decide again. */
 		rd_kafka_resume_partitions(rk, parts);
 		w->paused = 0;
+		w->kafka_broken = 0;
 		tb_info(NULL, "assigned %d partitions", parts->cnt);
+		char why[64];
+		snprintf(why, sizeof(why), "in the consumer group, %d partitions", parts->cnt);
+		tb_health_dep(TB_DEP_KAFKA, 1, why);
 	} else {
 		/* No commit here: the main loop commits every pass, and a
 		 * commit sent from inside a rebalance (with the coordinator
@@ -106,6 +111,9 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 		}
 		rd_kafka_assign(rk, NULL);
 		tb_info(NULL, "%s %d partitions", lost ? "lost" : "revoked", parts->cnt);
+		tb_health_dep(TB_DEP_KAFKA, 0,
+			      lost ? "its partitions were lost: joining again"
+				   : "rebalancing: its partitions were revoked");
 	}
 }
 
@@ -137,6 +145,20 @@ static char *liveness(const tb_loop_t *w)
 	char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 	json_decref(o);
 	return text;
+}
+
+/* Brokers that were out of reach: asked for metadata (1 s at most), so
+ * Kafka is ready again once they answer, even with no message to read. */
+static void kafka_again(tb_loop_t *w)
+{
+	const struct rd_kafka_metadata *md = NULL;
+
+	if (!w->kafka_broken || !w->consumer ||
+	    rd_kafka_metadata(w->consumer, 0, NULL, &md, 1000) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return;
+	rd_kafka_metadata_destroy(md);
+	w->kafka_broken = 0;
+	tb_health_dep(TB_DEP_KAFKA, 1, "its brokers answer again");
 }
 
 void tb_loop_heartbeat(tb_loop_t *w)
@@ -174,9 +196,15 @@ void tb_loop_heartbeat(tb_loop_t *w)
 		if (w->marks[p])
 			tb_watermark_resend(w->marks[p]);
 	char *info = liveness(w);
-	if (info && tb_ledger_alive(l, info, w->lease_ms, &err) < 0)
+	int alive = info ? tb_ledger_alive(l, info, w->lease_ms, &err) : TB_ENOMEM;
+	if (alive < 0 && info)
 		tb_warn(NULL, "liveness not recorded: %s", err.msg);
+	tb_health_dep(TB_DEP_LEDGER, alive == 0,
+		      alive == 0 ? "answered"
+		      : info     ? err.msg
+				 : "out of memory");
 	free(info);
+	kafka_again(w);
 }
 
 /* The next message, if one is there; else sleeps until one comes, a slot
@@ -232,6 +260,7 @@ static void rejoin(tb_loop_t *w, const char *why)
 	tb_error_t err;
 
 	tb_warn(NULL, "consumer failed (%s): joining the group again", why);
+	tb_health_dep(TB_DEP_KAFKA, 0, "the consumer failed and is joining the group again");
 	for (int p = 0; p < MAX_PARTITIONS; p++) {
 		tb_watermark_free(w->marks[p]);
 		w->marks[p] = NULL;
@@ -309,6 +338,101 @@ static void pace(tb_loop_t *w)
 	rd_kafka_topic_partition_list_destroy(a);
 }
 
+/* An error the consumer reported: logged; brokers out of reach make
+ * Kafka not ready until the heartbeats find them again. */
+static void consumer_error(tb_loop_t *w, const rd_kafka_message_t *m)
+{
+	tb_warn(NULL, "consumer: %s", rd_kafka_message_errstr(m));
+	if (m->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
+	    m->err == RD_KAFKA_RESP_ERR__TRANSPORT) {
+		w->kafka_broken = 1;
+		tb_health_dep(TB_DEP_KAFKA, 0, rd_kafka_message_errstr(m));
+	}
+}
+
+/* Asks the store every 30 s whether it answers (a HEAD of a key nobody
+ * writes: "not found" is an answer), for /readyz. */
+static void *store_prober(void *arg)
+{
+	tb_loop_t *w = arg;
+	tb_object_info_t info;
+	tb_error_t err;
+
+	while (!atomic_load(&w->probe_stop)) {
+		int rc = tb_store_head(w->d->store, "health/probe", &info, &err);
+		int up = rc == 0 || rc == TB_ENOTFOUND;
+		tb_health_dep(TB_DEP_STORE, up, up ? "answered" : err.msg);
+		for (int i = 0; i < 300 && !atomic_load(&w->probe_stop); i++)
+			usleep(100000);
+	}
+	return NULL;
+}
+
+/* What /readyz looks at from the start: one sandbox built and torn down
+ * (tb_sandbox_prepare says how it went), and the store's prober. */
+static void health_start(tb_loop_t *w)
+{
+	const tb_worker_deps_t *d = w->d;
+	tb_strlist_t none = { 0, NULL };
+	tb_sandbox_spec_t s = { .name = "health-check",
+				.hostname = "health",
+				.work_root = d->cfg->work_dir,
+				.group = d->group,
+				.ro_binds = &none,
+				.workspace_mb = 1,
+				.outputs_mb = 1,
+				.memory_mb = 64,
+				.pids = 8,
+				.max_open_files = 16,
+				.max_file_mb = 1 };
+	tb_sandbox_t *sb;
+	tb_error_t err;
+
+	tb_health_dep(TB_DEP_KAFKA, 0, "not in the consumer group yet");
+	if (tb_sandbox_prepare(&sb, d->policy, &s, &err) == 0)
+		tb_sandbox_destroy(sb, NULL);
+	else
+		tb_warn(NULL, "no sandbox can be built here: %s", err.msg);
+	w->probing = d->store && pthread_create(&w->prober, NULL, store_prober, w) == 0;
+}
+
+static void health_stop(tb_loop_t *w)
+{
+	if (!w->probing)
+		return;
+	atomic_store(&w->probe_stop, 1);
+	pthread_join(w->prober, NULL);
+	w->probing = 0;
+}
+
+/* Lets the running attempts finish, for the configuration's drain time
+ * at most. @return 0; TB_ETIMEOUT with some still running: then w stays
+ * allocated, and the pool's threads alive (the parents of their
+ * sandboxes): the slot threads still use them until the caller exits, at
+ * once. */
+static int drain(tb_loop_t *w, tb_error_t *err)
+{
+	uint64_t until = w->d->drain_ms ? tb_mono_ms() + w->d->drain_ms : 0;
+
+	while (w->running) {
+		if (until && tb_mono_ms() > until) {
+			tb_warn(NULL,
+				"%u tasks still running after the drain timeout: leaving them "
+				"unacknowledged",
+				w->running);
+			commit_marks(w);
+			rd_kafka_flush(w->producer, 5000);
+			return tb_error_set(err, TB_ETIMEOUT, "drain timeout");
+		}
+		usleep(50000);
+		tb_health_turned();
+		tb_loop_complete(w);
+		tb_loop_heartbeat(w);
+		rd_kafka_poll(w->producer, 0);
+	}
+	return 0;
+}
+
 int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64_t max_finished,
 		  tb_worker_stats_t *stats, tb_error_t *err)
 {
@@ -337,6 +461,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	if ((rc = tb_sandbox_pool_new(&w->pool, d->policy, d->cfg->work_dir, d->group,
 				      (unsigned)d->cfg->slots, err)) < 0)
 		goto fail;
+	health_start(w);
 	if ((rc = tb_kafka_producer_new(&w->producer, d->brokers, &d->cfg->kafka.properties, err)) <
 	    0)
 		goto fail;
@@ -351,11 +476,12 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	while (!*stop && !(max_finished && w->finished_messages >= max_finished && !w->running &&
 			   !w->nwaiting)) {
 		rd_kafka_message_t *m = next_message(w);
+		tb_health_turned();
 		if (m) {
 			if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 				tb_loop_handle(w, m);
 			else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-				tb_warn(NULL, "consumer: %s", rd_kafka_message_errstr(m));
+				consumer_error(w, m);
 			rd_kafka_message_destroy(m);
 		}
 		rejoin_if_stuck(w);
@@ -376,25 +502,8 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	 * read here): the next owner replays them from their first prompt. */
 	tb_loop_drop_all_waiting(w);
 	stop_sessions(w, -1, "the worker stops");
-	uint64_t drain_until = d->drain_ms ? tb_mono_ms() + d->drain_ms : 0;
-	while (w->running) {
-		if (drain_until && tb_mono_ms() > drain_until) {
-			tb_warn(NULL,
-				"%u tasks still running after the drain timeout: leaving them "
-				"unacknowledged",
-				w->running);
-			commit_marks(w);
-			rd_kafka_flush(w->producer, 5000);
-			/* w stays allocated, and the pool's threads alive
-			 * (the parents of their sandboxes): the slot threads
-			 * still use them until the caller exits, at once. */
-			return tb_error_set(err, TB_ETIMEOUT, "drain timeout");
-		}
-		usleep(50000);
-		tb_loop_complete(w);
-		tb_loop_heartbeat(w);
-		rd_kafka_poll(w->producer, 0);
-	}
+	if (drain(w, err) < 0)
+		return err->code;    /* w stays: see drain() */
 	tb_loop_drop_all_waiting(w); /* attempts retried or fenced meanwhile: left too */
 	if (w->consumer)
 		commit_marks_how(w, 1);
@@ -405,6 +514,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		rd_kafka_destroy(w->consumer);
 	}
 	rd_kafka_destroy(w->producer);
+	health_stop(w);
 	tb_sandbox_pool_free(w->pool); /* every slot thread has ended */
 	for (int p = 0; p < MAX_PARTITIONS; p++)
 		tb_watermark_free(w->marks[p]);
@@ -414,6 +524,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	free(w);
 	return 0;
 fail:
+	health_stop(w);
 	tb_sandbox_pool_free(w->pool);
 	if (w->wake[0] >= 0) {
 		close(w->wake[0]);

@@ -7,6 +7,8 @@
  */
 #include "sandbox.h"
 
+#include "tb/health.h"
+
 #include "sandbox_cgroup.h"
 #include "sandbox_ids.h"
 #include "sandbox_proto.h"
@@ -719,8 +721,11 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		goto fail;
 	}
 	*out = sb;
+	tb_health_dep(TB_DEP_SANDBOX, 1, "a sandbox was built");
 	return 0;
 fail:
+	if (rc != TB_EINVAL) /* a spec's own fault says nothing of the host */
+		tb_health_dep(TB_DEP_SANDBOX, 0, err->msg);
 	for (int i = 0; i < 2; i++)
 		if (ctl[i] >= 0)
 			close(ctl[i]);

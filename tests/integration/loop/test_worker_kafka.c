@@ -508,6 +508,27 @@ static unsigned metrics_port(const char *log)
 }
 
 /* taskbox_tasks_waiting from the worker's /metrics; -1 if unreachable. */
+/* GET @p path of the worker's endpoint: its status; its body in @p body. */
+static int probe(unsigned port, const char *path, char *body, size_t cap)
+{
+	char cmd[256];
+	int status = -1;
+
+	snprintf(cmd, sizeof(cmd),
+		 "curl -s --max-time 5 -w '\\n%%{http_code}' http://127.0.0.1:%u%s", port, path);
+	FILE *f = popen(cmd, "r");
+	size_t n = f ? fread(body, 1, cap - 1, f) : 0;
+	body[n] = '\0';
+	if (f)
+		pclose(f);
+	char *last = strrchr(body, '\n');
+	if (last) {
+		status = (int)strtol(last + 1, NULL, 10);
+		*last = '\0';
+	}
+	return status;
+}
+
 static long tasks_waiting(unsigned port)
 {
 	char cmd[256], line[512];
@@ -557,6 +578,14 @@ static void test_worker__waits_for_a_ledger_that_is_down_and_acknowledges_nothin
 	assert_int_equal(line_len, 32);
 	usleep(1000000); /* and the rest stays in Kafka */
 	assert_int_equal(tasks_waiting(port), 32);
+	/* alive, its loop turning, but not ready: the ledger does not answer */
+	char body[2048];
+	assert_int_equal(probe(port, "/healthz", body, sizeof(body)), 200);
+	int ready = probe(port, "/readyz", body, sizeof(body));
+	if (ready != 503 || !strstr(body, "\"ledger\":{\"up\":false"))
+		fail_msg("/readyz with the ledger down: %d %s", ready, body);
+	assert_non_null(strstr(body, "\"kafka\":{\"up\":true"));
+	assert_non_null(strstr(body, "\"sandbox\":{\"up\":true"));
 	kill(worker, SIGTERM);
 	assert_int_equal(waitpid(worker, &status, 0), worker);
 	assert_true(WIFEXITED(status));

@@ -3,6 +3,7 @@
  * recorded in the text format, and its endpoint serves it on loopback.
  */
 #include "metrics_http.h"
+#include "tb/health.h"
 #include "tb/metrics.h"
 #include "tb/version.h"
 
@@ -154,8 +155,34 @@ static void serves_on_loopback(void **state)
 	assert_int_equal(fetch(tb_metrics_port(s), "GET", "/metrics", &body), 200);
 	assert_true(has_line(body, "taskbox_tasks_total{outcome=\"failed\"} 1"));
 	free(body);
+	/* alive once the main loop turns; ready once every dependency
+	 * answered, and not while one does not (said in the body and as the
+	 * taskbox_up gauges) */
+	tb_health_reset();
+	assert_int_equal(fetch(tb_metrics_port(s), "GET", "/healthz", &body), 503);
+	assert_non_null(strstr(body, "\"alive\":false"));
+	assert_non_null(strstr(body, "the main loop has not started"));
+	free(body);
+	tb_health_turned();
 	assert_int_equal(fetch(tb_metrics_port(s), "GET", "/healthz", &body), 200);
-	assert_string_equal(body, "ok\n");
+	assert_non_null(strstr(body, "\"alive\":true"));
+	free(body);
+	tb_health_dep(TB_DEP_KAFKA, 1, "in the consumer group, 2 partitions");
+	tb_health_dep(TB_DEP_LEDGER, 0, "ledger redis://127.0.0.1:1: Connection refused");
+	tb_health_dep(TB_DEP_STORE, 1, "answered");
+	tb_health_dep(TB_DEP_SANDBOX, 1, "a sandbox was built");
+	assert_int_equal(fetch(tb_metrics_port(s), "GET", "/readyz", &body), 503);
+	assert_non_null(strstr(body, "\"ready\":false"));
+	assert_non_null(strstr(body, "\"ledger\":{\"up\":false,\"why\":\"ledger "
+				     "redis://127.0.0.1:1: Connection refused\"}"));
+	free(body);
+	assert_int_equal(fetch(tb_metrics_port(s), "GET", "/metrics", &body), 200);
+	assert_true(has_line(body, "taskbox_up{dependency=\"ledger\"} 0"));
+	assert_true(has_line(body, "taskbox_up{dependency=\"kafka\"} 1"));
+	free(body);
+	tb_health_dep(TB_DEP_LEDGER, 1, "answered");
+	assert_int_equal(fetch(tb_metrics_port(s), "GET", "/readyz", &body), 200);
+	assert_non_null(strstr(body, "\"ready\":true"));
 	free(body);
 	assert_int_equal(fetch(tb_metrics_port(s), "GET", "/nope", &body), 404);
 	free(body);

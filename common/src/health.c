@@ -1,0 +1,124 @@
+/*
+ * health.c: what the worker says of its own health (tb/health.h): when
+ * its main loop last turned, and whether each service it depends on
+ * answered the last time it was asked. Written by the threads that find
+ * out, read by the metrics endpoint's thread; one mutex.
+ */
+#include "tb/health.h"
+
+#include "tb/clock.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const names[TB_DEP_COUNT] = { "kafka", "ledger", "store", "sandbox" };
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	uint64_t turned_ms; /* monotonic; 0: never */
+	struct {
+		int known, up;
+		char why[300];
+	} dep[TB_DEP_COUNT];
+} H;
+
+const char *tb_dep_name(tb_dep_t d)
+{
+	return d < TB_DEP_COUNT ? names[d] : "?";
+}
+
+void tb_health_turned(void)
+{
+	uint64_t now = tb_mono_ms();
+
+	pthread_mutex_lock(&lock);
+	H.turned_ms = now;
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_health_dep(tb_dep_t d, int up, const char *why)
+{
+	if (d >= TB_DEP_COUNT)
+		return;
+	pthread_mutex_lock(&lock);
+	H.dep[d].known = 1;
+	H.dep[d].up = up;
+	snprintf(H.dep[d].why, sizeof(H.dep[d].why), "%s", why ? why : "");
+	pthread_mutex_unlock(&lock);
+}
+
+int tb_health_dep_up(tb_dep_t d)
+{
+	pthread_mutex_lock(&lock);
+	int up = d < TB_DEP_COUNT && H.dep[d].known && H.dep[d].up;
+	pthread_mutex_unlock(&lock);
+	return up;
+}
+
+/* @p s as a JSON string's inside, into @p f. */
+static void json_text(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+}
+
+int tb_health_render(FILE *f, int ready)
+{
+	uint64_t now = tb_mono_ms();
+
+	pthread_mutex_lock(&lock);
+	uint64_t ago = H.turned_ms ? now - H.turned_ms : 0;
+	int alive = H.turned_ms && ago <= TB_HEALTH_STALL_MS;
+	int ok = alive;
+	if (ready)
+		for (int d = 0; d < TB_DEP_COUNT; d++)
+			ok &= H.dep[d].known && H.dep[d].up;
+	fprintf(f, "{\"%s\":%s,\"loop_ms_ago\":%llu", ready ? "ready" : "alive",
+		ok ? "true" : "false", (unsigned long long)(H.turned_ms ? ago : 0));
+	if (!H.turned_ms)
+		fputs(",\"reason\":\"the main loop has not started\"", f);
+	else if (!alive)
+		fprintf(f, ",\"reason\":\"the main loop has not turned for %llu s\"",
+			(unsigned long long)(ago / 1000));
+	if (ready) {
+		fputs(",\"dependencies\":{", f);
+		for (int d = 0; d < TB_DEP_COUNT; d++) {
+			fprintf(f, "%s\"%s\":{\"up\":%s,\"why\":\"", d ? "," : "", names[d],
+				H.dep[d].known && H.dep[d].up ? "true" : "false");
+			json_text(f, H.dep[d].known ? H.dep[d].why : "not known yet");
+			fputs("\"}", f);
+		}
+		fputc('}', f);
+	}
+	fputs("}\n", f);
+	pthread_mutex_unlock(&lock);
+	return ok;
+}
+
+void tb_health_gauges(FILE *f)
+{
+	pthread_mutex_lock(&lock);
+	fputs("# HELP taskbox_up Whether a service the worker depends on answered when last "
+	      "asked (1) or not (0): kafka (in the consumer group), ledger, store, sandbox (one "
+	      "can be built).\n# TYPE taskbox_up gauge\n",
+	      f);
+	for (int d = 0; d < TB_DEP_COUNT; d++)
+		fprintf(f, "taskbox_up{dependency=\"%s\"} %d\n", names[d],
+			H.dep[d].known && H.dep[d].up);
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_health_reset(void)
+{
+	pthread_mutex_lock(&lock);
+	memset(&H, 0, sizeof(H));
+	pthread_mutex_unlock(&lock);
+}
