@@ -53,6 +53,16 @@ void tb_cmd_close_caches(tb_recipe_cache_t *recipes, tb_image_cache_t *images);
  * help on stdout; TB_EXIT_USAGE once what was wrong was said. */
 int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)(FILE *out));
 
+/**
+ * Loads the worker configuration the command is to use (schemas/config.md,
+ * "Which file"): @p given (--config), else $TASKBOX_CONFIG, else
+ * $XDG_CONFIG_HOME/taskbox/config.json (~/.config when unset), else
+ * /etc/taskbox/worker.json, the first that is given or there; none: the
+ * defaults. TASKBOX_* variables win over the file either way.
+ * @return as tb_config_load(), the file named in the error
+ */
+int tb_cmd_load_config(tb_config_t *cfg, const char *given, tb_error_t *err);
+
 /** What `taskbox --version` prints: this build's version, commit and
  * build type, then each library's version as the program runs with it. */
 void tb_cmd_print_version(FILE *out);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int tb_cmd_open_caches(const char *cache_dir, uint64_t image_bytes, unsigned stall_seconds,
 		       tb_recipe_cache_t **recipes, tb_image_cache_t **images, tb_error_t *err)
@@ -31,6 +32,27 @@ void tb_cmd_close_caches(tb_recipe_cache_t *recipes, tb_image_cache_t *images)
 {
 	tb_recipe_cache_close(recipes);
 	tb_image_cache_close(images);
+}
+
+int tb_cmd_load_config(tb_config_t *cfg, const char *given, tb_error_t *err)
+{
+	const char *env = getenv("TASKBOX_CONFIG"), *xdg = getenv("XDG_CONFIG_HOME");
+	const char *home = getenv("HOME");
+	char user[4096] = "";
+
+	if (given)
+		return tb_config_load(cfg, given, err);
+	if (env && env[0])
+		return tb_config_load(cfg, env, err);
+	if (xdg && xdg[0] == '/')
+		snprintf(user, sizeof(user), "%s/taskbox/config.json", xdg);
+	else if (home && home[0] == '/')
+		snprintf(user, sizeof(user), "%s/.config/taskbox/config.json", home);
+	if (user[0] && access(user, F_OK) == 0)
+		return tb_config_load(cfg, user, err);
+	if (access("/etc/taskbox/worker.json", F_OK) == 0)
+		return tb_config_load(cfg, "/etc/taskbox/worker.json", err);
+	return tb_config_load(cfg, NULL, err);
 }
 
 int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)(FILE *out))

@@ -270,7 +270,7 @@ int tb_cmd_dlq(int argc, char **argv)
 		usage(stderr);
 		return TB_EXIT_USAGE;
 	}
-	if (tb_config_load(&cfg, path, &err) < 0) {
+	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox dlq: %s\n", err.msg);
 		return TB_EXIT_CONFIG;
 	}

@@ -105,7 +105,7 @@ static int send_followup(int argc, char **argv, const char *cmd)
 	}
 	if (file && !(text = loaded = tb_cmd_read_prompt(cmd, file)))
 		return TB_EXIT_FAILURE;
-	if (tb_config_load(&cfg, path, &err) < 0) {
+	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox %s: %s\n", cmd, err.msg);
 		free(loaded);
 		return TB_EXIT_CONFIG;

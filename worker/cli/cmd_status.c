@@ -309,7 +309,7 @@ int tb_cmd_status(int argc, char **argv)
 	if ((rc = tb_cmd_options(&opt, argc, argv, 1, usage)) >= 0)
 		return rc;
 	rc = TB_EXIT_CONFIG;
-	if (tb_config_load(&cfg, path, &err) < 0) {
+	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox status: %s\n", err.msg);
 		return TB_EXIT_CONFIG;
 	}

@@ -349,7 +349,7 @@ int tb_cmd_submit(int argc, char **argv)
 		msgpack_sbuffer_destroy(&bytes);
 		return rc;
 	}
-	if (tb_config_load(&cfg, a.config, &err) < 0) {
+	if (tb_cmd_load_config(&cfg, a.config, &err) < 0) {
 		fprintf(stderr, "taskbox submit: %s\n", err.msg);
 		msgpack_sbuffer_destroy(&bytes);
 		return TB_EXIT_CONFIG;

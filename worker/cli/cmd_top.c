@@ -304,7 +304,7 @@ int tb_cmd_top(int argc, char **argv)
 		return rc;
 	rc = TB_EXIT_CONFIG;
 	interval = (unsigned)every;
-	if (tb_config_load(&cfg, path, &err) < 0) {
+	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox top: %s\n", err.msg);
 		return TB_EXIT_CONFIG;
 	}

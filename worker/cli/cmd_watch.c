@@ -78,7 +78,7 @@ int tb_cmd_watch(int argc, char **argv)
 		since = TB_FOLLOW_BEGINNING;
 	else if (since_s)
 		since = (int64_t)time(NULL) * 1000 - (int64_t)since_s * 1000;
-	if (tb_config_load(&cfg, path, &err) < 0) {
+	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox watch: %s\n", err.msg);
 		return TB_EXIT_CONFIG;
 	}

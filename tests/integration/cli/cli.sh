@@ -51,6 +51,24 @@ for lib in librdkafka libgit2 libseccomp hiredis libcurl libarchive libmicrohttp
   contains "--version names $lib" "$lib " "$tb" --version
 done
 contains "status --version" "taskbox $version" "$tb" status --version
+
+# which configuration file a command reads: --config, else $TASKBOX_CONFIG,
+# else $XDG_CONFIG_HOME/taskbox/config.json, else /etc/taskbox/worker.json
+# (each here names another unreachable Redis, which the error then names)
+cfgfile() { printf '{"v": 1, "ledger": {"url": "redis://127.0.0.1:%s"}}\n' "$2" >"$1"; }
+mkdir -p "$tmp/xdg/taskbox"
+cfgfile "$tmp/xdg/taskbox/config.json" 3
+cfgfile "$tmp/env.json" 2
+cfgfile "$tmp/flag.json" 4
+contains "XDG_CONFIG_HOME's file" "127.0.0.1:3" env -u TASKBOX_CONFIG XDG_CONFIG_HOME="$tmp/xdg" \
+  "$tb" status some-task
+contains "TASKBOX_CONFIG over it" "127.0.0.1:2" env TASKBOX_CONFIG="$tmp/env.json" \
+  XDG_CONFIG_HOME="$tmp/xdg" "$tb" status some-task
+contains "--config over both" "127.0.0.1:4" env TASKBOX_CONFIG="$tmp/env.json" \
+  XDG_CONFIG_HOME="$tmp/xdg" "$tb" status --config "$tmp/flag.json" some-task
+check "TASKBOX_CONFIG naming no file" 3 env TASKBOX_CONFIG="$tmp/none.json" "$tb" status x
+contains "a variable over the file" "127.0.0.1:5" env XDG_CONFIG_HOME="$tmp/xdg" \
+  TASKBOX_LEDGER_URL=redis://127.0.0.1:5 "$tb" status some-task
 contains "worker --version" "taskbox $version" "$tb" worker --version
 check "missing config file" 1 "$tb" schema config "$tmp/nope.json"
 contains "bad env override is explained" "TASKBOX_SLOTS" env TASKBOX_SLOTS=x "$tb" schema config
