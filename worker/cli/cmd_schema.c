@@ -177,6 +177,18 @@ cleanup:
 	return rc;
 }
 
+/* Whether @p buf parses as a JSON object: what a person may hand
+ * `check` by mistake. */
+static int looks_like_json(const char *buf, size_t len)
+{
+	json_error_t jerr;
+	json_t *j = json_loadb(buf, len, 0, &jerr);
+	int obj = json_is_object(j);
+
+	json_decref(j);
+	return obj;
+}
+
 static int do_check(int argc, const char **argv, int hex)
 {
 	int worst = TB_EXIT_OK;
@@ -193,7 +205,11 @@ static int do_check(int argc, const char **argv, int hex)
 		}
 		msgpack_sbuffer_init(&canon);
 		if (tb_msg_canonical(&canon, buf, len, &err) < 0) {
-			printf("%s: invalid: %s\n", argv[i], err.msg);
+			printf("%s: invalid: %s%s\n", argv[i], err.msg,
+			       looks_like_json(buf, len)
+				   ? " (it is JSON: check wants a message's MessagePack bytes; "
+				     "'taskbox schema encode FILE' turns JSON into them)"
+				   : "");
 			worst = TB_EXIT_INVALID;
 		} else {
 			printf("%s: ok%s\n", argv[i],

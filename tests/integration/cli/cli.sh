@@ -34,6 +34,10 @@ check "decode gives JSON that encodes again" 0 "$tb" schema encode "$tmp/task.js
 printf '{"schema":"task","v":1,"id":"x"}' >"$tmp/bad.json"
 check "encode refuses an incomplete task" 4 "$tb" schema encode "$tmp/bad.json"
 contains "and names the field" "field 'kind': required but missing" "$tb" schema encode "$tmp/bad.json"
+contains "check on a JSON file says to encode it" "it is JSON: check wants a message's MessagePack bytes" \
+  "$tb" schema check "$root/schemas/examples/task.json"
+"$tb" schema encode "$root/schemas/examples/task.json" >"$tmp/task.msgpack"
+check "check - reads stdin" 0 sh -c '"$0" schema check - <"$1"' "$tb" "$tmp/task.msgpack"
 printf '\xc1' >"$tmp/junk.bin"
 check "check refuses junk" 4 "$tb" schema check "$tmp/junk.bin"
 check "runtime example is valid" 0 "$tb" schema runtime "$root/examples/runtimes/default.json"
