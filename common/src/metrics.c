@@ -21,8 +21,11 @@
 #define MAX_LAG_PARTITIONS 1024
 
 /* Seconds; phases span milliseconds (claims) to minutes (agents). */
-static const double buckets[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-				  0.5,   1,      2.5,   5,    10,    30,   60,  300 };
+/* Up to a week: the longest wall_seconds a runtime may allow (task.md),
+ * so an agent's phase is never all in +Inf. */
+static const double buckets[] = { 0.001, 0.0025, 0.005, 0.01,  0.025, 0.05,   0.1,   0.25, 0.5,
+				  1,     2.5,    5,     10,    30,    60,     300,   900,  1800,
+				  3600,  7200,   14400, 43200, 86400, 259200, 604800 };
 #define NBUCKETS (sizeof(buckets) / sizeof(buckets[0]))
 
 typedef struct histogram {

@@ -141,6 +141,26 @@ static long fetch(unsigned port, const char *method, const char *path, char **bo
 	return status;
 }
 
+/* A phase as long as a runtime may allow (hours, a week) falls in a
+ * bucket of its own, not only in +Inf. */
+static void buckets_reach_the_longest_deadline(void **state)
+{
+	(void)state;
+	tb_metrics_reset();
+	tb_metrics_phase(TB_PHASE_RUNNING, 2 * 3600 * 1000ull);  /* two hours */
+	tb_metrics_phase(TB_PHASE_RUNNING, 6 * 86400 * 1000ull); /* six days */
+	char *t = render();
+	assert_true(
+	    has_line(t, "taskbox_phase_duration_seconds_bucket{phase=\"running\",le=\"3600\"} 0"));
+	assert_true(
+	    has_line(t, "taskbox_phase_duration_seconds_bucket{phase=\"running\",le=\"7200\"} 1"));
+	assert_true(has_line(
+	    t, "taskbox_phase_duration_seconds_bucket{phase=\"running\",le=\"259200\"} 1"));
+	assert_true(has_line(
+	    t, "taskbox_phase_duration_seconds_bucket{phase=\"running\",le=\"604800\"} 2"));
+	free(t);
+}
+
 static void serves_on_loopback(void **state)
 {
 	tb_metrics_server_t *s;
@@ -214,6 +234,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(renders_what_was_recorded),
 		cmocka_unit_test(escapes_label_values_and_folds_overflow),
+		cmocka_unit_test(buckets_reach_the_longest_deadline),
 		cmocka_unit_test(serves_on_loopback),
 		cmocka_unit_test(refuses_bad_addresses),
 	};
