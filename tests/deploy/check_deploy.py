@@ -731,6 +731,7 @@ def check_k8s(docs, defaults, drain, version):
                 "PodDisruptionBudget selector is the Deployment's", f"{pdb['spec'].get('selector')} vs {sel}")
     check_keda(objs, dep, cfg, defaults)
     check_kustomization(docs)
+    check_servicemonitor(docs)
     return cfg
 
 
@@ -763,6 +764,27 @@ def check_keda(objs, dep, cfg, defaults):
     if parts:
         C.check(mx is not None and mx <= parts, path,
                 f"maxReplicaCount ({mx}) <= the tasks topic's partitions ({parts}, deploy/local/services)")
+
+
+def check_servicemonitor(docs):
+    """The ServiceMonitor scrapes the Service that fronts the workers: it
+    selects the Service's labels, on its port named metrics, at /metrics."""
+    path, spath = "deploy/k8s/servicemonitor.yaml", "deploy/k8s/service.yaml"
+    sm, svc = docs.get(path, [None])[0], docs.get(spath, [None])[0]
+    if not C.check(isinstance(sm, dict) and sm.get("kind") == "ServiceMonitor", path,
+                   "a ServiceMonitor (without one nothing scrapes the workers)"):
+        return
+    if not C.check(isinstance(svc, dict), spath, "present"):
+        return
+    want = sm["spec"].get("selector", {}).get("matchLabels", {})
+    have = svc["metadata"].get("labels", {})
+    C.check(want and all(have.get(k) == v for k, v in want.items()), path,
+            "selects the workers' Service by its labels", f"selector {want}, labels {have}")
+    ports = {p.get("name") for p in svc["spec"].get("ports", [])}
+    for ep in sm["spec"].get("endpoints", []):
+        C.check(ep.get("port") in ports, path, f"endpoint port {ep.get('port')} is the Service's",
+                f"ports {sorted(ports)}")
+        C.check(ep.get("path", "/metrics") == "/metrics", path, "scrapes /metrics")
 
 
 def check_kustomization(docs):
