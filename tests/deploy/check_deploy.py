@@ -191,13 +191,14 @@ def service_topics():
 
 
 def metric_names():
-    """{name: type} exported by the worker: from common/src/metrics.c's string
-    literals when it exists, else the contract."""
+    """{name: type} exported by the worker: from the string literals of
+    common/src/metrics.c (and health.c, which renders taskbox_up) when it
+    exists, else the contract."""
     path = "common/src/metrics.c"
     if not exists(path):
         C.note(f"{path} does not exist yet: metric names from the contract in this script")
         return {n: t for n, (t, _) in CONTRACT.items()}
-    text = read(path)
+    text = read(path) + (read("common/src/health.c") if exists("common/src/health.c") else "")
     names = set(re.findall(r"\"(taskbox_[a-z0-9_]+)", text))
     types = {}
     for n in names:
