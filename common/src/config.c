@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 const char tb_config_defaults[] =
-    "{\"worker_id\": \"\", \"slots\": 4, \"log_level\": \"info\","
+    "{\"worker_id\": \"\", \"slots\": 4, \"log_level\": \"info\", \"log_format\": \"logfmt\","
     " \"kafka\": {\"brokers\": \"mock\", \"group\": \"taskbox-workers\","
     "  \"tasks_topic\": \"taskbox.tasks\", \"events_topic\": \"taskbox.events\","
     "  \"dlq_topic\": \"taskbox.dlq\"},"
@@ -25,6 +25,7 @@ const char tb_config_defaults[] =
     " \"metrics_listen\": \"\", \"drain_seconds\": 120}";
 
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
+static const char *const log_formats[] = { "logfmt", "json", NULL };
 
 #define STR(n, st, m, lo)                                                                          \
 	{                                                                                          \
@@ -97,6 +98,8 @@ static const tb_field_t config_fields[] = {
 	 .offset = offsetof(tb_config_t, slots), .min = 1, .max = 256},
 	{.name = "log_level", .type = TB_FT_ENUM, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_config_t, log_level), .names = log_levels},
+	{.name = "log_format", .type = TB_FT_ENUM, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_config_t, log_format), .names = log_formats},
 	{.name = "kafka", .type = TB_FT_OBJ, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_config_t, kafka), .sub = &kafka_schema},
 	{.name = "ledger", .type = TB_FT_OBJ, .flags = TB_FF_REQUIRED,

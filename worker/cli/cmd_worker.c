@@ -158,6 +158,7 @@ int tb_cmd_worker(int argc, char **argv)
 		return TB_EXIT_CONFIG;
 	}
 	tb_log_set_level((tb_log_level_t)cfg.log_level);
+	tb_log_set_json(cfg.log_format == 1);
 	const char *fault = tb_fault_init();
 	if (fault)
 		tb_warn(NULL, "TASKBOX_FAULT is set: fault point '%s' is armed (a test)", fault);

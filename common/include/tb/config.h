@@ -37,7 +37,8 @@ typedef struct tb_config {
 	uint32_t has;
 	char *worker_id; /* defaults to <hostname>-<pid> when empty */
 	uint64_t slots;
-	int log_level; /* tb_log_level_t */
+	int log_level;  /* tb_log_level_t */
+	int log_format; /* 0 logfmt, 1 JSON lines */
 	tb_kafka_config_t kafka;
 	tb_ledger_config_t ledger;
 	tb_store_config_t store;

@@ -29,6 +29,10 @@ int tb_log_parse_level(tb_log_level_t *out, const char *name);
 /** Sends log lines to file descriptor @p fd instead of 2 (tests). */
 void tb_log_set_fd(int fd);
 
+/** JSON lines (1: {"ts","level","task","msg"} per line, for collectors)
+ * or logfmt (0, the default). */
+void tb_log_set_json(int json);
+
 /**
  * Writes one line at @p level. @p task_id may be NULL for lines that are
  * not about a task. The message is quoted and escaped as needed.

@@ -55,6 +55,11 @@ for lib in librdkafka libgit2 libseccomp hiredis libcurl libarchive libmicrohttp
   contains "--version names $lib" "$lib " "$tb" --version
 done
 contains "status --version" "taskbox $version" "$tb" status --version
+# log_format json: the worker's log lines are JSON objects (the fault
+# point's warning is its first line, before the mock cluster is refused)
+contains "log_format json" '{"ts":"' env TASKBOX_LOG_FORMAT=json TASKBOX_FAULT=nothing "$tb" worker
+contains "log_format json, level" '"level":"warn","msg":"TASKBOX_FAULT is set' \
+  env TASKBOX_LOG_FORMAT=json TASKBOX_FAULT=nothing "$tb" worker
 
 # which configuration file a command reads: --config, else $TASKBOX_CONFIG,
 # else $XDG_CONFIG_HOME/taskbox/config.json, else /etc/taskbox/worker.json

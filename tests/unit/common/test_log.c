@@ -15,6 +15,8 @@
 #include "tb/error.h"
 #include "tb/log.h"
 
+#include <jansson.h>
+
 static char captured[8192];
 
 static void capture(void (*emit)(void))
@@ -75,6 +77,39 @@ static void test_log__newlines_and_quotes_stay_on_one_line(void **state)
 	assert_ptr_equal(strchr(captured, '\n'), captured + strlen(captured) - 1);
 }
 
+static void emit_json(void)
+{
+	tb_log_set_json(1);
+	tb_err("t\"x", "line one\nline \"two\"\\ \x01 caf\xe9");
+	tb_info(NULL, "no task");
+	tb_log_set_json(0);
+}
+
+/* log_format json: one object per line, every field a JSON string that
+ * parses back to what was logged (control characters escaped, a byte
+ * that is not UTF-8 mended), no "task" where none is concerned. */
+static void test_log__json_lines_parse_back(void **state)
+{
+	json_error_t jerr;
+	(void)state;
+	capture(emit_json);
+	char *second = strchr(captured, '\n');
+	assert_non_null(second);
+	*second++ = '\0';
+	json_t *a = json_loads(captured, 0, &jerr), *b = json_loads(second, 0, &jerr);
+	if (!a || !b)
+		fail_msg("not JSON lines: %s | %s (%s)", captured, second, jerr.text);
+	assert_string_equal(json_string_value(json_object_get(a, "level")), "error");
+	assert_string_equal(json_string_value(json_object_get(a, "task")), "t\"x");
+	assert_string_equal(json_string_value(json_object_get(a, "msg")),
+			    "line one\nline \"two\"\\ \x01 caf?");
+	assert_int_equal(strlen(json_string_value(json_object_get(a, "ts"))), 24);
+	assert_null(json_object_get(b, "task"));
+	assert_string_equal(json_string_value(json_object_get(b, "msg")), "no task");
+	json_decref(a);
+	json_decref(b);
+}
+
 static void test_log__parse_level(void **state)
 {
 	tb_log_level_t l;
@@ -91,6 +126,7 @@ int main(void)
 		cmocka_unit_test(test_log__line_has_level_task_and_quoted_message),
 		cmocka_unit_test(test_log__level_threshold_filters),
 		cmocka_unit_test(test_log__newlines_and_quotes_stay_on_one_line),
+		cmocka_unit_test(test_log__json_lines_parse_back),
 		cmocka_unit_test(test_log__parse_level),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
