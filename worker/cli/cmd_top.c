@@ -44,12 +44,13 @@ static void on_signal(int sig)
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: taskbox top [--config FILE] [--interval SECONDS] [--once]\n\n"
+	fprintf(out, "usage: taskbox top [--config FILE] [--interval SECONDS] [--once] [--json]\n\n"
 		     "A live view of the fleet: workers alive, slots busy, running tasks\n"
 		     "and their phases, tasks settled and failures in the last minute, the\n"
 		     "group's lag and the DLQ's size. q or Ctrl-C quits.\n"
 		     "  --interval SECONDS  redraw period, 1..60 (default 2)\n"
 		     "  --once              print one frame (no escapes) and exit\n"
+		     "  --json              each frame as one JSON object on a line (for scripts)\n"
 		     "Configuration as for `taskbox worker`; the ledger must be the fleet's\n"
 		     "Redis. Exit: 0, 1 a service failed, 2 usage, 3 configuration.\n");
 }
@@ -279,11 +280,88 @@ static void draw(FILE *out, const top_t *t, const tb_config_t *cfg, json_t *work
 	fflush(out);
 }
 
+/* The live workers' liveness records, as JSON; *@p rc the ledger's. */
+static json_t *live_workers(tb_ledger_t *l, int *rc, tb_error_t *err)
+{
+	char **infos = NULL;
+	size_t n = 0;
+	json_t *workers = json_array();
+
+	*rc = tb_ledger_workers(l, &infos, &n, err);
+	for (size_t i = 0; i < n; i++) {
+		json_t *w = json_loads(infos[i], 0, NULL);
+		if (w)
+			json_array_append_new(workers, w);
+		free(infos[i]);
+	}
+	free(infos);
+	return workers;
+}
+
+/* One frame as a JSON object on one line (--json): what draw() shows. */
+static void draw_json(FILE *out, const top_t *t, const tb_config_t *cfg, json_t *workers, int tty,
+		      const char *ledger_err)
+{
+	uint64_t now = tb_wall_ms();
+	json_t *running = json_array(), *recent_list = json_array(), *w, *k;
+	json_int_t slots = 0, busy = 0, waiting = 0;
+	size_t i, j;
+
+	(void)tty;
+	json_array_foreach(workers, i, w)
+	{
+		slots += json_integer_value(json_object_get(w, "slots"));
+		busy += (json_int_t)json_array_size(json_object_get(w, "tasks"));
+		waiting += json_integer_value(json_object_get(w, "waiting"));
+		json_array_foreach(json_object_get(w, "tasks"), j, k)
+		{
+			const char *id = json_string_value(json_object_get(k, "task"));
+			const tracked_t *tr = NULL;
+			for (size_t x = 0; id && x < t->ntasks && !tr; x++)
+				if (!strcmp(t->tasks[x].task, id))
+					tr = &t->tasks[x];
+			json_array_append_new(
+			    running, json_pack("{s:s?,s:I,s:s?,s:I,s:O?}", "task", id, "attempt",
+					       json_integer_value(json_object_get(k, "attempt")),
+					       "phase", tr && tr->phase[0] ? tr->phase : NULL,
+					       "since_ms", (json_int_t)(tr ? tr->since : 0),
+					       "worker", json_object_get(w, "worker")));
+		}
+	}
+	for (size_t r = 0; r < t->nrecent; r++)
+		json_array_append_new(recent_list, json_string(t->recent[r]));
+	json_t *o = json_pack(
+	    "{s:I,s:s,s:s,s:O,s:I,s:I,s:I,s:{s:I,s:I,s:I},s:o,s:o}", "ts", (json_int_t)now, "group",
+	    cfg->kafka.group, "topic", cfg->kafka.tasks_topic, "workers", workers, "slots", slots,
+	    "busy", busy, "waiting", waiting, "last_minute", "settled",
+	    (json_int_t)in_window(&t->settled, now), "not_succeeded",
+	    (json_int_t)in_window(&t->unsuccessful, now), "errors",
+	    (json_int_t)in_window(&t->errors, now), "running", running, "recent", recent_list);
+	if (o) {
+		json_object_set_new(o, "lag", t->lag_err[0] ? json_null() : json_integer(t->lag));
+		json_object_set_new(o, "dlq", t->dlq_err[0] ? json_null() : json_integer(t->dlq));
+		json_t *errs = json_object();
+		if (ledger_err)
+			json_object_set_new(errs, "ledger", json_string(ledger_err));
+		if (t->lag_err[0])
+			json_object_set_new(errs, "lag", json_string(t->lag_err));
+		if (t->dlq_err[0])
+			json_object_set_new(errs, "dlq", json_string(t->dlq_err));
+		json_object_set_new(o, "errors", errs);
+		char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		if (text)
+			fprintf(out, "%s\n", text);
+		free(text);
+		json_decref(o);
+	}
+	fflush(out);
+}
+
 int tb_cmd_top(int argc, char **argv)
 {
 	const char *path = NULL;
 	unsigned interval = 2;
-	int once = 0, rc = TB_EXIT_CONFIG, np = 0, raw = 0;
+	int once = 0, as_json = 0, rc = TB_EXIT_CONFIG, np = 0, raw = 0;
 	struct termios saved;
 	tb_ledger_t *l = NULL;
 	rd_kafka_t *c = NULL;
@@ -296,6 +374,7 @@ int tb_cmd_top(int argc, char **argv)
 		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
 		{ "--interval", TB_OPT_UINT, &every, 1, 60, "seconds" },
 		{ "--once", TB_OPT_FLAG, &once, 0, 0, NULL },
+		{ "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL },
 		{ NULL, 0, NULL, 0, 0, NULL },
 	};
 	tb_opts_t o = { "top", opts, NULL, 0, 0 };
@@ -326,7 +405,9 @@ int tb_cmd_top(int argc, char **argv)
 		fprintf(stderr, "taskbox top: %s\n", err.msg);
 		goto out;
 	}
-	int tty = !once && isatty(STDOUT_FILENO);
+	int tty = !once && !as_json && isatty(STDOUT_FILENO);
+	void (*frame)(FILE *, const top_t *, const tb_config_t *, json_t *, int, const char *) =
+	    as_json ? draw_json : draw;
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	if (tty && isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved) == 0) {
@@ -354,19 +435,10 @@ int tb_cmd_top(int argc, char **argv)
 			    (ch == 'q' || ch == 'Q'))
 				stop = 1;
 		}
-		char **infos = NULL;
-		size_t n = 0;
-		json_t *workers = json_array();
-		int lrc = tb_ledger_workers(l, &infos, &n, &err);
-		for (size_t i = 0; i < n; i++) {
-			json_t *w = json_loads(infos[i], 0, NULL);
-			if (w)
-				json_array_append_new(workers, w);
-			free(infos[i]);
-		}
-		free(infos);
+		int lrc;
+		json_t *workers = live_workers(l, &lrc, &err);
 		refresh_slow(t, &cfg, c);
-		draw(stdout, t, &cfg, workers, tty, lrc < 0 ? err.msg : NULL);
+		frame(stdout, t, &cfg, workers, tty, lrc < 0 ? err.msg : NULL);
 		json_decref(workers);
 		if (once)
 			break;

@@ -226,6 +226,14 @@ if [ -n "$lag" ]; then ok; else bad "metrics: the consumer lag of a partition"
 # top, in a terminal (tmux): the fleet as the dashboard draws it; q quits.
 expect "top --once" 0 "$tmp/top-once.out" "$tb" top --config "$cfg" --once --interval 1
 has "top --once counts the worker" "workers 1 alive" "$tmp/top-once.out"
+expect "top --once --json" 0 "$tmp/top.json" "$tb" top --config "$cfg" --once --json --interval 1
+if python3 -c '
+import json, sys
+f = json.load(open(sys.argv[1]))
+assert len(f["workers"]) == 1 and f["workers"][0]["worker"] == sys.argv[2], f["workers"]
+assert f["slots"] == 2 and f["group"] == sys.argv[2], f
+assert set(f) >= {"ts", "topic", "busy", "waiting", "lag", "dlq", "last_minute", "running", "recent", "errors"}
+' "$tmp/top.json" "$run"; then ok; else bad "top --json: one object with the fleet"; cat "$tmp/top.json"; fi
 sock=$tmp/tmux.sock
 tmux -S "$sock" new-session -d -s top -x 150 -y 45 \
   "$tb top --config $cfg --interval 1 2>$tmp/top.err; echo \$? >$tmp/top.exit"
