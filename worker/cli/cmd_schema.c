@@ -25,7 +25,7 @@ static void usage(FILE *out)
 {
 	fprintf(out, "usage: taskbox schema encode [--hex] [FILE]   JSON -> canonical MessagePack\n"
 		     "       taskbox schema decode [--hex] [FILE]   MessagePack -> JSON\n"
-		     "       taskbox schema check  [--hex] FILE...  validate messages\n"
+		     "       taskbox schema check  [--hex] [--json] FILE...  validate messages\n"
 		     "       taskbox schema config [FILE]           validate worker configuration\n"
 		     "       taskbox schema runtime FILE            validate a runtime file\n"
 		     "       taskbox schema recipe FILE             validate a recipe manifest\n"
@@ -189,9 +189,35 @@ static int looks_like_json(const char *buf, size_t len)
 	return obj;
 }
 
-static int do_check(int argc, const char **argv, int hex)
+/* One file's verdict, as a line of text or, with @p out, an element of
+ * a JSON array. */
+static void verdict(json_t *out, const char *file, const char *reason, int json_input,
+		    int canonical)
+{
+	if (out) {
+		json_t *v =
+		    reason
+			? json_pack("{s:s,s:b,s:s}", "file", file, "ok", 0, "reason", reason)
+			: json_pack("{s:s,s:b,s:b}", "file", file, "ok", 1, "canonical", canonical);
+		if (v && reason && json_input)
+			json_object_set_new(v, "hint",
+					    json_string("it is JSON: 'taskbox schema encode FILE' "
+							"turns JSON into the message's bytes"));
+		json_array_append_new(out, v);
+	} else if (reason) {
+		printf("%s: invalid: %s%s\n", file, reason,
+		       json_input ? " (it is JSON: check wants a message's MessagePack bytes; "
+				    "'taskbox schema encode FILE' turns JSON into them)"
+				  : "");
+	} else {
+		printf("%s: ok%s\n", file, canonical ? "" : " (valid, not in canonical form)");
+	}
+}
+
+static int do_check(int argc, const char **argv, int hex, int as_json)
 {
 	int worst = TB_EXIT_OK;
+	json_t *out = as_json ? json_array() : NULL;
 
 	for (int i = 0; i < argc; i++) {
 		msgpack_sbuffer canon;
@@ -205,20 +231,21 @@ static int do_check(int argc, const char **argv, int hex)
 		}
 		msgpack_sbuffer_init(&canon);
 		if (tb_msg_canonical(&canon, buf, len, &err) < 0) {
-			printf("%s: invalid: %s%s\n", argv[i], err.msg,
-			       looks_like_json(buf, len)
-				   ? " (it is JSON: check wants a message's MessagePack bytes; "
-				     "'taskbox schema encode FILE' turns JSON into them)"
-				   : "");
+			verdict(out, argv[i], err.msg, looks_like_json(buf, len), 0);
 			worst = TB_EXIT_INVALID;
 		} else {
-			printf("%s: ok%s\n", argv[i],
-			       canon.size == len && memcmp(canon.data, buf, len) == 0
-				   ? ""
-				   : " (valid, not in canonical form)");
+			verdict(out, argv[i], NULL, 0,
+				canon.size == len && memcmp(canon.data, buf, len) == 0);
 		}
 		msgpack_sbuffer_destroy(&canon);
 		free(buf);
+	}
+	if (out) {
+		char *text = json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		if (text)
+			printf("%s\n", text);
+		free(text);
+		json_decref(out);
 	}
 	return worst;
 }
@@ -254,12 +281,29 @@ static int do_file(const char *kind, const char *path)
 	return TB_EXIT_OK;
 }
 
+/* The verb, on the @p n files it was given. */
+static int run_verb(const char *verb, int n, const char **files, int hex, int as_json)
+{
+	if (strcmp(verb, "encode") == 0 && n <= 1)
+		return do_encode(n ? files[0] : NULL, hex);
+	if (strcmp(verb, "decode") == 0 && n <= 1)
+		return do_decode(n ? files[0] : NULL, hex);
+	if (strcmp(verb, "check") == 0 && n >= 1)
+		return do_check(n, files, hex, as_json);
+	if (strcmp(verb, "config") == 0 && n <= 1)
+		return do_file(verb, n ? files[0] : NULL);
+	if ((strcmp(verb, "runtime") == 0 || strcmp(verb, "recipe") == 0) && n == 1)
+		return do_file(verb, files[0]);
+	usage(stderr);
+	return TB_EXIT_USAGE;
+}
+
 int tb_cmd_schema(int argc, char **argv)
 {
 	enum { MAX_FILES = 4096 };
 	static const char *files[MAX_FILES];
 	const char *verb = argc > 1 ? argv[1] : NULL;
-	int hex = 0, rc;
+	int hex = 0, as_json = 0, rc;
 
 	if (!verb || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
 		usage(verb ? stdout : stderr);
@@ -269,6 +313,7 @@ int tb_cmd_schema(int argc, char **argv)
 	int messages = !strcmp(verb, "encode") || !strcmp(verb, "decode") || !strcmp(verb, "check");
 	const tb_opt_t opts[] = {
 		{ messages ? "--hex" : NULL, TB_OPT_FLAG, &hex, 0, 0, NULL },
+		{ strcmp(verb, "check") ? NULL : "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL },
 		{ NULL, 0, NULL, 0, 0, NULL },
 	};
 	char cmd[32];
@@ -276,17 +321,5 @@ int tb_cmd_schema(int argc, char **argv)
 	tb_opts_t o = { cmd, opts, files, MAX_FILES, 0 };
 	if ((rc = tb_cmd_options(&o, argc, argv, 2, usage)) >= 0)
 		return rc;
-	int n = o.npos;
-	if (strcmp(verb, "encode") == 0 && n <= 1)
-		return do_encode(n ? files[0] : NULL, hex);
-	if (strcmp(verb, "decode") == 0 && n <= 1)
-		return do_decode(n ? files[0] : NULL, hex);
-	if (strcmp(verb, "check") == 0 && n >= 1)
-		return do_check(n, files, hex);
-	if (strcmp(verb, "config") == 0 && n <= 1)
-		return do_file(verb, n ? files[0] : NULL);
-	if ((strcmp(verb, "runtime") == 0 || strcmp(verb, "recipe") == 0) && n == 1)
-		return do_file(verb, files[0]);
-	usage(stderr);
-	return TB_EXIT_USAGE;
+	return run_verb(verb, o.npos, files, hex, as_json);
 }

@@ -38,6 +38,13 @@ contains "check on a JSON file says to encode it" "it is JSON: check wants a mes
   "$tb" schema check "$root/schemas/examples/task.json"
 "$tb" schema encode "$root/schemas/examples/task.json" >"$tmp/task.msgpack"
 check "check - reads stdin" 0 sh -c '"$0" schema check - <"$1"' "$tb" "$tmp/task.msgpack"
+"$tb" schema check --json "$tmp/task.msgpack" "$root/schemas/examples/task.json" >"$tmp/check.json"
+if python3 -c '
+import json, sys
+good, bad = json.load(open(sys.argv[1]))
+assert good["ok"] is True and good["canonical"] is True, good
+assert bad["ok"] is False and "not a MessagePack map" in bad["reason"] and "encode" in bad["hint"], bad
+' "$tmp/check.json"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL check --json"; cat "$tmp/check.json"; fi
 printf '\xc1' >"$tmp/junk.bin"
 check "check refuses junk" 4 "$tb" schema check "$tmp/junk.bin"
 check "runtime example is valid" 0 "$tb" schema runtime "$root/examples/runtimes/default.json"
