@@ -63,9 +63,11 @@ static void usage(FILE *out)
 		     "Runs taskbox's embedded demo, all in this process: librdkafka's mock\n"
 		     "cluster, a local directory as the artifact store, the in-process\n"
 		     "ledger, one worker. It submits the hello recipe's task (committed to a\n"
-		     "fresh git repository from DIR, default examples/recipes/hello), the\n"
+		     "fresh git repository from DIR, default examples/recipes/hello, or the\n"
+		     "installed share/taskbox/recipes/hello outside a source tree), the\n"
 		     "same task again, an interactive session of the chat recipe (--chat\n"
-		     "DIR, default examples/recipes/chat) with a follow-up and an end, and\n"
+		     "DIR, default the chat recipe found the same way) with a follow-up and\n"
+		     "an end, and\n"
 		     "bad messages; shows the conversation live, the\n"
 		     "verdict and the dead letters, and where the artifacts are. Building\n"
 		     "sandboxes needs root; without it the demo shows intake only.\n"
@@ -615,9 +617,35 @@ out:
 	return rc;
 }
 
+/* Where the example recipe @p name is: examples/recipes/ under the
+ * current directory (a source tree), else the installed share/taskbox/
+ * recipes/ beside the running program's bin/. */
+static const char *example_recipe(const char *name, char *buf, size_t len)
+{
+	char self[4096];
+	ssize_t n;
+
+	snprintf(buf, len, "examples/recipes/%s", name);
+	if (access(buf, F_OK) == 0)
+		return buf;
+	if ((n = readlink("/proc/self/exe", self, sizeof(self) - 1)) > 0) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash)
+			*slash = '\0';
+		snprintf(buf, len, "%s/../share/taskbox/recipes/%s", self, name);
+		if (access(buf, F_OK) == 0)
+			return buf;
+	}
+	snprintf(buf, len, "examples/recipes/%s", name);
+	return buf;
+}
+
 int tb_cmd_demo(int argc, char **argv)
 {
-	const char *recipe = "examples/recipes/hello", *chat = "examples/recipes/chat";
+	static char hello[4200], chats[4200];
+	const char *recipe = example_recipe("hello", hello, sizeof(hello));
+	const char *chat = example_recipe("chat", chats, sizeof(chats));
 	int keep = 0, rc;
 	const tb_opt_t opts[] = {
 		{ "--recipe", TB_OPT_STRING, &recipe, 0, 0, NULL },

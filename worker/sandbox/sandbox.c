@@ -339,7 +339,7 @@ static int try_init(const char *path)
 static void find_init_once(void)
 {
 	const char *env = getenv("TASKBOX_SANDBOX_INIT");
-	char self[PATH_MAX], near[PATH_MAX + sizeof(INIT_NAME) + 1];
+	char self[PATH_MAX], near[PATH_MAX + sizeof(INIT_NAME) + 32];
 	ssize_t n;
 
 	if (env && *env) {
@@ -348,7 +348,12 @@ static void find_init_once(void)
 	}
 	if ((n = readlink("/proc/self/exe", self, sizeof(self) - 1)) > 0) {
 		self[n] = '\0';
-		snprintf(near, sizeof(near), "%s/%s", dirname(self), INIT_NAME);
+		const char *dir = dirname(self);
+		snprintf(near, sizeof(near), "%s/%s", dir, INIT_NAME);
+		if (try_init(near))
+			return;
+		/* an installed tree, wherever its prefix: bin/ and libexec/taskbox/ */
+		snprintf(near, sizeof(near), "%s/../libexec/taskbox/%s", dir, INIT_NAME);
 		if (try_init(near))
 			return;
 	}

@@ -113,8 +113,9 @@ int tb_sandbox_create(tb_sandbox_t **out, const tb_seccomp_t *policy, const tb_s
 /**
  * Finds taskbox-sandbox-init, the program every sandbox runs as its init
  * (pid 1): $TASKBOX_SANDBOX_INIT if set, else next to the running
- * program, else (builds with tests) the build tree's, else the installed
- * libexec/taskbox/. Only a regular executable owned by root or the
+ * program, else ../libexec/taskbox/ from it (an installed tree, whatever
+ * its prefix), else (builds with tests) the build tree's, else the
+ * configured prefix's libexec/taskbox/. Only a regular executable owned by root or the
  * worker's user, writable by no one else, in directories others cannot
  * write, is taken; it is opened once and every sandbox executes that
  * open file. The worker calls this at start to fail early.

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `cmake --install` lays out a complete system under a fresh prefix, and
+# the installed taskbox works from there alone: its --version, and the
+# demo (sandboxes, the example recipes from share/taskbox/recipes, the
+# init from libexec/taskbox) run from / in a mount namespace where the
+# source and build trees are empty tmpfs. Usage: install.sh BUILD_DIR
+# SOURCE_DIR. As root (the demo builds sandboxes); skips (77) otherwise.
+set -u
+build=$1 root=$2
+[ "$(id -u)" = 0 ] || { echo "skipped: the demo needs root"; exit 77; }
+command -v unshare >/dev/null || { echo "skipped: no unshare(1)"; exit 77; }
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+tmp=$(mktemp -d /tmp/tb-install-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/usr
+# a sanitizer build's leak suppressions, where the hidden source tree's are not
+cp "$root/tests/tools/lsan.supp" "$tmp/lsan.supp"
+export LSAN_OPTIONS=suppressions=$tmp/lsan.supp
+
+if cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1; then ok; else
+  bad "cmake --install"; tail -20 "$tmp/install.log"; fi
+for f in bin/taskbox libexec/taskbox/taskbox-sandbox-init libexec/taskbox/taskbox-demo-agent \
+         share/taskbox/recipes/hello/taskbox.json share/taskbox/recipes/chat/taskbox.json \
+         share/doc/taskbox/examples/worker.json share/doc/taskbox/examples/runtimes/default.json \
+         share/doc/taskbox/examples/taskbox-worker.service share/doc/taskbox/LICENSE \
+         share/doc/taskbox/README.md share/doc/taskbox/schemas/task.md; do
+  if [ -e "$prefix/$f" ]; then ok; else bad "not installed: $f"; fi
+done
+
+# The installed tree alone: source and build out of reach (a private
+# mount namespace: nothing of it reaches the host's mounts).
+unshare -m --propagation private sh -c '
+  mount -t tmpfs none "$1" && mount -t tmpfs none "$2" || exit 99
+  cd / && "$3/bin/taskbox" --version && "$3/bin/taskbox" demo
+' sh "$build" "$root" "$prefix" >"$tmp/run.log" 2>&1
+rc=$?
+if [ "$rc" = 0 ]; then ok; else bad "the installed demo, trees hidden: exit $rc"; tail -30 "$tmp/run.log"; fi
+if grep -q "^taskbox [0-9]" "$tmp/run.log"; then ok; else bad "--version from the installed tree"; fi
+if grep -q "succeeded" "$tmp/run.log"; then ok; else bad "the demo's tasks succeeded"; tail -30 "$tmp/run.log"; fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
