@@ -25,9 +25,29 @@ for f in bin/taskbox libexec/taskbox/taskbox-sandbox-init libexec/taskbox/taskbo
          share/taskbox/recipes/hello/taskbox.json share/taskbox/recipes/chat/taskbox.json \
          share/doc/taskbox/examples/worker.json share/doc/taskbox/examples/runtimes/default.json \
          share/doc/taskbox/examples/taskbox-worker.service share/doc/taskbox/LICENSE \
-         share/doc/taskbox/README.md share/doc/taskbox/schemas/task.md; do
+         share/doc/taskbox/README.md share/doc/taskbox/schemas/task.md \
+         share/man/man1/taskbox.1 share/man/man1/taskbox-worker.1 share/man/man1/taskbox-submit.1 \
+         share/bash-completion/completions/taskbox share/zsh/site-functions/_taskbox; do
   if [ -e "$prefix/$f" ]; then ok; else bad "not installed: $f"; fi
 done
+
+# every command has its page, and the pages render without a warning
+for c in $("$prefix/bin/taskbox" --help | sed -n '/^commands:/,/^$/s/^  \([a-z]*\) .*/\1/p'); do
+  if grep -q "^\.TH TASKBOX-$(printf '%s' "$c" | tr a-z A-Z) 1" "$prefix/share/man/man1/taskbox-$c.1" 2>/dev/null
+  then ok; else bad "no man page for taskbox $c"; fi
+done
+if command -v man >/dev/null; then
+  warn=$(MANWIDTH=80 man --warnings -l "$prefix"/share/man/man1/*.1 2>&1 >/dev/null)
+  if [ -z "$warn" ]; then ok; else bad "man pages warn: $warn"; fi
+fi
+# bash completes the commands and each command's options
+complete_words() { # complete_words WORD... : what bash offers for the last word
+  bash -c '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _taskbox; echo "${COMPREPLY[*]}"' \
+    sh "$prefix/share/bash-completion/completions/taskbox" "$@"
+}
+if [ "$(complete_words taskbox wor)" = worker ]; then ok; else bad "completion of 'taskbox wor'"; fi
+if complete_words taskbox submit --re | grep -qw -- --recipe; then ok; else
+  bad "completion of 'taskbox submit --re': $(complete_words taskbox submit --re)"; fi
 
 # The installed tree alone: source and build out of reach (a private
 # mount namespace: nothing of it reaches the host's mounts).
