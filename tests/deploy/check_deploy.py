@@ -368,6 +368,16 @@ def check_dockerfile(defaults):
                 f"missing {missing}")
     else:
         C.ok(f"{path}: build stage installs with deploy/local/install-deps build (its build_pkgs)")
+    # The runtime image's OCI labels: its version is project()'s.
+    run_text = read(path)
+    lv = re.search(r"ARG TASKBOX_VERSION=([0-9.]+)", run_text)
+    C.check(lv is not None and lv.group(1) == project_version(), path,
+            f"the image's version label default is project()'s ({project_version()})",
+            f"ARG TASKBOX_VERSION={lv.group(1) if lv else None}")
+    for label in ("org.opencontainers.image.version", "org.opencontainers.image.revision",
+                  "org.opencontainers.image.licenses=\"Apache-2.0\""):
+        C.check(label in run_text, path, f"labels {label}")
+    C.check("-DTB_REVISION=" in build_text, path, "the build names its commit (TB_REVISION)")
     cm = re.search(r"cmake\s+-S[^&]*", build_text)
     cmake_args = cm.group(0) if cm else ""
     C.check("-DCMAKE_BUILD_TYPE=Release" in cmake_args and "-DTB_SANITIZE=ON" not in cmake_args,
