@@ -7,7 +7,9 @@
 #include "tb/health.h"
 
 #include "tb/clock.h"
+#include "tb/codec.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,6 +47,7 @@ void tb_health_dep(tb_dep_t d, int up, const char *why)
 	H.dep[d].known = 1;
 	H.dep[d].up = up;
 	snprintf(H.dep[d].why, sizeof(H.dep[d].why), "%s", why ? why : "");
+	tb_utf8_sanitize(H.dep[d].why); /* a JSON string, in /readyz's body */
 	pthread_mutex_unlock(&lock);
 }
 
@@ -56,50 +59,38 @@ int tb_health_dep_up(tb_dep_t d)
 	return up;
 }
 
-/* @p s as a JSON string's inside, into @p f. */
-static void json_text(FILE *f, const char *s)
-{
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-}
-
 int tb_health_render(FILE *f, int ready)
 {
 	uint64_t now = tb_mono_ms();
+	json_t *o = json_object(), *deps = ready ? json_object() : NULL;
 
 	pthread_mutex_lock(&lock);
 	uint64_t ago = H.turned_ms ? now - H.turned_ms : 0;
-	int alive = H.turned_ms && ago <= TB_HEALTH_STALL_MS;
-	int ok = alive;
-	if (ready)
-		for (int d = 0; d < TB_DEP_COUNT; d++)
-			ok &= H.dep[d].known && H.dep[d].up;
-	fprintf(f, "{\"%s\":%s,\"loop_ms_ago\":%llu", ready ? "ready" : "alive",
-		ok ? "true" : "false", (unsigned long long)(H.turned_ms ? ago : 0));
-	if (!H.turned_ms)
-		fputs(",\"reason\":\"the main loop has not started\"", f);
-	else if (!alive)
-		fprintf(f, ",\"reason\":\"the main loop has not turned for %llu s\"",
-			(unsigned long long)(ago / 1000));
-	if (ready) {
-		fputs(",\"dependencies\":{", f);
-		for (int d = 0; d < TB_DEP_COUNT; d++) {
-			fprintf(f, "%s\"%s\":{\"up\":%s,\"why\":\"", d ? "," : "", names[d],
-				H.dep[d].known && H.dep[d].up ? "true" : "false");
-			json_text(f, H.dep[d].known ? H.dep[d].why : "not known yet");
-			fputs("\"}", f);
-		}
-		fputc('}', f);
+	int alive = H.turned_ms && ago <= TB_HEALTH_STALL_MS, ok = alive;
+	for (int d = 0; deps && d < TB_DEP_COUNT; d++) {
+		int up = H.dep[d].known && H.dep[d].up;
+		ok &= up;
+		json_object_set_new(deps, names[d],
+				    json_pack("{s:b,s:s}", "up", up, "why",
+					      H.dep[d].known ? H.dep[d].why : "not known yet"));
 	}
-	fputs("}\n", f);
+	uint64_t turned = H.turned_ms;
 	pthread_mutex_unlock(&lock);
+	json_object_set_new(o, ready ? "ready" : "alive", json_boolean(ok));
+	json_object_set_new(o, "loop_ms_ago", json_integer((json_int_t)ago));
+	if (!turned)
+		json_object_set_new(o, "reason", json_string("the main loop has not started"));
+	else if (!alive) {
+		char why[80];
+		snprintf(why, sizeof(why), "the main loop has not turned for %llu s",
+			 (unsigned long long)(ago / 1000));
+		json_object_set_new(o, "reason", json_string(why));
+	}
+	if (deps)
+		json_object_set_new(o, "dependencies", deps);
+	json_dumpf(o, f, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	fputc('\n', f);
+	json_decref(o);
 	return ok;
 }
 

@@ -39,9 +39,10 @@ void tb_log_set_json(int json)
 	atomic_store(&log_json, json != 0);
 }
 
-/* Appends @p s as a JSON string: quote, backslash and control characters
- * escaped; @p s must be UTF-8 (tb_utf8_sanitize). */
-static size_t append_json(char *buf, size_t pos, size_t cap, const char *s)
+/* Appends @p s quoted, escaping quote, backslash and newline; other
+ * control characters become a space in logfmt, \u00XX with @p json (then
+ * @p s must be UTF-8: tb_utf8_sanitize). */
+static size_t append_quoted(char *buf, size_t pos, size_t cap, const char *s, int json)
 {
 	if (pos + 1 < cap)
 		buf[pos++] = '"';
@@ -53,8 +54,10 @@ static size_t append_json(char *buf, size_t pos, size_t cap, const char *s)
 		} else if (c == '\n') {
 			buf[pos++] = '\\';
 			buf[pos++] = 'n';
-		} else if (c < 0x20) {
+		} else if (c < 0x20 && json) {
 			pos += (size_t)snprintf(buf + pos, cap - pos, "\\u%04x", c);
+		} else if (c < 0x20) {
+			buf[pos++] = ' ';
 		} else {
 			buf[pos++] = (char)c;
 		}
@@ -75,12 +78,12 @@ static size_t json_line(char *line, size_t cap, const char *ts, const char *leve
 		snprintf(task, sizeof(task), "%s", task_id);
 		tb_utf8_sanitize(task);
 		pos += (size_t)snprintf(line + pos, cap - pos, ",\"task\":");
-		pos = append_json(line, pos, cap, task);
+		pos = append_quoted(line, pos, cap, task, 1);
 	}
 	tb_utf8_sanitize(msg);
 	if (pos < cap)
 		pos += (size_t)snprintf(line + pos, cap - pos, ",\"msg\":");
-	pos = append_json(line, pos < cap ? pos : cap - 1, cap, msg);
+	pos = append_quoted(line, pos < cap ? pos : cap - 1, cap, msg, 1);
 	if (pos + 1 < cap)
 		line[pos++] = '}';
 	return pos;
@@ -95,30 +98,6 @@ int tb_log_parse_level(tb_log_level_t *out, const char *name)
 		}
 	}
 	return TB_EINVAL;
-}
-
-/* Appends @p s quoted, escaping quote, backslash and control characters. */
-static size_t append_quoted(char *buf, size_t pos, size_t cap, const char *s)
-{
-	if (pos + 1 < cap)
-		buf[pos++] = '"';
-	for (; *s && pos + 4 < cap; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\') {
-			buf[pos++] = '\\';
-			buf[pos++] = (char)c;
-		} else if (c == '\n') {
-			buf[pos++] = '\\';
-			buf[pos++] = 'n';
-		} else if (c < 0x20) {
-			buf[pos++] = ' ';
-		} else {
-			buf[pos++] = (char)c;
-		}
-	}
-	if (pos + 1 < cap)
-		buf[pos++] = '"';
-	return pos;
 }
 
 void tb_log(tb_log_level_t level, const char *task_id, const char *fmt, ...)
@@ -153,10 +132,10 @@ void tb_log(tb_log_level_t level, const char *task_id, const char *fmt, ...)
 				(long)(now % 1000), level_names[level]);
 	if (task_id) {
 		pos += (size_t)snprintf(line + pos, sizeof(line) - pos, " task=");
-		pos = append_quoted(line, pos, sizeof(line), task_id);
+		pos = append_quoted(line, pos, sizeof(line), task_id, 0);
 	}
 	pos += (size_t)snprintf(line + pos, sizeof(line) - pos, " msg=");
-	pos = append_quoted(line, pos, sizeof(line), msg);
+	pos = append_quoted(line, pos, sizeof(line), msg, 0);
 	if (pos >= sizeof(line))
 		pos = sizeof(line) - 1;
 	line[pos++] = '\n';

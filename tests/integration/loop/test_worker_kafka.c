@@ -98,12 +98,13 @@ static int log_has(const char *log, const char *what, const char *also, int seco
 }
 
 /* The records on @p topic's partition 0 from its beginning, read until
- * @p want are there or @p seconds pass. */
-static int dlq_records(const char *topic, int want, int seconds)
+ * @p want are there (or, with @p needle, one whose reason holds it) or
+ * @p seconds pass; *@p found (if given) whether such a reason came. */
+static int dlq_scan(const char *topic, int want, int seconds, const char *needle, int *found)
 {
 	tb_error_t err;
 	rd_kafka_t *c;
-	int n = 0;
+	int n = 0, hit = 0;
 
 	assert_int_equal(
 	    tb_kafka_consumer_new(&c, brokers, "itest-dlq-reader", NULL, NULL, NULL, NULL, &err),
@@ -112,46 +113,38 @@ static int dlq_records(const char *topic, int want, int seconds)
 	rd_kafka_topic_partition_list_add(parts, topic, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
 	rd_kafka_assign(c, parts);
 	rd_kafka_topic_partition_list_destroy(parts);
-	for (int i = 0; i < 2 * seconds && n < want; i++) {
-		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
-		if (m) {
-			n += !m->err;
-			rd_kafka_message_destroy(m);
-		}
-	}
-	rd_kafka_consumer_close(c);
-	rd_kafka_destroy(c);
-	return n;
-}
-
-/* Whether a record on @p topic's partition 0 has a reason holding
- * @p needle, read from the beginning until @p seconds pass. */
-static int dlq_reason_has(const char *topic, const char *needle, int seconds)
-{
-	tb_error_t err;
-	rd_kafka_t *c;
-	int found = 0;
-
-	assert_int_equal(
-	    tb_kafka_consumer_new(&c, brokers, "itest-dlq-reasons", NULL, NULL, NULL, NULL, &err),
-	    0);
-	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(parts, topic, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
-	rd_kafka_assign(c, parts);
-	rd_kafka_topic_partition_list_destroy(parts);
-	for (int i = 0; i < 2 * seconds && !found; i++) {
+	for (int i = 0; i < 2 * seconds && n < want && !hit; i++) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 500);
 		tb_dlq_t rec;
-		if (m && !m->err &&
-		    tb_msg_decode(&tb_schema_dlq, &rec, m->payload, m->len, &err) == 0) {
-			found = strstr(rec.reason, needle) != NULL;
-			tb_msg_free(&tb_schema_dlq, &rec);
+		if (m && !m->err) {
+			n++;
+			if (needle &&
+			    tb_msg_decode(&tb_schema_dlq, &rec, m->payload, m->len, &err) == 0) {
+				hit = strstr(rec.reason, needle) != NULL;
+				tb_msg_free(&tb_schema_dlq, &rec);
+			}
 		}
 		if (m)
 			rd_kafka_message_destroy(m);
 	}
 	rd_kafka_consumer_close(c);
 	rd_kafka_destroy(c);
+	if (found)
+		*found = hit;
+	return n;
+}
+
+static int dlq_records(const char *topic, int want, int seconds)
+{
+	return dlq_scan(topic, want, seconds, NULL, NULL);
+}
+
+/* Whether a record on @p topic's partition 0 has a reason holding
+ * @p needle, read from the beginning until @p seconds pass. */
+static int dlq_reason_has(const char *topic, const char *needle, int seconds)
+{
+	int found;
+	dlq_scan(topic, 1 << 20, seconds, needle, &found);
 	return found;
 }
 
