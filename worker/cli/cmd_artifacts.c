@@ -24,13 +24,13 @@ static void usage(FILE *out)
 	fprintf(
 	    out,
 	    "usage: taskbox artifacts list  [--config FILE] [--json] TASK_ID\n"
-	    "       taskbox artifacts get   [--config FILE] [-o FILE] TASK_ID PATH\n"
+	    "       taskbox artifacts get   [--config FILE] [--output FILE] TASK_ID PATH\n"
 	    "       taskbox artifacts share [--config FILE] [--expires SECONDS] TASK_ID PATH\n\n"
 	    "The files a done task's agent wrote under /outputs, as its manifest\n"
 	    "records them (the attempt its done-marker names), plus its conversation\n"
 	    "record and manifest. PATH is the file's path under /outputs as `list`\n"
 	    "shows it; `conversation` and `manifest` name the record and the manifest.\n"
-	    "  get -o FILE         where to write it (default: PATH's last part, here);\n"
+	    "  get --output FILE   where to write it (default: PATH's last part, here);\n"
 	    "                      written only if its SHA-256 matches the stored one\n"
 	    "  share --expires S   the URL's lifetime, 1..604800 (default 3600);\n"
 	    "                      S3 stores only\n"
@@ -214,12 +214,12 @@ int tb_cmd_artifacts(int argc, char **argv)
 	uint64_t expires = DEFAULT_SHARE_SECONDS;
 	/* each verb's own options: the rest are unknown to it */
 	const tb_opt_t opts[] = {
-		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
-		want == 1 ? (tb_opt_t){ "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL }
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL, 'c' },
+		want == 1 ? (tb_opt_t){ "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL, 'j' }
 		: !strcmp(what, "get")
-		    ? (tb_opt_t){ "-o", TB_OPT_STRING, &out, 0, 0, NULL }
-		    : (tb_opt_t){ "--expires", TB_OPT_UINT, &expires, 1, 604800, "seconds" },
-		{ NULL, 0, NULL, 0, 0, NULL },
+		    ? (tb_opt_t){ "--output", TB_OPT_STRING, &out, 0, 0, NULL, 'o' }
+		    : (tb_opt_t){ "--expires", TB_OPT_UINT, &expires, 1, 604800, "seconds", 0 },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
 	};
 	char cmd[32];
 	snprintf(cmd, sizeof(cmd), "artifacts %s", what);

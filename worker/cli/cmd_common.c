@@ -55,6 +55,24 @@ int tb_cmd_load_config(tb_config_t *cfg, const char *given, tb_error_t *err)
 	return tb_config_load(cfg, NULL, err);
 }
 
+/* The usage's last lines, from the table itself so that they cannot
+ * drift: "Short forms: -c --config, -j --json, -h --help, -V --version; ...",
+ * wrapped before 80 columns. */
+static void print_short_forms(FILE *out, const tb_opt_t *opts)
+{
+	int col = fprintf(out, "Short forms:");
+	for (const tb_opt_t *o = opts; o->name; o++) {
+		if (!o->letter)
+			continue;
+		if (col + (int)strlen(o->name) + 6 > 78)
+			col = fprintf(out, "\n");
+		col += fprintf(out, " -%c %s,", o->letter, o->name);
+	}
+	if (col > 40)
+		fprintf(out, "\n");
+	fprintf(out, " -h --help, -V --version; letters combine (-ab is -a -b).\n");
+}
+
 int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)(FILE *out))
 {
 	switch (tb_opts_parse(o, argc, argv, first)) {
@@ -62,6 +80,9 @@ int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)
 		return -1;
 	case TB_OPTS_HELP:
 		usage(stdout);
+		print_short_forms(stdout, o->opts);
+		return TB_EXIT_OK;
+	case TB_OPTS_LISTED:
 		return TB_EXIT_OK;
 	case TB_OPTS_VERSION:
 		tb_cmd_print_version(stdout);

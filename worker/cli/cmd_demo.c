@@ -648,10 +648,10 @@ int tb_cmd_demo(int argc, char **argv)
 	const char *chat = example_recipe("chat", chats, sizeof(chats));
 	int keep = 0, rc;
 	const tb_opt_t opts[] = {
-		{ "--recipe", TB_OPT_STRING, &recipe, 0, 0, NULL },
-		{ "--chat", TB_OPT_STRING, &chat, 0, 0, NULL },
-		{ "--keep", TB_OPT_FLAG, &keep, 0, 0, NULL },
-		{ NULL, 0, NULL, 0, 0, NULL },
+		{ "--recipe", TB_OPT_STRING, &recipe, 0, 0, NULL, 'r' },
+		{ "--chat", TB_OPT_STRING, &chat, 0, 0, NULL, 0 },
+		{ "--keep", TB_OPT_FLAG, &keep, 0, 0, NULL, 'k' },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
 	};
 	tb_opts_t o = { "demo", opts, NULL, 0, 0 };
 

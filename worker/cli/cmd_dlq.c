@@ -249,9 +249,9 @@ int tb_cmd_dlq(int argc, char **argv)
 	tb_config_t cfg;
 	tb_error_t err;
 	const tb_opt_t opts[] = {
-		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
-		{ "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL },
-		{ NULL, 0, NULL, 0, 0, NULL },
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL, 'c' },
+		{ "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL, 'j' },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
 	};
 	tb_opts_t o = { "dlq", opts, pos, 2, 0 };
 

@@ -312,9 +312,9 @@ int tb_cmd_schema(int argc, char **argv)
 	/* --hex is for the verbs that read or write messages */
 	int messages = !strcmp(verb, "encode") || !strcmp(verb, "decode") || !strcmp(verb, "check");
 	const tb_opt_t opts[] = {
-		{ messages ? "--hex" : NULL, TB_OPT_FLAG, &hex, 0, 0, NULL },
-		{ strcmp(verb, "check") ? NULL : "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL },
-		{ NULL, 0, NULL, 0, 0, NULL },
+		{ messages ? "--hex" : NULL, TB_OPT_FLAG, &hex, 0, 0, NULL, 0 },
+		{ strcmp(verb, "check") ? NULL : "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL, 'j' },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
 	};
 	char cmd[32];
 	snprintf(cmd, sizeof(cmd), "schema %.16s", verb);

@@ -89,10 +89,11 @@ static int send_followup(int argc, char **argv, const char *cmd)
 
 	const char *pos[2] = { NULL, NULL };
 	const tb_opt_t opts[] = {
-		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
-		{ "--seq", TB_OPT_UINT, &given, 1, 1000000, NULL },
-		{ is_end ? NULL : "--file", TB_OPT_STRING, &file, 0, 0, NULL }, /* not for end */
-		{ NULL, 0, NULL, 0, 0, NULL },
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL, 'c' },
+		{ "--seq", TB_OPT_UINT, &given, 1, 1000000, NULL, 0 },
+		/* not for end: its NULL name ends the table here */
+		{ is_end ? NULL : "--file", TB_OPT_STRING, &file, 0, 0, NULL, 'f' },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
 	};
 	tb_opts_t o = { cmd, opts, pos, is_end ? 1 : 2, 0 };
 

@@ -371,11 +371,11 @@ int tb_cmd_top(int argc, char **argv)
 
 	uint64_t every = 2;
 	const tb_opt_t opts[] = {
-		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
-		{ "--interval", TB_OPT_UINT, &every, 1, 60, "seconds" },
-		{ "--once", TB_OPT_FLAG, &once, 0, 0, NULL },
-		{ "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL },
-		{ NULL, 0, NULL, 0, 0, NULL },
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL, 'c' },
+		{ "--interval", TB_OPT_UINT, &every, 1, 60, "seconds", 'n' },
+		{ "--once", TB_OPT_FLAG, &once, 0, 0, NULL, 0 },
+		{ "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL, 'j' },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
 	};
 	tb_opts_t o = { "top", opts, NULL, 0, 0 };
 

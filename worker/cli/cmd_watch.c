@@ -57,13 +57,13 @@ int tb_cmd_watch(int argc, char **argv)
 	tb_error_t err;
 
 	const tb_opt_t opts[] = {
-		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
-		{ "--json", TB_OPT_FLAG, &json, 0, 0, NULL },
-		{ "--follow", TB_OPT_FLAG, &follow, 0, 0, NULL },
-		{ "--from-beginning", TB_OPT_FLAG, &from_beginning, 0, 0, NULL },
-		{ "--since", TB_OPT_UINT, &since_s, 1, 366 * 86400, "seconds" },
-		{ "--timeout", TB_OPT_UINT, &timeout_s, 1, 366 * 86400, "seconds" },
-		{ NULL, 0, NULL, 0, 0, NULL },
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL, 'c' },
+		{ "--json", TB_OPT_FLAG, &json, 0, 0, NULL, 'j' },
+		{ "--follow", TB_OPT_FLAG, &follow, 0, 0, NULL, 'f' },
+		{ "--from-beginning", TB_OPT_FLAG, &from_beginning, 0, 0, NULL, 0 },
+		{ "--since", TB_OPT_UINT, &since_s, 1, 366 * 86400, "seconds", 0 },
+		{ "--timeout", TB_OPT_UINT, &timeout_s, 1, 366 * 86400, "seconds", 't' },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
 	};
 	tb_opts_t opt = { "watch", opts, &task, 1, 0 };
 

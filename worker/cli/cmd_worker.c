@@ -145,8 +145,8 @@ int tb_cmd_worker(int argc, char **argv)
 	int rc = TB_EXIT_CONFIG;
 
 	const tb_opt_t opts[] = {
-		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL },
-		{ NULL, 0, NULL, 0, 0, NULL },
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL, 'c' },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
 	};
 	tb_opts_t o = { "worker", opts, NULL, 0, 0 };
 

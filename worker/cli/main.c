@@ -45,7 +45,8 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return TB_EXIT_OK;
 	}
-	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0 ||
+	    strcmp(argv[1], "version") == 0) {
 		tb_cmd_print_version(stdout);
 		return TB_EXIT_OK;
 	}

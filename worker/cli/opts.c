@@ -55,6 +55,93 @@ static int store(const tb_opts_t *p, const tb_opt_t *o, char *v)
 	return TB_OPTS_OK;
 }
 
+/* The table's entry whose short form is @p c, or NULL. */
+static const tb_opt_t *find_letter(const tb_opt_t *opts, char c)
+{
+	for (const tb_opt_t *o = opts; o->name; o++)
+		if (o->letter && o->letter == c)
+			return o;
+	return NULL;
+}
+
+/* Prints the table for the completions: built-ins first. */
+static void list_options(const tb_opt_t *opts)
+{
+	printf("--help\t-h\tflag\n--version\t-V\tflag\n");
+	for (const tb_opt_t *o = opts; o->name; o++) {
+		char letter[3] = { o->letter ? '-' : 0, o->letter, 0 };
+		printf("%s\t%s\t%s\n", o->name, letter,
+		       o->kind == TB_OPT_FLAG   ? "flag"
+		       : o->kind == TB_OPT_UINT ? "number"
+						: "value");
+	}
+}
+
+/* The value of @p o: @p given (after "--name=", even empty), else the
+ * next word. @return TB_OPTS_* */
+static int take_value(const tb_opts_t *p, const tb_opt_t *o, char *given, int argc, char **argv,
+		      int *i)
+{
+	char *v = given ? given : *i + 1 < argc ? argv[++*i] : NULL;
+	if (!v) {
+		fprintf(stderr, "taskbox %s: %s wants a value\n", p->cmd, o->name);
+		return TB_OPTS_BAD;
+	}
+	return store(p, o, v);
+}
+
+/* "--name", "--name=value" or "--name value" at argv[*i]. */
+static int parse_long(tb_opts_t *p, int argc, char **argv, int *i)
+{
+	char *a = argv[*i];
+	if (!strcmp(a, "--help"))
+		return TB_OPTS_HELP;
+	if (!strcmp(a, "--version"))
+		return TB_OPTS_VERSION;
+	if (!strcmp(a, "--list-options")) {
+		list_options(p->opts);
+		return TB_OPTS_LISTED;
+	}
+	char *eq = strchr(a, '=');
+	size_t len = eq ? (size_t)(eq - a) : strlen(a);
+	const tb_opt_t *o = find(p->opts, a, len);
+	if (!o) {
+		fprintf(stderr,
+			"taskbox %s: unknown option '%.*s' (taskbox %s --help lists them)\n",
+			p->cmd, (int)len, a, p->cmd);
+		return TB_OPTS_BAD;
+	}
+	if (o->kind != TB_OPT_FLAG)
+		return take_value(p, o, eq ? eq + 1 : NULL, argc, argv, i);
+	if (eq) {
+		fprintf(stderr, "taskbox %s: %s takes no value\n", p->cmd, o->name);
+		return TB_OPTS_BAD;
+	}
+	return store(p, o, NULL);
+}
+
+/* "-x", "-xvalue", "-x value" or "-abc" at argv[*i]. */
+static int parse_short(tb_opts_t *p, int argc, char **argv, int *i)
+{
+	for (char *c = argv[*i] + 1; *c; c++) {
+		if (*c == 'h')
+			return TB_OPTS_HELP;
+		if (*c == 'V')
+			return TB_OPTS_VERSION;
+		const tb_opt_t *o = find_letter(p->opts, *c);
+		if (!o) {
+			fprintf(stderr,
+				"taskbox %s: unknown option '-%c' (taskbox %s --help lists them)\n",
+				p->cmd, *c, p->cmd);
+			return TB_OPTS_BAD;
+		}
+		if (o->kind != TB_OPT_FLAG)
+			return take_value(p, o, c[1] ? c + 1 : NULL, argc, argv, i);
+		store(p, o, NULL);
+	}
+	return TB_OPTS_OK;
+}
+
 int tb_opts_parse(tb_opts_t *p, int argc, char **argv, int first)
 {
 	int options = 1; /* until "--" */
@@ -75,35 +162,10 @@ int tb_opts_parse(tb_opts_t *p, int argc, char **argv, int first)
 			options = 0;
 			continue;
 		}
-		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-			return TB_OPTS_HELP;
-		if (!strcmp(a, "--version"))
-			return TB_OPTS_VERSION;
-		const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
-		size_t len = eq ? (size_t)(eq - a) : strlen(a);
-		const tb_opt_t *o = find(p->opts, a, len);
-		if (!o) {
-			fprintf(stderr,
-				"taskbox %s: unknown option '%.*s' (taskbox %s --help "
-				"lists them)\n",
-				p->cmd, (int)len, a, p->cmd);
-			return TB_OPTS_BAD;
-		}
-		if (o->kind == TB_OPT_FLAG) {
-			if (eq) {
-				fprintf(stderr, "taskbox %s: %s takes no value\n", p->cmd, o->name);
-				return TB_OPTS_BAD;
-			}
-			store(p, o, NULL);
-			continue;
-		}
-		char *v = eq ? argv[i] + len + 1 : i + 1 < argc ? argv[++i] : NULL;
-		if (!v) {
-			fprintf(stderr, "taskbox %s: %s wants a value\n", p->cmd, o->name);
-			return TB_OPTS_BAD;
-		}
-		if (store(p, o, v) != TB_OPTS_OK)
-			return TB_OPTS_BAD;
+		int rc =
+		    a[1] == '-' ? parse_long(p, argc, argv, &i) : parse_short(p, argc, argv, &i);
+		if (rc != TB_OPTS_OK)
+			return rc;
 	}
 	return TB_OPTS_OK;
 }

@@ -4,10 +4,20 @@
  *
  *   --name value and --name=value     an option with a value
  *   --name                            a flag
+ *   -x value and -xvalue              an option's short form, where its
+ *                                     table entry has a letter
+ *   -abc                              short flags combined (getopt's rule:
+ *                                     a letter that takes a value takes the
+ *                                     rest of the word, or the next word)
  *   -h, --help                        the command's usage (on stdout)
+ *   -V, --version                     taskbox's version (on stdout)
  *   --                                the end of options: what follows is
  *                                     positional, even if it starts with -
  *   -                                 positional (a command's "stdin")
+ *   --list-options                    the table itself, one option a line
+ *                                     ("--config\t-c\tvalue"; flag, value
+ *                                     or number): what the shell
+ *                                     completions are written from
  *
  * An unknown option, a flag given a value, an option missing its value,
  * a number out of its range and one positional too many are each said on
@@ -33,11 +43,12 @@ typedef struct tb_opt_list {
 } tb_opt_list_t;
 
 typedef struct tb_opt {
-	const char *name; /* "--config", or a short "-o"; NULL ends a table */
+	const char *name; /* "--config"; NULL ends a table */
 	tb_opt_kind_t kind;
 	void *dest;
 	uint64_t min, max; /* TB_OPT_UINT */
 	const char *unit;  /* TB_OPT_UINT: named in its error ("seconds") */
+	char letter;       /* the short form's letter ('c' for -c), or 0 */
 } tb_opt_t;
 
 typedef struct tb_opts {
@@ -53,6 +64,7 @@ enum {
 	TB_OPTS_HELP = 1,    /* --help: print the usage on stdout, exit 0 */
 	TB_OPTS_BAD = 2,     /* said on stderr: exit TB_EXIT_USAGE */
 	TB_OPTS_VERSION = 3, /* --version: print the version on stdout, exit 0 */
+	TB_OPTS_LISTED = 4,  /* --list-options: printed on stdout, exit 0 */
 };
 
 /** Parses argv[first..argc) by @p o's table. @return TB_OPTS_* */

@@ -97,6 +97,13 @@ check "a flag takes no value" 2 "$tb" schema check --hex=1 "$tmp/task.bin"
 contains "a number out of range" "--interval wants 1..60 seconds, not '0'" "$tb" top --interval 0
 contains "a positional too many" "unexpected argument 'b'" "$tb" status a b
 contains "an option missing its value" "--config wants a value" "$tb" watch --config
+# short forms, combined as getopt combines them
+contains "-jc FILE is --json --config FILE" "$tmp/nope.json" "$tb" status -jc "$tmp/nope.json" x
+contains "-cFILE takes the rest of the word" "$tmp/nope.json" "$tb" status -c"$tmp/nope.json" x
+contains "an unknown letter is named" "taskbox submit: unknown option '-z'" "$tb" submit -iwz
+check "-V is --version" 0 "$tb" top -V
+contains "a command's help lists its short forms" "-f --follow" "$tb" watch --help
+check "-- ends the letters too" 0 "$tb" schema check -- "$tmp/task.bin"
 check "help" 0 "$tb" --help
 check "worker help" 0 "$tb" worker --help
 check "worker refuses the mock cluster" 3 env TASKBOX_KAFKA_BROKERS=mock "$tb" worker

@@ -130,7 +130,7 @@ has "and its image cache" "image cache: 0 images" "$tmp/fleet.out"
 expect "artifacts list" 0 "$tmp/list.out" "$tb" artifacts list --config "$cfg" "$id"
 has "artifacts list names hello.txt" "hello.txt" "$tmp/list.out"
 expect "artifacts get" 0 "$tmp/get.out" \
-  "$tb" artifacts get --config "$cfg" -o "$tmp/got.txt" "$id" hello.txt
+  "$tb" artifacts get -c "$cfg" --output "$tmp/got.txt" "$id" hello.txt
 if grep -qF "hello, queue! (task $id, attempt 1)" "$tmp/got.txt"; then ok; else
   bad "the artifact is the agent's file"; fi
 expect "artifacts get of a missing file" 5 "$tmp/get-missing.out" \

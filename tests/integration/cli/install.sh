@@ -48,6 +48,20 @@ complete_words() { # complete_words WORD... : what bash offers for the last word
 if [ "$(complete_words taskbox wor)" = worker ]; then ok; else bad "completion of 'taskbox wor'"; fi
 if complete_words taskbox submit --re | grep -qw -- --recipe; then ok; else
   bad "completion of 'taskbox submit --re': $(complete_words taskbox submit --re)"; fi
+# ... from the parser's own tables: short forms, a verb's own options,
+# files after a value, nothing after a number
+if complete_words taskbox submit - | grep -qw -- -i; then ok; else
+  bad "completion of 'taskbox submit -': $(complete_words taskbox submit -)"; fi
+if [ "$(complete_words taskbox artifacts g)" = get ]; then ok; else
+  bad "completion of 'taskbox artifacts g': $(complete_words taskbox artifacts g)"; fi
+if [ "$(complete_words taskbox artifacts get --ou)" = --output ]; then ok; else
+  bad "completion of 'taskbox artifacts get --ou': $(complete_words taskbox artifacts get --ou)"; fi
+if [ "$(complete_words taskbox artifacts list --ou)" = "" ]; then ok; else
+  bad "'artifacts list' offers get's --output: $(complete_words taskbox artifacts list --ou)"; fi
+if [ "$(cd "$tmp" && complete_words taskbox worker -c install.l)" = install.log ]; then ok; else
+  bad "no file completed after -c: $(cd "$tmp" && complete_words taskbox worker -c install.l)"; fi
+if [ "$(cd "$tmp" && complete_words taskbox top --interval i)" = "" ]; then ok; else
+  bad "files offered after a number: $(cd "$tmp" && complete_words taskbox top --interval i)"; fi
 
 # The installed tree alone: source and build out of reach (a private
 # mount namespace: nothing of it reaches the host's mounts).

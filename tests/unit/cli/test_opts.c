@@ -26,10 +26,10 @@ static void init(args_t *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->list = (tb_opt_list_t){ a->items, 0, 2 };
-	a->opts[0] = (tb_opt_t){ "--config", TB_OPT_STRING, &a->config, 0, 0, NULL };
-	a->opts[1] = (tb_opt_t){ "--json", TB_OPT_FLAG, &a->json, 0, 0, NULL };
-	a->opts[2] = (tb_opt_t){ "--timeout", TB_OPT_UINT, &a->seconds, 1, 60, "seconds" };
-	a->opts[3] = (tb_opt_t){ "-l", TB_OPT_LIST, &a->list, 0, 0, NULL };
+	a->opts[0] = (tb_opt_t){ "--config", TB_OPT_STRING, &a->config, 0, 0, NULL, 'c' };
+	a->opts[1] = (tb_opt_t){ "--json", TB_OPT_FLAG, &a->json, 0, 0, NULL, 'j' };
+	a->opts[2] = (tb_opt_t){ "--timeout", TB_OPT_UINT, &a->seconds, 1, 60, "seconds", 0 };
+	a->opts[3] = (tb_opt_t){ "--label", TB_OPT_LIST, &a->list, 0, 0, NULL, 'l' };
 	a->o = (tb_opts_t){ "test", a->opts, a->pos, 2, 0 };
 }
 
@@ -108,6 +108,62 @@ static void test_opts__help(void **state)
 	assert_int_equal(parse(&a, "t", "--", "-h", NULL), TB_OPTS_OK);
 }
 
+static void test_opts__short_forms_combine_as_getopts_do(void **state)
+{
+	args_t a;
+	(void)state;
+	init(&a); /* flags, then a letter taking the next word */
+	assert_int_equal(parse(&a, "t", "-jc", "f.json", "one", NULL), TB_OPTS_OK);
+	assert_int_equal(a.json, 1);
+	assert_string_equal(a.config, "f.json");
+	assert_int_equal(a.o.npos, 1);
+	init(&a); /* ... or the rest of its own word */
+	assert_int_equal(parse(&a, "t", "-jcf.json", NULL), TB_OPTS_OK);
+	assert_int_equal(a.json, 1);
+	assert_string_equal(a.config, "f.json");
+	init(&a); /* the rest of the word is the value, letters or not */
+	assert_int_equal(parse(&a, "t", "-cj", NULL), TB_OPTS_OK);
+	assert_int_equal(a.json, 0);
+	assert_string_equal(a.config, "j");
+	init(&a);
+	assert_int_equal(parse(&a, "t", "-lx", "-l", "y", NULL), TB_OPTS_OK);
+	assert_int_equal(a.list.n, 2);
+	assert_string_equal(a.items[0], "x");
+	assert_string_equal(a.items[1], "y");
+	init(&a);
+	assert_int_equal(parse(&a, "t", "-jh", NULL), TB_OPTS_HELP);
+	init(&a);
+	assert_int_equal(parse(&a, "t", "-V", NULL), TB_OPTS_VERSION);
+	init(&a); /* the long name still works beside the letter */
+	assert_int_equal(parse(&a, "t", "--config", "x", "-j", NULL), TB_OPTS_OK);
+	assert_string_equal(a.config, "x");
+	assert_int_equal(a.json, 1);
+}
+
+static void test_opts__list_options_prints_the_table(void **state)
+{
+	args_t a;
+	char line[4096] = "";
+	(void)state;
+	init(&a);
+	FILE *saved = stdout, *tmp = tmpfile();
+	assert_non_null(tmp);
+	stdout = tmp;
+	int rc = parse(&a, "t", "--list-options", NULL);
+	fflush(tmp);
+	stdout = saved;
+	rewind(tmp);
+	size_t n = fread(line, 1, sizeof(line) - 1, tmp);
+	line[n] = 0;
+	fclose(tmp);
+	assert_int_equal(rc, TB_OPTS_LISTED);
+	assert_non_null(strstr(line, "--help\t-h\tflag\n"));
+	assert_non_null(strstr(line, "--config\t-c\tvalue\n"));
+	assert_non_null(strstr(line, "--json\t-j\tflag\n"));
+	assert_non_null(strstr(line, "--timeout\t\tnumber\n"));
+	assert_non_null(strstr(line, "--label\t-l\tvalue\n"));
+}
+
 static void test_opts__each_mistake_is_refused(void **state)
 {
 	static const char *const bad[][4] = {
@@ -120,6 +176,10 @@ static void test_opts__each_mistake_is_refused(void **state)
 		{ "--timeout", "-5", NULL }, /* negative */
 		{ "--timeout", "5s", NULL }, /* not a number */
 		{ "--timeout=", NULL },      /* empty */
+		{ "-z", NULL },              /* an unknown letter */
+		{ "-jz", NULL },             /* ... after a known one */
+		{ "-jc", NULL },             /* a letter's value missing */
+		{ "-t", "5", NULL },         /* --timeout has no letter */
 		{ "a", "b", "c", NULL },     /* a positional too many */
 		{
 		    "-l",
@@ -147,6 +207,8 @@ int main(void)
 		cmocka_unit_test(test_opts__equals_form_keeps_the_rest_of_the_word),
 		cmocka_unit_test(test_opts__double_dash_and_lone_dash_are_positional),
 		cmocka_unit_test(test_opts__help),
+		cmocka_unit_test(test_opts__short_forms_combine_as_getopts_do),
+		cmocka_unit_test(test_opts__list_options_prints_the_table),
 		cmocka_unit_test(test_opts__each_mistake_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
