@@ -585,6 +585,28 @@ def check_systemd(drain, defaults):
             C.check(re.search(r"^#?\s*%s=" % var, text, re.M) is not None, env_example, f"names {var}")
 
 
+def check_debian(docs, defaults):
+    """The package's /etc/taskbox/worker.json: valid, the code's names, the
+    runtimes where the package puts them, the metrics port everyone uses."""
+    path = "deploy/debian/worker.json"
+    if not C.check(path in docs, path, "exists and parses"):
+        return
+    cfg = docs[path][0]
+    schema_check("config", path)
+    if defaults:
+        for key in ("group", "tasks_topic", "events_topic", "dlq_topic"):
+            want = defaults["kafka"][key]
+            got = cfg.get("kafka", {}).get(key, want)
+            C.check(got == want, path, f"kafka.{key} is the code's default '{want}'", f"it is '{got}'")
+    C.check(cfg.get("runtimes_dir") == "/etc/taskbox/runtimes", path,
+            "runtimes_dir is /etc/taskbox/runtimes, where the package installs them",
+            f"it is {cfg.get('runtimes_dir')}")
+    port_seen(f"{path} metrics_listen", port_of(cfg.get("metrics_listen", "")))
+    for s in ("postinst", "prerm", "postrm"):
+        f = os.path.join(SRC, "deploy/debian", s)
+        C.check(os.access(f, os.X_OK), f"deploy/debian/{s}", "is executable")
+
+
 # --------------------------------------------------------------- Kubernetes
 
 def container_of(dep):
@@ -1052,6 +1074,7 @@ def main():
     check_dockerfile(defaults)
     check_docker_runs()
     check_systemd(drain, defaults)
+    check_debian(docs, defaults)
     check_k8s(docs, defaults, drain, version)
     check_compose(docs, defaults, drain, version)
     ports = {p for _, p in PORTS}

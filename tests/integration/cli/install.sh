@@ -24,13 +24,17 @@ if cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1; then ok
 for f in bin/taskbox libexec/taskbox/taskbox-sandbox-init libexec/taskbox/taskbox-demo-agent \
          share/taskbox/recipes/hello/taskbox.json share/taskbox/recipes/chat/taskbox.json \
          share/doc/taskbox/examples/worker.json share/doc/taskbox/examples/runtimes/default.json \
-         share/doc/taskbox/examples/taskbox-worker.service share/doc/taskbox/LICENSE \
+         lib/systemd/system/taskbox-worker.service share/doc/taskbox/LICENSE \
          share/doc/taskbox/README.md share/doc/taskbox/schemas/task.md \
          share/man/man1/taskbox.1 share/man/man1/taskbox-worker.1 share/man/man1/taskbox-submit.1 \
          share/bash-completion/completions/taskbox share/zsh/site-functions/_taskbox; do
   if [ -e "$prefix/$f" ]; then ok; else bad "not installed: $f"; fi
 done
 
+# the unit starts this prefix's taskbox; nothing is written outside it
+if grep -qx "ExecStart=$prefix/bin/taskbox worker --config /etc/taskbox/worker.json" \
+     "$prefix/lib/systemd/system/taskbox-worker.service"; then ok; else
+  bad "the installed unit's ExecStart: $(grep ExecStart= "$prefix/lib/systemd/system/taskbox-worker.service")"; fi
 # every command has its page, and the pages render without a warning
 for c in $("$prefix/bin/taskbox" --help | sed -n '/^commands:/,/^$/s/^  \([a-z]*\) .*/\1/p'); do
   if grep -q "^\.TH TASKBOX-$(printf '%s' "$c" | tr a-z A-Z) 1" "$prefix/share/man/man1/taskbox-$c.1" 2>/dev/null
