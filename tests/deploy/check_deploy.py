@@ -17,7 +17,6 @@ when that file does not exist yet), the partition counts the test services
 create (deploy/local/services), the project version (CMakeLists.txt).
 """
 
-import fnmatch
 import glob
 import json
 import os
@@ -27,6 +26,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dockerfile import dockerignore_excludes, ignore_patterns  # noqa: E402
+from dockerfile import instructions as dockerfile_instructions  # noqa: E402
 
 try:
     import yaml
@@ -304,36 +307,6 @@ def check_worker_config(path, cfg, defaults, label):
 
 # --------------------------------------------------------------- Dockerfile
 
-def dockerfile_instructions(text):
-    """[(INSTRUCTION, args)] with continuations joined and comments dropped."""
-    out, cur = [], ""
-    for line in text.splitlines():
-        s = line.strip()
-        if not cur and (not s or s.startswith("#")):
-            continue
-        if cur and s.startswith("#"):
-            continue
-        if s.endswith("\\"):
-            cur += s[:-1] + " "
-            continue
-        cur += s
-        ins, _, args = cur.partition(" ")
-        out.append((ins.upper(), args.strip()))
-        cur = ""
-    return out
-
-
-def dockerignore_excludes(patterns, path):
-    excluded = False
-    for p in patterns:
-        neg = p.startswith("!")
-        pat = p[1:] if neg else p
-        pat = pat.rstrip("/")
-        if fnmatch.fnmatch(path, pat) or path.startswith(pat + "/"):
-            excluded = not neg
-    return excluded
-
-
 def check_dockerfile(defaults):
     path = "deploy/container/Dockerfile"
     if not C.check(exists(path), path, "exists"):
@@ -358,6 +331,11 @@ def check_dockerfile(defaults):
         if base:
             C.check(re.match(r"^(docker\.io/(library/)?)?debian:(bookworm|12)([-.@].*)?$", base) is not None,
                     path, f"stage {n or '?'} is FROM Debian 12 ({base})", "not a Debian 12 image")
+            C.check(re.search(r"@sha256:[0-9a-f]{64}$", base) is not None, path,
+                    f"stage {n or '?'} pins its base by digest", f"FROM {base}")
+    bases = {image for n, image in stages if image not in names}
+    C.check(len(bases) == 1, path, "every stage starts from the same base (the libraries linked are "
+            "the ones installed)", f"bases {sorted(bases)}")
     # The build stage uses the project's own package list.
     build_text = " ".join(a for i, a in stage_ins[0]) if stage_ins else ""
     uses_install_deps = "deploy/local/install-deps build" in build_text
@@ -386,8 +364,7 @@ def check_dockerfile(defaults):
     ignore_path = "deploy/container/Dockerfile.dockerignore"
     ignore = []
     if exists(ignore_path):
-        ignore = [l.strip() for l in read(ignore_path).splitlines()
-                  if l.strip() and not l.strip().startswith("#")]
+        ignore = ignore_patterns(read(ignore_path))
     copied_to = {}
     for si, ilist in enumerate(stage_ins):
         for i, a in ilist:
