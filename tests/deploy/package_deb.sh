@@ -4,7 +4,8 @@
 # checked (Depends from the shared libraries, conffiles, maintainer
 # scripts), installed with dpkg -i into this machine's root, run (its
 # --version, its configuration validated, the demo from / with the source
-# and build trees hidden, the unit installed and not enabled), then
+# and build trees hidden, the unit installed and not enabled, and with
+# the services tests/run starts a worker taking a task), then
 # removed (conffiles kept) and purged (nothing of it left).
 # Usage: package_deb.sh SOURCE_DIR. As root; skips (77) without dpkg, or
 # when a taskbox package is already installed (it is not replaced).
@@ -21,8 +22,9 @@ pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 tmp=$(mktemp -d /tmp/tb-deb-XXXXXX)
-installed=0
+installed=0 worker=
 cleanup() {
+  [ -n "$worker" ] && kill "$worker" 2>/dev/null && wait "$worker"
   # never leave the package behind, whatever failed
   [ "$installed" = 1 ] && dpkg --purge taskbox >/dev/null 2>&1
   rm -rf "$tmp"
@@ -83,6 +85,40 @@ unshare -m --propagation private sh -c '
 ' sh "$root" "$tmp/build" >"$tmp/demo.log" 2>&1
 rc=$?
 if [ "$rc" = 0 ]; then ok; else bad "the packaged demo: exit $rc"; tail -30 "$tmp/demo.log"; fi
+
+# a worker from the package against the real services, when tests/run
+# started them: the packaged runtimes, a task submitted and followed with
+# the packaged client to its outcome
+if [ -n "${TASKBOX_TEST_KAFKA:-}" ] && [ -n "${TASKBOX_TEST_S3_ENDPOINT:-}" ]; then
+  run=tbdeb-$$
+  "$root/deploy/local/services" topic "$run.tasks:1" "$run.events:1" "$run.dlq:1" >/dev/null || bad "topics"
+  export AWS_ACCESS_KEY_ID=$TASKBOX_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$TASKBOX_TEST_S3_SECRET_KEY
+  curl -sf -X PUT --aws-sigv4 "aws:amz:$TASKBOX_TEST_S3_REGION:s3" \
+    --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" "$TASKBOX_TEST_S3_ENDPOINT/$run" || bad "bucket"
+  git init -q "$tmp/hello" && cp -r /usr/share/taskbox/recipes/hello/. "$tmp/hello/" &&
+    git -C "$tmp/hello" add -A &&
+    git -C "$tmp/hello" -c user.name=t -c user.email=t@t commit -qm hello || bad "recipe repository"
+  chmod 711 "$tmp"
+  cat >"$tmp/worker.json" <<EOF
+{
+  "v": 1, "worker_id": "$run", "slots": 1,
+  "kafka": {"brokers": "$TASKBOX_TEST_KAFKA", "group": "$run", "tasks_topic": "$run.tasks",
+            "events_topic": "$run.events", "dlq_topic": "$run.dlq"},
+  "ledger": {"url": "$TASKBOX_TEST_REDIS", "prefix": "$run"},
+  "store": {"url": "s3://$run", "endpoint": "$TASKBOX_TEST_S3_ENDPOINT",
+            "region": "$TASKBOX_TEST_S3_REGION"},
+  "runtimes_dir": "/etc/taskbox/runtimes", "work_dir": "$tmp/work", "cache_dir": "$tmp/cache",
+  "metrics_listen": "127.0.0.1:0"
+}
+EOF
+  /usr/bin/taskbox worker -c "$tmp/worker.json" >"$tmp/worker.log" 2>&1 &
+  worker=$!
+  if timeout 120 /usr/bin/taskbox submit -wc "$tmp/worker.json" -t 100 --recipe "file://$tmp/hello" \
+       --commit "$(git -C "$tmp/hello" rev-parse HEAD)" -p "say hello" >"$tmp/submit.log" 2>&1
+  then ok; else bad "a task on the packaged worker: exit $?"; tail -20 "$tmp/submit.log" "$tmp/worker.log"; fi
+  kill "$worker" && wait "$worker"
+  worker=
+fi
 
 # 4. Removed: the programs go, an edited conffile stays; purged: all goes.
 echo '{"v": 1, "slots": 2}' >/etc/taskbox/worker.json
