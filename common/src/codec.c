@@ -966,6 +966,19 @@ static int sbuffer_write(void *data, const char *buf, size_t len)
 	return 0;
 }
 
+int tb_obj_encode(msgpack_sbuffer *out, const tb_schema_t *schema, const void *obj,
+		  const char *path, tb_error_t *err)
+{
+	msgpack_packer pk;
+	size_t start = out->size;
+	int rc;
+
+	msgpack_packer_init(&pk, out, sbuffer_write);
+	if ((rc = encode_fields(&pk, schema, obj, path, 0, err)) < 0)
+		out->size = start;
+	return rc;
+}
+
 int tb_msg_encode(msgpack_sbuffer *out, const tb_schema_t *schema, const void *obj, tb_error_t *err)
 {
 	msgpack_packer pk;

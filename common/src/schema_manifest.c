@@ -130,6 +130,74 @@ static const tb_schema_t environment_schema = {
 };
 
 /* clang-format off */
+static const tb_field_t cpu_fields[] = {
+	{.name = "user_ms", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_cpu_t, user_ms), .max = UINT64_MAX},
+	{.name = "system_ms", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_cpu_t, system_ms), .max = UINT64_MAX},
+};
+/* clang-format on */
+static const tb_schema_t cpu_schema = {
+	.name = "cpu",
+	.size = sizeof(tb_usage_cpu_t),
+	.has_offset = offsetof(tb_usage_cpu_t, has),
+	.fields = cpu_fields,
+	.nfields = 2,
+};
+
+/* clang-format off */
+static const tb_field_t egress_fields[] = {
+	{.name = "endpoint", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_usage_egress_t, endpoint), .min = 1, .max = 128},
+	{.name = "requests", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_usage_egress_t, requests), .max = UINT64_MAX},
+	{.name = "refused", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_usage_egress_t, refused), .max = UINT64_MAX},
+	{.name = "bytes_up", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_usage_egress_t, bytes_up), .max = UINT64_MAX},
+	{.name = "bytes_down", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_usage_egress_t, bytes_down), .max = UINT64_MAX},
+	{.name = "upstream_ms", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_usage_egress_t, upstream_ms), .max = UINT64_MAX},
+};
+/* clang-format on */
+static const tb_schema_t egress_schema = {
+	.name = "egress",
+	.size = sizeof(tb_usage_egress_t),
+	.fields = egress_fields,
+	.nfields = 6,
+};
+
+/* clang-format off */
+static const tb_field_t usage_fields[] = {
+	{.name = "wall_ms", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_t, wall_ms), .max = UINT64_MAX},
+	{.name = "agent", .type = TB_FT_OBJ,
+	 .offset = offsetof(tb_usage_t, agent), .sub = &cpu_schema},
+	{.name = "judges", .type = TB_FT_OBJ,
+	 .offset = offsetof(tb_usage_t, judges), .sub = &cpu_schema},
+	{.name = "memory_peak_bytes", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_t, memory_peak_bytes), .max = UINT64_MAX},
+	{.name = "pids_peak", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_t, pids_peak), .max = UINT64_MAX},
+	{.name = "outputs_bytes", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_t, outputs_bytes), .max = UINT64_MAX},
+	{.name = "saved_bytes", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_t, saved_bytes), .max = UINT64_MAX},
+	{.name = "egress", .type = TB_FT_LIST,
+	 .offset = offsetof(tb_usage_t, egress), .max = 1024,
+	 .sub = &egress_schema},
+};
+/* clang-format on */
+const tb_schema_t tb_schema_usage = {
+	.name = "usage",
+	.size = sizeof(tb_usage_t),
+	.has_offset = offsetof(tb_usage_t, has),
+	.fields = usage_fields,
+	.nfields = 8,
+};
+
+/* clang-format off */
 static const tb_field_t manifest_fields[] = {
 	{.name = "task_id", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_manifest_t, task_id), .min = 1, .max = 128,
@@ -172,6 +240,8 @@ static const tb_field_t manifest_fields[] = {
 	 .offset = offsetof(tb_manifest_t, followups), .max = 1000000},
 	{.name = "environment", .type = TB_FT_OBJ,
 	 .offset = offsetof(tb_manifest_t, environment), .sub = &environment_schema},
+	{.name = "usage", .type = TB_FT_OBJ,
+	 .offset = offsetof(tb_manifest_t, usage), .sub = &tb_schema_usage},
 };
 
 /* clang-format on */

@@ -25,7 +25,8 @@ static void usage(FILE *out)
 	fprintf(out, "usage: taskbox status [--config FILE] [--json] [TASK_ID]\n\n"
 		     "With TASK_ID: the task's state in the ledger (done, running under a\n"
 		     "worker's lease, or waiting), its attempts and every failure's reason,\n"
-		     "and, once done, its outcome, verdicts and artifacts from the manifest.\n"
+		     "and, once done, its outcome, verdicts, artifacts and what it used\n"
+		     "(time, CPU, memory, outputs, egress by endpoint) from the manifest.\n"
 		     "Without: the live workers (slots, running tasks, last heartbeat) and\n"
 		     "the consumer group's lag on each partition of the tasks topic.\n"
 		     "--json prints the same as one JSON object. Configuration as for\n"
@@ -185,6 +186,58 @@ static int fleet_status(const tb_config_t *cfg, tb_ledger_t *l, json_t **out, tb
 	return 0;
 }
 
+/* A figure of @p o as a number, or -1 when absent. */
+static long long figure(const json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+	return json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+}
+
+/* One CPU map ("agent", "judges") as "user+system s", into @p buf. */
+static const char *cpu_text(const json_t *u, const char *who, char *buf, size_t len)
+{
+	json_t *c = json_object_get(u, who);
+	if (!c || figure(c, "user_ms") < 0)
+		return "not reported";
+	snprintf(buf, len, "%.2f s user, %.2f s system", (double)figure(c, "user_ms") / 1000.0,
+		 (double)figure(c, "system_ms") / 1000.0);
+	return buf;
+}
+
+/* The manifest's usage (schemas/manifest.md), a line per kind. */
+static void print_usage(const json_t *u)
+{
+	char a[80], j[80];
+	json_t *e;
+	size_t i;
+
+	if (!u)
+		return;
+	printf("  used      %.1f s; CPU: agent %s; judges %s\n",
+	       (double)figure(u, "wall_ms") / 1000.0, cpu_text(u, "agent", a, sizeof(a)),
+	       cpu_text(u, "judges", j, sizeof(j)));
+	if (figure(u, "memory_peak_bytes") >= 0 || figure(u, "pids_peak") >= 0) {
+		printf("            ");
+		if (figure(u, "memory_peak_bytes") >= 0)
+			printf("memory peak %.1f MiB",
+			       (double)figure(u, "memory_peak_bytes") / 1048576.0);
+		if (figure(u, "pids_peak") >= 0)
+			printf("%sprocesses at most %lld",
+			       figure(u, "memory_peak_bytes") >= 0 ? "; " : "",
+			       figure(u, "pids_peak"));
+		printf("\n");
+	}
+	if (figure(u, "outputs_bytes") >= 0)
+		printf("  outputs   %lld bytes written, %lld saved\n", figure(u, "outputs_bytes"),
+		       figure(u, "saved_bytes"));
+	json_array_foreach(json_object_get(u, "egress"), i, e)
+	    printf("  egress    %s: %lld requests (%lld refused), %lld bytes up, %lld down, "
+		   "%.1f s upstream\n",
+		   json_string_value(json_object_get(e, "endpoint")), figure(e, "requests"),
+		   figure(e, "refused"), figure(e, "bytes_up"), figure(e, "bytes_down"),
+		   (double)figure(e, "upstream_ms") / 1000.0);
+}
+
 static void print_task(const json_t *o)
 {
 	json_t *m = json_object_get(o, "manifest"), *v;
@@ -218,6 +271,7 @@ static void print_task(const json_t *o)
 			   json_string_value(json_object_get(v, "path")),
 			   (long long)json_integer_value(json_object_get(v, "size")),
 			   json_string_value(json_object_get(v, "key")));
+		print_usage(json_object_get(m, "usage"));
 	}
 	json_array_foreach(json_object_get(o, "failures"), i, v)
 	    printf("  failed    attempt %lld on %s [%s]: %s\n",

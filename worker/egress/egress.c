@@ -45,6 +45,10 @@ struct tb_egress {
 	uint64_t dropped;
 	held_t held[HELD_MAX]; /* the lifecycle's thread only */
 	size_t nheld;
+	/* The attempt's accounting, under lock: one per endpoint of rt, in
+	 * its order, then one for requests that matched none. Exact: kept
+	 * whatever happens to the records (a full queue, the event rate). */
+	tb_usage_egress_t *tally;
 };
 
 /* The worker's token key, made once and held in memory only. */
@@ -77,6 +81,23 @@ static void items_free(item_t *it)
 	}
 }
 
+/* Counts @p a into its endpoint's tally; under the lock. */
+static void tally(tb_egress_t *e, const tb_proxy_audit_t *a)
+{
+	const tb_endpoint_t *eps = e->rt->endpoints.items;
+	size_t i = 0, n = e->rt->endpoints.n;
+
+	while (i < n && !(a->endpoint && !strcmp(a->endpoint, eps[i].name)))
+		i++;
+	tb_usage_egress_t *t = &e->tally[i]; /* i == n: no endpoint matched */
+	t->requests++;
+	t->refused += a->refused != 0;
+	t->bytes_up += a->bytes_out;
+	t->bytes_down += a->bytes_in;
+	if (!a->refused)
+		t->upstream_ms += a->duration_ms;
+}
+
 /* From the proxy's threads: queue, never block for long. */
 static void on_audit(void *ud, const tb_proxy_audit_t *a)
 {
@@ -92,6 +113,7 @@ static void on_audit(void *ud, const tb_proxy_audit_t *a)
 	if (p && a->reason)
 		json_object_set_new(p, "reason", json_string(a->reason));
 	pthread_mutex_lock(&e->lock);
+	tally(e, a);
 	if (p && it && e->nrecords < TB_EGRESS_QUEUE_MAX) {
 		it->record = p;
 		push(e, it);
@@ -143,6 +165,10 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, c
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	e->rt = rt;
 	e->tail = &e->head;
+	if (!(e->tally = calloc(rt->endpoints.n + 1, sizeof(*e->tally)))) {
+		free(e);
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	}
 	/* About a second of the run's event rate may wait (16 at least). */
 	e->max_events = rt->agent.max_events_per_second;
 	e->max_events = e->max_events < 16                     ? 16
@@ -319,5 +345,34 @@ void tb_egress_free(tb_egress_t *e)
 	for (size_t i = 0; i < e->nheld; i++)
 		json_decref(e->held[i].last);
 	pthread_mutex_destroy(&e->lock);
+	free(e->tally);
 	free(e);
+}
+
+int tb_egress_usage(tb_egress_t *e, tb_list_t *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!e)
+		return 0;
+	const tb_endpoint_t *eps = e->rt->endpoints.items;
+	size_t n = e->rt->endpoints.n;
+	tb_usage_egress_t *items = calloc(n + 1, sizeof(*items));
+	if (!items)
+		return -1;
+	pthread_mutex_lock(&e->lock);
+	for (size_t i = 0; i <= n; i++) {
+		if (!e->tally[i].requests)
+			continue;
+		tb_usage_egress_t *u = &items[out->n++];
+		*u = e->tally[i];
+		u->endpoint = strdup(i < n ? eps[i].name : "-");
+		if (!u->endpoint)
+			abort(); /* out of memory: STYLE.md */
+	}
+	pthread_mutex_unlock(&e->lock);
+	if (out->n)
+		out->items = items;
+	else
+		free(items);
+	return 0;
 }

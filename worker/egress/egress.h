@@ -18,6 +18,7 @@
 #include "tb/agent_events.h"
 #include "tb/error.h"
 #include "tb/runtime.h"
+#include "tb/schema_manifest.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -88,5 +89,16 @@ void tb_egress_stop(tb_egress_t *e);
 
 /** Stops (if needed) and frees, wiping the token. NULL is fine. */
 void tb_egress_free(tb_egress_t *e);
+
+/**
+ * The attempt's egress so far, by endpoint (schemas/manifest.md, "usage"):
+ * every request the proxy saw, whatever became of its record. Endpoints
+ * with no request are left out; "-" counts requests that matched none.
+ * Callable from the lifecycle's thread at any time. NULL @p e: none.
+ * @param[out] out tb_usage_egress_t items, each endpoint malloc'd, owned by
+ *             the caller (the manifest's usage frees them)
+ * @return 0, or -1 without memory
+ */
+int tb_egress_usage(tb_egress_t *e, tb_list_t *out);
 
 #endif

@@ -1115,6 +1115,11 @@ void tb_sandbox_disarm_deadline(tb_sandbox_t *sb)
 	sb->deadline = 0;
 }
 
+void tb_sandbox_usage(tb_sandbox_t *sb, tb_cgroup_stats_t *out)
+{
+	tb_cgroup_stats(sb->cg, out);
+}
+
 pid_t tb_sandbox_init_pid(const tb_sandbox_t *sb)
 {
 	return sb->init;

@@ -29,6 +29,7 @@
 #ifndef TB_SANDBOX_H
 #define TB_SANDBOX_H
 
+#include "sandbox_cgroup.h"
 #include "sandbox_ids.h"
 #include "sandbox_seccomp.h"
 #include "tb/codec.h"
@@ -202,6 +203,14 @@ int tb_sandbox_kill_all(tb_sandbox_t *sb, tb_error_t *err);
  *         assigned; TB_EIO naming the mount that failed, or if init is gone
  */
 int tb_sandbox_judge_view(tb_sandbox_t *sb, unsigned uid, tb_error_t *err);
+
+/**
+ * What the sandbox's processes have used so far, from its cgroup: CPU time
+ * of every process ever in it, its peak memory and process count (the
+ * figures the kernel gives, @p out's have says which). For the attempt's
+ * accounting: read before and after a stretch, the difference is its.
+ */
+void tb_sandbox_usage(tb_sandbox_t *sb, tb_cgroup_stats_t *out);
 
 /** The init process's pid on the host, for tests and logs. */
 pid_t tb_sandbox_init_pid(const tb_sandbox_t *sb);

@@ -29,9 +29,14 @@
 #include <unistd.h>
 
 /* The freezer is not a controller on v2 (every non-root cgroup has
- * cgroup.freeze); there it rides with the v2 hierarchy the others use. */
-enum { CTL_MEMORY, CTL_PIDS, CTL_CPU, CTL_FREEZER, CTL_COUNT };
-static const char *const ctl_names[CTL_COUNT] = { "memory", "pids", "cpu", "freezer" };
+ * cgroup.freeze), nor is cpuacct (every one has cpu.stat): there they
+ * ride with the v2 hierarchy the others use. On v1 cpuacct is the
+ * accounting's CPU time (cpuacct.stat), often a hierarchy of its own. */
+enum { CTL_MEMORY, CTL_PIDS, CTL_CPU, CTL_FREEZER, CTL_CPUACCT, CTL_COUNT };
+static const char *const ctl_names[CTL_COUNT] = { "memory", "pids", "cpu", "freezer", "cpuacct" };
+
+/* Controllers that only follow (no limit of theirs is written). */
+#define CTL_RIDERS ((1u << CTL_FREEZER) | (1u << CTL_CPUACCT))
 
 #define MAX_HIER CTL_COUNT
 
@@ -164,7 +169,7 @@ static void do_probe(void)
 				 strcmp(own, "/") ? own : "");
 			/* what is delegated to our own cgroup, not the root */
 			snprintf(file, sizeof(file), "%s/cgroup.controllers", base);
-			if (c == CTL_FREEZER) {
+			if ((1u << c) & CTL_RIDERS) {
 				for (int i = 0; i < probe.n && !h; i++)
 					if (probe.h[i].v2)
 						h = &probe.h[i];
@@ -182,7 +187,7 @@ static void do_probe(void)
 	}
 	int limits = 0;
 	for (int i = 0; i < probe.n; i++)
-		limits |= (probe.h[i].ctls & ~(1u << CTL_FREEZER)) != 0;
+		limits |= (probe.h[i].ctls & ~CTL_RIDERS) != 0;
 	if (!limits) {
 		probe.rc = TB_EIO;
 		snprintf(probe.why, sizeof(probe.why),
@@ -263,19 +268,23 @@ static uint64_t read_key(const char *dir, const char *file, const char *key)
 	return v;
 }
 
-static uint64_t read_u64(const char *dir, const char *file)
+/* The number in @p dir/@p file into @p v. @return 0, or -1 when the
+ * kernel has no such file (or nothing in it). */
+static int read_num(const char *dir, const char *file, uint64_t *v)
 {
 	char path[1700], line[64];
-	uint64_t v = 0;
+	int rc = -1;
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, file);
 	if ((f = fopen(path, "re"))) {
-		if (fgets(line, sizeof(line), f))
-			v = strtoull(line, NULL, 10);
+		if (fgets(line, sizeof(line), f)) {
+			*v = strtoull(line, NULL, 10);
+			rc = 0;
+		}
 		fclose(f);
 	}
-	return v;
+	return rc;
 }
 
 /* ------------------------------------------------------------- create */
@@ -287,7 +296,7 @@ static int enable_subtree(const char *dir, unsigned ctls, tb_error_t *err)
 	size_t pos = 0;
 
 	for (int c = 0; c < CTL_COUNT; c++)
-		if (ctls & (1u << c) && c != CTL_FREEZER) /* not a v2 controller */
+		if (ctls & (1u << c) && !((1u << c) & CTL_RIDERS)) /* not v2 controllers */
 			pos += (size_t)snprintf(value + pos, sizeof(value) - pos, "%s+%s",
 						pos ? " " : "", ctl_names[c]);
 	return write_file(dir, "cgroup.subtree_control", value, err);
@@ -434,22 +443,47 @@ int tb_cgroup_attach(tb_cgroup_t *cg, pid_t pid, tb_error_t *err)
 	return 0;
 }
 
+/* CPU time of @p d's processes: v2's cpu.stat (in every cgroup, in
+ * microseconds), else v1's cpuacct.stat (clock ticks). */
+static void cpu_stats(const char *d, int v2, tb_cgroup_stats_t *out)
+{
+	char path[1700];
+
+	snprintf(path, sizeof(path), "%s/%s", d, v2 ? "cpu.stat" : "cpuacct.stat");
+	if (access(path, R_OK) < 0)
+		return;
+	if (v2) {
+		out->cpu_user_us = read_key(d, "cpu.stat", "user_usec");
+		out->cpu_system_us = read_key(d, "cpu.stat", "system_usec");
+	} else {
+		long hz = sysconf(_SC_CLK_TCK);
+		uint64_t per_tick = hz > 0 ? 1000000u / (uint64_t)hz : 10000u;
+		out->cpu_user_us = read_key(d, "cpuacct.stat", "user") * per_tick;
+		out->cpu_system_us = read_key(d, "cpuacct.stat", "system") * per_tick;
+	}
+	out->have |= TB_CGROUP_CPU;
+}
+
 void tb_cgroup_stats(tb_cgroup_t *cg, tb_cgroup_stats_t *out)
 {
 	memset(out, 0, sizeof(*out));
 	for (int i = 0; i < cg->n; i++) {
 		const char *d = cg->dir[i].path;
+		int v2 = cg->dir[i].v2;
 		if (cg->dir[i].ctls & (1u << CTL_MEMORY)) {
-			if (cg->dir[i].v2) {
-				out->oom_kills = read_key(d, "memory.events", "oom_kill");
-				out->memory_peak = read_u64(d, "memory.peak");
-			} else {
-				out->oom_kills = read_key(d, "memory.oom_control", "oom_kill");
-				out->memory_peak = read_u64(d, "memory.max_usage_in_bytes");
-			}
+			out->oom_kills =
+			    read_key(d, v2 ? "memory.events" : "memory.oom_control", "oom_kill");
+			if (read_num(d, v2 ? "memory.peak" : "memory.max_usage_in_bytes",
+				     &out->memory_peak) == 0)
+				out->have |= TB_CGROUP_MEMORY_PEAK;
 		}
-		if (cg->dir[i].ctls & (1u << CTL_PIDS))
+		if (cg->dir[i].ctls & (1u << CTL_PIDS)) {
 			out->pids_refused = read_key(d, "pids.events", "max");
+			if (v2 && read_num(d, "pids.peak", &out->pids_peak) == 0)
+				out->have |= TB_CGROUP_PIDS_PEAK;
+		}
+		if (cg->dir[i].ctls & (1u << CTL_CPUACCT))
+			cpu_stats(d, v2, out);
 	}
 }
 

@@ -25,12 +25,19 @@ typedef struct tb_cgroup_limits {
 	uint64_t cpu_millis;   /* 0: unlimited; 1000 = one core */
 } tb_cgroup_limits_t;
 
-/* Counters read after a process ends, to tell why it ended. */
+/* Counters read after a process ends, to tell why it ended, and what the
+ * sandbox used (the attempt's accounting). */
 typedef struct tb_cgroup_stats {
-	uint64_t oom_kills;    /* processes killed by the OOM killer */
-	uint64_t pids_refused; /* forks refused at the pids limit */
-	uint64_t memory_peak;  /* bytes, where the kernel reports it */
+	uint64_t oom_kills;     /* processes killed by the OOM killer */
+	uint64_t pids_refused;  /* forks refused at the pids limit */
+	uint64_t memory_peak;   /* bytes, where the kernel reports it */
+	uint64_t pids_peak;     /* most processes at once (have & TB_CGROUP_PIDS_PEAK) */
+	uint64_t cpu_user_us;   /* CPU time, all processes ever in it ... */
+	uint64_t cpu_system_us; /* ... (both: have & TB_CGROUP_CPU) */
+	unsigned have;          /* TB_CGROUP_*: which figures the kernel gave */
 } tb_cgroup_stats_t;
+
+enum { TB_CGROUP_MEMORY_PEAK = 1, TB_CGROUP_PIDS_PEAK = 2, TB_CGROUP_CPU = 4 };
 
 /**
  * Which controllers this machine offers and where, for logs and tests:

@@ -28,6 +28,7 @@ typedef struct walk {
 	uint64_t files, bytes;
 	uint64_t unlisted; /* refusals past MAX_REFUSED_LISTED */
 	tb_error_t *err;
+	uint64_t found; /* bytes of every regular file, saved or refused */
 } walk_t;
 
 static int push(tb_list_t *l, size_t size, const void *item)
@@ -117,6 +118,7 @@ static int save(walk_t *w, int fd, const char *rel, uint64_t size)
 	tb_artifact_t a;
 	int rc;
 
+	w->found += size; /* saved or not */
 	if (w->files >= w->lim->max_files)
 		return refuse(w, rel, "over the file count limit");
 	if (size > w->lim->max_bytes - w->bytes)
@@ -250,13 +252,19 @@ out:
 int tb_collect_outputs(tb_manifest_t *m, tb_store_t *store, const char *outputs_dir,
 		       const char *key_prefix, const tb_collect_limits_t *lim, tb_error_t *err)
 {
-	walk_t w = { m, store, key_prefix, lim, 0, 0, 0, err };
+	walk_t w = { m, store, key_prefix, lim, 0, 0, 0, err, 0 };
 	int fd = open(outputs_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	int rc;
 
 	if (fd < 0)
 		return tb_error_errno(err, TB_EIO, errno, "collect: open %s", outputs_dir);
-	if ((rc = walk_dir(&w, fd, "", 0)) < 0 || !w.unlisted)
+	rc = walk_dir(&w, fd, "", 0);
+	/* the accounting: what the agent wrote, and what of it was kept */
+	m->usage.outputs_bytes = w.found;
+	m->usage.saved_bytes = w.bytes;
+	TB_SET_HAS(&m->usage, TB_USAGE_OUTPUTS);
+	TB_SET_HAS(&m->usage, TB_USAGE_SAVED);
+	if (rc < 0 || !w.unlisted)
 		return rc;
 	char why[128];
 	snprintf(why, sizeof(why), "%llu more files were refused; not listed",

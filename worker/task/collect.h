@@ -28,7 +28,8 @@ typedef struct tb_collect_limits {
 /**
  * Uploads the regular files under @p outputs_dir to @p store as
  * <key_prefix><relative path>, and appends each to @p m->artifacts, or to
- * @p m->refused with the reason.
+ * @p m->refused with the reason; sets @p m->usage's outputs_bytes (every
+ * regular file found) and saved_bytes (those saved).
  * @param outputs_dir the sandbox's /outputs as the worker sees it, e.g.
  *        /proc/<init pid>/root/outputs
  * @return 0 even when files were refused (that is the agent's doing); a

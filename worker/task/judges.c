@@ -108,6 +108,8 @@ int tb_run_judge(tb_run_t *r, size_t index, const char *prefix, tb_error_t *err)
 	const char *argv[65],
 	    *envp[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home", "TMPDIR=/tmp", NULL };
 	unsigned uid = TB_SANDBOX_JUDGE_ID + (unsigned)index;
+
+	r->judging = 1; /* the accounting's judges' stretch has begun */
 	uint64_t t0 = tb_wall_ms();
 	tb_error_t view_err;
 	int rc = tb_run_sync_jsonl(r, err);

@@ -33,6 +33,7 @@ static void *teardown_main(void *arg)
 
 static void start_teardown(tb_run_t *r)
 {
+	tb_run_usage_mark(r, TB_USAGE_AT_JUDGES_END); /* its last counters */
 	/* If no thread can start, the teardown happens at the end instead. */
 	r->tearing_down = pthread_create(&r->teardown, NULL, teardown_main, r) == 0;
 }
@@ -57,16 +58,51 @@ static void finish_teardown(tb_run_t *r)
 	r->has_image = 0;
 	json_decref(r->phase_image);
 	r->phase_image = NULL;
+	json_decref(r->phase_usage);
+	r->phase_usage = NULL;
 }
 
-/* The attempt's result event, with the task's labels. */
+/* The attempt's result event, with the task's labels and its usage. */
 static void emit_result(tb_run_t *r, const tb_lifecycle_result_t *out)
 {
 	json_t *result = json_pack("{s:s,s:s,s:s}", "outcome", tb_outcomes[r->m.outcome], "reason",
 				   out->reason, "manifest_key", out->manifest_key);
+	json_t *usage = tb_run_usage_json(r);
 
 	tb_run_add_labels(r, result);
+	if (result && usage)
+		json_object_set_new(result, "usage", usage);
+	else
+		json_decref(usage);
 	tb_run_emit_json(r, TB_EV_RESULT, result);
+	r->result_sent = 1;
+}
+
+/* An attempt that ends without a result: its usage as far as it got, for
+ * the torn-down phase to say. The sandbox is not being torn down yet
+ * (that starts only after the judges' point). */
+static void usage_unfinished(tb_run_t *r)
+{
+	if (r->result_sent || !r->sb)
+		return;
+	if (r->usage_at == TB_USAGE_AT_AGENT_START)
+		tb_run_usage_mark(r, TB_USAGE_AT_AGENT_END);
+	else if (r->usage_at == TB_USAGE_AT_AGENT_END && r->judging)
+		tb_run_usage_mark(r, TB_USAGE_AT_JUDGES_END);
+	tb_run_usage_wall(r, tb_wall_ms());
+	r->phase_usage = tb_run_usage_json(r);
+}
+
+/* The manifest's own fields, once the record is stored at @p key. */
+static void fill_manifest(tb_run_t *r, const char *key)
+{
+	r->m.task_id = r->task->id;
+	r->m.attempt = r->attempt;
+	r->m.recipe = r->task->recipe;
+	r->m.conversation_key = (char *)key;
+	r->m.events = r->seq;
+	r->m.finished_at = tb_wall_ms();
+	tb_run_usage_wall(r, r->m.finished_at);
 }
 
 /* ---------------------------------------------------------------- run */
@@ -127,6 +163,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	}
 
 	tb_run_phase(&r, TB_PHASE_RUNNING);
+	tb_run_usage_mark(&r, TB_USAGE_AT_AGENT_START);
 	rc = tb_run_agent(&r, &end, tail, sizeof(tail), err);
 	tb_sandbox_disarm_deadline(r.sb); /* the judges have timeouts of their own */
 	/* The agent and everything it started are gone: so is its way out,
@@ -163,6 +200,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		tb_run_error_event(&r, rc, TB_PHASE_SETTLED, err->msg);
 		goto done;
 	}
+	tb_run_usage_mark(&r, TB_USAGE_AT_AGENT_END);
 	if ((rc = tb_run_cancelled(&r, err)) < 0) {
 		tb_run_error_event(&r, rc, TB_PHASE_SETTLED, err->msg);
 		goto done;
@@ -203,12 +241,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		tb_run_error_event(&r, rc, TB_PHASE_RECORDED, err->msg);
 		goto done;
 	}
-	r.m.task_id = task->id;
-	r.m.attempt = attempt;
-	r.m.recipe = task->recipe;
-	r.m.conversation_key = key;
-	r.m.events = r.seq;
-	r.m.finished_at = tb_wall_ms();
+	fill_manifest(&r, key);
 	if (r.failed) { /* the events are the record: incomplete, not recorded */
 		rc = tb_error_set(err, TB_ERETRY, "events: %s",
 				  r.sink_err.msg[0] ? r.sink_err.msg : "could not be recorded");
@@ -249,6 +282,7 @@ done:
 	 * proxy goes before the sandbox (already, when the agent ran). */
 	tb_egress_stop(r.egress);
 	tb_run_egress_flush(&r, TB_PHASE_TORN_DOWN, 1);
+	usage_unfinished(&r);
 	tb_egress_free(r.egress);
 	r.egress = NULL;
 	finish_teardown(&r);

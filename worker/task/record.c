@@ -166,6 +166,11 @@ void tb_run_phase_at(tb_run_t *r, tb_phase_t ph, uint64_t at, const char *worker
 	else
 		json_decref(r->phase_image);
 	r->phase_image = NULL;
+	if (p && r->phase_usage)
+		json_object_set_new(p, "usage", r->phase_usage);
+	else
+		json_decref(r->phase_usage);
+	r->phase_usage = NULL;
 	tb_run_emit_json(r, TB_EV_PHASE, p);
 	tb_metrics_phase(ph, took);
 	if (r->ctx->sink.phase)

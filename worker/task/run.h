@@ -8,6 +8,7 @@
  *   agent.c     the agent: its environment, its lines, its end
  *   turns.c     an interactive agent's prompts, turn by turn
  *   judges.c    each judge, in a view of its own, and its verdict
+ *   usage.c     what the attempt used: CPU, memory, outputs, egress
  *   lifecycle.c the order of the phases, and the teardown
  *
  * Everything here runs on the attempt's own thread; a tb_run_t lives on
@@ -27,6 +28,14 @@
 #include <sys/types.h>
 
 #define TB_RUN_MAX_PHASES 16 /* the manifest keeps at most these */
+
+/* Where the sandbox's counters are read for the accounting, in order. */
+typedef enum tb_run_usage_point {
+	TB_USAGE_AT_NONE = 0,
+	TB_USAGE_AT_AGENT_START,
+	TB_USAGE_AT_AGENT_END, /* the agent and everything it started ended */
+	TB_USAGE_AT_JUDGES_END,
+} tb_run_usage_point_t;
 
 typedef struct tb_run {
 	const tb_lifecycle_ctx_t *ctx;
@@ -60,6 +69,13 @@ typedef struct tb_run {
 	int tearing_down;
 	int teardown_rc;
 	tb_error_t teardown_err;
+	/* the accounting (usage.c): the sandbox's counters at the last point
+	 * read, and what the torn-down phase says when no result did */
+	tb_run_usage_point_t usage_at;
+	tb_cgroup_stats_t usage_from, usage_agent;
+	json_t *phase_usage;
+	int result_sent; /* the result event went, with the usage */
+	int judging;     /* a judge has started */
 } tb_run_t;
 
 /* ------------------------------------------------------ record.c */
@@ -118,5 +134,16 @@ int tb_run_outcome(const tb_sandbox_exit_t *e);
  * under @p prefix with the record). @return 0, whatever the verdict;
  * < 0 only when the run cannot go on. */
 int tb_run_judge(tb_run_t *r, size_t index, const char *prefix, tb_error_t *err);
+
+/* -------------------------------------------------------- usage.c */
+
+/** Reads the sandbox's counters at @p point (each point once, in order;
+ * later points of an attempt that stopped early are skipped) into the
+ * manifest's usage; at the agent's end, the egress tally too. */
+void tb_run_usage_mark(tb_run_t *r, tb_run_usage_point_t point);
+/** The usage's wall time: from the attempt's first phase to @p now_ms. */
+void tb_run_usage_wall(tb_run_t *r, uint64_t now_ms);
+/** The manifest's usage as JSON, for an event (NULL without memory). */
+json_t *tb_run_usage_json(const tb_run_t *r);
 
 #endif

@@ -148,6 +148,16 @@ int tb_obj_decode(const tb_schema_t *schema, void *out, const msgpack_object *ma
 int tb_msg_encode(msgpack_sbuffer *out, const tb_schema_t *schema, const void *obj,
 		  tb_error_t *err);
 
+/**
+ * Validates @p obj and encodes it as a nested object (no "schema"/"v"
+ * header): the counterpart of tb_obj_decode(), for a part of a message
+ * that is also sent on its own (a manifest's usage in a result event).
+ * @param path prefix for error messages
+ * @return 0, TB_EINVAL if @p obj breaks a rule, TB_ENOMEM
+ */
+int tb_obj_encode(msgpack_sbuffer *out, const tb_schema_t *schema, const void *obj,
+		  const char *path, tb_error_t *err);
+
 /** Releases everything @p obj owns and zero-fills it. NULL-safe. */
 void tb_msg_free(const tb_schema_t *schema, void *obj);
 

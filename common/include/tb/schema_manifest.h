@@ -57,6 +57,46 @@ typedef struct tb_environment_ran {
 	tb_strlist_t layers;
 } tb_environment_ran_t;
 
+/* CPU time of processes in the sandbox, from its cgroup (cpu.stat). */
+typedef struct tb_usage_cpu {
+	uint32_t has;
+	uint64_t user_ms;
+	uint64_t system_ms;
+} tb_usage_cpu_t;
+
+/* The requests of one endpoint through the egress proxy ("-": those that
+ * matched none). */
+typedef struct tb_usage_egress {
+	char *endpoint;
+	uint64_t requests;    /* every request, refused ones included */
+	uint64_t refused;     /* answered by the proxy itself: never sent */
+	uint64_t bytes_up;    /* request bodies, sandbox to upstream */
+	uint64_t bytes_down;  /* response bodies, upstream to sandbox */
+	uint64_t upstream_ms; /* time requests that reached the upstream took */
+} tb_usage_egress_t;
+
+/* What an attempt used (schemas/manifest.md, "usage"): absent figures are
+ * ones the kernel does not report. */
+typedef struct tb_usage {
+	uint32_t has;
+	uint64_t wall_ms;           /* received to recorded (has bit) */
+	tb_usage_cpu_t agent;       /* the agent and what it started */
+	tb_usage_cpu_t judges;      /* every judge together */
+	uint64_t memory_peak_bytes; /* the sandbox's, agent and judges (has bit) */
+	uint64_t pids_peak;         /* the sandbox's most processes at once (has bit) */
+	uint64_t outputs_bytes;     /* regular files found under /outputs (has bit) */
+	uint64_t saved_bytes;       /* of them, saved as artifacts (has bit) */
+	tb_list_t egress;           /* tb_usage_egress_t, by endpoint */
+} tb_usage_t;
+
+enum { /* tb_usage_t has bits */
+       TB_USAGE_WALL = 0,
+       TB_USAGE_MEMORY_PEAK = 3,
+       TB_USAGE_PIDS_PEAK = 4,
+       TB_USAGE_OUTPUTS = 5,
+       TB_USAGE_SAVED = 6,
+};
+
 typedef struct tb_manifest {
 	uint32_t has;
 	char *task_id;
@@ -76,11 +116,13 @@ typedef struct tb_manifest {
 	uint64_t turns;                   /* interactive: turns the agent ended (has bit) */
 	uint64_t followups;               /* interactive: the last follow-up seq taken (has bit) */
 	tb_environment_ran_t environment; /* an image's; image NULL: the host binds */
+	tb_usage_t usage;                 /* what the attempt used */
 } tb_manifest_t;
 
 enum { TB_MANIFEST_TURNS = 14, TB_MANIFEST_FOLLOWUPS = 15 }; /* has bits */
 
 extern const tb_schema_t tb_schema_manifest;
+extern const tb_schema_t tb_schema_usage; /* the manifest's "usage", alone */
 extern const char *const tb_outcomes[];
 
 #endif

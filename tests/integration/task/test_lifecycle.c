@@ -52,6 +52,9 @@ struct events {
 	char thought[128];                     /* the last thought's text */
 	int labelled, unlabelled;              /* phase and result events, with
 						* the task's labels or without */
+	int keep_usage;                        /* keep the two below (the test frees them): */
+	json_t *result_usage;                  /* the last result event's usage */
+	json_t *torn_down_usage;               /* the torn-down phase's, if any */
 };
 
 #define PROVIDER_KEY "sk-lifecycle-9f8e7d6c5b4a"
@@ -123,6 +126,14 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 				 str_is(json_object_get(l, "run/batch"), "7");
 			e->labelled += ok;
 			e->unlabelled += !ok;
+		}
+		if (ev->type == TB_EV_RESULT && e->keep_usage) {
+			json_decref(e->result_usage);
+			e->result_usage = json_incref(json_object_get(p, "usage"));
+		}
+		if (ev->type == TB_EV_PHASE && json_object_get(p, "usage") && e->keep_usage) {
+			json_decref(e->torn_down_usage);
+			e->torn_down_usage = json_incref(json_object_get(p, "usage"));
 		}
 		if (ev->type == TB_EV_THOUGHT)
 			snprintf(e->thought, sizeof(e->thought), "%s",
@@ -323,7 +334,7 @@ static const struct tb_store_ops rec_ops = { .name = "recording",
  * fails the attempt, as one to try again, with no manifest written. */
 static void test_lifecycle__keys_by_attempt_and_the_manifest_last(void **state)
 {
-	struct events e = { .seq_ok = 1 };
+	struct events e = { .seq_ok = 1, .keep_usage = 1 };
 	tb_lifecycle_ctx_t c = ctx(&e);
 	tb_task_t t = task("life-keys", head_commit(), "test");
 	rec_store_t rec = { .base = { .ops = &rec_ops }, .inner = F.store };
@@ -357,9 +368,11 @@ static void test_lifecycle__keys_by_attempt_and_the_manifest_last(void **state)
 			: !strcmp(rec.keys[i], want)                                     ? 4
 											 : 8;
 	assert_int_equal(seen, 7);
+	assert_null(e.torn_down_usage); /* its result said the usage */
 
 	/* Attempt 2, with the store refusing the outputs: a platform failure
-	 * to try again, and no manifest for it. */
+	 * to try again, and no manifest for it; its torn-down phase says
+	 * what it used up to then (no judge ran: none is counted). */
 	rec.n = 0;
 	rec.fail_on = "/outputs/";
 	int rc = tb_lifecycle_run(&c, &t, 2, &res, &err);
@@ -370,6 +383,12 @@ static void test_lifecycle__keys_by_attempt_and_the_manifest_last(void **state)
 			 TB_ENOTFOUND);
 	for (int i = 0; i < rec.n; i++)
 		assert_null(strstr(rec.keys[i], "manifest"));
+	assert_non_null(e.torn_down_usage);
+	assert_true(json_integer_value(json_object_get(e.torn_down_usage, "wall_ms")) > 0);
+	assert_null(json_object_get(e.torn_down_usage, "judges"));
+	assert_int_equal(json_integer_value(json_object_get(e.torn_down_usage, "saved_bytes")), 0);
+	json_decref(e.torn_down_usage);
+	json_decref(e.result_usage);
 	/* attempt 1's objects are as they were */
 	assert_int_equal(tb_store_head(F.store, "tasks/life-keys/1/manifest.msgpack", &info, &err),
 			 0);
@@ -980,6 +999,17 @@ static void *provider_main(void *arg)
 			end = strstr(buf, "\r\n\r\n");
 		}
 		if (end) {
+			/* the whole body before answering, as a provider does:
+			 * an answer before it would cut the upload short */
+			char *cl = strcasestr(buf, "\r\nContent-Length: ");
+			size_t want =
+			    (size_t)(end + 4 - buf) + (cl ? strtoul(cl + 18, NULL, 10) : 0);
+			while (have < want && have < sizeof(buf) - 1) {
+				ssize_t r = recv(fd, buf + have, sizeof(buf) - 1 - have, 0);
+				if (r <= 0)
+					break;
+				have += (size_t)r;
+			}
 			*end = '\0';
 			char *a = strcasestr(buf, "\r\nAuthorization: ");
 			char auth[256] = "";
@@ -1022,9 +1052,77 @@ static char *artifact(const tb_manifest_t *m, const char *path)
 	return NULL;
 }
 
+/* The usage entry of @p endpoint in @p m, or fails. */
+static const tb_usage_egress_t *egress_of(const tb_manifest_t *m, const char *endpoint)
+{
+	for (size_t i = 0; i < m->usage.egress.n; i++) {
+		const tb_usage_egress_t *u = (const tb_usage_egress_t *)m->usage.egress.items + i;
+		if (!strcmp(u->endpoint, endpoint))
+			return u;
+	}
+	fail_msg("no usage for endpoint %s (%zu entries)", endpoint, m->usage.egress.n);
+	return NULL;
+}
+
+/* The provider test's accounting (schemas/manifest.md, "usage"): two
+ * requests reached the provider through the endpoint (7 and 1 bytes up,
+ * one @p answer-byte body down each), two were refused by the proxy with
+ * no endpoint (another host; no token), the agent spent its loop's CPU,
+ * every output was saved; the result event says the same. */
+static void check_usage(const tb_manifest_t *m, struct events *e, size_t answer)
+{
+	const tb_usage_t *u = &m->usage;
+	const tb_usage_egress_t *p = egress_of(m, "provider"), *none = egress_of(m, "-");
+	uint64_t sum = 0;
+
+	assert_int_equal(u->egress.n, 2);
+	assert_int_equal(p->requests, 2);
+	assert_int_equal(p->refused, 0);
+	assert_int_equal(p->bytes_up, 8);
+	assert_int_equal(p->bytes_down, 2 * answer);
+	assert_int_equal(none->requests, 2);
+	assert_int_equal(none->refused, 2);
+	assert_int_equal(none->bytes_up + none->bytes_down + none->upstream_ms, 0);
+	for (size_t i = 0; i < m->artifacts.n; i++)
+		sum += ((const tb_artifact_t *)m->artifacts.items)[i].size;
+	assert_true(TB_HAS(u, TB_USAGE_OUTPUTS) && TB_HAS(u, TB_USAGE_SAVED));
+	assert_int_equal(u->saved_bytes, sum);
+	assert_int_equal(u->outputs_bytes, sum);
+	assert_true(TB_HAS(u, TB_USAGE_WALL) && u->wall_ms > 0);
+	assert_true(u->wall_ms <= m->finished_at - ((const tb_phase_time_t *)m->phases.items)->at);
+	/* CPU where the kernel reports it (cgroup v2, or v1 with cpuacct) */
+	if (TB_HAS(&u->agent, 0)) {
+		if (u->agent.user_ms + u->agent.system_ms < 50)
+			fail_msg("the agent's loop took %llu+%llu ms of CPU",
+				 (unsigned long long)u->agent.user_ms,
+				 (unsigned long long)u->agent.system_ms);
+		assert_true(TB_HAS(&u->judges, 0)); /* measured, even with no judge */
+	}
+	if (TB_HAS(u, TB_USAGE_MEMORY_PEAK))
+		assert_true(u->memory_peak_bytes > 0);
+	/* the result event carries the manifest's usage, byte for byte */
+	msgpack_sbuffer sb;
+	json_t *want = NULL;
+	tb_error_t err;
+	msgpack_sbuffer_init(&sb);
+	assert_int_equal(tb_obj_encode(&sb, &tb_schema_usage, u, "usage", &err), 0);
+	assert_int_equal(tb_mpack_to_json(&want, sb.data, sb.size, &err), 0);
+	msgpack_sbuffer_destroy(&sb);
+	assert_non_null(e->result_usage);
+	if (!json_equal(want, e->result_usage)) {
+		char *a = json_dumps(want, JSON_SORT_KEYS),
+		     *b = json_dumps(e->result_usage, JSON_SORT_KEYS);
+		fail_msg("manifest usage %s, result event's %s", a, b);
+	}
+	assert_null(e->torn_down_usage); /* it had a result: torn-down says nothing */
+	json_decref(want);
+	json_decref(e->result_usage);
+	e->result_usage = NULL;
+}
+
 static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(void **state)
 {
-	struct events e = { .seq_ok = 1 };
+	struct events e = { .seq_ok = 1, .keep_usage = 1 };
 	tb_lifecycle_ctx_t c = ctx(&e);
 	tb_lifecycle_result_t res;
 	tb_error_t err;
@@ -1085,6 +1183,7 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 		"curl -s -m 5 -o /dev/null -w 'proxy-alone=%%{http_code}\\n' --noproxy '' -d x "
 		"http://localhost:%u/v1/echo >> $o/codes.txt\n"
 		"env > $o/env.txt\n"
+		"i=0; while [ $i -lt 150000 ]; do i=$((i + 1)); done\n" /* CPU to account */
 		"cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline > $o/proc.txt 2>/dev/null\n"
 		"cat /workspace/* /tmp/* > $o/files.txt 2>/dev/null\n"
 		"printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' "
@@ -1145,6 +1244,7 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 	assert_int_equal(e.egress_403, 1);
 	assert_int_equal(e.egress_401, 1);
 	assert_true(e.last_egress < e.settled);
+	check_usage(&m, &e, strlen("{\"auth\":\"Bearer " PROVIDER_KEY "\"}"));
 	free(codes);
 	free(resp);
 	free(env);

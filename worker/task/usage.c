@@ -1,0 +1,91 @@
+/*
+ * usage.c: what an attempt used (schemas/manifest.md, "usage"), gathered
+ * as it goes: the sandbox's cgroup counters read at three points (the
+ * agent starts; the agent and all it started are gone; the judges are
+ * done), the egress proxy's tally, the collected outputs (collect.c),
+ * and the wall time. The figures stand in the manifest, in the result
+ * event, and in the torn-down phase of an attempt that ended without one.
+ */
+#include "run.h"
+
+#include "tb/clock.h"
+#include "tb/json_mpack.h"
+
+#include <string.h>
+
+/* @p to minus @p from into @p out, when both have CPU figures. */
+static void cpu_between(const tb_cgroup_stats_t *from, const tb_cgroup_stats_t *to,
+			tb_usage_cpu_t *out)
+{
+	if (!(from->have & to->have & TB_CGROUP_CPU))
+		return;
+	uint64_t user =
+	    to->cpu_user_us > from->cpu_user_us ? to->cpu_user_us - from->cpu_user_us : 0;
+	uint64_t sys =
+	    to->cpu_system_us > from->cpu_system_us ? to->cpu_system_us - from->cpu_system_us : 0;
+	out->user_ms = user / 1000;
+	out->system_ms = sys / 1000;
+	TB_SET_HAS(out, 0);
+	TB_SET_HAS(out, 1);
+}
+
+void tb_run_usage_mark(tb_run_t *r, tb_run_usage_point_t point)
+{
+	tb_usage_t *u = &r->m.usage;
+	tb_cgroup_stats_t now;
+
+	if (!r->sb || point <= r->usage_at)
+		return;
+	tb_sandbox_usage(r->sb, &now);
+	switch (point) {
+	case TB_USAGE_AT_AGENT_START:
+		r->usage_from = now;
+		break;
+	case TB_USAGE_AT_AGENT_END:
+		if (r->usage_at == TB_USAGE_AT_AGENT_START)
+			cpu_between(&r->usage_from, &now, &u->agent);
+		r->usage_agent = now;
+		/* the proxy stops with the agent: its tally is final */
+		if (!u->egress.n && tb_egress_usage(r->egress, &u->egress) < 0)
+			memset(&u->egress, 0, sizeof(u->egress));
+		break;
+	case TB_USAGE_AT_JUDGES_END:
+		if (r->usage_at == TB_USAGE_AT_AGENT_END)
+			cpu_between(&r->usage_agent, &now, &u->judges);
+		break;
+	case TB_USAGE_AT_NONE:
+		break;
+	}
+	if (now.have & TB_CGROUP_MEMORY_PEAK) {
+		u->memory_peak_bytes = now.memory_peak;
+		TB_SET_HAS(u, TB_USAGE_MEMORY_PEAK);
+	}
+	if (now.have & TB_CGROUP_PIDS_PEAK) {
+		u->pids_peak = now.pids_peak;
+		TB_SET_HAS(u, TB_USAGE_PIDS_PEAK);
+	}
+	r->usage_at = point;
+}
+
+void tb_run_usage_wall(tb_run_t *r, uint64_t now_ms)
+{
+	const tb_phase_time_t *first = r->m.phases.items;
+	uint64_t from = r->m.phases.n ? first->at : r->m.started_at;
+
+	r->m.usage.wall_ms = now_ms > from ? now_ms - from : 0;
+	TB_SET_HAS(&r->m.usage, TB_USAGE_WALL);
+}
+
+json_t *tb_run_usage_json(const tb_run_t *r)
+{
+	msgpack_sbuffer sb;
+	json_t *out = NULL;
+	tb_error_t err;
+
+	msgpack_sbuffer_init(&sb);
+	if (tb_obj_encode(&sb, &tb_schema_usage, &r->m.usage, "usage", &err) == 0 &&
+	    tb_mpack_to_json(&out, sb.data, sb.size, &err) < 0)
+		out = NULL;
+	msgpack_sbuffer_destroy(&sb);
+	return out;
+}
