@@ -43,6 +43,14 @@ typedef struct family { /* one label, its values in first-seen order */
 
 static const char *const egress_classes[] = { "2xx", "3xx", "4xx", "5xx", "refused" };
 
+/* What the attempts of one runtime and recipe used, summed (the usage of
+ * schemas/manifest.md). */
+typedef struct used {
+	char runtime[48], recipe[48];
+	uint64_t attempts, wall_ms, cpu_ms[2]; /* agent, judges */
+	uint64_t sent, refused, up, down, saved;
+} used_t;
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	char worker[128];
@@ -54,6 +62,8 @@ static struct {
 	uint64_t egress[5];
 	uint64_t events;
 	uint64_t image_bytes, image_evictions;
+	used_t used[MAX_VALUES];
+	size_t nused;
 } R;
 
 /* The slot for @p name in @p f: made on first sight; "other" when full. */
@@ -193,6 +203,45 @@ void tb_metrics_image(const char *result, uint64_t fetched)
 	pthread_mutex_unlock(&lock);
 }
 
+/* The sums for @p runtime and @p recipe: made on first sight; the last
+ * one, "other" for both, when the table is full. Under the lock. */
+static used_t *used_for(const char *runtime, const char *recipe)
+{
+	for (size_t i = 0; i < R.nused; i++)
+		if (!strcmp(R.used[i].runtime, runtime) && !strcmp(R.used[i].recipe, recipe))
+			return &R.used[i];
+	used_t *u = &R.used[R.nused < MAX_VALUES ? R.nused++ : MAX_VALUES - 1];
+	if (R.nused == MAX_VALUES) {
+		runtime = "other";
+		recipe = "other";
+	}
+	if (strcmp(u->runtime, runtime) || strcmp(u->recipe, recipe)) {
+		snprintf(u->runtime, sizeof(u->runtime), "%s", runtime);
+		snprintf(u->recipe, sizeof(u->recipe), "%s", recipe);
+	}
+	return u;
+}
+
+void tb_metrics_usage(const char *runtime, const char *recipe, const tb_usage_t *usage)
+{
+	pthread_mutex_lock(&lock);
+	used_t *u = used_for(runtime && runtime[0] ? runtime : "unknown",
+			     recipe && recipe[0] ? recipe : "unknown");
+	u->attempts++;
+	u->wall_ms += usage->wall_ms;
+	u->cpu_ms[0] += usage->agent.user_ms + usage->agent.system_ms;
+	u->cpu_ms[1] += usage->judges.user_ms + usage->judges.system_ms;
+	u->saved += usage->saved_bytes;
+	for (size_t i = 0; i < usage->egress.n; i++) {
+		const tb_usage_egress_t *e = (const tb_usage_egress_t *)usage->egress.items + i;
+		u->sent += e->requests - e->refused;
+		u->refused += e->refused;
+		u->up += e->bytes_up;
+		u->down += e->bytes_down;
+	}
+	pthread_mutex_unlock(&lock);
+}
+
 void tb_metrics_image_evicted(void)
 {
 	pthread_mutex_lock(&lock);
@@ -218,6 +267,59 @@ static void label(FILE *f, const char *v)
 static void head(FILE *f, const char *name, const char *type, const char *help)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One series of the usage sums: @p name{runtime,recipe[,@p extra]} @p v. */
+static void used_series(FILE *f, const char *name, const used_t *u, const char *extra, double v)
+{
+	fprintf(f, "%s{runtime=\"", name);
+	label(f, u->runtime);
+	fputs("\",recipe=\"", f);
+	label(f, u->recipe);
+	fprintf(f, "\"%s%s} %.15g\n", extra ? "," : "", extra ? extra : "", v);
+}
+
+/* The attempts' usage, summed by runtime and recipe. */
+static void usage_sums(FILE *f)
+{
+	head(f, "taskbox_attempts_accounted_total", "counter",
+	     "Attempts whose usage is in the sums below, by runtime and recipe.");
+	for (size_t i = 0; i < R.nused; i++)
+		used_series(f, "taskbox_attempts_accounted_total", &R.used[i], NULL,
+			    (double)R.used[i].attempts);
+	head(f, "taskbox_attempt_wall_seconds_total", "counter",
+	     "Attempts' time from received to recorded, summed.");
+	for (size_t i = 0; i < R.nused; i++)
+		used_series(f, "taskbox_attempt_wall_seconds_total", &R.used[i], NULL,
+			    (double)R.used[i].wall_ms / 1000.0);
+	head(f, "taskbox_attempt_cpu_seconds_total", "counter",
+	     "CPU time in the sandboxes (user and system), of the agent and of the judges.");
+	for (size_t i = 0; i < R.nused; i++)
+		for (int p = 0; p < 2; p++)
+			used_series(f, "taskbox_attempt_cpu_seconds_total", &R.used[i],
+				    p ? "part=\"judges\"" : "part=\"agent\"",
+				    (double)R.used[i].cpu_ms[p] / 1000.0);
+	head(f, "taskbox_attempt_egress_requests_total", "counter",
+	     "Attempts' requests through the egress proxy: sent, or refused by it.");
+	for (size_t i = 0; i < R.nused; i++) {
+		used_series(f, "taskbox_attempt_egress_requests_total", &R.used[i],
+			    "result=\"sent\"", (double)R.used[i].sent);
+		used_series(f, "taskbox_attempt_egress_requests_total", &R.used[i],
+			    "result=\"refused\"", (double)R.used[i].refused);
+	}
+	head(f, "taskbox_attempt_egress_bytes_total", "counter",
+	     "Attempts' egress body bytes: up (from the sandbox), down (into it).");
+	for (size_t i = 0; i < R.nused; i++) {
+		used_series(f, "taskbox_attempt_egress_bytes_total", &R.used[i], "direction=\"up\"",
+			    (double)R.used[i].up);
+		used_series(f, "taskbox_attempt_egress_bytes_total", &R.used[i],
+			    "direction=\"down\"", (double)R.used[i].down);
+	}
+	head(f, "taskbox_attempt_saved_bytes_total", "counter",
+	     "Bytes of the attempts' outputs saved as artifacts.");
+	for (size_t i = 0; i < R.nused; i++)
+		used_series(f, "taskbox_attempt_saved_bytes_total", &R.used[i], NULL,
+			    (double)R.used[i].saved);
 }
 
 static void counters(FILE *f, const char *name, const char *key, const family_t *fam,
@@ -314,6 +416,7 @@ char *tb_metrics_render(size_t *len)
 	fprintf(f, "taskbox_image_fetched_bytes_total %llu\n", (unsigned long long)R.image_bytes);
 	head(f, "taskbox_image_evictions_total", "counter", "Images evicted from the cache.");
 	fprintf(f, "taskbox_image_evictions_total %llu\n", (unsigned long long)R.image_evictions);
+	usage_sums(f);
 	pthread_mutex_unlock(&lock);
 	if (fclose(f) != 0) {
 		free(buf);

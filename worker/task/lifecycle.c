@@ -11,6 +11,7 @@
 #include "tb/fsutil.h"
 #include "tb/json_mpack.h"
 #include "tb/log.h"
+#include "tb/metrics.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -76,6 +77,7 @@ static void emit_result(tb_run_t *r, const tb_lifecycle_result_t *out)
 		json_decref(usage);
 	tb_run_emit_json(r, TB_EV_RESULT, result);
 	r->result_sent = 1;
+	tb_metrics_usage(r->task->runtime, r->recipe.name, &r->m.usage);
 }
 
 /* An attempt that ends without a result: its usage as far as it got, for
@@ -91,6 +93,7 @@ static void usage_unfinished(tb_run_t *r)
 		tb_run_usage_mark(r, TB_USAGE_AT_JUDGES_END);
 	tb_run_usage_wall(r, tb_wall_ms());
 	r->phase_usage = tb_run_usage_json(r);
+	tb_metrics_usage(r->task->runtime, r->recipe.name, &r->m.usage);
 }
 
 /* The manifest's own fields, once the record is stored at @p key. */

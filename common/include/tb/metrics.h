@@ -24,12 +24,19 @@
  *                                           cached, made, refused, failed
  *   taskbox_image_fetched_bytes_total       image blobs fetched
  *   taskbox_image_evictions_total           images evicted from the cache
+ *   taskbox_attempts_accounted_total, taskbox_attempt_wall_seconds_total,
+ *   taskbox_attempt_cpu_seconds_total{part}, taskbox_attempt_saved_bytes_total,
+ *   taskbox_attempt_egress_requests_total{result},
+ *   taskbox_attempt_egress_bytes_total{direction}
+ *                                           each {runtime,recipe}: what the
+ *                                           attempts used, summed (their usage)
  */
 #ifndef TB_METRICS_H
 #define TB_METRICS_H
 
 #include "tb/error.h"
 #include "tb/schema_event.h"
+#include "tb/schema_manifest.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -53,6 +60,9 @@ void tb_metrics_events(uint64_t n);
  * bytes fetched for it. */
 void tb_metrics_image(const char *result, uint64_t fetched);
 void tb_metrics_image_evicted(void);
+/** An attempt's usage (schemas/manifest.md), added to the sums of its
+ * runtime and recipe (the recipe's name); once per attempt. */
+void tb_metrics_usage(const char *runtime, const char *recipe, const tb_usage_t *usage);
 
 /**
  * The registry as Prometheus text (version 0.0.4).

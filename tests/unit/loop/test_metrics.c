@@ -36,6 +36,58 @@ static int has_line(const char *text, const char *line)
 	return 0;
 }
 
+/* Each attempt's usage is summed under its runtime and recipe; past the
+ * table's 32 pairs, one "other" pair takes the rest. */
+static void sums_usage_by_runtime_and_recipe(void **state)
+{
+	tb_usage_egress_t eg[2] = { { (char *)"llm", 5, 1, 300, 4000, 900 },
+				    { (char *)"-", 2, 2, 0, 0, 0 } };
+	tb_usage_t u = { .wall_ms = 2500,
+			 .agent = { 3, 1200, 300 },
+			 .judges = { 3, 40, 10 },
+			 .saved_bytes = 1000,
+			 .egress = { 2, eg } };
+	char line[200];
+
+	(void)state;
+	tb_metrics_init("w-1", 4);
+	tb_metrics_usage("default", "hello", &u);
+	tb_metrics_usage("default", "hello", &u);
+	tb_metrics_usage("gpu", "train", &u);
+	for (int i = 0; i < 40; i++) {
+		snprintf(line, sizeof(line), "r%d", i);
+		tb_metrics_usage("default", line, &u);
+	}
+	char *t = render();
+	static const char *const want[] = {
+		"taskbox_attempts_accounted_total{runtime=\"default\",recipe=\"hello\"} 2",
+		"taskbox_attempt_wall_seconds_total{runtime=\"default\",recipe=\"hello\"} 5",
+		"taskbox_attempt_cpu_seconds_total{runtime=\"default\",recipe=\"hello\",part="
+		"\"agent\"} "
+		"3",
+		"taskbox_attempt_cpu_seconds_total{runtime=\"default\",recipe=\"hello\",part="
+		"\"judges\"} 0.1",
+		"taskbox_attempt_egress_requests_total{runtime=\"default\",recipe=\"hello\",result="
+		"\"sent\"} 8",
+		"taskbox_attempt_egress_requests_total{runtime=\"default\",recipe=\"hello\",result="
+		"\"refused\"} 6",
+		"taskbox_attempt_egress_bytes_total{runtime=\"default\",recipe=\"hello\",direction="
+		"\"up\"} 600",
+		"taskbox_attempt_egress_bytes_total{runtime=\"default\",recipe=\"hello\",direction="
+		"\"down\"} 8000",
+		"taskbox_attempt_saved_bytes_total{runtime=\"default\",recipe=\"hello\"} 2000",
+		"taskbox_attempts_accounted_total{runtime=\"gpu\",recipe=\"train\"} 1",
+		/* 2 pairs above, 29 more of their own, the other 11 folded */
+		"taskbox_attempts_accounted_total{runtime=\"default\",recipe=\"r28\"} 1",
+		"taskbox_attempts_accounted_total{runtime=\"other\",recipe=\"other\"} 11",
+	};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		if (!has_line(t, want[i]))
+			fail_msg("missing line: %s\n%s", want[i], t);
+	assert_null(strstr(t, "recipe=\"r29\""));
+	free(t);
+}
+
 static void renders_what_was_recorded(void **state)
 {
 	(void)state;
@@ -233,6 +285,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(renders_what_was_recorded),
+		cmocka_unit_test(sums_usage_by_runtime_and_recipe),
 		cmocka_unit_test(escapes_label_values_and_folds_overflow),
 		cmocka_unit_test(buckets_reach_the_longest_deadline),
 		cmocka_unit_test(serves_on_loopback),
