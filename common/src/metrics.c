@@ -49,6 +49,7 @@ typedef struct used {
 	char runtime[48], recipe[48];
 	uint64_t attempts, wall_ms, cpu_ms[2]; /* agent, judges */
 	uint64_t sent, refused, up, down, saved;
+	uint64_t tokens[3]; /* input, output, cached */
 } used_t;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -238,6 +239,9 @@ void tb_metrics_usage(const char *runtime, const char *recipe, const tb_usage_t 
 		u->refused += e->refused;
 		u->up += e->bytes_up;
 		u->down += e->bytes_down;
+		u->tokens[0] += e->input_tokens;
+		u->tokens[1] += e->output_tokens;
+		u->tokens[2] += e->cached_tokens;
 	}
 	pthread_mutex_unlock(&lock);
 }
@@ -315,6 +319,15 @@ static void usage_sums(FILE *f)
 		used_series(f, "taskbox_attempt_egress_bytes_total", &R.used[i],
 			    "direction=\"down\"", (double)R.used[i].down);
 	}
+	static const char *const kinds[3] = { "kind=\"input\"", "kind=\"output\"",
+					      "kind=\"cached\"" };
+	head(f, "taskbox_attempt_tokens_total", "counter",
+	     "Provider tokens the answers through the egress proxy reported (input includes "
+	     "cached).");
+	for (size_t i = 0; i < R.nused; i++)
+		for (int k = 0; k < 3; k++)
+			used_series(f, "taskbox_attempt_tokens_total", &R.used[i], kinds[k],
+				    (double)R.used[i].tokens[k]);
 	head(f, "taskbox_attempt_saved_bytes_total", "counter",
 	     "Bytes of the attempts' outputs saved as artifacts.");
 	for (size_t i = 0; i < R.nused; i++)

@@ -84,6 +84,8 @@ static int scheme_check(const void *value, char *why, size_t whylen)
 	return -1;
 }
 
+const char *const tb_dialects[] = { "openai", "anthropic", NULL };
+
 /* clang-format off */
 static const tb_field_t endpoint_fields[] = {
 	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
@@ -100,6 +102,8 @@ static const tb_field_t endpoint_fields[] = {
 	 .offset = offsetof(tb_endpoint_t, path_prefixes), .max = 64, .item_max = 1024},
 	{.name = "credential", .type = TB_FT_OBJ,
 	 .offset = offsetof(tb_endpoint_t, credential), .sub = &credential_schema},
+	{.name = "dialect", .type = TB_FT_ENUM,
+	 .offset = offsetof(tb_endpoint_t, dialect), .names = tb_dialects},
 };
 /* clang-format on */
 

@@ -159,13 +159,20 @@ static const tb_field_t egress_fields[] = {
 	 .offset = offsetof(tb_usage_egress_t, bytes_down), .max = UINT64_MAX},
 	{.name = "upstream_ms", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_usage_egress_t, upstream_ms), .max = UINT64_MAX},
+	{.name = "input_tokens", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_egress_t, input_tokens), .max = UINT64_MAX},
+	{.name = "output_tokens", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_egress_t, output_tokens), .max = UINT64_MAX},
+	{.name = "cached_tokens", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_egress_t, cached_tokens), .max = UINT64_MAX},
 };
 /* clang-format on */
 static const tb_schema_t egress_schema = {
 	.name = "egress",
 	.size = sizeof(tb_usage_egress_t),
+	.has_offset = offsetof(tb_usage_egress_t, has),
 	.fields = egress_fields,
-	.nfields = 6,
+	.nfields = 9,
 };
 
 /* clang-format off */

@@ -62,6 +62,13 @@ CONTRACT = {
     "taskbox_image_gets_total": ("counter", {"result"}),
     "taskbox_image_fetched_bytes_total": ("counter", set()),
     "taskbox_image_evictions_total": ("counter", set()),
+    "taskbox_attempts_accounted_total": ("counter", {"runtime", "recipe"}),
+    "taskbox_attempt_wall_seconds_total": ("counter", {"runtime", "recipe"}),
+    "taskbox_attempt_cpu_seconds_total": ("counter", {"runtime", "recipe", "part"}),
+    "taskbox_attempt_egress_requests_total": ("counter", {"runtime", "recipe", "result"}),
+    "taskbox_attempt_egress_bytes_total": ("counter", {"runtime", "recipe", "direction"}),
+    "taskbox_attempt_saved_bytes_total": ("counter", {"runtime", "recipe"}),
+    "taskbox_attempt_tokens_total": ("counter", {"runtime", "recipe", "kind"}),
 }
 LABEL_VALUES = {
     "outcome": {"succeeded", "failed", "timed-out", "oom-killed", "pids-limit", "cancelled",

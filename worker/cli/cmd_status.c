@@ -231,11 +231,17 @@ static void print_usage(const json_t *u)
 		printf("  outputs   %lld bytes written, %lld saved\n", figure(u, "outputs_bytes"),
 		       figure(u, "saved_bytes"));
 	json_array_foreach(json_object_get(u, "egress"), i, e)
-	    printf("  egress    %s: %lld requests (%lld refused), %lld bytes up, %lld down, "
-		   "%.1f s upstream\n",
-		   json_string_value(json_object_get(e, "endpoint")), figure(e, "requests"),
-		   figure(e, "refused"), figure(e, "bytes_up"), figure(e, "bytes_down"),
-		   (double)figure(e, "upstream_ms") / 1000.0);
+	{
+		printf("  egress    %s: %lld requests (%lld refused), %lld bytes up, %lld down, "
+		       "%.1f s upstream\n",
+		       json_string_value(json_object_get(e, "endpoint")), figure(e, "requests"),
+		       figure(e, "refused"), figure(e, "bytes_up"), figure(e, "bytes_down"),
+		       (double)figure(e, "upstream_ms") / 1000.0);
+		if (figure(e, "input_tokens") >= 0)
+			printf("            tokens: %lld in (%lld cached), %lld out\n",
+			       figure(e, "input_tokens"), figure(e, "cached_tokens"),
+			       figure(e, "output_tokens"));
+	}
 }
 
 static void print_task(const json_t *o)

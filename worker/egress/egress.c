@@ -19,11 +19,22 @@
 
 #define HELD_MAX 16 /* statuses summarised at once; more are dropped */
 
+/* An egress event's "tokens" (schemas/event.md): input, output, cached. */
+static const char *const token_keys[3] = { "input", "output", "cached" };
+
+static json_t *tokens_json(const uint64_t t[3])
+{
+	return json_pack("{s:I,s:I,s:I}", token_keys[0], (json_int_t)t[0], token_keys[1],
+			 (json_int_t)t[1], token_keys[2], (json_int_t)t[2]);
+}
+
 /* Requests with one status that found no room in the event rate: one
  * event for all of them, when there is room or at the end. */
 typedef struct held {
 	int status;
 	uint64_t count, bytes_in, bytes_out, duration_ms;
+	uint64_t tokens[3]; /* input, output, cached: summed where reported */
+	int has_tokens;
 	json_t *last; /* the latest one's payload */
 } held_t;
 
@@ -96,6 +107,16 @@ static void tally(tb_egress_t *e, const tb_proxy_audit_t *a)
 	t->bytes_down += a->bytes_in;
 	if (!a->refused)
 		t->upstream_ms += a->duration_ms;
+	if (i < n && TB_HAS(&eps[i], TB_ENDPOINT_DIALECT)) { /* its tokens, 0 or more */
+		TB_SET_HAS(t, TB_USAGE_TOKENS_IN);
+		TB_SET_HAS(t, TB_USAGE_TOKENS_OUT);
+		TB_SET_HAS(t, TB_USAGE_TOKENS_CACHED);
+	}
+	if (a->tokens) {
+		t->input_tokens += a->tokens->input;
+		t->output_tokens += a->tokens->output;
+		t->cached_tokens += a->tokens->cached;
+	}
 }
 
 /* From the proxy's threads: queue, never block for long. */
@@ -112,6 +133,10 @@ static void on_audit(void *ud, const tb_proxy_audit_t *a)
 		json_object_set_new(p, "endpoint", json_string(a->endpoint));
 	if (p && a->reason)
 		json_object_set_new(p, "reason", json_string(a->reason));
+	if (p && a->tokens) {
+		uint64_t t[3] = { a->tokens->input, a->tokens->output, a->tokens->cached };
+		json_object_set_new(p, "tokens", tokens_json(t));
+	}
 	pthread_mutex_lock(&e->lock);
 	tally(e, a);
 	if (p && it && e->nrecords < TB_EGRESS_QUEUE_MAX) {
@@ -265,6 +290,10 @@ static int hold(tb_egress_t *e, json_t *v)
 	h->bytes_in += (uint64_t)json_integer_value(json_object_get(v, "bytes_in"));
 	h->bytes_out += (uint64_t)json_integer_value(json_object_get(v, "bytes_out"));
 	h->duration_ms += (uint64_t)json_integer_value(json_object_get(v, "duration_ms"));
+	json_t *t = json_object_get(v, "tokens");
+	for (int k = 0; t && k < 3; k++)
+		h->tokens[k] += (uint64_t)json_integer_value(json_object_get(t, token_keys[k]));
+	h->has_tokens |= t != NULL;
 	json_decref(h->last);
 	h->last = json_incref(v);
 	return 0;
@@ -284,6 +313,8 @@ static void release_first(tb_egress_t *e, void (*fn)(void *ud, json_t *payload),
 		json_object_set_new(p, "bytes_in", json_integer((json_int_t)h.bytes_in));
 		json_object_set_new(p, "bytes_out", json_integer((json_int_t)h.bytes_out));
 		json_object_set_new(p, "duration_ms", json_integer((json_int_t)h.duration_ms));
+		if (h.has_tokens)
+			json_object_set_new(p, "tokens", tokens_json(h.tokens));
 	}
 	if (p)
 		fn(ud, p);

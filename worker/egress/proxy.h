@@ -90,6 +90,7 @@
 #ifndef TB_PROXY_H
 #define TB_PROXY_H
 
+#include "provider_usage.h"
 #include "task_token.h"
 #include "tb/codec.h"
 #include "tb/error.h"
@@ -111,6 +112,8 @@ typedef struct tb_proxy_audit {
 	uint64_t duration_ms;
 	const char *reason; /* why it failed or was refused, or NULL */
 	int refused;        /* the proxy answered itself: upstream never asked */
+	/* what the answer said it used (the endpoint's dialect), or NULL */
+	const tb_tokens_t *tokens;
 } tb_proxy_audit_t;
 
 typedef struct tb_proxy_conf {

@@ -151,6 +151,13 @@ void tb_proxy_audit(tb_proxy_conn_t *c, const char *method, const char *host, co
 		    const tb_endpoint_t *ep, int status, uint64_t in, uint64_t out, uint64_t t0,
 		    const char *reason)
 {
+	tb_proxy_audit_used(c, method, host, path, ep, status, in, out, t0, reason, NULL);
+}
+
+void tb_proxy_audit_used(tb_proxy_conn_t *c, const char *method, const char *host, const char *path,
+			 const tb_endpoint_t *ep, int status, uint64_t in, uint64_t out,
+			 uint64_t t0, const char *reason, const tb_tokens_t *tokens)
+{
 	const tb_proxy_conf_t *conf = &c->p->conf;
 	if (!conf->audit)
 		return;
@@ -165,6 +172,7 @@ void tb_proxy_audit(tb_proxy_conn_t *c, const char *method, const char *host, co
 		.duration_ms = tb_mono_ms() - t0,
 		.reason = reason,
 		.refused = reason != NULL && !c->upstream,
+		.tokens = tokens && tokens->seen ? tokens : NULL,
 	};
 	conf->audit(conf->audit_ud, &a);
 }

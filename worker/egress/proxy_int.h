@@ -90,6 +90,9 @@ typedef struct tb_proxy_exchange {
 	const char *framing; /* why its framing was refused, or NULL */
 	int head_sent, resp_chunked, resp_nobody, client_err;
 	uint64_t bytes_in;
+	char ctype[128];       /* the answer's Content-Type */
+	int scanning;          /* its usage read as it passes (ep's dialect) */
+	tb_usage_scan_t usage; /* ... by this */
 } tb_proxy_exchange_t;
 
 /* ------------------------------------------------- proxy_client.c */
@@ -109,6 +112,10 @@ ssize_t tb_proxy_fill(tb_proxy_conn_t *c, uint64_t deadline);
 void tb_proxy_audit(tb_proxy_conn_t *c, const char *method, const char *host, const char *path,
 		    const tb_endpoint_t *ep, int status, uint64_t in, uint64_t out, uint64_t t0,
 		    const char *reason);
+/** tb_proxy_audit() of an answer whose usage was read (@p tokens). */
+void tb_proxy_audit_used(tb_proxy_conn_t *c, const char *method, const char *host, const char *path,
+			 const tb_endpoint_t *ep, int status, uint64_t in, uint64_t out,
+			 uint64_t t0, const char *reason, const tb_tokens_t *tokens);
 /** A client's path fit for the audit: no query, printable, bounded. */
 void tb_proxy_safe_path(char *out, size_t cap, const char *target);
 /** Answers @p status with @p reason (and header lines @p extra), then

@@ -89,6 +89,76 @@ static int hop_by_hop(const char *name, size_t len)
 	return len >= 6 && strncasecmp(name, "Proxy-", 6) == 0;
 }
 
+/* The media type of a Content-Type value [@p v, @p end): "text/event-stream"
+ * of "text/event-stream; charset=utf-8". */
+static void media_type(char *out, size_t cap, const char *v, const char *end)
+{
+	size_t n = 0;
+
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	while (v + n < end && v[n] != ';' && v[n] != ' ' && v[n] != '\r' && v[n] != '\n' &&
+	       n + 1 < cap)
+		n++;
+	memcpy(out, v, n);
+	out[n] = '\0';
+}
+
+/* The blank line after the answer's head: an interim answer (100
+ * Continue) is dropped; a final one's head goes to the client. -1: the
+ * answer cannot be passed on. */
+static int end_of_head(tb_proxy_exchange_t *x)
+{
+	if (x->status >= 100 && x->status < 200) {
+		x->rlen = 0; /* not passed on */
+		x->rlength[0] = '\0';
+		x->rchunked = 0;
+		return 0;
+	}
+	if (x->status < 200 || x->status > 999)
+		return -1;
+	/* a provider's answer: its usage is read as it passes */
+	if (TB_HAS(x->ep, TB_ENDPOINT_DIALECT) && x->status < 300 && !x->scanning) {
+		tb_usage_scan_init(&x->usage, (tb_dialect_t)x->ep->dialect,
+				   x->ctype[0] ? x->ctype : NULL);
+		x->scanning = 1;
+	}
+	/* RFC 9112 6.3: Transfer-Encoding overrides Content-Length (curl
+	 * decodes the body by it); the client gets the body framed anew,
+	 * never a length that does not describe it. */
+	if (x->rchunked)
+		x->rlength[0] = '\0';
+	return send_resp_head(x);
+}
+
+/* A Content-Length header's value [@p v, @p e) into x->rlength. -1 (and
+ * x->framing says why) when it is not one number, or differs from one
+ * before: the body's end is not known, so nothing of it is passed on. */
+static int content_length(tb_proxy_exchange_t *x, const char *v, const char *e)
+{
+	char got[sizeof(x->rlength)];
+	size_t d = 0;
+
+	while (v < e && (*v == ' ' || *v == '\t'))
+		v++;
+	while (e > v && (e[-1] == '\r' || e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\t'))
+		e--;
+	while (v + d < e && v[d] >= '0' && v[d] <= '9' && d < sizeof(got) - 1)
+		d++;
+	memcpy(got, v, d);
+	got[d] = '\0';
+	if (!d || v + d != e || d > 18) {
+		x->framing = "a malformed Content-Length";
+		return -1;
+	}
+	if (x->rlength[0] && strcmp(x->rlength, got) != 0) {
+		x->framing = "two different Content-Length values";
+		return -1;
+	}
+	memcpy(x->rlength, got, d + 1);
+	return 0;
+}
+
 static size_t on_header(char *b, size_t size, size_t nitems, void *ud)
 {
 	tb_proxy_exchange_t *x = ud;
@@ -99,60 +169,26 @@ static size_t on_header(char *b, size_t size, size_t nitems, void *ud)
 	if (len >= 5 && strncmp(b, "HTTP/", 5) == 0) {
 		const char *sp = memchr(b, ' ', len);
 		x->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+		x->ctype[0] = '\0';
 		x->rlen = 0;
 		x->rlength[0] = '\0';
 		x->rchunked = 0;
 		return len;
 	}
-	if ((len == 2 && b[0] == '\r') || (len == 1 && b[0] == '\n')) {
-		if (x->status >= 100 && x->status < 200) {
-			x->rlen = 0; /* an interim answer (100 Continue): not passed on */
-			x->rlength[0] = '\0';
-			x->rchunked = 0;
-			return len;
-		}
-		if (x->status < 200 || x->status > 999)
-			return 0;
-		/* RFC 9112 6.3: Transfer-Encoding overrides Content-Length
-		 * (curl decodes the body by it); the client gets the body
-		 * framed anew, never a length that does not describe it. */
-		if (x->rchunked)
-			x->rlength[0] = '\0';
-		return send_resp_head(x) < 0 ? 0 : len;
-	}
+	if ((len == 2 && b[0] == '\r') || (len == 1 && b[0] == '\n'))
+		return end_of_head(x) < 0 ? 0 : len;
 	if (b[0] == ' ' || b[0] == '\t')
 		return len; /* folded: dropped */
 	const char *colon = memchr(b, ':', len);
 	if (!colon)
 		return len;
 	size_t nl = (size_t)(colon - b);
+	if (nl == 12 && strncasecmp(b, "Content-Type", 12) == 0)
+		media_type(x->ctype, sizeof(x->ctype), colon + 1, b + len);
 	if (nl == 17 && strncasecmp(b, "Transfer-Encoding", 17) == 0)
 		x->rchunked = 1; /* and dropped below: hop-by-hop */
-	if (nl == 14 && strncasecmp(b, "Content-Length", 14) == 0) {
-		const char *v = colon + 1, *e = b + len;
-		char got[sizeof(x->rlength)];
-		while (v < e && (*v == ' ' || *v == '\t'))
-			v++;
-		while (e > v && (e[-1] == '\r' || e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\t'))
-			e--;
-		size_t d = 0;
-		while (v + d < e && v[d] >= '0' && v[d] <= '9' && d < sizeof(got) - 1)
-			d++;
-		memcpy(got, v, d);
-		got[d] = '\0';
-		/* A length that is not one number, or two that differ: the
-		 * body's end is not known, so nothing of it is passed on. */
-		if (!d || v + d != e || d > 18) {
-			x->framing = "a malformed Content-Length";
-			return 0;
-		}
-		if (x->rlength[0] && strcmp(x->rlength, got) != 0) {
-			x->framing = "two different Content-Length values";
-			return 0;
-		}
-		memcpy(x->rlength, got, d + 1);
-		return len;
-	}
+	if (nl == 14 && strncasecmp(b, "Content-Length", 14) == 0)
+		return content_length(x, colon + 1, b + len) < 0 ? 0 : len;
 	if (hop_by_hop(b, nl))
 		return len;
 	if (x->rlen + len > RESP_HEAD_MAX)
@@ -175,6 +211,8 @@ static size_t on_write(char *data, size_t size, size_t nitems, void *ud)
 	if (!x->head_sent && send_resp_head(x) < 0)
 		return 0;
 	x->bytes_in += len;
+	if (x->scanning)
+		tb_usage_scan_feed(&x->usage, data, len);
 	if (x->resp_nobody)
 		return len;
 	if (!x->sec || !x->sec->mask)
@@ -375,6 +413,42 @@ fail:
 	return NULL;
 }
 
+/* The upstream URL of @p x: the endpoint, the path and query decided, and
+ * the credential as query parameter @p qname (escaped) when it goes there.
+ * @return malloc'd, or NULL without memory */
+static char *upstream_url(const tb_proxy_exchange_t *x, const tb_proxy_decision_t *d,
+			  const char *qname)
+{
+	const tb_endpoint_t *ep = x->ep;
+	const char *host = ep->host;
+	int v6 = strchr(host, ':') != NULL;
+	size_t ulen = strlen(ep->scheme) + strlen(host) + strlen(d->path) + strlen(d->query) +
+		      (qname ? strlen(qname) + strlen(x->sec->value) : 0) + 32;
+	char *url = malloc(ulen);
+
+	if (!url)
+		return NULL;
+	snprintf(url, ulen, "%s://%s%s%s:%u%s%s%s%s%s%s", ep->scheme, v6 ? "[" : "", host,
+		 v6 ? "]" : "", (unsigned)ep->port, d->path, d->query[0] || qname ? "?" : "",
+		 d->query, d->query[0] && qname ? "&" : "", qname ? qname : "", qname ? "=" : "");
+	if (qname) {
+		size_t used = strlen(url);
+		snprintf(url + used, ulen - used, "%s", x->sec->value);
+	}
+	return url;
+}
+
+/* What the answer said it used (nothing when its endpoint has no
+ * dialect), even when it was cut short; the scan's memory freed. */
+static tb_tokens_t answer_usage(tb_proxy_exchange_t *x)
+{
+	tb_tokens_t used = { 0 };
+	if (x->scanning)
+		tb_usage_scan_end(&x->usage, &used);
+	x->scanning = 0;
+	return used;
+}
+
 /* Makes the upstream request and streams its answer. Returns 1 when the
  * connection may carry another request. */
 int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0)
@@ -397,19 +471,8 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 	curl_easy_reset(h);
 	if (cr->query && x->sec && x->sec->value && !(qname = curl_easy_escape(h, cr->query, 0)))
 		goto nomem;
-	const char *host = ep->host;
-	int v6 = strchr(host, ':') != NULL;
-	size_t ulen = strlen(ep->scheme) + strlen(host) + strlen(d->path) + strlen(d->query) +
-		      (qname ? strlen(qname) + strlen(x->sec->value) : 0) + 32;
-	if (!(url = malloc(ulen)))
+	if (!(url = upstream_url(x, d, qname)))
 		goto nomem;
-	snprintf(url, ulen, "%s://%s%s%s:%u%s%s%s%s%s%s", ep->scheme, v6 ? "[" : "", host,
-		 v6 ? "]" : "", (unsigned)ep->port, d->path, d->query[0] || qname ? "?" : "",
-		 d->query, d->query[0] && qname ? "&" : "", qname ? qname : "", qname ? "=" : "");
-	if (qname) {
-		size_t used = strlen(url);
-		snprintf(url + used, ulen - used, "%s", x->sec->value);
-	}
 	if (!(hdrs = upstream_headers(x, &ok)) || !ok)
 		goto nomem;
 
@@ -457,10 +520,11 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 	if (res == CURLE_OK && c->nhold)
 		send_body(x, c->hold, c->nhold);
 	c->nhold = 0;
+	tb_tokens_t used = answer_usage(x);
 	if (atomic_load(&c->p->stopping)) {
-		tb_proxy_audit(c, x->req.method, ep->host, d->path, ep,
-			       x->head_sent ? (int)x->status : 502, x->bytes_in, x->bytes_out, t0,
-			       "the proxy stopped");
+		tb_proxy_audit_used(c, x->req.method, ep->host, d->path, ep,
+				    x->head_sent ? (int)x->status : 502, x->bytes_in, x->bytes_out,
+				    t0, "the proxy stopped", &used);
 		goto done;
 	}
 	if (!x->head_sent) {
@@ -492,8 +556,9 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 	if (res == CURLE_OK && x->resp_chunked && !x->client_err &&
 	    tb_proxy_send_str(c, "0\r\n\r\n", 5) < 0)
 		x->client_err = 1;
-	tb_proxy_audit(c, x->req.method, ep->host, d->path, ep, (int)x->status, x->bytes_in,
-		       x->bytes_out, t0, res == CURLE_OK ? NULL : "the response was cut short");
+	tb_proxy_audit_used(c, x->req.method, ep->host, d->path, ep, (int)x->status, x->bytes_in,
+			    x->bytes_out, t0, res == CURLE_OK ? NULL : "the response was cut short",
+			    &used);
 	keep = res == CURLE_OK && !x->client_err && x->req.keep_alive &&
 	       (!x->body_mode || x->body_done);
 	goto done;

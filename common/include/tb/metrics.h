@@ -27,7 +27,8 @@
  *   taskbox_attempts_accounted_total, taskbox_attempt_wall_seconds_total,
  *   taskbox_attempt_cpu_seconds_total{part}, taskbox_attempt_saved_bytes_total,
  *   taskbox_attempt_egress_requests_total{result},
- *   taskbox_attempt_egress_bytes_total{direction}
+ *   taskbox_attempt_egress_bytes_total{direction},
+ *   taskbox_attempt_tokens_total{kind}
  *                                           each {runtime,recipe}: what the
  *                                           attempts used, summed (their usage)
  */

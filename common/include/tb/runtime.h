@@ -30,7 +30,14 @@ typedef struct tb_endpoint {
 	tb_strlist_t methods;       /* empty: any */
 	tb_strlist_t path_prefixes; /* empty: any */
 	tb_credential_t credential; /* absent: none added */
+	int dialect;                /* tb_dialect_t, when has bit TB_ENDPOINT_DIALECT */
 } tb_endpoint_t;
+
+/* The provider API an endpoint speaks, whose answers' usage fields the
+ * proxy reads (schemas/runtime.md, "dialect"). */
+typedef enum tb_dialect { TB_DIALECT_OPENAI = 0, TB_DIALECT_ANTHROPIC } tb_dialect_t;
+enum { TB_ENDPOINT_DIALECT = 7 }; /* tb_endpoint_t has bit */
+extern const char *const tb_dialects[];
 
 /* Where a recipe's environment may come from (schemas/runtime.md,
  * "sandbox.images"; tb/image_ref.h). */

@@ -67,13 +67,19 @@ typedef struct tb_usage_cpu {
 /* The requests of one endpoint through the egress proxy ("-": those that
  * matched none). */
 typedef struct tb_usage_egress {
+	uint32_t has;
 	char *endpoint;
 	uint64_t requests;    /* every request, refused ones included */
 	uint64_t refused;     /* answered by the proxy itself: never sent */
 	uint64_t bytes_up;    /* request bodies, sandbox to upstream */
 	uint64_t bytes_down;  /* response bodies, upstream to sandbox */
 	uint64_t upstream_ms; /* time requests that reached the upstream took */
+	/* the provider's own figures, summed over its answers: for an
+	 * endpoint with a dialect (has bits TB_USAGE_TOKENS_*) */
+	uint64_t input_tokens, output_tokens, cached_tokens;
 } tb_usage_egress_t;
+
+enum { TB_USAGE_TOKENS_IN = 6, TB_USAGE_TOKENS_OUT = 7, TB_USAGE_TOKENS_CACHED = 8 };
 
 /* What an attempt used (schemas/manifest.md, "usage"): absent figures are
  * ones the kernel does not report. */

@@ -48,6 +48,7 @@ struct events {
 	int secret_seen;        /* events holding the provider's key */
 	int egress, egress_200, egress_403, egress_401;
 	int egress_requests, egress_summaries; /* requests the events stand for */
+	uint64_t egress_tokens_in;             /* the input tokens they say */
 	int last_egress, settled;              /* their positions */
 	char thought[128];                     /* the last thought's text */
 	int labelled, unlabelled;              /* phase and result events, with
@@ -58,6 +59,15 @@ struct events {
 };
 
 #define PROVIDER_KEY "sk-lifecycle-9f8e7d6c5b4a"
+/* The fake provider's answers: 11 tokens in (3 cached) and 7 out each;
+ * its stream, 40 in and 5 out. */
+#define PROVIDER_USAGE                                                                             \
+	"\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":7,\"prompt_tokens_details\":{"      \
+	"\"cached_tokens\":3}}}"
+#define PROVIDER_SSE                                                                               \
+	"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n"                \
+	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":5}}\n\n"      \
+	"data: [DONE]\n\n"
 
 static int flush(void *ud, tb_error_t *err)
 {
@@ -117,6 +127,8 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 			e->last_egress = e->n;
 			json_t *count = json_object_get(p, "count");
 			e->egress_requests += count ? (int)json_integer_value(count) : 1;
+			e->egress_tokens_in += (uint64_t)json_integer_value(
+			    json_object_get(json_object_get(p, "tokens"), "input"));
 			e->egress_summaries += count != NULL;
 		}
 		if (ev->type == TB_EV_PHASE || ev->type == TB_EV_RESULT) {
@@ -1018,10 +1030,17 @@ static void *provider_main(void *arg)
 					 a + 17);
 			snprintf(provider.auth, sizeof(provider.auth), "%s", auth);
 			provider.requests++;
-			int bl = snprintf(body, sizeof(body), "{\"auth\":\"%s\"}", auth);
+			/* an OpenAI-style answer with its usage; on /v1/stream,
+			 * a stream of chunks whose last one has it */
+			int stream = strstr(buf, " /v1/stream ") != NULL;
+			int bl = stream ? snprintf(body, sizeof(body), "%s", PROVIDER_SSE)
+					: snprintf(body, sizeof(body),
+						   "{\"auth\":\"%s\"," PROVIDER_USAGE, auth);
 			int rl = snprintf(resp, sizeof(resp),
-					  "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+					  "HTTP/1.1 200 OK\r\nContent-Type: %s\r\n"
 					  "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
+					  stream ? "text/event-stream; charset=utf-8"
+						 : "application/json",
 					  bl, body);
 			if (send(fd, resp, (size_t)rl, MSG_NOSIGNAL) < 0)
 				provider.requests += 1000; /* noticed below */
@@ -1064,11 +1083,12 @@ static const tb_usage_egress_t *egress_of(const tb_manifest_t *m, const char *en
 	return NULL;
 }
 
-/* The provider test's accounting (schemas/manifest.md, "usage"): two
- * requests reached the provider through the endpoint (7 and 1 bytes up,
- * one @p answer-byte body down each), two were refused by the proxy with
- * no endpoint (another host; no token), the agent spent its loop's CPU,
- * every output was saved; the result event says the same. */
+/* The provider test's accounting (schemas/manifest.md, "usage"): three
+ * requests reached the provider through the endpoint (7, 7 and 1 bytes
+ * up; one @p answer-byte body down each and the stream), with the tokens
+ * its answers reported; two were refused by the proxy with no endpoint
+ * (another host; no token), the agent spent its loop's CPU, every output
+ * was saved; the result event says the same. */
 static void check_usage(const tb_manifest_t *m, struct events *e, size_t answer)
 {
 	const tb_usage_t *u = &m->usage;
@@ -1076,10 +1096,16 @@ static void check_usage(const tb_manifest_t *m, struct events *e, size_t answer)
 	uint64_t sum = 0;
 
 	assert_int_equal(u->egress.n, 2);
-	assert_int_equal(p->requests, 2);
+	assert_int_equal(p->requests, 3);
 	assert_int_equal(p->refused, 0);
-	assert_int_equal(p->bytes_up, 8);
-	assert_int_equal(p->bytes_down, 2 * answer);
+	assert_int_equal(p->bytes_up, 15);
+	assert_int_equal(p->bytes_down, 2 * answer + strlen(PROVIDER_SSE));
+	assert_true(TB_HAS(p, TB_USAGE_TOKENS_IN) && TB_HAS(p, TB_USAGE_TOKENS_OUT) &&
+		    TB_HAS(p, TB_USAGE_TOKENS_CACHED));
+	assert_int_equal(p->input_tokens, 2 * 11 + 40);
+	assert_int_equal(p->output_tokens, 2 * 7 + 5);
+	assert_int_equal(p->cached_tokens, 2 * 3);
+	assert_false(TB_HAS(none, TB_USAGE_TOKENS_IN)); /* no dialect: no tokens */
 	assert_int_equal(none->requests, 2);
 	assert_int_equal(none->refused, 2);
 	assert_int_equal(none->bytes_up + none->bytes_down + none->upstream_ms, 0);
@@ -1153,7 +1179,7 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 		"\"host\": \"localhost\", \"port\": %u, \"scheme\": \"http\", \"methods\": "
 		"[\"POST\"], \"path_prefixes\": [\"/v1/\"], \"credential\": {\"header\": "
 		"\"Authorization\", \"format\": \"Bearer {}\", \"env\": "
-		"\"TB_LIFE_PROVIDER_KEY\"}}]}}\n",
+		"\"TB_LIFE_PROVIDER_KEY\"}, \"dialect\": \"openai\"}]}}\n",
 		provider.port);
 	fclose(f);
 	/* An agent that uses its binding, tries the provider directly, tries
@@ -1172,6 +1198,9 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 		"o=/outputs\n"
 		"curl -sS -m 10 -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{\"q\":1}' "
 		"\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" > $o/resp.txt 2>&1; echo \"via-proxy=$?\" "
+		">> $o/codes.txt\n"
+		"curl -sS -m 10 -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{\"s\":1}' "
+		"\"$TASKBOX_ENDPOINT_PROVIDER/v1/stream\" > $o/stream.txt 2>&1; echo \"stream=$?\" "
 		">> $o/codes.txt\n"
 		"curl -s -m 5 -o /dev/null http://127.0.0.1:%u/v1/echo; echo \"direct=$?\" >> "
 		"$o/codes.txt\n"
@@ -1213,11 +1242,11 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 	/* through its binding, with the key added; directly, refused (another
 	 * loopback); elsewhere, 403; without the token, 401; with http_proxy
 	 * alone (the token its password), through */
-	if (!strstr(codes, "via-proxy=0\n") || !strstr(codes, "direct=7\n") ||
-	    !strstr(codes, "forbidden=403\n") || !strstr(codes, "notoken=401\n") ||
-	    !strstr(codes, "proxy-alone=200\n"))
+	if (!strstr(codes, "via-proxy=0\n") || !strstr(codes, "stream=0\n") ||
+	    !strstr(codes, "direct=7\n") || !strstr(codes, "forbidden=403\n") ||
+	    !strstr(codes, "notoken=401\n") || !strstr(codes, "proxy-alone=200\n"))
 		fail_msg("agent's results: %s / %s", codes, resp);
-	assert_int_equal(provider.requests, 2);
+	assert_int_equal(provider.requests, 3);
 	assert_string_equal(provider.auth, "Bearer " PROVIDER_KEY);
 	assert_non_null(strstr(resp, "\"auth\":\"Bearer *************************\""));
 	assert_non_null(strstr(env, "TASKBOX_TOKEN=tb1."));
@@ -1239,12 +1268,13 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 	free(bytes);
 	assert_int_equal(e.secret_seen, 0);
 	/* each request an egress event, before the agent settled */
-	assert_int_equal(e.egress, 4);
-	assert_int_equal(e.egress_200, 2);
+	assert_int_equal(e.egress, 5);
+	assert_int_equal(e.egress_200, 3);
+	assert_int_equal(e.egress_tokens_in, 2 * 11 + 40); /* each answer's, on its event */
 	assert_int_equal(e.egress_403, 1);
 	assert_int_equal(e.egress_401, 1);
 	assert_true(e.last_egress < e.settled);
-	check_usage(&m, &e, strlen("{\"auth\":\"Bearer " PROVIDER_KEY "\"}"));
+	check_usage(&m, &e, strlen("{\"auth\":\"Bearer " PROVIDER_KEY "\"," PROVIDER_USAGE));
 	free(codes);
 	free(resp);
 	free(env);

@@ -40,8 +40,8 @@ static int has_line(const char *text, const char *line)
  * table's 32 pairs, one "other" pair takes the rest. */
 static void sums_usage_by_runtime_and_recipe(void **state)
 {
-	tb_usage_egress_t eg[2] = { { (char *)"llm", 5, 1, 300, 4000, 900 },
-				    { (char *)"-", 2, 2, 0, 0, 0 } };
+	tb_usage_egress_t eg[2] = { { 0x1c0, (char *)"llm", 5, 1, 300, 4000, 900, 1500, 200, 1000 },
+				    { 0, (char *)"-", 2, 2, 0, 0, 0, 0, 0, 0 } };
 	tb_usage_t u = { .wall_ms = 2500,
 			 .agent = { 3, 1200, 300 },
 			 .judges = { 3, 40, 10 },
@@ -76,6 +76,14 @@ static void sums_usage_by_runtime_and_recipe(void **state)
 		"taskbox_attempt_egress_bytes_total{runtime=\"default\",recipe=\"hello\",direction="
 		"\"down\"} 8000",
 		"taskbox_attempt_saved_bytes_total{runtime=\"default\",recipe=\"hello\"} 2000",
+		"taskbox_attempt_tokens_total{runtime=\"default\",recipe=\"hello\",kind=\"input\"} "
+		"3000",
+		"taskbox_attempt_tokens_total{runtime=\"default\",recipe=\"hello\",kind=\"output\"}"
+		" "
+		"400",
+		"taskbox_attempt_tokens_total{runtime=\"default\",recipe=\"hello\",kind=\"cached\"}"
+		" "
+		"2000",
 		"taskbox_attempts_accounted_total{runtime=\"gpu\",recipe=\"train\"} 1",
 		/* 2 pairs above, 29 more of their own, the other 11 folded */
 		"taskbox_attempts_accounted_total{runtime=\"default\",recipe=\"r28\"} 1",
