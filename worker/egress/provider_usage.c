@@ -74,7 +74,7 @@ static void document(tb_usage_scan_t *s, const char *text, size_t len)
 /* Appends to the buffer, or starts skipping past its cap. */
 static void keep(tb_usage_scan_t *s, const char *data, size_t len, size_t max)
 {
-	if (s->skipping)
+	if (s->skipping || !len) /* nothing: buf may still be NULL */
 		return;
 	if (s->len + len > max) {
 		s->skipping = 1;
