@@ -22,7 +22,8 @@ const char tb_runtime_defaults[] =
     "  \"max_open_files\": 256, \"max_file_mb\": 256, \"max_output_files\": 1000,"
     "  \"images\": {\"max_unpacked_mb\": 4096, \"writable_mb\": 1024}},"
     " \"agent\": {\"max_event_bytes\": 65536, \"max_events_per_second\": 2000,"
-    "  \"idle_timeout_seconds\": 300, \"judge_timeout_seconds\": 60}}";
+    "  \"idle_timeout_seconds\": 300, \"judge_timeout_seconds\": 60,"
+    "  \"budget_grace_seconds\": 10}}";
 
 /* clang-format off: one field per row reads as a table */
 static const tb_field_t credential_fields[] = {
@@ -200,6 +201,7 @@ static const tb_field_t agent_fields[] = {
 	U64("max_events_per_second", tb_agent_conf_t, max_events_per_second, 1, 1000000),
 	U64("idle_timeout_seconds", tb_agent_conf_t, idle_timeout_seconds, 1, 7 * 86400),
 	U64("judge_timeout_seconds", tb_agent_conf_t, judge_timeout_seconds, 1, 86400),
+	U64("budget_grace_seconds", tb_agent_conf_t, budget_grace_seconds, 0, 3600),
 };
 /* clang-format on */
 
@@ -207,7 +209,7 @@ static const tb_schema_t agent_schema = {
 	.name = "agent",
 	.size = sizeof(tb_agent_conf_t),
 	.fields = agent_fields,
-	.nfields = 4,
+	.nfields = 5,
 	.strict = true,
 };
 
@@ -260,11 +262,14 @@ static int runtime_check(const void *obj, tb_error_t *err)
 	const tb_field_t *lf = tb_schema_limits.fields;
 
 	for (size_t i = 0; i < tb_schema_limits.nfields; i++) {
-		if (!TB_HAS(&rt->limits, i) || !TB_HAS(&rt->max_limits, i))
+		/* the sandbox's limits are required; the budgets optional */
+		int budget = i >= TB_LIMIT_MAX_TOKENS;
+		if (!budget && (!TB_HAS(&rt->limits, i) || !TB_HAS(&rt->max_limits, i)))
 			return tb_error_set(err, TB_EINVAL,
 					    "limits.%s and max_limits.%s are both required",
 					    lf[i].name, lf[i].name);
-		if (*limit_at(&rt->limits, i) > *limit_at(&rt->max_limits, i))
+		if (TB_HAS(&rt->limits, i) && TB_HAS(&rt->max_limits, i) &&
+		    *limit_at(&rt->limits, i) > *limit_at(&rt->max_limits, i))
 			return tb_error_set(
 			    err, TB_EINVAL, "limits.%s (%llu) is above max_limits.%s (%llu)",
 			    lf[i].name, (unsigned long long)*limit_at(&rt->limits, i), lf[i].name,
@@ -357,7 +362,8 @@ static int apply(tb_limits_t *out, const tb_runtime_t *rt, const tb_limits_t *in
 		uint64_t want = *limit_at(in, i), max = *limit_at(&rt->max_limits, i);
 		if (!TB_HAS(in, i))
 			continue;
-		if (want > max)
+		/* a budget the runtime does not cap: any */
+		if (TB_HAS(&rt->max_limits, i) && want > max)
 			return tb_error_set(err, TB_EPOISON,
 					    "%s asks for %s %llu, runtime '%s' allows at most %llu",
 					    who, tb_schema_limits.fields[i].name,
@@ -379,5 +385,12 @@ int tb_runtime_limits(tb_limits_t *out, const tb_runtime_t *rt, const tb_limits_
 		return rc;
 	if (task && (rc = apply(out, rt, task, "the task", err)) < 0)
 		return rc;
+	/* A budget the runtime caps is never unlimited: where neither the
+	 * runtime's defaults, the recipe nor the task set it, it is the cap. */
+	for (size_t i = TB_LIMIT_MAX_TOKENS; i < tb_schema_limits.nfields; i++)
+		if (TB_HAS(&rt->max_limits, i) && !TB_HAS(out, i)) {
+			*limit_at(out, i) = *limit_at(&rt->max_limits, i);
+			TB_SET_HAS(out, i);
+		}
 	return 0;
 }

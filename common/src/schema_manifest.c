@@ -9,7 +9,8 @@
 #include <stddef.h>
 
 const char *const tb_outcomes[] = {
-	"succeeded", "failed", "timed-out", "oom-killed", "pids-limit", "cancelled", "error", NULL,
+	"succeeded", "failed", "timed-out", "oom-killed", "pids-limit",
+	"cancelled", "error",  "budget",    NULL,
 };
 
 #define MAX_ARTIFACTS 10000

@@ -89,6 +89,9 @@ static const tb_field_t limit_fields[] = {
 	[TB_LIMIT_PIDS] = LIMIT("pids", pids, 1u << 20),
 	[TB_LIMIT_CPU_MILLIS] = LIMIT("cpu_millis", cpu_millis, 1024000),
 	[TB_LIMIT_OUTPUTS_MB] = LIMIT("outputs_mb", outputs_mb, 1u << 20),
+	[TB_LIMIT_MAX_TOKENS] = LIMIT("max_tokens", max_tokens, UINT64_C(1000000000000)),
+	[TB_LIMIT_MAX_REQUESTS] = LIMIT("max_requests", max_requests, UINT64_C(1000000000)),
+	[TB_LIMIT_MAX_EGRESS_MB] = LIMIT("max_egress_mb", max_egress_mb, 1u << 30),
 };
 /* clang-format on */
 
@@ -97,7 +100,7 @@ const tb_schema_t tb_schema_limits = {
 	.size = sizeof(tb_limits_t),
 	.has_offset = offsetof(tb_limits_t, has),
 	.fields = limit_fields,
-	.nfields = 5,
+	.nfields = sizeof(limit_fields) / sizeof(limit_fields[0]),
 };
 
 /* clang-format off */

@@ -60,6 +60,11 @@ struct tb_egress {
 	 * its order, then one for requests that matched none. Exact: kept
 	 * whatever happens to the records (a full queue, the event rate). */
 	tb_usage_egress_t *tally;
+	/* The task's budgets (its limits' max_*; has bits as there), what
+	 * was admitted against them, and the first one spent, said. */
+	tb_limits_t budget;
+	uint64_t admitted;
+	char spent[256];
 };
 
 /* The worker's token key, made once and held in memory only. */
@@ -119,6 +124,64 @@ static void tally(tb_egress_t *e, const tb_proxy_audit_t *a)
 	}
 }
 
+/* The first budget of @p e that stands spent, its limit and use into
+ * @p limit and @p used, or NULL. Under the lock. */
+static const char *spent_budget(const tb_egress_t *e, uint64_t *limit, uint64_t *used)
+{
+	uint64_t tokens = 0, bytes = 0;
+	for (size_t i = 0; i <= e->rt->endpoints.n; i++) {
+		tokens += e->tally[i].input_tokens + e->tally[i].output_tokens;
+		bytes += e->tally[i].bytes_up + e->tally[i].bytes_down;
+	}
+	const tb_limits_t *b = &e->budget;
+	if (TB_HAS(b, TB_LIMIT_MAX_REQUESTS) && e->admitted >= b->max_requests) {
+		*limit = b->max_requests, *used = e->admitted;
+		return "max_requests";
+	}
+	if (TB_HAS(b, TB_LIMIT_MAX_TOKENS) && tokens >= b->max_tokens) {
+		*limit = b->max_tokens, *used = tokens;
+		return "max_tokens";
+	}
+	if (TB_HAS(b, TB_LIMIT_MAX_EGRESS_MB) && bytes >= (b->max_egress_mb << 20)) {
+		*limit = b->max_egress_mb, *used = bytes >> 20;
+		return "max_egress_mb";
+	}
+	return NULL;
+}
+
+/* From the proxy's threads: a request about to go upstream, let go while
+ * no budget of the task is spent. The request that finds one spent is
+ * refused (402, with a JSON error naming it), and so is every later one. */
+static int on_admit(void *ud, const tb_endpoint_t *ep, tb_proxy_refusal_t *no)
+{
+	tb_egress_t *e = ud;
+	uint64_t limit = 0, used = 0;
+
+	(void)ep;
+	pthread_mutex_lock(&e->lock);
+	const char *b = spent_budget(e, &limit, &used);
+	if (!b)
+		e->admitted++;
+	else if (!e->spent[0])
+		snprintf(e->spent, sizeof(e->spent), "budget %s (%llu) spent: %llu used", b,
+			 (unsigned long long)limit, (unsigned long long)used);
+	pthread_mutex_unlock(&e->lock);
+	if (!b)
+		return 0;
+	no->status = 402;
+	snprintf(no->reason, sizeof(no->reason),
+		 "the task's budget %s (%llu) is spent: no more requests go out", b,
+		 (unsigned long long)limit);
+	json_t *j =
+	    json_pack("{s:{s:s,s:s,s:I,s:I,s:s}}", "error", "type", "budget_exhausted", "budget", b,
+		      "limit", (json_int_t)limit, "used", (json_int_t)used, "message", no->reason);
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	snprintf(no->body, sizeof(no->body), "%s", text ? text : "{\"error\":{}}");
+	free(text);
+	json_decref(j);
+	return -1;
+}
+
 /* From the proxy's threads: queue, never block for long. */
 static void on_audit(void *ud, const tb_proxy_audit_t *a)
 {
@@ -174,8 +237,9 @@ static int on_event(void *ud, int type, tb_bytes_t payload)
 	return rc;
 }
 
-int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, const char *task_id,
-		    uint64_t attempt, uint64_t expires_ms, tb_error_t *err)
+int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, const tb_limits_t *budget,
+		    pid_t netns_of, const char *task_id, uint64_t attempt, uint64_t expires_ms,
+		    tb_error_t *err)
 {
 	tb_egress_t *e;
 	int fd = -1, rc;
@@ -190,6 +254,8 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, c
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	e->rt = rt;
 	e->tail = &e->head;
+	if (budget)
+		e->budget = *budget;
 	if (!(e->tally = calloc(rt->endpoints.n + 1, sizeof(*e->tally)))) {
 		free(e);
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
@@ -215,6 +281,8 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, c
 		.event = on_event,
 		.event_ud = e,
 		.max_event_bytes = rt->agent.max_event_bytes,
+		.admit = on_admit,
+		.admit_ud = e,
 	};
 	if ((rc = tb_proxy_start(&e->proxy, &conf, err)) < 0)
 		goto fail;
@@ -378,6 +446,20 @@ void tb_egress_free(tb_egress_t *e)
 	pthread_mutex_destroy(&e->lock);
 	free(e->tally);
 	free(e);
+}
+
+int tb_egress_budget_spent(tb_egress_t *e, char *why, size_t len)
+{
+	int spent;
+
+	if (!e)
+		return 0;
+	pthread_mutex_lock(&e->lock);
+	spent = e->spent[0] != '\0';
+	if (spent && why)
+		snprintf(why, len, "%s", e->spent);
+	pthread_mutex_unlock(&e->lock);
+	return spent;
 }
 
 int tb_egress_usage(tb_egress_t *e, tb_list_t *out)

@@ -35,15 +35,26 @@ typedef struct tb_egress tb_egress_t;
 /**
  * Issues the task's token (valid until @p expires_ms) and starts the
  * proxy inside the network namespace of process @p netns_of, serving
- * @p rt's endpoints (which must outlive it). A runtime that allows no
+ * @p rt's endpoints (which must outlive it), holding the task to the
+ * budgets in @p budget (its limits' max_tokens, max_requests and
+ * max_egress_mb, those it has; NULL: none): once one is spent, every
+ * request the policy allows is refused with 402 and a JSON error naming
+ * it (schemas/task.md, "limits"). A runtime that allows no
  * endpoint gets no proxy: @p out is set to NULL and 0 returned.
  * @param[out] out released with tb_egress_free()
  * @return 0; TB_EPOISON when no attempt could start it (a task id no
  *         token can carry, a bad configuration); TB_ENOMEM; TB_EIO (with
  *         the step) when the proxy cannot start here and now
  */
-int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, pid_t netns_of, const char *task_id,
-		    uint64_t attempt, uint64_t expires_ms, tb_error_t *err);
+int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, const tb_limits_t *budget,
+		    pid_t netns_of, const char *task_id, uint64_t attempt, uint64_t expires_ms,
+		    tb_error_t *err);
+
+/**
+ * Whether one of the task's budgets is spent (a request was refused for
+ * it), and which, into @p why (may be NULL). NULL @p e: no.
+ */
+int tb_egress_budget_spent(tb_egress_t *e, char *why, size_t len);
 
 /**
  * Adds the agent's variables to @p envp (each malloc'd "NAME=value", freed

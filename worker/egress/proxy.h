@@ -116,6 +116,13 @@ typedef struct tb_proxy_audit {
 	const tb_tokens_t *tokens;
 } tb_proxy_audit_t;
 
+/* The proxy's own answer to a request its admission refused. */
+typedef struct tb_proxy_refusal {
+	int status;
+	char reason[256]; /* for the audit record */
+	char body[768];   /* the answer's body, JSON */
+} tb_proxy_refusal_t;
+
 typedef struct tb_proxy_conf {
 	int listen_fd;                  /* from tb_proxy_listen(); the proxy takes it */
 	const tb_list_t *endpoints;     /* tb_endpoint_t; must outlive the proxy */
@@ -141,6 +148,11 @@ typedef struct tb_proxy_conf {
 	int (*event)(void *ud, int type, tb_bytes_t payload);
 	void *event_ud;
 	size_t max_event_bytes; /* the route's line (agent.max_event_bytes); 0: 65536 */
+	/* Asked for every request the policy allows, just before it goes
+	 * upstream, from the proxy's threads: 0 lets it go; -1 refuses it
+	 * with @p no (the task's budgets). Thread-safe and quick. May be NULL. */
+	int (*admit)(void *ud, const tb_endpoint_t *ep, tb_proxy_refusal_t *no);
+	void *admit_ud;
 } tb_proxy_conf_t;
 
 typedef struct tb_proxy tb_proxy_t;

@@ -36,6 +36,7 @@ const char *tb_proxy_reason_phrase(long status)
 		{ 308, "Permanent Redirect" },
 		{ 400, "Bad Request" },
 		{ 401, "Unauthorized" },
+		{ 402, "Payment Required" },
 		{ 403, "Forbidden" },
 		{ 404, "Not Found" },
 		{ 405, "Method Not Allowed" },
@@ -194,13 +195,21 @@ void tb_proxy_safe_path(char *out, size_t cap, const char *target)
  * unread data (which sends a reset) does not destroy the answer. */
 void tb_proxy_refuse_with(tb_proxy_conn_t *c, int status, const char *reason, const char *extra)
 {
-	char head[512], body[700];
-	int bl = snprintf(body, sizeof(body), "taskbox proxy: %.600s\n", reason);
+	char body[700];
+	snprintf(body, sizeof(body), "taskbox proxy: %.600s\n", reason);
+	tb_proxy_refuse_body(c, status, "text/plain; charset=utf-8", body, extra);
+}
+
+void tb_proxy_refuse_body(tb_proxy_conn_t *c, int status, const char *type, const char *body,
+			  const char *extra)
+{
+	char head[512];
+	size_t bl = strlen(body);
 	int hl = snprintf(head, sizeof(head),
-			  "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
-			  "%sContent-Length: %d\r\nConnection: close\r\n\r\n",
-			  status, tb_proxy_reason_phrase(status), extra ? extra : "", bl);
-	struct iovec iov[2] = { { head, (size_t)hl }, { body, (size_t)bl } };
+			  "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n"
+			  "%sContent-Length: %zu\r\nConnection: close\r\n\r\n",
+			  status, tb_proxy_reason_phrase(status), type, extra ? extra : "", bl);
+	struct iovec iov[2] = { { head, (size_t)hl }, { (char *)body, bl } };
 	unsigned t = c->p->conf.io_timeout_ms < 5000 ? c->p->conf.io_timeout_ms : 5000;
 
 	if (tb_proxy_send_all(c, iov, 2, t) < 0)

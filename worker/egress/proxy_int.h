@@ -121,6 +121,9 @@ void tb_proxy_safe_path(char *out, size_t cap, const char *target);
 /** Answers @p status with @p reason (and header lines @p extra), then
  * closes gently. */
 void tb_proxy_refuse_with(tb_proxy_conn_t *c, int status, const char *reason, const char *extra);
+/** Answers @p status with @p body of @p type, then closes gently. */
+void tb_proxy_refuse_body(tb_proxy_conn_t *c, int status, const char *type, const char *body,
+			  const char *extra);
 /** tb_proxy_refuse_with() with no extra header. */
 void tb_proxy_refuse(tb_proxy_conn_t *c, int status, const char *reason);
 /** Masks every echo of the endpoint's secret in @p s. */

@@ -114,6 +114,43 @@ static const char *basic_password(char *out, size_t cap, const char *b64)
 	return colon ? colon + 1 : NULL;
 }
 
+/* The last checks before a request the policy allows goes upstream: an
+ * endpoint with a credential takes no TRACE (the upstream would echo the
+ * key in forms the masking may not know) and needs the worker to hold the
+ * credential; then the task's budgets (the admit hook). Refuses and
+ * audits it otherwise. @return 1 to go on. */
+static int may_go(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, const char *ahost,
+		  uint64_t t0)
+{
+	tb_proxy_conn_t *c = x->c;
+	const tb_proxy_conf_t *conf = &c->p->conf;
+	const char *method = x->req.method;
+	tb_proxy_refusal_t no = { 0 };
+	char why[600] = "";
+	int status = 0;
+
+	if ((x->ep->credential.header || x->ep->credential.query) && !strcmp(method, "TRACE")) {
+		status = 403;
+		snprintf(why, sizeof(why),
+			 "TRACE is not allowed for endpoint '%.64s': it echoes the credential the "
+			 "proxy adds",
+			 x->ep->name);
+	} else if ((x->ep->credential.header || x->ep->credential.query) && !x->sec->value) {
+		status = 502;
+		snprintf(why, sizeof(why), "the worker has no credential for endpoint '%s': %s",
+			 x->ep->name, x->sec->why);
+	} else if (conf->admit && conf->admit(conf->admit_ud, x->ep, &no) < 0) {
+		tb_proxy_refuse_body(c, no.status, "application/json", no.body, NULL);
+		tb_proxy_audit(c, method, ahost, d->path, x->ep, no.status, 0, 0, t0, no.reason);
+		return 0;
+	}
+	if (!status)
+		return 1;
+	tb_proxy_refuse(c, status, why);
+	tb_proxy_audit(c, method, ahost, d->path, x->ep, status, 0, 0, t0, why);
+	return 0;
+}
+
 /* Serves one request whose head is in c->head. Returns 1 when the
  * connection may carry another. */
 static int serve(tb_proxy_conn_t *c, size_t hlen, uint64_t t0)
@@ -215,28 +252,8 @@ static int serve(tb_proxy_conn_t *c, size_t hlen, uint64_t t0)
 			       "a HEAD request with a body");
 		goto out;
 	}
-	if (x.ep->credential.header || x.ep->credential.query) {
-		/* The upstream would echo the request, the key it was given
-		 * included, in forms the masking may not know. */
-		if (strcmp(r->method, "TRACE") == 0) {
-			snprintf(why, sizeof(why),
-				 "TRACE is not allowed for endpoint '%.64s': it echoes the "
-				 "credential the proxy adds",
-				 x.ep->name);
-			tb_proxy_refuse(c, 403, why);
-			tb_proxy_audit(c, r->method, ahost, d->path, x.ep, 403, 0, 0, t0, why);
-			goto out;
-		}
-		if (!x.sec->value) {
-			snprintf(why, sizeof(why),
-				 "the worker has no credential for endpoint '%s': %s", x.ep->name,
-				 x.sec->why);
-			tb_proxy_refuse(c, 502, why);
-			tb_proxy_audit(c, r->method, ahost, d->path, x.ep, 502, 0, 0, t0, why);
-			goto out;
-		}
-	}
-	keep = tb_proxy_forward(&x, d, t0);
+	if (may_go(&x, d, ahost, t0))
+		keep = tb_proxy_forward(&x, d, t0);
 out:
 	free(path);
 	free(d);

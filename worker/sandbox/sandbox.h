@@ -160,6 +160,11 @@ int tb_sandbox_spawn(tb_sandbox_t *sb, int *out, const tb_sandbox_exec_t *ex, tb
  * timeouts of their own). */
 void tb_sandbox_disarm_deadline(tb_sandbox_t *sb);
 
+/** The deadline @p ms from now, if that is sooner than the one set (a
+ * budget spent: the agent's grace to finish its turn, then everything
+ * running is killed as at the wall-clock deadline). */
+void tb_sandbox_deadline_within(tb_sandbox_t *sb, uint64_t ms);
+
 /**
  * Waits up to @p timeout_ms (-1: no limit but the deadline) for process
  * @p id to end. When the sandbox's deadline passes, every process in it

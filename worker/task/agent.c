@@ -146,6 +146,30 @@ static const char *agent_workdir(const tb_run_t *r)
 	return "/recipe";
 }
 
+/* A budget of the task spent (the proxy refused a request for it): the
+ * agent gets the runtime's grace to end its turn, then everything in the
+ * sandbox is killed as at the deadline. Once per attempt. */
+static void grace_if_spent(tb_run_t *r)
+{
+	if (r->budget_graced || !tb_egress_budget_spent(r->egress, NULL, 0))
+		return;
+	tb_sandbox_deadline_within(r->sb, r->rt.agent.budget_grace_seconds * 1000);
+	r->budget_graced = 1;
+}
+
+/* The last of the agent's output (@p out) into @p tail, as text. */
+static void read_tail(int out, char *tail, size_t tail_len)
+{
+	off_t size = lseek(out, 0, SEEK_END);
+	off_t from = size > (off_t)tail_len - 1 ? size - (off_t)tail_len + 1 : 0;
+	ssize_t tl = pread(out, tail, tail_len - 1, from);
+	tail[tl > 0 ? tl : 0] = '\0';
+	for (ssize_t i = 0; i < tl; i++) /* NULs too: they would end the text */
+		if ((unsigned char)tail[i] < 0x20 && tail[i] != '\n')
+			tail[i] = ' ';
+	tb_utf8_sanitize(tail); /* any bytes, cut anywhere: the reason is text */
+}
+
 /* Reads what the agent wrote on fd 3 until it exits; fills @p end. */
 int tb_run_agent(tb_run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_len, tb_error_t *err)
 {
@@ -241,6 +265,7 @@ int tb_run_agent(tb_run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_le
 		 * event the agent posted was queued before it had its answer,
 		 * so before anything it wrote on fd 3 after that. */
 		tb_run_egress_flush(r, TB_PHASE_RUNNING, 0);
+		grace_if_spent(r);
 		if (got > 0)
 			tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
 		eof = got == 0;
@@ -263,14 +288,7 @@ int tb_run_agent(tb_run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_le
 	ssize_t got;
 	while ((got = read(ev[0], buf, sizeof(buf))) > 0)
 		tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
-	off_t size = lseek(out, 0, SEEK_END);
-	off_t from = size > (off_t)tail_len - 1 ? size - (off_t)tail_len + 1 : 0;
-	ssize_t tl = pread(out, tail, tail_len - 1, from);
-	tail[tl > 0 ? tl : 0] = '\0';
-	for (ssize_t i = 0; i < tl; i++) /* NULs too: they would end the text */
-		if ((unsigned char)tail[i] < 0x20 && tail[i] != '\n')
-			tail[i] = ' ';
-	tb_utf8_sanitize(tail); /* any bytes, cut anywhere: the reason is text */
+	read_tail(out, tail, tail_len);
 	rc = 0;
 out:
 	for (int i = 0; i < n; i++) {

@@ -108,6 +108,29 @@ static void fill_manifest(tb_run_t *r, const char *key)
 	tb_run_usage_wall(r, r->m.finished_at);
 }
 
+/* The attempt's outcome and reason from how the agent ended: a budget
+ * spent is the task's own outcome, however the agent then ended. */
+static void settle_outcome(tb_run_t *r, const tb_sandbox_exit_t *end, const char *tail,
+			   tb_lifecycle_result_t *out)
+{
+	char how[200], spent[256];
+
+	r->m.outcome = tb_run_outcome(end);
+	tb_sandbox_end_describe(end, how, sizeof(how));
+	if (tb_egress_budget_spent(r->egress, spent, sizeof(spent))) {
+		r->m.outcome = TB_OUTCOME_BUDGET;
+		snprintf(out->reason, sizeof(out->reason), "%s; then the agent %.100s", spent, how);
+	} else if (r->m.outcome != TB_OUTCOME_SUCCEEDED) {
+		snprintf(out->reason, sizeof(out->reason), "the agent %.100s%s%.380s", how,
+			 tail[0] ? "; its last output: " : "", tail);
+		tb_utf8_sanitize(out->reason); /* the cut may split a character */
+	} else if (r->ended_why[0]) {
+		snprintf(out->reason, sizeof(out->reason), "the session ended: %s", r->ended_why);
+	}
+	if (out->reason[0])
+		r->m.reason = out->reason;
+}
+
 /* ---------------------------------------------------------------- run */
 
 int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint64_t attempt,
@@ -153,8 +176,9 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		goto done;
 	}
 	/* The sandbox's one way out, for the agent only (judges get no token). */
-	if ((rc = tb_egress_start(&r.egress, &r.rt, tb_sandbox_init_pid(r.sb), task->id, attempt,
-				  tb_wall_ms() + lim.wall_seconds * 1000 + 60000, err)) < 0) {
+	if ((rc = tb_egress_start(&r.egress, &r.rt, &lim, tb_sandbox_init_pid(r.sb), task->id,
+				  attempt, tb_wall_ms() + lim.wall_seconds * 1000 + 60000, err)) <
+	    0) {
 		tb_run_error_event(&r, rc, TB_PHASE_PREPARED, err->msg);
 		goto done;
 	}
@@ -177,18 +201,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		tb_run_error_event(&r, rc, TB_PHASE_RUNNING, err->msg);
 		goto done;
 	}
-	char how[200];
-	r.m.outcome = tb_run_outcome(&end);
-	tb_sandbox_end_describe(&end, how, sizeof(how));
-	if (r.m.outcome != TB_OUTCOME_SUCCEEDED) {
-		snprintf(out->reason, sizeof(out->reason), "the agent %.100s%s%.380s", how,
-			 tail[0] ? "; its last output: " : "", tail);
-		tb_utf8_sanitize(out->reason); /* the cut may split a character */
-		r.m.reason = out->reason;
-	} else if (r.ended_why[0]) {
-		snprintf(out->reason, sizeof(out->reason), "the session ended: %s", r.ended_why);
-		r.m.reason = out->reason;
-	}
+	settle_outcome(&r, &end, tail, out);
 	if (ctx->session && task->kind == TB_TASK_INTERACTIVE) {
 		r.m.turns = r.turns_ended;
 		r.m.followups = tb_session_taken(ctx->session);

@@ -74,8 +74,9 @@ typedef struct tb_run {
 	tb_run_usage_point_t usage_at;
 	tb_cgroup_stats_t usage_from, usage_agent;
 	json_t *phase_usage;
-	int result_sent; /* the result event went, with the usage */
-	int judging;     /* a judge has started */
+	int result_sent;   /* the result event went, with the usage */
+	int judging;       /* a judge has started */
+	int budget_graced; /* a budget spent: the agent's grace is running */
 } tb_run_t;
 
 /* ------------------------------------------------------ record.c */

@@ -19,6 +19,7 @@ typedef enum tb_outcome {
 	TB_OUTCOME_PIDS_LIMIT,    /* the pids limit refused a fork */
 	TB_OUTCOME_CANCELLED,     /* ended by the platform (lease lost, shutdown) */
 	TB_OUTCOME_ERROR,         /* the platform failed to run it */
+	TB_OUTCOME_BUDGET,        /* a budget of the task was spent (task.md, limits) */
 	TB_OUTCOME__COUNT
 } tb_outcome_t;
 

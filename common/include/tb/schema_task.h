@@ -33,6 +33,9 @@ enum {
 	TB_LIMIT_PIDS,
 	TB_LIMIT_CPU_MILLIS,
 	TB_LIMIT_OUTPUTS_MB,
+	TB_LIMIT_MAX_TOKENS, /* the budgets: enforced by the egress proxy */
+	TB_LIMIT_MAX_REQUESTS,
+	TB_LIMIT_MAX_EGRESS_MB,
 };
 typedef struct tb_limits {
 	uint32_t has; /* TB_HAS(l, TB_LIMIT_*) */
@@ -41,6 +44,9 @@ typedef struct tb_limits {
 	uint64_t pids;
 	uint64_t cpu_millis; /* CPU bandwidth: 1000 = one core */
 	uint64_t outputs_mb;
+	uint64_t max_tokens;    /* input + output tokens providers report */
+	uint64_t max_requests;  /* requests sent through the proxy */
+	uint64_t max_egress_mb; /* request and response bodies together */
 } tb_limits_t;
 
 typedef struct tb_task {

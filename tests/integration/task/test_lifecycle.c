@@ -46,7 +46,7 @@ struct events {
 	int done_after_flushed; /* the done-marker came after both */
 	int done_marked;        /* the recorded callback ran */
 	int secret_seen;        /* events holding the provider's key */
-	int egress, egress_200, egress_403, egress_401;
+	int egress, egress_200, egress_403, egress_401, egress_402;
 	int egress_requests, egress_summaries; /* requests the events stand for */
 	uint64_t egress_tokens_in;             /* the input tokens they say */
 	int last_egress, settled;              /* their positions */
@@ -124,6 +124,7 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 			e->egress_200 += st == 200;
 			e->egress_403 += st == 403;
 			e->egress_401 += st == 401;
+			e->egress_402 += st == 402;
 			e->last_egress = e->n;
 			json_t *count = json_object_get(p, "count");
 			e->egress_requests += count ? (int)json_integer_value(count) : 1;
@@ -1050,6 +1051,33 @@ static void *provider_main(void *arg)
 	return NULL;
 }
 
+/* The fake provider on a port of its own, its key in the worker's
+ * environment (nowhere else). */
+static void provider_start(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof(a);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	provider.stop = 0;
+	provider.requests = 0;
+	provider.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(bind(provider.fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(provider.fd, 16), 0);
+	assert_int_equal(getsockname(provider.fd, (struct sockaddr *)&a, &al), 0);
+	provider.port = ntohs(a.sin_port);
+	assert_int_equal(pthread_create(&provider.th, NULL, provider_main, NULL), 0);
+	setenv("TB_LIFE_PROVIDER_KEY", PROVIDER_KEY, 1);
+}
+
+static void provider_stop(void)
+{
+	provider.stop = 1;
+	pthread_join(provider.th, NULL);
+	close(provider.fd);
+	unsetenv("TB_LIFE_PROVIDER_KEY");
+}
+
 /* The artifact at @p path of manifest @p m, NUL-terminated; NULL if none. */
 static char *artifact(const tb_manifest_t *m, const char *path)
 {
@@ -1158,17 +1186,7 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 	(void)state;
 	if (access("/usr/bin/curl", X_OK) != 0)
 		skip(); /* the agent below uses curl from the host's /usr */
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t al = sizeof(a);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	provider.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_int_equal(bind(provider.fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(provider.fd, 16), 0);
-	assert_int_equal(getsockname(provider.fd, (struct sockaddr *)&a, &al), 0);
-	provider.port = ntohs(a.sin_port);
-	assert_int_equal(pthread_create(&provider.th, NULL, provider_main, NULL), 0);
-	/* The key is in the worker's environment, nowhere else. */
-	setenv("TB_LIFE_PROVIDER_KEY", PROVIDER_KEY, 1);
+	provider_start();
 
 	/* A runtime allowing one endpoint: the fake provider. */
 	snprintf(path, sizeof(path), "%s/net.json", F.runtimes);
@@ -1224,10 +1242,7 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 
 	tb_task_t t = task("life-net", head_commit(), "net");
 	int rc = tb_lifecycle_run(&c, &t, 1, &res, &err);
-	provider.stop = 1;
-	pthread_join(provider.th, NULL);
-	close(provider.fd);
-	unsetenv("TB_LIFE_PROVIDER_KEY");
+	provider_stop();
 	if (rc != 0)
 		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
@@ -1278,6 +1293,101 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 	free(codes);
 	free(resp);
 	free(env);
+	tb_msg_free(&tb_schema_manifest, &m);
+}
+
+/* Runs task @p id whose agent asks the fake provider without end (and
+ * ignores signals), under the budgets in @p lim; its manifest into @p m. */
+static void run_spender(const char *id, const tb_limits_t *lim, tb_manifest_t *m, struct events *e)
+{
+	tb_lifecycle_ctx_t c = ctx(e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/budget.json", F.runtimes);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f,
+		"{\"v\": 1, \"name\": \"budget\", \"agent\": {\"budget_grace_seconds\": 1}, "
+		"\"network\": {\"allow\": [{\"name\": \"provider\", \"host\": \"localhost\", "
+		"\"port\": %u, \"scheme\": \"http\", \"credential\": {\"header\": "
+		"\"Authorization\", \"format\": \"Bearer {}\", \"env\": "
+		"\"TB_LIFE_PROVIDER_KEY\"}, \"dialect\": \"openai\"}]}}\n",
+		provider.port);
+	fclose(f);
+	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"spender\", \"agent\": "
+					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
+	/* at most 200 requests, each bounded: the budget ends it long before */
+	write_repo_file(
+	    "agent.sh",
+	    "trap '' TERM INT HUP\nread -r prompt\ni=0\nwhile [ $i -lt 200 ]; do\n"
+	    "  curl -s -m 5 -w ' %{http_code}\\n' -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" "
+	    "-d '{\"q\":1}' "
+	    "\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" >> /outputs/answers.txt\n"
+	    "  i=$((i + 1))\n  sleep 0.05\ndone\n");
+	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
+		      "--allow-empty -m spend",
+		      repo);
+	tb_task_t t = task(id, head_commit(), "budget");
+	t.limits = *lim;
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run %s: %s (first error event: %s)", id, err.msg, e->first_error);
+	get_record(res.manifest_key, &tb_schema_manifest, m);
+}
+
+/* A budget stops an agent that asks forever at exactly the request that
+ * crosses it: that request and every later one are refused (402, the
+ * budget named in a JSON error and in its egress event), the agent gets
+ * its grace and is then stopped though it ignores every signal, and the
+ * attempt is recorded with outcome budget (a recorded outcome: never
+ * tried again). */
+static void test_lifecycle__a_budget_stops_an_agent_that_asks_forever(void **state)
+{
+	struct events e = { .seq_ok = 1 }, e2 = { .seq_ok = 1 };
+	tb_limits_t lim = { 0 };
+	tb_manifest_t m;
+
+	(void)state;
+	if (access("/usr/bin/curl", X_OK) != 0)
+		skip();
+	provider_start();
+	lim.max_requests = 3;
+	TB_SET_HAS(&lim, TB_LIMIT_MAX_REQUESTS);
+	run_spender("life-budget-requests", &lim, &m, &e);
+	int requests = provider.requests;
+	char *answers = artifact(&m, "answers.txt");
+	assert_int_equal(requests, 3);
+	assert_int_equal(m.outcome, TB_OUTCOME_BUDGET);
+	assert_non_null(strstr(m.reason, "budget max_requests (3) spent"));
+	assert_non_null(answers);
+	/* three answers, then the budget's refusal, in JSON, the budget named */
+	assert_non_null(strstr(answers, "\"usage\""));
+	if (!strstr(answers, "{\"error\":{\"type\":\"budget_exhausted\",\"budget\":"
+			     "\"max_requests\",\"limit\":3,\"used\":3") ||
+	    !strstr(answers, " 402\n"))
+		fail_msg("the agent got: %s", answers);
+	assert_true(e.egress_402 >= 1); /* each refusal an egress event */
+	const tb_usage_egress_t *p = egress_of(&m, "provider");
+	assert_int_equal(p->requests - p->refused, 3);
+	assert_true(p->refused >= 1);
+	assert_int_equal(p->input_tokens, 3 * 11);
+	free(answers);
+	tb_msg_free(&tb_schema_manifest, &m);
+
+	/* tokens: 18 an answer; a budget of 30 lets the second through (18 <
+	 * 30 when it goes) and stops the third (36 >= 30) */
+	lim = (tb_limits_t){ 0 };
+	lim.max_tokens = 30;
+	TB_SET_HAS(&lim, TB_LIMIT_MAX_TOKENS);
+	provider.requests = 0;
+	run_spender("life-budget-tokens", &lim, &m, &e2);
+	provider_stop();
+	assert_int_equal(provider.requests, 2);
+	assert_int_equal(m.outcome, TB_OUTCOME_BUDGET);
+	assert_non_null(strstr(m.reason, "budget max_tokens (30) spent: 36 used"));
+	p = egress_of(&m, "provider");
+	assert_int_equal(p->input_tokens + p->output_tokens, 36);
 	tb_msg_free(&tb_schema_manifest, &m);
 }
 
@@ -1570,6 +1680,7 @@ int main(void)
 		cmocka_unit_test(test_lifecycle__agent_reaches_its_provider_only_through_the_proxy),
 		cmocka_unit_test(
 		    test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events),
+		cmocka_unit_test(test_lifecycle__a_budget_stops_an_agent_that_asks_forever),
 		cmocka_unit_test(
 		    test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own),
 		cmocka_unit_test(test_lifecycle__inputs_are_there_before_the_agent_starts),

@@ -189,6 +189,43 @@ static void test_runtime__example_loads_and_limits_merge(void **state)
 	tb_runtime_free(&rt);
 }
 
+/* Budgets: none unless asked; a runtime's cap bounds what is asked and
+ * is the budget when nothing asks; a dialect is read. */
+static void test_runtime__budgets_are_capped_and_default_to_the_cap(void **state)
+{
+	tb_runtime_t rt;
+	tb_limits_t task = { 0 }, out;
+	tb_error_t err;
+	const char *p;
+
+	(void)state;
+	assert_int_equal(
+	    tb_runtime_load(&rt, TB_SOURCE_DIR "/examples/runtimes/default.json", &err), 0);
+	assert_int_equal(((tb_endpoint_t *)rt.endpoints.items)[0].dialect, TB_DIALECT_OPENAI);
+	assert_true(TB_HAS((tb_endpoint_t *)rt.endpoints.items, TB_ENDPOINT_DIALECT));
+	assert_int_equal(rt.agent.budget_grace_seconds, 10);
+	assert_int_equal(tb_runtime_limits(&out, &rt, NULL, NULL, &err), 0);
+	assert_false(TB_HAS(&out, TB_LIMIT_MAX_TOKENS)); /* no budget */
+	task.max_tokens = 5000000, TB_SET_HAS(&task, TB_LIMIT_MAX_TOKENS);
+	assert_int_equal(tb_runtime_limits(&out, &rt, NULL, &task, &err), 0); /* uncapped */
+	assert_int_equal(out.max_tokens, 5000000);
+	tb_runtime_free(&rt);
+
+	p = write_tmp("{\"v\": 1, \"name\": \"capped\", \"limits\": {\"max_tokens\": 1000}, "
+		      "\"max_limits\": {\"max_tokens\": 9000, \"max_requests\": 50}}");
+	if (tb_runtime_load(&rt, p, &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_int_equal(tb_runtime_limits(&out, &rt, NULL, NULL, &err), 0);
+	assert_int_equal(out.max_tokens, 1000);  /* its default */
+	assert_int_equal(out.max_requests, 50);  /* the cap, nothing asking less */
+	assert_int_equal(out.wall_seconds, 600); /* the sandbox's as ever */
+	assert_int_equal(tb_runtime_limits(&out, &rt, NULL, &task, &err), TB_EPOISON);
+	assert_contains(err.msg,
+			"asks for max_tokens 5000000, runtime 'capped' allows at most 9000");
+	tb_runtime_free(&rt);
+	unlink(p);
+}
+
 static void test_runtime__cross_field_rules(void **state)
 {
 	tb_runtime_t rt;
@@ -294,6 +331,7 @@ int main(void)
 		cmocka_unit_test(test_config__kafka_properties_cannot_undo_the_guarantees),
 		cmocka_unit_test(test_runtime__example_loads_and_limits_merge),
 		cmocka_unit_test(test_runtime__cross_field_rules),
+		cmocka_unit_test(test_runtime__budgets_are_capped_and_default_to_the_cap),
 		cmocka_unit_test(test_recipe__example_manifest_parses),
 		cmocka_unit_test(test_recipe__bad_manifests_are_explained),
 	};
