@@ -72,11 +72,11 @@ CONTRACT = {
 }
 LABEL_VALUES = {
     "outcome": {"succeeded", "failed", "timed-out", "oom-killed", "pids-limit", "cancelled",
-                "error", "dead-lettered"},
+                "error", "budget", "dead-lettered"},
     "phase": {"received", "validated", "claimed", "prepared", "running", "settled", "collected",
               "judged", "recorded", "torn-down", "acknowledged"},
     "status": {"2xx", "3xx", "4xx", "5xx", "refused"},
-    "result": {"cached", "made", "refused", "failed"},
+    "result": {"cached", "made", "refused", "failed", "sent"},  # image gets; egress requests
 }
 # Series Prometheus makes itself for every target, and labels its service
 # discovery attaches; not exported by the worker.
