@@ -14,8 +14,12 @@
  *            an environment variable set here
  *
  * Figures: GET and POST (1 KiB body) latency, median and p99, each way;
- * the latency the proxy adds (proxy minus direct); sequential requests/s
- * each way; and 8 concurrent clients' aggregate requests/s each way.
+ * the latency the proxy adds (proxy minus direct); what accounting and
+ * budgets add (issue 26's target: <= 0.05 ms at p50), against a second
+ * proxy whose endpoint has a dialect (every answer's usage read) and
+ * whose hooks admit each request against budgets and tally it, as
+ * worker/egress/egress.c does; sequential requests/s each way; and 8
+ * concurrent clients' aggregate requests/s each way.
  * Sequential figures alternate blocks of direct and proxied requests, so
  * a machine that gets busier mid-run slows both alike. It checks that
  * every proxied request reached the server with the credential and that
@@ -326,15 +330,17 @@ static void timed(client_t *c, int post, int n, double *t, double *total_ms)
 
 /* ------------------------------------------------------------ figures */
 
-static client_t direct, proxied;
+static client_t direct, proxied, accounted;
 static long direct_sent, proxied_sent; /* what the server should have seen */
+static long accounted_sent;
 
 typedef struct figure {
 	double median, p99, rate; /* ms, ms, requests/s */
 } figure_t;
 
-/* @p n requests each way, in alternating blocks, after a warm-up. */
-static int sequential(figure_t *d, figure_t *p, int post, int n)
+/* @p n requests on each of @p a and @p b, in alternating blocks, after a
+ * warm-up: so a machine that gets busier mid-run slows both alike. */
+static int alternate(client_t *a, client_t *b, figure_t *fa, figure_t *fb, int post, int n)
 {
 	double *td = malloc((size_t)n * sizeof(double)), *tp = malloc((size_t)n * sizeof(double));
 	double dms = 0, pms = 0;
@@ -346,22 +352,30 @@ static int sequential(figure_t *d, figure_t *p, int post, int n)
 		return -1;
 	}
 	for (int i = 0; i < WARMUP; i++) {
-		request(&direct, post);
-		request(&proxied, post);
+		request(a, post);
+		request(b, post);
 	}
-	for (int b = 0; b < BLOCKS; b++) {
-		int k = (n - done) / (BLOCKS - b);
-		timed(&direct, post, k, td + done, &dms);
-		timed(&proxied, post, k, tp + done, &pms);
+	for (int k0 = 0; k0 < BLOCKS; k0++) {
+		int k = (n - done) / (BLOCKS - k0);
+		timed(a, post, k, td + done, &dms);
+		timed(b, post, k, tp + done, &pms);
 		done += k;
 	}
-	direct_sent += WARMUP + n, proxied_sent += WARMUP + n;
-	d->rate = dms > 0 ? n / (dms / 1000) : 0;
-	p->rate = pms > 0 ? n / (pms / 1000) : 0;
-	tb_bench_stats(td, n, &d->median, &d->p99);
-	tb_bench_stats(tp, n, &p->median, &p->p99);
+	fa->rate = dms > 0 ? n / (dms / 1000) : 0;
+	fb->rate = pms > 0 ? n / (pms / 1000) : 0;
+	tb_bench_stats(td, n, &fa->median, &fa->p99);
+	tb_bench_stats(tp, n, &fb->median, &fb->p99);
 	free(td);
 	free(tp);
+	return 0;
+}
+
+/* @p n requests direct and through the proxy. */
+static int sequential(figure_t *d, figure_t *p, int post, int n)
+{
+	if (alternate(&direct, &proxied, d, p, post, n) < 0)
+		return -1;
+	direct_sent += WARMUP + n, proxied_sent += WARMUP + n;
 	return 0;
 }
 
@@ -441,18 +455,52 @@ static void on_audit(void *ud, const tb_proxy_audit_t *a)
 	atomic_fetch_add(&audited, 1);
 }
 
+/* The accounted proxy's hooks: the work worker/egress/egress.c does per
+ * request for the attempt's usage and budgets (a lock, a budget check, a
+ * tally), without its events. */
+static struct {
+	pthread_mutex_t lock;
+	uint64_t admitted, requests, bytes, tokens;
+} tally = { PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0 };
+
+static int on_admit(void *ud, const tb_endpoint_t *ep, tb_proxy_refusal_t *no)
+{
+	(void)ud, (void)ep;
+	pthread_mutex_lock(&tally.lock);
+	int spent = tally.admitted >= UINT64_C(1) << 40 || tally.tokens >= UINT64_C(1) << 40;
+	tally.admitted += !spent;
+	pthread_mutex_unlock(&tally.lock);
+	if (spent) {
+		no->status = 402;
+		snprintf(no->reason, sizeof(no->reason), "spent");
+		snprintf(no->body, sizeof(no->body), "{}");
+	}
+	return spent ? -1 : 0;
+}
+
+static void on_audit_accounted(void *ud, const tb_proxy_audit_t *a)
+{
+	on_audit(ud, a);
+	pthread_mutex_lock(&tally.lock);
+	tally.requests++;
+	tally.bytes += a->bytes_in + a->bytes_out;
+	if (a->tokens)
+		tally.tokens += a->tokens->input + a->tokens->output;
+	pthread_mutex_unlock(&tally.lock);
+}
+
 int main(int argc, char **argv)
 {
 	static char *methods[] = { "GET", "POST" };
-	static tb_endpoint_t ep;
-	static tb_list_t eps = { 1, &ep };
+	static tb_endpoint_t ep, ep2;
+	static tb_list_t eps = { 1, &ep }, eps2 = { 1, &ep2 };
 	char token[TB_TASK_TOKEN_MAX + 1];
 	tb_task_token_key_t key;
-	tb_proxy_t *proxy = NULL;
-	figure_t gd, gp, pd, pp;
+	tb_proxy_t *proxy = NULL, *proxy2 = NULL;
+	figure_t gd, gp, pd, pp, ap, aa;
 	tb_error_t err;
 	int n = 5000, fd, rc = 1, failed = 0;
-	unsigned pport;
+	unsigned pport, aport;
 	double cd, cp;
 
 	for (int i = 1; i < argc; i++) {
@@ -495,8 +543,24 @@ int main(int argc, char **argv)
 	if (tb_proxy_start(&proxy, &conf, &err) < 0)
 		goto fail;
 	pport = tb_proxy_port(proxy);
+	/* The same endpoint, accounted: its answers' usage read (dialect),
+	 * each request admitted against budgets and tallied. */
+	ep2 = ep;
+	ep2.dialect = TB_DIALECT_OPENAI;
+	TB_SET_HAS(&ep2, TB_ENDPOINT_DIALECT);
+	tb_proxy_conf_t conf2 = conf;
+	conf2.endpoints = &eps2;
+	conf2.audit = on_audit_accounted;
+	conf2.admit = on_admit;
+	if (tb_proxy_listen(&fd, 0, 0, &err) < 0)
+		goto fail;
+	conf2.listen_fd = fd;
+	if (tb_proxy_start(&proxy2, &conf2, &err) < 0)
+		goto fail;
+	aport = tb_proxy_port(proxy2);
 	if (client_init(&direct, srv.port, "", NULL) < 0 ||
-	    client_init(&proxied, pport, "/" BINDING, token) < 0) {
+	    client_init(&proxied, pport, "/" BINDING, token) < 0 ||
+	    client_init(&accounted, aport, "/" BINDING, token) < 0) {
 		fprintf(stderr, "bench proxy: curl_easy_init failed\n");
 		goto out;
 	}
@@ -525,13 +589,20 @@ int main(int argc, char **argv)
 	tb_bench_row("proxy", "GET sequential, direct", "req/s", gd.rate, gd.rate, NULL, 0);
 	tb_bench_row("proxy", "GET sequential, through the proxy", "req/s", gp.rate, gp.rate,
 		     "direct", gd.rate);
+	if (alternate(&proxied, &accounted, &ap, &aa, 0, n) < 0)
+		goto out;
+	proxied_sent += WARMUP + n, accounted_sent += WARMUP + n;
+	tb_bench_row("proxy", "GET, through the proxy, accounted", "ms", aa.median, aa.p99, "proxy",
+		     ap.median);
+	tb_bench_row("proxy", "GET, added by accounting and budgets", "ms", aa.median - ap.median,
+		     aa.p99 - ap.p99, "target 0.05 ms", 0.05);
 	cd = concurrent(srv.port, "", NULL, &direct_sent, &failed);
 	cp = concurrent(pport, "/" BINDING, token, &proxied_sent, &failed);
 	tb_bench_row("proxy", "GET, 8 clients at once, direct", "req/s", cd, cd, NULL, 0);
 	tb_bench_row("proxy", "GET, 8 clients at once, through the proxy", "req/s", cp, cp,
 		     "direct", cd);
 
-	failed += direct.failed + proxied.failed;
+	failed += direct.failed + proxied.failed + accounted.failed;
 	rc = 0;
 	goto out;
 fail:
@@ -540,19 +611,30 @@ out:
 	tb_bench_end();
 	client_free(&direct);
 	client_free(&proxied);
+	client_free(&accounted);
 	tb_proxy_stop(proxy);
+	tb_proxy_stop(proxy2);
 	srv_stop();
 	/* Every request answered 200, reached the server, and every proxied
 	 * one (and no direct one) carried the credential and was audited. */
 	unsigned long seen = atomic_load(&srv.requests), keyed = atomic_load(&srv.keyed);
-	if (rc == 0 && (failed || seen != (unsigned long)(direct_sent + proxied_sent) ||
-			keyed != (unsigned long)proxied_sent ||
-			atomic_load(&audited) != (unsigned long)proxied_sent)) {
+	long through = proxied_sent + accounted_sent;
+	if (rc == 0 &&
+	    (failed || seen != (unsigned long)(direct_sent + through) ||
+	     keyed != (unsigned long)through || atomic_load(&audited) != (unsigned long)through)) {
 		fprintf(stderr,
 			"bench proxy: %d requests failed; the server saw %lu of %ld, %lu with "
 			"the credential, %lu audited (want %ld)\n",
-			failed, seen, direct_sent + proxied_sent, keyed, atomic_load(&audited),
-			proxied_sent);
+			failed, seen, direct_sent + through, keyed, atomic_load(&audited), through);
+		rc = 1;
+	}
+	/* the accounted proxy read every answer's usage (1 + 1 tokens) */
+	if (rc == 0 && (tally.requests != (uint64_t)accounted_sent ||
+			tally.tokens != 2 * (uint64_t)accounted_sent)) {
+		fprintf(stderr,
+			"bench proxy: accounted %llu requests, %llu tokens (want %ld, %ld)\n",
+			(unsigned long long)tally.requests, (unsigned long long)tally.tokens,
+			accounted_sent, 2 * accounted_sent);
 		rc = 1;
 	}
 	tb_task_token_key_wipe(&key);
