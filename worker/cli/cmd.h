@@ -53,6 +53,12 @@ void tb_cmd_close_caches(tb_recipe_cache_t *recipes, tb_image_cache_t *images);
  * help on stdout; TB_EXIT_USAGE once what was wrong was said. */
 int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)(FILE *out));
 
+/** For commands whose first word is a verb (artifacts, schema): --help
+ * or -h there prints @p usage, --version or -V the version, as the
+ * option table does after a verb. @return TB_EXIT_OK when it did; -1 when
+ * @p word is neither (a verb to dispatch). */
+int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out));
+
 /**
  * Loads the worker configuration the command is to use (schemas/config.md,
  * "Which file"): @p given (--config), else $TASKBOX_CONFIG, else

@@ -200,10 +200,8 @@ int tb_cmd_artifacts(int argc, char **argv)
 	tb_config_t cfg;
 	tb_error_t err;
 
-	if (!strcmp(what, "--help") || !strcmp(what, "-h")) {
-		usage(stdout);
-		return TB_EXIT_OK;
-	}
+	if ((rc = tb_cmd_verb_option(what, usage)) >= 0)
+		return rc;
 	int want = !strcmp(what, "list")                            ? 1
 		   : !strcmp(what, "get") || !strcmp(what, "share") ? 2
 								    : 0;

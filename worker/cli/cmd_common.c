@@ -73,6 +73,19 @@ static void print_short_forms(FILE *out, const tb_opt_t *opts)
 	fprintf(out, " -h --help, -V --version; letters combine (-ab is -a -b).\n");
 }
 
+int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out))
+{
+	if (!strcmp(word, "--help") || !strcmp(word, "-h")) {
+		usage(stdout);
+		return TB_EXIT_OK;
+	}
+	if (!strcmp(word, "--version") || !strcmp(word, "-V")) {
+		tb_cmd_print_version(stdout);
+		return TB_EXIT_OK;
+	}
+	return -1;
+}
+
 int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)(FILE *out))
 {
 	switch (tb_opts_parse(o, argc, argv, first)) {

@@ -305,10 +305,12 @@ int tb_cmd_schema(int argc, char **argv)
 	const char *verb = argc > 1 ? argv[1] : NULL;
 	int hex = 0, as_json = 0, rc;
 
-	if (!verb || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
-		usage(verb ? stdout : stderr);
-		return verb ? TB_EXIT_OK : TB_EXIT_USAGE;
+	if (!verb) {
+		usage(stderr);
+		return TB_EXIT_USAGE;
 	}
+	if ((rc = tb_cmd_verb_option(verb, usage)) >= 0)
+		return rc;
 	/* --hex is for the verbs that read or write messages */
 	int messages = !strcmp(verb, "encode") || !strcmp(verb, "decode") || !strcmp(verb, "check");
 	const tb_opt_t opts[] = {

@@ -102,6 +102,8 @@ contains "-jc FILE is --json --config FILE" "$tmp/nope.json" "$tb" status -jc "$
 contains "-cFILE takes the rest of the word" "$tmp/nope.json" "$tb" status -c"$tmp/nope.json" x
 contains "an unknown letter is named" "taskbox submit: unknown option '-z'" "$tb" submit -iwz
 check "-V is --version" 0 "$tb" top -V
+contains "--version in a verb's place" "taskbox $version" "$tb" artifacts --version
+contains "-V in a verb's place" "taskbox $version" "$tb" schema -V
 contains "a command's help lists its short forms" "-f --follow" "$tb" watch --help
 check "-- ends the letters too" 0 "$tb" schema check -- "$tmp/task.bin"
 check "help" 0 "$tb" --help
