@@ -88,6 +88,40 @@ static int scheme_check(const void *value, char *why, size_t whylen)
 const char *const tb_dialects[] = { "openai", "anthropic", NULL };
 
 /* clang-format off */
+static const tb_field_t rate_fields[] = {
+	{.name = "requests_per_second", .type = TB_FT_F64,
+	 .offset = offsetof(tb_rate_conf_t, requests_per_second), .min = 0, .max = 100000},
+	{.name = "tokens_per_minute", .type = TB_FT_U64,
+	 .offset = offsetof(tb_rate_conf_t, tokens_per_minute), .min = 1,
+	 .max = 1000000000000ULL},
+	{.name = "max_wait_seconds", .type = TB_FT_U64,
+	 .offset = offsetof(tb_rate_conf_t, max_wait_seconds), .min = 0, .max = 3600},
+};
+/* clang-format on */
+
+static int rate_check(const void *obj, tb_error_t *err)
+{
+	const tb_rate_conf_t *r = obj;
+
+	if (TB_HAS(r, 0) && !(r->requests_per_second >= 0.001))
+		return tb_error_set(err, TB_EINVAL, "'requests_per_second' must be 0.001 or more");
+	if (!TB_HAS(r, 0) && !TB_HAS(r, 1))
+		return tb_error_set(err, TB_EINVAL,
+				    "give 'requests_per_second', 'tokens_per_minute' or both");
+	return 0;
+}
+
+static const tb_schema_t rate_schema = {
+	.name = "rate_limit",
+	.size = sizeof(tb_rate_conf_t),
+	.has_offset = offsetof(tb_rate_conf_t, has),
+	.fields = rate_fields,
+	.nfields = sizeof(rate_fields) / sizeof(rate_fields[0]),
+	.strict = true,
+	.check = rate_check,
+};
+
+/* clang-format off */
 static const tb_field_t endpoint_fields[] = {
 	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_endpoint_t, name), .min = 1, .max = 64, .check = tb_check_id},
@@ -105,6 +139,8 @@ static const tb_field_t endpoint_fields[] = {
 	 .offset = offsetof(tb_endpoint_t, credential), .sub = &credential_schema},
 	{.name = "dialect", .type = TB_FT_ENUM,
 	 .offset = offsetof(tb_endpoint_t, dialect), .names = tb_dialects},
+	{.name = "rate_limit", .type = TB_FT_OBJ,
+	 .offset = offsetof(tb_endpoint_t, rate_limit), .sub = &rate_schema},
 };
 /* clang-format on */
 

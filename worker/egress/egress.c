@@ -9,6 +9,7 @@
 #include "tb/agent_events.h"
 #include "tb/metrics.h"
 #include "proxy.h"
+#include "ratelimit.h"
 #include "task_token.h"
 
 #include <openssl/crypto.h>
@@ -65,6 +66,10 @@ struct tb_egress {
 	tb_limits_t budget;
 	uint64_t admitted;
 	char spent[256];
+	/* The fleet's rate limits: the worker's, or one of its own when the
+	 * caller gave none (own_rates: freed with it). */
+	tb_ratelimit_t *rates;
+	int own_rates;
 };
 
 /* The worker's token key, made once and held in memory only. */
@@ -182,6 +187,49 @@ static int on_admit(void *ud, const tb_endpoint_t *ep, tb_proxy_refusal_t *no)
 	return -1;
 }
 
+/* From the proxy's threads: a request to an endpoint with a rate limit
+ * waits its turn in the proxy, as long as the endpoint's max_wait_seconds
+ * allow; one whose turn is further away is refused (429, Retry-After). */
+static int on_pace(void *ud, const tb_endpoint_t *ep, const char *bucket, uint64_t waited_ms,
+		   uint64_t *wait_ms, int *again, tb_proxy_refusal_t *no)
+{
+	tb_egress_t *e = ud;
+	const tb_rate_conf_t *rc = &ep->rate_limit;
+	uint64_t max =
+	    (TB_HAS(rc, TB_RATE_MAX_WAIT) ? rc->max_wait_seconds : TB_RATE_MAX_WAIT_DEFAULT) * 1000;
+	uint64_t left = max > waited_ms ? max - waited_ms : 0;
+	tb_ledger_turn_t t;
+
+	tb_ratelimit_take(e->rates, bucket, rc, left, &t);
+	if (t.taken || t.wait_ms <= left) {
+		*wait_ms = t.taken || t.wait_ms ? t.wait_ms : 1;
+		*again = !t.taken;
+		return 0;
+	}
+	uint64_t secs = (t.wait_ms + 999) / 1000;
+	no->status = 429;
+	snprintf(no->reason, sizeof(no->reason),
+		 "endpoint '%.64s' is at its rate limit: the next turn is %llu ms away, over "
+		 "its max_wait_seconds (%llu)",
+		 ep->name, (unsigned long long)t.wait_ms, (unsigned long long)(max / 1000));
+	snprintf(no->body, sizeof(no->body),
+		 "{\"error\":{\"type\":\"rate_limited\",\"retry_after_ms\":%llu,"
+		 "\"message\":\"%s\"}}",
+		 (unsigned long long)t.wait_ms, no->reason);
+	snprintf(no->extra, sizeof(no->extra), "Retry-After: %llu\r\n", (unsigned long long)secs);
+	return -1;
+}
+
+/* The endpoint named @p name in @p e's runtime, or NULL. */
+static const tb_endpoint_t *endpoint_named(const tb_egress_t *e, const char *name)
+{
+	const tb_endpoint_t *eps = e->rt->endpoints.items;
+	for (size_t i = 0; name && i < e->rt->endpoints.n; i++)
+		if (!strcmp(eps[i].name, name))
+			return &eps[i];
+	return NULL;
+}
+
 /* From the proxy's threads: queue, never block for long. */
 static void on_audit(void *ud, const tb_proxy_audit_t *a)
 {
@@ -200,6 +248,11 @@ static void on_audit(void *ud, const tb_proxy_audit_t *a)
 		uint64_t t[3] = { a->tokens->input, a->tokens->output, a->tokens->cached };
 		json_object_set_new(p, "tokens", tokens_json(t));
 	}
+	const tb_endpoint_t *ep = a->bucket ? endpoint_named(e, a->endpoint) : NULL;
+	if (ep) /* what the answer spent, and a pause its provider asked for */
+		tb_ratelimit_spend(e->rates, a->bucket, &ep->rate_limit,
+				   a->tokens ? a->tokens->input + a->tokens->output : 0,
+				   a->retry_after_ms);
 	pthread_mutex_lock(&e->lock);
 	tally(e, a);
 	if (p && it && e->nrecords < TB_EGRESS_QUEUE_MAX) {
@@ -238,8 +291,8 @@ static int on_event(void *ud, int type, tb_bytes_t payload)
 }
 
 int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, const tb_limits_t *budget,
-		    pid_t netns_of, const char *task_id, uint64_t attempt, uint64_t expires_ms,
-		    tb_error_t *err)
+		    tb_ratelimit_t *rates, pid_t netns_of, const char *task_id, uint64_t attempt,
+		    uint64_t expires_ms, tb_error_t *err)
 {
 	tb_egress_t *e;
 	int fd = -1, rc;
@@ -254,9 +307,17 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, const tb_limits_t
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	e->rt = rt;
 	e->tail = &e->head;
+	e->rates = rates;
+	if (!rates && tb_ratelimit_new(&e->rates, NULL, err) < 0) {
+		free(e);
+		return err->code;
+	}
+	e->own_rates = !rates;
 	if (budget)
 		e->budget = *budget;
 	if (!(e->tally = calloc(rt->endpoints.n + 1, sizeof(*e->tally)))) {
+		if (e->own_rates)
+			tb_ratelimit_free(e->rates);
 		free(e);
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	}
@@ -283,6 +344,7 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, const tb_limits_t
 		.max_event_bytes = rt->agent.max_event_bytes,
 		.admit = on_admit,
 		.admit_ud = e,
+		.pace = on_pace,
 	};
 	if ((rc = tb_proxy_start(&e->proxy, &conf, err)) < 0)
 		goto fail;
@@ -445,6 +507,8 @@ void tb_egress_free(tb_egress_t *e)
 		json_decref(e->held[i].last);
 	pthread_mutex_destroy(&e->lock);
 	free(e->tally);
+	if (e->own_rates)
+		tb_ratelimit_free(e->rates);
 	free(e);
 }
 

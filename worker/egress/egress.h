@@ -15,6 +15,7 @@
 #ifndef TB_EGRESS_H
 #define TB_EGRESS_H
 
+#include "ratelimit.h"
 #include "tb/agent_events.h"
 #include "tb/error.h"
 #include "tb/runtime.h"
@@ -39,7 +40,9 @@ typedef struct tb_egress tb_egress_t;
  * budgets in @p budget (its limits' max_tokens, max_requests and
  * max_egress_mb, those it has; NULL: none): once one is spent, every
  * request the policy allows is refused with 402 and a JSON error naming
- * it (schemas/task.md, "limits"). A runtime that allows no
+ * it (schemas/task.md, "limits"); and, for endpoints with a rate_limit,
+ * pacing each request through @p rates (the worker's, shared by its
+ * slots; NULL: one of the attempt's own, at the whole limit). A runtime that allows no
  * endpoint gets no proxy: @p out is set to NULL and 0 returned.
  * @param[out] out released with tb_egress_free()
  * @return 0; TB_EPOISON when no attempt could start it (a task id no
@@ -47,8 +50,8 @@ typedef struct tb_egress tb_egress_t;
  *         the step) when the proxy cannot start here and now
  */
 int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, const tb_limits_t *budget,
-		    pid_t netns_of, const char *task_id, uint64_t attempt, uint64_t expires_ms,
-		    tb_error_t *err);
+		    tb_ratelimit_t *rates, pid_t netns_of, const char *task_id, uint64_t attempt,
+		    uint64_t expires_ms, tb_error_t *err);
 
 /**
  * Whether one of the task's budgets is spent (a request was refused for

@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/crypto.h>
+#include <openssl/sha.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
@@ -246,6 +247,29 @@ static void secrets_free(tb_proxy_t *p)
 	p->secrets = NULL;
 }
 
+/* The rate bucket of endpoint @p ep, whose secret is @p raw (NULL: it
+ * has no credential), into @p out (33 bytes): see tb_proxy_secret_t. */
+static void rate_bucket(char *out, const tb_endpoint_t *ep, const char *raw)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char md[SHA256_DIGEST_LENGTH];
+	char *text = NULL;
+	int n = raw ? asprintf(&text, "taskbox-rate\n%s", raw)
+		    : asprintf(&text, "taskbox-rate-host\n%s:%llu", ep->host,
+			       (unsigned long long)ep->port);
+
+	if (n < 0)
+		abort(); /* out of memory: STYLE.md */
+	SHA256((const unsigned char *)text, (size_t)n, md);
+	OPENSSL_cleanse(text, (size_t)n);
+	free(text);
+	for (int i = 0; i < 16; i++) {
+		out[2 * i] = hex[md[i] >> 4];
+		out[2 * i + 1] = hex[md[i] & 15];
+	}
+	out[32] = '\0';
+}
+
 static int secrets_load(tb_proxy_t *p, tb_error_t *err)
 {
 	const tb_list_t *eps = p->conf.endpoints;
@@ -256,16 +280,22 @@ static int secrets_load(tb_proxy_t *p, tb_error_t *err)
 	for (size_t i = 0; i < p->nsecrets; i++) {
 		const tb_credential_t *cr = &((const tb_endpoint_t *)eps->items)[i].credential;
 		tb_proxy_secret_t *s = &p->secrets[i];
+		const tb_endpoint_t *ep = &((const tb_endpoint_t *)eps->items)[i];
 		char *raw = NULL;
 		tb_error_t e;
-		if (!cr->header && !cr->query)
+		if (!cr->header && !cr->query) {
+			if (ep->rate_limit.has)
+				rate_bucket(s->bucket, ep, NULL);
 			continue;
+		}
 		if (tb_proxy_secret_load(&raw, cr, &e) < 0 ||
 		    tb_proxy_credential_render(&s->value, cr, raw, &e) < 0) {
 			snprintf(s->why, sizeof(s->why), "%.350s", e.msg);
 			tb_proxy_secret_free(raw);
 			continue;
 		}
+		if (ep->rate_limit.has)
+			rate_bucket(s->bucket, ep, raw);
 		if (strlen(raw) >= MASK_MIN) {
 			s->mask = raw;
 			if (tb_mask_max_len(raw) > p->max_mask)

@@ -114,6 +114,11 @@ typedef struct tb_proxy_audit {
 	int refused;        /* the proxy answered itself: upstream never asked */
 	/* what the answer said it used (the endpoint's dialect), or NULL */
 	const tb_tokens_t *tokens;
+	/* the endpoint's rate bucket (it has a rate_limit), or NULL */
+	const char *bucket;
+	/* the upstream's 429 or 529 asked for a pause this long (Retry-After
+	 * or Retry-After-Ms; at most 10 minutes), or 0 */
+	uint64_t retry_after_ms;
 } tb_proxy_audit_t;
 
 /* The proxy's own answer to a request its admission refused. */
@@ -121,6 +126,7 @@ typedef struct tb_proxy_refusal {
 	int status;
 	char reason[256]; /* for the audit record */
 	char body[768];   /* the answer's body, JSON */
+	char extra[64];   /* header lines for it ("Retry-After: 3\r\n"), or "" */
 } tb_proxy_refusal_t;
 
 typedef struct tb_proxy_conf {
@@ -153,6 +159,15 @@ typedef struct tb_proxy_conf {
 	 * with @p no (the task's budgets). Thread-safe and quick. May be NULL. */
 	int (*admit)(void *ud, const tb_endpoint_t *ep, tb_proxy_refusal_t *no);
 	void *admit_ud;
+	/* Asked, before admit, for every request to an endpoint with a
+	 * rate_limit, from the proxy's threads (admit_ud is its ud): 0 and
+	 * *wait_ms, the request waits that long in the proxy (the client
+	 * is not answered meanwhile) and then goes, or, when *again, asks
+	 * again; -1 refuses it with @p no. @p bucket names the endpoint's
+	 * credential (a rate bucket: ratelimit.h); @p waited_ms is how long
+	 * this request has waited so far. Thread-safe. May be NULL. */
+	int (*pace)(void *ud, const tb_endpoint_t *ep, const char *bucket, uint64_t waited_ms,
+		    uint64_t *wait_ms, int *again, tb_proxy_refusal_t *no);
 } tb_proxy_conf_t;
 
 typedef struct tb_proxy tb_proxy_t;

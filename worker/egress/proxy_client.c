@@ -162,6 +162,8 @@ void tb_proxy_audit_used(tb_proxy_conn_t *c, const char *method, const char *hos
 	const tb_proxy_conf_t *conf = &c->p->conf;
 	if (!conf->audit)
 		return;
+	const tb_proxy_secret_t *sec =
+	    ep ? &c->p->secrets[ep - (const tb_endpoint_t *)conf->endpoints->items] : NULL;
 	tb_proxy_audit_t a = {
 		.method = method ? method : "-",
 		.host = host ? host : "",
@@ -174,6 +176,8 @@ void tb_proxy_audit_used(tb_proxy_conn_t *c, const char *method, const char *hos
 		.reason = reason,
 		.refused = reason != NULL && !c->upstream,
 		.tokens = tokens && tokens->seen ? tokens : NULL,
+		.bucket = sec && sec->bucket[0] ? sec->bucket : NULL,
+		.retry_after_ms = c->upstream ? c->retry_after_ms : 0,
 	};
 	conf->audit(conf->audit_ud, &a);
 }

@@ -32,6 +32,10 @@ typedef struct tb_proxy_secret {
 	char *value;   /* rendered header or query value; NULL: none or unreadable */
 	char *mask;    /* the secret, masked in responses however echoed (proxy_mask.h) */
 	char why[400]; /* why value is NULL although a credential is configured */
+	/* The endpoint's rate bucket (it has a rate_limit; else ""): 32 hex
+	 * digits of SHA-256 of "taskbox-rate\n" and the secret, or, with no
+	 * credential, of "taskbox-rate-host\n<host>:<port>" (schemas/keys.md). */
+	char bucket[33];
 } tb_proxy_secret_t;
 
 typedef struct tb_proxy_conn tb_proxy_conn_t;
@@ -65,7 +69,8 @@ struct tb_proxy_conn {
 	CURL *curl;
 	char *hold; /* response bytes held back: maybe the start of a secret */
 	size_t nhold;
-	int upstream; /* the current request went upstream */
+	int upstream;            /* the current request went upstream */
+	uint64_t retry_after_ms; /* the current answer's pause (tb_proxy_audit_t) */
 };
 
 /* One request and its response. */
@@ -91,6 +96,7 @@ typedef struct tb_proxy_exchange {
 	int head_sent, resp_chunked, resp_nobody, client_err;
 	uint64_t bytes_in;
 	char ctype[128];       /* the answer's Content-Type */
+	int retry_ms_seen;     /* its Retry-After-Ms was read: it wins */
 	int scanning;          /* its usage read as it passes (ep's dialect) */
 	tb_usage_scan_t usage; /* ... by this */
 } tb_proxy_exchange_t;

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <openssl/crypto.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,44 @@ static const char *basic_password(char *out, size_t cap, const char *b64)
 	return colon ? colon + 1 : NULL;
 }
 
+/* Waits @p ms, or until the proxy stops (-1). */
+static int pace_wait(tb_proxy_conn_t *c, uint64_t ms)
+{
+	struct pollfd pf = { c->p->stop_fd, POLLIN, 0 };
+	int rc = poll(&pf, 1, ms > 600000 ? 600000 : (int)ms);
+	return rc != 0 || atomic_load(&c->p->stopping) ? -1 : 0;
+}
+
+/* The endpoint's rate limit (the pace hook): waits its turn, a bounded
+ * number of times. @return 0 to go on; 1 refused (@p no); -1 the proxy
+ * stops. */
+static int paced(tb_proxy_exchange_t *x, tb_proxy_refusal_t *no)
+{
+	tb_proxy_conn_t *c = x->c;
+	const tb_proxy_conf_t *conf = &c->p->conf;
+	uint64_t t0 = tb_mono_ms();
+
+	if (!conf->pace || !x->sec->bucket[0])
+		return 0;
+	for (int round = 0; round < 1000; round++) {
+		uint64_t wait = 0;
+		int again = 0;
+		if (conf->pace(conf->admit_ud, x->ep, x->sec->bucket, tb_mono_ms() - t0, &wait,
+			       &again, no) < 0)
+			return 1;
+		if (wait && pace_wait(c, wait) < 0)
+			return -1;
+		if (!again)
+			return 0;
+	}
+	no->status = 429;
+	snprintf(no->reason, sizeof(no->reason), "endpoint '%.64s': no turn of its rate limit",
+		 x->ep->name);
+	snprintf(no->body, sizeof(no->body),
+		 "{\"error\":{\"type\":\"rate_limited\",\"message\":\"%s\"}}", no->reason);
+	return 1;
+}
+
 /* The last checks before a request the policy allows goes upstream: an
  * endpoint with a credential takes no TRACE (the upstream would echo the
  * key in forms the masking may not know) and needs the worker to hold the
@@ -127,7 +166,7 @@ static int may_go(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, const ch
 	const char *method = x->req.method;
 	tb_proxy_refusal_t no = { 0 };
 	char why[600] = "";
-	int status = 0;
+	int status = 0, paced_rc;
 
 	if ((x->ep->credential.header || x->ep->credential.query) && !strcmp(method, "TRACE")) {
 		status = 403;
@@ -139,8 +178,11 @@ static int may_go(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, const ch
 		status = 502;
 		snprintf(why, sizeof(why), "the worker has no credential for endpoint '%s': %s",
 			 x->ep->name, x->sec->why);
-	} else if (conf->admit && conf->admit(conf->admit_ud, x->ep, &no) < 0) {
-		tb_proxy_refuse_body(c, no.status, "application/json", no.body, NULL);
+	} else if ((paced_rc = paced(x, &no)) < 0) {
+		return 0; /* the proxy stops: the client is closed */
+	} else if (paced_rc > 0 || (conf->admit && conf->admit(conf->admit_ud, x->ep, &no) < 0)) {
+		tb_proxy_refuse_body(c, no.status, "application/json", no.body,
+				     no.extra[0] ? no.extra : NULL);
 		tb_proxy_audit(c, method, ahost, d->path, x->ep, no.status, 0, 0, t0, no.reason);
 		return 0;
 	}

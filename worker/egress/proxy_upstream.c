@@ -19,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 static int send_body(tb_proxy_exchange_t *x, const char *data, size_t len)
@@ -159,6 +160,56 @@ static int content_length(tb_proxy_exchange_t *x, const char *v, const char *e)
 	return 0;
 }
 
+#define PAUSE_MAX_MS 600000 /* a provider's pause, at most ten minutes */
+
+/* A 429 or 529's Retry-After (seconds, or an HTTP date) or Retry-After-Ms
+ * (which wins: it is the more precise) into c->retry_after_ms. */
+static void retry_after(tb_proxy_exchange_t *x, int ms, const char *v, const char *end)
+{
+	char text[64];
+	uint64_t pause;
+
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	size_t n = (size_t)(end - v);
+	while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
+		n--;
+	if (!n || n >= sizeof(text) || (x->retry_ms_seen && !ms))
+		return;
+	memcpy(text, v, n);
+	text[n] = '\0';
+	char *e;
+	double d = strtod(text, &e);
+	if (e != text && !*e && d >= 0) {
+		pause = (uint64_t)(ms ? d : d * 1000.0);
+	} else if (!ms) { /* an HTTP date */
+		time_t at = curl_getdate(text, NULL);
+		time_t now = time(NULL);
+		if (at < 0)
+			return;
+		pause = at > now ? (uint64_t)(at - now) * 1000 : 0;
+	} else {
+		return;
+	}
+	x->c->retry_after_ms = pause > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause;
+	x->retry_ms_seen |= ms;
+}
+
+/* What the proxy reads of an upstream header named @p name (@p nl bytes)
+ * whose value is [@p v, @p end): the type, the framing, a pause. */
+static void note_header(tb_proxy_exchange_t *x, const char *name, size_t nl, const char *v,
+			const char *end)
+{
+	if (nl == 12 && strncasecmp(name, "Content-Type", 12) == 0)
+		media_type(x->ctype, sizeof(x->ctype), v, end);
+	if (nl == 17 && strncasecmp(name, "Transfer-Encoding", 17) == 0)
+		x->rchunked = 1; /* and dropped: hop-by-hop */
+	if ((x->status == 429 || x->status == 529) &&
+	    ((nl == 11 && strncasecmp(name, "Retry-After", 11) == 0) ||
+	     (nl == 14 && strncasecmp(name, "Retry-After-Ms", 14) == 0)))
+		retry_after(x, nl == 14, v, end);
+}
+
 static size_t on_header(char *b, size_t size, size_t nitems, void *ud)
 {
 	tb_proxy_exchange_t *x = ud;
@@ -173,6 +224,8 @@ static size_t on_header(char *b, size_t size, size_t nitems, void *ud)
 		x->rlen = 0;
 		x->rlength[0] = '\0';
 		x->rchunked = 0;
+		x->c->retry_after_ms = 0;
+		x->retry_ms_seen = 0;
 		return len;
 	}
 	if ((len == 2 && b[0] == '\r') || (len == 1 && b[0] == '\n'))
@@ -183,10 +236,7 @@ static size_t on_header(char *b, size_t size, size_t nitems, void *ud)
 	if (!colon)
 		return len;
 	size_t nl = (size_t)(colon - b);
-	if (nl == 12 && strncasecmp(b, "Content-Type", 12) == 0)
-		media_type(x->ctype, sizeof(x->ctype), colon + 1, b + len);
-	if (nl == 17 && strncasecmp(b, "Transfer-Encoding", 17) == 0)
-		x->rchunked = 1; /* and dropped below: hop-by-hop */
+	note_header(x, b, nl, colon + 1, b + len);
 	if (nl == 14 && strncasecmp(b, "Content-Length", 14) == 0)
 		return content_length(x, colon + 1, b + len) < 0 ? 0 : len;
 	if (hop_by_hop(b, nl))

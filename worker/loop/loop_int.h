@@ -123,6 +123,7 @@ typedef struct tb_loop {
 	int probing;             /* the prober runs */
 	atomic_int probe_stop;   /* tells it to end */
 	tb_sandbox_pool_t *pool; /* each slot's next sandbox, built ahead */
+	tb_ratelimit_t *rates;   /* the fleet's rate limits, for every slot */
 	tb_watermark_t *marks[MAX_PARTITIONS];
 	uint64_t epochs[MAX_PARTITIONS]; /* bumped at each assignment */
 	pthread_mutex_t lock;

@@ -87,6 +87,7 @@ static void *slot_main(void *arg)
 		.pool = w->pool,
 		.store = w->d->store,
 		.ledger = w->d->ledger,
+		.rates = w->rates,
 		.recipes = w->d->recipes,
 		.images = w->d->images,
 		.runtimes_dir = w->d->cfg->runtimes_dir,

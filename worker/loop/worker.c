@@ -433,6 +433,21 @@ static int drain(tb_loop_t *w, tb_error_t *err)
 	return 0;
 }
 
+/* What the slots share: the sandboxes built ahead, the rate limits. */
+static int slots_new(tb_loop_t *w, tb_error_t *err)
+{
+	const tb_worker_deps_t *d = w->d;
+	int rc = tb_sandbox_pool_new(&w->pool, d->policy, d->cfg->work_dir, d->group,
+				     (unsigned)d->cfg->slots, err);
+	return rc < 0 ? rc : tb_ratelimit_new(&w->rates, d->ledger, err);
+}
+
+static void slots_free(tb_loop_t *w)
+{
+	tb_sandbox_pool_free(w->pool);
+	tb_ratelimit_free(w->rates);
+}
+
 int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64_t max_finished,
 		  tb_worker_stats_t *stats, tb_error_t *err)
 {
@@ -458,8 +473,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		rc = tb_error_set(err, TB_EINVAL, "slots: at most 64 in this build");
 		goto fail;
 	}
-	if ((rc = tb_sandbox_pool_new(&w->pool, d->policy, d->cfg->work_dir, d->group,
-				      (unsigned)d->cfg->slots, err)) < 0)
+	if ((rc = slots_new(w, err)) < 0)
 		goto fail;
 	health_start(w);
 	if ((rc = tb_kafka_producer_new(&w->producer, d->brokers, &d->cfg->kafka.properties, err)) <
@@ -515,7 +529,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	}
 	rd_kafka_destroy(w->producer);
 	health_stop(w);
-	tb_sandbox_pool_free(w->pool); /* every slot thread has ended */
+	slots_free(w); /* every slot thread has ended */
 	for (int p = 0; p < MAX_PARTITIONS; p++)
 		tb_watermark_free(w->marks[p]);
 	close(w->wake[0]);
@@ -525,7 +539,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	return 0;
 fail:
 	health_stop(w);
-	tb_sandbox_pool_free(w->pool);
+	slots_free(w);
 	if (w->wake[0] >= 0) {
 		close(w->wake[0]);
 		close(w->wake[1]);

@@ -19,6 +19,7 @@
 #define TB_LIFECYCLE_H
 
 #include "image.h"
+#include "ratelimit.h"
 #include "recipe.h"
 #include "sandbox.h"
 #include "sandbox_pool.h"
@@ -76,6 +77,9 @@ typedef struct tb_lifecycle_ctx {
 	 * The run ends the agent, writes nothing more and returns TB_EFENCED.
 	 * May be NULL. */
 	const atomic_int *cancel;
+	/* The fleet's rate limits per credential (ratelimit.h), shared by the
+	 * worker's slots. NULL: each attempt paces alone, at the whole limit. */
+	tb_ratelimit_t *rates;
 	/* Interactive tasks: the session's follow-ups (session.h), rewound
 	 * by the caller before each attempt. NULL for one-shot tasks. */
 	tb_session_t *session;

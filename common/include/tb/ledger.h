@@ -131,6 +131,51 @@ int tb_ledger_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_
  * @param[out] infos each string and the array freed by the caller */
 int tb_ledger_workers(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err);
 
+/*
+ * Shared rate limits (schemas/keys.md, "rate buckets"): one bucket per
+ * credential, kept where every worker of the fleet draws from it. A
+ * bucket paces requests (one per interval_ms, the fleet's requests in
+ * a row as one queue) and tokens (tokens_per_minute, spent after the
+ * answers that report them; a minute's worth may go at once), and pauses
+ * for as long as the provider said (Retry-After). Times are the ledger's
+ * own clock, so workers' clocks need not agree.
+ */
+typedef struct tb_ledger_rate {
+	const char *bucket;         /* its name: 1 to 64 of [0-9a-z] */
+	double interval_ms;         /* one request per this at most; 0: no request limit */
+	uint64_t tokens_per_minute; /* 0: no token limit */
+	uint64_t max_wait_ms;       /* a request's turn at most this far ahead */
+} tb_ledger_rate_t;
+
+typedef struct tb_ledger_turn {
+	int taken;        /* a turn is held: go after wait_ms */
+	uint64_t wait_ms; /* !taken: ask again after this long */
+	uint64_t sharing; /* workers that drew from the bucket in the last 10 s */
+} tb_ledger_turn_t;
+
+/** Whether @p l keeps rate buckets shared by a fleet (a Redis ledger
+ * does; "memory:" does not: its one worker keeps its own). */
+int tb_ledger_shares_rates(const tb_ledger_t *l);
+
+/**
+ * Asks @p r's bucket for one request's turn: held (taken, and the wait
+ * before it, at most max_wait_ms) or not (the bucket is paused, its
+ * tokens are spent, or the next turn is further than max_wait_ms away:
+ * wait_ms says when to ask again). One round trip.
+ * @return 0; TB_ERETRY when the ledger cannot be reached (its own short
+ *         timeout: a caller falls back on a share of its own)
+ */
+int tb_ledger_rate_take(tb_ledger_t *l, const tb_ledger_rate_t *r, tb_ledger_turn_t *out,
+			tb_error_t *err);
+
+/**
+ * Tells @p r's bucket that @p tokens were spent, and that its provider
+ * asked for a pause of @p pause_ms (0: none), without waiting for the
+ * answer (no round trip). @return 0; TB_ERETRY when it could not be sent
+ */
+int tb_ledger_rate_spend(tb_ledger_t *l, const tb_ledger_rate_t *r, uint64_t tokens,
+			 uint64_t pause_ms, tb_error_t *err);
+
 /** Closes the ledger and frees @p l; NULL is fine. */
 void tb_ledger_close(tb_ledger_t *l);
 

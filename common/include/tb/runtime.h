@@ -21,6 +21,18 @@ typedef struct tb_credential {
 	char *file;   /* ... or in this file */
 } tb_credential_t;
 
+/* A credential's shared rate limits (schemas/runtime.md, "rate_limit"):
+ * every worker's proxy draws from one bucket per credential. */
+typedef struct tb_rate_conf {
+	uint32_t has;
+	double requests_per_second; /* 0 (absent): no request limit */
+	uint64_t tokens_per_minute; /* 0 (absent): no token limit */
+	uint64_t max_wait_seconds;  /* a request waits for the bucket at most this */
+} tb_rate_conf_t;
+/* tb_rate_conf_t has bits */
+enum { TB_RATE_REQUESTS = 0, TB_RATE_TOKENS = 1, TB_RATE_MAX_WAIT = 2 };
+#define TB_RATE_MAX_WAIT_DEFAULT 60
+
 typedef struct tb_endpoint {
 	uint32_t has;
 	char *name; /* the binding name the agent sees */
@@ -31,6 +43,7 @@ typedef struct tb_endpoint {
 	tb_strlist_t path_prefixes; /* empty: any */
 	tb_credential_t credential; /* absent: none added */
 	int dialect;                /* tb_dialect_t, when has bit TB_ENDPOINT_DIALECT */
+	tb_rate_conf_t rate_limit;  /* has == 0: none */
 } tb_endpoint_t;
 
 /* The provider API an endpoint speaks, whose answers' usage fields the

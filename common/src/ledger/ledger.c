@@ -87,6 +87,28 @@ int tb_ledger_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_
 	return l->ops->alive(l, info, ttl_ms, err);
 }
 
+int tb_ledger_shares_rates(const tb_ledger_t *l)
+{
+	return l->ops->rate_take && l->ops->rate_spend;
+}
+
+int tb_ledger_rate_take(tb_ledger_t *l, const tb_ledger_rate_t *r, tb_ledger_turn_t *out,
+			tb_error_t *err)
+{
+	memset(out, 0, sizeof(*out));
+	if (!tb_ledger_shares_rates(l))
+		return tb_error_set(err, TB_EINVAL, "this ledger keeps no rate buckets");
+	return l->ops->rate_take(l, r, out, err);
+}
+
+int tb_ledger_rate_spend(tb_ledger_t *l, const tb_ledger_rate_t *r, uint64_t tokens,
+			 uint64_t pause_ms, tb_error_t *err)
+{
+	if (!tb_ledger_shares_rates(l))
+		return tb_error_set(err, TB_EINVAL, "this ledger keeps no rate buckets");
+	return l->ops->rate_spend(l, r, tokens, pause_ms, err);
+}
+
 int tb_ledger_workers(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err)
 {
 	return l->ops->workers(l, infos, n, err);

@@ -12,11 +12,13 @@
  *   <prefix>:task:{<id>}:failures   list of "<attempt>\t<ms>\t<worker>\t<code>\t<reason>"
  *   <prefix>:worker:{<id>}          the worker's liveness JSON, PX its TTL
  *   <prefix>:workers                sorted set: worker id by last heartbeat (ms)
+ *   <prefix>:rate:{<bucket>}        a credential's rate bucket (hash)
+ *   <prefix>:rate:{<bucket>}:workers  sorted set: who drew from it, by time
  *
  * Each operation that reads and writes is one Lua script, so it is atomic:
  * two workers never see the same attempt number, and a fenced attempt
- * (attempts moved past it) can neither renew nor finish. One connection,
- * guarded by a mutex (hiredis contexts are not thread-safe); a broken
+ * (attempts moved past it) can neither renew nor finish. One connection
+ * (two: the rate buckets have their own), each guarded by a mutex (hiredis contexts are not thread-safe); a broken
  * connection is dropped and redialled on the next call, at most once a
  * second, and every failure to reach Redis is TB_ERETRY: the worker waits,
  * it does not dead-letter.
@@ -24,6 +26,7 @@
  * Durability is Redis's: run it with the append-only file (appendonly yes,
  * appendfsync always or everysec), or a restart forgets attempts and
  * done-markers and finished tasks run again (deploy/local/services does).
+ * The rate buckets are asked on a connection of their own (RATE_TIMEOUT_MS).
  */
 #include "tb/ledger.h"
 #include "tb/sys/ledger.h"
@@ -43,20 +46,32 @@
 
 #define ANY (-1)
 
-typedef struct redis_ledger {
-	tb_ledger_t base;
+/* One connection, guarded by its mutex (hiredis contexts are not
+ * thread-safe). */
+typedef struct conn {
 	pthread_mutex_t lock;
 	redisContext *c;
+	struct timeval connect, timeout; /* to connect; for each reply */
+	uint64_t redial_at;              /* monotonic ms: no dialling before this */
+	char down[256];                  /* why the last dial failed */
+	unsigned owed;                   /* replies to commands sent without waiting */
+} conn_t;
+
+typedef struct redis_ledger {
+	tb_ledger_t base;
+	conn_t main;  /* tasks, leases, workers */
+	conn_t rates; /* the rate buckets: asked from the egress proxies'
+		       * threads on every request, with a short timeout, so
+		       * a slow Redis costs a request little and a lease nothing */
 	char host[256];
 	int port;
 	int db;
 	char prefix[64];
 	char worker[128];
-	uint64_t redial_at; /* monotonic ms: no dialling before this */
-	char down[256];     /* why the last dial failed */
 } redis_ledger_t;
 
 #define REDIAL_MS 1000
+#define RATE_TIMEOUT_MS 250
 
 /* KEYS attempts, done, lease, content, failures, progress, base; ARGV
  * worker, lease ms, content ("" unchecked), now (ms), failures kept.
@@ -139,6 +154,51 @@ static const char WORKERS_LUA[] =
 static const char FAILED_LUA[] = "redis.call('RPUSH', KEYS[1], ARGV[1]) "
 				 "return redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)";
 
+/* The rate buckets (schemas/keys.md, "rate buckets"); times are Redis's
+ * own (TIME), in ms. A bucket's fields: next, when the next request's
+ * turn is (one per interval, in a row); tokens, when the tokens spent are
+ * paid back (at tokens_per_minute; no request goes while it is ahead of
+ * now, so a minute's worth may be spent at once); pause, until when the
+ * provider asked everyone to wait.
+ * KEYS bucket, its workers; ARGV interval ms, tokens per minute, max wait
+ * ms, worker. {1, wait, sharing}: a turn, after wait ms; {0, wait,
+ * sharing}: none; ask again after wait ms. */
+static const char RATE_TAKE_LUA[] =
+    "local t = redis.call('TIME') "
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "redis.call('ZADD', KEYS[2], now, ARGV[4]) "
+    "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 10000) "
+    "redis.call('PEXPIRE', KEYS[2], 60000) "
+    "local n = redis.call('ZCARD', KEYS[2]) "
+    "local h = redis.call('HMGET', KEYS[1], 'next', 'pause', 'tokens') "
+    "local nxt, pause, tok = tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]) or 0 "
+    "local iv, tpm, maxw = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]) "
+    "if pause > now then return {0, math.ceil(pause - now), n} end "
+    "if tpm > 0 and tok > now then return {0, math.ceil(tok - now), n} end "
+    "if iv <= 0 then return {1, 0, n} end "
+    "local at = math.max(nxt, now) "
+    "if at - now > maxw then return {0, math.ceil(at - now), n} end "
+    "redis.call('HSET', KEYS[1], 'next', string.format('%.3f', at + iv)) "
+    "redis.call('PEXPIRE', KEYS[1], 3600000) "
+    "return {1, math.ceil(at - now), n}";
+/* KEYS bucket; ARGV tokens spent, tokens per minute, pause ms. */
+static const char RATE_SPEND_LUA[] =
+    "local t = redis.call('TIME') "
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "local tokens, tpm, pause = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]) "
+    "if pause > 0 then "
+    "  local p = tonumber(redis.call('HGET', KEYS[1], 'pause')) or 0 "
+    "  if now + pause > p then "
+    "    redis.call('HSET', KEYS[1], 'pause', string.format('%.0f', now + pause)) end "
+    "end "
+    "if tokens > 0 and tpm > 0 then "
+    "  local tok = tonumber(redis.call('HGET', KEYS[1], 'tokens')) or 0 "
+    "  tok = math.max(tok, now - 60000) + tokens * 60000 / tpm "
+    "  redis.call('HSET', KEYS[1], 'tokens', string.format('%.3f', tok)) "
+    "end "
+    "redis.call('PEXPIRE', KEYS[1], 3600000) "
+    "return 0";
+
 static void key(char *out, size_t size, const redis_ledger_t *r, const char *task, const char *what)
 {
 	snprintf(out, size, "%s:task:{%s}:%s", r->prefix, task, what);
@@ -163,33 +223,32 @@ static void task_keys(task_keys_t *k, const redis_ledger_t *r, const char *task)
 
 /* Connected, or TB_ERETRY naming the address. A failed dial is not tried
  * again for REDIAL_MS: a worker with many leases to renew does not wait a
- * connect timeout for each. Caller holds the lock. */
-static int dial(redis_ledger_t *r, tb_error_t *err)
+ * connect timeout for each. Caller holds the connection's lock. */
+static int dial(redis_ledger_t *r, conn_t *k, tb_error_t *err)
 {
-	struct timeval connect_tv = { 2, 0 }, io_tv = { 5, 0 };
-
-	if (r->c)
+	if (k->c)
 		return 0;
-	if (tb_mono_ms() < r->redial_at)
+	if (tb_mono_ms() < k->redial_at)
 		return tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d unreachable: %s", r->host,
-				    r->port, r->down);
-	r->c = redisConnectWithTimeout(r->host, r->port, connect_tv);
-	if (!r->c || r->c->err) {
-		snprintf(r->down, sizeof(r->down), "%s", r->c ? r->c->errstr : "out of memory");
-		r->redial_at = tb_mono_ms() + REDIAL_MS;
-		redisFree(r->c);
-		r->c = NULL;
+				    r->port, k->down);
+	k->owed = 0;
+	k->c = redisConnectWithTimeout(r->host, r->port, k->connect);
+	if (!k->c || k->c->err) {
+		snprintf(k->down, sizeof(k->down), "%s", k->c ? k->c->errstr : "out of memory");
+		k->redial_at = tb_mono_ms() + REDIAL_MS;
+		redisFree(k->c);
+		k->c = NULL;
 		return tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d unreachable: %s", r->host,
-				    r->port, r->down);
+				    r->port, k->down);
 	}
-	redisSetTimeout(r->c, io_tv);
+	redisSetTimeout(k->c, k->timeout);
 	if (r->db) {
-		redisReply *rep = redisCommand(r->c, "SELECT %d", r->db);
+		redisReply *rep = redisCommand(k->c, "SELECT %d", r->db);
 		int bad = !rep || rep->type == REDIS_REPLY_ERROR;
 		freeReplyObject(rep);
 		if (bad) {
-			redisFree(r->c);
-			r->c = NULL;
+			redisFree(k->c);
+			k->c = NULL;
 			return tb_error_set(err, TB_ERETRY,
 					    "ledger redis://%s:%d: SELECT %d failed", r->host,
 					    r->port, r->db);
@@ -198,30 +257,49 @@ static int dial(redis_ledger_t *r, tb_error_t *err)
 	return 0;
 }
 
+/* Drops a broken connection (the next call redials); TB_ERETRY saying why. */
+static int broken(redis_ledger_t *r, conn_t *k, tb_error_t *err)
+{
+	int rc = tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d: %s", r->host, r->port,
+			      k->c->errstr[0] ? k->c->errstr : "no reply");
+	redisFree(k->c);
+	k->c = NULL;
+	return rc;
+}
+
+/* Reads the replies owed to commands sent without waiting. */
+static int settle_owed(redis_ledger_t *r, conn_t *k, tb_error_t *err)
+{
+	while (k->owed) {
+		void *rep = NULL;
+		if (redisGetReply(k->c, &rep) != REDIS_OK || !rep)
+			return broken(r, k, err);
+		freeReplyObject(rep);
+		k->owed--;
+	}
+	return 0;
+}
+
 /*
- * Runs one command (printf-style, as redisCommand) and checks its reply's
- * type (@p want, or ANY for any but an error). A lost connection is
- * dropped so the next call redials.
+ * Runs one command (printf-style, as redisCommand) on @p k and checks its
+ * reply's type (@p want, or ANY for any but an error). A lost connection
+ * is dropped so the next call redials.
  */
-static int run(redis_ledger_t *r, redisReply **out, int want, tb_error_t *err, const char *fmt, ...)
+static int run(redis_ledger_t *r, conn_t *k, redisReply **out, int want, tb_error_t *err,
+	       const char *fmt, ...)
 {
 	va_list ap;
 	redisReply *rep;
 	int rc;
 
 	*out = NULL;
-	if ((rc = dial(r, err)) < 0)
+	if ((rc = dial(r, k, err)) < 0 || (rc = settle_owed(r, k, err)) < 0)
 		return rc;
 	va_start(ap, fmt);
-	rep = redisvCommand(r->c, fmt, ap);
+	rep = redisvCommand(k->c, fmt, ap);
 	va_end(ap);
-	if (!rep) {
-		rc = tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d: %s", r->host, r->port,
-				  r->c->errstr[0] ? r->c->errstr : "no reply");
-		redisFree(r->c);
-		r->c = NULL;
-		return rc;
-	}
+	if (!rep)
+		return broken(r, k, err);
 	if (rep->type == REDIS_REPLY_ERROR || (want >= 0 && rep->type != want)) {
 		rc = tb_error_set(err, rep->type == REDIS_REPLY_ERROR ? TB_ERETRY : TB_EIO,
 				  "ledger redis://%s:%d: unexpected reply: %s", r->host, r->port,
@@ -242,13 +320,13 @@ static int redis_begin(tb_ledger_t *l, const char *task, const char *content, ui
 	int rc;
 
 	task_keys(&k, r, task);
-	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_ARRAY, err,
+	pthread_mutex_lock(&r->main.lock);
+	rc = run(r, &r->main, &rep, REDIS_REPLY_ARRAY, err,
 		 "EVAL %s 7 %s %s %s %s %s %s %s %s %llu %s %llu %d", BEGIN_LUA, k.att, k.done,
 		 k.lease, k.content, k.failures, k.progress, k.base, r->worker,
 		 (unsigned long long)lease_ms, content ? content : "",
 		 (unsigned long long)time(NULL) * 1000, TB_LEDGER_MAX_FAILURES);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->main.lock);
 	if (rc < 0)
 		return rc;
 	if (rep->elements < 1 || rep->element[0]->type != REDIS_REPLY_INTEGER) {
@@ -296,11 +374,11 @@ static int redis_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint6
 	int rc;
 
 	task_keys(&k, r, task);
-	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s %llu %s %llu %s", RENEW_LUA,
-		 k.att, k.lease, k.progress, (unsigned long long)attempt, r->worker,
+	pthread_mutex_lock(&r->main.lock);
+	rc = run(r, &r->main, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s %llu %s %llu %s",
+		 RENEW_LUA, k.att, k.lease, k.progress, (unsigned long long)attempt, r->worker,
 		 (unsigned long long)lease_ms, phase ? phase : "");
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->main.lock);
 	return fencing(rc, rep, task, attempt, "renew", err);
 }
 
@@ -312,10 +390,10 @@ static int redis_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_
 	int rc;
 
 	task_keys(&k, r, task);
-	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, ANY, err, "EVAL %s 3 %s %s %s %llu %s", RELEASE_LUA, k.att, k.lease,
-		 k.progress, (unsigned long long)attempt, r->worker);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_lock(&r->main.lock);
+	rc = run(r, &r->main, &rep, ANY, err, "EVAL %s 3 %s %s %s %llu %s", RELEASE_LUA, k.att,
+		 k.lease, k.progress, (unsigned long long)attempt, r->worker);
+	pthread_mutex_unlock(&r->main.lock);
 	freeReplyObject(rep);
 	return rc;
 }
@@ -332,11 +410,11 @@ static int redis_failed(tb_ledger_t *l, const char *task, uint64_t attempt, int 
 	snprintf(entry, sizeof(entry), "%" PRIu64 "\t%" PRIu64 "\t%s\t%s\t%s", attempt,
 		 (uint64_t)time(NULL) * 1000, r->worker, tb_error_name(code), reason);
 	tb_utf8_trim(entry);
-	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, ANY, err, "EVAL %s 1 %s %s %d", FAILED_LUA, k, entry,
+	pthread_mutex_lock(&r->main.lock);
+	rc = run(r, &r->main, &rep, ANY, err, "EVAL %s 1 %s %s %d", FAILED_LUA, k, entry,
 		 TB_LEDGER_MAX_FAILURES);
 	freeReplyObject(rep);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->main.lock);
 	return rc;
 }
 
@@ -349,12 +427,12 @@ static int redis_done(tb_ledger_t *l, const char *task, uint64_t attempt, const 
 	int rc;
 
 	task_keys(&k, r, task);
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->main.lock);
 	/* NX: the first done-marker stands (a dead letter's, then a late
 	 * success, changes nothing), and the task is done either way. */
-	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s %llu %s", DONE_LUA, k.att,
-		 k.done, k.lease, (unsigned long long)attempt, manifest_key);
-	pthread_mutex_unlock(&r->lock);
+	rc = run(r, &r->main, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s %llu %s",
+		 DONE_LUA, k.att, k.done, k.lease, (unsigned long long)attempt, manifest_key);
+	pthread_mutex_unlock(&r->main.lock);
 	return fencing(rc, rep, task, attempt, "done", err);
 }
 
@@ -394,9 +472,9 @@ static int redis_history(tb_ledger_t *l, const char *task, tb_ledger_attempt_t *
 	*out = NULL;
 	*n = 0;
 	key(k, sizeof(k), r, task, "failures");
-	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "LRANGE %s 0 -1", k);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_lock(&r->main.lock);
+	rc = run(r, &r->main, &rep, REDIS_REPLY_ARRAY, err, "LRANGE %s 0 -1", k);
+	pthread_mutex_unlock(&r->main.lock);
 	if (rc < 0 || rep->elements == 0) {
 		freeReplyObject(rep); /* NULL when rc < 0 */
 		return rc;
@@ -421,10 +499,10 @@ static int redis_inspect(tb_ledger_t *l, const char *task, tb_ledger_task_t *out
 
 	memset(out, 0, sizeof(*out));
 	task_keys(&k, r, task);
-	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 4 %s %s %s %s", INSPECT_LUA, k.att,
-		 k.lease, k.done, k.base);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_lock(&r->main.lock);
+	rc = run(r, &r->main, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 4 %s %s %s %s", INSPECT_LUA,
+		 k.att, k.lease, k.done, k.base);
+	pthread_mutex_unlock(&r->main.lock);
 	if (rc < 0)
 		return rc;
 	/* A missing key's false arrives as a nil element. */
@@ -459,10 +537,10 @@ static int redis_revive(tb_ledger_t *l, const char *task, tb_error_t *err)
 	int rc;
 
 	task_keys(&k, r, task);
-	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s", REVIVE_LUA, k.att, k.done,
-		 k.base);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_lock(&r->main.lock);
+	rc = run(r, &r->main, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s", REVIVE_LUA,
+		 k.att, k.done, k.base);
+	pthread_mutex_unlock(&r->main.lock);
 	if (rc < 0)
 		return rc;
 	long long v = rep->integer;
@@ -483,11 +561,11 @@ static int redis_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_err
 
 	snprintf(k_worker, sizeof(k_worker), "%s:worker:{%s}", r->prefix, r->worker);
 	snprintf(k_workers, sizeof(k_workers), "%s:workers", r->prefix);
-	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, ANY, err, "EVAL %s 2 %s %s %s %llu %s %llu", ALIVE_LUA, k_worker,
-		 k_workers, info, (unsigned long long)ttl_ms, r->worker,
+	pthread_mutex_lock(&r->main.lock);
+	rc = run(r, &r->main, &rep, ANY, err, "EVAL %s 2 %s %s %s %llu %s %llu", ALIVE_LUA,
+		 k_worker, k_workers, info, (unsigned long long)ttl_ms, r->worker,
 		 (unsigned long long)tb_wall_ms());
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->main.lock);
 	freeReplyObject(rep);
 	return rc;
 }
@@ -502,10 +580,10 @@ static int redis_workers(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *e
 	*infos = NULL;
 	*n = 0;
 	snprintf(k_workers, sizeof(k_workers), "%s:workers", r->prefix);
-	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 1 %s %s", WORKERS_LUA, k_workers,
-		 r->prefix);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_lock(&r->main.lock);
+	rc = run(r, &r->main, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 1 %s %s", WORKERS_LUA,
+		 k_workers, r->prefix);
+	pthread_mutex_unlock(&r->main.lock);
 	if (rc < 0 || rep->elements == 0) {
 		freeReplyObject(rep);
 		return rc;
@@ -535,8 +613,10 @@ static void redis_close(tb_ledger_t *l)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
 
-	redisFree(r->c);
-	pthread_mutex_destroy(&r->lock);
+	redisFree(r->main.c);
+	redisFree(r->rates.c);
+	pthread_mutex_destroy(&r->main.lock);
+	pthread_mutex_destroy(&r->rates.lock);
 	free(r);
 }
 
@@ -548,14 +628,91 @@ static int redis_next_followup(tb_ledger_t *l, const char *task, uint64_t *seq, 
 	int rc;
 
 	key(k, sizeof(k), r, task, "followups");
-	pthread_mutex_lock(&r->lock);
-	rc = run(r, &rep, REDIS_REPLY_INTEGER, err, "INCR %s", k);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_lock(&r->main.lock);
+	rc = run(r, &r->main, &rep, REDIS_REPLY_INTEGER, err, "INCR %s", k);
+	pthread_mutex_unlock(&r->main.lock);
 	if (rc < 0)
 		return rc;
 	*seq = rep->integer > 0 ? (uint64_t)rep->integer : 0;
 	freeReplyObject(rep);
 	return 0;
+}
+
+/* A bucket's two keys: its state and the workers drawing from it. */
+static int rate_keys(const redis_ledger_t *r, const tb_ledger_rate_t *q, char *bucket,
+		     char *workers, size_t len, tb_error_t *err)
+{
+	size_t n = strlen(q->bucket);
+
+	if (n < 1 || n > 64 || strspn(q->bucket, "0123456789abcdefghijklmnopqrstuvwxyz") != n)
+		return tb_error_set(err, TB_EINVAL, "rate bucket '%.80s': 1 to 64 of [0-9a-z]",
+				    q->bucket);
+	snprintf(bucket, len, "%s:rate:{%s}", r->prefix, q->bucket);
+	snprintf(workers, len, "%s:rate:{%s}:workers", r->prefix, q->bucket);
+	return 0;
+}
+
+static uint64_t reply_u64(const redisReply *rep)
+{
+	return rep->type == REDIS_REPLY_INTEGER && rep->integer > 0 ? (uint64_t)rep->integer : 0;
+}
+
+static int redis_rate_take(tb_ledger_t *l, const tb_ledger_rate_t *q, tb_ledger_turn_t *out,
+			   tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+	char kb[160], kw[160];
+	redisReply *rep;
+	int rc;
+
+	if ((rc = rate_keys(r, q, kb, kw, sizeof(kb), err)) < 0)
+		return rc;
+	pthread_mutex_lock(&r->rates.lock);
+	rc = run(r, &r->rates, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 2 %s %s %.3f %llu %llu %s",
+		 RATE_TAKE_LUA, kb, kw, q->interval_ms, (unsigned long long)q->tokens_per_minute,
+		 (unsigned long long)q->max_wait_ms, r->worker);
+	pthread_mutex_unlock(&r->rates.lock);
+	if (rc < 0)
+		return rc;
+	if (rep->elements != 3) {
+		freeReplyObject(rep);
+		return tb_error_set(err, TB_EIO, "ledger redis://%s:%d: a rate turn of %zu values",
+				    r->host, r->port, rep->elements);
+	}
+	out->taken = reply_u64(rep->element[0]) == 1;
+	out->wait_ms = reply_u64(rep->element[1]);
+	out->sharing = reply_u64(rep->element[2]);
+	freeReplyObject(rep);
+	return 0;
+}
+
+/* Sent, not waited for: the reply is read before the connection's next
+ * command (settle_owed). */
+static int redis_rate_spend(tb_ledger_t *l, const tb_ledger_rate_t *q, uint64_t tokens,
+			    uint64_t pause_ms, tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+	conn_t *k = &r->rates;
+	char kb[160], kw[160];
+	int rc, done = 0;
+
+	if ((rc = rate_keys(r, q, kb, kw, sizeof(kb), err)) < 0)
+		return rc;
+	pthread_mutex_lock(&k->lock);
+	if ((rc = dial(r, k, err)) == 0 && k->owed >= 64) /* never more than a few */
+		rc = settle_owed(r, k, err);
+	if (rc == 0 &&
+	    redisAppendCommand(k->c, "EVAL %s 1 %s %llu %llu %llu", RATE_SPEND_LUA, kb,
+			       (unsigned long long)tokens, (unsigned long long)q->tokens_per_minute,
+			       (unsigned long long)pause_ms) != REDIS_OK)
+		rc = broken(r, k, err);
+	while (rc == 0 && !done)
+		if (redisBufferWrite(k->c, &done) != REDIS_OK)
+			rc = broken(r, k, err);
+	if (rc == 0)
+		k->owed++;
+	pthread_mutex_unlock(&k->lock);
+	return rc;
 }
 
 static const struct tb_ledger_ops redis_ops = {
@@ -570,6 +727,8 @@ static const struct tb_ledger_ops redis_ops = {
 	.alive = redis_alive,
 	.workers = redis_workers,
 	.next_followup = redis_next_followup,
+	.rate_take = redis_rate_take,
+	.rate_spend = redis_rate_spend,
 	.close = redis_close,
 };
 
@@ -601,7 +760,11 @@ int tb_ledger_redis_open(tb_ledger_t **out, const char *url, const char *prefix,
 	snprintf(r->prefix, sizeof(r->prefix), "%s", prefix);
 	snprintf(r->worker, sizeof(r->worker), "%s", worker[0] ? worker : "unnamed");
 	r->base.ops = &redis_ops;
-	pthread_mutex_init(&r->lock, NULL);
+	pthread_mutex_init(&r->main.lock, NULL);
+	pthread_mutex_init(&r->rates.lock, NULL);
+	r->main.connect = (struct timeval){ 2, 0 };
+	r->main.timeout = (struct timeval){ 5, 0 };
+	r->rates.connect = r->rates.timeout = (struct timeval){ 0, RATE_TIMEOUT_MS * 1000 };
 	*out = &r->base;
 	return 0;
 }

@@ -27,6 +27,7 @@
 #include "fixture.h"
 #include "lifecycle.h"
 #include "tb/sys/store.h" /* a backend of its own, or one called bypassing the checks */
+#include "tb/clock.h"
 #include "tb/json_mpack.h"
 #include "tb/schema_verdict.h"
 
@@ -986,6 +987,9 @@ static struct {
 	pthread_t th;
 	int requests;
 	char auth[256];
+	uint64_t at[2048]; /* when each request came (monotonic ms) */
+	int busy_at;       /* this request (1-based) is answered 429, Retry-After: */
+	int busy_for;      /* ... this many seconds */
 } provider;
 
 static void *provider_main(void *arg)
@@ -1030,7 +1034,20 @@ static void *provider_main(void *arg)
 				snprintf(auth, sizeof(auth), "%.*s", (int)strcspn(a + 17, "\r"),
 					 a + 17);
 			snprintf(provider.auth, sizeof(provider.auth), "%s", auth);
+			if (provider.requests < 2048)
+				provider.at[provider.requests] = tb_mono_ms();
 			provider.requests++;
+			if (provider.requests == provider.busy_at) {
+				int rl = snprintf(resp, sizeof(resp),
+						  "HTTP/1.1 429 Too Many Requests\r\nRetry-After: "
+						  "%d\r\nContent-Length: 0\r\nConnection: "
+						  "close\r\n\r\n",
+						  provider.busy_for);
+				if (send(fd, resp, (size_t)rl, MSG_NOSIGNAL) < 0)
+					provider.requests += 1000;
+				close(fd);
+				continue;
+			}
 			/* an OpenAI-style answer with its usage; on /v1/stream,
 			 * a stream of chunks whose last one has it */
 			int stream = strstr(buf, " /v1/stream ") != NULL;
@@ -1061,6 +1078,7 @@ static void provider_start(void)
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	provider.stop = 0;
 	provider.requests = 0;
+	provider.busy_at = 0;
 	provider.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_int_equal(bind(provider.fd, (struct sockaddr *)&a, sizeof(a)), 0);
 	assert_int_equal(listen(provider.fd, 16), 0);
@@ -1391,6 +1409,138 @@ static void test_lifecycle__a_budget_stops_an_agent_that_asks_forever(void **sta
 	tb_msg_free(&tb_schema_manifest, &m);
 }
 
+/* One of two workers (each its own ledger connection and limiter on the
+ * real Redis, as two processes would have) running a task whose agent
+ * asks the provider as fast as it is let, for 16 s. */
+struct rate_worker {
+	tb_ledger_t *ledger;
+	tb_ratelimit_t *rates;
+	struct events e;
+	tb_lifecycle_ctx_t c;
+	tb_task_t t;
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	int rc;
+};
+
+static void *rate_worker_main(void *arg)
+{
+	struct rate_worker *w = arg;
+	w->rc = tb_lifecycle_run(&w->c, &w->t, 1, &w->res, &w->err);
+	return NULL;
+}
+
+/* Two workers share a credential's limit of 5 requests a second: in any
+ * 10 s the provider sees at most 50 of their requests (within one turn
+ * of rounding), at least 95 % of it while they ask; and its 429 with
+ * Retry-After: 2 pauses both: nothing reaches it from either for those
+ * two seconds (but for a request already on its way when the 429 came). */
+static void test_lifecycle__two_workers_share_a_rate_limit_and_a_pause(void **state)
+{
+	const char *redis = getenv("TASKBOX_TEST_REDIS");
+	struct rate_worker w[2];
+	char path[512], prefix[64], commit[64];
+	pthread_t th[2];
+	tb_error_t err;
+	FILE *f;
+
+	(void)state;
+	if (!redis || access("/usr/bin/curl", X_OK) != 0)
+		skip();
+	provider_start();
+	provider.busy_at = 56; /* about 11 s in */
+	provider.busy_for = 2;
+	snprintf(path, sizeof(path), "%s/paced.json", F.runtimes);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f,
+		"{\"v\": 1, \"name\": \"paced\", \"network\": {\"allow\": [{\"name\": "
+		"\"provider\", \"host\": \"localhost\", \"port\": %u, \"scheme\": \"http\", "
+		"\"credential\": {\"header\": \"Authorization\", \"format\": \"Bearer {}\", "
+		"\"env\": \"TB_LIFE_PROVIDER_KEY\"}, \"dialect\": \"openai\", \"rate_limit\": "
+		"{\"requests_per_second\": 5, \"max_wait_seconds\": 30}}]}}\n",
+		provider.port);
+	fclose(f);
+	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"paced\", \"agent\": "
+					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
+	/* as fast as it is let, for 16 s, at most 400 requests */
+	write_repo_file("agent.sh", "read -r prompt\nend=$(($(date +%s) + 16))\ni=0\n"
+				    "while [ $i -lt 400 ] && [ $(date +%s) -lt $end ]; do\n"
+				    "  curl -s -m 20 -o /dev/null -w '%{http_code}\\n' "
+				    "-H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{\"q\":1}' "
+				    "\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" >> /outputs/codes.txt\n"
+				    "  i=$((i + 1))\ndone\n");
+	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
+		      "--allow-empty -m paced",
+		      repo);
+	snprintf(commit, sizeof(commit), "%s", head_commit());
+	snprintf(prefix, sizeof(prefix), "tb-life-rate-%d", getpid());
+	for (int i = 0; i < 2; i++) {
+		char worker[32], id[64];
+		snprintf(worker, sizeof(worker), "rate-worker-%d", i);
+		snprintf(id, sizeof(id), "life-paced-%d-%d", getpid(), i);
+		w[i] = (struct rate_worker){ .e = { .seq_ok = 1 } };
+		if (tb_ledger_open(&w[i].ledger, redis, prefix, worker, &err) < 0 ||
+		    tb_ratelimit_new(&w[i].rates, w[i].ledger, &err) < 0)
+			fail_msg("%s", err.msg);
+		w[i].c = ctx(&w[i].e);
+		w[i].c.rates = w[i].rates;
+		w[i].c.slot = (unsigned)(5 + i); /* sandboxes of their own */
+		w[i].c.worker = i ? "rate-worker-1" : "rate-worker-0";
+		w[i].t = task(strdup(id), commit, "paced");
+	}
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, rate_worker_main, &w[i]), 0);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	provider_stop();
+	for (int i = 0; i < 2; i++)
+		if (w[i].rc != 0)
+			fail_msg("worker %d: %s (first error event: %s)", i, w[i].err.msg,
+				 w[i].e.first_error);
+
+	int n = provider.requests < 2048 ? provider.requests : 2048;
+	assert_true(n > provider.busy_at + 5);
+	uint64_t t429 = provider.at[provider.busy_at - 1];
+	/* the busiest 10 s before the 429, and the first 10 s of asking */
+	int most = 0, first10 = 0;
+	for (int i = 0, j = 0; i < provider.busy_at; i++) {
+		while (provider.at[i] - provider.at[j] >= 10000)
+			j++;
+		most = i - j + 1 > most ? i - j + 1 : most;
+		first10 += provider.at[i] - provider.at[0] < 10000;
+	}
+	/* nothing in the pause, but what was already on its way */
+	int in_pause = 0;
+	for (int i = provider.busy_at; i < n; i++)
+		in_pause += provider.at[i] > t429 + 300 && provider.at[i] < t429 + 1900;
+	printf("# %d requests; busiest 10 s: %d, first 10 s: %d (limit 50); %d in the pause\n", n,
+	       most, first10, in_pause);
+	assert_true(most <= 52);
+	assert_true(first10 >= 47);
+	assert_int_equal(in_pause, 0);
+	/* both workers' agents were served, and one of them got the 429 */
+	char *codes[2] = { NULL, NULL };
+	int got429 = 0;
+	for (int i = 0; i < 2; i++) {
+		tb_manifest_t m;
+		get_record(w[i].res.manifest_key, &tb_schema_manifest, &m);
+		codes[i] = artifact(&m, "codes.txt");
+		assert_non_null(codes[i]);
+		int ok = 0;
+		for (char *c = codes[i]; (c = strstr(c, "200\n")); c += 4)
+			ok++;
+		assert_true(ok >= 10);
+		got429 += strstr(codes[i], "429\n") != NULL;
+		assert_null(strstr(codes[i], "402")); /* never a budget */
+		tb_msg_free(&tb_schema_manifest, &m);
+		free(codes[i]);
+		free((char *)w[i].t.id);
+		tb_ratelimit_free(w[i].rates);
+		tb_ledger_close(w[i].ledger);
+	}
+	assert_int_equal(got429, 1);
+}
+
 static void test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events(void **state)
 {
 	struct events e = { .seq_ok = 1 };
@@ -1681,6 +1831,7 @@ int main(void)
 		cmocka_unit_test(
 		    test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events),
 		cmocka_unit_test(test_lifecycle__a_budget_stops_an_agent_that_asks_forever),
+		cmocka_unit_test(test_lifecycle__two_workers_share_a_rate_limit_and_a_pause),
 		cmocka_unit_test(
 		    test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own),
 		cmocka_unit_test(test_lifecycle__inputs_are_there_before_the_agent_starts),

@@ -31,6 +31,18 @@ static const char *write_tmp(const char *text)
 	return tmp_path;
 }
 
+static const char *write_tmp_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *write_tmp_fmt(const char *fmt, ...)
+{
+	char text[2048];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	return write_tmp(text);
+}
+
 static void assert_contains(const char *haystack, const char *needle)
 {
 	if (!strstr(haystack, needle))
@@ -204,6 +216,11 @@ static void test_runtime__budgets_are_capped_and_default_to_the_cap(void **state
 	assert_int_equal(((tb_endpoint_t *)rt.endpoints.items)[0].dialect, TB_DIALECT_OPENAI);
 	assert_true(TB_HAS((tb_endpoint_t *)rt.endpoints.items, TB_ENDPOINT_DIALECT));
 	assert_int_equal(rt.agent.budget_grace_seconds, 10);
+	/* its rate limit, the wait left to the default */
+	const tb_rate_conf_t *rl = &((tb_endpoint_t *)rt.endpoints.items)[0].rate_limit;
+	assert_true(TB_HAS(rl, TB_RATE_REQUESTS) && rl->requests_per_second == 10.0);
+	assert_true(TB_HAS(rl, TB_RATE_TOKENS) && rl->tokens_per_minute == 1000000);
+	assert_false(TB_HAS(rl, TB_RATE_MAX_WAIT));
 	assert_int_equal(tb_runtime_limits(&out, &rt, NULL, NULL, &err), 0);
 	assert_false(TB_HAS(&out, TB_LIMIT_MAX_TOKENS)); /* no budget */
 	task.max_tokens = 5000000, TB_SET_HAS(&task, TB_LIMIT_MAX_TOKENS);
@@ -249,6 +266,39 @@ static void test_runtime__cross_field_rules(void **state)
 		      " \"host\": \"h\", \"port\": 443, \"scheme\": \"gopher\"}]}}");
 	assert_int_equal(tb_runtime_load(&rt, p, &err), TB_EINVAL);
 	assert_contains(err.msg, "network.allow[0].scheme");
+	unlink(p);
+
+	/* a rate limit limits something, at a rate that can be kept */
+	static const char *const rates[][2] = {
+		{ "{}", "give 'requests_per_second', 'tokens_per_minute' or both" },
+		{ "{\"max_wait_seconds\": 5}",
+		  "give 'requests_per_second', 'tokens_per_minute' or both" },
+		{ "{\"requests_per_second\": 0}", "'requests_per_second' must be 0.001 or more" },
+		{ "{\"requests_per_second\": \"fast\"}", "rate_limit.requests_per_second" },
+		{ "{\"tokens_per_minute\": 0}", "rate_limit.tokens_per_minute" },
+		{ "{\"tokens_per_minute\": 5, \"max_wait_seconds\": 3601}",
+		  "rate_limit.max_wait_seconds" },
+		{ "{\"requests_per_second\": 1, \"burst\": 3}", "burst" },
+	};
+	for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++) {
+		p = write_tmp_fmt("{\"v\": 1, \"name\": \"x\", \"network\": {\"allow\": "
+				  "[{\"name\": \"a\", \"host\": \"h\", \"port\": 443, "
+				  "\"scheme\": \"https\", \"rate_limit\": %s}]}}",
+				  rates[i][0]);
+		assert_int_equal(tb_runtime_load(&rt, p, &err), TB_EINVAL);
+		assert_contains(err.msg, rates[i][1]);
+		unlink(p);
+	}
+	p = write_tmp(
+	    "{\"v\": 1, \"name\": \"x\", \"network\": {\"allow\": [{\"name\": "
+	    "\"a\", \"host\": \"h\", \"port\": 443, \"scheme\": \"https\", "
+	    "\"rate_limit\": {\"requests_per_second\": 0.5, \"max_wait_seconds\": 0}}]}}");
+	if (tb_runtime_load(&rt, p, &err) != 0)
+		fail_msg("%s", err.msg);
+	const tb_rate_conf_t *half = &((tb_endpoint_t *)rt.endpoints.items)[0].rate_limit;
+	assert_true(half->requests_per_second == 0.5 && TB_HAS(half, TB_RATE_MAX_WAIT));
+	assert_int_equal(half->max_wait_seconds, 0);
+	tb_runtime_free(&rt);
 	unlink(p);
 
 	/* the proxy's platform route, /_taskbox/events, is no binding's */

@@ -26,6 +26,11 @@ struct tb_ledger_ops {
 	int (*inspect)(tb_ledger_t *l, const char *task, tb_ledger_task_t *out, tb_error_t *err);
 	int (*alive)(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_error_t *err);
 	int (*workers)(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err);
+	/* Shared rate buckets; both NULL in a backend that keeps none. */
+	int (*rate_take)(tb_ledger_t *l, const tb_ledger_rate_t *r, tb_ledger_turn_t *out,
+			 tb_error_t *err);
+	int (*rate_spend)(tb_ledger_t *l, const tb_ledger_rate_t *r, uint64_t tokens,
+			  uint64_t pause_ms, tb_error_t *err);
 	void (*close)(tb_ledger_t *l);
 };
 
