@@ -20,6 +20,13 @@
  * whose hooks admit each request against budgets and tally it, as
  * worker/egress/egress.c does; sequential requests/s each way; and 8
  * concurrent clients' aggregate requests/s each way.
+ * The shared rate limiter (issue 26's targets: at most one Redis round
+ * trip per request, the rate held within 5 %), on a redis-server of the
+ * bench's own on loopback: one rate turn asked alone (the round trip it
+ * costs), what a third proxy whose endpoint has a rate_limit too high to
+ * wait for adds over the accounted one, Redis's own count of scripts run per
+ * request (its round trips), and 8 clients through a fourth proxy limited to 200 requests/s
+ * for 5 s: the rate they get against the limit.
  * Sequential figures alternate blocks of direct and proxied requests, so
  * a machine that gets busier mid-run slows both alike. It checks that
  * every proxied request reached the server with the credential and that
@@ -32,12 +39,17 @@
  */
 #include "bench_util.h"
 #include "proxy.h"
+#include "ratelimit.h"
 #include "task_token.h"
 #include "tb/runtime.h"
+
+#include <hiredis/hiredis.h>
+#include <sys/wait.h>
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -143,7 +155,9 @@ static int srv_serve(sconn_t *c)
 		const char *cl = srv_header(c->buf, "Content-Length");
 		const char *auth = srv_header(c->buf, "Authorization");
 		size_t blen = cl ? strtoul(cl, NULL, 10) : 0;
-		int keyed = auth && strncmp(auth, " Bearer " SECRET "\r", 9 + strlen(SECRET)) == 0;
+		int keyed =
+		    auth && (strncmp(auth, " Bearer " SECRET "\r", 9 + strlen(SECRET)) == 0 ||
+			     strncmp(auth, " Bearer " SECRET "-held\r", 14 + strlen(SECRET)) == 0);
 		c->buf[hlen - 2] = save;
 		if (blen > sizeof(c->buf) - 1 - hlen)
 			return 0;
@@ -330,9 +344,9 @@ static void timed(client_t *c, int post, int n, double *t, double *total_ms)
 
 /* ------------------------------------------------------------ figures */
 
-static client_t direct, proxied, accounted;
+static client_t direct, proxied, accounted, paced;
 static long direct_sent, proxied_sent; /* what the server should have seen */
-static long accounted_sent;
+static long accounted_sent, paced_sent, held_sent;
 
 typedef struct figure {
 	double median, p99, rate; /* ms, ms, requests/s */
@@ -489,19 +503,219 @@ static void on_audit_accounted(void *ud, const tb_proxy_audit_t *a)
 	pthread_mutex_unlock(&tally.lock);
 }
 
+/* ------------------------------------------------------- rate limits */
+
+#define HELD_RATE 200.0 /* requests/s the held-rate figure's endpoint allows */
+#define HELD_SECONDS 5
+
+static struct {
+	pid_t pid;
+	unsigned port;
+	tb_ledger_t *ledger;
+	tb_ratelimit_t *rl;
+} redis = { .pid = -1 };
+
+/* The pace hook, as worker/egress/egress.c's on_pace. */
+static int on_pace(void *ud, const tb_endpoint_t *ep, const char *bucket, uint64_t waited_ms,
+		   uint64_t *wait_ms, int *again, tb_proxy_refusal_t *no)
+{
+	uint64_t max = ep->rate_limit.max_wait_seconds * 1000;
+	uint64_t left = max > waited_ms ? max - waited_ms : 0;
+	tb_ledger_turn_t t;
+
+	(void)ud;
+	tb_ratelimit_take(redis.rl, bucket, &ep->rate_limit, left, &t);
+	if (t.taken || t.wait_ms <= left) {
+		*wait_ms = t.taken || t.wait_ms ? t.wait_ms : 1;
+		*again = !t.taken;
+		return 0;
+	}
+	no->status = 429;
+	snprintf(no->reason, sizeof(no->reason), "rate limited");
+	snprintf(no->body, sizeof(no->body), "{}");
+	return -1;
+}
+
+/* A redis-server of the bench's own on a free loopback port, answering
+ * within 5 s, and a ledger and limiter on it. @return 0, or -1 (said). */
+static int redis_start(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	char port[16], url[64];
+	tb_error_t err;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (access("/usr/bin/redis-server", X_OK) != 0) {
+		fprintf(stderr, "bench proxy: no /usr/bin/redis-server: no rate-limit figures\n");
+		return -1;
+	}
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &al) < 0) {
+		fprintf(stderr, "bench proxy: a free port: %s\n", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	redis.port = ntohs(a.sin_port);
+	snprintf(port, sizeof(port), "%u", redis.port);
+	if ((redis.pid = fork()) == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		execl("/usr/bin/redis-server", "redis-server", "--bind", "127.0.0.1", "--port",
+		      port, "--save", "", "--appendonly", "no", (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 50; i++) { /* up within 5 s */
+		redisContext *c = redisConnect("127.0.0.1", (int)redis.port);
+		int up = c && !c->err;
+		redisFree(c);
+		if (up)
+			break;
+		usleep(100000);
+	}
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", redis.port);
+	if (tb_ledger_open(&redis.ledger, url, "tb-bench", "bench-worker", &err) < 0 ||
+	    tb_ratelimit_new(&redis.rl, redis.ledger, &err) < 0) {
+		fprintf(stderr, "bench proxy: %s\n", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static void redis_stop(void)
+{
+	tb_ratelimit_free(redis.rl);
+	tb_ledger_close(redis.ledger);
+	if (redis.pid > 0) {
+		kill(redis.pid, SIGTERM);
+		waitpid(redis.pid, NULL, 0);
+	}
+}
+
+/* Scripts Redis has been asked to run so far (each a round trip: the
+ * limiter's only commands), or -1. */
+static long redis_scripts(void)
+{
+	redisContext *c = redisConnect("127.0.0.1", (int)redis.port);
+	redisReply *r = c && !c->err ? redisCommand(c, "INFO commandstats") : NULL;
+	const char *at =
+	    r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_eval:calls=") : NULL;
+	long n = at ? strtol(at + 19, NULL, 10) : -1;
+	freeReplyObject(r);
+	redisFree(c);
+	return n;
+}
+
+/* One rate turn asked alone, @p n times: its median and p99 (ms). */
+static void rate_turns(int n, figure_t *f)
+{
+	tb_ledger_rate_t q = { "benchalone", 0, 0, 1000 };
+	tb_ledger_turn_t t;
+	tb_error_t err;
+	double *ts = malloc((size_t)n * sizeof(double));
+
+	if (!ts)
+		return;
+	for (int i = 0; i < n; i++) {
+		double t0 = tb_bench_mono_ms();
+		if (tb_ledger_rate_take(redis.ledger, &q, &t, &err) < 0)
+			fprintf(stderr, "bench proxy: %s\n", err.msg);
+		ts[i] = tb_bench_mono_ms() - t0;
+	}
+	tb_bench_stats(ts, n, &f->median, &f->p99);
+	free(ts);
+}
+
+typedef struct held {
+	client_t c;
+	double until;
+	long done;
+} held_t;
+
+static void *held_main(void *arg)
+{
+	held_t *h = arg;
+	for (long i = 0; i < 100000 && tb_bench_mono_ms() < h->until; i++)
+		if (request(&h->c, 0) == 0)
+			h->done++;
+	return NULL;
+}
+
+/* CLIENTS clients through @p port for HELD_SECONDS: requests/s they got
+ * (the requests they made into *sent). */
+static double held_rate(unsigned port, const char *token, long *sent)
+{
+	static held_t h[CLIENTS];
+	pthread_t th[CLIENTS];
+	int started = 0;
+	long done = 0;
+	double t0 = tb_bench_mono_ms();
+
+	for (; started < CLIENTS; started++) {
+		h[started] = (held_t){ .until = t0 + HELD_SECONDS * 1000.0 };
+		if (client_init(&h[started].c, port, "/" BINDING, token) < 0 ||
+		    pthread_create(&th[started], NULL, held_main, &h[started]) != 0) {
+			client_free(&h[started].c);
+			break;
+		}
+	}
+	for (int i = 0; i < started; i++) {
+		pthread_join(th[i], NULL);
+		done += h[i].done;
+		*sent += h[i].done + h[i].c.failed;
+		client_free(&h[i].c);
+	}
+	double took = (tb_bench_mono_ms() - t0) / 1000;
+	return took > 0 ? (double)done / took : 0;
+}
+
+/* The rate limiter's rows: a turn alone, what it adds to the accounted
+ * proxy (@p n requests each, alternating), Redis commands per request,
+ * and the rate CLIENTS clients get under HELD_RATE. */
+static int rate_figures(unsigned hport, const char *token, figure_t *turn, figure_t *aq,
+			figure_t *rq, int n)
+{
+	long before, after, held = 0;
+
+	rate_turns(n, turn);
+	tb_bench_row("proxy", "one rate turn alone (a Redis round trip)", "ms", turn->median,
+		     turn->p99, NULL, 0);
+	before = redis_scripts();
+	if (alternate(&accounted, &paced, aq, rq, 0, n) < 0)
+		return -1;
+	after = redis_scripts();
+	accounted_sent += WARMUP + n, paced_sent += WARMUP + n;
+	tb_bench_row("proxy", "GET, accounted and rate-limited", "ms", rq->median, rq->p99,
+		     "accounted", aq->median);
+	tb_bench_row("proxy", "GET, added by the shared rate limiter", "ms",
+		     rq->median - aq->median, rq->p99 - aq->p99, "a rate turn", turn->median);
+	double per = before >= 0 && after >= 0 ? (double)(after - before) / (WARMUP + n) : -1;
+	tb_bench_row("proxy", "Redis round trips per rate-limited request", "trips", per, per,
+		     "target 1", 1);
+	double got = held_rate(hport, token, &held);
+	held_sent += held;
+	tb_bench_row("proxy", "GET, 8 clients, limit 200/s: rate held", "req/s", got, got,
+		     "limit 200/s", HELD_RATE);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static char *methods[] = { "GET", "POST" };
-	static tb_endpoint_t ep, ep2;
-	static tb_list_t eps = { 1, &ep }, eps2 = { 1, &ep2 };
+	static tb_endpoint_t ep, ep2, ep3, ep4;
+	static tb_list_t eps = { 1, &ep }, eps2 = { 1, &ep2 }, eps3 = { 1, &ep3 },
+			 eps4 = { 1, &ep4 };
 	char token[TB_TASK_TOKEN_MAX + 1];
 	tb_task_token_key_t key;
-	tb_proxy_t *proxy = NULL, *proxy2 = NULL;
-	figure_t gd, gp, pd, pp, ap, aa;
+	tb_proxy_t *proxy = NULL, *proxy2 = NULL, *proxy3 = NULL, *proxy4 = NULL;
+	figure_t gd, gp, pd, pp, ap, aa, turn, aq, rq;
 	tb_error_t err;
 	int n = 5000, fd, rc = 1, failed = 0;
-	unsigned pport, aport;
+	unsigned pport, aport, rport = 0, hport = 0;
 	double cd, cp;
+	int rated = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
@@ -517,6 +731,7 @@ int main(int argc, char **argv)
 		n = BLOCKS;
 	signal(SIGPIPE, SIG_IGN);
 	setenv(SECRET_ENV, SECRET, 1);
+	setenv(SECRET_ENV "_HELD", SECRET "-held", 1); /* its own bucket */
 	memset(body, 'b', sizeof(body));
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	if (srv_start() < 0)
@@ -558,9 +773,34 @@ int main(int argc, char **argv)
 	if (tb_proxy_start(&proxy2, &conf2, &err) < 0)
 		goto fail;
 	aport = tb_proxy_port(proxy2);
+	/* The accounted endpoint with a rate limit too high to wait for
+	 * (each request still takes its turn in Redis), and another
+	 * credential's (its own bucket) limited to HELD_RATE. */
+	if (redis_start() == 0) {
+		ep3 = ep2;
+		ep3.rate_limit =
+		    (tb_rate_conf_t){ .requests_per_second = 1e5, .max_wait_seconds = 60 };
+		TB_SET_HAS(&ep3.rate_limit, TB_RATE_REQUESTS);
+		TB_SET_HAS(&ep3.rate_limit, TB_RATE_MAX_WAIT);
+		ep4 = ep;
+		ep4.credential.env = SECRET_ENV "_HELD";
+		ep4.rate_limit = ep3.rate_limit;
+		ep4.rate_limit.requests_per_second = HELD_RATE;
+		tb_proxy_conf_t conf3 = conf2, conf4 = conf;
+		conf3.endpoints = &eps3, conf3.pace = on_pace;
+		conf4.endpoints = &eps4, conf4.pace = on_pace;
+		if (tb_proxy_listen(&conf3.listen_fd, 0, 0, &err) < 0 ||
+		    tb_proxy_start(&proxy3, &conf3, &err) < 0 ||
+		    tb_proxy_listen(&conf4.listen_fd, 0, 0, &err) < 0 ||
+		    tb_proxy_start(&proxy4, &conf4, &err) < 0)
+			goto fail;
+		rport = tb_proxy_port(proxy3), hport = tb_proxy_port(proxy4);
+		rated = 1;
+	}
 	if (client_init(&direct, srv.port, "", NULL) < 0 ||
 	    client_init(&proxied, pport, "/" BINDING, token) < 0 ||
-	    client_init(&accounted, aport, "/" BINDING, token) < 0) {
+	    client_init(&accounted, aport, "/" BINDING, token) < 0 ||
+	    (rated && client_init(&paced, rport, "/" BINDING, token) < 0)) {
 		fprintf(stderr, "bench proxy: curl_easy_init failed\n");
 		goto out;
 	}
@@ -601,8 +841,10 @@ int main(int argc, char **argv)
 	tb_bench_row("proxy", "GET, 8 clients at once, direct", "req/s", cd, cd, NULL, 0);
 	tb_bench_row("proxy", "GET, 8 clients at once, through the proxy", "req/s", cp, cp,
 		     "direct", cd);
+	if (rated && rate_figures(hport, token, &turn, &aq, &rq, n) < 0)
+		goto out;
 
-	failed += direct.failed + proxied.failed + accounted.failed;
+	failed += direct.failed + proxied.failed + accounted.failed + paced.failed;
 	rc = 0;
 	goto out;
 fail:
@@ -612,13 +854,17 @@ out:
 	client_free(&direct);
 	client_free(&proxied);
 	client_free(&accounted);
+	client_free(&paced);
 	tb_proxy_stop(proxy);
 	tb_proxy_stop(proxy2);
+	tb_proxy_stop(proxy3);
+	tb_proxy_stop(proxy4);
 	srv_stop();
+	redis_stop();
 	/* Every request answered 200, reached the server, and every proxied
 	 * one (and no direct one) carried the credential and was audited. */
 	unsigned long seen = atomic_load(&srv.requests), keyed = atomic_load(&srv.keyed);
-	long through = proxied_sent + accounted_sent;
+	long through = proxied_sent + accounted_sent + paced_sent + held_sent;
 	if (rc == 0 &&
 	    (failed || seen != (unsigned long)(direct_sent + through) ||
 	     keyed != (unsigned long)through || atomic_load(&audited) != (unsigned long)through)) {
@@ -629,12 +875,13 @@ out:
 		rc = 1;
 	}
 	/* the accounted proxy read every answer's usage (1 + 1 tokens) */
-	if (rc == 0 && (tally.requests != (uint64_t)accounted_sent ||
-			tally.tokens != 2 * (uint64_t)accounted_sent)) {
+	long tallied = accounted_sent + paced_sent;
+	if (rc == 0 &&
+	    (tally.requests != (uint64_t)tallied || tally.tokens != 2 * (uint64_t)tallied)) {
 		fprintf(stderr,
 			"bench proxy: accounted %llu requests, %llu tokens (want %ld, %ld)\n",
 			(unsigned long long)tally.requests, (unsigned long long)tally.tokens,
-			accounted_sent, 2 * accounted_sent);
+			tallied, 2 * tallied);
 		rc = 1;
 	}
 	tb_task_token_key_wipe(&key);

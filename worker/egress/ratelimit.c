@@ -32,14 +32,14 @@ struct tb_ratelimit {
 };
 
 void tb_rate_state_take(tb_rate_state_t *s, double interval_ms, uint64_t tokens_per_minute,
-			uint64_t max_wait_ms, uint64_t now, tb_ledger_turn_t *out)
+			uint64_t max_wait_ms, double now, tb_ledger_turn_t *out)
 {
-	double t = (double)now;
+	double t = now;
 
 	out->taken = 0;
 	out->wait_ms = 0;
-	if (s->pause > now) {
-		out->wait_ms = s->pause - now;
+	if ((double)s->pause > t) {
+		out->wait_ms = (uint64_t)ceil((double)s->pause - t);
 		return;
 	}
 	if (tokens_per_minute && s->tokens > t) {
@@ -168,8 +168,8 @@ void tb_ratelimit_take(tb_ratelimit_t *rl, const char *bucket, const tb_rate_con
 	uint64_t share = rl->ledger ? b->sharing : 1;
 	uint64_t tpm = conf->tokens_per_minute / share;
 	tb_rate_state_take(&b->local, q.interval_ms * (double)share,
-			   conf->tokens_per_minute && !tpm ? 1 : tpm, max_wait_ms, tb_mono_ms(),
-			   out);
+			   conf->tokens_per_minute && !tpm ? 1 : tpm, max_wait_ms,
+			   (double)tb_mono_us() / 1000.0, out);
 	out->sharing = share;
 	pthread_mutex_unlock(&rl->lock);
 }

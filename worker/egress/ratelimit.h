@@ -56,9 +56,11 @@ typedef struct tb_rate_state {
 	uint64_t pause; /* no turn before this */
 } tb_rate_state_t;
 
-/** A turn at @p now: as RATE_TAKE_LUA (ledger_redis.c). */
+/** A turn at @p now (ms, to the microsecond: a turn a fraction of a ms
+ * away is not rounded up to a whole one for every request of a fast
+ * limit): as RATE_TAKE_LUA (ledger_redis.c). */
 void tb_rate_state_take(tb_rate_state_t *s, double interval_ms, uint64_t tokens_per_minute,
-			uint64_t max_wait_ms, uint64_t now, tb_ledger_turn_t *out);
+			uint64_t max_wait_ms, double now, tb_ledger_turn_t *out);
 /** Tokens spent and a pause asked for at @p now: as RATE_SPEND_LUA. */
 void tb_rate_state_spend(tb_rate_state_t *s, uint64_t tokens, uint64_t tokens_per_minute,
 			 uint64_t pause_ms, uint64_t now);

@@ -165,7 +165,7 @@ static const char FAILED_LUA[] = "redis.call('RPUSH', KEYS[1], ARGV[1]) "
  * sharing}: none; ask again after wait ms. */
 static const char RATE_TAKE_LUA[] =
     "local t = redis.call('TIME') "
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 "
     "redis.call('ZADD', KEYS[2], now, ARGV[4]) "
     "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 10000) "
     "redis.call('PEXPIRE', KEYS[2], 60000) "
