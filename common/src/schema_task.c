@@ -92,6 +92,8 @@ static const tb_field_t limit_fields[] = {
 	[TB_LIMIT_MAX_TOKENS] = LIMIT("max_tokens", max_tokens, UINT64_C(1000000000000)),
 	[TB_LIMIT_MAX_REQUESTS] = LIMIT("max_requests", max_requests, UINT64_C(1000000000)),
 	[TB_LIMIT_MAX_EGRESS_MB] = LIMIT("max_egress_mb", max_egress_mb, 1u << 30),
+	[TB_LIMIT_MAX_INPUT_TOKENS] = LIMIT("max_input_tokens", max_input_tokens, UINT64_C(1000000000000)),
+	[TB_LIMIT_MAX_OUTPUT_TOKENS] = LIMIT("max_output_tokens", max_output_tokens, UINT64_C(1000000000000)),
 };
 /* clang-format on */
 

@@ -133,11 +133,13 @@ static void tally(tb_egress_t *e, const tb_proxy_audit_t *a)
  * @p limit and @p used, or NULL. Under the lock. */
 static const char *spent_budget(const tb_egress_t *e, uint64_t *limit, uint64_t *used)
 {
-	uint64_t tokens = 0, bytes = 0;
+	uint64_t in = 0, out = 0, bytes = 0;
 	for (size_t i = 0; i <= e->rt->endpoints.n; i++) {
-		tokens += e->tally[i].input_tokens + e->tally[i].output_tokens;
+		in += e->tally[i].input_tokens;
+		out += e->tally[i].output_tokens;
 		bytes += e->tally[i].bytes_up + e->tally[i].bytes_down;
 	}
+	uint64_t tokens = in + out;
 	const tb_limits_t *b = &e->budget;
 	if (TB_HAS(b, TB_LIMIT_MAX_REQUESTS) && e->admitted >= b->max_requests) {
 		*limit = b->max_requests, *used = e->admitted;
@@ -146,6 +148,14 @@ static const char *spent_budget(const tb_egress_t *e, uint64_t *limit, uint64_t 
 	if (TB_HAS(b, TB_LIMIT_MAX_TOKENS) && tokens >= b->max_tokens) {
 		*limit = b->max_tokens, *used = tokens;
 		return "max_tokens";
+	}
+	if (TB_HAS(b, TB_LIMIT_MAX_INPUT_TOKENS) && in >= b->max_input_tokens) {
+		*limit = b->max_input_tokens, *used = in;
+		return "max_input_tokens";
+	}
+	if (TB_HAS(b, TB_LIMIT_MAX_OUTPUT_TOKENS) && out >= b->max_output_tokens) {
+		*limit = b->max_output_tokens, *used = out;
+		return "max_output_tokens";
 	}
 	if (TB_HAS(b, TB_LIMIT_MAX_EGRESS_MB) && bytes >= (b->max_egress_mb << 20)) {
 		*limit = b->max_egress_mb, *used = bytes >> 20;

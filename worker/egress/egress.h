@@ -37,8 +37,9 @@ typedef struct tb_egress tb_egress_t;
  * Issues the task's token (valid until @p expires_ms) and starts the
  * proxy inside the network namespace of process @p netns_of, serving
  * @p rt's endpoints (which must outlive it), holding the task to the
- * budgets in @p budget (its limits' max_tokens, max_requests and
- * max_egress_mb, those it has; NULL: none): once one is spent, every
+ * budgets in @p budget (its limits' max_tokens, max_input_tokens,
+ * max_output_tokens, max_requests and max_egress_mb, those it has;
+ * NULL: none): once one is spent, every
  * request the policy allows is refused with 402 and a JSON error naming
  * it (schemas/task.md, "limits"); and, for endpoints with a rate_limit,
  * pacing each request through @p rates (the worker's, shared by its

@@ -36,6 +36,8 @@ enum {
 	TB_LIMIT_MAX_TOKENS, /* the budgets: enforced by the egress proxy */
 	TB_LIMIT_MAX_REQUESTS,
 	TB_LIMIT_MAX_EGRESS_MB,
+	TB_LIMIT_MAX_INPUT_TOKENS,
+	TB_LIMIT_MAX_OUTPUT_TOKENS,
 };
 typedef struct tb_limits {
 	uint32_t has; /* TB_HAS(l, TB_LIMIT_*) */
@@ -44,9 +46,11 @@ typedef struct tb_limits {
 	uint64_t pids;
 	uint64_t cpu_millis; /* CPU bandwidth: 1000 = one core */
 	uint64_t outputs_mb;
-	uint64_t max_tokens;    /* input + output tokens providers report */
-	uint64_t max_requests;  /* requests sent through the proxy */
-	uint64_t max_egress_mb; /* request and response bodies together */
+	uint64_t max_tokens;        /* input + output tokens providers report */
+	uint64_t max_requests;      /* requests sent through the proxy */
+	uint64_t max_egress_mb;     /* request and response bodies together */
+	uint64_t max_input_tokens;  /* input tokens alone (cached ones among them) */
+	uint64_t max_output_tokens; /* output tokens alone */
 } tb_limits_t;
 
 typedef struct tb_task {

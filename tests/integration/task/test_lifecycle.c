@@ -1021,11 +1021,16 @@ static void *provider_main(void *arg)
 			char *cl = strcasestr(buf, "\r\nContent-Length: ");
 			size_t want =
 			    (size_t)(end + 4 - buf) + (cl ? strtoul(cl + 18, NULL, 10) : 0);
-			while (have < want && have < sizeof(buf) - 1) {
-				ssize_t r = recv(fd, buf + have, sizeof(buf) - 1 - have, 0);
+			for (size_t got = have; got < want;) { /* beyond buf: drained */
+				char drain[16384];
+				int in_buf = have < sizeof(buf) - 1;
+				ssize_t r =
+				    recv(fd, in_buf ? buf + have : drain,
+					 in_buf ? sizeof(buf) - 1 - have : sizeof(drain), 0);
 				if (r <= 0)
 					break;
-				have += (size_t)r;
+				got += (size_t)r;
+				have += in_buf ? (size_t)r : 0;
 			}
 			*end = '\0';
 			char *a = strcasestr(buf, "\r\nAuthorization: ");
@@ -1315,9 +1320,13 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 }
 
 /* Runs task @p id whose agent asks the fake provider without end (and
- * ignores signals), under the budgets in @p lim; its manifest into @p m. */
-static void run_spender(const char *id, const tb_limits_t *lim, tb_manifest_t *m, struct events *e)
+ * ignores signals), each request's body @p body_bytes long (0: a small
+ * JSON one), under the budgets in @p lim; its manifest into @p m. */
+static void run_spender(const char *id, const tb_limits_t *lim, size_t body_bytes, tb_manifest_t *m,
+			struct events *e)
 {
+	char agent[1024];
+
 	tb_lifecycle_ctx_t c = ctx(e);
 	tb_lifecycle_result_t res;
 	tb_error_t err;
@@ -1337,13 +1346,17 @@ static void run_spender(const char *id, const tb_limits_t *lim, tb_manifest_t *m
 	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"spender\", \"agent\": "
 					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
 	/* at most 200 requests, each bounded: the budget ends it long before */
-	write_repo_file(
-	    "agent.sh",
-	    "trap '' TERM INT HUP\nread -r prompt\ni=0\nwhile [ $i -lt 200 ]; do\n"
-	    "  curl -s -m 5 -w ' %{http_code}\\n' -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" "
-	    "-d '{\"q\":1}' "
-	    "\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" >> /outputs/answers.txt\n"
-	    "  i=$((i + 1))\n  sleep 0.05\ndone\n");
+	snprintf(agent, sizeof(agent),
+		 "trap '' TERM INT HUP\nread -r prompt\n"
+		 "if [ %zu -gt 0 ]; then head -c %zu /dev/zero | tr '\\0' x > /tmp/body\n"
+		 "else printf '{\"q\":1}' > /tmp/body; fi\n"
+		 "i=0\nwhile [ $i -lt 200 ]; do\n"
+		 "  curl -s -m 5 -w ' %%{http_code}\\n' -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" "
+		 "--data-binary @/tmp/body "
+		 "\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" >> /outputs/answers.txt\n"
+		 "  i=$((i + 1))\n  sleep 0.05\ndone\n",
+		 body_bytes, body_bytes);
+	write_repo_file("agent.sh", agent);
 	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
 		      "--allow-empty -m spend",
 		      repo);
@@ -1372,7 +1385,7 @@ static void test_lifecycle__a_budget_stops_an_agent_that_asks_forever(void **sta
 	provider_start();
 	lim.max_requests = 3;
 	TB_SET_HAS(&lim, TB_LIMIT_MAX_REQUESTS);
-	run_spender("life-budget-requests", &lim, &m, &e);
+	run_spender("life-budget-requests", &lim, 0, &m, &e);
 	int requests = provider.requests;
 	char *answers = artifact(&m, "answers.txt");
 	assert_int_equal(requests, 3);
@@ -1399,13 +1412,72 @@ static void test_lifecycle__a_budget_stops_an_agent_that_asks_forever(void **sta
 	lim.max_tokens = 30;
 	TB_SET_HAS(&lim, TB_LIMIT_MAX_TOKENS);
 	provider.requests = 0;
-	run_spender("life-budget-tokens", &lim, &m, &e2);
+	run_spender("life-budget-tokens", &lim, 0, &m, &e2);
 	provider_stop();
 	assert_int_equal(provider.requests, 2);
 	assert_int_equal(m.outcome, TB_OUTCOME_BUDGET);
 	assert_non_null(strstr(m.reason, "budget max_tokens (30) spent: 36 used"));
 	p = egress_of(&m, "provider");
 	assert_int_equal(p->input_tokens + p->output_tokens, 36);
+	tb_msg_free(&tb_schema_manifest, &m);
+}
+
+/* The budgets on each kind of token alone, and on bytes: each stops the
+ * agent after the answer that crosses it, whatever the other kind
+ * stands at. */
+static void test_lifecycle__budgets_on_input_output_and_bytes_each_stop_it(void **state)
+{
+	struct events e1 = { .seq_ok = 1 }, e2 = { .seq_ok = 1 }, e3 = { .seq_ok = 1 };
+	tb_limits_t lim = { 0 };
+	tb_manifest_t m;
+
+	(void)state;
+	if (access("/usr/bin/curl", X_OK) != 0)
+		skip();
+	provider_start();
+	/* 7 out an answer: 10 lets the second go (7 < 10) and stops the
+	 * third (14); input (22 by then) is under its own budget */
+	lim.max_output_tokens = 10, lim.max_input_tokens = 1000;
+	TB_SET_HAS(&lim, TB_LIMIT_MAX_OUTPUT_TOKENS);
+	TB_SET_HAS(&lim, TB_LIMIT_MAX_INPUT_TOKENS);
+	run_spender("life-budget-output", &lim, 0, &m, &e1);
+	assert_int_equal(provider.requests, 2);
+	assert_int_equal(m.outcome, TB_OUTCOME_BUDGET);
+	assert_non_null(strstr(m.reason, "budget max_output_tokens (10) spent: 14 used"));
+	assert_true(e1.egress_402 >= 1);
+	tb_msg_free(&tb_schema_manifest, &m);
+
+	/* 11 in an answer: 12 lets the second go and stops the third */
+	lim = (tb_limits_t){ 0 };
+	lim.max_input_tokens = 12;
+	TB_SET_HAS(&lim, TB_LIMIT_MAX_INPUT_TOKENS);
+	provider.requests = 0;
+	run_spender("life-budget-input", &lim, 0, &m, &e2);
+	assert_int_equal(provider.requests, 2);
+	assert_int_equal(m.outcome, TB_OUTCOME_BUDGET);
+	assert_non_null(strstr(m.reason, "budget max_input_tokens (12) spent: 22 used"));
+	tb_msg_free(&tb_schema_manifest, &m);
+
+	/* 400 KiB up a request: after three, 1.2 MB have passed (two were
+	 * 0.8 MB, under the 1 MiB budget when the third went); the fourth
+	 * is refused */
+	lim = (tb_limits_t){ 0 };
+	lim.max_egress_mb = 1;
+	TB_SET_HAS(&lim, TB_LIMIT_MAX_EGRESS_MB);
+	provider.requests = 0;
+	run_spender("life-budget-bytes", &lim, 400 << 10, &m, &e3);
+	provider_stop();
+	assert_int_equal(provider.requests, 3);
+	assert_int_equal(m.outcome, TB_OUTCOME_BUDGET);
+	assert_non_null(strstr(m.reason, "budget max_egress_mb (1) spent: 1 used"));
+	const tb_usage_egress_t *p = egress_of(&m, "provider");
+	assert_int_equal(p->requests - p->refused, 3);
+	assert_int_equal(p->bytes_up, 3 * (400 << 10));
+	char *answers = artifact(&m, "answers.txt");
+	assert_non_null(answers);
+	if (!strstr(answers, "\"budget\":\"max_egress_mb\",\"limit\":1,\"used\":1"))
+		fail_msg("the agent got: %s", answers);
+	free(answers);
 	tb_msg_free(&tb_schema_manifest, &m);
 }
 
@@ -1831,6 +1903,7 @@ int main(void)
 		cmocka_unit_test(
 		    test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events),
 		cmocka_unit_test(test_lifecycle__a_budget_stops_an_agent_that_asks_forever),
+		cmocka_unit_test(test_lifecycle__budgets_on_input_output_and_bytes_each_stop_it),
 		cmocka_unit_test(test_lifecycle__two_workers_share_a_rate_limit_and_a_pause),
 		cmocka_unit_test(
 		    test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own),
