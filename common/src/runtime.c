@@ -23,7 +23,7 @@ const char tb_runtime_defaults[] =
     "  \"images\": {\"max_unpacked_mb\": 4096, \"writable_mb\": 1024}},"
     " \"agent\": {\"max_event_bytes\": 65536, \"max_events_per_second\": 2000,"
     "  \"idle_timeout_seconds\": 300, \"judge_timeout_seconds\": 60,"
-    "  \"budget_grace_seconds\": 10}}";
+    "  \"budget_grace_seconds\": 10, \"usage_interval_seconds\": 30}}";
 
 /* clang-format off: one field per row reads as a table */
 static const tb_field_t credential_fields[] = {
@@ -238,6 +238,7 @@ static const tb_field_t agent_fields[] = {
 	U64("idle_timeout_seconds", tb_agent_conf_t, idle_timeout_seconds, 1, 7 * 86400),
 	U64("judge_timeout_seconds", tb_agent_conf_t, judge_timeout_seconds, 1, 86400),
 	U64("budget_grace_seconds", tb_agent_conf_t, budget_grace_seconds, 0, 3600),
+	U64("usage_interval_seconds", tb_agent_conf_t, usage_interval_seconds, 0, 86400),
 };
 /* clang-format on */
 
@@ -245,7 +246,7 @@ static const tb_schema_t agent_schema = {
 	.name = "agent",
 	.size = sizeof(tb_agent_conf_t),
 	.fields = agent_fields,
-	.nfields = 5,
+	.nfields = 6,
 	.strict = true,
 };
 

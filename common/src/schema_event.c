@@ -6,8 +6,8 @@
 #include <stddef.h>
 
 static const char *const event_types[] = {
-	"phase",   "message", "tool-call", "tool-result", "thought", "artifact",
-	"verdict", "error",   "egress",    "turn",        "result",  NULL,
+	"phase", "message", "tool-call", "tool-result", "thought", "artifact", "verdict",
+	"error", "egress",  "turn",      "result",      "usage",   NULL,
 };
 
 static const char *const phases[] = { "received", "validated", "claimed",     "prepared",

@@ -51,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tb/json_mpack.h"
 #include "tb/kafka.h"
 #include "tb/schema_dlq.h"
 #include "tb/schema_event.h"
@@ -224,7 +225,8 @@ static int setup(void **state)
 	 * every fault point in turn (each death spends one of its
 	 * max_worker_deaths); "standard" has the defaults (3 attempts, 10
 	 * deaths: service outages and outside kills must not spend the
-	 * attempts); "twice" has 2 attempts; "fragile" 2 worker deaths. */
+	 * attempts), "metered" the same with a usage event every second
+	 * of an agent's run; "twice" has 2 attempts; "fragile" 2 worker deaths. */
 	snprintf(runtimes, sizeof(runtimes), "%s/runtimes", root);
 	snprintf(
 	    cmd, sizeof(cmd),
@@ -233,6 +235,8 @@ static int setup(void **state)
 	    "\"max_worker_deaths\": 20}' > killable.json && "
 	    "echo '{\"v\": 1, \"name\": \"fragile\", \"max_worker_deaths\": 2}' > fragile.json && "
 	    "echo '{\"v\": 1, \"name\": \"standard\"}' > standard.json && "
+	    "echo '{\"v\": 1, \"name\": \"metered\", \"agent\": "
+	    "{\"usage_interval_seconds\": 1}}' > metered.json && "
 	    "echo '{\"v\": 1, \"name\": \"twice\", \"max_attempts\": 2}' > twice.json && "
 	    "echo '{\"v\": 1, \"name\": \"imaged\", \"max_attempts\": 20, \"sandbox\": "
 	    "{\"images\": {\"layouts\": [\"%s/layouts\"]}}}' > imaged.json",
@@ -593,6 +597,9 @@ typedef struct attempt_seen {
 	int64_t last_seq; /* in consumption order: -1 none yet */
 	int result_seq;   /* -1 none */
 	int out_of_order;
+	int usages;            /* usage events */
+	int64_t usage_wall_ms; /* the last one's wall_ms; -1 without it */
+	int usage_agent;       /* the last one had the agent's CPU */
 } attempt_seen_t;
 
 typedef struct task_seen {
@@ -621,6 +628,24 @@ static attempt_seen_t *attempt_of(task_seen_t *t, uint64_t attempt)
 	a->last_seq = -1;
 	a->result_seq = -1;
 	return a;
+}
+
+/* A usage event of attempt @p a: its figures so far. */
+static void usage_seen(attempt_seen_t *a, const tb_event_t *ev)
+{
+	json_t *p = NULL;
+	tb_error_t err;
+
+	a->usages++;
+	a->usage_wall_ms = -1;
+	a->usage_agent = 0;
+	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, &err) < 0)
+		return;
+	json_t *u = json_object_get(p, "usage");
+	if (json_is_integer(json_object_get(u, "wall_ms")))
+		a->usage_wall_ms = json_integer_value(json_object_get(u, "wall_ms"));
+	a->usage_agent = json_is_integer(json_object_get(json_object_get(u, "agent"), "user_ms"));
+	json_decref(p);
 }
 
 /* Reads the whole events topic (to its end on every partition). */
@@ -665,6 +690,8 @@ static void read_events(const scenario_t *sc, task_seen_t *seen)
 						a->last_ts = ev.ts;
 					if (ev.type == TB_EV_RESULT)
 						a->result_seq = (int)ev.seq;
+					if (ev.type == TB_EV_USAGE)
+						usage_seen(a, &ev);
 				}
 				tb_msg_free(&tb_schema_event, &ev);
 			}
@@ -1107,7 +1134,9 @@ static void test_replay__a_task_that_kills_its_worker_is_dead_lettered(void **st
 /* A healthy task (its agent sleeps 7 s) whose worker is killed from
  * outside four times while it runs, each time later in its run: four
  * deaths, more than its 3 attempts, and it still runs to the end on the
- * default runtime, once. */
+ * defaults (and a usage event a second), once. Each killed attempt whose
+ * agent ran a second or more left what it used so far in its usage
+ * events. */
 static void test_replay__a_task_outlives_its_workers_deaths(void **state)
 {
 	static const useconds_t after[] = { 2500, 4000, 5500, 7000 }; /* ms into a worker */
@@ -1121,7 +1150,7 @@ static void test_replay__a_task_outlives_its_workers_deaths(void **state)
 	scenario_init(sc, "outlives", 1, 1);
 	snprintf(url, sizeof(url), "file://%s/slow", root);
 	snprintf(sc->ids[sc->n], sizeof(sc->ids[0]), "outlives-%d", getpid());
-	produce_task_at(sc, sc->ids[sc->n], url, slow_commit, "standard");
+	produce_task_at(sc, sc->ids[sc->n], url, slow_commit, "metered");
 	sc->n++;
 	sc->extra--; /* one of the scenario's tasks (sc->ids), not an extra message */
 	for (size_t k = 0; k < sizeof(after) / sizeof(after[0]); k++) {
@@ -1133,6 +1162,25 @@ static void test_replay__a_task_outlives_its_workers_deaths(void **state)
 	}
 	finish_all(sc, 180);
 	check(sc);
+	static task_seen_t seen[MAX_TASKS];
+	int partial = 0;
+	memset(seen, 0, sizeof(seen));
+	read_events(sc, seen);
+	for (int i = 0; i < seen[0].n; i++) {
+		const attempt_seen_t *a = &seen[0].a[i];
+		if (a->result_seq >= 0 || !a->usages)
+			continue;
+		/* the figures to its last usage event: at least the second
+		 * of the agent's run, the agent's CPU among them */
+		if (a->usage_wall_ms < 1000 || !a->usage_agent)
+			fail_msg("attempt %llu's last usage: wall %lld ms, agent CPU %s",
+				 (unsigned long long)a->attempt, (long long)a->usage_wall_ms,
+				 a->usage_agent ? "yes" : "no");
+		partial++;
+	}
+	/* the later kills come 3 s and more into the agent's run */
+	if (partial < 2)
+		fail_msg("%d killed attempts left usage events, want 2 or more", partial);
 }
 
 /*

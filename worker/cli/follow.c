@@ -46,6 +46,27 @@ static const char *str(const json_t *p, const char *k)
 	return s ? s : "";
 }
 
+/* A usage event's figures so far, in a line. */
+static void print_usage(FILE *out, const json_t *u)
+{
+	const json_t *cpu = json_object_get(u, "agent"), *ep;
+	long long requests = 0, tokens = 0;
+	size_t i;
+
+	json_array_foreach(json_object_get(u, "egress"), i, ep)
+	{
+		requests += json_integer_value(json_object_get(ep, "requests"));
+		tokens += json_integer_value(json_object_get(ep, "input_tokens")) +
+			  json_integer_value(json_object_get(ep, "output_tokens"));
+	}
+	fprintf(out, "usage so far: %.1f s, agent CPU %.2f s, %lld requests, %lld tokens\n",
+		(double)json_integer_value(json_object_get(u, "wall_ms")) / 1000,
+		(double)(json_integer_value(json_object_get(cpu, "user_ms")) +
+			 json_integer_value(json_object_get(cpu, "system_ms"))) /
+		    1000,
+		requests, tokens);
+}
+
 void tb_follow_print_event(FILE *out, const tb_event_t *ev)
 {
 	json_t *p = NULL;
@@ -115,6 +136,9 @@ void tb_follow_print_event(FILE *out, const tb_event_t *ev)
 	case TB_EV_RESULT:
 		fprintf(out, "result %s%s%s\n", str(p, "outcome"), str(p, "reason")[0] ? ": " : "",
 			str(p, "reason"));
+		break;
+	case TB_EV_USAGE:
+		print_usage(out, json_object_get(p, "usage"));
 		break;
 	default:
 		fprintf(out, "%s\n", t ? t : "?");

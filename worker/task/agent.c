@@ -157,6 +157,31 @@ static void grace_if_spent(tb_run_t *r)
 	r->budget_graced = 1;
 }
 
+/* Every agent.usage_interval_seconds of the agent's run, a usage event:
+ * what the attempt has used so far, which stays in its events if its
+ * worker dies (schemas/event.md); the first one interval after the first
+ * look. */
+static void usage_tick(tb_run_t *r)
+{
+	uint64_t every = r->rt.agent.usage_interval_seconds * 1000, now = tb_mono_ms();
+
+	if (!r->usage_due)
+		r->usage_due = now + every;
+	if (!every || now < r->usage_due)
+		return;
+	r->usage_due = now + every;
+	json_t *u = tb_run_usage_now(r);
+	if (u)
+		tb_run_emit_json(r, TB_EV_USAGE, json_pack("{s:o}", "usage", u));
+}
+
+/* Between two reads of the agent's events: its budgets and its usage. */
+static void while_running(tb_run_t *r)
+{
+	grace_if_spent(r);
+	usage_tick(r);
+}
+
 /* The last of the agent's output (@p out) into @p tail, as text. */
 static void read_tail(int out, char *tail, size_t tail_len)
 {
@@ -265,7 +290,7 @@ int tb_run_agent(tb_run_t *r, tb_sandbox_exit_t *end, char *tail, size_t tail_le
 		 * event the agent posted was queued before it had its answer,
 		 * so before anything it wrote on fd 3 after that. */
 		tb_run_egress_flush(r, TB_PHASE_RUNNING, 0);
-		grace_if_spent(r);
+		while_running(r);
 		if (got > 0)
 			tb_linebuf_feed(&r->lines, buf, (size_t)got, on_agent_line, &lc);
 		eof = got == 0;

@@ -74,9 +74,10 @@ typedef struct tb_run {
 	tb_run_usage_point_t usage_at;
 	tb_cgroup_stats_t usage_from, usage_agent;
 	json_t *phase_usage;
-	int result_sent;   /* the result event went, with the usage */
-	int judging;       /* a judge has started */
-	int budget_graced; /* a budget spent: the agent's grace is running */
+	uint64_t usage_due; /* monotonic ms: the next usage event (agent.c) */
+	int result_sent;    /* the result event went, with the usage */
+	int judging;        /* a judge has started */
+	int budget_graced;  /* a budget spent: the agent's grace is running */
 } tb_run_t;
 
 /* ------------------------------------------------------ record.c */
@@ -146,5 +147,10 @@ void tb_run_usage_mark(tb_run_t *r, tb_run_usage_point_t point);
 void tb_run_usage_wall(tb_run_t *r, uint64_t now_ms);
 /** The manifest's usage as JSON, for an event (NULL without memory). */
 json_t *tb_run_usage_json(const tb_run_t *r);
+/** What the attempt has used so far, while its agent runs (the wall time,
+ * the agent's CPU and the sandbox's peaks to now, the egress tally), as
+ * JSON for a usage event; r's own figures are left as they are. NULL
+ * without memory. */
+json_t *tb_run_usage_now(const tb_run_t *r);
 
 #endif

@@ -4,7 +4,9 @@
  * agent starts; the agent and all it started are gone; the judges are
  * done), the egress proxy's tally, the collected outputs (collect.c),
  * and the wall time. The figures stand in the manifest, in the result
- * event, and in the torn-down phase of an attempt that ended without one.
+ * event, and in the torn-down phase of an attempt that ended without one;
+ * while the agent runs, usage events say them so far (agent.c), so that
+ * an attempt whose worker is killed leaves its figures up to its last one.
  */
 #include "run.h"
 
@@ -27,6 +29,19 @@ static void cpu_between(const tb_cgroup_stats_t *from, const tb_cgroup_stats_t *
 	out->system_ms = sys / 1000;
 	TB_SET_HAS(out, 0);
 	TB_SET_HAS(out, 1);
+}
+
+/* The sandbox's peaks in @p now into @p u. */
+static void peaks(const tb_cgroup_stats_t *now, tb_usage_t *u)
+{
+	if (now->have & TB_CGROUP_MEMORY_PEAK) {
+		u->memory_peak_bytes = now->memory_peak;
+		TB_SET_HAS(u, TB_USAGE_MEMORY_PEAK);
+	}
+	if (now->have & TB_CGROUP_PIDS_PEAK) {
+		u->pids_peak = now->pids_peak;
+		TB_SET_HAS(u, TB_USAGE_PIDS_PEAK);
+	}
 }
 
 void tb_run_usage_mark(tb_run_t *r, tb_run_usage_point_t point)
@@ -56,36 +71,58 @@ void tb_run_usage_mark(tb_run_t *r, tb_run_usage_point_t point)
 	case TB_USAGE_AT_NONE:
 		break;
 	}
-	if (now.have & TB_CGROUP_MEMORY_PEAK) {
-		u->memory_peak_bytes = now.memory_peak;
-		TB_SET_HAS(u, TB_USAGE_MEMORY_PEAK);
-	}
-	if (now.have & TB_CGROUP_PIDS_PEAK) {
-		u->pids_peak = now.pids_peak;
-		TB_SET_HAS(u, TB_USAGE_PIDS_PEAK);
-	}
+	peaks(&now, u);
 	r->usage_at = point;
 }
 
-void tb_run_usage_wall(tb_run_t *r, uint64_t now_ms)
+/* The attempt's wall time from its first phase to @p now_ms into @p u. */
+static void wall(const tb_run_t *r, uint64_t now_ms, tb_usage_t *u)
 {
 	const tb_phase_time_t *first = r->m.phases.items;
 	uint64_t from = r->m.phases.n ? first->at : r->m.started_at;
 
-	r->m.usage.wall_ms = now_ms > from ? now_ms - from : 0;
-	TB_SET_HAS(&r->m.usage, TB_USAGE_WALL);
+	u->wall_ms = now_ms > from ? now_ms - from : 0;
+	TB_SET_HAS(u, TB_USAGE_WALL);
 }
 
-json_t *tb_run_usage_json(const tb_run_t *r)
+void tb_run_usage_wall(tb_run_t *r, uint64_t now_ms)
+{
+	wall(r, now_ms, &r->m.usage);
+}
+
+static json_t *usage_json(const tb_usage_t *u)
 {
 	msgpack_sbuffer sb;
 	json_t *out = NULL;
 	tb_error_t err;
 
 	msgpack_sbuffer_init(&sb);
-	if (tb_obj_encode(&sb, &tb_schema_usage, &r->m.usage, "usage", &err) == 0 &&
+	if (tb_obj_encode(&sb, &tb_schema_usage, u, "usage", &err) == 0 &&
 	    tb_mpack_to_json(&out, sb.data, sb.size, &err) < 0)
 		out = NULL;
 	msgpack_sbuffer_destroy(&sb);
+	return out;
+}
+
+json_t *tb_run_usage_json(const tb_run_t *r)
+{
+	return usage_json(&r->m.usage);
+}
+
+json_t *tb_run_usage_now(const tb_run_t *r)
+{
+	tb_usage_t u = { 0 };
+	tb_cgroup_stats_t now;
+
+	wall(r, tb_wall_ms(), &u);
+	if (r->sb && r->usage_at == TB_USAGE_AT_AGENT_START) {
+		tb_sandbox_usage(r->sb, &now);
+		cpu_between(&r->usage_from, &now, &u.agent);
+		peaks(&now, &u);
+	}
+	if (tb_egress_usage(r->egress, &u.egress) < 0)
+		memset(&u.egress, 0, sizeof(u.egress));
+	json_t *out = usage_json(&u);
+	tb_msg_free(&tb_schema_usage, &u);
 	return out;
 }

@@ -78,7 +78,8 @@ typedef struct tb_agent_conf {
 	uint64_t max_events_per_second;
 	uint64_t idle_timeout_seconds;
 	uint64_t judge_timeout_seconds;
-	uint64_t budget_grace_seconds; /* a budget spent: the agent's time to end */
+	uint64_t budget_grace_seconds;   /* a budget spent: the agent's time to end */
+	uint64_t usage_interval_seconds; /* a usage event while the agent runs; 0: none */
 } tb_agent_conf_t;
 
 typedef struct tb_runtime {

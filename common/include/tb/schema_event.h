@@ -21,6 +21,7 @@ typedef enum tb_event_type {
 	TB_EV_EGRESS,   /* one request through the egress proxy */
 	TB_EV_TURN,     /* interactive: turn started / ended / idle */
 	TB_EV_RESULT,   /* the task's final outcome */
+	TB_EV_USAGE,    /* what the attempt used so far, while its agent runs */
 	TB_EV__COUNT
 } tb_event_type_t;
 

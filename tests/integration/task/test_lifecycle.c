@@ -57,6 +57,8 @@ struct events {
 	int keep_usage;                        /* keep the two below (the test frees them): */
 	json_t *result_usage;                  /* the last result event's usage */
 	json_t *torn_down_usage;               /* the torn-down phase's, if any */
+	json_t *last_usage;                    /* the last usage event's */
+	int usages, last_usage_at;             /* usage events; the last one's position */
 };
 
 #define PROVIDER_KEY "sk-lifecycle-9f8e7d6c5b4a"
@@ -144,6 +146,14 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 		if (ev->type == TB_EV_RESULT && e->keep_usage) {
 			json_decref(e->result_usage);
 			e->result_usage = json_incref(json_object_get(p, "usage"));
+		}
+		if (ev->type == TB_EV_USAGE) {
+			e->usages++;
+			e->last_usage_at = e->n;
+		}
+		if (ev->type == TB_EV_USAGE && e->keep_usage) {
+			json_decref(e->last_usage);
+			e->last_usage = json_incref(json_object_get(p, "usage"));
 		}
 		if (ev->type == TB_EV_PHASE && json_object_get(p, "usage") && e->keep_usage) {
 			json_decref(e->torn_down_usage);
@@ -1481,6 +1491,68 @@ static void test_lifecycle__budgets_on_input_output_and_bytes_each_stop_it(void 
 	tb_msg_free(&tb_schema_manifest, &m);
 }
 
+/* While the agent runs, a usage event every agent.usage_interval_seconds
+ * says what the attempt has used so far: the wall time, the agent's CPU,
+ * the egress tally with the provider's tokens (what a worker killed then
+ * would leave of the attempt's figures); none after the agent ended. */
+static void test_lifecycle__usage_events_say_the_figures_so_far(void **state)
+{
+	struct events e = { .seq_ok = 1, .keep_usage = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	char path[512];
+	FILE *f;
+
+	(void)state;
+	if (access("/usr/bin/curl", X_OK) != 0)
+		skip();
+	provider_start();
+	snprintf(path, sizeof(path), "%s/metered.json", F.runtimes);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f,
+		"{\"v\": 1, \"name\": \"metered\", \"agent\": {\"usage_interval_seconds\": 1}, "
+		"\"network\": {\"allow\": [{\"name\": \"provider\", \"host\": \"localhost\", "
+		"\"port\": %u, \"scheme\": \"http\", \"credential\": {\"header\": "
+		"\"Authorization\", \"format\": \"Bearer {}\", \"env\": "
+		"\"TB_LIFE_PROVIDER_KEY\"}, \"dialect\": \"openai\"}]}}\n",
+		provider.port);
+	fclose(f);
+	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"metered\", \"agent\": "
+					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
+	/* two answers at once, then 2.5 s of the agent's run: two usage
+	 * events or three, the last after both answers */
+	write_repo_file("agent.sh",
+			"read -r prompt\nfor i in 1 2; do\n"
+			"  curl -s -m 5 -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{}' "
+			"\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" > /dev/null\ndone\nsleep 2.5\n");
+	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
+		      "--allow-empty -m metered",
+		      repo);
+	tb_task_t t = task("life-usage-events", head_commit(), "metered");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
+	provider_stop();
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	if (e.usages < 2 || e.usages > 3)
+		fail_msg("%d usage events, want 2 or 3", e.usages);
+	assert_true(e.last_usage_at < e.settled); /* while the agent ran */
+	json_t *u = e.last_usage, *ep = json_array_get(json_object_get(u, "egress"), 0);
+	assert_non_null(u);
+	assert_true(json_integer_value(json_object_get(u, "wall_ms")) >= 2000);
+	assert_true(json_integer_value(json_object_get(u, "wall_ms")) <
+		    json_integer_value(json_object_get(e.result_usage, "wall_ms")));
+	assert_true(json_is_integer(json_object_get(json_object_get(u, "agent"), "user_ms")));
+	assert_null(json_object_get(u, "judges")); /* not yet */
+	assert_true(str_is(json_object_get(ep, "endpoint"), "provider"));
+	assert_int_equal(json_integer_value(json_object_get(ep, "requests")), 2);
+	assert_int_equal(json_integer_value(json_object_get(ep, "input_tokens")), 22);
+	assert_int_equal(json_integer_value(json_object_get(ep, "output_tokens")), 14);
+	json_decref(e.last_usage);
+	json_decref(e.result_usage);
+	json_decref(e.torn_down_usage);
+}
+
 /* One of two workers (each its own ledger connection and limiter on the
  * real Redis, as two processes would have) running a task whose agent
  * asks the provider as fast as it is let, for 16 s. */
@@ -1904,6 +1976,7 @@ int main(void)
 		    test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events),
 		cmocka_unit_test(test_lifecycle__a_budget_stops_an_agent_that_asks_forever),
 		cmocka_unit_test(test_lifecycle__budgets_on_input_output_and_bytes_each_stop_it),
+		cmocka_unit_test(test_lifecycle__usage_events_say_the_figures_so_far),
 		cmocka_unit_test(test_lifecycle__two_workers_share_a_rate_limit_and_a_pause),
 		cmocka_unit_test(
 		    test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own),

@@ -216,6 +216,7 @@ static void test_runtime__budgets_are_capped_and_default_to_the_cap(void **state
 	assert_int_equal(((tb_endpoint_t *)rt.endpoints.items)[0].dialect, TB_DIALECT_OPENAI);
 	assert_true(TB_HAS((tb_endpoint_t *)rt.endpoints.items, TB_ENDPOINT_DIALECT));
 	assert_int_equal(rt.agent.budget_grace_seconds, 10);
+	assert_int_equal(rt.agent.usage_interval_seconds, 30);
 	/* its rate limit, the wait left to the default */
 	const tb_rate_conf_t *rl = &((tb_endpoint_t *)rt.endpoints.items)[0].rate_limit;
 	assert_true(TB_HAS(rl, TB_RATE_REQUESTS) && rl->requests_per_second == 10.0);
@@ -229,13 +230,17 @@ static void test_runtime__budgets_are_capped_and_default_to_the_cap(void **state
 	tb_runtime_free(&rt);
 
 	p = write_tmp("{\"v\": 1, \"name\": \"capped\", \"limits\": {\"max_tokens\": 1000}, "
-		      "\"max_limits\": {\"max_tokens\": 9000, \"max_requests\": 50}}");
+		      "\"max_limits\": {\"max_tokens\": 9000, \"max_requests\": 50, "
+		      "\"max_output_tokens\": 700}, \"agent\": {\"usage_interval_seconds\": 0}}");
 	if (tb_runtime_load(&rt, p, &err) != 0)
 		fail_msg("%s", err.msg);
 	assert_int_equal(tb_runtime_limits(&out, &rt, NULL, NULL, &err), 0);
-	assert_int_equal(out.max_tokens, 1000);  /* its default */
-	assert_int_equal(out.max_requests, 50);  /* the cap, nothing asking less */
-	assert_int_equal(out.wall_seconds, 600); /* the sandbox's as ever */
+	assert_int_equal(out.max_tokens, 1000); /* its default */
+	assert_int_equal(out.max_requests, 50); /* the cap, nothing asking less */
+	assert_int_equal(out.max_output_tokens, 700);
+	assert_false(TB_HAS(&out, TB_LIMIT_MAX_INPUT_TOKENS));
+	assert_int_equal(rt.agent.usage_interval_seconds, 0); /* none */
+	assert_int_equal(out.wall_seconds, 600);              /* the sandbox's as ever */
 	assert_int_equal(tb_runtime_limits(&out, &rt, NULL, &task, &err), TB_EPOISON);
 	assert_contains(err.msg,
 			"asks for max_tokens 5000000, runtime 'capped' allows at most 9000");
@@ -253,6 +258,12 @@ static void test_runtime__cross_field_rules(void **state)
 	p = write_tmp("{\"v\": 1, \"name\": \"x\", \"limits\": {\"memory_mb\": 9000}}");
 	assert_int_equal(tb_runtime_load(&rt, p, &err), TB_EINVAL);
 	assert_contains(err.msg, "limits.memory_mb (9000) is above max_limits.memory_mb (4096)");
+	unlink(p);
+
+	p = write_tmp(
+	    "{\"v\": 1, \"name\": \"x\", \"agent\": {\"usage_interval_seconds\": 86401}}");
+	assert_int_equal(tb_runtime_load(&rt, p, &err), TB_EINVAL);
+	assert_contains(err.msg, "agent.usage_interval_seconds");
 	unlink(p);
 
 	p = write_tmp("{\"v\": 1, \"name\": \"x\", \"network\": {\"allow\": [{\"name\": \"a\","
