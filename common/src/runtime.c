@@ -23,7 +23,8 @@ const char tb_runtime_defaults[] =
     "  \"images\": {\"max_unpacked_mb\": 4096, \"writable_mb\": 1024}},"
     " \"agent\": {\"max_event_bytes\": 65536, \"max_events_per_second\": 2000,"
     "  \"idle_timeout_seconds\": 300, \"judge_timeout_seconds\": 60,"
-    "  \"budget_grace_seconds\": 10, \"usage_interval_seconds\": 30}}";
+    "  \"budget_grace_seconds\": 10, \"usage_interval_seconds\": 30},"
+    " \"recording\": {\"max_body_kib\": 1024, \"max_mb\": 64}}";
 
 /* clang-format off: one field per row reads as a table */
 static const tb_field_t credential_fields[] = {
@@ -141,6 +142,9 @@ static const tb_field_t endpoint_fields[] = {
 	 .offset = offsetof(tb_endpoint_t, dialect), .names = tb_dialects},
 	{.name = "rate_limit", .type = TB_FT_OBJ,
 	 .offset = offsetof(tb_endpoint_t, rate_limit), .sub = &rate_schema},
+	{.name = "record", .type = TB_FT_BOOL, .offset = offsetof(tb_endpoint_t, record)},
+	{.name = "secret_headers", .type = TB_FT_STRLIST,
+	 .offset = offsetof(tb_endpoint_t, secret_headers), .max = 64, .item_max = 128},
 };
 /* clang-format on */
 
@@ -342,6 +346,21 @@ static int runtime_check(const void *obj, tb_error_t *err)
 }
 
 /* clang-format off */
+static const tb_field_t recording_fields[] = {
+	U64("max_body_kib", tb_recording_conf_t, max_body_kib, 1, 1u << 20),
+	U64("max_mb", tb_recording_conf_t, max_mb, 1, 1u << 16),
+};
+/* clang-format on */
+
+static const tb_schema_t recording_schema = {
+	.name = "recording",
+	.size = sizeof(tb_recording_conf_t),
+	.fields = recording_fields,
+	.nfields = 2,
+	.strict = true,
+};
+
+/* clang-format off */
 static const tb_field_t runtime_fields[] = {
 	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_runtime_t, name), .min = 1, .max = 64, .check = tb_check_id},
@@ -359,6 +378,8 @@ static const tb_field_t runtime_fields[] = {
 	 .offset = offsetof(tb_runtime_t, endpoints), .sub = &network_schema},
 	{.name = "bindings", .type = TB_FT_OBJ,
 	 .offset = offsetof(tb_runtime_t, env), .sub = &bindings_schema},
+	{.name = "recording", .type = TB_FT_OBJ, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_runtime_t, recording), .sub = &recording_schema},
 };
 /* clang-format on */
 

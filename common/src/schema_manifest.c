@@ -250,6 +250,9 @@ static const tb_field_t manifest_fields[] = {
 	 .offset = offsetof(tb_manifest_t, environment), .sub = &environment_schema},
 	{.name = "usage", .type = TB_FT_OBJ,
 	 .offset = offsetof(tb_manifest_t, usage), .sub = &tb_schema_usage},
+	{.name = "recording_key", .type = TB_FT_STR,
+	 .offset = offsetof(tb_manifest_t, recording_key), .min = 1, .max = 1024,
+	 .check = tb_check_relpath},
 };
 
 /* clang-format on */

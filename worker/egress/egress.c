@@ -300,10 +300,10 @@ static int on_event(void *ud, int type, tb_bytes_t payload)
 	return rc;
 }
 
-int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, const tb_limits_t *budget,
-		    tb_ratelimit_t *rates, pid_t netns_of, const char *task_id, uint64_t attempt,
-		    uint64_t expires_ms, tb_error_t *err)
+int tb_egress_start(tb_egress_t **out, const tb_egress_conf_t *ec, tb_error_t *err)
 {
+	const tb_runtime_t *rt = ec->rt;
+	tb_ratelimit_t *rates = ec->rates;
 	tb_egress_t *e;
 	int fd = -1, rc;
 
@@ -323,8 +323,8 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, const tb_limits_t
 		return err->code;
 	}
 	e->own_rates = !rates;
-	if (budget)
-		e->budget = *budget;
+	if (ec->budget)
+		e->budget = *ec->budget;
 	if (!(e->tally = calloc(rt->endpoints.n + 1, sizeof(*e->tally)))) {
 		if (e->own_rates)
 			tb_ratelimit_free(e->rates);
@@ -337,16 +337,16 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, const tb_limits_t
 			: e->max_events > TB_EGRESS_EVENTS_MAX ? TB_EGRESS_EVENTS_MAX
 							       : e->max_events;
 	pthread_mutex_init(&e->lock, NULL);
-	if ((rc = tb_task_token_issue(e->token, sizeof(e->token), &worker_key, task_id, attempt,
-				      expires_ms, err)) < 0 ||
-	    (rc = tb_proxy_listen(&fd, netns_of, TB_EGRESS_PORT, err)) < 0)
+	if ((rc = tb_task_token_issue(e->token, sizeof(e->token), &worker_key, ec->task_id,
+				      ec->attempt, ec->expires_ms, err)) < 0 ||
+	    (rc = tb_proxy_listen(&fd, ec->netns_of, TB_EGRESS_PORT, err)) < 0)
 		goto fail;
 	tb_proxy_conf_t conf = {
 		.listen_fd = fd,
 		.endpoints = &rt->endpoints,
 		.key = &worker_key,
-		.task_id = task_id,
-		.attempt = attempt,
+		.task_id = ec->task_id,
+		.attempt = ec->attempt,
 		.audit = on_audit,
 		.audit_ud = e,
 		.event = on_event,
@@ -355,6 +355,7 @@ int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, const tb_limits_t
 		.admit = on_admit,
 		.admit_ud = e,
 		.pace = on_pace,
+		.recorder = ec->recorder,
 	};
 	if ((rc = tb_proxy_start(&e->proxy, &conf, err)) < 0)
 		goto fail;

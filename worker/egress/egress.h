@@ -33,26 +33,40 @@
 
 typedef struct tb_egress tb_egress_t;
 
+/* What one attempt's proxy serves, and how. Everything it points to must
+ * outlive the proxy. */
+typedef struct tb_egress_conf {
+	const tb_runtime_t *rt; /* its endpoints */
+	/* the budgets (its limits' max_tokens, max_input_tokens,
+	 * max_output_tokens, max_requests and max_egress_mb, those it has);
+	 * NULL: none */
+	const tb_limits_t *budget;
+	/* the worker's rate limits, shared by its slots; NULL: the
+	 * attempt's own, at the whole limit */
+	tb_ratelimit_t *rates;
+	pid_t netns_of; /* the sandbox's init: the proxy listens in its network */
+	const char *task_id;
+	uint64_t attempt;
+	uint64_t expires_ms; /* the task token's end */
+	/* the attempt's egress recording (recording.h); NULL: none */
+	struct tb_recorder *recorder;
+} tb_egress_conf_t;
+
 /**
- * Issues the task's token (valid until @p expires_ms) and starts the
- * proxy inside the network namespace of process @p netns_of, serving
- * @p rt's endpoints (which must outlive it), holding the task to the
- * budgets in @p budget (its limits' max_tokens, max_input_tokens,
- * max_output_tokens, max_requests and max_egress_mb, those it has;
- * NULL: none): once one is spent, every
+ * Issues the task's token (valid until expires_ms) and starts the proxy
+ * inside the sandbox's network namespace, serving the runtime's
+ * endpoints, holding the task to its budgets: once one is spent, every
  * request the policy allows is refused with 402 and a JSON error naming
- * it (schemas/task.md, "limits"); and, for endpoints with a rate_limit,
- * pacing each request through @p rates (the worker's, shared by its
- * slots; NULL: one of the attempt's own, at the whole limit). A runtime that allows no
+ * it (schemas/task.md, "limits"); pacing each request to an endpoint with
+ * a rate_limit through the rate limits; recording the exchanges of
+ * endpoints with "record". A runtime that allows no
  * endpoint gets no proxy: @p out is set to NULL and 0 returned.
  * @param[out] out released with tb_egress_free()
  * @return 0; TB_EPOISON when no attempt could start it (a task id no
  *         token can carry, a bad configuration); TB_ENOMEM; TB_EIO (with
  *         the step) when the proxy cannot start here and now
  */
-int tb_egress_start(tb_egress_t **out, const tb_runtime_t *rt, const tb_limits_t *budget,
-		    tb_ratelimit_t *rates, pid_t netns_of, const char *task_id, uint64_t attempt,
-		    uint64_t expires_ms, tb_error_t *err);
+int tb_egress_start(tb_egress_t **out, const tb_egress_conf_t *conf, tb_error_t *err);
 
 /**
  * Whether one of the task's budgets is spent (a request was refused for

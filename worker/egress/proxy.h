@@ -168,6 +168,9 @@ typedef struct tb_proxy_conf {
 	 * this request has waited so far. Thread-safe. May be NULL. */
 	int (*pace)(void *ud, const tb_endpoint_t *ep, const char *bucket, uint64_t waited_ms,
 		    uint64_t *wait_ms, int *again, tb_proxy_refusal_t *no);
+	/* Where the exchanges of endpoints with "record" go (recording.h);
+	 * must outlive the proxy. NULL: none are recorded. */
+	struct tb_recorder *recorder;
 } tb_proxy_conf_t;
 
 typedef struct tb_proxy tb_proxy_t;

@@ -95,10 +95,11 @@ typedef struct tb_proxy_exchange {
 	const char *framing; /* why its framing was refused, or NULL */
 	int head_sent, resp_chunked, resp_nobody, client_err;
 	uint64_t bytes_in;
-	char ctype[128];       /* the answer's Content-Type */
-	int retry_ms_seen;     /* its Retry-After-Ms was read: it wins */
-	int scanning;          /* its usage read as it passes (ep's dialect) */
-	tb_usage_scan_t usage; /* ... by this */
+	char ctype[128];             /* the answer's Content-Type */
+	int retry_ms_seen;           /* its Retry-After-Ms was read: it wins */
+	int scanning;                /* its usage read as it passes (ep's dialect) */
+	tb_usage_scan_t usage;       /* ... by this */
+	struct tb_rec_exchange *rec; /* its recording (ep's record), or NULL */
 } tb_proxy_exchange_t;
 
 /* ------------------------------------------------- proxy_client.c */

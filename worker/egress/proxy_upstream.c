@@ -7,6 +7,7 @@
  */
 #include "proxy_int.h"
 #include "proxy_mask.h"
+#include "recording.h"
 
 #include <openssl/crypto.h>
 
@@ -30,6 +31,7 @@ static int send_body(tb_proxy_exchange_t *x, const char *data, size_t len)
 
 	if (!len)
 		return 0;
+	tb_rec_chunk(x->rec, data, len);
 	if (x->resp_chunked) {
 		int sl = snprintf(size, sizeof(size), "%zx\r\n", len);
 		iov[n++] = (struct iovec){ size, (size_t)sl };
@@ -62,6 +64,8 @@ static int send_resp_head(tb_proxy_exchange_t *x)
 			x->req.keep_alive = 0; /* HTTP/1.0: the end of the body is the close */
 	}
 	tb_proxy_mask_all(x->sec, x->rhead, x->rlen);
+	tb_rec_response(x->rec, x->status, x->rhead, x->rlen,
+			!strcmp(x->ctype, "text/event-stream"));
 	ll = snprintf(line, sizeof(line), "HTTP/1.1 %ld %s\r\n", x->status,
 		      tb_proxy_reason_phrase(x->status));
 	char tail[160];
@@ -310,6 +314,7 @@ static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
 			x->body_left -= n;
 			x->body_done = x->body_left == 0;
 			x->bytes_out += n;
+			tb_rec_request_body(x->rec, out, n);
 			return n;
 		}
 		size_t used, got;
@@ -322,6 +327,7 @@ static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
 		}
 		x->body_done = rc == 1;
 		x->bytes_out += got;
+		tb_rec_request_body(x->rec, out, got);
 		if (got)
 			return got;
 	}
@@ -499,32 +505,14 @@ static tb_tokens_t answer_usage(tb_proxy_exchange_t *x)
 	return used;
 }
 
-/* Makes the upstream request and streams its answer. Returns 1 when the
- * connection may carry another request. */
-int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0)
+/* The transfer of @p x on its connection's handle: @p url, @p hdrs, the
+ * callbacks, the body streamed from the client (after a 100 Continue
+ * when it waits for one). -1: the client could not be told to go on. */
+static int setup_transfer(tb_proxy_exchange_t *x, const char *url, struct curl_slist *hdrs,
+			  char *errbuf)
 {
 	tb_proxy_conn_t *c = x->c;
-	const tb_endpoint_t *ep = x->ep;
-	const tb_credential_t *cr = &ep->credential;
-	char *url = NULL, *qname = NULL, errbuf[CURL_ERROR_SIZE] = "";
-	struct curl_slist *hdrs = NULL;
-	int ok, keep = 0;
-	CURLcode res;
-
-	if (!c->curl && !(c->curl = curl_easy_init())) {
-		tb_proxy_refuse(c, 502, "the proxy could not start an upstream transfer");
-		tb_proxy_audit(c, x->req.method, ep->host, d->path, ep, 502, 0, 0, t0,
-			       "curl_easy_init");
-		return 0;
-	}
 	CURL *h = c->curl;
-	curl_easy_reset(h);
-	if (cr->query && x->sec && x->sec->value && !(qname = curl_easy_escape(h, cr->query, 0)))
-		goto nomem;
-	if (!(url = upstream_url(x, d, qname)))
-		goto nomem;
-	if (!(hdrs = upstream_headers(x, &ok)) || !ok)
-		goto nomem;
 
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -563,8 +551,77 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 		/* The client waits for our go-ahead before its body. */
 		if (x->req.expect_continue && x->req.minor == 1 &&
 		    tb_proxy_send_str(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
-			goto done;
+			return -1;
 	}
+	return 0;
+}
+
+/* The exchange's recording begins (recording.h): the target as it goes
+ * upstream, without the credential. NULL: not recorded. */
+static tb_rec_exchange_t *begin_record(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d)
+{
+	char target[2 * TB_PROXY_PATH_MAX + 2];
+
+	snprintf(target, sizeof(target), "%s%s%s", d->path, d->query[0] ? "?" : "", d->query);
+	return tb_rec_begin(x->c->p->conf.recorder, x->ep, x->req.method, target, &x->req);
+}
+
+/* Why an exchange got no answer to pass on, into @p why; its status. */
+static int no_answer(tb_proxy_exchange_t *x, CURLcode res, const char *errbuf, char *why,
+		     size_t len)
+{
+	const tb_endpoint_t *ep = x->ep;
+	int status = x->body_err ? x->body_err : res == CURLE_OPERATION_TIMEDOUT ? 504 : 502;
+
+	if (x->body_err == 408)
+		snprintf(why, len, "the request body stalled");
+	else if (x->body_err)
+		snprintf(why, len, "malformed or truncated request body");
+	else if (x->framing)
+		snprintf(why, len, "upstream %.64s: its answer has %s", ep->name, x->framing);
+	else if (x->blocked)
+		snprintf(why, len,
+			 "upstream %.64s: '%.253s' resolved to an internal address "
+			 "(loopback, private, link-local, ...): refused",
+			 ep->name, ep->host);
+	else
+		snprintf(why, len, "upstream %s: %s", ep->name,
+			 errbuf[0] ? errbuf : curl_easy_strerror(res));
+	tb_proxy_mask_all(x->sec, why, strlen(why));
+	return status;
+}
+
+/* Makes the upstream request and streams its answer. Returns 1 when the
+ * connection may carry another request. */
+int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0)
+{
+	tb_proxy_conn_t *c = x->c;
+	const tb_endpoint_t *ep = x->ep;
+	const tb_credential_t *cr = &ep->credential;
+	char *url = NULL, *qname = NULL, errbuf[CURL_ERROR_SIZE] = "";
+	struct curl_slist *hdrs = NULL;
+	const char *failed = NULL; /* for the recording */
+	int ok, keep = 0;
+	CURLcode res;
+
+	if (!c->curl && !(c->curl = curl_easy_init())) {
+		tb_proxy_refuse(c, 502, "the proxy could not start an upstream transfer");
+		tb_proxy_audit(c, x->req.method, ep->host, d->path, ep, 502, 0, 0, t0,
+			       "curl_easy_init");
+		return 0;
+	}
+	CURL *h = c->curl;
+	curl_easy_reset(h);
+	if (cr->query && x->sec && x->sec->value && !(qname = curl_easy_escape(h, cr->query, 0)))
+		goto nomem;
+	if (!(url = upstream_url(x, d, qname)))
+		goto nomem;
+	if (!(hdrs = upstream_headers(x, &ok)) || !ok)
+		goto nomem;
+
+	if (setup_transfer(x, url, hdrs, errbuf) < 0)
+		goto done;
+	x->rec = ep->record && c->p->conf.recorder ? begin_record(x, d) : NULL;
 	c->upstream = 1;
 	res = curl_easy_perform(h);
 	if (res == CURLE_OK && c->nhold)
@@ -572,6 +629,7 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 	c->nhold = 0;
 	tb_tokens_t used = answer_usage(x);
 	if (atomic_load(&c->p->stopping)) {
+		failed = "the proxy stopped";
 		tb_proxy_audit_used(c, x->req.method, ep->host, d->path, ep,
 				    x->head_sent ? (int)x->status : 502, x->bytes_in, x->bytes_out,
 				    t0, "the proxy stopped", &used);
@@ -579,25 +637,9 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 	}
 	if (!x->head_sent) {
 		char why[CURL_ERROR_SIZE + 400];
-		int status = x->body_err                       ? x->body_err
-			     : res == CURLE_OPERATION_TIMEDOUT ? 504
-							       : 502;
-		if (x->body_err == 408)
-			snprintf(why, sizeof(why), "the request body stalled");
-		else if (x->body_err)
-			snprintf(why, sizeof(why), "malformed or truncated request body");
-		else if (x->framing)
-			snprintf(why, sizeof(why), "upstream %.64s: its answer has %s", ep->name,
-				 x->framing);
-		else if (x->blocked)
-			snprintf(why, sizeof(why),
-				 "upstream %.64s: '%.253s' resolved to an internal address "
-				 "(loopback, private, link-local, ...): refused",
-				 ep->name, ep->host);
-		else
-			snprintf(why, sizeof(why), "upstream %s: %s", ep->name,
-				 errbuf[0] ? errbuf : curl_easy_strerror(res));
-		tb_proxy_mask_all(x->sec, why, strlen(why));
+		int status = no_answer(x, res, errbuf, why, sizeof(why));
+		tb_rec_end(x->rec, why);
+		x->rec = NULL;
 		tb_proxy_refuse(c, status, why);
 		tb_proxy_audit(c, x->req.method, ep->host, d->path, ep, status, x->bytes_in,
 			       x->bytes_out, t0, why);
@@ -606,16 +648,19 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 	if (res == CURLE_OK && x->resp_chunked && !x->client_err &&
 	    tb_proxy_send_str(c, "0\r\n\r\n", 5) < 0)
 		x->client_err = 1;
+	failed = res == CURLE_OK ? NULL : "the response was cut short";
 	tb_proxy_audit_used(c, x->req.method, ep->host, d->path, ep, (int)x->status, x->bytes_in,
-			    x->bytes_out, t0, res == CURLE_OK ? NULL : "the response was cut short",
-			    &used);
+			    x->bytes_out, t0, failed, &used);
 	keep = res == CURLE_OK && !x->client_err && x->req.keep_alive &&
 	       (!x->body_mode || x->body_done);
 	goto done;
 nomem:
+	failed = "out of memory";
 	tb_proxy_refuse(c, 502, "out of memory");
 	tb_proxy_audit(c, x->req.method, ep->host, d->path, ep, 502, 0, 0, t0, "out of memory");
 done:
+	tb_rec_end(x->rec, failed);
+	x->rec = NULL;
 	/* Nothing of the secret stays in the transfer's buffers. */
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);

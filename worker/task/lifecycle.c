@@ -176,9 +176,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 		goto done;
 	}
 	/* The sandbox's one way out, for the agent only (judges get no token). */
-	if ((rc = tb_egress_start(&r.egress, &r.rt, &lim, ctx->rates, tb_sandbox_init_pid(r.sb),
-				  task->id, attempt, tb_wall_ms() + lim.wall_seconds * 1000 + 60000,
-				  err)) < 0) {
+	if ((rc = tb_run_egress_start(&r, &lim, err)) < 0) {
 		tb_run_error_event(&r, rc, TB_PHASE_PREPARED, err->msg);
 		goto done;
 	}
@@ -299,8 +297,7 @@ done:
 	tb_egress_stop(r.egress);
 	tb_run_egress_flush(&r, TB_PHASE_TORN_DOWN, 1);
 	usage_unfinished(&r);
-	tb_egress_free(r.egress);
-	r.egress = NULL;
+	tb_run_egress_free(&r);
 	finish_teardown(&r);
 	if (r.task->inputs.n && inputs_dir[0])
 		tb_remove_tree(AT_FDCWD, inputs_dir);

@@ -253,11 +253,11 @@ void tb_run_egress_flush(tb_run_t *r, tb_phase_t ph, int last)
 }
 
 /* The conversation record and the verdicts, side by side: all durable
- * before the manifest that names them. */
+ * before the manifest that names them; the egress recording too. */
 int tb_run_put_record(tb_run_t *r, const char *key, tb_error_t *err)
 {
 	size_t n = r->m.verdicts.n;
-	tb_store_put_item_t *items = calloc(n + 1, sizeof(*items));
+	tb_store_put_item_t *items = calloc(n + 2, sizeof(*items));
 	int rc;
 
 	if (!items)
@@ -267,6 +267,7 @@ int tb_run_put_record(tb_run_t *r, const char *key, tb_error_t *err)
 		items[i + 1] =
 		    (tb_store_put_item_t){ ((const tb_verdict_ref_t *)r->m.verdicts.items)[i].key,
 					   -1, r->verdicts[i].data, r->verdicts[i].size };
+	n += tb_run_recording_item(r, key, &items[n + 1]);
 	rc = tb_store_put_all(r->ctx->store, items, n + 1, err);
 	free(items);
 	return rc;

@@ -9,6 +9,7 @@
  *   turns.c     an interactive agent's prompts, turn by turn
  *   judges.c    each judge, in a view of its own, and its verdict
  *   usage.c     what the attempt used: CPU, memory, outputs, egress
+ *   egress_run.c its way out: the proxy and the egress recording
  *   lifecycle.c the order of the phases, and the teardown
  *
  * Everything here runs on the attempt's own thread; a tb_run_t lives on
@@ -21,6 +22,8 @@
 #include "lifecycle.h"
 #include "tb/agent_events.h"
 #include "tb/runtime.h"
+#include "tb/store.h"
+#include "tb/store_put_all.h"
 
 #include <jansson.h>
 #include <msgpack.h>
@@ -58,9 +61,11 @@ typedef struct tb_run {
 	tb_rate_t rate;
 	tb_linebuf_t lines;
 	uint64_t line_no;
-	int recorded_phase;  /* reached: later phases are not in the manifest */
-	tb_egress_t *egress; /* the sandbox's way out; NULL when it has none */
-	uint64_t turn;       /* the prompt the agent is answering, 1-based */
+	int recorded_phase;           /* reached: later phases are not in the manifest */
+	tb_egress_t *egress;          /* the sandbox's way out; NULL when it has none */
+	struct tb_recorder *recorder; /* the egress recording (egress_run.c), or NULL */
+	int rec_fd;                   /* ... in this memfd, when there is one */
+	uint64_t turn;                /* the prompt the agent is answering, 1-based */
 	uint64_t turns_ended;
 	int turn_ended;            /* the agent has just ended its turn */
 	char ended_why[160];       /* an interactive session ended before the agent did */
@@ -79,6 +84,19 @@ typedef struct tb_run {
 	int judging;        /* a judge has started */
 	int budget_graced;  /* a budget spent: the agent's grace is running */
 } tb_run_t;
+
+/* -------------------------------------------------- egress_run.c */
+
+/** Starts the attempt's proxy under the limits @p lim (its budgets, its
+ * wall time for the token's end), with the recording when an endpoint of
+ * the runtime records. @return as tb_egress_start() */
+int tb_run_egress_start(tb_run_t *r, const tb_limits_t *lim, tb_error_t *err);
+/** The recording's put, beside the conversation record at
+ * @p conversation_key, into @p item; its key into the manifest.
+ * @return 1, or 0 when the attempt has no recording */
+int tb_run_recording_item(tb_run_t *r, const char *conversation_key, tb_store_put_item_t *item);
+/** Stops and frees the proxy, then the recording. */
+void tb_run_egress_free(tb_run_t *r);
 
 /* ------------------------------------------------------ record.c */
 

@@ -38,12 +38,14 @@ typedef struct tb_endpoint {
 	char *name; /* the binding name the agent sees */
 	char *host; /* upstream host name */
 	uint64_t port;
-	char *scheme;               /* "https" or "http" */
-	tb_strlist_t methods;       /* empty: any */
-	tb_strlist_t path_prefixes; /* empty: any */
-	tb_credential_t credential; /* absent: none added */
-	int dialect;                /* tb_dialect_t, when has bit TB_ENDPOINT_DIALECT */
-	tb_rate_conf_t rate_limit;  /* has == 0: none */
+	char *scheme;                /* "https" or "http" */
+	tb_strlist_t methods;        /* empty: any */
+	tb_strlist_t path_prefixes;  /* empty: any */
+	tb_credential_t credential;  /* absent: none added */
+	int dialect;                 /* tb_dialect_t, when has bit TB_ENDPOINT_DIALECT */
+	tb_rate_conf_t rate_limit;   /* has == 0: none */
+	bool record;                 /* its exchanges go into the egress recording */
+	tb_strlist_t secret_headers; /* header names never recorded */
 } tb_endpoint_t;
 
 /* The provider API an endpoint speaks, whose answers' usage fields the
@@ -82,6 +84,12 @@ typedef struct tb_agent_conf {
 	uint64_t usage_interval_seconds; /* a usage event while the agent runs; 0: none */
 } tb_agent_conf_t;
 
+/* The egress recording's caps (schemas/runtime.md, "recording"). */
+typedef struct tb_recording_conf {
+	uint64_t max_body_kib; /* each request and answer body kept up to this */
+	uint64_t max_mb;       /* the whole recording of an attempt */
+} tb_recording_conf_t;
+
 typedef struct tb_runtime {
 	uint32_t has;
 	char *name;
@@ -93,6 +101,7 @@ typedef struct tb_runtime {
 	tb_agent_conf_t agent;
 	tb_list_t endpoints; /* tb_endpoint_t, "network.allow" in the file */
 	tb_strmap_t env;     /* bindings: variables the agent sees */
+	tb_recording_conf_t recording;
 } tb_runtime_t;
 
 extern const tb_schema_t tb_schema_runtime;

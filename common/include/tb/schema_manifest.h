@@ -124,6 +124,7 @@ typedef struct tb_manifest {
 	uint64_t followups;               /* interactive: the last follow-up seq taken (has bit) */
 	tb_environment_ran_t environment; /* an image's; image NULL: the host binds */
 	tb_usage_t usage;                 /* what the attempt used */
+	char *recording_key;              /* the egress recording, or NULL */
 } tb_manifest_t;
 
 enum { TB_MANIFEST_TURNS = 14, TB_MANIFEST_FOLLOWUPS = 15 }; /* has bits */

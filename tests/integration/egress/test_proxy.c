@@ -1649,9 +1649,11 @@ static void test_egress__a_task_id_no_token_can_carry_is_poison(void **state)
 	(void)state;
 	rt.endpoints = eplist;
 	/* the same for every attempt: not a platform failure to retry */
-	assert_int_equal(tb_egress_start(&e, &rt, NULL, NULL, 0, "no spaces allowed", 1,
-					 wall_ms() + 60000, &err),
-			 TB_EPOISON);
+	tb_egress_conf_t ec = { .rt = &rt,
+				.task_id = "no spaces allowed",
+				.attempt = 1,
+				.expires_ms = wall_ms() + 60000 };
+	assert_int_equal(tb_egress_start(&e, &ec, &err), TB_EPOISON);
 	assert_null(e);
 	assert_non_null(strstr(err.msg, "task id"));
 }

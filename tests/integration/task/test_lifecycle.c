@@ -27,6 +27,7 @@
 #include "fixture.h"
 #include "lifecycle.h"
 #include "tb/sys/store.h" /* a backend of its own, or one called bypassing the checks */
+#include "recording.h"
 #include "tb/clock.h"
 #include "tb/json_mpack.h"
 #include "tb/schema_verdict.h"
@@ -1491,6 +1492,88 @@ static void test_lifecycle__budgets_on_input_output_and_bytes_each_stop_it(void 
 	tb_msg_free(&tb_schema_manifest, &m);
 }
 
+/* An endpoint marked "record": every exchange with it is in the
+ * attempt's egress recording, named by its manifest, as the agent got it
+ * (the key masked where the provider echoed it, the credential header
+ * nowhere), streams with their pieces, and the task that ran in its
+ * header. */
+static void test_lifecycle__a_recording_keeps_every_exchange_and_no_key(void **state)
+{
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	tb_lifecycle_result_t res;
+	tb_recording_t rec;
+	tb_manifest_t m;
+	tb_error_t err;
+	char path[512], *bytes;
+	size_t len;
+	FILE *f;
+
+	(void)state;
+	if (access("/usr/bin/curl", X_OK) != 0)
+		skip();
+	provider_start();
+	snprintf(path, sizeof(path), "%s/recorded.json", F.runtimes);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f,
+		"{\"v\": 1, \"name\": \"recorded\", \"network\": {\"allow\": [{\"name\": "
+		"\"provider\", \"host\": \"localhost\", \"port\": %u, \"scheme\": \"http\", "
+		"\"credential\": {\"header\": \"Authorization\", \"format\": \"Bearer {}\", "
+		"\"env\": \"TB_LIFE_PROVIDER_KEY\"}, \"dialect\": \"openai\", \"record\": true, "
+		"\"secret_headers\": [\"X-Session\"]}]}}\n",
+		provider.port);
+	fclose(f);
+	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"recorded\", \"agent\": "
+					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
+	write_repo_file(
+	    "agent.sh",
+	    "read -r prompt\n"
+	    "curl -s -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -H 'X-Session: sess-77aa' "
+	    "-d '{\"q\":\"one\"}' \"$TASKBOX_ENDPOINT_PROVIDER/v1/echo?n=1\" > /dev/null\n"
+	    "curl -s -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" "
+	    "\"$TASKBOX_ENDPOINT_PROVIDER/v1/stream\" > /dev/null\n");
+	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
+		      "--allow-empty -m recorded",
+		      repo);
+	tb_task_t t = task("life-recorded", head_commit(), "recorded");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
+	provider_stop();
+	assert_int_equal(provider.requests, 2);
+	get_record(res.manifest_key, &tb_schema_manifest, &m);
+	assert_non_null(m.recording_key);
+	assert_string_equal(m.recording_key, "tasks/life-recorded/1/egress.msgpack");
+	assert_int_equal(tb_store_get_bytes(F.store, m.recording_key, 1 << 24, &bytes, &len, &err),
+			 0);
+	/* the key nowhere, nor the token or the secret header's value */
+	assert_null(memmem(bytes, len, PROVIDER_KEY, strlen(PROVIDER_KEY)));
+	assert_null(memmem(bytes, len, "tb1.", 4));
+	assert_null(memmem(bytes, len, "sess-77aa", 9));
+	assert_int_equal(tb_recording_read(&rec, bytes, len, &err), 0);
+	assert_string_equal(rec.task_id, "life-recorded");
+	assert_non_null(rec.task);
+	assert_int_equal(rec.n, 2);
+	const tb_rec_exchange_read_t *x0 = &rec.xs[0], *x1 = &rec.xs[1];
+	assert_string_equal(x0->method, "POST");
+	assert_string_equal(x0->target, "/v1/echo?n=1");
+	assert_int_equal(x0->body_len, 11);
+	assert_memory_equal(x0->body, "{\"q\":\"one\"}", 11);
+	assert_int_equal(x0->status, 200);
+	assert_true(x0->ended && !x0->error && !x0->stream);
+	/* what the agent got: the echoed key masked */
+	assert_int_equal(x0->npieces, 1);
+	assert_non_null(memmem(x0->pieces[0].data, x0->pieces[0].len, "Bearer ****", 11));
+	assert_string_equal(x1->method, "GET");
+	assert_true(x1->stream && x1->ended);
+	size_t streamed = 0;
+	for (size_t i = 0; i < x1->npieces; i++)
+		streamed += x1->pieces[i].len;
+	assert_int_equal(streamed, strlen(PROVIDER_SSE));
+	tb_recording_free(&rec);
+	free(bytes);
+	tb_msg_free(&tb_schema_manifest, &m);
+}
+
 /* While the agent runs, a usage event every agent.usage_interval_seconds
  * says what the attempt has used so far: the wall time, the agent's CPU,
  * the egress tally with the provider's tokens (what a worker killed then
@@ -1977,6 +2060,7 @@ int main(void)
 		cmocka_unit_test(test_lifecycle__a_budget_stops_an_agent_that_asks_forever),
 		cmocka_unit_test(test_lifecycle__budgets_on_input_output_and_bytes_each_stop_it),
 		cmocka_unit_test(test_lifecycle__usage_events_say_the_figures_so_far),
+		cmocka_unit_test(test_lifecycle__a_recording_keeps_every_exchange_and_no_key),
 		cmocka_unit_test(test_lifecycle__two_workers_share_a_rate_limit_and_a_pause),
 		cmocka_unit_test(
 		    test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own),
