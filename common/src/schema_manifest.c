@@ -166,6 +166,8 @@ static const tb_field_t egress_fields[] = {
 	 .offset = offsetof(tb_usage_egress_t, output_tokens), .max = UINT64_MAX},
 	{.name = "cached_tokens", .type = TB_FT_U64,
 	 .offset = offsetof(tb_usage_egress_t, cached_tokens), .max = UINT64_MAX},
+	{.name = "replayed", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_egress_t, replayed), .max = UINT64_MAX},
 };
 /* clang-format on */
 static const tb_schema_t egress_schema = {
@@ -173,7 +175,7 @@ static const tb_schema_t egress_schema = {
 	.size = sizeof(tb_usage_egress_t),
 	.has_offset = offsetof(tb_usage_egress_t, has),
 	.fields = egress_fields,
-	.nfields = 9,
+	.nfields = 10,
 };
 
 /* clang-format off */

@@ -9,8 +9,11 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char *const task_kinds[] = { "one-shot", "interactive", NULL };
+static const char *const replay_modes[] = { "strict", "fill", NULL };
+static const char *const replay_paces[] = { "instant", "recorded", NULL };
 
 /* clang-format off: one field per row reads as a table */
 static const tb_field_t recipe_fields[] = {
@@ -106,6 +109,39 @@ const tb_schema_t tb_schema_limits = {
 };
 
 /* clang-format off */
+static const tb_field_t replay_fields[] = {
+	[TB_REPLAY_ATTEMPT] = {.name = "attempt", .type = TB_FT_U64,
+	 .offset = offsetof(tb_replay_conf_t, attempt), .min = 1, .max = 1000},
+	{.name = "mode", .type = TB_FT_ENUM,
+	 .offset = offsetof(tb_replay_conf_t, mode), .names = replay_modes},
+	{.name = "pace", .type = TB_FT_ENUM,
+	 .offset = offsetof(tb_replay_conf_t, pace), .names = replay_paces},
+};
+/* clang-format on */
+
+static const tb_schema_t replay_schema = {
+	.name = "replay",
+	.size = sizeof(tb_replay_conf_t),
+	.has_offset = offsetof(tb_replay_conf_t, has),
+	.fields = replay_fields,
+	.nfields = sizeof(replay_fields) / sizeof(replay_fields[0]),
+	.strict = true,
+};
+
+/* A replay names another task, and replay's settings need it. */
+static int task_check(const void *obj, tb_error_t *err)
+{
+	const tb_task_t *t = obj;
+
+	if (t->replay.has && !t->replay_from)
+		return tb_error_set(err, TB_EINVAL, "field 'replay': needs 'replay_from'");
+	if (t->replay_from && t->id && !strcmp(t->replay_from, t->id))
+		return tb_error_set(err, TB_EINVAL,
+				    "field 'replay_from': a task cannot replay itself");
+	return 0;
+}
+
+/* clang-format off */
 static const tb_field_t task_fields[] = {
 	{.name = "id", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_task_t, id), .min = 1, .max = 128,
@@ -128,6 +164,11 @@ static const tb_field_t task_fields[] = {
 	 .check = tb_check_label},
 	{.name = "submitted_at", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_task_t, submitted_at), .max = UINT64_MAX},
+	{.name = "replay_from", .type = TB_FT_STR,
+	 .offset = offsetof(tb_task_t, replay_from), .min = 1, .max = 128,
+	 .check = tb_check_id},
+	{.name = "replay", .type = TB_FT_OBJ,
+	 .offset = offsetof(tb_task_t, replay), .sub = &replay_schema},
 };
 /* clang-format on */
 
@@ -138,6 +179,7 @@ const tb_schema_t tb_schema_task = {
 	.fields = task_fields,
 	.nfields = sizeof(task_fields) / sizeof(task_fields[0]),
 	.max_bytes = TB_TASK_MAX_BYTES,
+	.check = task_check,
 };
 
 int tb_task_digest(const tb_task_t *t, char out[72], tb_error_t *err)

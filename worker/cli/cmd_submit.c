@@ -5,6 +5,7 @@
  */
 #include "cmd.h"
 #include "follow.h"
+#include "submit_replay.h"
 
 #include "tb/clock.h"
 #include "tb/config.h"
@@ -32,32 +33,40 @@ static void on_signal(int sig)
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: taskbox submit [--config FILE] [--wait [--json] [--timeout SECONDS]]\n"
-		"                      (--file TASK.json | --recipe URL --commit SHA\n"
-		"                       (--prompt TEXT | --prompt-file FILE) [options])\n\n"
-		"Puts one task on the tasks topic and prints its id.\n"
-		"  --file FILE         the task as JSON (schemas/task.md); `id` and\n"
-		"                      `submitted_at` are filled in when missing\n"
-		"  --recipe URL        the recipe's git repository\n"
-		"  --commit SHA        its pinned commit (40 hex digits)\n"
-		"  --prompt TEXT       the first prompt (--prompt-file: from a file, - stdin)\n"
-		"  --id ID             the task id (default: t-<date>-<time>-<random>)\n"
-		"  --runtime NAME      the runtime (default: default)\n"
-		"  --interactive       an interactive task (follow-ups: taskbox send/end)\n"
-		"  --input NAME=KEY    an artifact key placed at /inputs/NAME, or\n"
-		"  --input NAME=TASK:PATH  an earlier task's output (repeatable)\n"
-		"  --limit KEY=N       wall_seconds, memory_mb, pids, cpu_millis, outputs_mb,\n"
-		"                      and the budgets max_tokens, max_input_tokens,\n"
-		"                      max_output_tokens, max_requests, max_egress_mb\n"
-		"  --label KEY=VALUE   copied to the task's events (repeatable)\n"
-		"  --wait              follow the task's events until it is settled\n"
-		"  --json              with --wait: events as JSON lines\n"
-		"  --timeout SECONDS   with --wait: give up waiting after this long\n"
-		"Exit: 0 submitted (with --wait: succeeded), 1 Kafka failed, 2 usage,\n"
-		"3 configuration, 4 the task is invalid (the field is named); with\n"
-		"--wait also 6 the task ended without success, 7 dead-lettered,\n"
-		"8 --timeout passed first (the task goes on).\n");
+	fprintf(
+	    out,
+	    "usage: taskbox submit [--config FILE] [--wait [--json] [--timeout SECONDS]]\n"
+	    "                      (--file TASK.json | --recipe URL --commit SHA\n"
+	    "                       (--prompt TEXT | --prompt-file FILE) [options]\n"
+	    "                       | --replay-from TASK [replay options])\n\n"
+	    "Puts one task on the tasks topic and prints its id.\n"
+	    "  --file FILE         the task as JSON (schemas/task.md); `id` and\n"
+	    "                      `submitted_at` are filled in when missing\n"
+	    "  --recipe URL        the recipe's git repository\n"
+	    "  --commit SHA        its pinned commit (40 hex digits)\n"
+	    "  --prompt TEXT       the first prompt (--prompt-file: from a file, - stdin)\n"
+	    "  --id ID             the task id (default: t-<date>-<time>-<random>)\n"
+	    "  --runtime NAME      the runtime (default: default)\n"
+	    "  --interactive       an interactive task (follow-ups: taskbox send/end)\n"
+	    "  --input NAME=KEY    an artifact key placed at /inputs/NAME, or\n"
+	    "  --input NAME=TASK:PATH  an earlier task's output (repeatable)\n"
+	    "  --limit KEY=N       wall_seconds, memory_mb, pids, cpu_millis, outputs_mb,\n"
+	    "                      and the budgets max_tokens, max_input_tokens,\n"
+	    "                      max_output_tokens, max_requests, max_egress_mb\n"
+	    "  --label KEY=VALUE   copied to the task's events (repeatable)\n"
+	    "  --replay-from TASK  the earlier task again, as its egress recording keeps\n"
+	    "                      it, its providers answered from that recording\n"
+	    "                      (schemas/task.md, \"Replay\"); with --id, --commit (another\n"
+	    "                      recipe commit), --replay-attempt N (default: the one\n"
+	    "                      that counted), --replay-mode strict|fill and\n"
+	    "                      --replay-pace instant|recorded\n"
+	    "  --wait              follow the task's events until it is settled\n"
+	    "  --json              with --wait: events as JSON lines\n"
+	    "  --timeout SECONDS   with --wait: give up waiting after this long\n"
+	    "Exit: 0 submitted (with --wait: succeeded), 1 Kafka failed, 2 usage,\n"
+	    "3 configuration, 4 the task is invalid (the field is named); with\n"
+	    "--wait also 6 the task ended without success, 7 dead-lettered,\n"
+	    "8 --timeout passed first (the task goes on).\n");
 }
 
 /* t-20261129-134501-9f2c4e1a: sortable by time, unique by chance. */
@@ -162,6 +171,7 @@ static int add_limit(json_t *doc, char *arg)
 
 typedef struct submit_args {
 	const char *config, *file, *recipe, *commit, *prompt, *prompt_file, *id, *runtime;
+	submit_replay_t replay;
 	int interactive, wait, json;
 	uint64_t timeout_ms;
 	char *inputs[MAX_REPEATS], *limits[MAX_REPEATS], *labels[MAX_REPEATS];
@@ -224,6 +234,50 @@ static json_t *build(submit_args_t *a)
 		json_decref(doc);
 		return NULL;
 	}
+	return doc;
+}
+
+/* The task a replay sends (--replay-from); NULL after a message, with
+ * the exit code in *code. */
+static json_t *build_replay(submit_args_t *a, int *code)
+{
+	tb_ledger_t *l = NULL;
+	tb_store_t *s = NULL;
+	tb_config_t cfg;
+	tb_error_t err;
+	json_t *doc = NULL;
+
+	*code = TB_EXIT_USAGE;
+	if (a->file || a->recipe || a->prompt || a->prompt_file || a->runtime || a->interactive ||
+	    a->ninputs || a->nlimits || a->nlabels) {
+		fprintf(stderr, "taskbox submit: --replay-from takes the task from its recording: "
+				"only --id, --commit and the --replay-* options go with it\n");
+		return NULL;
+	}
+	a->replay.commit = a->commit;
+	if (tb_cmd_load_config(&cfg, a->config, &err) < 0) {
+		fprintf(stderr, "taskbox submit: %s\n", err.msg);
+		*code = TB_EXIT_CONFIG;
+		return NULL;
+	}
+	if ((*code = tb_cmd_open_fleet("submit", &cfg, &l, &s, &err)) == TB_EXIT_OK &&
+	    !(doc = tb_submit_replay_doc(l, s, &a->replay, &err)))
+		*code = err.code == TB_ENOTFOUND || err.code == TB_EINVAL ? TB_EXIT_INVALID
+									  : TB_EXIT_FAILURE;
+	if (!doc)
+		fprintf(stderr, "taskbox submit: --replay-from %s: %s\n", a->replay.from, err.msg);
+	tb_store_close(s);
+	tb_ledger_close(l);
+	tb_config_free(&cfg);
+	if (doc && a->id)
+		json_object_set_new(doc, "id", json_string(a->id));
+	if (doc && !json_object_get(doc, "id")) {
+		char id[64];
+		new_id(id, sizeof(id));
+		json_object_set_new(doc, "id", json_string(id));
+	}
+	if (doc)
+		json_object_set_new(doc, "submitted_at", json_integer((json_int_t)tb_wall_ms()));
 	return doc;
 }
 
@@ -332,6 +386,10 @@ int tb_cmd_submit(int argc, char **argv)
 		{ "--wait", TB_OPT_FLAG, &a.wait, 0, 0, NULL, 'w' },
 		{ "--json", TB_OPT_FLAG, &a.json, 0, 0, NULL, 'j' },
 		{ "--timeout", TB_OPT_UINT, &timeout_s, 1, 7 * 86400, "seconds", 't' },
+		{ "--replay-from", TB_OPT_STRING, &a.replay.from, 0, 0, NULL, 0 },
+		{ "--replay-attempt", TB_OPT_UINT, &a.replay.attempt, 1, 1000, "attempt", 0 },
+		{ "--replay-mode", TB_OPT_STRING, &a.replay.mode, 0, 0, NULL, 0 },
+		{ "--replay-pace", TB_OPT_STRING, &a.replay.pace, 0, 0, NULL, 0 },
 		{ NULL, 0, NULL, 0, 0, NULL, 0 },
 	};
 	tb_opts_t o = { "submit", opts, NULL, 0, 0 };
@@ -340,9 +398,10 @@ int tb_cmd_submit(int argc, char **argv)
 		return rc;
 	a.ninputs = inputs.n, a.nlimits = limits.n, a.nlabels = labels.n;
 	a.timeout_ms = timeout_s * 1000;
-	json_t *doc = build(&a);
+	int bad = TB_EXIT_USAGE;
+	json_t *doc = a.replay.from ? build_replay(&a, &bad) : build(&a);
 	if (!doc)
-		return TB_EXIT_USAGE;
+		return bad;
 	msgpack_sbuffer bytes;
 	msgpack_sbuffer_init(&bytes);
 	rc = encode(doc, &bytes, id, sizeof(id));

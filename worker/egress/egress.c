@@ -10,6 +10,7 @@
 #include "tb/metrics.h"
 #include "proxy.h"
 #include "ratelimit.h"
+#include "replay.h"
 #include "task_token.h"
 
 #include <openssl/crypto.h>
@@ -66,6 +67,8 @@ struct tb_egress {
 	tb_limits_t budget;
 	uint64_t admitted;
 	char spent[256];
+	struct tb_replay *replay; /* the recording the task replays, or NULL */
+	int replaying;
 	/* The fleet's rate limits: the worker's, or one of its own when the
 	 * caller gave none (own_rates: freed with it). */
 	tb_ratelimit_t *rates;
@@ -115,8 +118,12 @@ static void tally(tb_egress_t *e, const tb_proxy_audit_t *a)
 	t->refused += a->refused != 0;
 	t->bytes_up += a->bytes_out;
 	t->bytes_down += a->bytes_in;
-	if (!a->refused)
+	if (!a->refused && !(a->replay && strcmp(a->replay, "passed")))
 		t->upstream_ms += a->duration_ms;
+	if (e->replaying) { /* a replay says how many it answered itself */
+		TB_SET_HAS(t, TB_USAGE_REPLAYED);
+		t->replayed += a->replay && !strcmp(a->replay, "replayed");
+	}
 	if (i < n && TB_HAS(&eps[i], TB_ENDPOINT_DIALECT)) { /* its tokens, 0 or more */
 		TB_SET_HAS(t, TB_USAGE_TOKENS_IN);
 		TB_SET_HAS(t, TB_USAGE_TOKENS_OUT);
@@ -254,6 +261,8 @@ static void on_audit(void *ud, const tb_proxy_audit_t *a)
 		json_object_set_new(p, "endpoint", json_string(a->endpoint));
 	if (p && a->reason)
 		json_object_set_new(p, "reason", json_string(a->reason));
+	if (p && a->replay)
+		json_object_set_new(p, "replay", json_string(a->replay));
 	if (p && a->tokens) {
 		uint64_t t[3] = { a->tokens->input, a->tokens->output, a->tokens->cached };
 		json_object_set_new(p, "tokens", tokens_json(t));
@@ -356,7 +365,10 @@ int tb_egress_start(tb_egress_t **out, const tb_egress_conf_t *ec, tb_error_t *e
 		.admit_ud = e,
 		.pace = on_pace,
 		.recorder = ec->recorder,
+		.replay = ec->replay,
 	};
+	e->replay = ec->replay;
+	e->replaying = ec->replay != NULL;
 	if ((rc = tb_proxy_start(&e->proxy, &conf, err)) < 0)
 		goto fail;
 	*out = e;
@@ -535,6 +547,18 @@ int tb_egress_budget_spent(tb_egress_t *e, char *why, size_t len)
 		snprintf(why, len, "%s", e->spent);
 	pthread_mutex_unlock(&e->lock);
 	return spent;
+}
+
+int tb_egress_replay_missed(tb_egress_t *e, char *why, size_t len)
+{
+	char first[700];
+
+	if (!e || !e->replay || !tb_replay_first_miss(e->replay, first, sizeof(first)))
+		return 0;
+	if (why)
+		snprintf(why, len, "replay of %s: the first request with no recorded match: %s",
+			 tb_replay_from(e->replay), first);
+	return 1;
 }
 
 int tb_egress_usage(tb_egress_t *e, tb_list_t *out)

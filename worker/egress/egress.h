@@ -50,6 +50,8 @@ typedef struct tb_egress_conf {
 	uint64_t expires_ms; /* the task token's end */
 	/* the attempt's egress recording (recording.h); NULL: none */
 	struct tb_recorder *recorder;
+	/* the recording the task replays (replay.h); NULL: none */
+	struct tb_replay *replay;
 } tb_egress_conf_t;
 
 /**
@@ -73,6 +75,13 @@ int tb_egress_start(tb_egress_t **out, const tb_egress_conf_t *conf, tb_error_t 
  * it), and which, into @p why (may be NULL). NULL @p e: no.
  */
 int tb_egress_budget_spent(tb_egress_t *e, char *why, size_t len);
+
+/**
+ * Whether a strict replay refused a request that matched no recorded
+ * exchange, and the first such request, into @p why (may be NULL).
+ * NULL @p e: no.
+ */
+int tb_egress_replay_missed(tb_egress_t *e, char *why, size_t len);
 
 /**
  * Adds the agent's variables to @p envp (each malloc'd "NAME=value", freed

@@ -119,6 +119,10 @@ typedef struct tb_proxy_audit {
 	/* the upstream's 429 or 529 asked for a pause this long (Retry-After
 	 * or Retry-After-Ms; at most 10 minutes), or 0 */
 	uint64_t retry_after_ms;
+	/* in a replay: "replayed" (answered from the recording), "missed"
+	 * (refused: nothing matched), "passed" (nothing matched: asked
+	 * upstream); NULL otherwise */
+	const char *replay;
 } tb_proxy_audit_t;
 
 /* The proxy's own answer to a request its admission refused. */
@@ -171,6 +175,10 @@ typedef struct tb_proxy_conf {
 	/* Where the exchanges of endpoints with "record" go (recording.h);
 	 * must outlive the proxy. NULL: none are recorded. */
 	struct tb_recorder *recorder;
+	/* An earlier attempt's recording to answer from (replay.h): requests
+	 * go upstream only when it matches none and it fills. Must outlive
+	 * the proxy. NULL: none. */
+	struct tb_replay *replay;
 } tb_proxy_conf_t;
 
 typedef struct tb_proxy tb_proxy_t;

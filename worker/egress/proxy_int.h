@@ -9,6 +9,7 @@
  *                    refusals, the audit record, masking
  *   proxy_upstream.c one request's transfer to its endpoint (libcurl)
  *   proxy_platform.c the platform route the proxy answers itself
+ *   proxy_replay.c   a request answered from a recording (replay.h)
  */
 #ifndef TB_PROXY_INT_H
 #define TB_PROXY_INT_H
@@ -69,8 +70,9 @@ struct tb_proxy_conn {
 	CURL *curl;
 	char *hold; /* response bytes held back: maybe the start of a secret */
 	size_t nhold;
-	int upstream;            /* the current request went upstream */
-	uint64_t retry_after_ms; /* the current answer's pause (tb_proxy_audit_t) */
+	int upstream;             /* the current request went upstream */
+	uint64_t retry_after_ms;  /* the current answer's pause (tb_proxy_audit_t) */
+	const char *replay_state; /* the current request's, in a replay (tb_proxy_audit_t) */
 };
 
 /* One request and its response. */
@@ -81,7 +83,7 @@ typedef struct tb_proxy_exchange {
 	const tb_proxy_secret_t *sec;
 	int is_head;
 	int blocked;   /* the upstream name resolved to an internal address */
-	int body_mode; /* 0 none, 1 Content-Length, 2 chunked */
+	int body_mode; /* 0 none, 1 Content-Length, 2 chunked, 3 read whole (mem_body) */
 	uint64_t body_left;
 	tb_http_chunked_t dec;
 	int body_done;
@@ -100,6 +102,8 @@ typedef struct tb_proxy_exchange {
 	int scanning;                /* its usage read as it passes (ep's dialect) */
 	tb_usage_scan_t usage;       /* ... by this */
 	struct tb_rec_exchange *rec; /* its recording (ep's record), or NULL */
+	char *mem_body;              /* body_mode 3: the body, read whole (a replay) */
+	size_t mem_len, mem_off;
 } tb_proxy_exchange_t;
 
 /* ------------------------------------------------- proxy_client.c */
@@ -142,6 +146,24 @@ void tb_proxy_mask_all(const tb_proxy_secret_t *sec, char *s, size_t len);
  * streams the response back. @return 1 when the connection may carry
  * another request. */
 int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0);
+/** The answer's head (x->status, x->rhead, x->rlength) to the client,
+ * recorded when the exchange is. @return 0, or -1 (the client failed) */
+int tb_proxy_send_head(tb_proxy_exchange_t *x);
+/** Answer body bytes to the client, framed as the head said, recorded
+ * when the exchange is. @return 0, or -1 */
+int tb_proxy_send_body(tb_proxy_exchange_t *x, const char *data, size_t len);
+/** The exchange's recording begins, when its endpoint records and the
+ * proxy has a recorder (with the body read whole already, if it was);
+ * else NULL. */
+struct tb_rec_exchange *tb_proxy_record_begin(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d);
+
+/* -------------------------------------------------- proxy_replay.c */
+
+/** Answers the request in @p x: from its upstream (tb_proxy_forward), or
+ * in a replay from the recording, and from its upstream only when nothing
+ * matches and the replay fills. @return 1 when the connection may carry
+ * another request. */
+int tb_proxy_answer(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0);
 
 /* ----------------------------------------------- proxy_platform.c */
 
@@ -155,5 +177,9 @@ int tb_proxy_serve_platform(tb_proxy_conn_t *c, const tb_http_request_t *r, cons
 
 /** A connection's thread: @p arg is its tb_proxy_conn_t. */
 void *tb_proxy_conn_main(void *arg);
+/** The checks a request to an upstream passes that a replayed one need
+ * not (the worker holds the credential; the rate limit's turn), refused
+ * and audited when it fails them. @return 1 to go on. */
+int tb_proxy_may_go_upstream(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0);
 
 #endif

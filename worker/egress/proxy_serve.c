@@ -166,7 +166,7 @@ static int may_go(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, const ch
 	const char *method = x->req.method;
 	tb_proxy_refusal_t no = { 0 };
 	char why[600] = "";
-	int status = 0, paced_rc;
+	int status = 0;
 
 	if ((x->ep->credential.header || x->ep->credential.query) && !strcmp(method, "TRACE")) {
 		status = 403;
@@ -174,13 +174,9 @@ static int may_go(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, const ch
 			 "TRACE is not allowed for endpoint '%.64s': it echoes the credential the "
 			 "proxy adds",
 			 x->ep->name);
-	} else if ((x->ep->credential.header || x->ep->credential.query) && !x->sec->value) {
-		status = 502;
-		snprintf(why, sizeof(why), "the worker has no credential for endpoint '%s': %s",
-			 x->ep->name, x->sec->why);
-	} else if ((paced_rc = paced(x, &no)) < 0) {
-		return 0; /* the proxy stops: the client is closed */
-	} else if (paced_rc > 0 || (conf->admit && conf->admit(conf->admit_ud, x->ep, &no) < 0)) {
+	} else if (!conf->replay && !tb_proxy_may_go_upstream(x, d, t0)) {
+		return 0; /* refused, or the proxy stops */
+	} else if (conf->admit && conf->admit(conf->admit_ud, x->ep, &no) < 0) {
 		tb_proxy_refuse_body(c, no.status, "application/json", no.body,
 				     no.extra[0] ? no.extra : NULL);
 		tb_proxy_audit(c, method, ahost, d->path, x->ep, no.status, 0, 0, t0, no.reason);
@@ -191,6 +187,32 @@ static int may_go(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, const ch
 	tb_proxy_refuse(c, status, why);
 	tb_proxy_audit(c, method, ahost, d->path, x->ep, status, 0, 0, t0, why);
 	return 0;
+}
+
+int tb_proxy_may_go_upstream(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0)
+{
+	tb_proxy_conn_t *c = x->c;
+	tb_proxy_refusal_t no = { 0 };
+	char why[600];
+	int paced_rc;
+
+	if ((x->ep->credential.header || x->ep->credential.query) && !x->sec->value) {
+		snprintf(why, sizeof(why), "the worker has no credential for endpoint '%s': %s",
+			 x->ep->name, x->sec->why);
+		tb_proxy_refuse(c, 502, why);
+		tb_proxy_audit(c, x->req.method, x->ep->host, d->path, x->ep, 502, 0, 0, t0, why);
+		return 0;
+	}
+	if ((paced_rc = paced(x, &no)) < 0)
+		return 0; /* the proxy stops: the client is closed */
+	if (paced_rc > 0) {
+		tb_proxy_refuse_body(c, no.status, "application/json", no.body,
+				     no.extra[0] ? no.extra : NULL);
+		tb_proxy_audit(c, x->req.method, x->ep->host, d->path, x->ep, no.status, 0, 0, t0,
+			       no.reason);
+		return 0;
+	}
+	return 1;
 }
 
 /* Serves one request whose head is in c->head. Returns 1 when the
@@ -206,7 +228,7 @@ static int serve(tb_proxy_conn_t *c, size_t hlen, uint64_t t0)
 	tb_error_t err;
 	int status, keep = 0;
 
-	c->upstream = 0;
+	c->upstream = 0, c->replay_state = NULL;
 	if ((status = tb_http_parse_request(&x.req, c->head, hlen, why, sizeof(why))) != 0) {
 		tb_proxy_refuse(c, status, why);
 		tb_proxy_audit(c, NULL, NULL, NULL, NULL, status, 0, 0, t0, why);
@@ -295,7 +317,7 @@ static int serve(tb_proxy_conn_t *c, size_t hlen, uint64_t t0)
 		goto out;
 	}
 	if (may_go(&x, d, ahost, t0))
-		keep = tb_proxy_forward(&x, d, t0);
+		keep = tb_proxy_answer(&x, d, t0);
 out:
 	free(path);
 	free(d);

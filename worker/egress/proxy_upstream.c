@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int send_body(tb_proxy_exchange_t *x, const char *data, size_t len)
+int tb_proxy_send_body(tb_proxy_exchange_t *x, const char *data, size_t len)
 {
 	char size[32];
 	struct iovec iov[3];
@@ -46,7 +46,7 @@ static int send_body(tb_proxy_exchange_t *x, const char *data, size_t len)
 	return 0;
 }
 
-static int send_resp_head(tb_proxy_exchange_t *x)
+int tb_proxy_send_head(tb_proxy_exchange_t *x)
 {
 	char line[256];
 	int ll;
@@ -133,7 +133,7 @@ static int end_of_head(tb_proxy_exchange_t *x)
 	 * never a length that does not describe it. */
 	if (x->rchunked)
 		x->rlength[0] = '\0';
-	return send_resp_head(x);
+	return tb_proxy_send_head(x);
 }
 
 /* A Content-Length header's value [@p v, @p e) into x->rlength. -1 (and
@@ -262,7 +262,7 @@ static size_t on_write(char *data, size_t size, size_t nitems, void *ud)
 	tb_proxy_conn_t *c = x->c;
 	size_t len = size * nitems;
 
-	if (!x->head_sent && send_resp_head(x) < 0)
+	if (!x->head_sent && tb_proxy_send_head(x) < 0)
 		return 0;
 	x->bytes_in += len;
 	if (x->scanning)
@@ -270,7 +270,7 @@ static size_t on_write(char *data, size_t size, size_t nitems, void *ud)
 	if (x->resp_nobody)
 		return len;
 	if (!x->sec || !x->sec->mask)
-		return send_body(x, data, len) < 0 ? 0 : len;
+		return tb_proxy_send_body(x, data, len) < 0 ? 0 : len;
 	/* Held bytes and these, masked; the tail that may be the start of a
 	 * secret waits for the next call. */
 	size_t all = c->nhold + len;
@@ -281,7 +281,7 @@ static size_t on_write(char *data, size_t size, size_t nitems, void *ud)
 	memcpy(work + c->nhold, data, len);
 	tb_proxy_mask_all(x->sec, work, all);
 	size_t keep = tb_mask_pending(x->sec->mask, work, all);
-	int rc = send_body(x, work, all - keep);
+	int rc = tb_proxy_send_body(x, work, all - keep);
 	memcpy(c->hold, work + all - keep, keep);
 	c->nhold = keep;
 	OPENSSL_cleanse(work, all);
@@ -295,6 +295,14 @@ static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
 	tb_proxy_conn_t *c = x->c;
 	size_t cap = size * nitems;
 
+	if (x->body_mode == 3) { /* read whole already */
+		size_t n = x->mem_len - x->mem_off < cap ? x->mem_len - x->mem_off : cap;
+		memcpy(out, x->mem_body + x->mem_off, n);
+		x->mem_off += n;
+		x->body_done = x->mem_off == x->mem_len;
+		x->bytes_out += n; /* recorded whole when the recording began */
+		return n;
+	}
 	while (!x->body_done) {
 		if (c->off == c->have) {
 			ssize_t n = tb_proxy_fill(c, tb_mono_ms() + c->p->conf.io_timeout_ms);
@@ -547,9 +555,11 @@ static int setup_transfer(tb_proxy_exchange_t *x, const char *url, struct curl_s
 		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
 		curl_easy_setopt(h, CURLOPT_READDATA, x);
 		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE,
-				 x->body_mode == 1 ? (curl_off_t)x->body_left : (curl_off_t)-1);
+				 x->body_mode == 1   ? (curl_off_t)x->body_left
+				 : x->body_mode == 3 ? (curl_off_t)x->mem_len
+						     : (curl_off_t)-1);
 		/* The client waits for our go-ahead before its body. */
-		if (x->req.expect_continue && x->req.minor == 1 &&
+		if (x->body_mode != 3 && x->req.expect_continue && x->req.minor == 1 &&
 		    tb_proxy_send_str(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
 			return -1;
 	}
@@ -558,12 +568,17 @@ static int setup_transfer(tb_proxy_exchange_t *x, const char *url, struct curl_s
 
 /* The exchange's recording begins (recording.h): the target as it goes
  * upstream, without the credential. NULL: not recorded. */
-static tb_rec_exchange_t *begin_record(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d)
+tb_rec_exchange_t *tb_proxy_record_begin(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d)
 {
 	char target[2 * TB_PROXY_PATH_MAX + 2];
 
+	if (!x->ep->record || !x->c->p->conf.recorder)
+		return NULL;
 	snprintf(target, sizeof(target), "%s%s%s", d->path, d->query[0] ? "?" : "", d->query);
-	return tb_rec_begin(x->c->p->conf.recorder, x->ep, x->req.method, target, &x->req);
+	tb_rec_exchange_t *rec =
+	    tb_rec_begin(x->c->p->conf.recorder, x->ep, x->req.method, target, &x->req);
+	tb_rec_request_body(rec, x->mem_body, x->mem_len); /* read whole already (a replay) */
+	return rec;
 }
 
 /* Why an exchange got no answer to pass on, into @p why; its status. */
@@ -621,11 +636,11 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 
 	if (setup_transfer(x, url, hdrs, errbuf) < 0)
 		goto done;
-	x->rec = ep->record && c->p->conf.recorder ? begin_record(x, d) : NULL;
+	x->rec = tb_proxy_record_begin(x, d);
 	c->upstream = 1;
 	res = curl_easy_perform(h);
 	if (res == CURLE_OK && c->nhold)
-		send_body(x, c->hold, c->nhold);
+		tb_proxy_send_body(x, c->hold, c->nhold);
 	c->nhold = 0;
 	tb_tokens_t used = answer_usage(x);
 	if (atomic_load(&c->p->stopping)) {

@@ -179,16 +179,19 @@ static int admit_inputs(tb_loop_t *w, const tb_job_t *j, char *why, size_t len, 
 		if ((rc = tb_inputs_task_done(l, task, &t, err)) == 0)
 			continue;
 		if (rc != TB_EBUSY && rc != TB_ENOTFOUND)
-			return rc; /* the ledger's */
+			return rc;              /* the ledger's */
+		char what[210] = "replay_from"; /* an input, or the task replayed */
+		if (name)
+			snprintf(what, sizeof(what), "input %.200s", name);
 		if (rc == TB_EBUSY && !t.attempts &&
 		    tb_mono_ms() - j->received_mono >= INPUT_UNSEEN_MS) {
 			snprintf(why, len,
-				 "input %.200s: task %.128s is unknown: the ledger has not seen it "
+				 "%s: task %.128s is unknown: the ledger has not seen it "
 				 "in %d minutes",
-				 name, task, INPUT_UNSEEN_MS / 60000);
+				 what, task, INPUT_UNSEEN_MS / 60000);
 			return TB_EPOISON;
 		}
-		snprintf(why, len, "input %.200s: %.380s", name, err->msg);
+		snprintf(why, len, "%s: %.380s", what, err->msg);
 		return rc == TB_EBUSY ? TB_EBUSY : TB_EPOISON;
 	}
 	return 0;

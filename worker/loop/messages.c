@@ -189,10 +189,11 @@ void tb_loop_redo_message(tb_loop_t *w, tb_job_t *j)
 	tb_loop_settled(w, j, rc, j->value, j->len, j->parked.msg_key, j->parked.msg_key_len);
 }
 
-/* The earlier tasks @p t's inputs name, for @p j to wait for. */
+/* The earlier tasks @p t's inputs name, and the one it replays, for @p j
+ * to wait for (a replay's name is NULL). */
 static void input_waits(tb_job_t *j, const tb_task_t *t)
 {
-	size_t by_task = 0;
+	size_t by_task = t->replay_from != NULL;
 
 	for (size_t i = 0; i < t->inputs.n; i++)
 		by_task += ((const tb_input_t *)t->inputs.items)[i].task != NULL;
@@ -205,6 +206,11 @@ static void input_waits(tb_job_t *j, const tb_task_t *t)
 			continue;
 		if (!(j->wait.input_names[j->wait.ninputs] = strdup(x->name)) ||
 		    !(j->wait.input_tasks[j->wait.ninputs] = strdup(x->task)))
+			abort(); /* out of memory */
+		j->wait.ninputs++;
+	}
+	if (t->replay_from) {
+		if (!(j->wait.input_tasks[j->wait.ninputs] = strdup(t->replay_from)))
 			abort(); /* out of memory */
 		j->wait.ninputs++;
 	}

@@ -146,12 +146,14 @@ static const char *agent_workdir(const tb_run_t *r)
 	return "/recipe";
 }
 
-/* A budget of the task spent (the proxy refused a request for it): the
- * agent gets the runtime's grace to end its turn, then everything in the
- * sandbox is killed as at the deadline. Once per attempt. */
+/* A budget of the task spent (the proxy refused a request for it), or a
+ * strict replay's request that matched nothing: the agent gets the
+ * runtime's grace to end its turn, then everything in the sandbox is
+ * killed as at the deadline. Once per attempt. */
 static void grace_if_spent(tb_run_t *r)
 {
-	if (r->budget_graced || !tb_egress_budget_spent(r->egress, NULL, 0))
+	if (r->budget_graced || (!tb_egress_budget_spent(r->egress, NULL, 0) &&
+				 !tb_egress_replay_missed(r->egress, NULL, 0)))
 		return;
 	tb_sandbox_deadline_within(r->sb, r->rt.agent.budget_grace_seconds * 1000);
 	r->budget_graced = 1;

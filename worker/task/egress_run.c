@@ -1,11 +1,14 @@
 /*
  * egress_run.c: the attempt's way out (run.h): its proxy, started with
- * the attempt's budgets and the worker's rate limits, and, when one of
- * the runtime's endpoints records, the egress recording (recording.h,
+ * the attempt's budgets and the worker's rate limits; when one of the
+ * runtime's endpoints records, the egress recording (recording.h,
  * schemas/recording.md) it keeps in memory until it is stored beside the
- * conversation record.
+ * conversation record; and when the task replays an earlier one
+ * (replay_from), that task's recording, for the proxy to answer from.
  */
+#include "inputs.h"
 #include "recording.h"
+#include "replay.h"
 #include "run.h"
 
 #include "tb/clock.h"
@@ -50,10 +53,83 @@ static int recording_start(tb_run_t *r, tb_error_t *err)
 	return 0;
 }
 
+#define REPLAY_MAX_BYTES (1u << 30) /* a recording a replay reads, at most */
+
+/* The manifest key of the attempt the task replays: the one it names, or
+ * the one its replay_from task's done-marker names. */
+static int replayed_manifest(tb_run_t *r, char *key, size_t len, tb_error_t *err)
+{
+	const tb_task_t *t = r->task;
+	tb_ledger_task_t lt;
+	int rc;
+
+	if (TB_HAS(&t->replay, TB_REPLAY_ATTEMPT)) {
+		snprintf(key, len, "tasks/%s/%llu/manifest.msgpack", t->replay_from,
+			 (unsigned long long)t->replay.attempt);
+		return 0;
+	}
+	if ((rc = tb_inputs_task_done(r->ctx->ledger, t->replay_from, &lt, err)) == 0) {
+		snprintf(key, len, "%s", lt.manifest);
+		return 0;
+	}
+	/* not done (the loop waited for it: it went back), or dead-lettered */
+	return rc == TB_EBUSY       ? tb_error_set(err, TB_ERETRY, "replay_from: %s", err->msg)
+	       : rc == TB_ENOTFOUND ? tb_error_set(err, TB_EPOISON, "replay_from: %s", err->msg)
+				    : rc;
+}
+
+/* The recording the task replays, read, into r->replay. */
+static int replay_load(tb_run_t *r, tb_error_t *err)
+{
+	const tb_task_t *t = r->task;
+	tb_manifest_t m;
+	tb_recording_t rec;
+	char key[700], from[200], *bytes = NULL;
+	size_t len;
+	int rc;
+
+	if (!t->replay_from)
+		return 0;
+	if ((rc = replayed_manifest(r, key, sizeof(key), err)) < 0)
+		return rc;
+	if ((rc = tb_store_get_bytes(r->ctx->store, key, 8u << 20, &bytes, &len, err)) < 0)
+		return rc == TB_ENOTFOUND
+			   ? tb_error_set(err, TB_EPOISON,
+					  "replay_from: task %s has no manifest at %s: that "
+					  "attempt did not finish",
+					  t->replay_from, key)
+			   : rc;
+	rc = tb_msg_decode(&tb_schema_manifest, &m, bytes, len, err);
+	free(bytes);
+	if (rc < 0)
+		return tb_error_set(err, TB_EPOISON, "replay_from: %s: %s", key, err->msg);
+	snprintf(from, sizeof(from), "task %s attempt %llu", t->replay_from,
+		 (unsigned long long)m.attempt);
+	if (!m.recording_key) {
+		tb_msg_free(&tb_schema_manifest, &m);
+		return tb_error_set(err, TB_EPOISON,
+				    "replay_from: %s has no egress recording: its runtime "
+				    "recorded no endpoint (\"record\": true)",
+				    from);
+	}
+	rc =
+	    tb_store_get_bytes(r->ctx->store, m.recording_key, REPLAY_MAX_BYTES, &bytes, &len, err);
+	tb_msg_free(&tb_schema_manifest, &m);
+	if (rc < 0)
+		return rc == TB_ENOTFOUND || rc == TB_ETOOBIG
+			   ? tb_error_set(err, TB_EPOISON, "replay_from: %s: %s", from, err->msg)
+			   : rc;
+	rc = tb_recording_read(&rec, bytes, len, err);
+	free(bytes);
+	if (rc < 0)
+		return tb_error_set(err, TB_EPOISON, "replay_from: %s: %s", from, err->msg);
+	return tb_replay_new(&r->replay, &rec, &t->replay, from, err);
+}
+
 int tb_run_egress_start(tb_run_t *r, const tb_limits_t *lim, tb_error_t *err)
 {
-	int rc = recording_start(r, err);
-	if (rc < 0)
+	int rc = replay_load(r, err);
+	if (rc < 0 || (rc = recording_start(r, err)) < 0)
 		return rc;
 	tb_egress_conf_t ec = {
 		.rt = &r->rt,
@@ -64,6 +140,7 @@ int tb_run_egress_start(tb_run_t *r, const tb_limits_t *lim, tb_error_t *err)
 		.attempt = r->attempt,
 		.expires_ms = tb_wall_ms() + lim->wall_seconds * 1000 + 60000,
 		.recorder = r->recorder,
+		.replay = r->replay,
 	};
 	return tb_egress_start(&r->egress, &ec, err);
 }
@@ -93,4 +170,6 @@ void tb_run_egress_free(tb_run_t *r)
 		close(r->rec_fd);
 	}
 	r->recorder = NULL;
+	tb_replay_free(r->replay);
+	r->replay = NULL;
 }

@@ -113,13 +113,18 @@ static void fill_manifest(tb_run_t *r, const char *key)
 static void settle_outcome(tb_run_t *r, const tb_sandbox_exit_t *end, const char *tail,
 			   tb_lifecycle_result_t *out)
 {
-	char how[200], spent[256];
+	char how[200], spent[700];
 
 	r->m.outcome = tb_run_outcome(end);
 	tb_sandbox_end_describe(end, how, sizeof(how));
 	if (tb_egress_budget_spent(r->egress, spent, sizeof(spent))) {
 		r->m.outcome = TB_OUTCOME_BUDGET;
-		snprintf(out->reason, sizeof(out->reason), "%s; then the agent %.100s", spent, how);
+		snprintf(out->reason, sizeof(out->reason), "%.256s; then the agent %.100s", spent,
+			 how);
+	} else if (tb_egress_replay_missed(r->egress, spent, sizeof(spent))) {
+		r->m.outcome = TB_OUTCOME_FAILED;
+		snprintf(out->reason, sizeof(out->reason), "%.380s; then the agent %.100s", spent,
+			 how);
 	} else if (r->m.outcome != TB_OUTCOME_SUCCEEDED) {
 		snprintf(out->reason, sizeof(out->reason), "the agent %.100s%s%.380s", how,
 			 tail[0] ? "; its last output: " : "", tail);

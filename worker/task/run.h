@@ -64,6 +64,7 @@ typedef struct tb_run {
 	int recorded_phase;           /* reached: later phases are not in the manifest */
 	tb_egress_t *egress;          /* the sandbox's way out; NULL when it has none */
 	struct tb_recorder *recorder; /* the egress recording (egress_run.c), or NULL */
+	struct tb_replay *replay;     /* the recording the task replays, or NULL */
 	int rec_fd;                   /* ... in this memfd, when there is one */
 	uint64_t turn;                /* the prompt the agent is answering, 1-based */
 	uint64_t turns_ended;
@@ -89,7 +90,10 @@ typedef struct tb_run {
 
 /** Starts the attempt's proxy under the limits @p lim (its budgets, its
  * wall time for the token's end), with the recording when an endpoint of
- * the runtime records. @return as tb_egress_start() */
+ * the runtime records, answering from the recording the task replays
+ * when it names one. @return as tb_egress_start(); TB_EPOISON when the
+ * task replays a task that has no recording (or never will: dead-
+ * lettered); the store's error when it cannot be read now */
 int tb_run_egress_start(tb_run_t *r, const tb_limits_t *lim, tb_error_t *err);
 /** The recording's put, beside the conversation record at
  * @p conversation_key, into @p item; its key into the manifest.

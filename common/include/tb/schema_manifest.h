@@ -78,9 +78,11 @@ typedef struct tb_usage_egress {
 	/* the provider's own figures, summed over its answers: for an
 	 * endpoint with a dialect (has bits TB_USAGE_TOKENS_*) */
 	uint64_t input_tokens, output_tokens, cached_tokens;
+	uint64_t replayed; /* a replay: answered from the recording (has bit) */
 } tb_usage_egress_t;
 
 enum { TB_USAGE_TOKENS_IN = 6, TB_USAGE_TOKENS_OUT = 7, TB_USAGE_TOKENS_CACHED = 8 };
+enum { TB_USAGE_REPLAYED = 9 };
 
 /* What an attempt used (schemas/manifest.md, "usage"): absent figures are
  * ones the kernel does not report. */

@@ -53,6 +53,18 @@ typedef struct tb_limits {
 	uint64_t max_output_tokens; /* output tokens alone */
 } tb_limits_t;
 
+/* How a task plays back an earlier task's egress recording (task.md,
+ * "replay"). */
+typedef enum tb_replay_mode { TB_REPLAY_STRICT = 0, TB_REPLAY_FILL } tb_replay_mode_t;
+typedef enum tb_replay_pace { TB_REPLAY_INSTANT = 0, TB_REPLAY_RECORDED } tb_replay_pace_t;
+typedef struct tb_replay_conf {
+	uint32_t has;     /* a bit per key given: TB_REPLAY_ATTEMPT, the attempt */
+	uint64_t attempt; /* the attempt whose recording plays; else the done one */
+	int mode;         /* tb_replay_mode_t */
+	int pace;         /* tb_replay_pace_t */
+} tb_replay_conf_t;
+enum { TB_REPLAY_ATTEMPT = 0 };
+
 typedef struct tb_task {
 	uint32_t has;
 	char *id;
@@ -63,7 +75,9 @@ typedef struct tb_task {
 	char *runtime;
 	tb_limits_t limits;
 	tb_strmap_t labels;
-	uint64_t submitted_at; /* ms since the Unix epoch */
+	uint64_t submitted_at;   /* ms since the Unix epoch */
+	char *replay_from;       /* an earlier task whose recording plays back, or NULL */
+	tb_replay_conf_t replay; /* how (with replay_from only); has 0: not given */
 } tb_task_t;
 
 #define TB_TASK_MAX_BYTES (1u << 20)

@@ -32,10 +32,13 @@ has() { # has NAME NEEDLE OUT: in what the command wrote to stdout or stderr
 run=tbcli-$$
 tmp=$(mktemp -d /tmp/tb-cli-XXXXXX)
 chmod 711 "$tmp" # the sandboxes' users pass through to their work dirs
-worker=
+worker= provider=
 cleanup() {
   if [ -n "$worker" ] && kill -0 "$worker" 2>/dev/null; then
     kill "$worker"; wait "$worker"
+  fi
+  if [ -n "$provider" ] && kill -0 "$provider" 2>/dev/null; then
+    kill "$provider"; wait "$provider"
   fi
   [ "${KEEP:-}" ] || { [ "$fail" = 0 ] && rm -rf "$tmp"; }
 }
@@ -324,6 +327,61 @@ for _ in $(seq 100); do
 done
 if grep "$short" "$tmp/dlq3.out" | grep -q "follow-up 1: the session ended before it took it"
 then ok; else bad "a follow-up its session held and never took is dead-lettered"; cat "$tmp/dlq3.out"; fi
+
+# A recorded run replayed from the command line: a provider of our own on
+# loopback is asked once, by the original; `submit --replay-from` sends the
+# same task again, answered from its recording, and it writes the same
+# answer; the provider is not asked again.
+cat >"$tmp/provider.py" <<'PYEOF'
+import http.server, sys
+class Answer(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with open(sys.argv[1], "a") as log:
+            log.write(self.path + "\n")
+        body = b'{"answer":"forty-two","usage":{"prompt_tokens":3,"completion_tokens":2}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Answer)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+PYEOF
+python3 "$tmp/provider.py" "$tmp/provider.log" >"$tmp/provider.port" &
+provider=$!
+for _ in $(seq 100); do [ -s "$tmp/provider.port" ] && break; sleep 0.1; done
+cat >"$tmp/runtimes/recorded.json" <<EOF
+{"v": 1, "name": "recorded", "network": {"allow": [{"name": "llm", "host": "127.0.0.1",
+ "port": $(cat "$tmp/provider.port"), "scheme": "http", "dialect": "openai", "record": true}]}}
+EOF
+git init -q "$tmp/asks" && cp -r "$root/examples/recipes/hello/." "$tmp/asks/" || exit 1
+cat >"$tmp/asks/agent.sh" <<'EOF'
+read -r prompt
+curl -s -H "X-Taskbox-Token: $TASKBOX_TOKEN" -d '{"q":1}' "$TASKBOX_ENDPOINT_LLM/v1/chat" \
+  > /outputs/answer.json
+printf 'hello\n' > /outputs/hello.txt
+EOF
+git -C "$tmp/asks" add -A && git -C "$tmp/asks" -c user.name=t -c user.email=t@t commit -qm asks ||
+  exit 1
+expect "submit a recorded run" 0 "$tmp/rec.out" "$tb" submit --config "$cfg" --runtime recorded \
+  --recipe "file://$tmp/asks" --commit "$(git -C "$tmp/asks" rev-parse HEAD)" --prompt ask \
+  --wait --timeout 180
+orig=$(head -1 "$tmp/rec.out")
+expect "submit --replay-from" 0 "$tmp/replay.out" "$tb" submit --config "$cfg" \
+  --replay-from "$orig" --wait --timeout 180
+again=$(head -1 "$tmp/replay.out")
+asked=$(wc -l <"$tmp/provider.log")
+if [ "$asked" = 1 ]; then ok; else bad "the provider was asked $asked times, not once"; fi
+expect "the replay's answer" 0 "$tmp/answer2.out" \
+  "$tb" artifacts get --config "$cfg" --output "$tmp/answer2.json" "$again" answer.json
+has "is the recorded one" '"answer":"forty-two"' "$tmp/answer2.json"
+expect "replay a task that recorded nothing" 4 "$tmp/norec.out" \
+  "$tb" submit --config "$cfg" --replay-from "$id"
+has "and says why" "names no egress recording" "$tmp/norec.out"
 
 # With no worker, --wait gives up at its timeout and says the task goes on.
 kill "$worker" && wait "$worker"

@@ -1492,6 +1492,87 @@ static void test_lifecycle__budgets_on_input_output_and_bytes_each_stop_it(void 
 	tb_msg_free(&tb_schema_manifest, &m);
 }
 
+/* Runs task @p id replaying life-recorded's attempt 1 as @p mode says
+ * (NULL: the default, strict), on @p commit; its manifest into @p m. */
+static void run_replay(const char *id, const char *commit, const char *mode, tb_manifest_t *m,
+		       struct events *e)
+{
+	tb_lifecycle_ctx_t c = ctx(e);
+	tb_lifecycle_result_t res;
+	tb_error_t err;
+	tb_task_t t = task(id, commit, "recorded");
+
+	t.replay_from = (char *)"life-recorded";
+	t.replay.attempt = 1;
+	TB_SET_HAS(&t.replay, TB_REPLAY_ATTEMPT);
+	t.replay.mode = mode && !strcmp(mode, "fill") ? TB_REPLAY_FILL : TB_REPLAY_STRICT;
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run %s: %s (first error event: %s)", id, err.msg, e->first_error);
+	get_record(res.manifest_key, &tb_schema_manifest, m);
+}
+
+/* Replays of the recording @p orig made on @p commit: the same commit
+ * reproduces the outputs byte for byte with no upstream connection; a
+ * changed question fails a strict replay naming the request, and goes
+ * to the provider in a fill replay. Stops the provider. */
+static void replays(const tb_manifest_t *orig, const char *commit)
+{
+	struct events e1 = { .seq_ok = 1 }, e2 = { .seq_ok = 1 }, e3 = { .seq_ok = 1 };
+	tb_manifest_t m;
+
+	provider.requests = 0; /* the provider the recording asked, still up */
+	run_replay("life-replayed", commit, NULL, &m, &e1);
+	assert_int_equal(provider.requests, 0); /* nothing went upstream */
+	assert_int_equal(m.outcome, TB_OUTCOME_SUCCEEDED);
+	for (size_t i = 0; i < orig->artifacts.n; i++) {
+		const tb_artifact_t *a = (const tb_artifact_t *)orig->artifacts.items + i;
+		char *was = artifact(orig, a->path), *now = artifact(&m, a->path);
+		assert_non_null(now);
+		assert_string_equal(now, was);
+		free(was);
+		free(now);
+	}
+	assert_int_equal(m.artifacts.n, orig->artifacts.n);
+	const tb_usage_egress_t *p = egress_of(&m, "provider");
+	assert_int_equal(p->replayed, 2);
+	assert_int_equal(p->input_tokens, 0); /* replayed answers cost nothing */
+	assert_non_null(m.recording_key);     /* a replay records too */
+	tb_msg_free(&tb_schema_manifest, &m);
+
+	/* the agent asks another question: no recorded answer */
+	write_repo_file("question.txt", "two\n");
+	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
+		      "-m two",
+		      repo);
+	run_replay("life-replay-strict", head_commit(), NULL, &m, &e2);
+	assert_int_equal(provider.requests, 0);
+	assert_int_equal(m.outcome, TB_OUTCOME_FAILED);
+	if (!strstr(m.reason, "replay of task life-recorded attempt 1: the first request with "
+			      "no recorded match: POST /v1/echo?n=1"))
+		fail_msg("reason: %s", m.reason);
+	char *echo = artifact(&m, "echo.txt");
+	assert_non_null(echo);
+	if (!strstr(echo, "\"type\":\"replay_miss\"") || !strstr(echo, " 409"))
+		fail_msg("the agent got: %s", echo);
+	free(echo);
+	tb_msg_free(&tb_schema_manifest, &m);
+
+	/* fill: the new question goes to the provider, the stream is replayed */
+	run_replay("life-replay-fill", head_commit(), "fill", &m, &e3);
+	echo = artifact(&m, "echo.txt");
+	if (provider.requests != 1)
+		fail_msg("the provider was asked %d times; the agent got: %s", provider.requests,
+			 echo);
+	free(echo);
+	assert_int_equal(m.outcome, TB_OUTCOME_SUCCEEDED);
+	p = egress_of(&m, "provider");
+	assert_int_equal(p->replayed, 1);
+	assert_int_equal(p->input_tokens, 11); /* the one answer that was asked for */
+	assert_int_equal(e3.egress_200, 2);
+	tb_msg_free(&tb_schema_manifest, &m);
+	provider_stop();
+}
+
 /* An endpoint marked "record": every exchange with it is in the
  * attempt's egress recording, named by its manifest, as the agent got it
  * (the key masked where the provider echoed it, the credential header
@@ -1525,20 +1606,23 @@ static void test_lifecycle__a_recording_keeps_every_exchange_and_no_key(void **s
 	fclose(f);
 	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"recorded\", \"agent\": "
 					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
-	write_repo_file(
-	    "agent.sh",
-	    "read -r prompt\n"
-	    "curl -s -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -H 'X-Session: sess-77aa' "
-	    "-d '{\"q\":\"one\"}' \"$TASKBOX_ENDPOINT_PROVIDER/v1/echo?n=1\" > /dev/null\n"
-	    "curl -s -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" "
-	    "\"$TASKBOX_ENDPOINT_PROVIDER/v1/stream\" > /dev/null\n");
+	/* its question from the recipe: a later commit may change it */
+	write_repo_file("question.txt", "one\n");
+	write_repo_file("agent.sh",
+			"read -r prompt\nq=$(cat question.txt)\n"
+			"curl -s -w ' %{http_code}\\n' -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" "
+			"-H 'X-Session: sess-77aa' -d \"{\\\"q\\\":\\\"$q\\\"}\" "
+			"\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo?n=1\" > /outputs/echo.txt\n"
+			"curl -s -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" "
+			"\"$TASKBOX_ENDPOINT_PROVIDER/v1/stream\" > /outputs/stream.txt\n");
 	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
 		      "--allow-empty -m recorded",
 		      repo);
-	tb_task_t t = task("life-recorded", head_commit(), "recorded");
+	char recorded_commit[64];
+	snprintf(recorded_commit, sizeof(recorded_commit), "%s", head_commit());
+	tb_task_t t = task("life-recorded", recorded_commit, "recorded");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
-	provider_stop();
 	assert_int_equal(provider.requests, 2);
 	get_record(res.manifest_key, &tb_schema_manifest, &m);
 	assert_non_null(m.recording_key);
@@ -1571,6 +1655,7 @@ static void test_lifecycle__a_recording_keeps_every_exchange_and_no_key(void **s
 	assert_int_equal(streamed, strlen(PROVIDER_SSE));
 	tb_recording_free(&rec);
 	free(bytes);
+	replays(&m, recorded_commit);
 	tb_msg_free(&tb_schema_manifest, &m);
 }
 

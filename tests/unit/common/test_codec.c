@@ -136,6 +136,38 @@ static void test_decode__every_truncation_is_refused(void **state)
 	th_free_list(hex);
 }
 
+/* replay_from names another task; replay's settings need it and are
+ * known ones. */
+static void test_decode__a_replay_is_checked(void **state)
+{
+	tb_error_t err;
+	json_t *j = task_json();
+
+	(void)state;
+	json_object_set_new(j, "replay_from", json_string("t-earlier"));
+	json_object_set_new(
+	    j, "replay",
+	    json_pack("{s:i,s:s,s:s}", "attempt", 2, "mode", "fill", "pace", "recorded"));
+	assert_int_equal(decode_task_json(j, &err), 0);
+
+	j = task_json();
+	json_object_set_new(j, "replay", json_pack("{s:s}", "mode", "fill"));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "field 'replay': needs 'replay_from'");
+
+	j = task_json();
+	json_object_set_new(j, "replay_from",
+			    json_string(json_string_value(json_object_get(j, "id"))));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "a task cannot replay itself");
+
+	j = task_json();
+	json_object_set_new(j, "replay_from", json_string("t-earlier"));
+	json_object_set_new(j, "replay", json_pack("{s:s}", "mode", "loose"));
+	assert_int_equal(decode_task_json(j, &err), TB_EINVAL);
+	assert_contains(err.msg, "replay.mode");
+}
+
 static void test_decode__wrong_type_names_the_field(void **state)
 {
 	tb_error_t err;
@@ -640,6 +672,7 @@ int main(void)
 		cmocka_unit_test(test_decode__every_truncation_is_refused),
 		cmocka_unit_test(test_decode__wrong_type_names_the_field),
 		cmocka_unit_test(test_decode__oversized_fields_are_refused),
+		cmocka_unit_test(test_decode__a_replay_is_checked),
 		cmocka_unit_test(test_decode__oversized_message_is_refused_before_parsing),
 		cmocka_unit_test(test_decode__unknown_major_version_is_refused),
 		cmocka_unit_test(test_decode__reasons_say_what_is_wrong),

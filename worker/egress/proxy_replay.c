@@ -1,0 +1,240 @@
+/*
+ * proxy_replay.c: a request answered from an earlier attempt's egress
+ * recording (replay.h) instead of its upstream (proxy_int.h). The
+ * request's whole body is read first (it names the recorded exchange by
+ * its hash); a match is played back (its status, headers and body, at
+ * once or at the recorded pace) without a connection anywhere and without
+ * the credential; a request that matches nothing is refused (strict) or
+ * sent to its upstream with the body read (fill).
+ */
+#include "proxy_int.h"
+#include "recording.h"
+#include "replay.h"
+
+#include "tb/clock.h"
+
+#include <openssl/evp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REPLAY_BODY_MAX (16u << 20) /* a request body a replay holds to match it */
+
+/* Appends @p n bytes to the body being read, hashed. -1 past the cap. */
+static int take(tb_proxy_exchange_t *x, EVP_MD_CTX *md, const char *data, size_t n)
+{
+	if (!n)
+		return 0;
+	if (x->mem_len + n > REPLAY_BODY_MAX)
+		return -1;
+	char *more = realloc(x->mem_body, x->mem_len + n);
+	if (!more)
+		return -1;
+	x->mem_body = more;
+	memcpy(x->mem_body + x->mem_len, data, n);
+	x->mem_len += n;
+	EVP_DigestUpdate(md, data, n);
+	return 0;
+}
+
+/* The client's whole body into x->mem_body (body_mode 3 from now on: on
+ * its way upstream it is read from there), its SHA-256 into @p sha.
+ * @return 0, or the status to refuse with (400, 408, 413). */
+static int read_body(tb_proxy_exchange_t *x, char sha[65])
+{
+	static const char hex[] = "0123456789abcdef";
+	tb_proxy_conn_t *c = x->c;
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	unsigned char sum[32];
+	char chunk[16384];
+	int status = 0;
+
+	if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
+		EVP_MD_CTX_free(md);
+		return 413;
+	}
+	if (x->body_mode && !x->body_done && x->req.expect_continue && x->req.minor == 1 &&
+	    tb_proxy_send_str(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
+		status = 400;
+	while (x->body_mode && !x->body_done && !status) {
+		if (c->off == c->have) {
+			ssize_t n = tb_proxy_fill(c, tb_mono_ms() + c->p->conf.io_timeout_ms);
+			if (n <= 0) {
+				status = n == -2 ? 408 : 400;
+				break;
+			}
+		}
+		size_t n = c->have - c->off, used = 0, got = 0;
+		if (x->body_mode == 1) {
+			n = n > x->body_left ? (size_t)x->body_left : n;
+			status = take(x, md, c->buf + c->off, n) < 0 ? 413 : 0;
+			c->off += n;
+			x->body_left -= n;
+			x->body_done = x->body_left == 0;
+			continue;
+		}
+		int rc = tb_http_chunked_decode(&x->dec, c->buf + c->off, n, &used, chunk,
+						sizeof(chunk), &got);
+		c->off += used;
+		status = rc < 0 ? 400 : take(x, md, chunk, got) < 0 ? 413 : 0;
+		x->body_done = rc == 1;
+	}
+	EVP_DigestFinal_ex(md, sum, NULL);
+	EVP_MD_CTX_free(md);
+	for (int i = 0; i < 32; i++) {
+		sha[2 * i] = hex[sum[i] >> 4];
+		sha[2 * i + 1] = hex[sum[i] & 15];
+	}
+	sha[64] = '\0';
+	x->body_mode = 3;
+	x->mem_off = 0;
+	x->body_done = x->mem_len == 0;
+	return status;
+}
+
+/* Waits until @p at (monotonic ms): -1 when the proxy stops. */
+static int wait_until(tb_proxy_conn_t *c, uint64_t at)
+{
+	uint64_t now = tb_mono_ms();
+	if (at <= now)
+		return 0;
+	struct pollfd pf = { c->p->stop_fd, POLLIN, 0 };
+	int rc = poll(&pf, 1, (int)(at - now > 600000 ? 600000 : at - now));
+	return rc != 0 || atomic_load(&c->p->stopping) ? -1 : 0;
+}
+
+/* The recorded answer's headers as the proxy passes headers on. */
+static int recorded_head(tb_proxy_exchange_t *x, const tb_rec_exchange_read_t *e)
+{
+	size_t len = 0;
+
+	for (size_t i = 0; i < e->nrheaders; i++)
+		len += strlen(e->rheaders[i].name) + strlen(e->rheaders[i].value) + 4;
+	if (!(x->rhead = malloc(len + 1)))
+		return -1;
+	x->rlen = 0;
+	for (size_t i = 0; i < e->nrheaders; i++)
+		x->rlen += (size_t)snprintf(x->rhead + x->rlen, len + 1 - x->rlen, "%s: %s\r\n",
+					    e->rheaders[i].name, e->rheaders[i].value);
+	return 0;
+}
+
+/* Plays recorded exchange @p e back as the answer to @p x. */
+static int play(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d,
+		const tb_rec_exchange_read_t *e, uint64_t t0)
+{
+	tb_proxy_conn_t *c = x->c;
+	int paced = tb_replay_pace(c->p->conf.replay) == TB_REPLAY_RECORDED, keep = 0;
+	char why[600];
+	size_t total = 0;
+
+	c->replay_state = "replayed";
+	if (!e->has_response) { /* the original got none: nor does this */
+		snprintf(why, sizeof(why), "replayed: %.580s",
+			 e->error ? e->error : "no answer was recorded");
+		tb_rec_end(x->rec, why);
+		x->rec = NULL;
+		tb_proxy_refuse(c, 502, why);
+		tb_proxy_audit(c, x->req.method, x->ep->host, d->path, x->ep, 502, 0, x->mem_len,
+			       t0, why);
+		return 0;
+	}
+	for (size_t i = 0; i < e->npieces; i++)
+		total += e->pieces[i].len;
+	x->status = e->status;
+	if (e->stream)
+		snprintf(x->ctype, sizeof(x->ctype), "text/event-stream");
+	if (!e->stream && e->ended && !e->error && !e->answer_cut)
+		snprintf(x->rlength, sizeof(x->rlength), "%zu", total);
+	if (recorded_head(x, e) < 0 || (paced && wait_until(c, t0 + e->response_ms) < 0) ||
+	    tb_proxy_send_head(x) < 0)
+		goto out;
+	for (size_t i = 0; i < e->npieces && !x->resp_nobody; i++) {
+		if ((paced && wait_until(c, t0 + e->pieces[i].at_ms) < 0) ||
+		    tb_proxy_send_body(x, (const char *)e->pieces[i].data, e->pieces[i].len) < 0)
+			goto out;
+		x->bytes_in += e->pieces[i].len;
+	}
+	/* An answer that was cut short ends the same way: no last chunk. */
+	if (!e->error && x->resp_chunked && tb_proxy_send_str(c, "0\r\n\r\n", 5) < 0)
+		goto out;
+	keep = !e->error && x->req.keep_alive;
+out:
+	snprintf(why, sizeof(why), "replayed: %.580s", e->error ? e->error : "");
+	tb_proxy_audit(c, x->req.method, x->ep->host, d->path, x->ep, (int)x->status, x->bytes_in,
+		       x->mem_len, t0,
+		       e->error ? why
+		       : keep   ? NULL
+				: "the client went away");
+	tb_rec_end(x->rec, e->error);
+	x->rec = NULL;
+	free(x->rhead);
+	x->rhead = NULL;
+	return keep;
+}
+
+/* A request of a strict replay that matches nothing: refused, in JSON,
+ * the request named. */
+static void refuse_miss(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, const char *target,
+			const char *sha, uint64_t t0)
+{
+	tb_proxy_conn_t *c = x->c;
+	tb_replay_t *rp = c->p->conf.replay;
+	char why[700], body[768];
+
+	c->replay_state = "missed";
+	tb_replay_missed(rp, x->req.method, target, sha);
+	snprintf(why, sizeof(why),
+		 "replay of %.150s: no recorded exchange matches %.16s %.300s (body sha256 "
+		 "%.12s...)",
+		 tb_replay_from(rp), x->req.method, target, sha);
+	snprintf(body, sizeof(body), "{\"error\":{\"type\":\"replay_miss\",\"message\":\"");
+	size_t bl = strlen(body);
+	for (const char *s = why; *s && bl + 8 < sizeof(body); s++) /* JSON-escaped */
+		bl += (size_t)(*s == '"' || *s == '\\'
+				   ? snprintf(body + bl, sizeof(body) - bl, "\\%c", *s)
+			       : (unsigned char)*s < 0x20
+				   ? snprintf(body + bl, sizeof(body) - bl, "\\u%04x", *s)
+				   : snprintf(body + bl, sizeof(body) - bl, "%c", *s));
+	snprintf(body + bl, sizeof(body) - bl, "\"}}");
+	tb_proxy_refuse_body(c, 409, "application/json", body, NULL);
+	tb_proxy_audit(c, x->req.method, x->ep->host, d->path, x->ep, 409, 0, x->mem_len, t0, why);
+}
+
+int tb_proxy_answer(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0)
+{
+	tb_proxy_conn_t *c = x->c;
+	tb_replay_t *rp = c->p->conf.replay;
+	char target[2 * TB_PROXY_PATH_MAX + 2], sha[65];
+	int status, keep = 0;
+
+	if (!rp)
+		return tb_proxy_forward(x, d, t0);
+	snprintf(target, sizeof(target), "%s%s%s", d->path, d->query[0] ? "?" : "", d->query);
+	if ((status = read_body(x, sha)) != 0) {
+		const char *why = status == 413   ? "a replayed task's request body is held to "
+						    "16 MiB to be matched"
+				  : status == 408 ? "the request body stalled"
+						  : "malformed or truncated request body";
+		tb_proxy_refuse(c, status, why);
+		tb_proxy_audit(c, x->req.method, x->ep->host, d->path, x->ep, status, 0, x->mem_len,
+			       t0, why);
+		goto out;
+	}
+	const tb_rec_exchange_read_t *e =
+	    tb_replay_take(rp, x->ep->name, x->req.method, target, sha);
+	if (e) {
+		x->rec = tb_proxy_record_begin(x, d);
+		keep = play(x, d, e, t0);
+	} else if (tb_replay_mode(rp) == TB_REPLAY_STRICT) {
+		refuse_miss(x, d, target, sha, t0);
+	} else if (tb_proxy_may_go_upstream(x, d, t0)) { /* fill: asked, and recorded */
+		c->replay_state = "passed";
+		keep = tb_proxy_forward(x, d, t0);
+	}
+out:
+	free(x->mem_body);
+	x->mem_body = NULL;
+	return keep;
+}
