@@ -296,20 +296,6 @@ static int shared(const char *big, const char *second)
 	return rc;
 }
 
-static long status_kib(const char *key)
-{
-	char line[256];
-	long kib = -1;
-	size_t n = strlen(key);
-	FILE *f = fopen("/proc/self/status", "r");
-	while (f && fgets(line, sizeof(line), f))
-		if (!strncmp(line, key, n))
-			kib = strtol(line + n, NULL, 10);
-	if (f)
-		fclose(f);
-	return kib;
-}
-
 /* This process's peak resident memory while pulling @p digest into a
  * fresh cache, in KiB (the peak reset first); @p added: over what it
  * held before. */
@@ -317,15 +303,11 @@ static double pull_peak_kib(const char *digest, double *added)
 {
 	tb_image_cache_t *c = fresh_cache();
 	tb_image_t img;
-	int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
-	if (fd < 0 || write(fd, "5", 1) != 1) /* resets VmHWM to VmRSS */
-		fprintf(stderr, "bench_images: cannot reset the peak RSS: %s\n", strerror(errno));
-	if (fd >= 0)
-		close(fd);
-	long before = status_kib("VmRSS:");
+	tb_bench_reset_peak();
+	long before = tb_bench_status_kib("VmRSS:");
 	double peak = -1;
 	if (get(c, digest, &img) == 0) {
-		peak = (double)status_kib("VmHWM:");
+		peak = (double)tb_bench_status_kib("VmHWM:");
 		tb_image_release(&img);
 	}
 	*added = peak - (double)before;

@@ -27,6 +27,10 @@
  * wait for adds over the accounted one, Redis's own count of scripts run per
  * request (its round trips), and 8 clients through a fourth proxy limited to 200 requests/s
  * for 5 s: the rate they get against the limit.
+ * Recording and replay (issue 27): two proxies started alike, one
+ * recording every exchange, alternated; the recording replayed by a
+ * third, against the proxied loopback server; a 10 MiB answer through a
+ * proxy, plain and recorded, with the peak RSS it added.
  * Sequential figures alternate blocks of direct and proxied requests, so
  * a machine that gets busier mid-run slows both alike. It checks that
  * every proxied request reached the server with the credential and that
@@ -40,10 +44,13 @@
 #include "bench_util.h"
 #include "proxy.h"
 #include "ratelimit.h"
+#include "recording.h"
+#include "replay.h"
 #include "task_token.h"
 #include "tb/runtime.h"
 
 #include <hiredis/hiredis.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include <arpa/inet.h>
@@ -671,6 +678,229 @@ static double held_rate(unsigned port, const char *token, long *sent)
 	return took > 0 ? (double)done / took : 0;
 }
 
+/* ------------------------------------------------- recording, replay */
+
+#define BIG_BYTES (10u << 20) /* the answer streamed through a recording proxy */
+
+static long recorded_sent, replayed_sent, big_sent;
+
+/* A server of one big answer: BIG_BYTES to each of two requests. */
+static struct {
+	int fd;
+	unsigned port;
+	pthread_t th;
+} big = { .fd = -1 };
+
+static void *big_main(void *arg)
+{
+	static char chunk[65536];
+	char head[4096], h[200];
+
+	(void)arg;
+	memset(chunk, 'z', sizeof(chunk));
+	for (int k = 0; k < 2; k++) {
+		int c = accept(big.fd, NULL, NULL); /* SO_RCVTIMEO: at most 30 s */
+		size_t have = 0;
+		if (c < 0)
+			return NULL;
+		while (have < sizeof(head) - 1) {
+			ssize_t r = recv(c, head + have, sizeof(head) - 1 - have, 0);
+			if (r <= 0)
+				break;
+			have += (size_t)r;
+			head[have] = '\0';
+			if (strstr(head, "\r\n\r\n"))
+				break;
+		}
+		int hl = snprintf(h, sizeof(h),
+				  "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+				  "Content-Length: %u\r\nConnection: close\r\n\r\n",
+				  BIG_BYTES);
+		int ok = send(c, h, (size_t)hl, MSG_NOSIGNAL) == hl;
+		for (size_t sent = 0; ok && sent < BIG_BYTES; sent += sizeof(chunk))
+			ok = send(c, chunk, sizeof(chunk), MSG_NOSIGNAL) == (ssize_t)sizeof(chunk);
+		close(c);
+	}
+	return NULL;
+}
+
+static int big_start(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	struct timeval tv = { 30, 0 };
+
+	if ((big.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+	    setsockopt(big.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+	    bind(big.fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(big.fd, 4) < 0 ||
+	    getsockname(big.fd, (struct sockaddr *)&a, &al) < 0 ||
+	    pthread_create(&big.th, NULL, big_main, NULL) != 0) {
+		fprintf(stderr, "bench proxy: big server: %s\n", strerror(errno));
+		return -1;
+	}
+	big.port = ntohs(a.sin_port);
+	return 0;
+}
+
+/* The peak resident memory this process added while one BIG_BYTES
+ * answer streamed through the proxy on @p port, binding @p binding, in
+ * MiB; -1 when it did not come whole. */
+static double big_peak_mib(unsigned port, const char *binding, const char *token)
+{
+	char url[160], h[TB_TASK_TOKEN_MAX + 32];
+	CURL *c = curl_easy_init();
+	struct curl_slist *hdrs = NULL;
+	curl_off_t got = 0;
+	long status = 0;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%u/%s/big", port, binding);
+	snprintf(h, sizeof(h), "X-Taskbox-Token: %s", token);
+	if (!c || !(hdrs = curl_slist_append(NULL, h))) {
+		curl_easy_cleanup(c);
+		return -1;
+	}
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(c, CURLOPT_PROXY, "");
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 60000L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+	tb_bench_reset_peak();
+	long before = tb_bench_status_kib("VmRSS:");
+	int ok = curl_easy_perform(c) == CURLE_OK &&
+		 curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
+		 curl_easy_getinfo(c, CURLINFO_SIZE_DOWNLOAD_T, &got) == CURLE_OK &&
+		 status == 200 && got == (curl_off_t)BIG_BYTES;
+	long peak = tb_bench_status_kib("VmHWM:");
+	big_sent++;
+	if (!ok)
+		fprintf(stderr, "bench proxy: %s: status %ld, %lld bytes\n", url, status,
+			(long long)got);
+	curl_slist_free_all(hdrs);
+	curl_easy_cleanup(c);
+	return ok ? (double)(peak - before) / 1024 : -1;
+}
+
+/* A proxy of @p base serving @p eps, recording into @p rec and replaying
+ * @p replay (either may be NULL). */
+static tb_proxy_t *proxy_with(const tb_proxy_conf_t *base, const tb_list_t *eps, tb_recorder_t *rec,
+			      tb_replay_t *replay)
+{
+	tb_proxy_conf_t c = *base;
+	tb_proxy_t *p = NULL;
+	tb_error_t err;
+
+	c.endpoints = eps, c.recorder = rec, c.replay = replay;
+	if (tb_proxy_listen(&c.listen_fd, 0, 0, &err) < 0 || tb_proxy_start(&p, &c, &err) < 0) {
+		fprintf(stderr, "bench proxy: %s\n", err.msg);
+		return NULL;
+	}
+	return p;
+}
+
+/* The recording on @p fd, as a replay. */
+static tb_replay_t *replay_of(int fd)
+{
+	off_t len = lseek(fd, 0, SEEK_END);
+	char *bytes = len > 0 ? malloc((size_t)len) : NULL;
+	tb_replay_conf_t how = { 0 };
+	tb_recording_t rec;
+	tb_replay_t *p = NULL;
+	tb_error_t err;
+
+	if (!bytes || pread(fd, bytes, (size_t)len, 0) != len ||
+	    tb_recording_read(&rec, bytes, (size_t)len, &err) < 0 ||
+	    tb_replay_new(&p, &rec, &how, "the bench's recording", &err) < 0)
+		fprintf(stderr, "bench proxy: the recording does not replay\n");
+	free(bytes);
+	return p;
+}
+
+/* Recording's figures (issue 27: it adds at most 10 % to the proxy's
+ * p50, streams a 10 MiB answer with flat memory) and replay's (it answers
+ * at most as slowly as the server does directly). */
+static int recording_figures(const tb_proxy_conf_t *base, const tb_endpoint_t *ep,
+			     const char *token, int n, int *failed)
+{
+	static tb_endpoint_t rep, bigs[2];
+	static tb_list_t reps = { 1, &rep }, bigl = { 2, bigs }, plains;
+	tb_recording_conf_t how = { 1024, 1024 };
+	tb_recorder_t *rec = NULL, *brec = NULL;
+	tb_proxy_t *p = NULL, *bp = NULL, *p0 = NULL;
+	tb_replay_t *replay = NULL;
+	client_t plain = { 0 }, recorded = { 0 }, replayed = { 0 };
+	figure_t pl, pr, dd, rr;
+	tb_error_t err;
+	int fd = memfd_create("bench-recording", MFD_CLOEXEC), rc = -1;
+	int bfd = memfd_create("bench-recording-big", MFD_CLOEXEC);
+
+	/* two proxies started alike, one recording: the same endpoint */
+	rep = *ep;
+	rep.record = true;
+	plains = (tb_list_t){ 1, (void *)ep };
+	if (fd < 0 || bfd < 0 || tb_recorder_new(&rec, fd, &how, TASK, ATTEMPT, NULL, &err) < 0 ||
+	    tb_recorder_new(&brec, bfd, &how, TASK, ATTEMPT, NULL, &err) < 0 ||
+	    !(p0 = proxy_with(base, &plains, NULL, NULL)) ||
+	    !(p = proxy_with(base, &reps, rec, NULL)) ||
+	    client_init(&plain, tb_proxy_port(p0), "/" BINDING, token) < 0 ||
+	    client_init(&recorded, tb_proxy_port(p), "/" BINDING, token) < 0)
+		goto out;
+	if (alternate(&plain, &recorded, &pl, &pr, 0, n) < 0)
+		goto out;
+	recorded_sent += 2 * (WARMUP + n);
+	tb_bench_row("proxy", "GET, through a proxy started alike, not recording", "ms", pl.median,
+		     pl.p99, NULL, 0);
+	tb_bench_row("proxy", "GET, through the proxy, recorded", "ms", pr.median, pr.p99,
+		     "not recording", pl.median);
+	tb_bench_row("proxy", "GET, added by recording", "ms", pr.median - pl.median,
+		     pr.p99 - pl.p99, "10 % of a proxied GET", pl.median / 10);
+	tb_proxy_stop(p); /* every exchange ended: its recording is whole */
+	p = NULL;
+	if (!(replay = replay_of(fd)) || !(p = proxy_with(base, &reps, NULL, replay)) ||
+	    client_init(&replayed, tb_proxy_port(p), "/" BINDING, token) < 0 ||
+	    alternate(&plain, &replayed, &dd, &rr, 0, n) < 0)
+		goto out;
+	recorded_sent += WARMUP + n, replayed_sent += WARMUP + n;
+	tb_bench_row("proxy", "GET, replayed by the proxy", "ms", rr.median, rr.p99,
+		     "proxied to loopback (target 1.00)", dd.median);
+	/* a 10 MiB answer, plain and recorded: memory stays flat */
+	if (big_start() < 0)
+		goto out;
+	bigs[0] = *ep;
+	bigs[0].name = "big", bigs[0].port = big.port, bigs[0].credential = (tb_credential_t){ 0 };
+	bigs[1] = bigs[0];
+	bigs[1].name = "bigrec", bigs[1].record = true;
+	if (!(bp = proxy_with(base, &bigl, brec, NULL)))
+		goto out;
+	double flat = big_peak_mib(tb_proxy_port(bp), "big", token);
+	double kept = big_peak_mib(tb_proxy_port(bp), "bigrec", token);
+	tb_bench_row("proxy", "10 MiB answer through the proxy: peak RSS added", "MiB", flat, flat,
+		     NULL, 0);
+	tb_bench_row("proxy", "10 MiB answer recorded: peak RSS added", "MiB", kept, kept, "plain",
+		     flat);
+	rc = flat < 0 || kept < 0 ? -1 : 0;
+out:
+	*failed += plain.failed + recorded.failed + replayed.failed;
+	client_free(&plain);
+	client_free(&recorded);
+	client_free(&replayed);
+	tb_proxy_stop(p);
+	tb_proxy_stop(p0);
+	tb_proxy_stop(bp);
+	if (big.fd >= 0) {
+		pthread_join(big.th, NULL);
+		close(big.fd);
+	}
+	tb_replay_free(replay);
+	tb_recorder_free(rec);
+	tb_recorder_free(brec);
+	if (fd >= 0)
+		close(fd);
+	if (bfd >= 0)
+		close(bfd);
+	return rc;
+}
+
 /* The rate limiter's rows: a turn alone, what it adds to the accounted
  * proxy (@p n requests each, alternating), Redis commands per request,
  * and the rate CLIENTS clients get under HELD_RATE. */
@@ -843,6 +1073,8 @@ int main(int argc, char **argv)
 		     "direct", cd);
 	if (rated && rate_figures(hport, token, &turn, &aq, &rq, n) < 0)
 		goto out;
+	if (recording_figures(&conf, &ep, token, n, &failed) < 0)
+		goto out;
 
 	failed += direct.failed + proxied.failed + accounted.failed + paced.failed;
 	rc = 0;
@@ -864,14 +1096,16 @@ out:
 	/* Every request answered 200, reached the server, and every proxied
 	 * one (and no direct one) carried the credential and was audited. */
 	unsigned long seen = atomic_load(&srv.requests), keyed = atomic_load(&srv.keyed);
-	long through = proxied_sent + accounted_sent + paced_sent + held_sent;
+	long through = proxied_sent + accounted_sent + paced_sent + held_sent + recorded_sent;
 	if (rc == 0 &&
 	    (failed || seen != (unsigned long)(direct_sent + through) ||
-	     keyed != (unsigned long)through || atomic_load(&audited) != (unsigned long)through)) {
+	     keyed != (unsigned long)through ||
+	     atomic_load(&audited) != (unsigned long)(through + replayed_sent + big_sent))) {
 		fprintf(stderr,
 			"bench proxy: %d requests failed; the server saw %lu of %ld, %lu with "
 			"the credential, %lu audited (want %ld)\n",
-			failed, seen, direct_sent + through, keyed, atomic_load(&audited), through);
+			failed, seen, direct_sent + through, keyed, atomic_load(&audited),
+			through + replayed_sent + big_sent);
 		rc = 1;
 	}
 	/* the accounted proxy read every answer's usage (1 + 1 tokens) */

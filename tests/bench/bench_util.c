@@ -3,10 +3,13 @@
  */
 #include "bench_util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int stop_at_first(void *ud, const char *key, const tb_object_info_t *info)
 {
@@ -85,4 +88,29 @@ void tb_bench_end(void)
 {
 	if (tb_bench_json)
 		printf("%s\n", first_row ? "[]" : "\n]");
+}
+
+long tb_bench_status_kib(const char *key)
+{
+	char line[256];
+	long kib = -1;
+	size_t n = strlen(key);
+	FILE *f = fopen("/proc/self/status", "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, n))
+			kib = strtol(line + n, NULL, 10);
+	if (f)
+		fclose(f);
+	return kib;
+}
+
+int tb_bench_reset_peak(void)
+{
+	int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+	int rc = fd >= 0 && write(fd, "5", 1) == 1 ? 0 : -1; /* resets VmHWM to VmRSS */
+	if (rc < 0)
+		fprintf(stderr, "bench: cannot reset the peak RSS: %s\n", strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	return rc;
 }

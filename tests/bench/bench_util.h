@@ -34,6 +34,14 @@ void tb_bench_row(const char *suite, const char *name, const char *unit, double 
  */
 int tb_bench_bucket(tb_store_t *s, tb_error_t *err);
 
+/** A "Key:" line's value in /proc/self/status (VmRSS:, VmHWM:), in KiB;
+ * -1 when missing. */
+long tb_bench_status_kib(const char *key);
+
+/** Resets this process's peak resident memory (VmHWM) to what it holds
+ * now. @return 0, or -1 (said) */
+int tb_bench_reset_peak(void);
+
 /** Closes the JSON array (prints "[]" if no row came); no-op for tables. */
 void tb_bench_end(void);
 

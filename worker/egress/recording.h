@@ -38,6 +38,7 @@
 #include "tb/error.h"
 #include "tb/runtime.h"
 
+#include <openssl/evp.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +55,13 @@ typedef struct tb_rec_exchange tb_rec_exchange_t;
  */
 int tb_recorder_new(tb_recorder_t **out, int fd, const tb_recording_conf_t *conf,
 		    const char *task_id, uint64_t attempt, const tb_bytes_t *task, tb_error_t *err);
+
+/** SHA-256, fetched once for every digest of a recording or a replay
+ * (OpenSSL 3 looks an algorithm up on each EVP_sha256() init). */
+const EVP_MD *tb_rec_sha256(void);
+
+/** The hex SHA-256 of no bytes. */
+#define TB_REC_EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 /** Frees @p r (NULL is fine); every exchange must have ended. */
 void tb_recorder_free(tb_recorder_t *r);
