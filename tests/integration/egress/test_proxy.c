@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -38,6 +39,8 @@
 #include "egress.h"
 #include "proxy.h"
 #include "proxy_http.h"
+#include "recording.h"
+#include "replay.h"
 #include "tb/json_mpack.h"
 #include "tb/runtime.h"
 #include "tb/schema_event.h"
@@ -839,6 +842,127 @@ static void test_proxy__streamed_response_arrives_incrementally(void **state)
 	assert_true(at[2] - at[1] >= 200 && at[2] - at[1] < 1000);
 	/* the client's end of the chunked framing arrived */
 	assert_non_null(strstr(buf, "\r\n0\r\n\r\n"));
+}
+
+/* A proxy like the suite's, recording into @p rec or replaying @p rp. */
+static tb_proxy_t *proxy_with(const tb_list_t *endpoints, tb_recorder_t *rec, tb_replay_t *rp,
+			      unsigned *port)
+{
+	tb_proxy_conf_t conf = { .endpoints = endpoints,
+				 .key = &key,
+				 .task_id = TASK,
+				 .attempt = ATTEMPT,
+				 .idle_timeout_ms = 2000,
+				 .io_timeout_ms = 5000,
+				 .connect_timeout_ms = 2000,
+				 .audit = on_audit,
+				 .recorder = rec,
+				 .replay = rp };
+	tb_proxy_t *p;
+	tb_error_t err;
+	if (tb_proxy_listen(&conf.listen_fd, 0, 0, &err) != 0 ||
+	    tb_proxy_start(&p, &conf, &err) != 0)
+		fail_msg("proxy: %s", err.msg);
+	*port = tb_proxy_port(p);
+	return p;
+}
+
+/* The stream's three events' arrival times (ms after the request) into
+ * @p at, through the proxy on @p port; the answer into @p buf. */
+static int stream_events(unsigned port, uint64_t at[3], char *buf, size_t cap)
+{
+	char req[2048];
+	int n = snprintf(req, sizeof(req),
+			 "GET /llm/v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Taskbox-Token: %s\r\n"
+			 "Connection: close\r\n\r\n",
+			 token);
+	int fd = dial(port), events = 0;
+	uint64_t t0 = now_ms();
+	size_t have = 0;
+	assert_int_equal(send_str(fd, req, (size_t)n), 0);
+	for (int reads = 0; reads < 100 && have + 1 < cap; reads++) {
+		ssize_t r = recv(fd, buf + have, cap - 1 - have, 0);
+		if (r <= 0)
+			break;
+		buf[have + (size_t)r] = '\0';
+		for (char *p = buf + have; (p = strstr(p, "data: ")) && events < 3; p++)
+			at[events++] = now_ms() - t0;
+		have += (size_t)r;
+	}
+	close(fd);
+	return events;
+}
+
+/* A stream recorded with its timing is replayed as a stream: at the
+ * recorded pace (its events as far apart as they came) or at once,
+ * never asking the upstream; a request the recording does not hold is
+ * refused in JSON, naming it; the recording holds no key. */
+static void test_proxy__a_recorded_stream_replays_at_its_pace(void **state)
+{
+	static tb_endpoint_t rec_eps[6];
+	tb_list_t list = { 6, rec_eps };
+	tb_recording_conf_t how = { 1024, 16 };
+	tb_replay_conf_t paced = { .pace = TB_REPLAY_RECORDED }, instant = { 0 };
+	tb_recorder_t *rec;
+	tb_recording_t r1, r2;
+	tb_replay_t *rp;
+	tb_error_t err;
+	char buf[4096], *bytes;
+	uint64_t at[3];
+	unsigned port;
+	int fd = memfd_create("test-recording", MFD_CLOEXEC);
+
+	(void)state;
+	memcpy(rec_eps, eps, sizeof(rec_eps));
+	rec_eps[0].record = true;
+	assert_int_equal(tb_recorder_new(&rec, fd, &how, TASK, ATTEMPT, NULL, &err), 0);
+	tb_proxy_t *p = proxy_with(&list, rec, NULL, &port);
+	assert_int_equal(stream_events(port, at, buf, sizeof(buf)), 3);
+	tb_proxy_stop(p);
+	tb_recorder_free(rec);
+	off_t len = lseek(fd, 0, SEEK_END);
+	assert_non_null(bytes = malloc((size_t)len));
+	assert_int_equal(pread(fd, bytes, (size_t)len, 0), len);
+	close(fd);
+	assert_null(memmem(bytes, (size_t)len, SECRET, strlen(SECRET)));
+	assert_int_equal(tb_recording_read(&r1, bytes, (size_t)len, &err), 0);
+	assert_int_equal(tb_recording_read(&r2, bytes, (size_t)len, &err), 0);
+	free(bytes);
+	assert_int_equal(r1.n, 1);
+	assert_true(r1.xs[0].stream && r1.xs[0].ended && r1.xs[0].npieces >= 3);
+	int asked = fake_requests();
+
+	/* at its pace: the last event about 600 ms after the request */
+	assert_int_equal(tb_replay_new(&rp, &r1, &paced, "task t attempt 1", &err), 0);
+	p = proxy_with(&list, NULL, rp, &port);
+	assert_int_equal(stream_events(port, at, buf, sizeof(buf)), 3);
+	assert_int_equal(status_of(buf), 200);
+	assert_non_null(strstr(buf, "text/event-stream"));
+	assert_true(at[1] >= 200 && at[2] >= at[1] + 200);
+	/* what the recording does not hold */
+	char req[2048];
+	int rl = snprintf(req, sizeof(req),
+			  "GET /llm/v1/models?page=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+			  "X-Taskbox-Token: %s\r\nConnection: close\r\n\r\n",
+			  token);
+	int cfd = dial(port);
+	assert_int_equal(send_str(cfd, req, (size_t)rl), 0);
+	assert_true(read_all(cfd, buf, sizeof(buf)) > 0);
+	close(cfd);
+	assert_int_equal(status_of(buf), 409);
+	assert_non_null(strstr(buf, "\"type\":\"replay_miss\""));
+	assert_non_null(strstr(buf, "no recorded exchange matches GET /v1/models?page=2"));
+	tb_proxy_stop(p);
+	tb_replay_free(rp);
+
+	/* at once: the same events */
+	assert_int_equal(tb_replay_new(&rp, &r2, &instant, "task t attempt 1", &err), 0);
+	p = proxy_with(&list, NULL, rp, &port);
+	assert_int_equal(stream_events(port, at, buf, sizeof(buf)), 3);
+	assert_non_null(strstr(buf, "\r\n0\r\n\r\n"));
+	tb_proxy_stop(p);
+	tb_replay_free(rp);
+	assert_int_equal(fake_requests(), asked); /* the upstream was never asked */
 }
 
 static void test_proxy__bodies_stream_up_by_length_or_chunked(void **state)
@@ -1668,6 +1792,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_proxy__outside_the_policy_is_403_with_an_audit_record),
 		cmocka_unit_test(test_proxy__tokens_missing_forged_expired_or_foreign_are_refused),
 		cmocka_unit_test(test_proxy__streamed_response_arrives_incrementally),
+		cmocka_unit_test(test_proxy__a_recorded_stream_replays_at_its_pace),
 		cmocka_unit_test(test_proxy__bodies_stream_up_by_length_or_chunked),
 		cmocka_unit_test(test_proxy__oversized_heads_are_431),
 		cmocka_unit_test(test_proxy__smuggling_attempts_are_400),

@@ -1570,6 +1570,31 @@ static void replays(const tb_manifest_t *orig, const char *commit)
 	assert_int_equal(p->input_tokens, 11); /* the one answer that was asked for */
 	assert_int_equal(e3.egress_200, 2);
 	tb_msg_free(&tb_schema_manifest, &m);
+
+	/* a judge added later grades the recorded conversation: the same
+	 * question again, a new commit with a judge, the same answers */
+	struct events e4 = { .seq_ok = 1 };
+	write_repo_file("question.txt", "one\n");
+	write_repo_file("judge.sh",
+			"if grep -q '\"usage\"' /outputs/echo.txt; then\n"
+			"  echo '{\"outcome\":\"pass\",\"reason\":\"answered\"}'\n"
+			"else echo '{\"outcome\":\"fail\",\"reason\":\"no answer\"}'; fi\n");
+	write_repo_file("taskbox.json",
+			"{\"v\": 1, \"name\": \"recorded\", \"agent\": {\"command\": [\"/bin/sh\", "
+			"\"agent.sh\"]}, \"judges\": [{\"name\": \"answered\", \"command\": "
+			"[\"/bin/sh\", \"judge.sh\"]}]}\n");
+	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
+		      "-m judged",
+		      repo);
+	provider.requests = 0;
+	run_replay("life-replay-judged", head_commit(), NULL, &m, &e4);
+	assert_int_equal(provider.requests, 0);
+	assert_int_equal(m.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_int_equal(m.verdicts.n, 1);
+	const tb_verdict_ref_t *v = m.verdicts.items;
+	assert_string_equal(v->judge, "answered");
+	assert_int_equal(v->outcome, TB_VERDICT_PASS);
+	tb_msg_free(&tb_schema_manifest, &m);
 	provider_stop();
 }
 
