@@ -1533,6 +1533,13 @@ static void replays(const tb_manifest_t *orig, const char *commit)
 		free(now);
 	}
 	assert_int_equal(m.artifacts.n, orig->artifacts.n);
+	/* the same verdicts */
+	assert_int_equal(m.verdicts.n, 1);
+	assert_int_equal(orig->verdicts.n, 1);
+	const tb_verdict_ref_t *v0 = orig->verdicts.items, *v1 = m.verdicts.items;
+	assert_string_equal(v1->judge, v0->judge);
+	assert_int_equal(v1->outcome, TB_VERDICT_PASS);
+	assert_int_equal(v0->outcome, TB_VERDICT_PASS);
 	const tb_usage_egress_t *p = egress_of(&m, "provider");
 	assert_int_equal(p->replayed, 2);
 	assert_int_equal(p->input_tokens, 0); /* replayed answers cost nothing */
@@ -1571,18 +1578,18 @@ static void replays(const tb_manifest_t *orig, const char *commit)
 	assert_int_equal(e3.egress_200, 2);
 	tb_msg_free(&tb_schema_manifest, &m);
 
-	/* a judge added later grades the recorded conversation: the same
-	 * question again, a new commit with a judge, the same answers */
+	/* a judge fixed later grades the recorded conversation: the same
+	 * question again, a new commit with another judge, the same answers */
 	struct events e4 = { .seq_ok = 1 };
 	write_repo_file("question.txt", "one\n");
-	write_repo_file("judge.sh",
-			"if grep -q '\"usage\"' /outputs/echo.txt; then\n"
-			"  echo '{\"outcome\":\"pass\",\"reason\":\"answered\"}'\n"
-			"else echo '{\"outcome\":\"fail\",\"reason\":\"no answer\"}'; fi\n");
+	write_repo_file("judge2.sh",
+			"if grep -q '\"auth\":\"Bearer \\*' /outputs/echo.txt; then\n"
+			"  echo '{\"outcome\":\"pass\",\"reason\":\"masked\"}'\n"
+			"else echo '{\"outcome\":\"fail\",\"reason\":\"not masked\"}'; fi\n");
 	write_repo_file("taskbox.json",
 			"{\"v\": 1, \"name\": \"recorded\", \"agent\": {\"command\": [\"/bin/sh\", "
-			"\"agent.sh\"]}, \"judges\": [{\"name\": \"answered\", \"command\": "
-			"[\"/bin/sh\", \"judge.sh\"]}]}\n");
+			"\"agent.sh\"]}, \"judges\": [{\"name\": \"masked\", \"command\": "
+			"[\"/bin/sh\", \"judge2.sh\"]}]}\n");
 	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
 		      "-m judged",
 		      repo);
@@ -1592,7 +1599,7 @@ static void replays(const tb_manifest_t *orig, const char *commit)
 	assert_int_equal(m.outcome, TB_OUTCOME_SUCCEEDED);
 	assert_int_equal(m.verdicts.n, 1);
 	const tb_verdict_ref_t *v = m.verdicts.items;
-	assert_string_equal(v->judge, "answered");
+	assert_string_equal(v->judge, "masked");
 	assert_int_equal(v->outcome, TB_VERDICT_PASS);
 	tb_msg_free(&tb_schema_manifest, &m);
 	provider_stop();
@@ -1629,8 +1636,15 @@ static void test_lifecycle__a_recording_keeps_every_exchange_and_no_key(void **s
 		"\"secret_headers\": [\"X-Session\"]}]}}\n",
 		provider.port);
 	fclose(f);
-	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"recorded\", \"agent\": "
-					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
+	/* a judge of the answer: a replay's verdict must be the same */
+	write_repo_file("judge.sh",
+			"if grep -q '\"usage\"' /outputs/echo.txt; then\n"
+			"  echo '{\"outcome\":\"pass\",\"reason\":\"answered\"}'\n"
+			"else echo '{\"outcome\":\"fail\",\"reason\":\"no answer\"}'; fi\n");
+	write_repo_file("taskbox.json",
+			"{\"v\": 1, \"name\": \"recorded\", \"agent\": {\"command\": [\"/bin/sh\", "
+			"\"agent.sh\"]}, \"judges\": [{\"name\": \"answered\", \"command\": "
+			"[\"/bin/sh\", \"judge.sh\"]}]}\n");
 	/* its question from the recipe: a later commit may change it */
 	write_repo_file("question.txt", "one\n");
 	write_repo_file("agent.sh",
