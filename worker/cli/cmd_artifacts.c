@@ -1,9 +1,11 @@
 /*
  * cmd_artifacts.c: `taskbox artifacts`: a done task's saved files, from
  * the manifest its done-marker names: list them, download one (checksum
- * verified), or share one as a signed URL that expires.
+ * verified), or share one as a signed URL that expires; and files of
+ * one's own put into the store for tasks to take as inputs (uploads.h).
  */
 #include "cmd.h"
+#include "uploads.h"
 
 #include "tb/config.h"
 #include "tb/ledger.h"
@@ -21,21 +23,26 @@
 
 static void usage(FILE *out)
 {
-	fprintf(
-	    out,
-	    "usage: taskbox artifacts list  [--config FILE] [--json] TASK_ID\n"
-	    "       taskbox artifacts get   [--config FILE] [--output FILE] TASK_ID PATH\n"
-	    "       taskbox artifacts share [--config FILE] [--expires SECONDS] TASK_ID PATH\n\n"
-	    "The files a done task's agent wrote under /outputs, as its manifest\n"
-	    "records them (the attempt its done-marker names), plus its conversation\n"
-	    "record and manifest. PATH is the file's path under /outputs as `list`\n"
-	    "shows it; `conversation` and `manifest` name the record and the manifest.\n"
-	    "  get --output FILE   where to write it (default: PATH's last part, here);\n"
-	    "                      written only if its SHA-256 matches the stored one\n"
-	    "  share --expires S   the URL's lifetime, 1..604800 (default 3600);\n"
-	    "                      S3 stores only\n"
-	    "Exit: 0 done, 1 the store failed, 2 usage, 3 configuration, 5 no such\n"
-	    "task, task not done, or no such file in it.\n");
+	fprintf(out,
+		"usage: taskbox artifacts list  [--config FILE] [--json] TASK_ID\n"
+		"       taskbox artifacts get   [--config FILE] [--output FILE] TASK_ID PATH\n"
+		"       taskbox artifacts share [--config FILE] [--expires SECONDS] TASK_ID PATH\n"
+		"       taskbox artifacts put   [--config FILE] [--json] PATH...\n\n"
+		"The files a done task's agent wrote under /outputs, as its manifest\n"
+		"records them (the attempt its done-marker names), plus its conversation\n"
+		"record and manifest. PATH is the file's path under /outputs as `list`\n"
+		"shows it; `conversation` and `manifest` name the record and the manifest.\n"
+		"  get --output FILE   where to write it (default: PATH's last part, here);\n"
+		"                      written only if its SHA-256 matches the stored one\n"
+		"  share --expires S   the URL's lifetime, 1..604800 (default 3600);\n"
+		"                      S3 stores only\n"
+		"`put` uploads files (a directory as each file under it, by its path)\n"
+		"to uploads/<sha256> (schemas/keys.md), skipping content that is there\n"
+		"already, and prints each as an input reference, NAME=KEY, for\n"
+		"`submit --input` (or --json: path, key, sha256, size, uploaded).\n"
+		"Exit: 0 done, 1 the store failed, 2 usage (or a PATH to put that is not a\n"
+		"file or a directory), 3 configuration, 5 no such task, task not done,\n"
+		"no such file in it, or no such PATH to put.\n");
 }
 
 typedef struct found {
@@ -189,6 +196,64 @@ static int share(tb_store_t *s, const found_t *f, const char *path, unsigned sec
 	return TB_EXIT_OK;
 }
 
+#define PUT_MAX 100000 /* files one `put` uploads at most */
+
+static void put_printed(void *ud, const tb_upload_t *u)
+{
+	json_t *all = ud;
+	if (all)
+		json_array_append_new(all, json_pack("{s:s,s:s,s:s,s:I,s:b}", "path", u->name,
+						     "key", u->key, "sha256", u->sha256, "size",
+						     (json_int_t)u->size, "uploaded", u->uploaded));
+	else
+		printf("%s=%s\n", u->name, u->key);
+	fflush(stdout);
+}
+
+/* `taskbox artifacts put`: the store alone, no ledger. */
+static int put(int argc, char **argv)
+{
+	const char *path = NULL, *args[64] = { 0 };
+	int as_json = 0, rc;
+	tb_store_t *store = NULL;
+	tb_config_t cfg;
+	tb_error_t err;
+	const tb_opt_t opts[] = {
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL, 'c' },
+		{ "--json", TB_OPT_FLAG, &as_json, 0, 0, NULL, 'j' },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
+	};
+	tb_opts_t o = { "artifacts put", opts, args, 64, 0 };
+
+	if ((rc = tb_cmd_options(&o, argc, argv, 2, usage)) >= 0)
+		return rc;
+	if (!o.npos) {
+		usage(stderr);
+		return TB_EXIT_USAGE;
+	}
+	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
+		fprintf(stderr, "taskbox artifacts: %s\n", err.msg);
+		return TB_EXIT_CONFIG;
+	}
+	json_t *all = as_json ? json_array() : NULL;
+	rc = TB_EXIT_OK;
+	if (tb_store_open(&store, &cfg.store, &err) < 0)
+		rc = TB_EXIT_CONFIG;
+	for (int i = 0; i < o.npos && rc == TB_EXIT_OK; i++)
+		if (tb_uploads_put(store, args[i], PUT_MAX, put_printed, all, &err) < 0)
+			rc = err.code == TB_ENOTFOUND ? TB_EXIT_NOT_FOUND
+			     : err.code == TB_EINVAL  ? TB_EXIT_USAGE
+						      : TB_EXIT_FAILURE;
+	if (rc != TB_EXIT_OK)
+		fprintf(stderr, "taskbox artifacts put: %s\n", err.msg);
+	else if (all)
+		json_dumpf(all, stdout, JSON_COMPACT), putchar('\n');
+	json_decref(all);
+	tb_store_close(store);
+	tb_config_free(&cfg);
+	return rc;
+}
+
 int tb_cmd_artifacts(int argc, char **argv)
 {
 	const char *path = NULL, *out = NULL, *what = argc > 1 ? argv[1] : "", *args[2] = { 0 };
@@ -202,6 +267,8 @@ int tb_cmd_artifacts(int argc, char **argv)
 
 	if ((rc = tb_cmd_verb_option(what, usage)) >= 0)
 		return rc;
+	if (!strcmp(what, "put"))
+		return put(argc, argv);
 	int want = !strcmp(what, "list")                            ? 1
 		   : !strcmp(what, "get") || !strcmp(what, "share") ? 2
 								    : 0;

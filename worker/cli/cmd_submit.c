@@ -6,6 +6,7 @@
 #include "cmd.h"
 #include "follow.h"
 #include "submit_replay.h"
+#include "uploads.h"
 
 #include "tb/clock.h"
 #include "tb/config.h"
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static volatile sig_atomic_t stop;
@@ -49,7 +51,9 @@ static void usage(FILE *out)
 	    "  --runtime NAME      the runtime (default: default)\n"
 	    "  --interactive       an interactive task (follow-ups: taskbox send/end)\n"
 	    "  --input NAME=KEY    an artifact key placed at /inputs/NAME, or\n"
-	    "  --input NAME=TASK:PATH  an earlier task's output (repeatable)\n"
+	    "  --input NAME=TASK:PATH  an earlier task's output, or\n"
+	    "  --input NAME=@PATH  a file here, uploaded first (a directory: each file\n"
+	    "                      under it, as NAME/its path) (repeatable)\n"
 	    "  --limit KEY=N       wall_seconds, memory_mb, pids, cpu_millis, outputs_mb,\n"
 	    "                      and the budgets max_tokens, max_input_tokens,\n"
 	    "                      max_output_tokens, max_requests, max_egress_mb\n"
@@ -137,9 +141,11 @@ static int add_input(json_t *doc, char *arg)
 		json_object_set_new(doc, "inputs", inputs);
 	}
 	/* TASK:PATH names an earlier task's output; an artifact key is a
-	 * path (tasks/...), so a ':' before any '/' marks the first form. */
+	 * path (tasks/...), so a ':' before any '/' marks the first form;
+	 * @PATH a file of one's own, uploaded before the task goes
+	 * (upload_inputs). */
 	char *colon = strchr(what, ':'), *slash = strchr(what, '/');
-	if (colon && (!slash || colon < slash)) {
+	if (colon && what[0] != '@' && (!slash || colon < slash)) {
 		*colon = '\0';
 		json_array_append_new(inputs, json_pack("{s:s,s:s,s:s}", "name", name, "task", what,
 							"path", colon + 1));
@@ -235,6 +241,71 @@ static json_t *build(submit_args_t *a)
 		return NULL;
 	}
 	return doc;
+}
+
+/* The uploads of one --input NAME=@PATH, into the task's inputs. */
+typedef struct upload_into {
+	json_t *inputs;
+	const char *name;
+	int dir; /* PATH is a directory: its files are NAME/<path under it> */
+} upload_into_t;
+
+static void uploaded(void *ud, const tb_upload_t *u)
+{
+	upload_into_t *in = ud;
+	const char *below = in->dir && strchr(u->name, '/') ? strchr(u->name, '/') + 1 : "";
+	char *name = NULL;
+	if (asprintf(&name, "%s%s%s", in->name, below[0] ? "/" : "", below) < 0)
+		abort(); /* out of memory: STYLE.md */
+	json_array_append_new(in->inputs, json_pack("{s:s,s:s,s:s}", "name", name, "artifact",
+						    u->key, "sha256", u->sha256));
+	fprintf(stderr, "taskbox submit: %s %s (%s)\n",
+		u->uploaded ? "uploaded" : "already there:", name, u->key);
+	free(name);
+}
+
+/* Uploads the files the inputs name as @PATH, each becoming the input
+ * (or, for a directory, the inputs) of its upload. TB_EXIT_*. */
+static int upload_inputs(json_t *doc, const char *config)
+{
+	json_t *inputs = json_object_get(doc, "inputs"), *kept = json_array(), *in;
+	tb_store_t *store = NULL;
+	tb_config_t cfg = { 0 };
+	tb_error_t err = { 0 };
+	int rc = TB_EXIT_OK, loaded = 0;
+	size_t i;
+
+	json_array_foreach(inputs, i, in)
+	{
+		const char *what = json_string_value(json_object_get(in, "artifact"));
+		if (!what || what[0] != '@') {
+			json_array_append(kept, in);
+			continue;
+		}
+		if (!loaded++ && (tb_cmd_load_config(&cfg, config, &err) < 0 ||
+				  tb_store_open(&store, &cfg.store, &err) < 0)) {
+			rc = TB_EXIT_CONFIG;
+			break;
+		}
+		struct stat st;
+		upload_into_t into = { kept, json_string_value(json_object_get(in, "name")),
+				       stat(what + 1, &st) == 0 && S_ISDIR(st.st_mode) };
+		size_t room = json_array_size(inputs) > 64 ? 0 : 64 - json_array_size(inputs) + 1;
+		if (tb_uploads_put(store, what + 1, room, uploaded, &into, &err) < 0) {
+			rc = err.code == TB_ENOTFOUND || err.code == TB_EINVAL ? TB_EXIT_USAGE
+									       : TB_EXIT_FAILURE;
+			break;
+		}
+	}
+	if (rc != TB_EXIT_OK)
+		fprintf(stderr, "taskbox submit: --input: %s\n", err.msg);
+	else if (loaded)
+		json_object_set(doc, "inputs", kept);
+	json_decref(kept);
+	tb_store_close(store);
+	if (loaded)
+		tb_config_free(&cfg);
+	return rc;
 }
 
 /* The task a replay sends (--replay-from); NULL after a message, with
@@ -402,6 +473,10 @@ int tb_cmd_submit(int argc, char **argv)
 	json_t *doc = a.replay.from ? build_replay(&a, &bad) : build(&a);
 	if (!doc)
 		return bad;
+	if ((rc = upload_inputs(doc, a.config)) != TB_EXIT_OK) {
+		json_decref(doc);
+		return rc;
+	}
 	msgpack_sbuffer bytes;
 	msgpack_sbuffer_init(&bytes);
 	rc = encode(doc, &bytes, id, sizeof(id));

@@ -328,6 +328,52 @@ done
 if grep "$short" "$tmp/dlq3.out" | grep -q "follow-up 1: the session ended before it took it"
 then ok; else bad "a follow-up its session held and never took is dead-lettered"; cat "$tmp/dlq3.out"; fi
 
+# Uploads: a file of one's own into the store under its content's name,
+# as `artifacts put` does it and as another language does it from
+# schemas/keys.md alone (Python's hashlib and a CRC-32C, curl's SigV4);
+# each given to a task as an input, which reads it back.
+printf 'uploaded words\n' >"$tmp/words.txt"
+words_sha=$(sha256sum "$tmp/words.txt" | cut -d' ' -f1)
+expect "artifacts put" 0 "$tmp/put.out" "$tb" artifacts put --config "$cfg" "$tmp/words.txt"
+has "prints the input reference" "words.txt=uploads/$words_sha" "$tmp/put.out"
+expect "artifacts put again, as JSON" 0 "$tmp/put2.json" \
+  "$tb" artifacts put --config "$cfg" --json "$tmp/words.txt"
+has "says it was there already" '"uploaded":false' "$tmp/put2.json"
+expect "artifacts put of nothing" 5 "$tmp/put3.out" "$tb" artifacts put --config "$cfg" "$tmp/none"
+printf 'from python\n' >"$tmp/py-words.txt"
+read -r py_sha py_crc < <(python3 - "$tmp/py-words.txt" <<'PYEOF'
+import hashlib, sys
+data = open(sys.argv[1], "rb").read()
+crc = 0xFFFFFFFF
+for b in data:  # CRC-32C (Castagnoli), reflected, as keys.md says
+    crc ^= b
+    for _ in range(8):
+        crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+print(hashlib.sha256(data).hexdigest(), "%08x" % (crc ^ 0xFFFFFFFF))
+PYEOF
+)
+curl -sf --aws-sigv4 "aws:amz:$TASKBOX_TEST_S3_REGION:s3" \
+  --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -H "Content-Type: application/octet-stream" \
+  -H "x-amz-meta-sha256: $py_sha" -H "x-amz-meta-crc32c: $py_crc" \
+  -T "$tmp/py-words.txt" "$TASKBOX_TEST_S3_ENDPOINT/$run/uploads/$py_sha" >/dev/null && ok ||
+  bad "an upload from schemas/keys.md alone"
+git init -q "$tmp/reads" && cp -r "$root/examples/recipes/hello/." "$tmp/reads/" || exit 1
+cat >"$tmp/reads/agent.sh" <<'EOF'
+read -r prompt
+cat /inputs/notes.txt /inputs/more.txt > /outputs/notes.txt
+printf 'hello\n' > /outputs/hello.txt
+EOF
+git -C "$tmp/reads" add -A && git -C "$tmp/reads" -c user.name=t -c user.email=t@t commit -qm reads ||
+  exit 1
+expect "submit --input NAME=@PATH" 0 "$tmp/up.out" "$tb" submit --config "$cfg" \
+  --recipe "file://$tmp/reads" --commit "$(git -C "$tmp/reads" rev-parse HEAD)" --prompt read \
+  --input "notes.txt=@$tmp/words.txt" --input "more.txt=uploads/$py_sha" --wait --timeout 180
+reader=$(head -1 "$tmp/up.out")
+expect "its output" 0 "$tmp/notes.out" \
+  "$tb" artifacts get --config "$cfg" --output "$tmp/notes.got" "$reader" notes.txt
+if [ "$(cat "$tmp/notes.got" 2>/dev/null)" = "$(printf 'uploaded words\nfrom python')" ]; then ok
+else bad "the task read back what was uploaded: $(cat "$tmp/notes.got" 2>/dev/null)"; fi
+
 # A recorded run replayed from the command line: a provider of our own on
 # loopback is asked once, by the original; `submit --replay-from` sends the
 # same task again, answered from its recording, and it writes the same
