@@ -142,14 +142,6 @@ static const char ALIVE_LUA[] =
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
     "redis.call('ZADD', KEYS[2], ARGV[4], ARGV[3]) "
     "return redis.call('ZREMRANGEBYSCORE', KEYS[2], 0, tonumber(ARGV[4]) - 86400000)";
-/* KEYS workers; ARGV prefix. The live workers' info. */
-static const char WORKERS_LUA[] =
-    "local out = {} "
-    "for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do "
-    "  local v = redis.call('GET', ARGV[1] .. ':worker:{' .. id .. '}') "
-    "  if v then out[#out + 1] = v end "
-    "end "
-    "return out";
 /* Appends a failure and keeps the newest ARGV[2]: one round trip. */
 static const char FAILED_LUA[] = "redis.call('RPUSH', KEYS[1], ARGV[1]) "
 				 "return redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)";
@@ -570,36 +562,61 @@ static int redis_alive(tb_ledger_t *l, const char *info, uint64_t ttl_ms, tb_err
 	return rc;
 }
 
+/* Each worker's info key, for the ids in @p ids, asked at once (one round
+ * trip, each key its own command: no script reads a key it was not
+ * given). The replies, in order, into @p out (@p ids->elements of them).
+ * Under the connection's lock. */
+static int worker_infos(redis_ledger_t *r, const redisReply *ids, redisReply **out, tb_error_t *err)
+{
+	conn_t *k = &r->main;
+
+	for (size_t i = 0; i < ids->elements; i++)
+		if (ids->element[i]->type != REDIS_REPLY_STRING ||
+		    redisAppendCommand(k->c, "GET %s:worker:{%s}", r->prefix,
+				       ids->element[i]->str) != REDIS_OK)
+			return broken(r, k, err);
+	for (size_t i = 0; i < ids->elements; i++)
+		if (redisGetReply(k->c, (void **)&out[i]) != REDIS_OK) {
+			for (size_t d = 0; d < i; d++)
+				freeReplyObject(out[d]);
+			return broken(r, k, err);
+		}
+	return 0;
+}
+
 static int redis_workers(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
 	char k_workers[128];
-	redisReply *rep;
-	int rc;
+	redisReply *ids, **vals = NULL;
+	int rc, have = 0;
 
 	*infos = NULL;
 	*n = 0;
 	snprintf(k_workers, sizeof(k_workers), "%s:workers", r->prefix);
 	pthread_mutex_lock(&r->main.lock);
-	rc = run(r, &r->main, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 1 %s %s", WORKERS_LUA,
-		 k_workers, r->prefix);
-	pthread_mutex_unlock(&r->main.lock);
-	if (rc < 0 || rep->elements == 0) {
-		freeReplyObject(rep);
-		return rc;
-	}
-	if (!(*infos = calloc(rep->elements, sizeof(char *))))
+	rc = run(r, &r->main, &ids, REDIS_REPLY_ARRAY, err, "ZRANGE %s 0 -1", k_workers);
+	if (rc == 0 && ids->elements &&
+	    (!(vals = calloc(ids->elements, sizeof(*vals))) ||
+	     !(*infos = calloc(ids->elements, sizeof(char *)))))
 		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
-	for (size_t i = 0; rc == 0 && i < rep->elements; i++) {
-		if (rep->element[i]->type != REDIS_REPLY_STRING)
+	else if (rc == 0 && ids->elements)
+		have = (rc = worker_infos(r, ids, vals, err)) == 0;
+	pthread_mutex_unlock(&r->main.lock);
+	for (size_t i = 0; rc == 0 && i < ids->elements; i++) {
+		if (vals[i]->type != REDIS_REPLY_STRING) /* gone since: not alive */
 			continue;
-		if (!((*infos)[*n] = strdup(rep->element[i]->str)))
+		if (!((*infos)[*n] = strdup(vals[i]->str)))
 			rc = tb_error_set(err, TB_ENOMEM, "out of memory");
 		else
 			(*n)++;
 	}
-	freeReplyObject(rep);
-	if (rc < 0) {
+	for (size_t i = 0; have && i < ids->elements; i++)
+		freeReplyObject(vals[i]);
+	if (ids)
+		freeReplyObject(ids);
+	free(vals);
+	if (rc < 0 || !*n) { /* none alive: no list */
 		for (size_t i = 0; i < *n; i++)
 			free((*infos)[i]);
 		free(*infos);
