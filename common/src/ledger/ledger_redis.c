@@ -55,6 +55,8 @@ typedef struct conn {
 	uint64_t redial_at;              /* monotonic ms: no dialling before this */
 	char down[256];                  /* why the last dial failed */
 	unsigned owed;                   /* replies to commands sent without waiting */
+	int replicas;                    /* the master's replicas, last looked at ... */
+	uint64_t replicas_at;            /* ... then (monotonic ms; 0: look) */
 } conn_t;
 
 typedef struct redis_ledger {
@@ -234,6 +236,7 @@ static int dial(redis_ledger_t *r, conn_t *k, tb_error_t *err)
 				    r->port, k->down);
 	}
 	redisSetTimeout(k->c, k->timeout);
+	k->replicas_at = 0; /* perhaps another master: look again */
 	if (r->db) {
 		redisReply *rep = redisCommand(k->c, "SELECT %d", r->db);
 		int bad = !rep || rep->type == REDIS_REPLY_ERROR;
@@ -303,6 +306,48 @@ static int run(redis_ledger_t *r, conn_t *k, redisReply **out, int want, tb_erro
 	return 0;
 }
 
+#define REPLICA_WAIT_MS 2000   /* a safety write's wait for a replica */
+#define REPLICAS_LOOK_MS 10000 /* how long a look at the replicas stands */
+
+/*
+ * A write the safety of a task rests on (an attempt begun or taken over,
+ * a done-marker) is acknowledged by a replica, when the master has any
+ * (WAIT 1): a failover to that replica cannot then hand the attempt
+ * number out again or forget that the task is done. A master without
+ * replicas is the whole ledger: nothing to wait for. Under the main
+ * connection's lock. @return 0; TB_ERETRY when no replica acknowledged
+ * it in time (the write stands on the master; doing it again is safe)
+ */
+static int replicated(redis_ledger_t *r, tb_error_t *err)
+{
+	conn_t *k = &r->main;
+	redisReply *rep;
+	uint64_t now = tb_mono_ms();
+	int rc;
+
+	if (!k->replicas_at || now - k->replicas_at >= REPLICAS_LOOK_MS) {
+		if ((rc = run(r, k, &rep, REDIS_REPLY_STRING, err, "INFO replication")) < 0)
+			return rc;
+		const char *at = strstr(rep->str, "connected_slaves:");
+		k->replicas = at ? (int)strtol(at + 17, NULL, 10) : 0;
+		k->replicas_at = now;
+		freeReplyObject(rep);
+	}
+	if (!k->replicas)
+		return 0;
+	if ((rc = run(r, k, &rep, REDIS_REPLY_INTEGER, err, "WAIT 1 %d", REPLICA_WAIT_MS)) < 0)
+		return rc;
+	long long acked = rep->integer;
+	freeReplyObject(rep);
+	if (acked >= 1)
+		return 0;
+	k->replicas_at = 0; /* look again next time: it may be gone */
+	return tb_error_set(err, TB_ERETRY,
+			    "ledger redis://%s:%d: no replica acknowledged the write within %d ms "
+			    "(%d connected), so a failover could lose it: not counted yet",
+			    r->host, r->port, REPLICA_WAIT_MS, k->replicas);
+}
+
 static int redis_begin(tb_ledger_t *l, const char *task, const char *content, uint64_t lease_ms,
 		       uint64_t *attempt, tb_error_t *err)
 {
@@ -318,6 +363,10 @@ static int redis_begin(tb_ledger_t *l, const char *task, const char *content, ui
 		 k.lease, k.content, k.failures, k.progress, k.base, r->worker,
 		 (unsigned long long)lease_ms, content ? content : "",
 		 (unsigned long long)time(NULL) * 1000, TB_LEDGER_MAX_FAILURES);
+	/* an attempt begun (its number handed out, the lease taken over) */
+	if (rc == 0 && rep->elements >= 1 && rep->element[0]->type == REDIS_REPLY_INTEGER &&
+	    rep->element[0]->integer > 0 && (rc = replicated(r, err)) < 0)
+		freeReplyObject(rep);
 	pthread_mutex_unlock(&r->main.lock);
 	if (rc < 0)
 		return rc;
@@ -424,6 +473,10 @@ static int redis_done(tb_ledger_t *l, const char *task, uint64_t attempt, const 
 	 * success, changes nothing), and the task is done either way. */
 	rc = run(r, &r->main, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s %llu %s",
 		 DONE_LUA, k.att, k.done, k.lease, (unsigned long long)attempt, manifest_key);
+	if (rc == 0 && rep->integer == 1 && (rc = replicated(r, err)) < 0) {
+		freeReplyObject(rep);
+		rep = NULL;
+	}
 	pthread_mutex_unlock(&r->main.lock);
 	return fencing(rc, rep, task, attempt, "done", err);
 }

@@ -13,6 +13,14 @@
 
 #include "tb/ledger.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,6 +429,121 @@ static void test_ledger__bad_urls_are_explained(void **state)
 	tb_ledger_close(l);
 }
 
+/* ------------------------------------------------- a master and replica */
+
+/* A free port on loopback (bound, read, closed). */
+static unsigned free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* A redis-server of this test's own on @p port; the replica of the one
+ * on @p master when not 0. */
+static pid_t redis_spawn(unsigned port, unsigned master)
+{
+	char p[16], m[16];
+	snprintf(p, sizeof(p), "%u", port);
+	snprintf(m, sizeof(m), "%u", master);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		if (master)
+			execl("/usr/bin/redis-server", "redis-server", "--bind", "127.0.0.1",
+			      "--port", p, "--save", "", "--appendonly", "no", "--replicaof",
+			      "127.0.0.1", m, (char *)NULL);
+		else
+			execl("/usr/bin/redis-server", "redis-server", "--bind", "127.0.0.1",
+			      "--port", p, "--save", "", "--appendonly", "no", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Whether the replica on @p port has its master's data flowing (within
+ * 10 s). */
+static int replica_up(unsigned port)
+{
+	for (int i = 0; i < 100; i++) {
+		redisContext *c = redisConnect("127.0.0.1", (int)port);
+		redisReply *r = c && !c->err ? redisCommand(c, "INFO replication") : NULL;
+		int up = r && r->type == REDIS_REPLY_STRING &&
+			 strstr(r->str, "master_link_status:up") != NULL;
+		freeReplyObject(r);
+		redisFree(c);
+		if (up)
+			return 1;
+		usleep(100000);
+	}
+	return 0;
+}
+
+/* The replica's value of @p key, or "" (into @p out). */
+static void replica_get(unsigned port, const char *key, char *out, size_t len)
+{
+	redisContext *c = redisConnect("127.0.0.1", (int)port);
+	redisReply *r = c && !c->err ? redisCommand(c, "GET %s", key) : NULL;
+	snprintf(out, len, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
+	freeReplyObject(r);
+	redisFree(c);
+}
+
+/* With a replica, an attempt begun and a done-marker are on the replica
+ * when the call returns (WAIT); a replica that does not acknowledge
+ * makes them retryable errors, not successes a failover could undo. */
+static void test_ledger__safety_writes_wait_for_a_replica(void **state)
+{
+	unsigned mport, rport;
+	pid_t master, replica;
+	tb_ledger_t *l = NULL;
+	tb_error_t err;
+	uint64_t attempt = 0;
+	char url[64], key[256], got[256];
+
+	(void)state;
+	if (access("/usr/bin/redis-server", X_OK) != 0)
+		skip();
+	mport = free_port(), rport = free_port();
+	master = redis_spawn(mport, 0);
+	usleep(200000);
+	replica = redis_spawn(rport, mport);
+	if (!replica_up(rport)) {
+		kill(master, SIGTERM), kill(replica, SIGTERM);
+		waitpid(master, NULL, 0), waitpid(replica, NULL, 0);
+		fail_msg("the replica did not come up within 10 s");
+	}
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", mport);
+	assert_int_equal(tb_ledger_open(&l, url, "rep", "w-rep", &err), 0);
+	assert_int_equal(tb_ledger_begin(l, "t-rep-1", LEASE, &attempt, &err), 0);
+	snprintf(key, sizeof(key), "rep:task:{t-rep-1}:attempts");
+	replica_get(rport, key, got, sizeof(got));
+	assert_string_equal(got, "1"); /* there as the call returned */
+	assert_int_equal(tb_ledger_done(l, "t-rep-1", 1, "tasks/t-rep-1/1/manifest.msgpack", &err),
+			 0);
+	snprintf(key, sizeof(key), "rep:task:{t-rep-1}:done");
+	replica_get(rport, key, got, sizeof(got));
+	assert_string_equal(got, "1 tasks/t-rep-1/1/manifest.msgpack");
+	/* a replica that does not answer: not counted */
+	kill(replica, SIGSTOP);
+	int rc = tb_ledger_begin(l, "t-rep-2", LEASE, &attempt, &err);
+	kill(replica, SIGCONT);
+	assert_int_equal(rc, TB_ERETRY);
+	assert_non_null(strstr(err.msg, "no replica acknowledged the write"));
+	/* once it answers, the same worker begins it (the number moved on) */
+	assert_int_equal(tb_ledger_begin(l, "t-rep-2", LEASE, &attempt, &err), 0);
+	assert_int_equal(attempt, 2);
+	tb_ledger_close(l);
+	kill(master, SIGTERM), kill(replica, SIGTERM);
+	waitpid(master, NULL, 0), waitpid(replica, NULL, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -436,6 +559,7 @@ int main(void)
 		cmocka_unit_test(test_ledger__redis_prefixes_are_separate),
 		cmocka_unit_test(test_ledger__unreachable_redis_is_retryable),
 		cmocka_unit_test(test_ledger__bad_urls_are_explained),
+		cmocka_unit_test(test_ledger__safety_writes_wait_for_a_replica),
 	};
 
 	snprintf(prefix, sizeof(prefix), "taskbox-test-%d-%ld", getpid(), (long)time(NULL));
