@@ -14,10 +14,12 @@ int tb_ledger_open(tb_ledger_t **out, const char *url, const char *prefix, const
 	*out = NULL;
 	if (!strcmp(url, "memory:"))
 		return tb_ledger_memory_open(out, worker, err);
-	if (!strncmp(url, "redis://", 8))
+	if (!strncmp(url, "redis://", 8) || !strncmp(url, "redis-sentinel://", 17))
 		return tb_ledger_redis_open(out, url, prefix, worker, err);
 	return tb_error_set(err, TB_EINVAL,
-			    "ledger.url '%s': expected 'memory:' or redis://host:port[/db]", url);
+			    "ledger.url '%s': expected 'memory:', redis://host:port[/db] or "
+			    "redis-sentinel://host:port[,host:port...]/master[/db]",
+			    url);
 }
 
 int tb_ledger_begin(tb_ledger_t *l, const char *task, uint64_t lease_ms, uint64_t *attempt,

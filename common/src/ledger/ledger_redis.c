@@ -57,16 +57,26 @@ typedef struct conn {
 	unsigned owed;                   /* replies to commands sent without waiting */
 	int replicas;                    /* the master's replicas, last looked at ... */
 	uint64_t replicas_at;            /* ... then (monotonic ms; 0: look) */
+	char host[256];                  /* the master it talks to (the sentinels' */
+	int port;                        /* answer, at each dial, in that form) */
 } conn_t;
+
+#define SENTINELS_MAX 8
+
+typedef struct sentinel {
+	char host[256];
+	int port;
+} sentinel_t;
 
 typedef struct redis_ledger {
 	tb_ledger_t base;
-	conn_t main;  /* tasks, leases, workers */
-	conn_t rates; /* the rate buckets: asked from the egress proxies'
+	conn_t main;                         /* tasks, leases, workers */
+	conn_t rates;                        /* the rate buckets: asked from the egress proxies'
 		       * threads on every request, with a short timeout, so
 		       * a slow Redis costs a request little and a lease nothing */
-	char host[256];
-	int port;
+	sentinel_t sentinels[SENTINELS_MAX]; /* redis-sentinel://: who names the master */
+	int nsentinels;
+	char master[128]; /* ... by this name */
 	int db;
 	char prefix[64];
 	char worker[128];
@@ -215,6 +225,54 @@ static void task_keys(task_keys_t *k, const redis_ledger_t *r, const char *task)
 	key(k->progress, sizeof(k->progress), r, task, "progress");
 }
 
+/* The master the sentinels name now, into k->host and k->port: the
+ * first sentinel that answers is asked. Caller holds k's lock. */
+static int master_of(redis_ledger_t *r, conn_t *k, tb_error_t *err)
+{
+	char why[256] = "none answered";
+
+	for (int i = 0; i < r->nsentinels; i++) {
+		const sentinel_t *st = &r->sentinels[i];
+		redisContext *c = redisConnectWithTimeout(st->host, st->port, k->connect);
+		redisReply *rep = NULL;
+		if (c && !c->err) {
+			redisSetTimeout(c, k->timeout);
+			rep = redisCommand(c, "SENTINEL get-master-addr-by-name %s", r->master);
+		}
+		int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+			 rep->element[0]->type == REDIS_REPLY_STRING &&
+			 rep->element[1]->type == REDIS_REPLY_STRING;
+		if (ok) {
+			snprintf(k->host, sizeof(k->host), "%s", rep->element[0]->str);
+			k->port = (int)strtol(rep->element[1]->str, NULL, 10);
+		} else {
+			snprintf(why, sizeof(why), "%s:%d: %s", st->host, st->port,
+				 !c || c->err ? (c ? c->errstr : "out of memory")
+				 : rep && rep->type == REDIS_REPLY_ERROR
+				     ? rep->str
+				     : "it knows no such master");
+		}
+		freeReplyObject(rep);
+		redisFree(c);
+		if (ok)
+			return 0;
+	}
+	return tb_error_set(err, TB_ERETRY, "ledger: no sentinel names master '%s' (%s)", r->master,
+			    why);
+}
+
+/* Whether the server on @p c says it is a master (the sentinels' answer
+ * may lag a failover by a moment). */
+static int is_master(redisContext *c)
+{
+	redisReply *rep = redisCommand(c, "ROLE");
+	int yes = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+		  rep->element[0]->type == REDIS_REPLY_STRING &&
+		  !strcmp(rep->element[0]->str, "master");
+	freeReplyObject(rep);
+	return yes;
+}
+
 /* Connected, or TB_ERETRY naming the address. A failed dial is not tried
  * again for REDIAL_MS: a worker with many leases to renew does not wait a
  * connect timeout for each. Caller holds the connection's lock. */
@@ -223,20 +281,34 @@ static int dial(redis_ledger_t *r, conn_t *k, tb_error_t *err)
 	if (k->c)
 		return 0;
 	if (tb_mono_ms() < k->redial_at)
-		return tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d unreachable: %s", r->host,
-				    r->port, k->down);
+		return tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d unreachable: %s", k->host,
+				    k->port, k->down);
 	k->owed = 0;
-	k->c = redisConnectWithTimeout(r->host, r->port, k->connect);
+	if (r->nsentinels && master_of(r, k, err) < 0) {
+		snprintf(k->down, sizeof(k->down), "%.250s", err->msg);
+		k->redial_at = tb_mono_ms() + REDIAL_MS;
+		return err->code;
+	}
+	k->c = redisConnectWithTimeout(k->host, k->port, k->connect);
 	if (!k->c || k->c->err) {
 		snprintf(k->down, sizeof(k->down), "%s", k->c ? k->c->errstr : "out of memory");
 		k->redial_at = tb_mono_ms() + REDIAL_MS;
 		redisFree(k->c);
 		k->c = NULL;
-		return tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d unreachable: %s", r->host,
-				    r->port, k->down);
+		return tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d unreachable: %s", k->host,
+				    k->port, k->down);
 	}
 	redisSetTimeout(k->c, k->timeout);
 	k->replicas_at = 0; /* perhaps another master: look again */
+	if (r->nsentinels && !is_master(k->c)) {
+		snprintf(k->down, sizeof(k->down), "%.200s:%d is not the master (yet)", k->host,
+			 k->port);
+		k->redial_at = tb_mono_ms() + REDIAL_MS;
+		redisFree(k->c);
+		k->c = NULL;
+		return tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d: %s", k->host, k->port,
+				    k->down);
+	}
 	if (r->db) {
 		redisReply *rep = redisCommand(k->c, "SELECT %d", r->db);
 		int bad = !rep || rep->type == REDIS_REPLY_ERROR;
@@ -245,17 +317,17 @@ static int dial(redis_ledger_t *r, conn_t *k, tb_error_t *err)
 			redisFree(k->c);
 			k->c = NULL;
 			return tb_error_set(err, TB_ERETRY,
-					    "ledger redis://%s:%d: SELECT %d failed", r->host,
-					    r->port, r->db);
+					    "ledger redis://%s:%d: SELECT %d failed", k->host,
+					    k->port, r->db);
 		}
 	}
 	return 0;
 }
 
 /* Drops a broken connection (the next call redials); TB_ERETRY saying why. */
-static int broken(redis_ledger_t *r, conn_t *k, tb_error_t *err)
+static int broken(conn_t *k, tb_error_t *err)
 {
-	int rc = tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d: %s", r->host, r->port,
+	int rc = tb_error_set(err, TB_ERETRY, "ledger redis://%s:%d: %s", k->host, k->port,
 			      k->c->errstr[0] ? k->c->errstr : "no reply");
 	redisFree(k->c);
 	k->c = NULL;
@@ -263,12 +335,12 @@ static int broken(redis_ledger_t *r, conn_t *k, tb_error_t *err)
 }
 
 /* Reads the replies owed to commands sent without waiting. */
-static int settle_owed(redis_ledger_t *r, conn_t *k, tb_error_t *err)
+static int settle_owed(conn_t *k, tb_error_t *err)
 {
 	while (k->owed) {
 		void *rep = NULL;
 		if (redisGetReply(k->c, &rep) != REDIS_OK || !rep)
-			return broken(r, k, err);
+			return broken(k, err);
 		freeReplyObject(rep);
 		k->owed--;
 	}
@@ -288,17 +360,22 @@ static int run(redis_ledger_t *r, conn_t *k, redisReply **out, int want, tb_erro
 	int rc;
 
 	*out = NULL;
-	if ((rc = dial(r, k, err)) < 0 || (rc = settle_owed(r, k, err)) < 0)
+	if ((rc = dial(r, k, err)) < 0 || (rc = settle_owed(k, err)) < 0)
 		return rc;
 	va_start(ap, fmt);
 	rep = redisvCommand(k->c, fmt, ap);
 	va_end(ap);
 	if (!rep)
-		return broken(r, k, err);
+		return broken(k, err);
 	if (rep->type == REDIS_REPLY_ERROR || (want >= 0 && rep->type != want)) {
 		rc = tb_error_set(err, rep->type == REDIS_REPLY_ERROR ? TB_ERETRY : TB_EIO,
-				  "ledger redis://%s:%d: unexpected reply: %s", r->host, r->port,
+				  "ledger redis://%s:%d: unexpected reply: %s", k->host, k->port,
 				  rep->type == REDIS_REPLY_ERROR ? rep->str : "wrong type");
+		/* a master demoted by a failover: the next call finds the new one */
+		if (rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "READONLY", 8)) {
+			redisFree(k->c);
+			k->c = NULL;
+		}
 		freeReplyObject(rep);
 		return rc;
 	}
@@ -345,7 +422,7 @@ static int replicated(redis_ledger_t *r, tb_error_t *err)
 	return tb_error_set(err, TB_ERETRY,
 			    "ledger redis://%s:%d: no replica acknowledged the write within %d ms "
 			    "(%d connected), so a failover could lose it: not counted yet",
-			    r->host, r->port, REPLICA_WAIT_MS, k->replicas);
+			    k->host, k->port, REPLICA_WAIT_MS, k->replicas);
 }
 
 static int redis_begin(tb_ledger_t *l, const char *task, const char *content, uint64_t lease_ms,
@@ -627,12 +704,12 @@ static int worker_infos(redis_ledger_t *r, const redisReply *ids, redisReply **o
 		if (ids->element[i]->type != REDIS_REPLY_STRING ||
 		    redisAppendCommand(k->c, "GET %s:worker:{%s}", r->prefix,
 				       ids->element[i]->str) != REDIS_OK)
-			return broken(r, k, err);
+			return broken(k, err);
 	for (size_t i = 0; i < ids->elements; i++)
 		if (redisGetReply(k->c, (void **)&out[i]) != REDIS_OK) {
 			for (size_t d = 0; d < i; d++)
 				freeReplyObject(out[d]);
-			return broken(r, k, err);
+			return broken(k, err);
 		}
 	return 0;
 }
@@ -747,7 +824,7 @@ static int redis_rate_take(tb_ledger_t *l, const tb_ledger_rate_t *q, tb_ledger_
 	if (rep->elements != 3) {
 		freeReplyObject(rep);
 		return tb_error_set(err, TB_EIO, "ledger redis://%s:%d: a rate turn of %zu values",
-				    r->host, r->port, rep->elements);
+				    r->rates.host, r->rates.port, rep->elements);
 	}
 	out->taken = reply_u64(rep->element[0]) == 1;
 	out->wait_ms = reply_u64(rep->element[1]);
@@ -770,15 +847,15 @@ static int redis_rate_spend(tb_ledger_t *l, const tb_ledger_rate_t *q, uint64_t 
 		return rc;
 	pthread_mutex_lock(&k->lock);
 	if ((rc = dial(r, k, err)) == 0 && k->owed >= 64) /* never more than a few */
-		rc = settle_owed(r, k, err);
+		rc = settle_owed(k, err);
 	if (rc == 0 &&
 	    redisAppendCommand(k->c, "EVAL %s 1 %s %llu %llu %llu", RATE_SPEND_LUA, kb,
 			       (unsigned long long)tokens, (unsigned long long)q->tokens_per_minute,
 			       (unsigned long long)pause_ms) != REDIS_OK)
-		rc = broken(r, k, err);
+		rc = broken(k, err);
 	while (rc == 0 && !done)
 		if (redisBufferWrite(k->c, &done) != REDIS_OK)
-			rc = broken(r, k, err);
+			rc = broken(k, err);
 	if (rc == 0)
 		k->owed++;
 	pthread_mutex_unlock(&k->lock);
@@ -802,24 +879,63 @@ static const struct tb_ledger_ops redis_ops = {
 	.close = redis_close,
 };
 
+/* "host:port" into @p host and @p port; the rest after it into *rest. */
+static int host_port(const char *s, char *host, int *port, const char **rest)
+{
+	int used = 0;
+	if (sscanf(s, "%255[^:/,]:%d%n", host, port, &used) != 2 || *port <= 0 || *port > 65535)
+		return -1;
+	*rest = s + used;
+	return 0;
+}
+
+/* redis://host:port[/db] or redis-sentinel://h:p[,h:p...]/master[/db]. */
+static int parse_url(redis_ledger_t *r, const char *url)
+{
+	const char *at;
+	char tail[16] = "";
+	int used = 0;
+
+	if (!strncmp(url, "redis://", 8)) {
+		if (host_port(url + 8, r->main.host, &r->main.port, &at) < 0)
+			return -1;
+	} else if (!strncmp(url, "redis-sentinel://", 17)) {
+		at = url + 17;
+		do {
+			if (r->nsentinels == SENTINELS_MAX)
+				return -1;
+			sentinel_t *st = &r->sentinels[r->nsentinels++];
+			if (host_port(at + (*at == ','), st->host, &st->port, &at) < 0)
+				return -1;
+		} while (*at == ',');
+		if (sscanf(at, "/%127[^/]%n", r->master, &used) != 1)
+			return -1;
+		at += used;
+	} else {
+		return -1;
+	}
+	if (*at && (sscanf(at, "/%d%15s", &r->db, tail) != 1 || r->db < 0))
+		return -1;
+	r->rates.port = r->main.port;
+	snprintf(r->rates.host, sizeof(r->rates.host), "%s", r->main.host);
+	return 0;
+}
+
 int tb_ledger_redis_open(tb_ledger_t **out, const char *url, const char *prefix, const char *worker,
 			 tb_error_t *err)
 {
 	redis_ledger_t *r;
-	char tail[16] = "";
-	int used = 0;
 
 	*out = NULL;
 	if (!(r = calloc(1, sizeof(*r))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	if (sscanf(url, "redis://%255[^:/]:%d%n", r->host, &r->port, &used) != 2 || r->port <= 0 ||
-	    r->port > 65535 ||
-	    (url[used] && (sscanf(url + used, "/%d%15s", &r->db, tail) != 1 || r->db < 0))) {
+	if (parse_url(r, url) < 0) {
 		free(r);
 		return tb_error_set(err, TB_EINVAL,
-				    "ledger.url '%s': expected redis://host:port or "
-				    "redis://host:port/db",
-				    url);
+				    "ledger.url '%s': expected redis://host:port[/db], or "
+				    "redis-sentinel://host:port[,host:port...]/master[/db] "
+				    "(at most %d sentinels)",
+				    url, SENTINELS_MAX);
 	}
 	if (!prefix[0] || strlen(prefix) >= sizeof(r->prefix) || strpbrk(prefix, " {}\t\n")) {
 		free(r);

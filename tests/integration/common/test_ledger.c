@@ -411,8 +411,18 @@ static void test_ledger__unreachable_redis_is_retryable(void **state)
 static void test_ledger__bad_urls_are_explained(void **state)
 {
 	static const char *bad[] = {
-		"redis://",      "redis://host",   "redis://h:0",  "redis://h:70000",
-		"redis://h:1/x", "redis://h:1/-2", "rediss://h:1", "postgres://h:1",
+		"redis://",
+		"redis://host",
+		"redis://h:0",
+		"redis://h:70000",
+		"redis://h:1/x",
+		"redis://h:1/-2",
+		"rediss://h:1",
+		"postgres://h:1",
+		"redis-sentinel://h:1",
+		"redis-sentinel://h:1,/m",
+		"redis-sentinel:///m",
+		"redis-sentinel://a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9/m",
 	};
 	tb_ledger_t *l;
 	tb_error_t err;
@@ -426,6 +436,9 @@ static void test_ledger__bad_urls_are_explained(void **state)
 	assert_int_equal(tb_ledger_open(&l, "redis://h:1", "has space", "w", &err), TB_EINVAL);
 	assert_non_null(strstr(err.msg, "ledger.prefix"));
 	assert_int_equal(tb_ledger_open(&l, "redis://h:1/3", "tb", "w", &err), 0);
+	tb_ledger_close(l);
+	assert_int_equal(
+	    tb_ledger_open(&l, "redis-sentinel://a:26379,b:26380/main/2", "tb", "w", &err), 0);
 	tb_ledger_close(l);
 }
 
@@ -544,6 +557,107 @@ static void test_ledger__safety_writes_wait_for_a_replica(void **state)
 	waitpid(master, NULL, 0), waitpid(replica, NULL, 0);
 }
 
+/* A redis-server in sentinel mode on @p port watching master "tbm" on
+ * @p master (a quorum of one, a second to call it down), its file in
+ * @p dir. */
+static pid_t sentinel_spawn(unsigned port, unsigned master, const char *dir)
+{
+	char conf[256];
+	snprintf(conf, sizeof(conf), "%s/sentinel.conf", dir);
+	FILE *f = fopen(conf, "w");
+	assert_non_null(f);
+	fprintf(f,
+		"port %u\nbind 127.0.0.1\ndir %s\nsentinel monitor tbm 127.0.0.1 %u 1\n"
+		"sentinel down-after-milliseconds tbm 1000\nsentinel failover-timeout tbm 5000\n",
+		port, dir, master);
+	fclose(f);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		execl("/usr/bin/redis-server", "redis-server", conf, "--sentinel", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Whether the sentinel on @p port knows the master's replica (within
+ * 15 s): it can fail over to it. */
+static int sentinel_ready(unsigned port)
+{
+	for (int i = 0; i < 150; i++) {
+		redisContext *c = redisConnect("127.0.0.1", (int)port);
+		redisReply *r = c && !c->err ? redisCommand(c, "SENTINEL replicas tbm") : NULL;
+		int ready = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1;
+		freeReplyObject(r);
+		redisFree(c);
+		if (ready)
+			return 1;
+		usleep(100000);
+	}
+	return 0;
+}
+
+/* ledger.url names sentinels: the worker finds the master through them,
+ * and after the master dies and a sentinel promotes its replica, follows
+ * it without a restart; what was done (acknowledged by the replica) is
+ * still done, and attempt numbers go on. */
+static void test_ledger__a_sentinel_failover_is_followed(void **state)
+{
+	char dir[] = "/tmp/tb-sentinel-XXXXXX", url[128], key[128], got[64];
+	unsigned mport, rport, sport;
+	pid_t master, replica, sentinel;
+	tb_ledger_t *l = NULL;
+	tb_ledger_task_t t;
+	tb_error_t err;
+	uint64_t attempt = 0;
+	int rc = TB_ERETRY;
+
+	(void)state;
+	if (access("/usr/bin/redis-server", X_OK) != 0)
+		skip();
+	assert_non_null(mkdtemp(dir));
+	mport = free_port(), rport = free_port(), sport = free_port();
+	master = redis_spawn(mport, 0);
+	usleep(200000);
+	replica = redis_spawn(rport, mport);
+	sentinel = sentinel_spawn(sport, mport, dir);
+	int up = replica_up(rport) && sentinel_ready(sport);
+	snprintf(url, sizeof(url), "redis-sentinel://127.0.0.1:1,127.0.0.1:%u/tbm", sport);
+	if (up && tb_ledger_open(&l, url, "sen", "w-sen", &err) == 0 &&
+	    tb_ledger_begin(l, "t-sen-1", LEASE, &attempt, &err) == 0 &&
+	    tb_ledger_done(l, "t-sen-1", 1, "tasks/t-sen-1/1/manifest.msgpack", &err) == 0) {
+		kill(master, SIGKILL);
+		waitpid(master, NULL, 0);
+		master = -1;
+		/* bounded: the failover takes a few seconds */
+		for (int i = 0; i < 300 && rc == TB_ERETRY; i++) {
+			rc = tb_ledger_begin(l, "t-sen-2", LEASE, &attempt, &err);
+			if (rc == TB_ERETRY)
+				usleep(100000);
+		}
+	}
+	if (master > 0)
+		kill(master, SIGTERM), waitpid(master, NULL, 0);
+	int done_kept = l && rc == 0 && tb_ledger_inspect(l, "t-sen-1", &t, &err) == 0 && t.done;
+	snprintf(key, sizeof(key), "sen:task:{t-sen-2}:attempts");
+	replica_get(rport, key, got, sizeof(got)); /* the promoted replica took the write */
+	tb_ledger_close(l);
+	kill(sentinel, SIGTERM), kill(replica, SIGTERM);
+	waitpid(sentinel, NULL, 0), waitpid(replica, NULL, 0);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+	if (!up)
+		fail_msg("the replica or the sentinel did not come up within 15 s");
+	if (rc != 0)
+		fail_msg("no begin after the failover: %s", err.msg);
+	assert_int_equal(attempt, 1);
+	assert_true(done_kept);
+	assert_string_equal(got, "1");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -560,6 +674,7 @@ int main(void)
 		cmocka_unit_test(test_ledger__unreachable_redis_is_retryable),
 		cmocka_unit_test(test_ledger__bad_urls_are_explained),
 		cmocka_unit_test(test_ledger__safety_writes_wait_for_a_replica),
+		cmocka_unit_test(test_ledger__a_sentinel_failover_is_followed),
 	};
 
 	snprintf(prefix, sizeof(prefix), "taskbox-test-%d-%ld", getpid(), (long)time(NULL));
