@@ -95,7 +95,7 @@ static const tb_schema_t store_schema = {
 static const tb_field_t config_fields[] = {
 	STR("worker_id", tb_config_t, worker_id, 0),
 	{.name = "slots", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
-	 .offset = offsetof(tb_config_t, slots), .min = 1, .max = 256},
+	 .offset = offsetof(tb_config_t, slots), .min = 1, .max = 1024},
 	{.name = "log_level", .type = TB_FT_ENUM, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_config_t, log_level), .names = log_levels},
 	{.name = "log_format", .type = TB_FT_ENUM, .flags = TB_FF_REQUIRED,

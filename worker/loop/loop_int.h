@@ -51,6 +51,9 @@ uint64_t tb_loop_retry_pause(unsigned failures);
 
 /* A task's place in the waiting line, and what it waits for. A parked
  * message waits in the same line, in arrival order. */
+/* The slots one worker runs at most (schemas/config.md, "slots"). */
+#define TB_LOOP_SLOTS_MAX 1024
+
 typedef struct tb_job_wait {
 	uint64_t retry_at;                 /* not before (monotonic ms) */
 	unsigned backoff;                  /* the next pause */
@@ -134,7 +137,7 @@ typedef struct tb_loop {
 	tb_job_t **waiting_tail;
 	unsigned nwaiting;
 	unsigned ninput_waits; /* of those, tasks waiting for an earlier task */
-	uint64_t busy_slots;   /* bit per slot */
+	uint64_t busy_slots[TB_LOOP_SLOTS_MAX / 64]; /* bit per slot */
 	unsigned running;
 	int paused;
 	uint64_t lease_ms;

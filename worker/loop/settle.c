@@ -224,7 +224,7 @@ void tb_loop_complete(tb_loop_t *w)
 	for (tb_job_t *j = list, *next; j; j = next) {
 		next = j->next;
 		pthread_join(j->run.thread, NULL);
-		w->busy_slots &= ~(1ull << j->run.slot);
+		w->busy_slots[j->run.slot / 64] &= ~(1ull << (j->run.slot % 64));
 		w->running--;
 		tb_loop_forget_running(w, j);
 		if (j->run.rc == 0) {

@@ -123,7 +123,7 @@ int tb_loop_start_job(tb_loop_t *w, tb_job_t *j, tb_error_t *err)
 {
 	unsigned slot = 0;
 
-	while (slot < w->d->cfg->slots && (w->busy_slots >> slot & 1))
+	while (slot < w->d->cfg->slots && (w->busy_slots[slot / 64] >> (slot % 64) & 1))
 		slot++;
 	j->run.slot = slot;
 	j->run.lease_ok = tb_mono_ms();
@@ -133,10 +133,10 @@ int tb_loop_start_job(tb_loop_t *w, tb_job_t *j, tb_error_t *err)
 	if (j->session) /* a new attempt replays the session from its start */
 		tb_session_rewind(j->session);
 	memset(&j->run.res, 0, sizeof(j->run.res));
-	w->busy_slots |= 1ull << slot;
+	w->busy_slots[slot / 64] |= 1ull << (slot % 64);
 	w->running++;
 	if (pthread_create(&j->run.thread, NULL, slot_main, j) != 0) {
-		w->busy_slots &= ~(1ull << slot);
+		w->busy_slots[slot / 64] &= ~(1ull << (slot % 64));
 		w->running--;
 		return tb_error_set(err, TB_EIO, "cannot start a slot thread");
 	}

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* Commits every partition whose watermark moved (asynchronously unless
@@ -433,10 +434,39 @@ static int drain(tb_loop_t *w, tb_error_t *err)
 	return 0;
 }
 
-/* What the slots share: the sandboxes built ahead, the rate limits. */
+/* Open files a running slot may hold at once (its records' memfds, the
+ * agent's pipes, the sandbox's sockets and cgroup files, its proxy's
+ * connections), and the worker's own. */
+#define FILES_PER_SLOT 32
+#define FILES_BASE 512
+
+/* The soft limit on open files raised to the hard one, which a worker
+ * of many slots needs; a hard limit too low for them is said. */
+static void enough_files(uint64_t slots)
+{
+	struct rlimit rl;
+	uint64_t want = FILES_BASE + slots * FILES_PER_SLOT;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want)
+		tb_warn(NULL,
+			"open files: the hard limit is %llu, and %llu slots may want %llu: raise "
+			"it (LimitNOFILE=, ulimit -Hn) or run fewer slots",
+			(unsigned long long)rl.rlim_max, (unsigned long long)slots,
+			(unsigned long long)want);
+}
+
+/* What the slots share: the sandboxes built ahead, the rate limits, the
+ * open files. */
 static int slots_new(tb_loop_t *w, tb_error_t *err)
 {
 	const tb_worker_deps_t *d = w->d;
+	enough_files(d->cfg->slots);
 	int rc = tb_sandbox_pool_new(&w->pool, d->policy, d->cfg->work_dir, d->group,
 				     (unsigned)d->cfg->slots, err);
 	return rc < 0 ? rc : tb_ratelimit_new(&w->rates, d->ledger, err);
@@ -469,8 +499,8 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		w->wake[0] = w->wake[1] = -1;
 		goto fail;
 	}
-	if (d->cfg->slots > 64) {
-		rc = tb_error_set(err, TB_EINVAL, "slots: at most 64 in this build");
+	if (d->cfg->slots > TB_LOOP_SLOTS_MAX) {
+		rc = tb_error_set(err, TB_EINVAL, "slots: at most %d", TB_LOOP_SLOTS_MAX);
 		goto fail;
 	}
 	if ((rc = slots_new(w, err)) < 0)

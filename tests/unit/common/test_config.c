@@ -98,7 +98,7 @@ static void test_config__environment_overrides_file(void **state)
 	assert_contains(err.msg, "environment TASKBOX_SLOTS: expected a non-negative integer");
 	setenv("TASKBOX_SLOTS", "0", 1);
 	assert_int_equal(tb_config_load(&cfg, NULL, &err), TB_EINVAL);
-	assert_contains(err.msg, "field 'slots': 0 is outside 1..256");
+	assert_contains(err.msg, "field 'slots': 0 is outside 1..1024");
 	setenv("TASKBOX_LOG_LEVEL", "loud", 1);
 	unsetenv("TASKBOX_SLOTS");
 	assert_int_equal(tb_config_load(&cfg, NULL, &err), TB_EINVAL);
