@@ -348,7 +348,7 @@ static int runtime_check(const void *obj, tb_error_t *err)
 /* clang-format off */
 static const tb_field_t recording_fields[] = {
 	U64("max_body_kib", tb_recording_conf_t, max_body_kib, 1, 1u << 20),
-	U64("max_mb", tb_recording_conf_t, max_mb, 1, 1u << 16),
+	U64("max_mb", tb_recording_conf_t, max_mb, 1, 1024),
 };
 /* clang-format on */
 

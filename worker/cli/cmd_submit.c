@@ -253,7 +253,7 @@ typedef struct upload_into {
 static void uploaded(void *ud, const tb_upload_t *u)
 {
 	upload_into_t *in = ud;
-	const char *below = in->dir && strchr(u->name, '/') ? strchr(u->name, '/') + 1 : "";
+	const char *below = in->dir ? u->rel : "";
 	char *name = NULL;
 	if (asprintf(&name, "%s%s%s", in->name, below[0] ? "/" : "", below) < 0)
 		abort(); /* out of memory: STYLE.md */
@@ -290,7 +290,9 @@ static int upload_inputs(json_t *doc, const char *config)
 		struct stat st;
 		upload_into_t into = { kept, json_string_value(json_object_get(in, "name")),
 				       stat(what + 1, &st) == 0 && S_ISDIR(st.st_mode) };
-		size_t room = json_array_size(inputs) > 64 ? 0 : 64 - json_array_size(inputs) + 1;
+		size_t later = json_array_size(inputs) - i - 1,
+		       have = json_array_size(kept) + later;
+		size_t room = have >= 64 ? 0 : 64 - have; /* a task names 64 inputs at most */
 		if (tb_uploads_put(store, what + 1, room, uploaded, &into, &err) < 0) {
 			rc = err.code == TB_ENOTFOUND || err.code == TB_EINVAL ? TB_EXIT_USAGE
 									       : TB_EXIT_FAILURE;

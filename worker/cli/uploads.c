@@ -18,6 +18,7 @@
 typedef struct walk {
 	tb_store_t *s;
 	size_t max, done;
+	size_t root_len; /* of the names' first part, the directory's own */
 	void (*fn)(void *ud, const tb_upload_t *u);
 	void *ud;
 	tb_error_t *err;
@@ -58,7 +59,8 @@ static int hash_fd(int fd, const char *name, char sha[65], uint64_t *size, tb_er
 /* One regular file, open as @p fd, named @p name. */
 static int put_one(walk_t *w, int fd, const char *name)
 {
-	tb_upload_t u = { .name = name };
+	tb_upload_t u = { .name = name,
+			  .rel = name + (strlen(name) > w->root_len ? w->root_len : 0) };
 	tb_object_info_t info;
 	int rc;
 
@@ -73,11 +75,14 @@ static int put_one(walk_t *w, int fd, const char *name)
 	} else if (rc == 0 || rc == TB_ENOTFOUND) {
 		if ((rc = tb_store_put_fd(w->s, u.key, fd, &info, w->err)) < 0)
 			return tb_error_prefix(w->err, "%s", name);
-		if (strcmp(info.sha256, u.sha256) != 0) /* it changed as it was read */
+		if (strcmp(info.sha256, u.sha256) != 0) { /* it changed as it was read */
+			tb_error_t derr; /* the key names other content: not kept */
+			tb_store_delete(w->s, u.key, &derr);
 			return tb_error_set(w->err, TB_EINVAL,
 					    "%s changed while it was uploaded: upload it again "
 					    "when it is still",
 					    name);
+		}
 		u.uploaded = 1;
 	} else {
 		return tb_error_prefix(w->err, "%s", name);
@@ -140,7 +145,7 @@ static int walk_dir(walk_t *w, int dfd, const char *name, int depth)
 int tb_uploads_put(tb_store_t *s, const char *path, size_t max,
 		   void (*fn)(void *ud, const tb_upload_t *u), void *ud, tb_error_t *err)
 {
-	walk_t w = { s, max, 0, fn, ud, err };
+	walk_t w = { .s = s, .max = max, .fn = fn, .ud = ud, .err = err };
 	char *copy = strdup(path);
 	struct stat st;
 	int fd, rc;
@@ -158,6 +163,7 @@ int tb_uploads_put(tb_store_t *s, const char *path, size_t max,
 	} else if (S_ISREG(st.st_mode)) {
 		rc = put_one(&w, fd, base[0] ? base : path);
 	} else if (S_ISDIR(st.st_mode)) {
+		w.root_len = base[0] ? strlen(base) + 1 : 0;
 		rc = walk_dir(&w, fd, base, 0);
 	} else {
 		rc = tb_error_set(err, TB_EINVAL, "%s: not a regular file or a directory", path);

@@ -15,6 +15,8 @@
 /* One file, uploaded or found there already. */
 typedef struct tb_upload {
 	const char *name; /* its path under what was named: "data/a.csv" */
+	const char *rel;  /* that path below a directory named ("a.csv"); a
+			   * file named: its name */
 	char key[80];     /* uploads/<sha256> */
 	char sha256[65];
 	uint64_t size;

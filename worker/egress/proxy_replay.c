@@ -12,7 +12,9 @@
 #include "replay.h"
 
 #include "tb/clock.h"
+#include "tb/codec.h"
 
+#include <jansson.h>
 #include <openssl/evp.h>
 #include <poll.h>
 #include <stdio.h>
@@ -51,8 +53,10 @@ static int read_body(tb_proxy_exchange_t *x, char sha[65])
 	int status = 0;
 
 	snprintf(sha, 65, "%s", TB_REC_EMPTY_SHA256);
-	if (!x->body_mode || x->body_done) { /* no body: nothing to hash */
-		x->body_mode = 3, x->mem_off = 0, x->body_done = 1;
+	if (!x->body_mode) /* none: a GET or a HEAD goes up as one */
+		return 0;
+	if (x->body_done) { /* a body said to be empty: sent as one */
+		x->body_mode = 3, x->mem_off = 0;
 		return 0;
 	}
 	if (!(md = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(md, tb_rec_sha256(), NULL)) {
@@ -92,9 +96,10 @@ static int read_body(tb_proxy_exchange_t *x, char sha[65])
 		sha[2 * i + 1] = hex[sum[i] & 15];
 	}
 	sha[64] = '\0';
+	/* read whole: the client is done; upstream it goes from mem_body */
 	x->body_mode = 3;
 	x->mem_off = 0;
-	x->body_done = x->mem_len == 0;
+	x->body_done = 1;
 	return status;
 }
 
@@ -125,16 +130,41 @@ static int recorded_head(tb_proxy_exchange_t *x, const tb_rec_exchange_read_t *e
 	return 0;
 }
 
+/* Why the recorded answer @p e cannot be played whole, or NULL: it
+ * failed, the recording ends inside it, or kept only its start. */
+static const char *cut_short(const tb_rec_exchange_read_t *e)
+{
+	return e->error        ? e->error
+	       : !e->ended     ? "the recording ends inside this answer"
+	       : e->answer_cut ? "the recording kept only the start of this answer"
+			       : NULL;
+}
+
+/* The recorded answer's body to the client, at its pace when @p paced.
+ * @return 0, or -1 (the client failed, or the proxy stops) */
+static int send_pieces(tb_proxy_exchange_t *x, const tb_rec_exchange_read_t *e, int paced,
+		       uint64_t t0)
+{
+	for (size_t i = 0; i < e->npieces && !x->resp_nobody; i++) {
+		if ((paced && wait_until(x->c, t0 + e->pieces[i].at_ms) < 0) ||
+		    tb_proxy_send_body(x, (const char *)e->pieces[i].data, e->pieces[i].len) < 0)
+			return -1;
+		x->bytes_in += e->pieces[i].len;
+	}
+	return 0;
+}
+
 /* Plays recorded exchange @p e back as the answer to @p x. */
 static int play(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d,
 		const tb_rec_exchange_read_t *e, uint64_t t0)
 {
 	tb_proxy_conn_t *c = x->c;
-	int paced = tb_replay_pace(c->p->conf.replay) == TB_REPLAY_RECORDED, keep = 0;
-	char why[600];
+	int paced = tb_replay_pace(c->p->conf.replay) == TB_REPLAY_RECORDED, whole = 0;
+	char why[600] = "";
 	size_t total = 0;
 
 	c->replay_state = "replayed";
+	c->upstream = 1;        /* an answer, if not the upstream's now: no refusal */
 	if (!e->has_response) { /* the original got none: nor does this */
 		snprintf(why, sizeof(why), "replayed: %.580s",
 			 e->error ? e->error : "no answer was recorded");
@@ -145,38 +175,36 @@ static int play(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d,
 			       t0, why);
 		return 0;
 	}
+	/* An answer that was cut short, or kept in part, ends short again:
+	 * no length, no last chunk, the connection closed. */
+	if (cut_short(e))
+		snprintf(why, sizeof(why), "replayed: %.560s", cut_short(e));
 	for (size_t i = 0; i < e->npieces; i++)
 		total += e->pieces[i].len;
 	x->status = e->status;
 	if (e->stream)
 		snprintf(x->ctype, sizeof(x->ctype), "text/event-stream");
-	if (!e->stream && e->ended && !e->error && !e->answer_cut)
+	if (!e->stream && !why[0])
 		snprintf(x->rlength, sizeof(x->rlength), "%zu", total);
 	if (recorded_head(x, e) < 0 || (paced && wait_until(c, t0 + e->response_ms) < 0) ||
 	    tb_proxy_send_head(x) < 0)
 		goto out;
-	for (size_t i = 0; i < e->npieces && !x->resp_nobody; i++) {
-		if ((paced && wait_until(c, t0 + e->pieces[i].at_ms) < 0) ||
-		    tb_proxy_send_body(x, (const char *)e->pieces[i].data, e->pieces[i].len) < 0)
-			goto out;
-		x->bytes_in += e->pieces[i].len;
-	}
-	/* An answer that was cut short ends the same way: no last chunk. */
-	if (!e->error && x->resp_chunked && tb_proxy_send_str(c, "0\r\n\r\n", 5) < 0)
+	if (send_pieces(x, e, paced, t0) < 0)
 		goto out;
-	keep = !e->error && x->req.keep_alive;
+	if (!why[0] && x->resp_chunked && tb_proxy_send_str(c, "0\r\n\r\n", 5) < 0)
+		goto out;
+	whole = !why[0];
 out:
-	snprintf(why, sizeof(why), "replayed: %.580s", e->error ? e->error : "");
 	tb_proxy_audit(c, x->req.method, x->ep->host, d->path, x->ep, (int)x->status, x->bytes_in,
 		       x->mem_len, t0,
-		       e->error ? why
-		       : keep   ? NULL
-				: "the client went away");
-	tb_rec_end(x->rec, e->error);
+		       why[0]          ? why
+		       : x->client_err ? "the client went away"
+				       : NULL);
+	tb_rec_end(x->rec, why[0] ? why : NULL);
 	x->rec = NULL;
 	free(x->rhead);
 	x->rhead = NULL;
-	return keep;
+	return whole && !x->client_err && x->req.keep_alive;
 }
 
 /* A request of a strict replay that matches nothing: refused, in JSON,
@@ -186,7 +214,7 @@ static void refuse_miss(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, co
 {
 	tb_proxy_conn_t *c = x->c;
 	tb_replay_t *rp = c->p->conf.replay;
-	char why[700], body[768];
+	char why[700], body[2048]; /* why, JSON-escaped at worst twice as long */
 
 	c->replay_state = "missed";
 	tb_replay_missed(rp, x->req.method, target, sha);
@@ -194,15 +222,12 @@ static void refuse_miss(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, co
 		 "replay of %.150s: no recorded exchange matches %.16s %.300s (body sha256 "
 		 "%.12s...)",
 		 tb_replay_from(rp), x->req.method, target, sha);
-	snprintf(body, sizeof(body), "{\"error\":{\"type\":\"replay_miss\",\"message\":\"");
-	size_t bl = strlen(body);
-	for (const char *s = why; *s && bl + 8 < sizeof(body); s++) /* JSON-escaped */
-		bl += (size_t)(*s == '"' || *s == '\\'
-				   ? snprintf(body + bl, sizeof(body) - bl, "\\%c", *s)
-			       : (unsigned char)*s < 0x20
-				   ? snprintf(body + bl, sizeof(body) - bl, "\\u%04x", *s)
-				   : snprintf(body + bl, sizeof(body) - bl, "%c", *s));
-	snprintf(body + bl, sizeof(body) - bl, "\"}}");
+	tb_utf8_sanitize(why); /* the target may be any bytes: the message is text */
+	json_t *o = json_pack("{s:{s:s,s:s}}", "error", "type", "replay_miss", "message", why);
+	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	snprintf(body, sizeof(body), "%s", text ? text : "{\"error\":{\"type\":\"replay_miss\"}}");
+	free(text);
+	json_decref(o);
 	tb_proxy_refuse_body(c, 409, "application/json", body, NULL);
 	tb_proxy_audit(c, x->req.method, x->ep->host, d->path, x->ep, 409, 0, x->mem_len, t0, why);
 }

@@ -299,7 +299,6 @@ static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
 		size_t n = x->mem_len - x->mem_off < cap ? x->mem_len - x->mem_off : cap;
 		memcpy(out, x->mem_body + x->mem_off, n);
 		x->mem_off += n;
-		x->body_done = x->mem_off == x->mem_len;
 		x->bytes_out += n; /* recorded whole when the recording began */
 		return n;
 	}

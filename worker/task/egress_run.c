@@ -73,9 +73,17 @@ static int replayed_manifest(tb_run_t *r, char *key, size_t len, tb_error_t *err
 		return 0;
 	}
 	/* not done (the loop waited for it: it went back), or dead-lettered */
-	return rc == TB_EBUSY       ? tb_error_set(err, TB_ERETRY, "replay_from: %s", err->msg)
-	       : rc == TB_ENOTFOUND ? tb_error_set(err, TB_EPOISON, "replay_from: %s", err->msg)
-				    : rc;
+	if (rc != TB_EBUSY && rc != TB_ENOTFOUND)
+		return rc;
+	tb_error_prefix(err, "replay_from");
+	return err->code = rc == TB_EBUSY ? TB_ERETRY : TB_EPOISON;
+}
+
+/* @p err, about @p what, made the replay's poison. */
+static int poison(tb_error_t *err, const char *what)
+{
+	tb_error_prefix(err, "replay_from: %s", what);
+	return err->code = TB_EPOISON;
 }
 
 /* The recording the task replays, read, into r->replay. */
@@ -102,7 +110,7 @@ static int replay_load(tb_run_t *r, tb_error_t *err)
 	rc = tb_msg_decode(&tb_schema_manifest, &m, bytes, len, err);
 	free(bytes);
 	if (rc < 0)
-		return tb_error_set(err, TB_EPOISON, "replay_from: %s: %s", key, err->msg);
+		return poison(err, key);
 	snprintf(from, sizeof(from), "task %s attempt %llu", t->replay_from,
 		 (unsigned long long)m.attempt);
 	if (!m.recording_key) {
@@ -116,13 +124,11 @@ static int replay_load(tb_run_t *r, tb_error_t *err)
 	    tb_store_get_bytes(r->ctx->store, m.recording_key, REPLAY_MAX_BYTES, &bytes, &len, err);
 	tb_msg_free(&tb_schema_manifest, &m);
 	if (rc < 0)
-		return rc == TB_ENOTFOUND || rc == TB_ETOOBIG
-			   ? tb_error_set(err, TB_EPOISON, "replay_from: %s: %s", from, err->msg)
-			   : rc;
+		return rc == TB_ENOTFOUND || rc == TB_ETOOBIG ? poison(err, from) : rc;
 	rc = tb_recording_read(&rec, bytes, len, err);
 	free(bytes);
 	if (rc < 0)
-		return tb_error_set(err, TB_EPOISON, "replay_from: %s: %s", from, err->msg);
+		return poison(err, from);
 	return tb_replay_new(&r->replay, &rec, &t->replay, from, err);
 }
 

@@ -225,18 +225,27 @@ static void task_keys(task_keys_t *k, const redis_ledger_t *r, const char *task)
 	key(k->progress, sizeof(k->progress), r, task, "progress");
 }
 
+#define SENTINEL_TIMEOUT_MS 500 /* to connect to a sentinel, and for its answer */
+
 /* The master the sentinels name now, into k->host and k->port: the
- * first sentinel that answers is asked. Caller holds k's lock. */
+ * first sentinel that answers is asked, each within SENTINEL_TIMEOUT_MS
+ * (or k's own timeout, when shorter), so that sentinels on a failed host
+ * hold k's lock (and the leases renewed under it) little. Caller holds
+ * k's lock. */
 static int master_of(redis_ledger_t *r, conn_t *k, tb_error_t *err)
 {
 	char why[256] = "none answered";
+	struct timeval quick = { 0, SENTINEL_TIMEOUT_MS * 1000 };
+
+	if (k->timeout.tv_sec == 0 && k->timeout.tv_usec < quick.tv_usec)
+		quick = k->timeout;
 
 	for (int i = 0; i < r->nsentinels; i++) {
 		const sentinel_t *st = &r->sentinels[i];
-		redisContext *c = redisConnectWithTimeout(st->host, st->port, k->connect);
+		redisContext *c = redisConnectWithTimeout(st->host, st->port, quick);
 		redisReply *rep = NULL;
 		if (c && !c->err) {
-			redisSetTimeout(c, k->timeout);
+			redisSetTimeout(c, quick);
 			rep = redisCommand(c, "SENTINEL get-master-addr-by-name %s", r->master);
 		}
 		int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
@@ -425,6 +434,26 @@ static int replicated(redis_ledger_t *r, tb_error_t *err)
 			    k->host, k->port, REPLICA_WAIT_MS, k->replicas);
 }
 
+/* An attempt begun that no replica acknowledged: it never runs. Kept as
+ * a failure that spends no attempt ("busy", as a session that moved),
+ * so the next begin neither counts it nor takes it for a dead worker's.
+ * Best effort, under the main lock: without it, the next begin says the
+ * attempt's worker died, which its budget of deaths allows for. */
+static void unconfirmed(redis_ledger_t *r, const task_keys_t *k, uint64_t attempt)
+{
+	redisReply *rep;
+	char entry[300];
+	tb_error_t e;
+
+	snprintf(entry, sizeof(entry),
+		 "%" PRIu64 "\t%" PRIu64
+		 "\t%s\t%s\tno replica acknowledged its begin: it never ran",
+		 attempt, (uint64_t)time(NULL) * 1000, r->worker, tb_error_name(TB_EBUSY));
+	if (run(r, &r->main, &rep, ANY, &e, "EVAL %s 1 %s %s %d", FAILED_LUA, k->failures, entry,
+		TB_LEDGER_MAX_FAILURES) == 0)
+		freeReplyObject(rep);
+}
+
 static int redis_begin(tb_ledger_t *l, const char *task, const char *content, uint64_t lease_ms,
 		       uint64_t *attempt, tb_error_t *err)
 {
@@ -442,8 +471,10 @@ static int redis_begin(tb_ledger_t *l, const char *task, const char *content, ui
 		 (unsigned long long)time(NULL) * 1000, TB_LEDGER_MAX_FAILURES);
 	/* an attempt begun (its number handed out, the lease taken over) */
 	if (rc == 0 && rep->elements >= 1 && rep->element[0]->type == REDIS_REPLY_INTEGER &&
-	    rep->element[0]->integer > 0 && (rc = replicated(r, err)) < 0)
+	    rep->element[0]->integer > 0 && (rc = replicated(r, err)) < 0) {
+		unconfirmed(r, &k, (uint64_t)rep->element[0]->integer);
 		freeReplyObject(rep);
+	}
 	pthread_mutex_unlock(&r->main.lock);
 	if (rc < 0)
 		return rc;
@@ -818,14 +849,14 @@ static int redis_rate_take(tb_ledger_t *l, const tb_ledger_rate_t *q, tb_ledger_
 	rc = run(r, &r->rates, &rep, REDIS_REPLY_ARRAY, err, "EVAL %s 2 %s %s %.3f %llu %llu %s",
 		 RATE_TAKE_LUA, kb, kw, q->interval_ms, (unsigned long long)q->tokens_per_minute,
 		 (unsigned long long)q->max_wait_ms, r->worker);
+	if (rc == 0 && rep->elements != 3) {
+		rc = tb_error_set(err, TB_EIO, "ledger redis://%s:%d: a rate turn of %zu values",
+				  r->rates.host, r->rates.port, rep->elements);
+		freeReplyObject(rep);
+	}
 	pthread_mutex_unlock(&r->rates.lock);
 	if (rc < 0)
 		return rc;
-	if (rep->elements != 3) {
-		freeReplyObject(rep);
-		return tb_error_set(err, TB_EIO, "ledger redis://%s:%d: a rate turn of %zu values",
-				    r->rates.host, r->rates.port, rep->elements);
-	}
 	out->taken = reply_u64(rep->element[0]) == 1;
 	out->wait_ms = reply_u64(rep->element[1]);
 	out->sharing = reply_u64(rep->element[2]);

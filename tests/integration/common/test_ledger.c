@@ -549,9 +549,17 @@ static void test_ledger__safety_writes_wait_for_a_replica(void **state)
 	kill(replica, SIGCONT);
 	assert_int_equal(rc, TB_ERETRY);
 	assert_non_null(strstr(err.msg, "no replica acknowledged the write"));
-	/* once it answers, the same worker begins it (the number moved on) */
+	/* once it answers, the same worker begins it (the number moved on),
+	 * the unacknowledged attempt kept as one that never ran, not a death */
 	assert_int_equal(tb_ledger_begin(l, "t-rep-2", LEASE, &attempt, &err), 0);
 	assert_int_equal(attempt, 2);
+	tb_ledger_attempt_t *hist = NULL;
+	size_t nh = 0;
+	assert_int_equal(tb_ledger_history(l, "t-rep-2", &hist, &nh, &err), 0);
+	assert_int_equal(nh, 1);
+	assert_int_equal(hist[0].attempt, 1);
+	assert_string_equal(hist[0].code, "busy");
+	free(hist);
 	tb_ledger_close(l);
 	kill(master, SIGTERM), kill(replica, SIGTERM);
 	waitpid(master, NULL, 0), waitpid(replica, NULL, 0);

@@ -963,6 +963,29 @@ static void test_proxy__a_recorded_stream_replays_at_its_pace(void **state)
 	tb_proxy_stop(p);
 	tb_replay_free(rp);
 	assert_int_equal(fake_requests(), asked); /* the upstream was never asked */
+
+	/* fill: what the recording does not hold goes up as it came, a HEAD
+	 * as a HEAD (no body made up for it) */
+	tb_replay_conf_t fill = { .mode = TB_REPLAY_FILL };
+	tb_recording_t empty = { 0 };
+	assert_int_equal(tb_replay_new(&rp, &empty, &fill, "task t attempt 1", &err), 0);
+	p = proxy_with(&list, NULL, rp, &port);
+	rl = snprintf(req, sizeof(req),
+		      "HEAD /any/v1/head-me HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+		      "X-Taskbox-Token: %s\r\nConnection: close\r\n\r\n",
+		      token);
+	cfd = dial(port);
+	assert_int_equal(send_str(cfd, req, (size_t)rl), 0);
+	read_all(cfd, buf, sizeof(buf));
+	close(cfd);
+	tb_proxy_stop(p);
+	tb_replay_free(rp);
+	assert_int_equal(fake_requests(), asked + 1);
+	pthread_mutex_lock(&fake.lock);
+	char method[16];
+	snprintf(method, sizeof(method), "%s", fake.method);
+	pthread_mutex_unlock(&fake.lock);
+	assert_string_equal(method, "HEAD");
 }
 
 static void test_proxy__bodies_stream_up_by_length_or_chunked(void **state)

@@ -1542,6 +1542,7 @@ static void replays(const tb_manifest_t *orig, const char *commit)
 	assert_int_equal(v0->outcome, TB_VERDICT_PASS);
 	const tb_usage_egress_t *p = egress_of(&m, "provider");
 	assert_int_equal(p->replayed, 2);
+	assert_int_equal(p->refused, 0);      /* answers, not refusals */
 	assert_int_equal(p->input_tokens, 0); /* replayed answers cost nothing */
 	assert_non_null(m.recording_key);     /* a replay records too */
 	tb_msg_free(&tb_schema_manifest, &m);
