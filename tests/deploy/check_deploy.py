@@ -867,8 +867,11 @@ def check_compose(docs, defaults, drain, version):
             hosts = {"kafka": cfg["kafka"]["brokers"], "ledger": cfg["ledger"]["url"],
                      "store": cfg["store"].get("endpoint", "")}
             for what, url in hosts.items():
-                h = re.sub(r"^\w+://", "", url).split(":")[0].split("/")[0]
-                C.check(h in svcs, src, f"{what} host '{h}' is a service of compose.yaml", f"services {sorted(svcs)}")
+                # redis-sentinel://s1:26379,s2:26379/master names several
+                for hp in re.sub(r"^[\w+-]+://", "", url).split("/")[0].split(","):
+                    h = hp.split(":")[0]
+                    C.check(h in svcs, src, f"{what} host '{h}' is a service of compose.yaml",
+                            f"services {sorted(svcs)}")
             bucket = re.sub(r"^s3(v2)?://", "", cfg["store"]["url"]).split("/")[0]
             text = read(path)
             C.check(re.search(r"s3\.bucket\.create\s+-name\s+%s\b" % re.escape(bucket), text) is not None, path,
