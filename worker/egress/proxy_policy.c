@@ -24,15 +24,14 @@ static int unreserved(unsigned char c)
 	       c == '-' || c == '_' || c == '~' || c == '.';
 }
 
-int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_error_t *err)
+/* The path of @p *sp (to its '?' or end) into @p path, checked, its
+ * unreserved escapes decoded; *sp then at the '?' or the end. */
+static int path_part(char *path, const char **sp, tb_error_t *err)
 {
 	static const char hex[] = "0123456789ABCDEF";
-	const char *s = target;
+	const char *s = *sp;
 	size_t o = 0;
 
-	path[0] = query[0] = '\0';
-	if (!s || s[0] != '/')
-		return tb_error_set(err, TB_EINVAL, "the path must start with '/'");
 	for (; *s && *s != '?'; s++) {
 		unsigned char c = (unsigned char)*s;
 		if (o + 4 >= TB_PROXY_PATH_MAX)
@@ -77,6 +76,13 @@ int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_erro
 		s += 2;
 	}
 	path[o] = '\0';
+	*sp = s;
+	return 0;
+}
+
+/* What a server reads another way: dot segments. */
+static int dot_segments(const char *path, tb_error_t *err)
+{
 	/* Dot segments: "/a/../b" and "/a/./b" read differently on each side;
 	 * so may any segment that starts with "..": "..;" (see ';' above),
 	 * "...", and what a server trims ("..\t", ".. ") to "..". */
@@ -90,25 +96,46 @@ int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_erro
 			    "the path holds a '.' segment or one starting with '..'");
 		seg = next;
 	}
-	if (*s == '?') {
-		size_t q = 0;
-		for (s++; *s; s++) {
-			unsigned char c = (unsigned char)*s;
-			if (q + 1 >= TB_PROXY_PATH_MAX)
-				return tb_error_set(err, TB_EINVAL, "the query is over %d bytes",
-						    TB_PROXY_PATH_MAX - 1);
-			if (c <= 0x20 || c > 0x7e || c == '#')
-				return tb_error_set(err, TB_EINVAL,
-						    "the query holds a space, a control character, "
-						    "'#' or a byte above 0x7e");
-			if (c == '%' && (tb_hex_digit(s[1]) < 0 || tb_hex_digit(s[2]) < 0))
-				return tb_error_set(err, TB_EINVAL,
-						    "the query holds a bad %%-escape");
-			query[q++] = (char)c;
-		}
-		query[q] = '\0';
-	}
 	return 0;
+}
+
+/* The query @p s (after its '?') into @p query, checked, not decoded. */
+static int query_part(char *query, const char *s, tb_error_t *err)
+{
+	size_t q = 0;
+
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (q + 1 >= TB_PROXY_PATH_MAX)
+			return tb_error_set(err, TB_EINVAL, "the query is over %d bytes",
+					    TB_PROXY_PATH_MAX - 1);
+		if (c <= 0x20 || c > 0x7e || c == '#')
+			return tb_error_set(err, TB_EINVAL,
+					    "the query holds a space, a control character, "
+					    "'#' or a byte above 0x7e");
+		if (c == '%' && (tb_hex_digit(s[1]) < 0 || tb_hex_digit(s[2]) < 0))
+			return tb_error_set(err, TB_EINVAL, "the query holds a bad %%-escape");
+		query[q++] = (char)c;
+	}
+	query[q] = '\0';
+	return 0;
+}
+
+int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_error_t *err)
+{
+	const char *s = target;
+	int rc;
+
+	path[0] = query[0] = '\0';
+	if (!s || s[0] != '/')
+		return tb_error_set(err, TB_EINVAL, "the path must start with '/'");
+	if ((rc = path_part(path, &s, err)) == 0 && (rc = dot_segments(path, err)) == 0 &&
+	    *s == '?')
+		rc = query_part(query, s + 1, err);
+	/* a refusal leaves nothing half-written: callers may say the path */
+	if (rc < 0)
+		path[0] = query[0] = '\0';
+	return rc;
 }
 
 int tb_proxy_policy_method_ok(const tb_endpoint_t *ep, const char *method)

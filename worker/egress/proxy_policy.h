@@ -70,7 +70,8 @@ void tb_proxy_policy_decide(tb_proxy_decision_t *out, const tb_list_t *endpoints
  * @param path out, TB_PROXY_PATH_MAX bytes
  * @param query out, TB_PROXY_PATH_MAX bytes: what follows '?' (checked
  *        for control characters, spaces and bytes above 0x7e, not decoded)
- * @return 0; TB_EINVAL with the reason in @p err
+ * @return 0; TB_EINVAL with the reason in @p err, @p path and @p query
+ *         then empty (never half-written)
  */
 int tb_proxy_path_normalise(char *path, char *query, const char *target, tb_error_t *err);
 

@@ -305,6 +305,15 @@ static void test_proxy_policy__normalises_unreserved_escapes(void **state)
 	big[TB_PROXY_PATH_MAX + 9] = '\0';
 	assert_int_equal(tb_proxy_path_normalise(path, query, big, &err), TB_EINVAL);
 	free(big);
+	/* a refusal leaves the path empty, not written up to where it
+	 * stopped and unterminated (the audit says the path it refused) */
+	memset(path, 'x', sizeof(path));
+	memset(query, 'x', sizeof(query));
+	assert_int_equal(tb_proxy_path_normalise(path, query, "/v1%2fadmin?q=1", &err), TB_EINVAL);
+	assert_string_equal(path, "");
+	assert_string_equal(query, "");
+	assert_int_equal(tb_proxy_path_normalise(path, query, "/v1/../admin", &err), TB_EINVAL);
+	assert_string_equal(path, "");
 }
 
 static void test_proxy_policy__query_credential_cannot_be_set_by_the_client(void **state)
