@@ -1112,6 +1112,26 @@ static void provider_stop(void)
 	unsetenv("TB_LIFE_PROVIDER_KEY");
 }
 
+/* Runtime @p name: the fake provider as endpoint "provider" (its key
+ * added, the openai dialect) and @p endpoint more of its keys ("" or
+ * ", \"record\": true"), @p top more of the runtime's ("" or
+ * "\"agent\": {...}, "). */
+static void provider_runtime(const char *name, const char *top, const char *endpoint)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s.json", F.runtimes, name);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f,
+		"{\"v\": 1, \"name\": \"%s\", %s\"network\": {\"allow\": [{\"name\": "
+		"\"provider\", \"host\": \"localhost\", \"port\": %u, \"scheme\": \"http\", "
+		"\"credential\": {\"header\": \"Authorization\", \"format\": \"Bearer {}\", "
+		"\"env\": \"TB_LIFE_PROVIDER_KEY\"}, \"dialect\": \"openai\"%s}]}}\n",
+		name, top, provider.port, endpoint);
+	fclose(f);
+}
+
 /* The artifact at @p path of manifest @p m, NUL-terminated; NULL if none. */
 static char *artifact(const tb_manifest_t *m, const char *path)
 {
@@ -1341,19 +1361,8 @@ static void run_spender(const char *id, const tb_limits_t *lim, size_t body_byte
 	tb_lifecycle_ctx_t c = ctx(e);
 	tb_lifecycle_result_t res;
 	tb_error_t err;
-	char path[512];
-	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/budget.json", F.runtimes);
-	assert_non_null(f = fopen(path, "w"));
-	fprintf(f,
-		"{\"v\": 1, \"name\": \"budget\", \"agent\": {\"budget_grace_seconds\": 1}, "
-		"\"network\": {\"allow\": [{\"name\": \"provider\", \"host\": \"localhost\", "
-		"\"port\": %u, \"scheme\": \"http\", \"credential\": {\"header\": "
-		"\"Authorization\", \"format\": \"Bearer {}\", \"env\": "
-		"\"TB_LIFE_PROVIDER_KEY\"}, \"dialect\": \"openai\"}]}}\n",
-		provider.port);
-	fclose(f);
+	provider_runtime("budget", "\"agent\": {\"budget_grace_seconds\": 1}, ", "");
 	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"spender\", \"agent\": "
 					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
 	/* at most 200 requests, each bounded: the budget ends it long before */
@@ -1619,24 +1628,14 @@ static void test_lifecycle__a_recording_keeps_every_exchange_and_no_key(void **s
 	tb_recording_t rec;
 	tb_manifest_t m;
 	tb_error_t err;
-	char path[512], *bytes;
+	char *bytes;
 	size_t len;
-	FILE *f;
 
 	(void)state;
 	if (access("/usr/bin/curl", X_OK) != 0)
 		skip();
 	provider_start();
-	snprintf(path, sizeof(path), "%s/recorded.json", F.runtimes);
-	assert_non_null(f = fopen(path, "w"));
-	fprintf(f,
-		"{\"v\": 1, \"name\": \"recorded\", \"network\": {\"allow\": [{\"name\": "
-		"\"provider\", \"host\": \"localhost\", \"port\": %u, \"scheme\": \"http\", "
-		"\"credential\": {\"header\": \"Authorization\", \"format\": \"Bearer {}\", "
-		"\"env\": \"TB_LIFE_PROVIDER_KEY\"}, \"dialect\": \"openai\", \"record\": true, "
-		"\"secret_headers\": [\"X-Session\"]}]}}\n",
-		provider.port);
-	fclose(f);
+	provider_runtime("recorded", "", ", \"record\": true, \"secret_headers\": [\"X-Session\"]");
 	/* a judge of the answer: a replay's verdict must be the same */
 	write_repo_file("judge.sh",
 			"if grep -q '\"usage\"' /outputs/echo.txt; then\n"
@@ -1709,23 +1708,12 @@ static void test_lifecycle__usage_events_say_the_figures_so_far(void **state)
 	tb_lifecycle_ctx_t c = ctx(&e);
 	tb_lifecycle_result_t res;
 	tb_error_t err;
-	char path[512];
-	FILE *f;
 
 	(void)state;
 	if (access("/usr/bin/curl", X_OK) != 0)
 		skip();
 	provider_start();
-	snprintf(path, sizeof(path), "%s/metered.json", F.runtimes);
-	assert_non_null(f = fopen(path, "w"));
-	fprintf(f,
-		"{\"v\": 1, \"name\": \"metered\", \"agent\": {\"usage_interval_seconds\": 1}, "
-		"\"network\": {\"allow\": [{\"name\": \"provider\", \"host\": \"localhost\", "
-		"\"port\": %u, \"scheme\": \"http\", \"credential\": {\"header\": "
-		"\"Authorization\", \"format\": \"Bearer {}\", \"env\": "
-		"\"TB_LIFE_PROVIDER_KEY\"}, \"dialect\": \"openai\"}]}}\n",
-		provider.port);
-	fclose(f);
+	provider_runtime("metered", "\"agent\": {\"usage_interval_seconds\": 1}, ", "");
 	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"metered\", \"agent\": "
 					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
 	/* two answers at once, then 2.5 s of the agent's run: two usage
