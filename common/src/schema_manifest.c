@@ -168,6 +168,8 @@ static const tb_field_t egress_fields[] = {
 	 .offset = offsetof(tb_usage_egress_t, cached_tokens), .max = UINT64_MAX},
 	{.name = "replayed", .type = TB_FT_U64,
 	 .offset = offsetof(tb_usage_egress_t, replayed), .max = UINT64_MAX},
+	{.name = "rate_wait_ms", .type = TB_FT_U64,
+	 .offset = offsetof(tb_usage_egress_t, rate_wait_ms), .max = UINT64_MAX},
 };
 /* clang-format on */
 static const tb_schema_t egress_schema = {
@@ -175,7 +177,7 @@ static const tb_schema_t egress_schema = {
 	.size = sizeof(tb_usage_egress_t),
 	.has_offset = offsetof(tb_usage_egress_t, has),
 	.fields = egress_fields,
-	.nfields = 10,
+	.nfields = 11,
 };
 
 /* clang-format off */

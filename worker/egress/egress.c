@@ -120,6 +120,10 @@ static void tally(tb_egress_t *e, const tb_proxy_audit_t *a)
 	t->bytes_down += a->bytes_in;
 	if (!a->refused && !(a->replay && strcmp(a->replay, "passed")))
 		t->upstream_ms += a->duration_ms;
+	if (i < n && eps[i].rate_limit.has) { /* the time its rate turns took */
+		TB_SET_HAS(t, TB_USAGE_RATE_WAIT);
+		t->rate_wait_ms += a->paced_ms;
+	}
 	if (e->replaying) { /* a replay says how many it answered itself */
 		TB_SET_HAS(t, TB_USAGE_REPLAYED);
 		t->replayed += a->replay && !strcmp(a->replay, "replayed");

@@ -119,6 +119,8 @@ typedef struct tb_proxy_audit {
 	/* the upstream's 429 or 529 asked for a pause this long (Retry-After
 	 * or Retry-After-Ms; at most 10 minutes), or 0 */
 	uint64_t retry_after_ms;
+	/* the time it waited in the proxy for its rate limit's turns, ms */
+	uint64_t paced_ms;
 	/* in a replay: "replayed" (answered from the recording), "missed"
 	 * (refused: nothing matched), "passed" (nothing matched: asked
 	 * upstream); NULL otherwise */

@@ -179,6 +179,7 @@ void tb_proxy_audit_used(tb_proxy_conn_t *c, const char *method, const char *hos
 		.bucket = sec && sec->bucket[0] ? sec->bucket : NULL,
 		.retry_after_ms = c->upstream ? c->retry_after_ms : 0,
 		.replay = c->replay_state,
+		.paced_ms = c->paced_ms,
 	};
 	conf->audit(conf->audit_ud, &a);
 }

@@ -73,6 +73,7 @@ struct tb_proxy_conn {
 	int upstream;             /* the current request went upstream */
 	uint64_t retry_after_ms;  /* the current answer's pause (tb_proxy_audit_t) */
 	const char *replay_state; /* the current request's, in a replay (tb_proxy_audit_t) */
+	uint64_t paced_ms;        /* the current request's wait for its rate turns */
 };
 
 /* One request and its response. */

@@ -137,13 +137,13 @@ static int paced(tb_proxy_exchange_t *x, tb_proxy_refusal_t *no)
 	for (int round = 0; round < 1000; round++) {
 		uint64_t wait = 0;
 		int again = 0;
-		if (conf->pace(conf->admit_ud, x->ep, x->sec->bucket, tb_mono_ms() - t0, &wait,
-			       &again, no) < 0)
-			return 1;
-		if (wait && pace_wait(c, wait) < 0)
+		int rc = conf->pace(conf->admit_ud, x->ep, x->sec->bucket, tb_mono_ms() - t0, &wait,
+				    &again, no) < 0;
+		if (!rc && wait && pace_wait(c, wait) < 0)
 			return -1;
-		if (!again)
-			return 0;
+		c->paced_ms = tb_mono_ms() - t0;
+		if (rc || !again)
+			return rc;
 	}
 	no->status = 429;
 	snprintf(no->reason, sizeof(no->reason), "endpoint '%.64s': no turn of its rate limit",
@@ -228,7 +228,7 @@ static int serve(tb_proxy_conn_t *c, size_t hlen, uint64_t t0)
 	tb_error_t err;
 	int status, keep = 0;
 
-	c->upstream = 0, c->replay_state = NULL;
+	c->upstream = 0, c->replay_state = NULL, c->paced_ms = 0;
 	if ((status = tb_http_parse_request(&x.req, c->head, hlen, why, sizeof(why))) != 0) {
 		tb_proxy_refuse(c, status, why);
 		tb_proxy_audit(c, NULL, NULL, NULL, NULL, status, 0, 0, t0, why);

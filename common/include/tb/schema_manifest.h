@@ -78,11 +78,12 @@ typedef struct tb_usage_egress {
 	/* the provider's own figures, summed over its answers: for an
 	 * endpoint with a dialect (has bits TB_USAGE_TOKENS_*) */
 	uint64_t input_tokens, output_tokens, cached_tokens;
-	uint64_t replayed; /* a replay: answered from the recording (has bit) */
+	uint64_t replayed;     /* a replay: answered from the recording (has bit) */
+	uint64_t rate_wait_ms; /* waiting for the rate limit's turns (has bit) */
 } tb_usage_egress_t;
 
 enum { TB_USAGE_TOKENS_IN = 6, TB_USAGE_TOKENS_OUT = 7, TB_USAGE_TOKENS_CACHED = 8 };
-enum { TB_USAGE_REPLAYED = 9 };
+enum { TB_USAGE_REPLAYED = 9, TB_USAGE_RATE_WAIT = 10 };
 
 /* What an attempt used (schemas/manifest.md, "usage"): absent figures are
  * ones the kernel does not report. */

@@ -1872,6 +1872,12 @@ static void test_lifecycle__two_workers_share_a_rate_limit_and_a_pause(void **st
 		assert_true(ok >= 10);
 		got429 += strstr(codes[i], "429\n") != NULL;
 		assert_null(strstr(codes[i], "402")); /* never a budget */
+		/* the time its requests waited for their turns, in its usage:
+		 * at 2.5 a second each, seconds of its 16 */
+		const tb_usage_egress_t *pe = egress_of(&m, "provider");
+		if (!TB_HAS(pe, TB_USAGE_RATE_WAIT) || pe->rate_wait_ms < 2000)
+			fail_msg("worker %d's requests waited %llu ms for their turns", i,
+				 (unsigned long long)pe->rate_wait_ms);
 		tb_msg_free(&tb_schema_manifest, &m);
 		free(codes[i]);
 		free((char *)w[i].t.id);

@@ -41,8 +41,8 @@ static int has_line(const char *text, const char *line)
 static void sums_usage_by_runtime_and_recipe(void **state)
 {
 	tb_usage_egress_t eg[2] = { { 0x1c0, (char *)"llm", 5, 1, 300, 4000, 900, 1500, 200, 1000,
-				      0 },
-				    { 0, (char *)"-", 2, 2, 0, 0, 0, 0, 0, 0, 0 } };
+				      0, 0 },
+				    { 0, (char *)"-", 2, 2, 0, 0, 0, 0, 0, 0, 0, 0 } };
 	tb_usage_t u = { .wall_ms = 2500,
 			 .agent = { 3, 1200, 300 },
 			 .judges = { 3, 40, 10 },
