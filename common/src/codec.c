@@ -370,6 +370,29 @@ static int repack(tb_bytes_t *out, const msgpack_object *o, uint64_t max, const 
 	return 0;
 }
 
+/* An enum's name into its index; a wrong one is told with every right one. */
+static int decode_enum(const tb_field_t *f, int *p, const msgpack_object *o, const char *path,
+		       tb_error_t *err)
+{
+	char names[256];
+	size_t at = 0;
+
+	WANT(MSGPACK_OBJECT_STR, "a string");
+	names[0] = '\0';
+	for (int i = 0; f->names[i]; i++) {
+		if (strlen(f->names[i]) == o->via.str.size &&
+		    memcmp(f->names[i], o->via.str.ptr, o->via.str.size) == 0) {
+			*p = i;
+			return 0;
+		}
+		if (at < sizeof(names))
+			at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s",
+					       i ? ", " : "", f->names[i]);
+	}
+	FAIL(TB_EINVAL, "'%.*s' is not one of the allowed values (%s)",
+	     (int)(o->via.str.size > 64 ? 64 : o->via.str.size), o->via.str.ptr, names);
+}
+
 static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o, const char *path,
 			tb_error_t *err)
 {
@@ -407,16 +430,7 @@ static int decode_field(const tb_field_t *f, void *obj, const msgpack_object *o,
 		*(bool *)p = o->via.boolean;
 		return 0;
 	case TB_FT_ENUM:
-		WANT(MSGPACK_OBJECT_STR, "a string");
-		for (int i = 0; f->names[i]; i++) {
-			if (strlen(f->names[i]) == o->via.str.size &&
-			    memcmp(f->names[i], o->via.str.ptr, o->via.str.size) == 0) {
-				*(int *)p = i;
-				return 0;
-			}
-		}
-		FAIL(TB_EINVAL, "'%.*s' is not one of the allowed values",
-		     (int)(o->via.str.size > 64 ? 64 : o->via.str.size), o->via.str.ptr);
+		return decode_enum(f, p, o, path, err);
 	case TB_FT_STRMAP: {
 		tb_strmap_t *m = p;
 		WANT(MSGPACK_OBJECT_MAP, "a map");

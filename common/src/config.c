@@ -13,6 +13,7 @@
 const char tb_config_defaults[] =
     "{\"worker_id\": \"\", \"slots\": 4, \"log_level\": \"info\", \"log_format\": \"logfmt\","
     " \"kafka\": {\"brokers\": \"mock\", \"group\": \"taskbox-workers\","
+    "  \"assignor\": \"cooperative-sticky\","
     "  \"tasks_topic\": \"taskbox.tasks\", \"events_topic\": \"taskbox.events\","
     "  \"dlq_topic\": \"taskbox.dlq\"},"
     " \"ledger\": {\"url\": \"memory:\", \"prefix\": \"taskbox\", \"lease_ms\": 15000},"
@@ -26,6 +27,7 @@ const char tb_config_defaults[] =
 
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
 static const char *const log_formats[] = { "logfmt", "json", NULL };
+const char *const tb_kafka_assignors[] = { "cooperative-sticky", "range", "roundrobin", NULL };
 
 #define STR(n, st, m, lo)                                                                          \
 	{                                                                                          \
@@ -42,6 +44,11 @@ static const tb_field_t kafka_fields[] = {
 	STR("brokers", tb_kafka_config_t, brokers, 1),
 	STR("group", tb_kafka_config_t, group, 1),
 	OPT_STR("group_instance_id", tb_kafka_config_t, group_instance_id),
+	{ .name = "assignor",
+	  .type = TB_FT_ENUM,
+	  .flags = TB_FF_REQUIRED,
+	  .offset = offsetof(tb_kafka_config_t, assignor),
+	  .names = tb_kafka_assignors },
 	STR("tasks_topic", tb_kafka_config_t, tasks_topic, 1),
 	STR("events_topic", tb_kafka_config_t, events_topic, 1),
 	STR("dlq_topic", tb_kafka_config_t, dlq_topic, 1),
@@ -140,8 +147,7 @@ static const struct {
 	{ "enable.auto.commit", "offsets are committed only after a task's teardown" },
 	{ "enable.auto.offset.store", "offsets are committed only after a task's teardown" },
 	{ "auto.offset.reset", "a new group reads every task from the start" },
-	{ "partition.assignment.strategy",
-	  "the worker's commits rely on the range assignor (docs/crash-safety.md)" },
+	{ "partition.assignment.strategy", "it is kafka.assignor" },
 	{ "enable.idempotence", "each task's events are delivered once each, in order" },
 };
 

@@ -282,8 +282,26 @@ static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct watched {
 	const rd_kafka_t *rk;
 	char state[40];
-	uint64_t since; /* monotonic ms */
+	uint64_t since;    /* monotonic ms */
+	int commit_failed; /* a commit failed since tb_kafka_commit_failed() asked */
 } watched[MAX_WATCHED];
+
+/* @p rk's entry, or a free one made its own; NULL if none is free.
+ * Called with watch_lock held. */
+static struct watched *watch_entry(const rd_kafka_t *rk)
+{
+	for (int i = 0; i < MAX_WATCHED; i++)
+		if (watched[i].rk == rk)
+			return &watched[i];
+	for (int i = 0; i < MAX_WATCHED; i++)
+		if (!watched[i].rk) {
+			watched[i].rk = rk;
+			snprintf(watched[i].state, sizeof(watched[i].state), "unknown");
+			watched[i].since = tb_mono_ms();
+			return &watched[i];
+		}
+	return NULL;
+}
 
 static _Atomic(tb_kafka_lag_fn) lag_hook;
 
@@ -329,24 +347,48 @@ static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
 
 	(void)opaque;
 	pthread_mutex_lock(&watch_lock);
-	struct watched *w = NULL;
-	for (int i = 0; i < MAX_WATCHED && !w; i++) /* its entry, */
-		if (watched[i].rk == rk)
-			w = &watched[i];
-	for (int i = 0; i < MAX_WATCHED && !w; i++) /* or a free one */
-		if (!watched[i].rk)
-			w = &watched[i];
-	if (w && state) {
-		if (w->rk != rk || strcmp(w->state, state)) {
-			w->rk = rk;
-			snprintf(w->state, sizeof(w->state), "%s", state);
-			w->since = tb_mono_ms();
-		}
+	struct watched *w = state ? watch_entry(rk) : NULL;
+	if (w && strcmp(w->state, state)) {
+		snprintf(w->state, sizeof(w->state), "%s", state);
+		w->since = tb_mono_ms();
 	}
 	pthread_mutex_unlock(&watch_lock);
 	report_lag(root);
 	json_decref(root);
 	return 0; /* librdkafka frees json */
+}
+
+/* A commit's outcome: a failure is kept for tb_kafka_commit_failed(). "No
+ * offset to commit" is not one. */
+static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+		      rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+	int failed = err && err != RD_KAFKA_RESP_ERR__NO_OFFSET;
+
+	(void)opaque;
+	for (int i = 0; offsets && i < offsets->cnt && !failed; i++)
+		failed = offsets->elems[i].err != RD_KAFKA_RESP_ERR_NO_ERROR;
+	if (!failed)
+		return;
+	pthread_mutex_lock(&watch_lock);
+	struct watched *w = watch_entry(rk);
+	if (w)
+		w->commit_failed = 1;
+	pthread_mutex_unlock(&watch_lock);
+}
+
+int tb_kafka_commit_failed(const rd_kafka_t *rk)
+{
+	int failed = 0;
+
+	pthread_mutex_lock(&watch_lock);
+	for (int i = 0; i < MAX_WATCHED; i++)
+		if (watched[i].rk == rk) {
+			failed = watched[i].commit_failed;
+			watched[i].commit_failed = 0;
+		}
+	pthread_mutex_unlock(&watch_lock);
+	return failed;
 }
 
 uint64_t tb_kafka_join_state(const rd_kafka_t *rk, char *state, size_t len)
@@ -374,7 +416,7 @@ void tb_kafka_forget(const rd_kafka_t *rk)
 }
 
 int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group,
-			  const char *instance_id, const tb_strmap_t *props,
+			  const char *instance_id, const char *assignor, const tb_strmap_t *props,
 			  tb_rebalance_fn rebalance, void *opaque, tb_error_t *err)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -387,9 +429,10 @@ int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
 	    (rc = set(conf, "enable.auto.commit", "false", err)) < 0 ||
 	    (rc = set(conf, "enable.auto.offset.store", "false", err)) < 0 ||
 	    (rc = set(conf, "auto.offset.reset", "earliest", err)) < 0 ||
-	    /* cooperative-sticky in 2.0.2 mishandles commits during a
-	     * rebalance; the eager range assignor is well trodden. */
-	    (rc = set(conf, "partition.assignment.strategy", "range", err)) < 0 ||
+	    /* the worker's is its configuration's (kafka.assignor); a
+	     * reader alone in its group needs no stickiness */
+	    (rc = set(conf, "partition.assignment.strategy", assignor ? assignor : "range", err)) <
+		0 ||
 	    (rc = set(conf, "log_level", "4", err)) < 0 ||
 	    (instance_id && (rc = set(conf, "group.instance.id", instance_id, err)) < 0) ||
 	    (rc = set_props(conf, props, err)) < 0) {
@@ -405,6 +448,7 @@ int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
 			return rc;
 		}
 		rd_kafka_conf_set_stats_cb(conf, on_stats);
+		rd_kafka_conf_set_offset_commit_cb(conf, on_commit);
 	}
 	if ((rc = make(out, RD_KAFKA_CONSUMER, conf, err)) < 0)
 		return rc;

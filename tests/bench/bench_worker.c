@@ -284,7 +284,7 @@ static int run_init(run_t *r, const char *name, int nworkers, int slots)
 	    (r->producer = producer_new(r->cfg.kafka.brokers)) == NULL ||
 	    follow_open(r, &err) < 0 ||
 	    tb_kafka_consumer_new(&r->offsets_c, r->cfg.kafka.brokers, r->group, NULL, NULL, NULL,
-				  NULL, &err) < 0) {
+				  NULL, NULL, &err) < 0) {
 		fprintf(stderr, "bench: %s\n", err.msg);
 		run_free(r);
 		return -1;

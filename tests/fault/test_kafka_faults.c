@@ -58,7 +58,7 @@ static void assert_in_order_once(int n)
 	time_t deadline = time(NULL) + 60;
 
 	assert_int_equal(tb_kafka_consumer_new(&c, tb_kafka_mock_bootstraps(mock), "faults-reader",
-					       NULL, NULL, NULL, NULL, &err),
+					       NULL, NULL, NULL, NULL, NULL, &err),
 			 0);
 	rd_kafka_topic_partition_list_add(parts, TOPIC, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
 	rd_kafka_assign(c, parts);

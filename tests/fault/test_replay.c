@@ -83,9 +83,10 @@ typedef struct scenario {
 	char log[160], work[160];
 	char ids[MAX_TASKS][64];
 	int n;
-	int extra;  /* messages on the tasks topic besides the tasks in ids */
-	int slots;  /* per worker: 2 unless set before scenario_init */
-	int judges; /* each task's verdicts: the hello recipe's 2, unless set so */
+	int extra;            /* messages on the tasks topic besides the tasks in ids */
+	int slots;            /* per worker: 2 unless set before scenario_init */
+	int judges;           /* each task's verdicts: the hello recipe's 2, unless set so */
+	const char *assignor; /* kafka.assignor, unless the default (set before init) */
 } scenario_t;
 
 /* ------------------------------------------------------------ set-up */
@@ -301,7 +302,9 @@ static void make_topics(const scenario_t *sc)
 static void scenario_init(scenario_t *sc, const char *name, int nworkers, int static_members)
 {
 	int slots = sc->slots ? sc->slots : 2, judges = sc->judges ? sc->judges : 2;
+	const char *assignor = sc->assignor;
 	memset(sc, 0, sizeof(*sc));
+	sc->assignor = assignor;
 	sc->slots = slots;
 	sc->judges = judges;
 	sc->name = name;
@@ -315,19 +318,21 @@ static void scenario_init(scenario_t *sc, const char *name, int nworkers, int st
 	snprintf(sc->work, sizeof(sc->work), "%s/work", root);
 	make_topics(sc);
 	for (int k = 0; k < nworkers; k++) {
-		char instance[100] = "";
+		char instance[100] = "", assign[64] = "";
 		snprintf(sc->worker[k], sizeof(sc->worker[k]), "replay-%s-%d-w%d", name, getpid(),
 			 k + 1);
 		snprintf(sc->config[k], sizeof(sc->config[k]), "%s/%s-w%d.json", root, name, k + 1);
 		if (static_members)
 			snprintf(instance, sizeof(instance), "\"group_instance_id\": \"%s\", ",
 				 sc->worker[k]);
+		if (sc->assignor)
+			snprintf(assign, sizeof(assign), "\"assignor\": \"%s\", ", sc->assignor);
 		FILE *f = fopen(sc->config[k], "w");
 		assert_non_null(f);
 		fprintf(
 		    f,
 		    "{\"v\": 1, \"worker_id\": \"%s\", \"slots\": %d, \"log_level\": \"info\",\n"
-		    " \"kafka\": {\"brokers\": \"%s\", \"group\": \"%s\", %s\n"
+		    " \"kafka\": {\"brokers\": \"%s\", \"group\": \"%s\", %s%s\n"
 		    "  \"tasks_topic\": \"%s\", \"events_topic\": \"%s\", \"dlq_topic\": \"%s\",\n"
 		    "  \"properties\": {\"session.timeout.ms\": \"10000\"}},\n"
 		    " \"ledger\": {\"url\": \"%s\", \"prefix\": \"%s\", \"lease_ms\": %d},\n"
@@ -335,8 +340,8 @@ static void scenario_init(scenario_t *sc, const char *name, int nworkers, int st
 		    "\"region\": \"%s\"},\n"
 		    " \"runtimes_dir\": \"%s\", \"work_dir\": \"%s\", \"cache_dir\": "
 		    "\"%s/cache\"}\n",
-		    sc->worker[k], sc->slots, brokers, sc->group, instance, sc->tasks, sc->events,
-		    sc->dlq, redis_url, sc->prefix, LEASE_MS, bucket, s3_endpoint,
+		    sc->worker[k], sc->slots, brokers, sc->group, instance, assign, sc->tasks,
+		    sc->events, sc->dlq, redis_url, sc->prefix, LEASE_MS, bucket, s3_endpoint,
 		    getenv("TASKBOX_TEST_S3_REGION"), runtimes, sc->work, root);
 		fclose(f);
 	}
@@ -657,8 +662,9 @@ static void read_events(const scenario_t *sc, task_seen_t *seen)
 	tb_kv_t eof = { (char *)"enable.partition.eof", (char *)"true" };
 	props.items = &eof;
 	props.n = 1;
-	assert_int_equal(
-	    tb_kafka_consumer_new(&c, brokers, "replay-reader", NULL, &props, NULL, NULL, &err), 0);
+	assert_int_equal(tb_kafka_consumer_new(&c, brokers, "replay-reader", NULL, NULL, &props,
+					       NULL, NULL, &err),
+			 0);
 	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(4);
 	for (int p = 0; p < 4; p++)
 		rd_kafka_topic_partition_list_add(parts, sc->events, p)->offset =
@@ -1011,8 +1017,9 @@ static int read_dlq(const scenario_t *sc, dlq_seen_t *out, int max)
 	tb_strmap_t props = { 1, &eof };
 	int n = 0, done = 0;
 
-	assert_int_equal(
-	    tb_kafka_consumer_new(&c, brokers, "replay-reader", NULL, &props, NULL, NULL, &err), 0);
+	assert_int_equal(tb_kafka_consumer_new(&c, brokers, "replay-reader", NULL, NULL, &props,
+					       NULL, NULL, &err),
+			 0);
 	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
 	rd_kafka_topic_partition_list_add(parts, sc->dlq, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
 	rd_kafka_assign(c, parts);
@@ -1479,10 +1486,22 @@ static void test_replay__a_lease_outlives_a_long_run(void **state)
 	check(sc);
 }
 
+/* @p sb's bytes to @p partition of @p topic (RD_KAFKA_PARTITION_UA: the
+ * key's), keyed @p key. */
+static int produce_to(rd_kafka_t *p, const char *topic, int32_t partition, const char *key,
+		      const msgpack_sbuffer *sb)
+{
+	return rd_kafka_producev(p, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
+				 RD_KAFKA_V_KEY(key, strlen(key)),
+				 RD_KAFKA_V_VALUE(sb->data, sb->size),
+				 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+}
+
 /* Produces interactive task @p id (prompt "first") and, on its key,
  * follow-ups @p from .. @p to (2 "second", 3 "third", 4 and later: end;
  * numbered from 1): counted as extra messages. */
-static void produce_session(scenario_t *sc, const char *id, int with_task, int from, int to)
+static void produce_session_at(scenario_t *sc, const char *id, int32_t partition, int with_task,
+			       int from, int to)
 {
 	static const char *const texts[] = { "second", "third" };
 	char url[200];
@@ -1499,7 +1518,7 @@ static void produce_session(scenario_t *sc, const char *id, int with_task, int f
 		t.recipe.commit = chat_commit, t.prompt = (char *)"first";
 		t.runtime = (char *)"standard", t.submitted_at = 1;
 		assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
-		assert_int_equal(tb_kafka_produce(p, sc->tasks, id, sb.data, sb.size, &err), 0);
+		assert_int_equal(produce_to(p, sc->tasks, partition, id, &sb), 0);
 	}
 	for (int k = from; k <= to; k++) { /* the same key: after the task, in order */
 		tb_followup_t f = { 0 };
@@ -1508,12 +1527,17 @@ static void produce_session(scenario_t *sc, const char *id, int with_task, int f
 		f.text = k <= 2 ? (char *)texts[k - 1] : NULL;
 		msgpack_sbuffer_clear(&sb);
 		assert_int_equal(tb_msg_encode(&sb, &tb_schema_followup, &f, &err), 0);
-		assert_int_equal(tb_kafka_produce(p, sc->tasks, id, sb.data, sb.size, &err), 0);
+		assert_int_equal(produce_to(p, sc->tasks, partition, id, &sb), 0);
 		sc->extra++;
 	}
 	msgpack_sbuffer_destroy(&sb);
 	assert_int_equal(rd_kafka_flush(p, 30000), 0);
 	rd_kafka_destroy(p);
+}
+
+static void produce_session(scenario_t *sc, const char *id, int with_task, int from, int to)
+{
+	produce_session_at(sc, id, RD_KAFKA_PARTITION_UA, with_task, from, to);
 }
 
 /* Each task's recorded attempt holds its whole session: three turns,
@@ -1591,6 +1615,62 @@ static void test_replay__a_session_moves_with_its_partition(void **state)
 	    count_lines_with(sc->log, "the session stops, to go on at the partition's owner") >= 1);
 }
 
+/*
+ * A fleet of one grows to two while four sessions idle, one on each of
+ * the four partitions: the two partitions that stay with the first
+ * worker keep their sessions running (not replayed: attempt 1), the two
+ * that move are replayed by the second worker. With @p assignor NULL the
+ * default, cooperative-sticky, revokes only what moves; with "range"
+ * (eager) every partition is revoked and two come back, whose sessions
+ * are adopted. Before either, all four were stopped and replayed.
+ */
+static void sessions_stay_when_the_fleet_grows(const char *name, const char *assignor)
+{
+	static scenario_t scenario;
+	scenario_t *sc = &scenario;
+	pid_t w[2];
+
+	if (!brokers)
+		skip();
+	sc->judges = 1; /* the chat recipe's */
+	sc->slots = 4;
+	sc->assignor = assignor;
+	scenario_init(sc, name, 2, 0);
+	for (int p = 0; p < 4; p++) {
+		char *id = sc->ids[sc->n++];
+		snprintf(id, sizeof(sc->ids[0]), "%s-%d-p%d", name, getpid(), p);
+		produce_session_at(sc, id, p, 1, 1, 1);
+	}
+	w[0] = start_worker(sc, 0, NULL);
+	sleep(15); /* turns 1 and 2 of all four on worker 1, then idle */
+	w[1] = start_worker(sc, 1, NULL);
+	sleep(10); /* the rebalance: two partitions move to worker 2 */
+	for (int p = 0; p < 4; p++)
+		produce_session_at(sc, sc->ids[p], p, 0, 2, 3);
+	run_until_done(sc, w, 2, 180);
+	check(sc);
+	int replayed = check_sessions(sc);
+	int adopted = count_lines_with(sc->log, "its partition came back");
+	printf("  %s: %d of %d sessions replayed after the fleet grew, %d adopted\n", name,
+	       replayed, sc->n, adopted);
+	if (replayed != 2)
+		show_log(sc);
+	assert_int_equal(replayed, 2);
+	assert_int_equal(adopted, assignor ? 2 : 0);
+}
+
+static void test_replay__sessions_stay_when_the_fleet_grows(void **state)
+{
+	(void)state;
+	sessions_stay_when_the_fleet_grows("grow", NULL);
+}
+
+static void test_replay__sessions_come_back_with_an_eager_assignor(void **state)
+{
+	(void)state;
+	sessions_stay_when_the_fleet_grows("grow-eager", "range");
+}
+
 /* Interactive sessions, the worker killed as turn two begins: every
  * session is replayed from its first prompt, as a new attempt, with all
  * its follow-ups, and each ends with its three turns recorded. */
@@ -1647,6 +1727,10 @@ int main(void)
 		cmocka_unit_test_teardown(test_replay__a_session_killed_in_turn_two_is_replayed,
 					  stop_leftovers),
 		cmocka_unit_test_teardown(test_replay__a_session_moves_with_its_partition,
+					  stop_leftovers),
+		cmocka_unit_test_teardown(test_replay__sessions_stay_when_the_fleet_grows,
+					  stop_leftovers),
+		cmocka_unit_test_teardown(test_replay__sessions_come_back_with_an_eager_assignor,
 					  stop_leftovers),
 	};
 	if (getenv("TB_REPLAY_ONLY")) /* e.g. "*rebalances*" */

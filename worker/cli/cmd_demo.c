@@ -201,8 +201,8 @@ static int show_dlq(const char *brokers, size_t expect)
 	tb_error_t err;
 	size_t seen = 0;
 
-	if (tb_kafka_consumer_new(&c, brokers, "taskbox-demo-dlq", NULL, NULL, NULL, NULL, &err) <
-	    0) {
+	if (tb_kafka_consumer_new(&c, brokers, "taskbox-demo-dlq", NULL, NULL, NULL, NULL, NULL,
+				  &err) < 0) {
 		fprintf(stderr, "taskbox demo: %s\n", err.msg);
 		return -1;
 	}
@@ -273,7 +273,7 @@ static int demo_intake_only(void)
 	    tb_kafka_mock_start(&mock, 1, topics, 3, &err) < 0 ||
 	    tb_kafka_producer_new(&producer, tb_kafka_mock_bootstraps(mock), NULL, &err) < 0 ||
 	    tb_kafka_consumer_new(&consumer, tb_kafka_mock_bootstraps(mock), "taskbox-demo", NULL,
-				  NULL, NULL, NULL, &err) < 0) {
+				  NULL, NULL, NULL, NULL, &err) < 0) {
 		fprintf(stderr, "taskbox demo: %s\n", err.msg);
 		goto cleanup;
 	}
@@ -341,8 +341,8 @@ static void follow_events(const char *brokers, struct demo_run *d)
 	tb_error_t err;
 	int quiet = 0;
 
-	if (tb_kafka_consumer_new(&c, brokers, "taskbox-demo-watch", NULL, NULL, NULL, NULL, &err) <
-	    0) {
+	if (tb_kafka_consumer_new(&c, brokers, "taskbox-demo-watch", NULL, NULL, NULL, NULL, NULL,
+				  &err) < 0) {
 		fprintf(stderr, "taskbox demo: %s\n", err.msg);
 		rd_kafka_topic_partition_list_destroy(parts);
 		return;

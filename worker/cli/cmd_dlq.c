@@ -59,8 +59,8 @@ static int each_record(const tb_config_t *cfg, int32_t only, int64_t from, recor
 		memcpy(kv, cfg->kafka.properties.items, np * sizeof(*kv));
 	kv[np].key = (char *)"enable.partition.eof", kv[np].value = (char *)"true";
 	tb_strmap_t props = { np + 1, kv };
-	rc = tb_kafka_consumer_new(&c, cfg->kafka.brokers, "taskbox-dlq-reader", NULL, &props, NULL,
-				   NULL, err);
+	rc = tb_kafka_consumer_new(&c, cfg->kafka.brokers, "taskbox-dlq-reader", NULL, NULL, &props,
+				   NULL, NULL, err);
 	free(kv);
 	if (rc < 0)
 		return rc;

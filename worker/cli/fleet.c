@@ -19,7 +19,7 @@ json_t *tb_fleet_lag(const tb_config_t *cfg, tb_error_t *err)
 	rd_kafka_t *c;
 	json_t *parts = NULL;
 
-	if (tb_kafka_consumer_new(&c, cfg->kafka.brokers, cfg->kafka.group, NULL,
+	if (tb_kafka_consumer_new(&c, cfg->kafka.brokers, cfg->kafka.group, NULL, NULL,
 				  &cfg->kafka.properties, NULL, NULL, err) < 0)
 		return NULL;
 	rd_kafka_topic_t *t = rd_kafka_topic_new(c, cfg->kafka.tasks_topic, NULL);

@@ -427,8 +427,8 @@ int tb_follow_open(const tb_config_t *cfg, int64_t since_ms, rd_kafka_t **out, i
 	items[props.n++] = (tb_kv_t){ "enable.partition.eof", "true" };
 	/* Assigned by hand: the group is never joined and nothing committed. */
 	snprintf(group, sizeof(group), "taskbox-follow-%d", (int)getpid());
-	if ((rc = tb_kafka_consumer_new(&c, cfg->kafka.brokers, group, NULL, &props, NULL, NULL,
-					err)) < 0)
+	if ((rc = tb_kafka_consumer_new(&c, cfg->kafka.brokers, group, NULL, NULL, &props, NULL,
+					NULL, err)) < 0)
 		return rc;
 	if ((rc = partitions_of(c, topic, partitions, err)) < 0 ||
 	    (rc = start_offsets(c, topic, *partitions, since_ms, &parts, err)) < 0)

@@ -2,7 +2,8 @@
  * loop_int.h: the worker loop's insides, shared by its files (private to
  * worker/loop/; worker.h is the contract):
  *
- *   worker.c    the loop: the consumer, rebalances, heartbeats, commits
+ *   worker.c    the loop: the consumer, heartbeats, commits
+ *   rebalance.c partitions assigned and revoked, and their sessions
  *   messages.c  each message consumed: a task, a follow-up, or another
  *   admit.c     whether a waiting task may begin (the ledger decides)
  *   slots.c     a slot thread per attempt, its events to the producer
@@ -68,12 +69,14 @@ typedef struct tb_job_run {
 	struct tb_job *next_running; /* the main thread's list of running attempts */
 	pthread_t thread;
 	unsigned slot;
-	uint64_t lease_ok; /* last renewal (monotonic ms) */
-	atomic_int cancel; /* the lease is lost: stop */
-	atomic_int phase;  /* tb_phase_t + 1, for liveness */
-	int moved;         /* a session stopped because its partition moved or the worker
+	uint64_t lease_ok;  /* last renewal (monotonic ms) */
+	atomic_int cancel;  /* the lease is lost: stop */
+	atomic_int phase;   /* tb_phase_t + 1, for liveness */
+	int moved;          /* a session stopped because its partition moved or the worker
 			     * stops: let go without counting it as a failure */
-	int rc;            /* the last attempt's: 0 or a TB_E* */
+	uint64_t notice_at; /* a session whose partition was taken away, perhaps
+			     * to come back (rebalance.c): since (monotonic ms) */
+	int rc;             /* the last attempt's: 0 or a TB_E* */
 	tb_lifecycle_result_t res;
 	tb_error_t err;
 	int failure_unkept; /* err holds a failure the ledger missed */
@@ -121,12 +124,16 @@ typedef struct tb_job {
 typedef struct tb_loop {
 	const tb_worker_deps_t *d;
 	rd_kafka_t *consumer, *producer;
-	int kafka_broken;        /* the brokers were unreachable: looked at by heartbeats */
-	pthread_t prober;        /* asks the store every 30 s (tb/health.h) */
-	int probing;             /* the prober runs */
-	atomic_int probe_stop;   /* tells it to end */
-	tb_sandbox_pool_t *pool; /* each slot's next sandbox, built ahead */
-	tb_ratelimit_t *rates;   /* the fleet's rate limits, for every slot */
+	int kafka_broken;           /* the brokers were unreachable: looked at by heartbeats */
+	int ever_assigned;          /* the consumer had an assignment (see consumer_end) */
+	uint64_t rebalancing_since; /* a cooperative rebalance's revoke (monotonic ms): no
+				     * commits until its assignment, 0 none */
+	uint64_t rebalanced_at;     /* its last assignment: none for a while after */
+	pthread_t prober;           /* asks the store every 30 s (tb/health.h) */
+	int probing;                /* the prober runs */
+	atomic_int probe_stop;      /* tells it to end */
+	tb_sandbox_pool_t *pool;    /* each slot's next sandbox, built ahead */
+	tb_ratelimit_t *rates;      /* the fleet's rate limits, for every slot */
 	tb_watermark_t *marks[MAX_PARTITIONS];
 	uint64_t epochs[MAX_PARTITIONS]; /* bumped at each assignment */
 	pthread_mutex_t lock;
@@ -158,6 +165,24 @@ typedef struct tb_loop {
  * its run.
  */
 void tb_loop_heartbeat(tb_loop_t *w);
+
+/* --------------------------------------------- rebalance.c */
+
+/* The consumer's rebalance callback (tb_rebalance_fn): @p opaque is w. */
+void tb_loop_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
+			  rd_kafka_topic_partition_list_t *parts, void *opaque);
+/* Stops the running sessions of partition @p p (-1: all): their
+ * follow-ups are no longer read here, so the partition's next owner (or
+ * this worker, given it again) replays them from their first prompt. Not
+ * a failure of the task: their attempts are let go uncounted. */
+void tb_loop_stop_sessions(tb_loop_t *w, int p, const char *why);
+/* Stops the sessions on notice that no assignment gave back in time. */
+void tb_loop_notice_expired(tb_loop_t *w);
+/* Whether offsets may be committed now: not while a cooperative
+ * rebalance goes on, nor for 10 s after its last step (librdkafka 2.0.2
+ * loses the whole assignment when such a commit is refused for its
+ * generation: its #4059); 30 s at most. */
+int tb_loop_may_commit(const tb_loop_t *w);
 
 /* ---------------------------------------------- messages.c */
 
@@ -257,9 +282,9 @@ void tb_loop_drop_waiting(tb_loop_t *w, int p);
 /* Lets every waiting job go: left unacknowledged (delivered again). */
 void tb_loop_drop_all_waiting(tb_loop_t *w);
 /* The job of task @p key from partition @p p in its current assignment,
- * running or waiting. A job from an earlier assignment (its session
- * stopped when the partition moved, even if it came back) takes nothing:
- * the task's message delivered again made a new job for that. */
+ * running or waiting. A job from an earlier assignment takes nothing (the
+ * task's message delivered again makes a new job), unless rebalance.c
+ * adopted it into the current one when its partition came back. */
 tb_job_t *tb_loop_find_job(tb_loop_t *w, const char *key, int32_t p);
 /* Whether an attempt of task @p key runs here now. */
 int tb_loop_is_running(const tb_loop_t *w, const char *key);

@@ -47,75 +47,8 @@ static void commit_marks_how(tb_loop_t *w, int sync)
 
 static void commit_marks(tb_loop_t *w)
 {
-	commit_marks_how(w, 0);
-}
-
-/* Stops the running sessions of partition @p p (-1: all): their
- * follow-ups are no longer read here, so the partition's next owner (or
- * this worker, given it again) replays them from their first prompt. Not
- * a failure of the task: their attempts are let go uncounted. */
-static void stop_sessions(tb_loop_t *w, int p, const char *why)
-{
-	for (tb_job_t *r = w->running_jobs; r; r = r->run.next_running)
-		if ((p < 0 || r->partition == p) && r->session && !r->run.moved) {
-			tb_info(r->key, "%s: the session stops, to go on at the partition's owner",
-				why);
-			r->run.moved = 1;
-			atomic_store(&r->run.cancel, 1);
-		}
-}
-
-static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
-			 rd_kafka_topic_partition_list_t *parts, void *opaque)
-{
-	tb_loop_t *w = opaque;
-	tb_error_t err;
-
-	if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-		for (int i = 0; i < parts->cnt; i++) {
-			int p = parts->elems[i].partition;
-			if (p >= 0 && p < MAX_PARTITIONS && !w->marks[p]) {
-				tb_watermark_new(&w->marks[p], &err);
-				w->epochs[p]++;
-			}
-		}
-		rd_kafka_assign(rk, parts);
-		/* A partition assigned again keeps the pause it had (librdkafka
-		 * keeps its state): resume all, and let pace() decide again. */
-		rd_kafka_resume_partitions(rk, parts);
-		w->paused = 0;
-		w->kafka_broken = 0;
-		tb_info(NULL, "assigned %d partitions", parts->cnt);
-		char why[64];
-		snprintf(why, sizeof(why), "in the consumer group, %d partitions", parts->cnt);
-		tb_health_dep(TB_DEP_KAFKA, 1, why);
-	} else {
-		/* No commit here: the main loop commits every pass, and a
-		 * commit sent from inside a rebalance (with the coordinator
-		 * away, after a broker restart) can keep librdkafka 2.0.2 from
-		 * finishing the unassign. What finished since the last commit
-		 * is delivered to the new owner, which finds it done. Tasks
-		 * still running keep going under their leases, but their
-		 * offsets are no longer ours. Waiting ones are let go.
-		 * Interactive sessions are stopped: their follow-ups now go
-		 * to the new owner, which replays the session from its first
-		 * prompt once this attempt has let its lease go. */
-		int lost = rd_kafka_assignment_lost(rk);
-		for (int i = 0; i < parts->cnt; i++) {
-			int p = parts->elems[i].partition;
-			if (p >= 0 && p < MAX_PARTITIONS) {
-				tb_watermark_free(w->marks[p]);
-				w->marks[p] = NULL;
-				tb_loop_drop_waiting(w, p);
-				stop_sessions(w, p, "its partition moved");
-			}
-		}
-		rd_kafka_assign(rk, NULL);
-		tb_info(NULL, "%s %d partitions", lost ? "lost" : "revoked", parts->cnt);
-		tb_health_dep(TB_DEP_KAFKA, 0,
-			      lost ? "its partitions were lost: joining again"
-				   : "rebalancing: its partitions were revoked");
-	}
+	if (tb_loop_may_commit(w))
+		commit_marks_how(w, 0);
 }
 
 /* This worker's liveness record (schemas/keys.md). */
@@ -191,11 +124,14 @@ void tb_loop_heartbeat(tb_loop_t *w)
 			tb_warn(j->key, "lease not renewed: %s", err.msg);
 		}
 	}
-	/* A commit sent while the broker was away is lost: send the marks
-	 * again (committing the same offset twice is harmless). */
-	for (int p = 0; p < MAX_PARTITIONS; p++)
-		if (w->marks[p])
-			tb_watermark_resend(w->marks[p]);
+	/* A commit that failed (the broker away, a rebalance) is sent
+	 * again (committing the same offset twice is harmless). Not more
+	 * often: in librdkafka 2.0.2 a commit a rebalance refuses loses the
+	 * whole cooperative assignment (rebalance.c). */
+	if (w->consumer && tb_kafka_commit_failed(w->consumer))
+		for (int p = 0; p < MAX_PARTITIONS; p++)
+			if (w->marks[p])
+				tb_watermark_resend(w->marks[p]);
 	char *info = liveness(w);
 	int alive = info ? tb_ledger_alive(l, info, w->lease_ms, &err) : TB_ENOMEM;
 	if (alive < 0 && info)
@@ -205,6 +141,7 @@ void tb_loop_heartbeat(tb_loop_t *w)
 		      : info     ? err.msg
 				 : "out of memory");
 	free(info);
+	tb_loop_notice_expired(w);
 	kafka_again(w);
 }
 
@@ -232,14 +169,18 @@ static int join(tb_loop_t *w, tb_error_t *err)
 	int rc;
 
 	if ((rc = tb_kafka_consumer_new(&w->consumer, w->d->brokers, cfg->kafka.group,
-					cfg->kafka.group_instance_id, &cfg->kafka.properties,
-					on_rebalance, w, err)) < 0)
+					cfg->kafka.group_instance_id,
+					tb_kafka_assignors[cfg->kafka.assignor],
+					&cfg->kafka.properties, tb_loop_on_rebalance, w, err)) < 0)
 		return rc;
 	sub = rd_kafka_topic_partition_list_new(1);
 	rd_kafka_topic_partition_list_add(sub, cfg->kafka.tasks_topic, RD_KAFKA_PARTITION_UA);
 	rd_kafka_subscribe(w->consumer, sub);
 	rd_kafka_topic_partition_list_destroy(sub);
 	w->paused = 0;
+	w->ever_assigned = 0;
+	w->rebalancing_since = 0;
+	w->rebalanced_at = 0;
 	/* A byte on the wake pipe when the consumer's queue stops being
 	 * empty: the main loop sleeps on the pipe, so a message, and a slot
 	 * that finished, are acted on at once. */
@@ -249,6 +190,55 @@ static int join(tb_loop_t *w, tb_error_t *err)
 		rd_kafka_queue_destroy(q);
 	}
 	return 0;
+}
+
+/* How long leaving the group may take when the worker stops. */
+#define CLOSE_MS 20000
+
+/*
+ * Ends the consumer: leaving the group first if @p leave (committing
+ * nothing more: the caller has), else at once (a consumer that failed).
+ * Two defects of librdkafka 2.0.2's cooperative protocol are stepped
+ * around. A consumer given an assignment while it closes can hang in the
+ * close (its #4527, fixed in 2.4.0): the close is served here, its
+ * rebalance callbacks too, for CLOSE_MS at most. And a cooperative
+ * consumer destroyed after its first JoinGroup answer but before its first
+ * assignment crashes (#4381, fixed in 2.3.0): such a one is left as it is,
+ * closed but not destroyed (the worker is about to exit, or it failed for
+ * good and is replaced; its memory is what it costs).
+ */
+static void consumer_end(tb_loop_t *w, int leave)
+{
+	rd_kafka_t *c = w->consumer;
+	int closed = 0;
+
+	tb_kafka_forget(c);
+	w->consumer = NULL;
+	rd_kafka_queue_t *q = leave ? rd_kafka_queue_new(c) : NULL;
+	rd_kafka_error_t *e = q ? rd_kafka_consumer_close_queue(c, q) : NULL;
+	if (q && !e) {
+		for (uint64_t until = tb_mono_ms() + CLOSE_MS;
+		     !(closed = rd_kafka_consumer_closed(c)) && tb_mono_ms() < until;)
+			rd_kafka_queue_poll_callback(q, 100);
+		if (!closed)
+			tb_warn(NULL, "leaving the consumer group took over %d s: left as it is",
+				CLOSE_MS / 1000);
+	} else if (e) {
+		tb_warn(NULL, "leaving the consumer group: %s", rd_kafka_error_string(e));
+		rd_kafka_error_destroy(e);
+	}
+	if (q)
+		rd_kafka_queue_destroy(q);
+	const char *proto = rd_kafka_rebalance_protocol(c);
+	if (!w->ever_assigned && proto && !strcmp(proto, "COOPERATIVE")) {
+		tb_info(NULL, "the consumer had no assignment yet: not destroyed (librdkafka "
+			      "2.0.2 crashes destroying such a cooperative one)");
+		return;
+	}
+	if (closed)
+		rd_kafka_destroy(c);
+	else
+		rd_kafka_destroy_flags(c, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
 }
 
 /*
@@ -267,10 +257,8 @@ static void rejoin(tb_loop_t *w, const char *why)
 		w->marks[p] = NULL;
 	}
 	tb_loop_drop_all_waiting(w);
-	stop_sessions(w, -1, "its consumer is replaced");
-	tb_kafka_forget(w->consumer);
-	rd_kafka_destroy_flags(w->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-	w->consumer = NULL;
+	tb_loop_stop_sessions(w, -1, "its consumer is replaced");
+	consumer_end(w, 0);
 	for (unsigned pause = 250; join(w, &err) < 0 && !*w->stop;
 	     pause = pause * 2 > 10000 ? 10000 : pause * 2) {
 		tb_err(NULL, "cannot join the group again, retrying in %u ms: %s", pause, err.msg);
@@ -293,7 +281,9 @@ static void rejoin_if_stuck(tb_loop_t *w)
 		return;
 	}
 	uint64_t for_ms = tb_kafka_join_state(w->consumer, state, sizeof(state));
-	if (!strcmp(state, "wait-unassign-to-complete") && for_ms > STUCK_MS) {
+	if ((!strcmp(state, "wait-unassign-to-complete") ||
+	     !strcmp(state, "wait-incr-unassign-to-complete")) &&
+	    for_ms > STUCK_MS) {
 		snprintf(why, sizeof(why), "stuck in %s for %llu s", state,
 			 (unsigned long long)for_ms / 1000);
 		rejoin(w, why);
@@ -343,6 +333,14 @@ static void pace(tb_loop_t *w)
  * Kafka not ready until the heartbeats find them again. */
 static void consumer_error(tb_loop_t *w, const rd_kafka_message_t *m)
 {
+	if (m->err == RD_KAFKA_RESP_ERR_INCONSISTENT_GROUP_PROTOCOL) {
+		static const char why[] =
+		    "the group's other workers use an assignor of another kind (kafka.assignor: "
+		    "cooperative or eager): this one joins once the last of them has left";
+		tb_warn(NULL, "consumer: %s: %s", rd_kafka_message_errstr(m), why);
+		tb_health_dep(TB_DEP_KAFKA, 0, why);
+		return;
+	}
 	tb_warn(NULL, "consumer: %s", rd_kafka_message_errstr(m));
 	if (m->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
 	    m->err == RD_KAFKA_RESP_ERR__TRANSPORT) {
@@ -545,18 +543,15 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	 * Interactive sessions stop at once (their follow-ups are no longer
 	 * read here): the next owner replays them from their first prompt. */
 	tb_loop_drop_all_waiting(w);
-	stop_sessions(w, -1, "the worker stops");
+	tb_loop_stop_sessions(w, -1, "the worker stops");
 	if (drain(w, err) < 0)
 		return err->code;    /* w stays: see drain() */
 	tb_loop_drop_all_waiting(w); /* attempts retried or fenced meanwhile: left too */
 	if (w->consumer)
 		commit_marks_how(w, 1);
 	rd_kafka_flush(w->producer, 10000);
-	if (w->consumer) { /* none if told to stop while joining again */
-		tb_kafka_forget(w->consumer);
-		rd_kafka_consumer_close(w->consumer);
-		rd_kafka_destroy(w->consumer);
-	}
+	if (w->consumer) /* none if told to stop while joining again */
+		consumer_end(w, 1);
 	rd_kafka_destroy(w->producer);
 	health_stop(w);
 	slots_free(w); /* every slot thread has ended */

@@ -15,11 +15,17 @@ typedef struct tb_kafka_config {
 	char *brokers; /* "host:port,..." or "mock" for the in-process cluster */
 	char *group;
 	char *group_instance_id; /* static membership; optional */
+	int assignor;            /* tb_kafka_assignors[] */
 	char *tasks_topic;
 	char *events_topic;
 	char *dlq_topic;
 	tb_strmap_t properties; /* extra librdkafka settings */
 } tb_kafka_config_t;
+
+/* kafka.assignor's names, librdkafka's partition.assignment.strategy;
+ * the first is incremental (cooperative), the others eager. */
+extern const char *const tb_kafka_assignors[];
+#define TB_ASSIGNOR_COOPERATIVE 0
 
 typedef struct tb_ledger_config {
 	char *url;         /* "memory:" or "redis://host:port[/db]" */

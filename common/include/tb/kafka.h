@@ -4,8 +4,9 @@
  * One place decides the client settings: producers are idempotent (events
  * keep their order per task and are not duplicated by retries); consumers
  * never auto-commit (the worker commits a partition watermark after
- * teardown) and use the "range" assignor, because librdkafka 2.0.2's
- * cooperative-sticky has known bugs when committing during a rebalance.
+ * teardown); the worker's consumer uses the assignor its configuration
+ * names (cooperative-sticky by default; worker/loop/worker.c works around
+ * librdkafka 2.0.2's defects in it), readers alone in a group "range".
  * "mock" as the broker list selects librdkafka's in-process mock cluster
  * (tb_kafka_mock_*) for the demo and fault tests. This file does not know
  * what the messages mean.
@@ -63,6 +64,8 @@ int tb_kafka_flush(rd_kafka_t *producer, int timeout_ms, uint64_t since, tb_erro
 /**
  * A consumer in @p group, subscribed to nothing yet, with manual commits.
  * @param instance_id static membership id, or NULL.
+ * @param assignor librdkafka's partition.assignment.strategy
+ *        ("cooperative-sticky", "range", "roundrobin"); NULL: "range".
  * @param rebalance called on assignment and revocation (it must assign);
  *        NULL lets librdkafka assign by itself. @p opaque is its last
  *        argument.
@@ -124,11 +127,17 @@ int tb_kafka_produce_tracked(rd_kafka_t *producer, const char *topic, const char
  */
 int tb_kafka_await(rd_kafka_t *producer, tb_kafka_tracker_t *t, int timeout_ms, tb_error_t *err);
 
+/**
+ * Whether a commit of @p rk (a member made with a rebalance callback)
+ * failed since the last call: its commits are then worth sending again.
+ */
+int tb_kafka_commit_failed(const rd_kafka_t *rk);
+
 /** Forgets @p rk's join state: call before destroying it. */
 void tb_kafka_forget(const rd_kafka_t *rk);
 
 int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *group,
-			  const char *instance_id, const tb_strmap_t *props,
+			  const char *instance_id, const char *assignor, const tb_strmap_t *props,
 			  tb_rebalance_fn rebalance, void *opaque, tb_error_t *err);
 
 /**

@@ -106,9 +106,9 @@ static int dlq_scan(const char *topic, int want, int seconds, const char *needle
 	rd_kafka_t *c;
 	int n = 0, hit = 0;
 
-	assert_int_equal(
-	    tb_kafka_consumer_new(&c, brokers, "itest-dlq-reader", NULL, NULL, NULL, NULL, &err),
-	    0);
+	assert_int_equal(tb_kafka_consumer_new(&c, brokers, "itest-dlq-reader", NULL, NULL, NULL,
+					       NULL, NULL, &err),
+			 0);
 	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
 	rd_kafka_topic_partition_list_add(parts, topic, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
 	rd_kafka_assign(c, parts);
@@ -397,7 +397,8 @@ static void test_worker__runs_a_task_from_kafka_and_commits_after_teardown(void 
 
 	/* Follow the events and the DLQ: bounded at 120 s. */
 	assert_int_equal(
-	    tb_kafka_consumer_new(&c, brokers, "itest-reader", NULL, NULL, NULL, NULL, &err), 0);
+	    tb_kafka_consumer_new(&c, brokers, "itest-reader", NULL, NULL, NULL, NULL, NULL, &err),
+	    0);
 	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(3);
 	rd_kafka_topic_partition_list_add(parts, topic_events, 0)->offset =
 	    RD_KAFKA_OFFSET_BEGINNING;

@@ -61,6 +61,7 @@ static void test_config__defaults_are_the_embedded_demo(void **state)
 	assert_int_equal(cfg.slots, 4);
 	assert_int_equal(cfg.log_level, TB_LOG_INFO);
 	assert_null(cfg.kafka.group_instance_id);
+	assert_string_equal(tb_kafka_assignors[cfg.kafka.assignor], "cooperative-sticky");
 	tb_config_free(&cfg);
 }
 
@@ -163,6 +164,17 @@ static void test_config__kafka_properties_cannot_undo_the_guarantees(void **stat
 		assert_contains(err.msg, "is set by taskbox and cannot be changed");
 		unlink(p);
 	}
+	/* the assignor is a key of its own, one of librdkafka's names */
+	p = write_tmp("{\"v\": 1, \"kafka\": {\"assignor\": \"range\"}}");
+	assert_int_equal(tb_config_load(&cfg, p, &err), 0);
+	assert_string_equal(tb_kafka_assignors[cfg.kafka.assignor], "range");
+	tb_config_free(&cfg);
+	unlink(p);
+	p = write_tmp("{\"v\": 1, \"kafka\": {\"assignor\": \"sticky\"}}");
+	assert_int_equal(tb_config_load(&cfg, p, &err), TB_EINVAL);
+	assert_contains(err.msg, "kafka.assignor");
+	assert_contains(err.msg, "cooperative-sticky");
+	unlink(p);
 	p = write_tmp("{\"v\": 1, \"kafka\": {\"properties\": {\"security.protocol\": "
 		      "\"SASL_SSL\", \"auto.commit.interval.ms\": \"1\"}}}");
 	assert_int_equal(tb_config_load(&cfg, p, &err), 0);
