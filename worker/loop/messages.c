@@ -76,6 +76,21 @@ int tb_loop_orphan(tb_loop_t *w, const tb_followup_t *f, const void *raw, size_t
 	return tb_loop_refuse(w, f, raw, len, origin, why, tracker, wait_ms);
 }
 
+/* Whether @p s holds the follow-up at @p offset among its items. */
+static int session_has_offset(tb_session_t *s, int64_t offset)
+{
+	for (size_t i = 0, n = tb_session_count(s); i < n; i++) {
+		uint64_t seq;
+		int64_t off;
+		const void *raw;
+		size_t len;
+		tb_session_item(s, i, &seq, &off, &raw, &len);
+		if (off == offset)
+			return 1;
+	}
+	return 0;
+}
+
 /* A follow-up: to its task's session, which holds it (offset and all) until
  * its attempt is recorded. @return 1 held; 0 acknowledge it now (a
  * duplicate, or dead-lettered); < 0 the DLQ is away (settled: tried again later). */
@@ -99,7 +114,9 @@ static int followup(tb_loop_t *w, const tb_followup_t *f, const void *raw, size_
 	case TB_SESSION_DUPLICATE:
 		tb_info(f->task_id, "follow-up %llu again: its session has it already",
 			(unsigned long long)f->seq);
-		return 0;
+		/* the very message again (its session adopted: rebalance.c):
+		 * its offset finishes as the session's item does */
+		return session_has_offset(s->session, origin->offset);
 	default:
 		return tb_loop_refuse(w, f, raw, len, origin, why, t, wait_ms);
 	}

@@ -103,10 +103,18 @@ void tb_loop_notice_expired(tb_loop_t *w)
 int tb_loop_may_commit(const tb_loop_t *w)
 {
 	uint64_t now = tb_mono_ms();
+	char state[40];
 
 	if (w->rebalancing_since)
 		return now - w->rebalancing_since >= REBALANCE_HOLD_MS;
-	return !w->rebalanced_at || now - w->rebalanced_at >= REBALANCE_SETTLE_MS;
+	if (w->rebalanced_at && now - w->rebalanced_at < REBALANCE_SETTLE_MS)
+		return 0;
+	/* A rebalance that takes nothing from this worker calls nothing
+	 * here until its end: the join state, as of the last statistics
+	 * (every 5 s), may show it sooner. */
+	uint64_t for_ms = w->consumer ? tb_kafka_join_state(w->consumer, state, sizeof(state)) : 0;
+	return w->d->cfg->kafka.assignor != TB_ASSIGNOR_COOPERATIVE || !strcmp(state, "steady") ||
+	       !strcmp(state, "unknown") || for_ms >= REBALANCE_HOLD_MS;
 }
 
 /* The partitions held now, for the logs and /readyz. */
@@ -131,12 +139,14 @@ static const char *numbers(const rd_kafka_topic_partition_list_t *parts, char *b
 	return buf;
 }
 
-static void said_error(rd_kafka_error_t *e, const char *what)
+/* @return 0, or -1 after saying @p e. */
+static int said_error(rd_kafka_error_t *e, const char *what)
 {
 	if (!e)
-		return;
+		return 0;
 	tb_err(NULL, "%s: %s", what, rd_kafka_error_string(e));
 	rd_kafka_error_destroy(e);
+	return -1;
 }
 
 static void assigned(tb_loop_t *w, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts, int coop)
@@ -152,7 +162,16 @@ static void assigned(tb_loop_t *w, rd_kafka_t *rk, rd_kafka_topic_partition_list
 		}
 	}
 	if (coop) {
-		said_error(rd_kafka_incremental_assign(rk, parts), "incremental assign");
+		if (said_error(rd_kafka_incremental_assign(rk, parts), "incremental assign") < 0) {
+			for (int i = 0; i < parts->cnt; i++) { /* not ours after all */
+				int p = parts->elems[i].partition;
+				if (p >= 0 && p < MAX_PARTITIONS) {
+					tb_watermark_free(w->marks[p]);
+					w->marks[p] = NULL;
+				}
+			}
+			return;
+		}
 		/* New partitions follow the others' pause (pace()); a
 		 * partition is never resumed unless paused (librdkafka
 		 * before 2.4 may fetch from an old position then: #4636). */

@@ -195,50 +195,76 @@ static int join(tb_loop_t *w, tb_error_t *err)
 /* How long leaving the group may take when the worker stops. */
 #define CLOSE_MS 20000
 
+/* Consumers left as they are (consumer_end), still reachable: the
+ * process exits soon after, or lives on with what they hold. */
+static rd_kafka_t *left_alone[8];
+
+static void leave_alone(rd_kafka_t *c, const char *why)
+{
+	tb_warn(NULL, "the consumer is left as it is, not destroyed: %s", why);
+	for (size_t i = 0; i < sizeof(left_alone) / sizeof(left_alone[0]); i++)
+		if (!left_alone[i]) {
+			left_alone[i] = c;
+			return;
+		}
+}
+
+/* Leaves the group: the close served here (its rebalance and commit
+ * callbacks; fetched messages dropped: their offsets are not committed)
+ * for CLOSE_MS at most. @return 1 closed, 0 not in time. */
+static int close_bounded(rd_kafka_t *c)
+{
+	rd_kafka_queue_t *q = rd_kafka_queue_new(c);
+	rd_kafka_error_t *e = q ? rd_kafka_consumer_close_queue(c, q) : NULL;
+	int closed = 0;
+
+	if (!q)
+		return 0;
+	if (e) {
+		tb_warn(NULL, "leaving the consumer group: %s", rd_kafka_error_string(e));
+		rd_kafka_error_destroy(e);
+	} else {
+		for (uint64_t until = tb_mono_ms() + CLOSE_MS;
+		     !(closed = rd_kafka_consumer_closed(c)) && tb_mono_ms() < until;) {
+			rd_kafka_message_t *m = rd_kafka_consume_queue(q, 100);
+			if (m)
+				rd_kafka_message_destroy(m);
+		}
+	}
+	rd_kafka_queue_destroy(q);
+	return closed;
+}
+
 /*
  * Ends the consumer: leaving the group first if @p leave (committing
  * nothing more: the caller has), else at once (a consumer that failed).
  * Two defects of librdkafka 2.0.2's cooperative protocol are stepped
  * around. A consumer given an assignment while it closes can hang in the
- * close (its #4527, fixed in 2.4.0): the close is served here, its
- * rebalance callbacks too, for CLOSE_MS at most. And a cooperative
- * consumer destroyed after its first JoinGroup answer but before its first
- * assignment crashes (#4381, fixed in 2.3.0): such a one is left as it is,
- * closed but not destroyed (the worker is about to exit, or it failed for
- * good and is replaced; its memory is what it costs).
+ * close, and then in its destroy (its #4527, fixed in 2.4.0): the close
+ * is bounded, and a consumer not closed in time is left as it is. And a
+ * cooperative consumer destroyed after its first JoinGroup answer but
+ * before its first assignment crashes (#4381, fixed in 2.3.0): one that
+ * never had an assignment is left as it is too (closed if @p leave). The
+ * worker is about to exit then, or the consumer failed for good and is
+ * replaced; what it holds is the cost.
  */
 static void consumer_end(tb_loop_t *w, int leave)
 {
 	rd_kafka_t *c = w->consumer;
-	int closed = 0;
+	int coop = w->d->cfg->kafka.assignor == TB_ASSIGNOR_COOPERATIVE;
+	int closed = leave ? close_bounded(c) : 1;
 
-	tb_kafka_forget(c);
 	w->consumer = NULL;
-	rd_kafka_queue_t *q = leave ? rd_kafka_queue_new(c) : NULL;
-	rd_kafka_error_t *e = q ? rd_kafka_consumer_close_queue(c, q) : NULL;
-	if (q && !e) {
-		for (uint64_t until = tb_mono_ms() + CLOSE_MS;
-		     !(closed = rd_kafka_consumer_closed(c)) && tb_mono_ms() < until;)
-			rd_kafka_queue_poll_callback(q, 100);
-		if (!closed)
-			tb_warn(NULL, "leaving the consumer group took over %d s: left as it is",
-				CLOSE_MS / 1000);
-	} else if (e) {
-		tb_warn(NULL, "leaving the consumer group: %s", rd_kafka_error_string(e));
-		rd_kafka_error_destroy(e);
-	}
-	if (q)
-		rd_kafka_queue_destroy(q);
-	const char *proto = rd_kafka_rebalance_protocol(c);
-	if (!w->ever_assigned && proto && !strcmp(proto, "COOPERATIVE")) {
-		tb_info(NULL, "the consumer had no assignment yet: not destroyed (librdkafka "
-			      "2.0.2 crashes destroying such a cooperative one)");
-		return;
-	}
-	if (closed)
+	if (coop && !w->ever_assigned)
+		leave_alone(c, "it never had an assignment (librdkafka 2.0.2 crashes destroying "
+			       "such a cooperative one)");
+	else if (!closed)
+		leave_alone(c, "leaving the group took over 20 s");
+	else if (leave)
 		rd_kafka_destroy(c);
 	else
 		rd_kafka_destroy_flags(c, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+	tb_kafka_forget(c);
 }
 
 /*

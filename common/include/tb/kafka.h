@@ -5,8 +5,8 @@
  * keep their order per task and are not duplicated by retries); consumers
  * never auto-commit (the worker commits a partition watermark after
  * teardown); the worker's consumer uses the assignor its configuration
- * names (cooperative-sticky by default; worker/loop/worker.c works around
- * librdkafka 2.0.2's defects in it), readers alone in a group "range".
+ * names (cooperative-sticky by default; worker/loop/rebalance.c and
+ * worker.c work around librdkafka 2.0.2's defects in it), readers alone in a group "range".
  * "mock" as the broker list selects librdkafka's in-process mock cluster
  * (tb_kafka_mock_*) for the demo and fault tests. This file does not know
  * what the messages mean.
