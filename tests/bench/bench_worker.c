@@ -15,6 +15,12 @@
  *   fleet    1, 2 and 4 workers in one group on 8 partitions, sleep-bound
  *            agents (1 s), 2 slots each: throughput and its ratio to one
  *   memory   a worker's RSS idle, and per busy slot (8 sleeping agents)
+ *   sessions idle interactive sessions on one worker of as many slots
+ *            (--sessions N, 1000 by default): the host's memory per
+ *            session all in (MemTotal - MemAvailable), the worker's RSS
+ *            per session, and the resume: a follow-up produced -> its
+ *            frozen session's agent answering it (the agent's event's
+ *            stamp), one session at a time, for 50 of them
  *
  * Before task and events, the services are warmed (see warm_services).
  *
@@ -32,6 +38,7 @@
 #include "tb/json_mpack.h"
 #include "tb/kafka.h"
 #include "tb/schema_event.h"
+#include "tb/schema_followup.h"
 #include "tb/schema_task.h"
 #include "tb/store.h"
 
@@ -58,8 +65,8 @@
 
 static const char *taskbox;
 static char root[64] = "/tmp/tb-bench-XXXXXX";
-static char trivial_url[160], chatty_url[160], sleepy_url[160];
-static char trivial_commit[64], chatty_commit[64], sleepy_commit[64];
+static char trivial_url[160], chatty_url[160], sleepy_url[160], chat_url[160];
+static char trivial_commit[64], chatty_commit[64], sleepy_commit[64], chat_commit[64];
 
 /* ------------------------------------------------------------ output */
 
@@ -964,10 +971,186 @@ static int suite_memory(void)
 	return 0;
 }
 
+/* /proc/meminfo's figures the sessions suite reads, in MiB: [0] in use
+ * (MemTotal - MemAvailable: what no other use can have), then where it
+ * went. */
+static const char *const mem_fields[] = { "MemTotal",   "MemAvailable", "AnonPages",
+					  "Shmem",      "KernelStack",  "PageTables",
+					  "SUnreclaim", "SReclaimable", "Percpu" };
+#define NMEM (sizeof(mem_fields) / sizeof(mem_fields[0]))
+
+static void host_memory(double mib[NMEM])
+{
+	char line[256];
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	memset(mib, 0, NMEM * sizeof(double));
+	while (f && fgets(line, sizeof(line), f))
+		for (size_t i = 0; i < NMEM; i++) {
+			size_t len = strlen(mem_fields[i]);
+			if (!strncmp(line, mem_fields[i], len) && line[len] == ':')
+				mib[i] = strtod(line + len + 1, NULL) / 1024;
+		}
+	if (f)
+		fclose(f);
+	mib[0] -= mib[1]; /* in use */
+}
+
+/* Sends interactive task @p id (prompt "hello") of the chat recipe, or,
+ * with @p seq > 0, its follow-up @p seq ("again"). */
+static int produce_session(run_t *r, const char *id, uint64_t seq)
+{
+	msgpack_sbuffer sb;
+	tb_error_t err;
+	int rc;
+
+	msgpack_sbuffer_init(&sb);
+	if (seq == 0) {
+		tb_task_t t = { 0 };
+		t.id = (char *)id, t.kind = TB_TASK_INTERACTIVE, t.recipe.url = chat_url;
+		t.recipe.commit = chat_commit, t.prompt = (char *)"hello";
+		t.runtime = (char *)"sessions", t.submitted_at = tb_bench_wall_ms();
+		rc = tb_msg_encode(&sb, &tb_schema_task, &t, &err);
+	} else {
+		tb_followup_t f = { 0 };
+		f.task_id = (char *)id, f.seq = seq, f.kind = TB_FOLLOWUP_PROMPT;
+		f.text = (char *)"again", f.sent_at = tb_bench_wall_ms();
+		rc = tb_msg_encode(&sb, &tb_schema_followup, &f, &err);
+	}
+	if (rc == 0 &&
+	    rd_kafka_producev(r->producer, RD_KAFKA_V_TOPIC(r->tasks),
+			      RD_KAFKA_V_KEY(id, strlen(id)), RD_KAFKA_V_VALUE(sb.data, sb.size),
+			      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END))
+		rc = -1;
+	msgpack_sbuffer_destroy(&sb);
+	return rc;
+}
+
+/* Events of the sessions run: idle turns counted; for @p want (not NULL),
+ * the stamps of its "turn-started" and of its agent's next message. */
+typedef struct session_watch {
+	int idle;
+	const char *want;
+	uint64_t started_ts, answered_ts;
+} session_watch_t;
+
+static void session_events(run_t *r, session_watch_t *w, int ms)
+{
+	rd_kafka_poll(r->producer, 0);
+	rd_kafka_message_t *m = rd_kafka_consumer_poll(r->events_c, ms);
+	tb_event_t ev;
+	tb_error_t err;
+	json_t *p = NULL;
+
+	if (!m)
+		return;
+	if (m->err || tb_msg_decode(&tb_schema_event, &ev, m->payload, m->len, &err) < 0) {
+		rd_kafka_message_destroy(m);
+		return;
+	}
+	if (ev.type == TB_EV_TURN &&
+	    tb_mpack_to_json(&p, ev.payload.data, ev.payload.len, &err) == 0) {
+		const char *state = json_string_value(json_object_get(p, "state"));
+		if (state && !strcmp(state, "idle"))
+			w->idle++;
+		else if (state && !strcmp(state, "turn-started") && w->want &&
+			 !strcmp(ev.task_id, w->want))
+			w->started_ts = ev.ts;
+	} else if (ev.type == TB_EV_MESSAGE && ev.source == TB_SOURCE_AGENT && w->want &&
+		   w->started_ts && !strcmp(ev.task_id, w->want)) {
+		w->answered_ts = ev.ts;
+	}
+	json_decref(p);
+	tb_msg_free(&tb_schema_event, &ev);
+	rd_kafka_message_destroy(m);
+}
+
+#define RESUMES 50
+
+static int suite_sessions(int n)
+{
+	static double resume[RESUMES], deliver[RESUMES], wake[RESUMES];
+	session_watch_t w = { 0 };
+	char id[64], name[64];
+	run_t r;
+
+	if (run_init(&r, "sessions", 1, n) < 0)
+		return -1;
+	start_worker(&r, 0);
+	sleep(5); /* in the group, its first sandbox built */
+	double host0[NMEM], host1[NMEM], rss0 = rss_mib(r.pids[0]);
+	host_memory(host0);
+	double t0 = tb_bench_mono_ms();
+	for (int i = 0; i < n; i++) {
+		snprintf(id, sizeof(id), "session-%d", i);
+		if (produce_session(&r, id, 0) < 0)
+			break;
+	}
+	rd_kafka_flush(r.producer, 30000);
+	/* every session idle after its first turn: 60 s + 1 s per session at most */
+	for (double until = t0 + 60000 + 1000.0 * n; w.idle < n && tb_bench_mono_ms() < until;)
+		session_events(&r, &w, 100);
+	double started = (tb_bench_mono_ms() - t0) / 1000;
+	if (w.idle < n) {
+		fprintf(stderr, "bench: %d of %d sessions idle after %.0f s (see %s)\n", w.idle, n,
+			started, r.log);
+		run_free(&r);
+		return -1;
+	}
+	sleep(3);
+	double rss1 = rss_mib(r.pids[0]);
+	host_memory(host1);
+	int k = 0;
+	for (int i = 0; i < RESUMES && i < n; i++) {
+		snprintf(id, sizeof(id), "session-%d", i * (n / (RESUMES < n ? RESUMES : n)));
+		w.want = id, w.started_ts = w.answered_ts = 0;
+		uint64_t sent = tb_bench_wall_ms();
+		if (produce_session(&r, id, 1) < 0)
+			break;
+		for (double until = tb_bench_mono_ms() + 10000;
+		     !w.answered_ts && tb_bench_mono_ms() < until;)
+			session_events(&r, &w, 10);
+		if (!w.answered_ts)
+			continue;
+		resume[k] = (double)(w.answered_ts - sent);
+		deliver[k] = (double)(w.started_ts - sent);
+		wake[k] = (double)(w.answered_ts - w.started_ts);
+		k++;
+		/* the next after this one is idle again */
+		for (double until = tb_bench_mono_ms() + 2000; tb_bench_mono_ms() < until;)
+			session_events(&r, &w, 10);
+	}
+	double med, p99, dmed, dp99, wmed, wp99;
+	snprintf(name, sizeof(name), "%d idle sessions started, s", n);
+	tb_bench_row("sessions", name, "s", started, started, NULL, 0);
+	double per = (host1[0] - host0[0]) / n;
+	tb_bench_row("sessions", "host memory per idle session", "MiB", per, per, "target 1.5 MiB",
+		     1.5);
+	for (size_t i = 2; i < NMEM; i++) {
+		snprintf(name, sizeof(name), "  of which %s (/proc/meminfo)", mem_fields[i]);
+		per = (host1[i] - host0[i]) / n;
+		tb_bench_row("sessions", name, "MiB", per, per, NULL, 0);
+	}
+	tb_bench_row("sessions", "worker RSS per idle session", "MiB", (rss1 - rss0) / n,
+		     (rss1 - rss0) / n, NULL, 0);
+	tb_bench_stats(resume, k, &med, &p99);
+	tb_bench_stats(deliver, k, &dmed, &dp99);
+	tb_bench_stats(wake, k, &wmed, &wp99);
+	tb_bench_row("sessions", "resume: follow-up sent -> agent answers", "ms", med, p99,
+		     "target 10 ms", 10);
+	tb_bench_row("sessions", "  of which Kafka -> turn started", "ms", dmed, dp99, NULL, 0);
+	tb_bench_row("sessions", "  of which thaw + agent reads, answers", "ms", wmed, wp99, NULL,
+		     0);
+	if (!tb_bench_json)
+		printf("  (%d resumes measured; microVM snapshot restores take about 1 s)\n", k);
+	run_free(&r);
+	return k == 0 ? -1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *suites[8];
-	int nsuites = 0, n = 300;
+	int nsuites = 0, n = 300, nsessions = 1000;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
@@ -976,12 +1159,15 @@ int main(int argc, char **argv)
 			taskbox = argv[++i];
 		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
 			n = (int)strtol(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--sessions") && i + 1 < argc)
+			nsessions = (int)strtol(argv[++i], NULL, 10);
 		else if (nsuites < 8)
 			suites[nsuites++] = argv[i];
 	}
 	if (!taskbox || !nsuites || !getenv("TASKBOX_TEST_KAFKA")) {
 		fprintf(stderr, "usage: bench_worker --taskbox PATH [--json] [-n N] "
-				"task|events|fleet|memory ...\n(with TASKBOX_TEST_* from "
+				"[--sessions N] task|events|fleet|memory|sessions ...\n(with "
+				"TASKBOX_TEST_* from "
 				"deploy/local/services env)\n");
 		return 2;
 	}
@@ -1013,6 +1199,17 @@ int main(int argc, char **argv)
 		   trivial_url, trivial_commit) < 0 ||
 	    recipe("chatty", spec, chatty_url, chatty_commit) < 0 ||
 	    recipe("sleepy", "read -r p\nsleep 1\n", sleepy_url, sleepy_commit) < 0 ||
+	    recipe("chat",
+		   "while read -r line; do\n"
+		   "  case $line in *'\"type\":\"end\"'*) break ;; esac\n"
+		   "  echo '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"ok\"}' >&3\n"
+		   "  echo '{\"type\":\"turn-ended\"}' >&3\n"
+		   "done\n",
+		   chat_url, chat_commit) < 0 ||
+	    sh("mkdir -p %s/runtimes && sed -e 's/\"name\": \"default\"/\"name\": \"sessions\"/' "
+	       "-e 's/\"idle_timeout_seconds\": [0-9]*/\"idle_timeout_seconds\": 3600/' "
+	       "%s > %s/runtimes/sessions.json",
+	       root, TB_RUNTIME_EXAMPLE, root) < 0 ||
 	    sh("mkdir -p %s/runtimes && sed -e 's/\"name\": \"default\"/\"name\": \"bench\"/' "
 	       "-e 's/\"max_events_per_second\": [0-9]*/\"max_events_per_second\": 1000000/' "
 	       "%s > %s/runtimes/bench.json",
@@ -1036,8 +1233,9 @@ int main(int argc, char **argv)
 		int got = !strcmp(suites[i], "task")     ? suite_task(n)
 			  : !strcmp(suites[i], "events") ? suite_events()
 			  : !strcmp(suites[i], "fleet")  ? suite_fleet()
-			  : !strcmp(suites[i], "memory")
-			      ? suite_memory()
+			  : !strcmp(suites[i], "memory") ? suite_memory()
+			  : !strcmp(suites[i], "sessions")
+			      ? suite_sessions(nsessions)
 			      : (fprintf(stderr, "bench: unknown suite %s\n", suites[i]), -1);
 		rc |= got < 0;
 	}
