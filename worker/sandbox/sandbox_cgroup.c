@@ -613,39 +613,62 @@ int tb_cgroup_destroy(tb_cgroup_t *cg, int timeout_ms, tb_error_t *err)
 	return rc;
 }
 
+/* Calls @p fn(leaf, hierarchy index, @p arg) for each sandbox's leaf of
+ * @p group in every hierarchy, then removes the group's directories that
+ * are left empty (one may still hold a live worker's leaf: fine). */
+static void each_leaf(const char *group, void (*fn)(const char *, int, void *), void *arg)
+{
+	for (int i = 0; i < probe.n; i++) {
+		char dir[1400];
+		snprintf(dir, sizeof(dir), "%s/%s", probe.h[i].base, group);
+		DIR *g = opendir(dir);
+		struct dirent *se;
+		while (g && (se = readdir(g))) {
+			char sub[1700];
+			if (se->d_type != DT_DIR || se->d_name[0] == '.')
+				continue;
+			snprintf(sub, sizeof(sub), "%s/%s", dir, se->d_name);
+			fn(sub, i, arg);
+		}
+		if (g) {
+			closedir(g);
+			rmdir(dir);
+		}
+	}
+}
+
+static void thaw_leaf(const char *leaf, int h, void *arg)
+{
+	(void)h, (void)arg;
+	thaw_dir(leaf);
+}
+
+typedef struct sweep_state {
+	int removed;
+	tb_error_t *err;
+} sweep_state_t;
+
+static void remove_leaf(const char *leaf, int h, void *arg)
+{
+	sweep_state_t *st = arg;
+
+	/* one sandbox has a leaf in every hierarchy: count it once */
+	if (remove_dir(leaf, 5000, st->err) == 0 && h == 0)
+		st->removed++;
+}
+
 int tb_cgroup_sweep(const char *group, tb_error_t *err)
 {
-	int removed = 0, rc;
+	sweep_state_t st = { 0, err };
+	int rc;
 
 	if ((rc = probed(err)) < 0)
 		return rc;
-	for (int i = 0; i < probe.n; i++) {
-		DIR *d = opendir(probe.h[i].base);
-		struct dirent *de;
-		if (!d)
-			continue;
-		while ((de = readdir(d))) {
-			char dir[1400];
-			if (de->d_type != DT_DIR || strcmp(de->d_name, group) != 0)
-				continue;
-			snprintf(dir, sizeof(dir), "%s/%s", probe.h[i].base, de->d_name);
-			DIR *g = opendir(dir);
-			struct dirent *se;
-			while (g && (se = readdir(g))) {
-				char sub[1700];
-				if (se->d_type != DT_DIR || se->d_name[0] == '.')
-					continue;
-				snprintf(sub, sizeof(sub), "%s/%s", dir, se->d_name);
-				/* one sandbox has a leaf in every hierarchy:
-				 * count it once */
-				if (remove_dir(sub, 5000, err) == 0 && i == 0)
-					removed++;
-			}
-			if (g)
-				closedir(g);
-			rmdir(dir); /* may still hold a live worker's leaf: fine */
-		}
-		closedir(d);
-	}
-	return removed;
+	/* Thawed everywhere first: with cgroup v1 the freezer is a
+	 * hierarchy of its own, and a sandbox left frozen (an idle session
+	 * whose worker was killed) cannot die from the kills of the others
+	 * while it stays frozen. */
+	each_leaf(group, thaw_leaf, NULL);
+	each_leaf(group, remove_leaf, &st);
+	return st.removed;
 }

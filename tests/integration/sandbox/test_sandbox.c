@@ -717,6 +717,33 @@ static void test_sweep__removes_what_a_dead_worker_left(void **state)
 	assert_int_equal(count_entries(F.work, group), 0);
 }
 
+/* A dead worker's idle session is left frozen: the sweep thaws it in
+ * every hierarchy before it kills, or (cgroup v1, the freezer a
+ * hierarchy of its own) the frozen processes cannot die while the other
+ * hierarchies wait for them. */
+static void test_sweep__removes_a_frozen_sandbox(void **state)
+{
+	tb_sandbox_spec_t s = spec();
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	int status;
+
+	(void)state;
+	pid_t w = fork();
+	if (w == 0) {
+		if (tb_sandbox_create(&sb, F.policy, &s, &err) != 0 ||
+		    tb_sandbox_freeze(sb, 1, &err) != 0)
+			_exit(1);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(w, &status, 0), w);
+	assert_int_equal(WEXITSTATUS(status), 0);
+	int removed = tb_sandbox_sweep(F.work, group, &err);
+	if (removed != 1)
+		fail_msg("swept %d of 1 frozen sandbox: %s", removed, err.msg);
+	assert_int_equal(count_entries(F.work, group), 0);
+}
+
 /* The pids of every child of every thread of this process. */
 static int all_children(pid_t *out, int cap)
 {
@@ -1121,6 +1148,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_limits__disk_filler_gets_enospc_in_workspace),
 		cmocka_unit_test(test_limits__runaway_is_killed_at_the_deadline),
 		cmocka_unit_test(test_sweep__removes_what_a_dead_worker_left),
+		cmocka_unit_test(test_sweep__removes_a_frozen_sandbox),
 		cmocka_unit_test(test_pool__the_next_task_takes_a_sandbox_built_ahead),
 		cmocka_unit_test(test_pool__prepared_sandboxes_are_kept_per_image),
 		cmocka_unit_test(test_pool__a_prepared_sandbox_that_died_is_replaced),
