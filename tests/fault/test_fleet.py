@@ -1,0 +1,436 @@
+#!/usr/bin/env python3
+"""test_fleet.py: a fleet of `taskbox worker`s on several hosts, through
+scale events and a ledger failover, with live interactive sessions.
+
+Each host is a network namespace of its own; a forwarder per host
+(fleet_forward.py) is its only wire to the services on the real host's
+loopback: the test's Kafka and S3 server, and a ledger of the test's own,
+Redis with a replica and three sentinels (`ledger.url` redis-sentinel://).
+The test starts two workers on each of four hosts (eight), submits 100
+interactive sessions of the chat recipe with the taskbox CLI, and then
+goes through 20 scale events, follow-ups sent between them: a worker
+added, one stopped (SIGTERM), one killed (SIGKILL), a host cut off from
+the services and healed, in turn; at the tenth, the Redis master is
+killed and a sentinel promotes its replica. Then every session is ended
+and the test waits for all of them.
+
+It prints `submitted / done / lost / dead-lettered / replayed` and
+requires every session done, succeeded, judged "pass", with its three
+turns and three follow-ups in the manifest, and every worker still
+running to stop cleanly. Every loop is bounded in count and time;
+everything started is stopped by its pid, and the namespaces removed.
+
+Skips (exit 77) without root, `ip`, redis-server, the services
+(TASKBOX_TEST_KAFKA, TASKBOX_TEST_S3_*), boto3 or confluent_kafka.
+Usage: test_fleet.py TASKBOX_BINARY SOURCE_DIR
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HOSTS = 4
+WORKERS_PER_HOST = 2
+SESSIONS = 100
+EVENTS = 20
+PARTITIONS = 16
+SLOTS = 24
+
+
+def skip(why):
+    print(f"test_fleet: skipped: {why}")
+    sys.exit(77)
+
+
+def free_ports(n):
+    """n consecutive free ports on 127.0.0.1."""
+    for _ in range(50):
+        base = random.randint(30000, 60000 - n)
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free ports")
+
+
+class Fleet:
+    def __init__(self, taskbox, source):
+        self.taskbox = taskbox
+        self.source = source
+        self.dir = tempfile.mkdtemp(prefix="tb-fleet-")
+        os.chmod(self.dir, 0o711)  # sandboxes' users pass through
+        self.tag = f"{os.getpid()}-{int(time.time())}"
+        self.procs = []  # every process started: stopped by pid at the end
+        self.forwarders = {}  # host -> Popen
+        self.workers = {}  # name -> (host, Popen)
+        self.netns = []
+        self.starts = 0  # workers started: each logs to NAME-N.log
+        self.kafka = os.environ["TASKBOX_TEST_KAFKA"]
+        self.s3 = os.environ["TASKBOX_TEST_S3_ENDPOINT"]
+
+    # ------------------------------------------------------ set-up
+    def start(self, args, netns=None, **kw):
+        if netns:  # not `ip netns exec`: it mounts a sysfs of its own, hiding the cgroups
+            args = ["nsenter", f"--net=/run/netns/{netns}"] + args
+        p = subprocess.Popen(args, **kw)
+        self.procs.append(p)
+        return p
+
+    def redis(self):
+        """A master, its replica and three sentinels, on ports of their own."""
+        base = free_ports(5)
+        self.redis_ports = list(range(base, base + 5))
+        master, replica = base, base + 1
+        for port, extra in ((master, []), (replica, ["--replicaof", "127.0.0.1", str(master)])):
+            d = os.path.join(self.dir, f"redis-{port}")
+            os.mkdir(d)
+            self.start(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                        "--appendonly", "no", "--dir", d] + extra,
+                       stdout=subprocess.DEVNULL)
+        self.master = self.procs[-2]
+        for port in range(base + 2, base + 5):
+            conf = os.path.join(self.dir, f"sentinel-{port}.conf")
+            with open(conf, "w") as f:
+                f.write(f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                        f"sentinel monitor tbfleet 127.0.0.1 {master} 1\n"
+                        "sentinel down-after-milliseconds tbfleet 1000\n"
+                        "sentinel failover-timeout tbfleet 5000\n")
+            self.start(["redis-server", conf, "--sentinel"], stdout=subprocess.DEVNULL)
+        for _ in range(100):  # the replica in sync: 10 s at most
+            out = subprocess.run(["redis-cli", "-p", str(master), "info", "replication"],
+                                 capture_output=True, text=True).stdout
+            if "connected_slaves:1" in out and "state=online" in out:
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("the Redis replica never came in sync")
+        sentinels = ",".join(f"127.0.0.1:{p}" for p in range(base + 2, base + 5))
+        self.ledger = f"redis-sentinel://{sentinels}/tbfleet"
+
+    def topics(self):
+        from confluent_kafka.admin import AdminClient, NewTopic
+        self.tasks, self.events, self.dlq = (f"fleet-{self.tag}.{t}"
+                                             for t in ("tasks", "events", "dlq"))
+        admin = AdminClient({"bootstrap.servers": self.kafka})
+        fs = admin.create_topics([NewTopic(self.tasks, PARTITIONS, 1),
+                                  NewTopic(self.events, 4, 1), NewTopic(self.dlq, 1, 1)])
+        for f in fs.values():
+            f.result(timeout=30)
+
+    def bucket(self):
+        import boto3
+        self.bucket_name = f"tb-fleet-{os.getpid()}"
+        s3 = boto3.client("s3", endpoint_url=self.s3,
+                          region_name=os.environ["TASKBOX_TEST_S3_REGION"],
+                          aws_access_key_id=os.environ["TASKBOX_TEST_S3_ACCESS_KEY"],
+                          aws_secret_access_key=os.environ["TASKBOX_TEST_S3_SECRET_KEY"])
+        s3.create_bucket(Bucket=self.bucket_name)
+        self.s3c = s3
+
+    def recipe(self):
+        repo = os.path.join(self.dir, "chat")
+        shutil.copytree(os.path.join(self.source, "examples/recipes/chat"), repo)
+        git = ["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run(["git", "init", "-q", repo], check=True)
+        subprocess.run(git + ["add", "-A"], check=True)
+        subprocess.run(git + ["commit", "-qm", "chat"], check=True)
+        self.commit = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], check=True,
+                                     capture_output=True, text=True).stdout.strip()
+        self.recipe_url = "file://" + repo
+        rt = os.path.join(self.dir, "runtimes")
+        os.mkdir(rt)
+        shutil.copy(os.path.join(self.source, "examples/runtimes/default.json"), rt)
+
+    def config(self, name):
+        path = os.path.join(self.dir, f"{name}.json")
+        with open(path, "w") as f:
+            json.dump({
+                "v": 1, "worker_id": f"fl{os.getpid()}-{name}", "slots": SLOTS, "log_level": "info",
+                "kafka": {"brokers": self.kafka, "group": f"fleet-{self.tag}",
+                          "tasks_topic": self.tasks, "events_topic": self.events,
+                          "dlq_topic": self.dlq,
+                          "properties": {"session.timeout.ms": "10000"}},
+                "ledger": {"url": self.ledger, "prefix": f"fleet-{self.tag}",
+                           "lease_ms": 6000},
+                "store": {"url": f"s3://{self.bucket_name}/runs", "endpoint": self.s3,
+                          "region": os.environ["TASKBOX_TEST_S3_REGION"]},
+                "runtimes_dir": os.path.join(self.dir, "runtimes"),
+                "work_dir": os.path.join(self.dir, "work"),
+                "cache_dir": os.path.join(self.dir, "cache"),
+                "drain_seconds": 30}, f)
+        return path
+
+    def ports(self):
+        kafka_port = int(self.kafka.rsplit(":", 1)[1])
+        s3_port = int(self.s3.rsplit(":", 1)[1].split("/")[0])
+        return [kafka_port, s3_port] + self.redis_ports
+
+    def wire(self):
+        """The host side of every host's wire, and the hosts themselves."""
+        fwd = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fleet_forward.py")
+        self.fwd = fwd
+        p = self.start([sys.executable, fwd, "host", self.dir] + [str(x) for x in self.ports()],
+                       stdout=subprocess.PIPE)
+        if p.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the host forwarder did not start")
+        for h in range(HOSTS):
+            ns = f"tbfleet-{os.getpid()}-h{h}"
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            self.netns.append(ns)
+            subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+            self.heal(h)
+
+    def heal(self, h):
+        p = self.start([sys.executable, self.fwd, "ns", self.dir] +
+                       [str(x) for x in self.ports()], netns=self.netns[h],
+                       stdout=subprocess.PIPE)
+        if p.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"the forwarder of host {h} did not start")
+        self.forwarders[h] = p
+
+    def cut(self, h):
+        p = self.forwarders.pop(h)
+        p.kill()
+        p.wait()
+
+    # ------------------------------------------------------ workers
+    def start_worker(self, h):
+        n = sum(1 for w in self.workers if w.startswith(f"h{h}-")) + 1
+        name = f"h{h}-w{n}"
+        while name in self.workers:
+            n += 1
+            name = f"h{h}-w{n}"
+        self.starts += 1
+        log = open(os.path.join(self.dir, f"{name}-{self.starts}.log"), "ab")
+        p = self.start([self.taskbox, "worker", "--config", self.config(name)],
+                       netns=self.netns[h], stdout=log, stderr=log)
+        log.close()
+        p.log = log.name
+        self.workers[name] = (h, p)
+        return name
+
+    def stop_worker(self, name, sig):
+        h, p = self.workers.pop(name)
+        p.send_signal(sig)
+        try:
+            p.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            raise RuntimeError(f"worker {name} did not stop in 90 s after {sig}")
+        if sig == signal.SIGTERM and p.returncode != 0:
+            subprocess.run(["tail", "-n", "30", p.log])
+            raise RuntimeError(f"worker {name} stopped with status {p.returncode} ({p.log})")
+
+    # ------------------------------------------------------ the CLI
+    def cli(self, *args, ok=(0,)):
+        cfg = os.path.join(self.dir, "cli.json")
+        if not os.path.exists(cfg):
+            self.config("cli")
+        r = subprocess.run([self.taskbox] + list(args[:1]) + ["--config", cfg] +
+                           list(args[1:]), capture_output=True, text=True, timeout=60)
+        if r.returncode not in ok:
+            raise RuntimeError(f"taskbox {' '.join(args)}: {r.returncode}: {r.stderr[-500:]}")
+        return r.stdout
+
+    def manifest(self, key):
+        import msgpack
+        obj = self.s3c.get_object(Bucket=self.bucket_name, Key="runs/" + key)
+        return msgpack.unpackb(obj["Body"].read(), raw=False)
+
+    # ------------------------------------------------------ tear-down
+    def sweep(self):
+        """The sandboxes of killed workers not started again: their
+        cgroups (tb-fl<pid>-*), thawed, emptied and removed, as a
+        worker's own start would."""
+        groups = []
+        for root, dirs, _ in os.walk("/sys/fs/cgroup"):
+            for d in dirs:
+                if d.startswith(f"tb-fl{os.getpid()}-"):
+                    groups.append(os.path.join(root, d))
+            if root.count("/") >= 6:
+                dirs[:] = []
+        leaves = [os.path.join(g, x) for g in groups for x in os.listdir(g)
+                  if os.path.isdir(os.path.join(g, x))]
+        for leaf in leaves:
+            for name, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+                try:
+                    with open(os.path.join(leaf, name), "w") as f:
+                        f.write(value)
+                except OSError:
+                    pass
+        for leaf in leaves:
+            try:
+                for pid in open(os.path.join(leaf, "cgroup.procs")).read().split():
+                    os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+        for d in leaves + groups:
+            for _ in range(50):  # 5 s at most
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+    def close(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for ns in self.netns:
+            subprocess.run(["ip", "netns", "del", ns])
+        self.sweep()
+        subprocess.run(["rm", "-rf", self.dir])
+
+
+def run(f):
+    f.redis()
+    f.topics()
+    f.bucket()
+    f.recipe()
+    f.wire()
+    for h in range(HOSTS):
+        for _ in range(WORKERS_PER_HOST):
+            f.start_worker(h)
+    ids = [f"fleet-{f.tag}-{i}" for i in range(SESSIONS)]
+    for i in ids:
+        f.cli("submit", "--interactive", "--id", i, "--recipe", f.recipe_url, "--commit",
+              f.commit, "--prompt", "first")
+    print(f"test_fleet: {SESSIONS} sessions submitted to {len(f.workers)} workers on "
+          f"{HOSTS} hosts", flush=True)
+    time.sleep(10)
+    rng = random.Random(f.tag)
+    sent = {i: 0 for i in ids}
+    cut = None
+    for e in range(EVENTS):
+        kind = e % 4
+        if e == EVENTS // 2:
+            print("test_fleet: event %d: the Redis master dies" % (e + 1), flush=True)
+            f.master.kill()
+            f.master.wait()
+        if cut is not None:
+            f.heal(cut)
+            cut = None
+        live = sorted(f.workers)
+        if kind == 0 or len(live) <= HOSTS:
+            h = rng.randrange(HOSTS)
+            what = "added " + f.start_worker(h)
+        elif kind == 1:
+            name = rng.choice(live)
+            f.stop_worker(name, signal.SIGTERM)
+            what = "stopped " + name
+        elif kind == 2:
+            name = rng.choice(live)
+            f.stop_worker(name, signal.SIGKILL)
+            what = "killed " + name
+        else:
+            cut = rng.randrange(HOSTS)
+            f.cut(cut)
+            what = f"cut host {cut} off"
+        print(f"test_fleet: event {e + 1}: {what} ({len(f.workers)} workers)", flush=True)
+        # a follow-up to some sessions between events: each gets 1 and 2
+        for i in rng.sample(ids, 10):
+            if sent[i] < 2:
+                sent[i] += 1
+                f.cli("send", "--seq", str(sent[i]), i, ["second", "third"][sent[i] - 1])
+        time.sleep(4)
+    if cut is not None:
+        f.heal(cut)
+    for h in range(HOSTS):  # every host runs a worker at the end
+        if not any(v[0] == h for v in f.workers.values()):
+            f.start_worker(h)
+    for i in ids:
+        while sent[i] < 2:
+            sent[i] += 1
+            f.cli("send", "--seq", str(sent[i]), i, ["second", "third"][sent[i] - 1])
+        f.cli("end", "--seq", "3", i)
+    done, states = {}, {}
+    deadline = time.monotonic() + 900
+    while len(done) < SESSIONS and time.monotonic() < deadline:
+        for i in ids:
+            if i in done:
+                continue
+            out = f.cli("status", "--json", i, ok=(0, 5))  # 5: not seen yet
+            st = json.loads(out) if out.strip() else {"state": "unseen"}
+            states[i] = st.get("state")
+            if st.get("state") in ("done", "dead-lettered"):
+                done[i] = st
+        if len(done) < SESSIONS:
+            time.sleep(5)
+    bad, replayed, dead = [], 0, 0
+    for i in ids:
+        st = done.get(i)
+        if not st:
+            bad.append(f"{i}: not done ({states.get(i)})")
+            continue
+        if st["state"] != "done":
+            dead += 1
+            bad.append(f"{i}: {st['state']}")
+            continue
+        m = st["manifest"]
+        man = f.manifest(st["manifest_key"])
+        replayed += st["done_attempt"] > 1
+        if (m.get("outcome") != "succeeded" or [v["outcome"] for v in m["verdicts"]] != ["pass"]
+                or man.get("turns") != 3 or man.get("followups") != 3):
+            bad.append(f"{i}: {m.get('outcome')} {m.get('verdicts')} turns {man.get('turns')} "
+                       f"followups {man.get('followups')}")
+    for name in sorted(f.workers):
+        f.stop_worker(name, signal.SIGTERM)
+    print(f"fleet submitted {SESSIONS} / done {len(done) - dead} / lost {SESSIONS - len(done)} / "
+          f"dead-lettered {dead} / replayed {replayed}", flush=True)
+    if bad:
+        print("test_fleet: FAILED:\n  " + "\n  ".join(bad[:20]))
+        return 1
+    return 0
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    if os.geteuid() != 0:
+        skip("needs root")
+    for tool in ("ip", "nsenter", "redis-server", "redis-cli", "git"):
+        if not shutil.which(tool):
+            skip(f"needs {tool}")
+    for var in ("TASKBOX_TEST_KAFKA", "TASKBOX_TEST_S3_ENDPOINT", "TASKBOX_TEST_S3_REGION",
+                "TASKBOX_TEST_S3_ACCESS_KEY", "TASKBOX_TEST_S3_SECRET_KEY"):
+        if not os.environ.get(var):
+            skip(f"needs {var} (deploy/local/services env)")
+    try:
+        import boto3  # noqa: F401
+        import confluent_kafka  # noqa: F401
+        import msgpack  # noqa: F401
+    except ImportError as e:
+        skip(str(e))
+    os.environ["AWS_ACCESS_KEY_ID"] = os.environ["TASKBOX_TEST_S3_ACCESS_KEY"]
+    os.environ["AWS_SECRET_ACCESS_KEY"] = os.environ["TASKBOX_TEST_S3_SECRET_KEY"]
+    f = Fleet(sys.argv[1], sys.argv[2])
+    try:
+        rc = run(f)
+    finally:
+        if os.environ.get("TB_FLEET_KEEP"):
+            print(f"test_fleet: kept {f.dir}")
+            f.dir = "/nonexistent-kept"
+        f.close()
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()
