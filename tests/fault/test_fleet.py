@@ -8,16 +8,23 @@ loopback: the test's Kafka and S3 server, and a ledger of the test's own,
 Redis with a replica and three sentinels (`ledger.url` redis-sentinel://).
 The test starts two workers on each of four hosts (eight), submits 100
 interactive sessions of the chat recipe with the taskbox CLI, and then
-goes through 20 scale events, follow-ups sent between them: a worker
-added, one stopped (SIGTERM), one killed (SIGKILL), a host cut off from
-the services and healed, in turn; at the tenth, the Redis master is
-killed and a sentinel promotes its replica. Then every session is ended
-and the test waits for all of them.
+goes through 20 scale events, follow-ups and a stream of one-shot tasks
+sent between them: a worker added, one stopped (SIGTERM), one killed
+(SIGKILL), a host cut off from the services and healed, in turn; at the
+tenth, the Redis master is killed and a sentinel promotes its replica.
+Then every session is ended and the test waits for all of them.
 
-It prints `submitted / done / lost / dead-lettered / replayed` and
-requires every session done, succeeded, judged "pass", with its three
-turns and three follow-ups in the manifest, and every worker still
-running to stop cleanly. Every loop is bounded in count and time;
+Counted from outside (the ledger, the store, the events topic), it
+requires every task done once, succeeded and judged "pass", each session
+with its three turns and three follow-ups in the manifest; no two
+attempts of one task running at the same time (their events' time
+spans); no turn answered twice in an attempt; the recorded attempt's
+events on the topic; and every worker still running to stop cleanly. It
+prints, for each scale event, the sessions that began a new attempt
+between it and the next (a rough attribution: a kill's or a cut's
+restarts come after the lease and the group's session time out, often
+in a later window), and `submitted / done / lost / dead-lettered /
+sessions replayed`. Every loop is bounded in count and time;
 everything started is stopped by its pid, and the namespaces removed.
 
 Skips (exit 77) without root, `ip`, redis-server, the services
@@ -41,6 +48,7 @@ SESSIONS = 100
 EVENTS = 20
 PARTITIONS = 16
 SLOTS = 24
+ONESHOTS_PER_EVENT = 2
 
 
 def skip(why):
@@ -300,6 +308,55 @@ class Fleet:
         subprocess.run(["rm", "-rf", self.dir])
 
 
+def read_events(f):
+    """Every event of the run's events topic, to its end: {(task, attempt):
+    [event, ...]} ordered by seq (duplicates of a triple dropped)."""
+    import msgpack
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": f.kafka, "group.id": f"fleet-reader-{f.tag}",
+                  "enable.auto.commit": False})
+    parts = [TopicPartition(f.events, p, 0) for p in range(4)]
+    ends = {p.partition: c.get_watermark_offsets(p, timeout=30)[1] for p in parts}
+    c.assign(parts)
+    got, pos = {}, {p: 0 for p in ends}
+    deadline = time.monotonic() + 300
+    while any(pos[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is None or m.error():
+            continue
+        pos[m.partition()] = m.offset() + 1
+        ev = msgpack.unpackb(m.value(), raw=False)
+        got.setdefault((ev["task_id"], ev["attempt"]), {})[ev["seq"]] = ev
+    c.close()
+    return {k: [v[s] for s in sorted(v)] for k, v in got.items()}
+
+
+def check_events(events, ids, scale_events):
+    """Attempts of one task never overlapping in time; no turn answered
+    twice in an attempt, and the recorded attempts with turns 1-3 each
+    once; and, per scale event, how many sessions began a new attempt
+    before the next one. Returns the problems found."""
+    bad, spans = [], {}
+    for (task, attempt), evs in events.items():
+        spans.setdefault(task, []).append((evs[0]["ts"], evs[-1]["ts"], attempt))
+        turns = [e["payload"].get("text", "").split(":")[0] for e in evs
+                 if e["type"] == "message" and e.get("source") == "agent"
+                 and e["payload"].get("text", "").startswith("turn ")]
+        if len(turns) != len(set(turns)):
+            bad.append(f"{task} attempt {attempt}: a turn answered twice: {turns}")
+    for task, sp in spans.items():
+        sp.sort()
+        for (s1, e1, a1), (s2, e2, a2) in zip(sp, sp[1:]):
+            if s2 < e1:
+                bad.append(f"{task}: attempts {a1} and {a2} ran at once ({s2} < {e1})")
+    starts = sorted(s for t in ids for (s, _, a) in spans.get(t, []) if a > 1)
+    for k, (at, what) in enumerate(scale_events):
+        until = scale_events[k + 1][0] if k + 1 < len(scale_events) else float("inf")
+        n = sum(1 for s in starts if at <= s < until)
+        print(f"  event {k + 1:2d} {what:28s} sessions restarted after it: {n}")
+    return bad
+
+
 def run(f):
     f.redis()
     f.topics()
@@ -318,17 +375,20 @@ def run(f):
     time.sleep(10)
     rng = random.Random(f.tag)
     sent = {i: 0 for i in ids}
+    oneshots, scale_events = [], []
     cut = None
     for e in range(EVENTS):
         kind = e % 4
         if e == EVENTS // 2:
             print("test_fleet: event %d: the Redis master dies" % (e + 1), flush=True)
+            scale_events.append((int(time.time() * 1000), "Redis master killed"))
             f.master.kill()
             f.master.wait()
         if cut is not None:
             f.heal(cut)
             cut = None
         live = sorted(f.workers)
+        at = int(time.time() * 1000)
         if kind == 0 or len(live) <= HOSTS:
             h = rng.randrange(HOSTS)
             what = "added " + f.start_worker(h)
@@ -344,12 +404,19 @@ def run(f):
             cut = rng.randrange(HOSTS)
             f.cut(cut)
             what = f"cut host {cut} off"
+        scale_events.append((at, what))
         print(f"test_fleet: event {e + 1}: {what} ({len(f.workers)} workers)", flush=True)
-        # a follow-up to some sessions between events: each gets 1 and 2
+        # a follow-up to some sessions between events (each gets 1 and 2),
+        # and a stream of one-shot tasks
         for i in rng.sample(ids, 10):
             if sent[i] < 2:
                 sent[i] += 1
                 f.cli("send", "--seq", str(sent[i]), i, ["second", "third"][sent[i] - 1])
+        for _ in range(ONESHOTS_PER_EVENT):
+            o = f"fleet-{f.tag}-one-{len(oneshots)}"
+            oneshots.append(o)
+            f.cli("submit", "--id", o, "--recipe", f.recipe_url, "--commit", f.commit,
+                  "--prompt", "once")
         time.sleep(4)
     if cut is not None:
         f.heal(cut)
@@ -361,10 +428,11 @@ def run(f):
             sent[i] += 1
             f.cli("send", "--seq", str(sent[i]), i, ["second", "third"][sent[i] - 1])
         f.cli("end", "--seq", "3", i)
+    every = ids + oneshots
     done, states = {}, {}
     deadline = time.monotonic() + 900
-    while len(done) < SESSIONS and time.monotonic() < deadline:
-        for i in ids:
+    while len(done) < len(every) and time.monotonic() < deadline:
+        for i in every:
             if i in done:
                 continue
             out = f.cli("status", "--json", i, ok=(0, 5))  # 5: not seen yet
@@ -372,10 +440,10 @@ def run(f):
             states[i] = st.get("state")
             if st.get("state") in ("done", "dead-lettered"):
                 done[i] = st
-        if len(done) < SESSIONS:
+        if len(done) < len(every):
             time.sleep(5)
     bad, replayed, dead = [], 0, 0
-    for i in ids:
+    for i in every:
         st = done.get(i)
         if not st:
             bad.append(f"{i}: not done ({states.get(i)})")
@@ -386,15 +454,24 @@ def run(f):
             continue
         m = st["manifest"]
         man = f.manifest(st["manifest_key"])
-        replayed += st["done_attempt"] > 1
+        session = i in sent
+        replayed += session and st["done_attempt"] > 1
+        turns = (3, 3) if session else (None, None)
         if (m.get("outcome") != "succeeded" or [v["outcome"] for v in m["verdicts"]] != ["pass"]
-                or man.get("turns") != 3 or man.get("followups") != 3):
+                or (man.get("turns"), man.get("followups")) != turns):
             bad.append(f"{i}: {m.get('outcome')} {m.get('verdicts')} turns {man.get('turns')} "
                        f"followups {man.get('followups')}")
     for name in sorted(f.workers):
         f.stop_worker(name, signal.SIGTERM)
-    print(f"fleet submitted {SESSIONS} / done {len(done) - dead} / lost {SESSIONS - len(done)} / "
-          f"dead-lettered {dead} / replayed {replayed}", flush=True)
+    events = read_events(f)
+    bad += check_events(events, ids, scale_events)
+    for i in every:  # the recorded attempt's events, whole
+        st = done.get(i)
+        if st and st["state"] == "done" and not events.get((i, st["done_attempt"])):
+            bad.append(f"{i}: no events of its recorded attempt {st['done_attempt']}")
+    print(f"fleet submitted {len(every)} ({SESSIONS} sessions, {len(oneshots)} one-shot) / "
+          f"done {len(done) - dead} / lost {len(every) - len(done)} / dead-lettered {dead} / "
+          f"sessions replayed {replayed}", flush=True)
     if bad:
         print("test_fleet: FAILED:\n  " + "\n  ".join(bad[:20]))
         return 1
