@@ -12,8 +12,10 @@
  *   events   events/s from one chatty task (100,000 events) and from 8 at
  *            once, stamped by the worker; baseline: this process producing
  *            the same number of same-sized messages to the same topic
- *   fleet    1, 2 and 4 workers in one group on 8 partitions, sleep-bound
- *            agents (1 s), 2 slots each: throughput and its ratio to one
+ *   fleet    1, 2, 4 and 8 workers in one group on 8 partitions, sleep-
+ *            bound agents (1 s), 2 slots each: throughput and its ratio to
+ *            one; and the handover: a worker's SIGTERM to a task on its
+ *            partitions done by the other worker
  *   memory   a worker's RSS idle, and per busy slot (8 sleeping agents)
  *   sessions idle interactive sessions on one worker of as many slots
  *            (--sessions N, 1000 by default): the host's memory per
@@ -60,7 +62,7 @@
  * is a new SeaweedFS collection, which takes volumes of a limited supply.
  * The objects stay (a few KiB per task). */
 #define BUCKET "tb-bench"
-#define MAX_WORKERS 4
+#define MAX_WORKERS 8
 #define CHATTY_EVENTS 100000
 
 static const char *taskbox;
@@ -369,8 +371,10 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	}
 }
 
-/* Queues task @p s (its id set) of @p url at @p commit. */
-static int produce_task(run_t *r, sent_t *s, const char *url, const char *commit)
+/* Queues task @p s (its id set) of @p url at @p commit, to @p partition
+ * (RD_KAFKA_PARTITION_UA: its key's). */
+static int produce_task_to(run_t *r, sent_t *s, const char *url, const char *commit,
+			   int32_t partition)
 {
 	tb_task_t t = { 0 };
 	msgpack_sbuffer sb;
@@ -384,14 +388,19 @@ static int produce_task(run_t *r, sent_t *s, const char *url, const char *commit
 	s->offset = -1;
 	s->acked = s->committed = 0;
 	s->t0 = tb_bench_mono_ms();
-	if (rc == 0 && rd_kafka_producev(r->producer, RD_KAFKA_V_TOPIC(r->tasks),
-					 RD_KAFKA_V_KEY(s->id, strlen(s->id)),
-					 RD_KAFKA_V_VALUE(sb.data, sb.size),
-					 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-					 RD_KAFKA_V_OPAQUE(s), RD_KAFKA_V_END))
+	if (rc == 0 &&
+	    rd_kafka_producev(
+		r->producer, RD_KAFKA_V_TOPIC(r->tasks), RD_KAFKA_V_PARTITION(partition),
+		RD_KAFKA_V_KEY(s->id, strlen(s->id)), RD_KAFKA_V_VALUE(sb.data, sb.size),
+		RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(s), RD_KAFKA_V_END))
 		rc = -1;
 	msgpack_sbuffer_destroy(&sb);
 	return rc;
+}
+
+static int produce_task(run_t *r, sent_t *s, const char *url, const char *commit)
+{
+	return produce_task_to(r, s, url, commit, RD_KAFKA_PARTITION_UA);
 }
 
 typedef struct phases {
@@ -877,9 +886,13 @@ static int suite_events(void)
 }
 
 /* 48 sleep-bound tasks through @p k workers of 2 slots: tasks/s. */
+/* Sleep-bound tasks through @p k workers of 2 slots: 24 per worker, so
+ * every run takes about as long. @return tasks/s, 0 if they did not
+ * finish. */
 static double fleet_rate(int k)
 {
-	static sent_t s[48];
+	static sent_t s[24 * MAX_WORKERS];
+	int n = 24 * k;
 	char name[32];
 	run_t r;
 
@@ -897,31 +910,84 @@ static double fleet_rate(int k)
 	await_acks(&r, s, 2 * k, NULL, 120);
 	sleep(5);
 	double t0 = tb_bench_mono_ms();
-	for (int i = 0; i < 48; i++) {
+	for (int i = 0; i < n; i++) {
 		snprintf(s[i].id, sizeof(s[i].id), "sleepy-%d", i);
 		produce_task(&r, &s[i], sleepy_url, sleepy_commit);
 	}
 	rd_kafka_flush(r.producer, 10000);
-	int ok = await_acks(&r, s, 48, NULL, 300) == 0;
+	int ok = await_acks(&r, s, n, NULL, 300) == 0;
 	double secs = (tb_bench_mono_ms() - t0) / 1000;
 	run_free(&r);
-	return ok ? 48 / secs : 0;
+	return ok ? n / secs : 0;
+}
+
+/*
+ * A worker's SIGTERM to its partitions' tasks done by the other worker:
+ * two workers share the 8 partitions; worker 1 is told to stop (idle: no
+ * drain), and at once a trivial task goes to each partition. The tasks
+ * on worker 2's partitions are the baseline; those on worker 1's wait
+ * for it to leave the group and the rebalance to hand them over.
+ * @return 0, or -1 when the tasks did not finish.
+ */
+static int handover(double *moved_ms, double *stayed_ms)
+{
+	static sent_t s[8];
+	run_t r;
+
+	if (run_init(&r, "handover", 2, 2) < 0)
+		return -1;
+	start_worker(&r, 0);
+	start_worker(&r, 1);
+	for (int i = 0; i < 8; i++) { /* both in the group, warm */
+		snprintf(s[i].id, sizeof(s[i].id), "warm-%d", i);
+		produce_task_to(&r, &s[i], trivial_url, trivial_commit, i);
+	}
+	rd_kafka_flush(r.producer, 10000);
+	if (await_acks(&r, s, 8, NULL, 120) < 0) {
+		run_free(&r);
+		return -1;
+	}
+	sleep(5);
+	double t0 = tb_bench_mono_ms();
+	kill(r.pids[0], SIGTERM);
+	for (int i = 0; i < 8; i++) {
+		snprintf(s[i].id, sizeof(s[i].id), "after-%d", i);
+		produce_task_to(&r, &s[i], trivial_url, trivial_commit, i);
+	}
+	rd_kafka_flush(r.producer, 10000);
+	int ok = await_acks(&r, s, 8, NULL, 120) == 0;
+	double lo = 1e18, hi = 0;
+	for (int i = 0; i < 8; i++) {
+		lo = s[i].acked - t0 < lo ? s[i].acked - t0 : lo;
+		hi = s[i].acked - t0 > hi ? s[i].acked - t0 : hi;
+	}
+	*stayed_ms = lo, *moved_ms = hi;
+	run_free(&r);
+	return ok ? 0 : -1;
 }
 
 static int suite_fleet(void)
 {
-	double one = fleet_rate(1);
+	double one = fleet_rate(1), moved, stayed;
 	if (!one) {
 		fprintf(stderr, "bench fleet: one worker did not finish\n");
 		return -1;
 	}
 	tb_bench_row("fleet", "1 worker, 2 slots, 1 s agents", "tasks/s", one, one, NULL, 0);
-	for (int k = 2; k <= 4; k *= 2) {
+	for (int k = 2; k <= MAX_WORKERS; k *= 2) {
 		char name[64];
 		double rate = fleet_rate(k);
 		snprintf(name, sizeof(name), "%d workers, 2 slots each", k);
 		tb_bench_row("fleet", name, "tasks/s", rate, rate, "1 worker", one);
 	}
+	if (handover(&moved, &stayed) < 0) {
+		fprintf(stderr, "bench fleet: the handover's tasks did not finish\n");
+		return -1;
+	}
+	tb_bench_row("fleet", "SIGTERM -> task done, partition stayed", "ms", stayed, stayed, NULL,
+		     0);
+	tb_bench_row("fleet", "SIGTERM -> task done, partition moved", "ms", moved, moved, "stayed",
+		     stayed);
 	return 0;
 }
 
