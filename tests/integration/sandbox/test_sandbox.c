@@ -694,23 +694,32 @@ static void test_teardown__a_thousand_sandboxes_leave_nothing(void **state)
 	}
 }
 
-static void test_sweep__removes_what_a_dead_worker_left(void **state)
+/* A "worker" that builds a sandbox (@p frozen: and freezes it, as an
+ * idle session's) and dies without tearing down. */
+static void dead_worker_leaves_a_sandbox(int frozen)
 {
 	tb_sandbox_spec_t s = spec();
 	tb_sandbox_t *sb;
 	tb_error_t err;
 	int status;
 
-	(void)state;
-	/* A "worker" that builds a sandbox and dies without tearing down. */
 	pid_t w = fork();
 	if (w == 0) {
-		if (tb_sandbox_create(&sb, F.policy, &s, &err) != 0)
+		if (tb_sandbox_create(&sb, F.policy, &s, &err) != 0 ||
+		    (frozen && tb_sandbox_freeze(sb, 1, &err) != 0))
 			_exit(1);
 		_exit(0);
 	}
 	assert_int_equal(waitpid(w, &status, 0), w);
 	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_sweep__removes_what_a_dead_worker_left(void **state)
+{
+	tb_error_t err;
+
+	(void)state;
+	dead_worker_leaves_a_sandbox(0);
 	int removed = tb_sandbox_sweep(F.work, group, &err);
 	assert_int_equal(removed, 1); /* once, whatever the number of hierarchies */
 	assert_int_equal(tb_sandbox_sweep(F.work, group, &err), 0);
@@ -723,21 +732,10 @@ static void test_sweep__removes_what_a_dead_worker_left(void **state)
  * hierarchies wait for them. */
 static void test_sweep__removes_a_frozen_sandbox(void **state)
 {
-	tb_sandbox_spec_t s = spec();
-	tb_sandbox_t *sb;
 	tb_error_t err;
-	int status;
 
 	(void)state;
-	pid_t w = fork();
-	if (w == 0) {
-		if (tb_sandbox_create(&sb, F.policy, &s, &err) != 0 ||
-		    tb_sandbox_freeze(sb, 1, &err) != 0)
-			_exit(1);
-		_exit(0);
-	}
-	assert_int_equal(waitpid(w, &status, 0), w);
-	assert_int_equal(WEXITSTATUS(status), 0);
+	dead_worker_leaves_a_sandbox(1);
 	int removed = tb_sandbox_sweep(F.work, group, &err);
 	if (removed != 1)
 		fail_msg("swept %d of 1 frozen sandbox: %s", removed, err.msg);
