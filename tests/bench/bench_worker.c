@@ -885,7 +885,6 @@ static int suite_events(void)
 	return 0;
 }
 
-/* 48 sleep-bound tasks through @p k workers of 2 slots: tasks/s. */
 /* Sleep-bound tasks through @p k workers of 2 slots: 24 per worker, so
  * every run takes about as long. @return tasks/s, 0 if they did not
  * finish. */

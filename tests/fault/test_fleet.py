@@ -56,6 +56,14 @@ def skip(why):
     sys.exit(77)
 
 
+def ready(p, what, secs=30):
+    """Waits (at most @secs) for @p's first line to say "ready"."""
+    import select
+    if select.select([p.stdout], [], [], secs)[0] and p.stdout.readline().strip() == b"ready":
+        return
+    raise RuntimeError(f"{what} did not start in {secs} s")
+
+
 def free_ports(n):
     """n consecutive free ports on 127.0.0.1."""
     for _ in range(50):
@@ -120,7 +128,7 @@ class Fleet:
             self.start(["redis-server", conf, "--sentinel"], stdout=subprocess.DEVNULL)
         for _ in range(100):  # the replica in sync: 10 s at most
             out = subprocess.run(["redis-cli", "-p", str(master), "info", "replication"],
-                                 capture_output=True, text=True).stdout
+                                 capture_output=True, text=True, timeout=5).stdout
             if "connected_slaves:1" in out and "state=online" in out:
                 break
             time.sleep(0.1)
@@ -159,9 +167,15 @@ class Fleet:
         self.commit = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], check=True,
                                      capture_output=True, text=True).stdout.strip()
         self.recipe_url = "file://" + repo
+        # the default runtime, but sessions wait for their follow-ups
+        # longer than the whole test runs
         rt = os.path.join(self.dir, "runtimes")
         os.mkdir(rt)
-        shutil.copy(os.path.join(self.source, "examples/runtimes/default.json"), rt)
+        with open(os.path.join(self.source, "examples/runtimes/default.json")) as f:
+            runtime = json.load(f)
+        runtime["agent"]["idle_timeout_seconds"] = 3600
+        with open(os.path.join(rt, "default.json"), "w") as f:
+            json.dump(runtime, f)
 
     def config(self, name):
         path = os.path.join(self.dir, f"{name}.json")
@@ -188,13 +202,20 @@ class Fleet:
         return [kafka_port, s3_port] + self.redis_ports
 
     def wire(self):
-        """The host side of every host's wire, and the hosts themselves."""
+        """The host side of every host's wire, and the hosts themselves
+        (namespaces an earlier run killed from outside left removed)."""
+        for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                   text=True).stdout.splitlines():
+            name = line.split()[0] if line.split() else ""
+            if name.startswith("tbfleet-"):
+                pid = int(name.split("-")[1])
+                if not os.path.exists(f"/proc/{pid}"):
+                    subprocess.run(["ip", "netns", "del", name])
         fwd = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fleet_forward.py")
         self.fwd = fwd
         p = self.start([sys.executable, fwd, "host", self.dir] + [str(x) for x in self.ports()],
                        stdout=subprocess.PIPE)
-        if p.stdout.readline().strip() != b"ready":
-            raise RuntimeError("the host forwarder did not start")
+        ready(p, "the host forwarder")
         for h in range(HOSTS):
             ns = f"tbfleet-{os.getpid()}-h{h}"
             subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -206,8 +227,7 @@ class Fleet:
         p = self.start([sys.executable, self.fwd, "ns", self.dir] +
                        [str(x) for x in self.ports()], netns=self.netns[h],
                        stdout=subprocess.PIPE)
-        if p.stdout.readline().strip() != b"ready":
-            raise RuntimeError(f"the forwarder of host {h} did not start")
+        ready(p, f"the forwarder of host {h}")
         self.forwarders[h] = p
 
     def cut(self, h):
@@ -267,13 +287,16 @@ class Fleet:
         worker's own start would."""
         groups = []
         for root, dirs, _ in os.walk("/sys/fs/cgroup"):
-            for d in dirs:
-                if d.startswith(f"tb-fl{os.getpid()}-"):
-                    groups.append(os.path.join(root, d))
-            if root.count("/") >= 6:
-                dirs[:] = []
-        leaves = [os.path.join(g, x) for g in groups for x in os.listdir(g)
-                  if os.path.isdir(os.path.join(g, x))]
+            mine = [d for d in dirs if d.startswith(f"tb-fl{os.getpid()}-")]
+            groups += [os.path.join(root, d) for d in mine]
+            dirs[:] = [d for d in dirs if d not in mine and not d.startswith("tb-")]
+        leaves = []
+        for g in groups:
+            try:
+                leaves += [os.path.join(g, x) for x in os.listdir(g)
+                           if os.path.isdir(os.path.join(g, x))]
+            except OSError:
+                pass
         for leaf in leaves:
             for name, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
                 try:
@@ -328,22 +351,33 @@ def read_events(f):
         ev = msgpack.unpackb(m.value(), raw=False)
         got.setdefault((ev["task_id"], ev["attempt"]), {})[ev["seq"]] = ev
     c.close()
+    if any(pos[p] < ends[p] for p in ends):
+        raise RuntimeError(f"the events topic was not read to its end in 300 s: {pos} of {ends}")
     return {k: [v[s] for s in sorted(v)] for k, v in got.items()}
 
 
-def check_events(events, ids, scale_events):
-    """Attempts of one task never overlapping in time; no turn answered
-    twice in an attempt, and the recorded attempts with turns 1-3 each
-    once; and, per scale event, how many sessions began a new attempt
-    before the next one. Returns the problems found."""
+def check_events(events, ids, done, scale_events):
+    """Attempts of one task never overlapping in time (from each one's
+    `claimed` phase, stamped as it begins, to its last event); no prompt
+    answered twice in an attempt, and each recorded session answering
+    first, second and third, in order; and, per scale event, how many
+    sessions began a new attempt before the next one. Returns the
+    problems found."""
     bad, spans = [], {}
     for (task, attempt), evs in events.items():
-        spans.setdefault(task, []).append((evs[0]["ts"], evs[-1]["ts"], attempt))
-        turns = [e["payload"].get("text", "").split(":")[0] for e in evs
-                 if e["type"] == "message" and e.get("source") == "agent"
-                 and e["payload"].get("text", "").startswith("turn ")]
-        if len(turns) != len(set(turns)):
-            bad.append(f"{task} attempt {attempt}: a turn answered twice: {turns}")
+        begun = [e["ts"] for e in evs
+                 if e["type"] == "phase" and e["payload"].get("phase") == "claimed"]
+        spans.setdefault(task, []).append((begun[0] if begun else evs[0]["ts"],
+                                           evs[-1]["ts"], attempt))
+        said = [e["payload"].get("text", "").split("you said ", 1)[-1] for e in evs
+                if e["type"] == "message" and e.get("source") == "agent"
+                and e["payload"].get("text", "").startswith("turn ")]
+        if len(said) != len(set(said)):
+            bad.append(f"{task} attempt {attempt}: a prompt answered twice: {said}")
+        st = done.get(task)
+        if task in ids and st and st.get("done_attempt") == attempt and \
+                said != ["first", "second", "third"]:
+            bad.append(f"{task} attempt {attempt} (recorded): answered {said}")
     for task, sp in spans.items():
         sp.sort()
         for (s1, e1, a1), (s2, e2, a2) in zip(sp, sp[1:]):
@@ -369,7 +403,7 @@ def run(f):
     ids = [f"fleet-{f.tag}-{i}" for i in range(SESSIONS)]
     for i in ids:
         f.cli("submit", "--interactive", "--id", i, "--recipe", f.recipe_url, "--commit",
-              f.commit, "--prompt", "first")
+              f.commit, "--prompt", "first", "--limit", "wall_seconds=3600")
     print(f"test_fleet: {SESSIONS} sessions submitted to {len(f.workers)} workers on "
           f"{HOSTS} hosts", flush=True)
     time.sleep(10)
@@ -430,7 +464,7 @@ def run(f):
         f.cli("end", "--seq", "3", i)
     every = ids + oneshots
     done, states = {}, {}
-    deadline = time.monotonic() + 900
+    deadline = time.monotonic() + 600
     while len(done) < len(every) and time.monotonic() < deadline:
         for i in every:
             if i in done:
@@ -464,7 +498,7 @@ def run(f):
     for name in sorted(f.workers):
         f.stop_worker(name, signal.SIGTERM)
     events = read_events(f)
-    bad += check_events(events, ids, scale_events)
+    bad += check_events(events, set(ids), done, scale_events)
     for i in every:  # the recorded attempt's events, whole
         st = done.get(i)
         if st and st["state"] == "done" and not events.get((i, st["done_attempt"])):

@@ -732,7 +732,7 @@ static void test_sweep__removes_what_a_dead_worker_left(void **state)
  * hierarchies wait for them. */
 static void test_sweep__removes_a_frozen_sandbox(void **state)
 {
-	tb_error_t err;
+	tb_error_t err = { 0 };
 
 	(void)state;
 	dead_worker_leaves_a_sandbox(1);
