@@ -168,6 +168,13 @@ void tb_loop_heartbeat(tb_loop_t *w);
 
 /* --------------------------------------------- rebalance.c */
 
+/* Whether the group's protocol is cooperative (incremental): it is
+ * exactly when kafka.assignor names the cooperative assignor, since a
+ * consumer's assignors are all of one kind. */
+static inline int tb_loop_cooperative(const tb_loop_t *w)
+{
+	return w->d->cfg->kafka.assignor == TB_ASSIGNOR_COOPERATIVE;
+}
 /* The consumer's rebalance callback (tb_rebalance_fn): @p opaque is w. */
 void tb_loop_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 			  rd_kafka_topic_partition_list_t *parts, void *opaque);

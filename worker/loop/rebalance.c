@@ -113,8 +113,8 @@ int tb_loop_may_commit(const tb_loop_t *w)
 	 * here until its end: the join state, as of the last statistics
 	 * (every 5 s), may show it sooner. */
 	uint64_t for_ms = w->consumer ? tb_kafka_join_state(w->consumer, state, sizeof(state)) : 0;
-	return w->d->cfg->kafka.assignor != TB_ASSIGNOR_COOPERATIVE || !strcmp(state, "steady") ||
-	       !strcmp(state, "unknown") || for_ms >= REBALANCE_HOLD_MS;
+	return !tb_loop_cooperative(w) || !strcmp(state, "steady") || !strcmp(state, "unknown") ||
+	       for_ms >= REBALANCE_HOLD_MS;
 }
 
 /* The partitions held now, for the logs and /readyz. */
@@ -245,8 +245,7 @@ void tb_loop_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
 			  rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
 	tb_loop_t *w = opaque;
-	const char *proto = rd_kafka_rebalance_protocol(rk);
-	int coop = proto && !strcmp(proto, "COOPERATIVE");
+	int coop = tb_loop_cooperative(w);
 
 	if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
 		assigned(w, rk, parts, coop);

@@ -251,7 +251,7 @@ static int close_bounded(rd_kafka_t *c)
 static void consumer_end(tb_loop_t *w, int leave)
 {
 	rd_kafka_t *c = w->consumer;
-	int coop = w->d->cfg->kafka.assignor == TB_ASSIGNOR_COOPERATIVE;
+	int coop = tb_loop_cooperative(w);
 	int closed = leave ? close_bounded(c) : 1;
 
 	w->consumer = NULL;
