@@ -213,8 +213,8 @@ int tb_sandbox_pool_new(tb_sandbox_pool_t **out, const tb_seccomp_t *policy, con
 	return 0;
 }
 
-int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, tb_sandbox_t **out,
-			   int *prepared, tb_error_t *err)
+int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, int next,
+			   tb_sandbox_t **out, int *prepared, tb_error_t *err)
 {
 	tb_sandbox_t *sb = NULL, *stale = NULL;
 	int rc;
@@ -235,7 +235,9 @@ int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, 
 	s->sb = NULL;
 	shape_free(&s->sb_shape); /* the sandbox holds its image itself */
 	/* The slot's next sandbox, built while this task runs. */
-	s->wanted = shape_set(&s->want, spec) == 0; /* not to a partial copy */
+	if (!next)
+		shape_free(&s->want);                       /* and the image it held */
+	s->wanted = next && shape_set(&s->want, spec) == 0; /* not to a partial copy */
 	if (s->wanted)
 		pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);

@@ -4,8 +4,10 @@
  * Building a sandbox (namespaces, cgroup, root file system) is most of a
  * short task's overhead, and none of it depends on the task. The pool's
  * threads (up to four) build the next sandbox of a slot
- * (tb_sandbox_prepare) while the slot is still busy with its current task; the slot's next task
- * takes it and only assigns it (hostname, recipe, inputs, limits).
+ * (tb_sandbox_prepare) while the slot is still busy with its current
+ * task, unless that task is a long session (tb_sandbox_pool_create's
+ * next); the slot's next task takes it and only assigns it (hostname,
+ * recipe, inputs, limits).
  *
  * A prepared sandbox fits the task that asked for it: the next one is
  * built with the same runtime shape (tmpfs sizes, read-only binds,
@@ -42,12 +44,20 @@ int tb_sandbox_pool_new(tb_sandbox_pool_t **out, const tb_seccomp_t *policy, con
 /**
  * A sandbox for @p spec (as tb_sandbox_create): the slot's prepared one if
  * it has @p spec's shape (waiting for it if it is being built), else one
- * built now by the calling thread, which must outlive it. Either way the
- * pool then builds the slot's next sandbox to @p spec's shape.
+ * built now by the calling thread, which must outlive it. With @p next,
+ * the pool then builds the slot's next sandbox to @p spec's shape; without
+ * it, the slot has none until a later call asks for one.
+ *
+ * An interactive session passes next = 0: it may hold its slot for hours,
+ * mostly frozen, and a successor built for it would hold an init, a
+ * memory cgroup and eight file systems all that time. Those are what a host of
+ * a thousand idle sessions runs out of (the kernel keeps, in every memory
+ * cgroup, a map of every mount's shrinker: docs/performance.md), and the
+ * task after a session pays one build, tens of milliseconds, once.
  * @param[out] prepared 1 when the sandbox came from the pool (may be NULL)
  */
-int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, tb_sandbox_t **out,
-			   int *prepared, tb_error_t *err);
+int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, int next,
+			   tb_sandbox_t **out, int *prepared, tb_error_t *err);
 
 /** Stops the thread and destroys the sandboxes no task took. Only after
  * every sandbox the pool handed out has been destroyed. NULL is a no-op. */

@@ -117,7 +117,9 @@ int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, 
 	spec.image_tree = r->has_image ? r->image.tree : NULL;
 	spec.writable_mb = r->rt.sandbox.images.writable_mb;
 	spec.image_hold = r->has_image && r->image.lock > 0 ? r->image.lock : 0;
-	rc = ctx->pool ? tb_sandbox_pool_create(ctx->pool, &spec, &r->sb, NULL, err)
+	/* a session's slot gets no successor while it lasts (sandbox_pool.h) */
+	int next = r->task->kind != TB_TASK_INTERACTIVE;
+	rc = ctx->pool ? tb_sandbox_pool_create(ctx->pool, &spec, next, &r->sb, NULL, err)
 		       : tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
 	if (rc == 0)
 		tb_metrics_launch(tb_mono_us() - t0);

@@ -787,7 +787,7 @@ static int take_and_drop(tb_sandbox_pool_t *pool, uint64_t workspace_mb)
 	int prepared;
 
 	s.workspace_mb = workspace_mb;
-	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+	if (tb_sandbox_pool_create(pool, &s, 1, &sb, &prepared, &err) != 0)
 		fail_msg("pool: %s", err.msg);
 	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
 	return prepared;
@@ -850,7 +850,7 @@ static void test_pool__prepared_sandboxes_are_kept_per_image(void **state)
 		s.image_tree = trees[i];
 		s.writable_mb = 4;
 		s.image_hold = i == 0 ? hold : 0;
-		if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+		if (tb_sandbox_pool_create(pool, &s, 1, &sb, &prepared, &err) != 0)
 			fail_msg("pool, task %d: %s", i, err.msg);
 		if (i == 0) { /* the task lets go; the slot's next sandbox holds it */
 			close(hold);
@@ -884,7 +884,7 @@ static void test_pool__the_next_task_takes_a_sandbox_built_ahead(void **state)
 	assert_int_equal(tb_sandbox_pool_new(&pool, F.policy, F.work, group, 2, &err), 0);
 	tb_sandbox_spec_t s = spec();
 	/* The slot's first task: nothing was built for it yet. */
-	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+	if (tb_sandbox_pool_create(pool, &s, 1, &sb, &prepared, &err) != 0)
 		fail_msg("pool: %s", err.msg);
 	assert_int_equal(prepared, 0);
 	assert_int_equal(run_in(sb, mark, out, sizeof(out)).code, 0);
@@ -895,7 +895,7 @@ static void test_pool__the_next_task_takes_a_sandbox_built_ahead(void **state)
 
 	s = spec();
 	s.hostname = "second";
-	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+	if (tb_sandbox_pool_create(pool, &s, 1, &sb, &prepared, &err) != 0)
 		fail_msg("pool: %s", err.msg);
 	assert_int_equal(prepared, 1);
 	/* A fresh workspace, the task's hostname and recipe. */
@@ -924,6 +924,40 @@ static void test_pool__the_next_task_takes_a_sandbox_built_ahead(void **state)
 	assert_int_equal(all_children(kids, 16), 0);
 }
 
+/* A session's sandbox (next = 0) gets no successor while it lives: the
+ * slot's next task builds its own, and asks for one again. */
+static void test_pool__a_session_gets_no_successor(void **state)
+{
+	tb_sandbox_pool_t *pool;
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	int prepared;
+	pid_t kids[16];
+
+	(void)state;
+	assert_int_equal(tb_sandbox_pool_new(&pool, F.policy, F.work, group, 2, &err), 0);
+	tb_sandbox_spec_t s = spec();
+	assert_int_equal(tb_sandbox_pool_create(pool, &s, 1, &sb, &prepared, &err), 0);
+	assert_int_equal(await_sandboxes(2), 2);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	/* the session takes the one built ahead, and nothing is built after it */
+	s = spec();
+	assert_int_equal(tb_sandbox_pool_create(pool, &s, 0, &sb, &prepared, &err), 0);
+	assert_int_equal(prepared, 1);
+	usleep(500 * 1000); /* a build takes tens of milliseconds */
+	assert_int_equal(all_children(kids, 16), 1);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	/* the task after it: built on the spot, its successor built again */
+	s = spec();
+	assert_int_equal(tb_sandbox_pool_create(pool, &s, 1, &sb, &prepared, &err), 0);
+	assert_int_equal(prepared, 0);
+	assert_int_equal(await_sandboxes(2), 2);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	tb_sandbox_pool_free(pool);
+	assert_int_equal(count_entries(F.work, group), 0);
+	assert_int_equal(all_children(kids, 16), 0);
+}
+
 static void test_pool__a_prepared_sandbox_that_died_is_replaced(void **state)
 {
 	const char *argv[] = { "/bin/true", NULL };
@@ -937,14 +971,14 @@ static void test_pool__a_prepared_sandbox_that_died_is_replaced(void **state)
 	(void)state;
 	assert_int_equal(tb_sandbox_pool_new(&pool, F.policy, F.work, group, 2, &err), 0);
 	tb_sandbox_spec_t s = spec();
-	assert_int_equal(tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err), 0);
+	assert_int_equal(tb_sandbox_pool_create(pool, &s, 1, &sb, &prepared, &err), 0);
 	assert_int_equal(await_sandboxes(2), 2);
 	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
 	/* The one built ahead is the only child left: its init dies. */
 	assert_int_equal(all_children(kids, 16), 1);
 	assert_int_equal(kill(kids[0], SIGKILL), 0);
 	s = spec();
-	if (tb_sandbox_pool_create(pool, &s, &sb, &prepared, &err) != 0)
+	if (tb_sandbox_pool_create(pool, &s, 1, &sb, &prepared, &err) != 0)
 		fail_msg("pool: %s", err.msg);
 	assert_int_equal(prepared, 0);
 	assert_int_equal(run_in(sb, argv, out, sizeof(out)).code, 0);
@@ -1150,6 +1184,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_pool__the_next_task_takes_a_sandbox_built_ahead),
 		cmocka_unit_test(test_pool__prepared_sandboxes_are_kept_per_image),
 		cmocka_unit_test(test_pool__a_prepared_sandbox_that_died_is_replaced),
+		cmocka_unit_test(test_pool__a_session_gets_no_successor),
 		cmocka_unit_test(test_teardown__a_thousand_sandboxes_leave_nothing),
 	};
 	if (geteuid() != 0) {

@@ -23,6 +23,7 @@
 
 #include "fixture.h"
 #include "lifecycle.h"
+#include "sandbox_pool.h"
 #include "session.h"
 #include "tb/json_mpack.h"
 #include "tb/schema_verdict.h"
@@ -285,6 +286,32 @@ static int wait_until(atomic_int *v, int want, int seconds)
 	return 0;
 }
 
+/* Processes this test's threads started (sandboxes' inits: their own
+ * and those the pool built ahead). */
+static int children(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	int n = 0;
+
+	while (d && (de = readdir(d))) {
+		char path[300], buf[4096];
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/children", de->d_name);
+		FILE *f = fopen(path, "re");
+		size_t len = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+		if (f)
+			fclose(f);
+		buf[len] = '\0';
+		for (char *tok = strtok(buf, " \n"); tok; tok = strtok(NULL, " \n"))
+			n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
 static void followups_wake_a_frozen_idle_session(void **state)
 {
 	struct events e = { .lock = PTHREAD_MUTEX_INITIALIZER, .seq_ok = 1 };
@@ -295,7 +322,10 @@ static void followups_wake_a_frozen_idle_session(void **state)
 
 	(void)state;
 	assert_int_equal(tb_session_new(&s, &err), 0);
+	tb_sandbox_pool_t *pool;
+	assert_int_equal(tb_sandbox_pool_new(&pool, F.policy, F.work, GROUP, 6, &err), 0);
 	b.c = ctx(&e, s);
+	b.c.pool = pool;                           /* slot 5 */
 	b.t = task("chat-frozen", "spin", "test"); /* the agent leaves a busy loop */
 	assert_int_equal(pthread_create(&th, NULL, run_bg, &b), 0);
 	/* Turn 1 takes a second with the loop spinning: CPU is used. */
@@ -312,6 +342,9 @@ static void followups_wake_a_frozen_idle_session(void **state)
 	       frozen);
 	assert_true(busy >= 20);
 	assert_int_equal(frozen, 0);
+	/* The session's sandbox is the only one: the pool builds no
+	 * successor for a slot a session holds (sandbox_pool.h). */
+	assert_int_equal(children(), 1);
 	/* A follow-up thaws it for turn 2, then it idles again; then end. */
 	put(s, 1, "again");
 	assert_true(wait_until(&e.idles, 2, 60));
@@ -323,6 +356,7 @@ static void followups_wake_a_frozen_idle_session(void **state)
 	assert_true(find(&e, "turn turn-started 2", find(&e, "turn idle 1", 0)) > 0);
 	assert_true(find(&e, "message assistant 0 turn 2: you said again", 0) > 0);
 	assert_true(find(&e, "turn idle 2", 0) > find(&e, "turn turn-ended 2", 0));
+	tb_sandbox_pool_free(pool);
 	tb_session_free(s);
 }
 
