@@ -2,11 +2,19 @@
 """test_fleet.py: a fleet of `taskbox worker`s on several hosts, through
 scale events and a ledger failover, with live interactive sessions.
 
-Each host is a network namespace of its own; a forwarder per host
-(fleet_forward.py) is its only wire to the services on the real host's
-loopback: the test's Kafka and S3 server, and a ledger of the test's own,
-Redis with a replica and three sentinels (`ledger.url` redis-sentinel://).
-The test starts two workers on each of four hosts (eight), submits 100
+Each host is a network namespace of its own, with an address of its own
+on a veth pair to the real host (10.231.H.2, the host's end 10.231.H.1):
+its only wire to the services on the real host's loopback, the test's
+Kafka and S3 server, and a ledger of the test's own, Redis with a replica
+and three sentinels (`ledger.url` redis-sentinel://). Those advertise
+127.0.0.1 addresses, so each host translates its connections to them
+(netfilter: in the namespace, to 127.0.0.1:PORT becomes to
+10.231.H.1:PORT, from its own address; on the real host, arriving there
+becomes to 127.0.0.1:PORT, route_localnet on its end of the pair):
+every byte a worker sends to a service crosses the veth, from the host's
+own address, and nothing but those ports is reachable. Cutting a host off
+takes its end of the pair down (connections stall, as when a cable is
+pulled); healing brings it up again. The test starts two workers on each of four hosts (eight), submits 100
 interactive sessions of the chat recipe with the taskbox CLI, and then
 goes through 20 scale events, follow-ups and a stream of one-shot tasks
 sent between them: a worker added, one stopped (SIGTERM), one killed
@@ -27,7 +35,7 @@ in a later window), and `submitted / done / lost / dead-lettered /
 sessions replayed`. Every loop is bounded in count and time;
 everything started is stopped by its pid, and the namespaces removed.
 
-Skips (exit 77) without root, `ip`, redis-server, the services
+Skips (exit 77) without root, `ip`, `iptables`, redis-server, the services
 (TASKBOX_TEST_KAFKA, TASKBOX_TEST_S3_*), boto3 or confluent_kafka.
 Usage: test_fleet.py TASKBOX_BINARY SOURCE_DIR
 """
@@ -91,9 +99,10 @@ class Fleet:
         os.chmod(self.dir, 0o711)  # sandboxes' users pass through
         self.tag = f"{os.getpid()}-{int(time.time())}"
         self.procs = []  # every process started: stopped by pid at the end
-        self.forwarders = {}  # host -> Popen
+        self.nat = f"TBFLEET-{os.getpid()}"  # the real host's chain: removed at the end
         self.workers = {}  # name -> (host, Popen)
         self.netns = []
+        self.veths = []  # the real host's end of each host's pair
         self.starts = 0  # workers started: each logs to NAME-N.log
         self.kafka = os.environ["TASKBOX_TEST_KAFKA"]
         self.s3 = os.environ["TASKBOX_TEST_S3_ENDPOINT"]
@@ -114,14 +123,16 @@ class Fleet:
         for port, extra in ((master, []), (replica, ["--replicaof", "127.0.0.1", str(master)])):
             d = os.path.join(self.dir, f"redis-{port}")
             os.mkdir(d)
+            # protected mode refuses the hosts' addresses; only 127.0.0.1
+            # listens, and only the hosts' veths are translated to it
             self.start(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                        "--appendonly", "no", "--dir", d] + extra,
+                        "--appendonly", "no", "--protected-mode", "no", "--dir", d] + extra,
                        stdout=subprocess.DEVNULL)
         self.master = self.procs[-2]
         for port in range(base + 2, base + 5):
             conf = os.path.join(self.dir, f"sentinel-{port}.conf")
             with open(conf, "w") as f:
-                f.write(f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                f.write(f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {self.dir}\n"
                         f"sentinel monitor tbfleet 127.0.0.1 {master} 1\n"
                         "sentinel down-after-milliseconds tbfleet 1000\n"
                         "sentinel failover-timeout tbfleet 5000\n")
@@ -202,38 +213,68 @@ class Fleet:
         return [kafka_port, s3_port] + self.redis_ports
 
     def wire(self):
-        """The host side of every host's wire, and the hosts themselves
-        (namespaces an earlier run killed from outside left removed)."""
+        """The hosts, each on a veth pair, and the real host's side of the
+        translation (what an earlier run killed from outside left, removed)."""
         for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                    text=True).stdout.splitlines():
             name = line.split()[0] if line.split() else ""
-            if name.startswith("tbfleet-"):
-                pid = int(name.split("-")[1])
-                if not os.path.exists(f"/proc/{pid}"):
-                    subprocess.run(["ip", "netns", "del", name])
-        fwd = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fleet_forward.py")
-        self.fwd = fwd
-        p = self.start([sys.executable, fwd, "host", self.dir] + [str(x) for x in self.ports()],
-                       stdout=subprocess.PIPE)
-        ready(p, "the host forwarder")
+            if name.startswith("tbfleet-") and not os.path.exists(f"/proc/{name.split('-')[1]}"):
+                subprocess.run(["ip", "netns", "del", name])
+        for line in subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True,
+                                   text=True).stdout.splitlines():
+            if line.startswith("-N TBFLEET-") and not os.path.exists(f"/proc/{line[11:]}"):
+                self.unnat(line[3:])
+        ports = ",".join(str(x) for x in self.ports())
+        nat = ["iptables", "-w", "5", "-t", "nat"]
+        subprocess.run(nat + ["-N", self.nat], check=True)
+        subprocess.run(nat + ["-I", "PREROUTING", "-j", self.nat], check=True)
         for h in range(HOSTS):
-            ns = f"tbfleet-{os.getpid()}-h{h}"
+            ns, veth = f"tbfleet-{os.getpid()}-h{h}", f"tbf{os.getpid()}h{h}"
+            near, far = f"10.231.{h}.1", f"10.231.{h}.2"
             subprocess.run(["ip", "netns", "add", ns], check=True)
             self.netns.append(ns)
-            subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
-            self.heal(h)
+            inside = ["nsenter", f"--net=/run/netns/{ns}"]
+            for cmd in (["ip", "link", "add", veth, "type", "veth", "peer", "name", "wire",
+                         "netns", ns],
+                        ["ip", "addr", "add", f"{near}/30", "dev", veth],
+                        ["ip", "link", "set", veth, "up"],
+                        ["sysctl", "-qw", f"net.ipv4.conf.{veth}.route_localnet=1"],
+                        nat + ["-A", self.nat, "-i", veth, "-d", near, "-p", "tcp", "-m",
+                               "multiport", "--dports", ports, "-j", "DNAT",
+                               "--to-destination", "127.0.0.1"],
+                        ["ip", "-n", ns, "link", "set", "lo", "up"],
+                        ["ip", "-n", ns, "addr", "add", f"{far}/30", "dev", "wire"],
+                        ["ip", "-n", ns, "link", "set", "wire", "up"],
+                        inside + ["sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1"],
+                        inside + nat + ["-A", "OUTPUT", "-d", "127.0.0.1", "-p", "tcp", "-m",
+                                        "multiport", "--dports", ports, "-j", "DNAT",
+                                        "--to-destination", near],
+                        inside + nat + ["-A", "POSTROUTING", "-o", "wire", "-j", "SNAT",
+                                        "--to-source", far]):
+                subprocess.run(cmd, check=True)
+            self.veths.append(veth)
+        for h in range(HOSTS):  # each host reaches the ledger, and only over its wire
+            out = subprocess.run(["nsenter", f"--net=/run/netns/{self.netns[h]}", "redis-cli",
+                                  "-p", str(self.redis_ports[0]), "ping"],
+                                 capture_output=True, text=True, timeout=10).stdout
+            if out.strip() != "PONG":
+                raise RuntimeError(f"host {h} cannot reach the ledger over its veth: {out!r}")
+
+    @staticmethod
+    def unnat(chain):
+        nat = ["iptables", "-w", "5", "-t", "nat"]
+        subprocess.run(nat + ["-D", "PREROUTING", "-j", chain], stderr=subprocess.DEVNULL)
+        subprocess.run(nat + ["-F", chain], stderr=subprocess.DEVNULL)
+        subprocess.run(nat + ["-X", chain], stderr=subprocess.DEVNULL)
+
+    def link(self, h, state):
+        subprocess.run(["ip", "link", "set", self.veths[h], state], check=True)
 
     def heal(self, h):
-        p = self.start([sys.executable, self.fwd, "ns", self.dir] +
-                       [str(x) for x in self.ports()], netns=self.netns[h],
-                       stdout=subprocess.PIPE)
-        ready(p, f"the forwarder of host {h}")
-        self.forwarders[h] = p
+        self.link(h, "up")
 
     def cut(self, h):
-        p = self.forwarders.pop(h)
-        p.kill()
-        p.wait()
+        self.link(h, "down")
 
     # ------------------------------------------------------ workers
     def start_worker(self, h):
@@ -325,8 +366,9 @@ class Fleet:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        for ns in self.netns:
+        for ns in self.netns:  # their veths go with them
             subprocess.run(["ip", "netns", "del", ns])
+        self.unnat(self.nat)
         self.sweep()
         subprocess.run(["rm", "-rf", self.dir])
 
@@ -517,7 +559,7 @@ def main():
         sys.exit(__doc__)
     if os.geteuid() != 0:
         skip("needs root")
-    for tool in ("ip", "nsenter", "redis-server", "redis-cli", "git"):
+    for tool in ("ip", "iptables", "nsenter", "sysctl", "redis-server", "redis-cli", "git"):
         if not shutil.which(tool):
             skip(f"needs {tool}")
     for var in ("TASKBOX_TEST_KAFKA", "TASKBOX_TEST_S3_ENDPOINT", "TASKBOX_TEST_S3_REGION",
