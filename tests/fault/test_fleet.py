@@ -27,12 +27,14 @@ requires every task done once, succeeded and judged "pass", each session
 with its three turns and three follow-ups in the manifest; no two
 attempts of one task running at the same time (their events' time
 spans); no turn answered twice in an attempt; the recorded attempt's
-events on the topic; and every worker still running to stop cleanly. It
-prints, for each scale event, the sessions that began a new attempt
-between it and the next (a rough attribution: a kill's or a cut's
-restarts come after the lease and the group's session time out, often
-in a later window), and `submitted / done / lost / dead-lettered /
-sessions replayed`. Every loop is bounded in count and time;
+events on the topic; and every worker still running to
+stop cleanly. It prints, for each scale event, the sessions it restarted
+(each restart laid to the last event that concerned the worker of the
+new attempt, if added, or of the one before, if stopped, killed or cut
+off: the `received` event names each attempt's worker, and each worker
+start has an id of its own), those moved between workers no event
+concerned or restarted where they ran, and `submitted / done / lost / dead-lettered / sessions
+replayed`. Every loop is bounded in count and time;
 everything started is stopped by its pid, and the namespaces removed.
 
 Skips (exit 77) without root, `ip`, `iptables`, redis-server, the services
@@ -188,11 +190,12 @@ class Fleet:
         with open(os.path.join(rt, "default.json"), "w") as f:
             json.dump(runtime, f)
 
-    def config(self, name):
+    def config(self, name, wid=None):
+        """A worker's configuration; @wid its worker_id (@name's)."""
         path = os.path.join(self.dir, f"{name}.json")
         with open(path, "w") as f:
             json.dump({
-                "v": 1, "worker_id": f"fl{os.getpid()}-{name}", "slots": SLOTS, "log_level": "info",
+                "v": 1, "worker_id": wid or f"fl{os.getpid()}-{name}", "slots": SLOTS, "log_level": "info",
                 "kafka": {"brokers": self.kafka, "group": f"fleet-{self.tag}",
                           "tasks_topic": self.tasks, "events_topic": self.events,
                           "dlq_topic": self.dlq,
@@ -285,10 +288,13 @@ class Fleet:
             name = f"h{h}-w{n}"
         self.starts += 1
         log = open(os.path.join(self.dir, f"{name}-{self.starts}.log"), "ab")
-        p = self.start([self.taskbox, "worker", "--config", self.config(name)],
+        # each start a worker id of its own: the events tell its attempts apart
+        wid = f"fl{os.getpid()}-{name}-{self.starts}"
+        p = self.start([self.taskbox, "worker", "--config", self.config(name, wid)],
                        netns=self.netns[h], stdout=log, stderr=log)
         log.close()
         p.log = log.name
+        p.wid = wid
         self.workers[name] = (h, p)
         return name
 
@@ -402,15 +408,17 @@ def check_events(events, ids, done, scale_events):
     """Attempts of one task never overlapping in time (from each one's
     `claimed` phase, stamped as it begins, to its last event); no prompt
     answered twice in an attempt, and each recorded session answering
-    first, second and third, in order; and, per scale event, how many
-    sessions began a new attempt before the next one. Returns the
+    first, second and third, in order; and the sessions' restarts, each
+    laid to the scale event that caused it (restarts()). Returns the
     problems found."""
     bad, spans = [], {}
     for (task, attempt), evs in events.items():
         begun = [e["ts"] for e in evs
                  if e["type"] == "phase" and e["payload"].get("phase") == "claimed"]
+        wid = [e["payload"].get("worker") for e in evs
+               if e["type"] == "phase" and e["payload"].get("phase") == "received"]
         spans.setdefault(task, []).append((begun[0] if begun else evs[0]["ts"],
-                                           evs[-1]["ts"], attempt))
+                                           evs[-1]["ts"], attempt, wid[0] if wid else None))
         said = [e["payload"].get("text", "").split("you said ", 1)[-1] for e in evs
                 if e["type"] == "message" and e.get("source") == "agent"
                 and e["payload"].get("text", "").startswith("turn ")]
@@ -422,16 +430,51 @@ def check_events(events, ids, done, scale_events):
             bad.append(f"{task} attempt {attempt} (recorded): answered {said}")
     for task, sp in spans.items():
         sp.sort()
-        for (s1, e1, a1), (s2, e2, a2) in zip(sp, sp[1:]):
+        for (s1, e1, a1, _), (s2, e2, a2, _) in zip(sp, sp[1:]):
             if s2 < e1:
                 bad.append(f"{task}: attempts {a1} and {a2} ran at once ({s2} < {e1})")
-    starts = sorted(s for t in ids for (s, _, a) in spans.get(t, []) if a > 1)
-    for k, (at, what) in enumerate(scale_events):
-        until = scale_events[k + 1][0] if k + 1 < len(scale_events) else float("inf")
-        n = sum(1 for s in starts if at <= s < until)
-        print(f"  event {k + 1:2d} {what:28s} sessions restarted after it: {n}")
-    return bad
+    return bad + restarts(spans, ids, scale_events)
 
+
+def restarts(spans, ids, scale_events):
+    """Each session's restart (an attempt after its first), laid to the
+    last scale event before it that involved its worker: a worker stopped
+    or killed (or on a host cut off) that ran the attempt before, else a
+    worker added that ran the new one. Such a session's partition moved,
+    with the worker the event concerned. Printed per event, with those
+    the fleet's start caused (eight workers joining one by one), those
+    moved between workers no event concerned (a rebalance may move others
+    too), and those restarted by the worker process that ran them before
+    (their partition was taken away, the session stopped, and it came
+    back in a later rebalance: two rebalances racing). Returns no
+    problems: what a scale event costs is a figure, not a pass mark."""
+    caused = [0] * len(scale_events)
+    start = aside = back = 0
+    for t in ids:
+        sp = sorted(spans.get(t, []))
+        for (_, _, _, before), (at, _, a, now) in zip(sp, sp[1:]):
+            if not scale_events or at < scale_events[0][0]:
+                start += 1
+                continue
+            # the worker it left first: a kill's restarts come a lease and
+            # a group session later, often onto a worker added meanwhile
+            gone = [k for k, (t0, what, who) in enumerate(scale_events)
+                    if t0 <= at and not what.startswith("added") and before in who]
+            came = [k for k, (t0, what, who) in enumerate(scale_events)
+                    if t0 <= at and what.startswith("added") and now in who and now != before]
+            k = (gone or came or [None])[-1]
+            if k is not None:
+                caused[k] += 1
+            elif now == before:
+                back += 1
+            else:
+                aside += 1
+    print(f"  sessions restarted while the fleet started: {start}")
+    for k, (at, what, _) in enumerate(scale_events):
+        print(f"  event {k + 1:2d} {what:28s} sessions restarted by it: {caused[k]}")
+    print(f"  sessions restarted moving between workers no event concerned: {aside}")
+    print(f"  sessions restarted where they ran (partition taken away, given back): {back}")
+    return []
 
 def run(f):
     f.redis()
@@ -457,7 +500,7 @@ def run(f):
         kind = e % 4
         if e == EVENTS // 2:
             print("test_fleet: event %d: the Redis master dies" % (e + 1), flush=True)
-            scale_events.append((int(time.time() * 1000), "Redis master killed"))
+            scale_events.append((int(time.time() * 1000), "Redis master killed", set()))
             f.master.kill()
             f.master.wait()
         if cut is not None:
@@ -467,20 +510,24 @@ def run(f):
         at = int(time.time() * 1000)
         if kind == 0 or len(live) <= HOSTS:
             h = rng.randrange(HOSTS)
-            what = "added " + f.start_worker(h)
+            name = f.start_worker(h)
+            what, who = "added " + name, {f.workers[name][1].wid}
         elif kind == 1:
             name = rng.choice(live)
+            who = {f.workers[name][1].wid}
             f.stop_worker(name, signal.SIGTERM)
             what = "stopped " + name
         elif kind == 2:
             name = rng.choice(live)
+            who = {f.workers[name][1].wid}
             f.stop_worker(name, signal.SIGKILL)
             what = "killed " + name
         else:
             cut = rng.randrange(HOSTS)
+            who = {p.wid for h, p in f.workers.values() if h == cut}
             f.cut(cut)
             what = f"cut host {cut} off"
-        scale_events.append((at, what))
+        scale_events.append((at, what, who))
         print(f"test_fleet: event {e + 1}: {what} ({len(f.workers)} workers)", flush=True)
         # a follow-up to some sessions between events (each gets 1 and 2),
         # and a stream of one-shot tasks
