@@ -304,7 +304,9 @@ static int children(void)
 		if (f)
 			fclose(f);
 		buf[len] = '\0';
-		for (char *tok = strtok(buf, " \n"); tok; tok = strtok(NULL, " \n"))
+		char *save = NULL;
+		for (char *tok = strtok_r(buf, " \n", &save); tok;
+		     tok = strtok_r(NULL, " \n", &save))
 			n++;
 	}
 	if (d)
