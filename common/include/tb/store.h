@@ -124,6 +124,19 @@ int tb_store_get_file(tb_store_t *s, const char *key, const char *path, unsigned
 int tb_store_get_bytes(tb_store_t *s, const char *key, size_t max, char **out, size_t *len,
 		       tb_error_t *err);
 
+/**
+ * Reads @p len bytes of @p key from byte @p off into @p buf: a ranged GET
+ * (`Range: bytes=off-(off+len-1)`), for inputs read on demand. Not
+ * checked here: a range cannot be checked against the whole object's
+ * checksums; its caller checks it against the object's block digests
+ * (tb/blocks.h).
+ * @param[out] got the bytes read: @p len, or fewer where the object ends
+ *             (0 at or past its end)
+ * @return 0; TB_ENOTFOUND; TB_EINVAL (a bad key, @p len 0); TB_EIO
+ */
+int tb_store_get_range(tb_store_t *s, const char *key, uint64_t off, size_t len, void *buf,
+		       size_t *got, tb_error_t *err);
+
 /** Size and checksum of @p key. @return 0, TB_ENOTFOUND, TB_EIO */
 int tb_store_head(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err);
 

@@ -449,6 +449,19 @@ out:
 	return rc;
 }
 
+int tb_store_get_range(tb_store_t *s, const char *key, uint64_t off, size_t len, void *buf,
+		       size_t *got, tb_error_t *err)
+{
+	int rc;
+
+	*got = 0;
+	if ((rc = check_key(key, err)) < 0)
+		return rc;
+	if (len == 0 || off > UINT64_MAX - len)
+		return tb_error_set(err, TB_EINVAL, "get %s: an empty or overflowing range", key);
+	return s->ops->range(s, key, off, len, buf, got, err);
+}
+
 int tb_store_head(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err)
 {
 	int rc;

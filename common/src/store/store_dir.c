@@ -178,6 +178,35 @@ static int dir_get(tb_store_t *s, const char *key, int fd, tb_store_hasher_t *h,
 	return rc;
 }
 
+static int dir_range(tb_store_t *s, const char *key, uint64_t off, size_t len, void *buf,
+		     size_t *got, tb_error_t *err)
+{
+	dir_store_t *d = (dir_store_t *)s;
+	char obj[4096], meta[4096];
+	int in;
+
+	paths(d, key, obj, meta, sizeof(obj));
+	if ((in = open(obj, O_RDONLY | O_CLOEXEC)) < 0)
+		return errno == ENOENT
+			   ? tb_error_set(err, TB_ENOTFOUND, "dir store: %s not found", key)
+			   : tb_error_errno(err, TB_EIO, errno, "dir store: open %s", obj);
+	while (*got < len) {
+		ssize_t n = pread(in, (char *)buf + *got, len - *got, (off_t)(off + *got));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+			close(in);
+			return tb_error_errno(err, TB_EIO, e, "dir store: read %s", obj);
+		}
+		if (n == 0)
+			break; /* its end */
+		*got += (size_t)n;
+	}
+	close(in);
+	return 0;
+}
+
 struct keys {
 	char **v;
 	size_t n, cap;
@@ -284,7 +313,15 @@ static void dir_close(tb_store_t *s)
 }
 
 static const struct tb_store_ops dir_ops = {
-	"dir", dir_put, dir_get, dir_head, dir_list, dir_del, dir_share, dir_close, NULL,
+	.name = "dir",
+	.put = dir_put,
+	.get = dir_get,
+	.range = dir_range,
+	.head = dir_head,
+	.list = dir_list,
+	.del = dir_del,
+	.share = dir_share,
+	.close = dir_close,
 };
 
 int tb_store_dir_open(tb_store_t **out, const char *dir, tb_error_t *err)

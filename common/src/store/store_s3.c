@@ -71,9 +71,12 @@ typedef struct s3_req {
 	const char *payload_sha;      /* hex, or NULL to compute (memory / empty) */
 	const tb_object_info_t *meta; /* its sums: x-amz-meta-sha256, -crc32c */
 	int create_only;              /* If-None-Match: * */
-	int out_fd;                   /* response body into this fd, else memory */
-	tb_store_hasher_t *out_hash;  /* what goes to out_fd, hashed */
-	char *wbuf;                   /* a large download's pieces, gathered */
+	const char *range;            /* "bytes=A-B", a ranged GET's, or NULL */
+	char *out_buf;                /* a ranged GET's body into this, else: */
+	size_t out_cap, out_len;
+	int out_fd;                  /* response body into this fd, else memory */
+	tb_store_hasher_t *out_hash; /* what goes to out_fd, hashed */
+	char *wbuf;                  /* a large download's pieces, gathered */
 	size_t wlen;
 	const atomic_int *cancel; /* non-zero: stop (a sibling part failed) */
 	/* results */
@@ -173,6 +176,13 @@ static size_t on_write(char *buf, size_t size, size_t n, void *ud)
 	s3_req_t *r = ud;
 	size_t len = size * n;
 
+	if (r->out_buf && r->status / 100 == 2) {
+		if (len > r->out_cap - r->out_len)
+			return 0; /* more than was asked for: abort */
+		memcpy(r->out_buf + r->out_len, buf, len);
+		r->out_len += len;
+		return len;
+	}
 	if (r->out_fd >= 0 && r->status / 100 == 2) {
 		if (!r->wbuf && r->length > RECV_CHUNK)
 			r->wbuf = malloc(RECV_CHUNK);
@@ -316,11 +326,27 @@ static int retryable(CURLcode rc, long status)
 }
 
 /* One attempt. */
+/* The headers of @p r that are not signed (S3 needs only host and the
+ * x-amz-* ones signed), appended to @p hl; @p range is their room. */
+static struct curl_slist *unsigned_headers(const s3_req_t *r, struct curl_slist *hl, char *range,
+					   size_t cap)
+{
+	if (r->create_only)
+		hl = curl_slist_append(hl, "If-None-Match: *");
+	if (r->range) {
+		snprintf(range, cap, "Range: %s", r->range);
+		hl = curl_slist_append(hl, range);
+	}
+	/* No "Expect: 100-continue" round trip, no chunked encoding. */
+	hl = curl_slist_append(hl, "Expect:");
+	return curl_slist_append(hl, "Transfer-Encoding:");
+}
+
 static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, int *prep_rc)
 {
 	char path[3072], url[8192], auth[TB_SIGV4_AUTH_MAX], date[TB_SIGV4_DATE_LEN], sha[65];
 	char h_auth[TB_SIGV4_AUTH_MAX + 32], h_date[64], h_sha[128], h_meta[128], h_crc[64];
-	char h_token[4200];
+	char h_token[4200], h_range[96];
 	char encoded[6200];
 	struct curl_slist *hl = NULL;
 	tb_sigv4_header_t sh[7];
@@ -372,11 +398,7 @@ static CURLcode attempt(s3_store_t *s, CURL *c, s3_req_t *r, tb_error_t *err, in
 			 s->creds.session_token);
 		hl = curl_slist_append(hl, h_token);
 	}
-	if (r->create_only)
-		hl = curl_slist_append(hl, "If-None-Match: *");
-	/* No "Expect: 100-continue" round trip, no chunked encoding. */
-	hl = curl_slist_append(hl, "Expect:");
-	hl = curl_slist_append(hl, "Transfer-Encoding:");
+	hl = unsigned_headers(r, hl, h_range, sizeof(h_range));
 
 	curl_easy_reset(c);
 	curl_easy_setopt(c, CURLOPT_URL, url);
@@ -435,6 +457,7 @@ static int s3_do(s3_store_t *s, s3_req_t *r, tb_error_t *err)
 		r->etag[0] = r->resp_sha[0] = r->resp_crc[0] = '\0';
 		r->length = 0;
 		r->wlen = 0; /* a failed attempt's gathered pieces: dropped */
+		r->out_len = 0;
 		free(r->xml);
 		r->xml = NULL;
 		r->xml_len = 0;
@@ -751,6 +774,34 @@ static int s3_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *
 	return rc;
 }
 
+static int s3_range(tb_store_t *base, const char *key, uint64_t off, size_t len, void *buf,
+		    size_t *got, tb_error_t *err)
+{
+	s3_store_t *s = (s3_store_t *)base;
+	char range[64];
+	int rc;
+
+	snprintf(range, sizeof(range), "bytes=%llu-%llu", (unsigned long long)off,
+		 (unsigned long long)(off + len - 1));
+	s3_req_t r = req_init("GET", key, "");
+	r.range = range;
+	r.out_buf = buf, r.out_cap = len;
+	if ((rc = s3_do(s, &r, err)) < 0)
+		goto out;
+	if (r.status == 206 || (r.status == 200 && off == 0)) /* 200: the whole, and it fit */
+		*got = r.out_len;
+	else if (r.status == 416) /* at or past its end */
+		*got = 0;
+	else if (r.status == 200)
+		rc = tb_error_set(err, TB_EIO, "s3 GET %s: the server ignored the range %s", key,
+				  range);
+	else
+		rc = s3_fail(s, &r, err);
+out:
+	free(r.xml);
+	return rc;
+}
+
 static int s3_list(tb_store_t *base, const char *prefix, tb_store_list_fn fn, void *ud,
 		   tb_error_t *err)
 {
@@ -859,7 +910,16 @@ static void curl_init_once(void)
 }
 
 static const struct tb_store_ops s3_ops = {
-	"s3", s3_put, s3_get, s3_head, s3_list, s3_del, s3_share, s3_close, s3_mkbucket,
+	.name = "s3",
+	.put = s3_put,
+	.get = s3_get,
+	.range = s3_range,
+	.head = s3_head,
+	.list = s3_list,
+	.del = s3_del,
+	.share = s3_share,
+	.close = s3_close,
+	.mkbucket = s3_mkbucket,
 };
 
 int tb_store_s3_open(tb_store_t **out, const char *bucket, const char *prefix, const char *endpoint,

@@ -195,6 +195,57 @@ static void test_store__put_get_head_list_delete(void **state)
 	assert_int_equal(tb_store_delete(fx->store, second, &err), 0);
 }
 
+/* Ranged reads (inputs read on demand): the bytes asked for, fewer at the
+ * object's end, none past it. */
+static void test_store__ranges_read_what_was_asked(void **state)
+{
+	fixture_t *fx = *state;
+	const size_t size = (3u << 20) + 123;
+	char src[128];
+	tb_error_t err;
+	size_t got;
+
+	NEED(fx);
+	const char *key = unique_key("big.bin");
+	snprintf(src, sizeof(src), "%s/ranges.bin", tmpdir);
+	unsigned char *data = malloc(size), *buf = malloc(1u << 20);
+	assert_non_null(data);
+	assert_non_null(buf);
+	for (size_t i = 0; i < size; i++)
+		data[i] = (unsigned char)((i * 2654435761u) >> 13);
+	FILE *f = fopen(src, "we");
+	assert_non_null(f);
+	assert_int_equal(fwrite(data, 1, size, f), size);
+	fclose(f);
+	if (tb_store_put_file(fx->store, key, src, NULL, &err) != 0)
+		fail_msg("put: %s", err.msg);
+
+	const struct {
+		uint64_t off;
+		size_t len, want;
+	} cases[] = {
+		{ 0, 10, 10 },         { (1u << 20) + 7, 1u << 20, 1u << 20 }, /* from the middle */
+		{ size - 5, 100, 5 },                                          /* its end */
+		{ size, 10, 0 },                                               /* at its end */
+		{ size + 100, 10, 0 },                                         /* past it */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memset(buf, 0, 1u << 20);
+		if (tb_store_get_range(fx->store, key, cases[i].off, cases[i].len, buf, &got,
+				       &err) != 0)
+			fail_msg("range %zu: %s", i, err.msg);
+		assert_int_equal(got, cases[i].want);
+		if (got)
+			assert_memory_equal(buf, data + cases[i].off, got);
+	}
+	assert_int_equal(tb_store_get_range(fx->store, key, 0, 0, buf, &got, &err), TB_EINVAL);
+	assert_int_equal(tb_store_get_range(fx->store, unique_key("none"), 0, 10, buf, &got, &err),
+			 TB_ENOTFOUND);
+	assert_int_equal(tb_store_delete(fx->store, key, &err), 0);
+	free(data);
+	free(buf);
+}
+
 static void test_store__never_overwrites_other_content(void **state)
 {
 	fixture_t *fx = *state;
@@ -1432,6 +1483,7 @@ int main(void)
 	const struct CMUnitTest dir_tests[] = {
 		cmocka_unit_test(test_store__open_explains_bad_urls),
 		cmocka_unit_test(test_store__put_get_head_list_delete),
+		cmocka_unit_test(test_store__ranges_read_what_was_asked),
 		cmocka_unit_test(test_store__never_overwrites_other_content),
 		cmocka_unit_test(test_store__checksum_mismatch_is_detected),
 		cmocka_unit_test(test_store__downloads_are_verified_by_crc32c),
@@ -1440,6 +1492,7 @@ int main(void)
 	};
 	const struct CMUnitTest s3_tests[] = {
 		cmocka_unit_test(test_store__put_get_head_list_delete),
+		cmocka_unit_test(test_store__ranges_read_what_was_asked),
 		cmocka_unit_test(test_store__never_overwrites_other_content),
 		cmocka_unit_test(test_store__checksum_mismatch_is_detected),
 		cmocka_unit_test(test_store__downloads_are_verified_by_crc32c),

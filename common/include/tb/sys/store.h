@@ -55,6 +55,10 @@ struct tb_store_ops {
 	 * size and checksums. */
 	int (*get)(tb_store_t *s, const char *key, int fd, tb_store_hasher_t *h,
 		   tb_object_info_t *out, tb_error_t *err);
+	/* @p len bytes from @p off into @p buf (*got: fewer at the end,
+	 * 0 past it); see tb_store_get_range. */
+	int (*range)(tb_store_t *s, const char *key, uint64_t off, size_t len, void *buf,
+		     size_t *got, tb_error_t *err);
 	int (*head)(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err);
 	int (*list)(tb_store_t *s, const char *prefix, tb_store_list_fn fn, void *ud,
 		    tb_error_t *err);
