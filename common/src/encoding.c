@@ -33,6 +33,19 @@ void tb_hex(char *out, const void *bytes, size_t n)
 	out[2 * n] = '\0';
 }
 
+int tb_unhex(void *out, const char *hex, size_t n)
+{
+	unsigned char *o = out;
+
+	for (size_t i = 0; i < n; i++) {
+		int hi = tb_hex_digit(hex[2 * i]), lo = hi < 0 ? -1 : tb_hex_digit(hex[2 * i + 1]);
+		if (lo < 0)
+			return -1;
+		o[i] = (unsigned char)(hi << 4 | lo);
+	}
+	return 0;
+}
+
 int tb_percent_encode(char *out, size_t cap, const char *in, int keep_slash)
 {
 	static const char digits[] = "0123456789ABCDEF";

@@ -38,8 +38,9 @@ static void usage(FILE *out)
 		"                      S3 stores only\n"
 		"`put` uploads files (a directory as each file under it, by its path)\n"
 		"to uploads/<sha256> (schemas/keys.md), skipping content that is there\n"
-		"already, and prints each as an input reference, NAME=KEY, for\n"
-		"`submit --input` (or --json: path, key, sha256, size, uploaded).\n"
+		"already, with its block list at blocks/<sha256>, and prints each as an\n"
+		"input reference, NAME=KEY, for `submit --input` (or --json: path, key,\n"
+		"sha256, blocks, size, uploaded).\n"
 		"Exit: 0 done, 1 the store failed, 2 usage (or a PATH to put that is not a\n"
 		"file or a directory), 3 configuration, 5 no such task, task not done,\n"
 		"no such file in it, or no such PATH to put.\n");
@@ -202,9 +203,10 @@ static void put_printed(void *ud, const tb_upload_t *u)
 {
 	json_t *all = ud;
 	if (all)
-		json_array_append_new(all, json_pack("{s:s,s:s,s:s,s:I,s:b}", "path", u->name,
-						     "key", u->key, "sha256", u->sha256, "size",
-						     (json_int_t)u->size, "uploaded", u->uploaded));
+		json_array_append_new(all, json_pack("{s:s,s:s,s:s,s:s,s:I,s:b}", "path", u->name,
+						     "key", u->key, "sha256", u->sha256, "blocks",
+						     u->blocks, "size", (json_int_t)u->size,
+						     "uploaded", u->uploaded));
 	else
 		printf("%s=%s\n", u->name, u->key);
 	fflush(stdout);

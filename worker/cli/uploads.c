@@ -3,10 +3,11 @@
  */
 #include "uploads.h"
 
+#include "tb/blocks.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,35 +25,55 @@ typedef struct walk {
 	tb_error_t *err;
 } walk_t;
 
-/* The hex SHA-256 of @p fd's content, and its size. */
-static int hash_fd(int fd, const char *name, char sha[65], uint64_t *size, tb_error_t *err)
+/* Puts @p b, the block list of the content @p sha256 names, at
+ * blocks/<sha256> unless it is there (@p check: look first; a fresh
+ * upload's list is new). */
+static int put_blocks(walk_t *w, const char *sha256, const tb_blocks_t *b, int check)
 {
-	static const char hex[] = "0123456789abcdef";
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	unsigned char sum[32];
-	char *buf = malloc(1 << 20);
-	ssize_t n = 0;
+	char key[80];
+	tb_object_info_t info;
+	int rc;
 
-	*size = 0;
-	if (!md || !buf || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
-		EVP_MD_CTX_free(md);
-		free(buf);
-		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	snprintf(key, sizeof(key), TB_BLOCKS_PREFIX "%s", sha256);
+	if (check && (rc = tb_store_head(w->s, key, &info, w->err)) == 0 &&
+	    info.size == b->n * 32 && !strcmp(info.sha256, b->digest))
+		return 0;
+	/* create-only: the same list there already is fine */
+	return tb_store_put_bytes(w->s, key, b->n ? (const void *)b->sha : "", b->n * 32, NULL,
+				  w->err);
+}
+
+/* put_one's upload of @p u, and of its block list @p b. */
+static int put_content(walk_t *w, int fd, const char *name, tb_upload_t *u, const tb_blocks_t *b)
+{
+	tb_object_info_t info;
+	int rc;
+
+	snprintf(u->key, sizeof(u->key), TB_UPLOADS_PREFIX "%s", u->sha256);
+	rc = tb_store_head(w->s, u->key, &info, w->err);
+	if (rc == 0 && info.size == u->size &&
+	    (!info.sha256[0] || !strcmp(info.sha256, u->sha256))) {
+		u->uploaded = 0; /* that content is there already */
+	} else if (rc == 0 || rc == TB_ENOTFOUND) {
+		if ((rc = tb_store_put_fd(w->s, u->key, fd, &info, w->err)) < 0)
+			return tb_error_prefix(w->err, "%s", name);
+		if (strcmp(info.sha256, u->sha256) != 0) { /* it changed as it was read */
+			tb_error_t derr; /* the key names other content: not kept */
+			tb_store_delete(w->s, u->key, &derr);
+			return tb_error_set(w->err, TB_EINVAL,
+					    "%s changed while it was uploaded: upload it again "
+					    "when it is still",
+					    name);
+		}
+		u->uploaded = 1;
+	} else {
+		return tb_error_prefix(w->err, "%s", name);
 	}
-	while ((n = pread(fd, buf, 1 << 20, (off_t)*size)) > 0) {
-		EVP_DigestUpdate(md, buf, (size_t)n);
-		*size += (uint64_t)n;
-	}
-	EVP_DigestFinal_ex(md, sum, NULL);
-	EVP_MD_CTX_free(md);
-	free(buf);
-	if (n < 0)
-		return tb_error_errno(err, TB_EIO, errno, "%s: read", name);
-	for (int i = 0; i < 32; i++) {
-		sha[2 * i] = hex[sum[i] >> 4];
-		sha[2 * i + 1] = hex[sum[i] & 15];
-	}
-	sha[64] = '\0';
+	if ((rc = put_blocks(w, u->sha256, b, !u->uploaded)) < 0)
+		return tb_error_prefix(w->err, "%s: its block list", name);
+	w->done++;
+	if (w->fn)
+		w->fn(w->ud, u);
 	return 0;
 }
 
@@ -61,36 +82,19 @@ static int put_one(walk_t *w, int fd, const char *name)
 {
 	tb_upload_t u = { .name = name,
 			  .rel = name + (strlen(name) > w->root_len ? w->root_len : 0) };
-	tb_object_info_t info;
+	tb_blocks_t b;
 	int rc;
 
 	if (w->done == w->max)
 		return tb_error_set(w->err, TB_EINVAL, "%s: more than %zu files", name, w->max);
-	if ((rc = hash_fd(fd, name, u.sha256, &u.size, w->err)) < 0)
+	/* one pass names it and digests its blocks */
+	if ((rc = tb_blocks_of_fd(fd, name, &b, u.sha256, w->err)) < 0)
 		return rc;
-	snprintf(u.key, sizeof(u.key), TB_UPLOADS_PREFIX "%s", u.sha256);
-	rc = tb_store_head(w->s, u.key, &info, w->err);
-	if (rc == 0 && info.size == u.size && (!info.sha256[0] || !strcmp(info.sha256, u.sha256))) {
-		u.uploaded = 0; /* that content is there already */
-	} else if (rc == 0 || rc == TB_ENOTFOUND) {
-		if ((rc = tb_store_put_fd(w->s, u.key, fd, &info, w->err)) < 0)
-			return tb_error_prefix(w->err, "%s", name);
-		if (strcmp(info.sha256, u.sha256) != 0) { /* it changed as it was read */
-			tb_error_t derr; /* the key names other content: not kept */
-			tb_store_delete(w->s, u.key, &derr);
-			return tb_error_set(w->err, TB_EINVAL,
-					    "%s changed while it was uploaded: upload it again "
-					    "when it is still",
-					    name);
-		}
-		u.uploaded = 1;
-	} else {
-		return tb_error_prefix(w->err, "%s", name);
-	}
-	w->done++;
-	if (w->fn)
-		w->fn(w->ud, &u);
-	return 0;
+	u.size = b.size;
+	memcpy(u.blocks, b.digest, sizeof(u.blocks));
+	rc = put_content(w, fd, name, &u, &b);
+	tb_blocks_free(&b);
+	return rc;
 }
 
 static int walk_dir(walk_t *w, int dfd, const char *name, int depth);

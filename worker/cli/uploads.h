@@ -19,6 +19,7 @@ typedef struct tb_upload {
 			   * file named: its name */
 	char key[80];     /* uploads/<sha256> */
 	char sha256[65];
+	char blocks[65]; /* the SHA-256 of its block list (tb/blocks.h) */
 	uint64_t size;
 	int uploaded; /* 0: an object with that content was there already */
 } tb_upload_t;
@@ -29,7 +30,8 @@ typedef struct tb_upload {
  * said on stderr), named by the directory's base name and the path
  * below it, in name order; at most @p max files. Each file is hashed,
  * then put at uploads/<sha256> unless an object is there with that
- * content; memory stays flat whatever the size. @p fn is called after
+ * content, and its block list at blocks/<sha256> likewise; memory stays
+ * flat whatever the size. @p fn is called after
  * each file.
  * @return 0; TB_ENOTFOUND (no such path), TB_EINVAL (not a file or a
  *         directory, too many files, a file that changed as it was read),

@@ -18,6 +18,11 @@ int tb_hex_digit(char c);
  * checksum here is written in. @p out holds 2n + 1 bytes. */
 void tb_hex(char *out, const void *bytes, size_t n);
 
+/** The @p n bytes that 2n hex digits at @p hex (either case) spell, into
+ * @p out. @return 0, or -1 at a character that is not a hex digit (a
+ * NUL among them) */
+int tb_unhex(void *out, const char *hex, size_t n);
+
 /**
  * Percent-encodes the string @p in: the unreserved characters
  * (A-Z a-z 0-9 - _ . ~) stay, and '/' too when @p keep_slash; every other

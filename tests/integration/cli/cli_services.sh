@@ -340,6 +340,28 @@ expect "artifacts put again, as JSON" 0 "$tmp/put2.json" \
   "$tb" artifacts put --config "$cfg" --json "$tmp/words.txt"
 has "says it was there already" '"uploaded":false' "$tmp/put2.json"
 expect "artifacts put of nothing" 5 "$tmp/put3.out" "$tb" artifacts put --config "$cfg" "$tmp/none"
+# Its block list (keys.md, "Block digests"), as another language reads it:
+# the SHA-256 of each 1 MiB block, concatenated, at blocks/<sha256>, and
+# named by its own SHA-256 in --json's "blocks".
+head -c 2621440 /dev/urandom >"$tmp/big.bin"
+expect "artifacts put of 2.5 MiB, as JSON" 0 "$tmp/put4.json" \
+  "$tb" artifacts put --config "$cfg" --json "$tmp/big.bin"
+big_sha=$(sha256sum "$tmp/big.bin" | cut -d' ' -f1)
+curl -sf --aws-sigv4 "aws:amz:$TASKBOX_TEST_S3_REGION:s3" \
+  --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+  -o "$tmp/big.blocks" "$TASKBOX_TEST_S3_ENDPOINT/$run/blocks/$big_sha" ||
+  bad "the block list is at blocks/<sha256>"
+if python3 - "$tmp/big.bin" "$tmp/big.blocks" "$tmp/put4.json" <<'PYEOF2'
+import hashlib, json, sys
+data = open(sys.argv[1], "rb").read()
+want = b"".join(hashlib.sha256(data[i:i + 1048576]).digest()
+                for i in range(0, len(data), 1048576))
+got = open(sys.argv[2], "rb").read()
+ref = json.load(open(sys.argv[3]))[0]
+sys.exit(0 if got == want and len(got) == 96 and
+         ref["blocks"] == hashlib.sha256(want).hexdigest() else 1)
+PYEOF2
+then ok; else bad "the block list is each 1 MiB block's SHA-256, named by its own"; fi
 printf 'from python\n' >"$tmp/py-words.txt"
 read -r py_sha py_crc < <(python3 - "$tmp/py-words.txt" <<'PYEOF'
 import hashlib, sys

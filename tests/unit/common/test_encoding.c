@@ -25,6 +25,11 @@ static void test_hex__digits_of_either_case(void **state)
 	assert_int_equal(tb_hex_digit('%'), -1);
 	tb_hex(out, "\x00\xff\x1a\xb2", 4);
 	assert_string_equal(out, "00ff1ab2");
+	unsigned char back[4];
+	assert_int_equal(tb_unhex(back, "00FF1ab2", 4), 0);
+	assert_memory_equal(back, "\x00\xff\x1a\xb2", 4);
+	assert_int_equal(tb_unhex(back, "00ff1a", 4), -1); /* the NUL */
+	assert_int_equal(tb_unhex(back, "0g", 1), -1);
 }
 
 static void test_percent__encodes_what_is_not_unreserved(void **state)
