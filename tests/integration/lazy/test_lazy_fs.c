@@ -1,0 +1,271 @@
+/*
+ * test_lazy_fs.c: inputs read on demand (worker/lazy/lazy_fs.h), against
+ * the real S3 server: a file shows its size at once and only what is read
+ * is fetched, by ranged GETs; a block that is not the content named fails
+ * its read with EIO and says which; a second reader is served from the
+ * block cache; nothing is writable. Needs root (it opens /dev/fuse) and
+ * TASKBOX_TEST_S3_* (tests/run); the file system is moved into a mount
+ * namespace of the test's own.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "block_cache.h"
+#include "lazy_fs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SIZE (8u * TB_BLOCK_SIZE + 12345)
+
+static struct {
+	tb_store_t *store;
+	char tmp[64];
+	uint8_t *data; /* the object's content */
+	char key[128];
+	tb_blocks_t blocks;
+	int n; /* mount points made */
+} F;
+
+static int memfd_of(const void *data, size_t len)
+{
+	int fd = memfd_create("lazy", MFD_CLOEXEC);
+	if (fd < 0 || write(fd, data, len) != (ssize_t)len)
+		return -1;
+	return fd;
+}
+
+static int setup(void **state)
+{
+	const char *endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT");
+	tb_store_config_t cfg = { 0 };
+	char url[128], bucket[64];
+	tb_error_t err;
+
+	(void)state;
+	if (geteuid() != 0 || !endpoint || access("/dev/fuse", R_OK | W_OK) < 0) {
+		printf("SKIP: needs root, /dev/fuse and TASKBOX_TEST_S3_* (tests/run)\n");
+		exit(77);
+	}
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return -1;
+	setenv("AWS_ACCESS_KEY_ID", getenv("TASKBOX_TEST_S3_ACCESS_KEY"), 1);
+	setenv("AWS_SECRET_ACCESS_KEY", getenv("TASKBOX_TEST_S3_SECRET_KEY"), 1);
+	snprintf(bucket, sizeof(bucket), "tb-lazy-%d", getpid());
+	snprintf(url, sizeof(url), "s3://%s/runs", bucket);
+	cfg.url = url;
+	cfg.endpoint = (char *)endpoint;
+	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	if (tb_store_open(&F.store, &cfg, &err) != 0 ||
+	    tb_store_create_bucket(F.store, &err) != 0) {
+		fprintf(stderr, "s3 setup: %s\n", err.msg);
+		return -1;
+	}
+	snprintf(F.tmp, sizeof(F.tmp), "/tmp/tb-lazy-XXXXXX");
+	if (!mkdtemp(F.tmp) || !(F.data = malloc(SIZE)))
+		return -1;
+	uint64_t x = 88172645463325252ull ^ (uint64_t)getpid(); /* xorshift: no two blocks alike */
+	for (size_t i = 0; i < SIZE; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		F.data[i] = (uint8_t)x;
+	}
+	int fd = memfd_of(F.data, SIZE);
+	snprintf(F.key, sizeof(F.key), "uploads/lazy-%d", getpid());
+	if (fd < 0 || tb_blocks_of_fd(fd, "data", &F.blocks, NULL, &err) != 0 ||
+	    tb_store_put_fd(F.store, F.key, fd, NULL, &err) != 0) {
+		fprintf(stderr, "setup: %s\n", err.msg);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	tb_blocks_free(&F.blocks);
+	free(F.data);
+	tb_store_close(F.store);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", F.tmp);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Starts a file system of @p files and mounts it at a fresh directory,
+ * into @p at. */
+static tb_lazy_fs_t *mounted(const tb_lazy_file_t *files, size_t n, tb_block_cache_t *cache,
+			     char *at, size_t cap)
+{
+	tb_lazy_fs_conf_t conf = { .store = F.store, .cache = cache, .files = files, .nfiles = n };
+	tb_lazy_fs_t *fs;
+	tb_error_t err;
+	int mfd;
+
+	if (tb_lazy_fs_start(&fs, &conf, &mfd, &err) != 0)
+		fail_msg("start: %s", err.msg);
+	snprintf(at, cap, "%s/m%d", F.tmp, F.n++);
+	assert_int_equal(mkdir(at, 0755), 0);
+	if (move_mount(mfd, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		fail_msg("move_mount: %s", strerror(errno));
+	close(mfd);
+	return fs;
+}
+
+static void unmounted(tb_lazy_fs_t *fs, const char *at)
+{
+	assert_int_equal(umount2(at, MNT_DETACH), 0);
+	tb_lazy_fs_stop(fs);
+}
+
+static void read_at(const char *path, uint64_t off, size_t len, uint8_t *buf)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, buf, len, (off_t)off), (ssize_t)len);
+	close(fd);
+}
+
+static void test_lazy__a_file_is_there_at_once_and_only_what_is_read_is_fetched(void **state)
+{
+	const tb_lazy_file_t files[] = { { "data.bin", F.key, &F.blocks } };
+	char at[128], path[160];
+	struct stat st;
+	uint8_t *buf = malloc(TB_BLOCK_SIZE);
+
+	(void)state;
+	tb_lazy_fs_t *fs = mounted(files, 1, NULL, at, sizeof(at));
+	snprintf(path, sizeof(path), "%s/data.bin", at);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_size, SIZE);
+	assert_int_equal(st.st_mode & 07777, 0444);
+	assert_int_equal(tb_lazy_fs_fetched(fs, 0), 0); /* nothing read, nothing fetched */
+	/* a MiB from the middle, across two blocks */
+	const uint64_t off = 3 * TB_BLOCK_SIZE + TB_BLOCK_SIZE / 2;
+	read_at(path, off, TB_BLOCK_SIZE, buf);
+	assert_memory_equal(buf, F.data + off, TB_BLOCK_SIZE);
+	uint64_t fetched = tb_lazy_fs_fetched(fs, 0);
+	printf("  read 1 MiB of %u: %llu bytes fetched\n", SIZE, (unsigned long long)fetched);
+	/* its two blocks, and at most the kernel's read-ahead past them */
+	assert_true(fetched >= 2 * TB_BLOCK_SIZE && fetched <= 4 * TB_BLOCK_SIZE);
+	/* the end, shorter than a block */
+	read_at(path, SIZE - 100, 100, buf);
+	assert_memory_equal(buf, F.data + SIZE - 100, 100);
+	/* the directory holds it and nothing else; nothing is writable */
+	DIR *d = opendir(at);
+	struct dirent *de;
+	int names = 0;
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		names +=
+		    de->d_name[0] != '.' ? (assert_string_equal(de->d_name, "data.bin"), 1) : 0;
+	closedir(d);
+	assert_int_equal(names, 1);
+	assert_int_equal(open(path, O_WRONLY | O_CLOEXEC), -1);
+	assert_int_equal(errno, EROFS);
+	snprintf(path, sizeof(path), "%s/new", at);
+	assert_int_equal(open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0644), -1);
+	char why[256];
+	tb_lazy_fs_error(fs, why, sizeof(why));
+	assert_string_equal(why, "");
+	unmounted(fs, at);
+	free(buf);
+}
+
+static void test_lazy__a_block_that_is_not_the_content_named_fails_its_read(void **state)
+{
+	tb_blocks_t other;
+	tb_error_t err;
+	char at[128], path[160], why[512];
+	uint8_t *buf = malloc(TB_BLOCK_SIZE);
+
+	(void)state;
+	/* the list of a content whose block 2 differs from what is stored */
+	F.data[2 * TB_BLOCK_SIZE + 7] ^= 0x40;
+	int fd = memfd_of(F.data, SIZE);
+	F.data[2 * TB_BLOCK_SIZE + 7] ^= 0x40;
+	assert_int_equal(tb_blocks_of_fd(fd, "other", &other, NULL, &err), 0);
+	close(fd);
+	const tb_lazy_file_t files[] = { { "data.bin", F.key, &other } };
+	tb_lazy_fs_t *fs = mounted(files, 1, NULL, at, sizeof(at));
+	snprintf(path, sizeof(path), "%s/data.bin", at);
+	read_at(path, 0, 4096, buf); /* block 0 is what it should be */
+	assert_memory_equal(buf, F.data, 4096);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, buf, 4096, 2 * TB_BLOCK_SIZE), -1);
+	assert_int_equal(errno, EIO);
+	close(fd);
+	tb_lazy_fs_error(fs, why, sizeof(why));
+	printf("  %s\n", why);
+	assert_non_null(strstr(why, "input data.bin: block 2 (bytes 2097152 to 3145727)"));
+	unmounted(fs, at);
+	tb_blocks_free(&other);
+	free(buf);
+}
+
+static void test_lazy__a_second_reader_is_served_from_the_cache(void **state)
+{
+	const tb_lazy_file_t files[] = { { "a.bin", F.key, &F.blocks } };
+	tb_block_cache_t *cache;
+	tb_error_t err;
+	char at[128], dir[128], path[160];
+	uint8_t *all = malloc(SIZE);
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/cache", F.tmp);
+	assert_int_equal(tb_block_cache_open(&cache, dir, 64u << 20, &err), 0);
+	for (int round = 0; round < 2; round++) {
+		tb_lazy_fs_t *fs = mounted(files, 1, cache, at, sizeof(at));
+		snprintf(path, sizeof(path), "%s/a.bin", at);
+		read_at(path, 0, SIZE, all);
+		assert_memory_equal(all, F.data, SIZE);
+		/* the first reads it all from the store, the second none */
+		assert_int_equal(tb_lazy_fs_fetched(fs, 0), round == 0 ? SIZE : 0);
+		unmounted(fs, at);
+	}
+	assert_int_equal(tb_block_cache_bytes(cache), SIZE);
+	tb_block_cache_close(cache);
+	free(all);
+}
+
+static void test_lazy__bad_names_are_refused(void **state)
+{
+	const tb_lazy_file_t two[] = { { "x", F.key, &F.blocks }, { "x", F.key, &F.blocks } };
+	const tb_lazy_file_t slash[] = { { "a/b", F.key, &F.blocks } };
+	tb_lazy_fs_conf_t conf = { .store = F.store, .files = two, .nfiles = 2 };
+	tb_lazy_fs_t *fs;
+	tb_error_t err;
+	int mfd;
+
+	(void)state;
+	assert_int_equal(tb_lazy_fs_start(&fs, &conf, &mfd, &err), TB_EINVAL);
+	assert_non_null(strstr(err.msg, "two files named 'x'"));
+	conf.files = slash, conf.nfiles = 1;
+	assert_int_equal(tb_lazy_fs_start(&fs, &conf, &mfd, &err), TB_EINVAL);
+	assert_int_equal(mfd, -1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(
+		    test_lazy__a_file_is_there_at_once_and_only_what_is_read_is_fetched),
+		cmocka_unit_test(test_lazy__a_block_that_is_not_the_content_named_fails_its_read),
+		cmocka_unit_test(test_lazy__a_second_reader_is_served_from_the_cache),
+		cmocka_unit_test(test_lazy__bad_names_are_refused),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,505 @@
+/*
+ * lazy_fs.c: a task's lazy inputs as a read-only FUSE file system
+ * (lazy_fs.h).
+ *
+ * Inode 1 is the directory, inode 2 + i file i. The threads are ours, not
+ * libfuse's loop: each polls the device and an eventfd, so that stopping
+ * wakes them all at once whatever the sandbox still holds, and their
+ * number is fixed. A read is served block by block out of the slots in
+ * memory; a block in none is loaded into the least recently used free
+ * one, from the cache or with one ranged GET of the whole block, checked,
+ * then kept in the cache.
+ */
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+#include "lazy_fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse3/fuse_lowlevel.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_THREADS 16
+#define SPARE_SLOTS 2 /* hot blocks beyond one per thread */
+#define ROOT_INO 1
+#define TIMEOUT 86400.0 /* nothing here ever changes */
+
+/* A block in memory: the kernel asks in pieces of 128 KiB, each of which
+ * would otherwise cost a whole block's GET; and readers of one block wait
+ * for the one fetch of it. */
+typedef struct slot {
+	size_t file, index; /* which, when state is not EMPTY */
+	enum { EMPTY, LOADING, READY } state;
+	unsigned pins; /* readers copying out of it */
+	uint64_t used; /* the lowest unpinned one is replaced */
+	ssize_t len;   /* READY: its length, or -errno */
+	uint8_t *data; /* TB_BLOCK_SIZE bytes */
+} slot_t;
+
+struct tb_lazy_fs {
+	tb_lazy_fs_conf_t c;
+	slot_t *slots; /* nslots, under lock */
+	size_t nslots;
+	uint64_t tick;
+	pthread_cond_t changed; /* a slot became READY or unpinned */
+	struct fuse_session *se;
+	int dev; /* /dev/fuse: the session's once it took it (dev_taken) */
+	int dev_taken;
+	int stop; /* an eventfd: written once to stop */
+	pthread_t threads[MAX_THREADS];
+	unsigned nthreads;
+	_Atomic uint64_t *fetched; /* per file */
+	pthread_mutex_t lock;
+	char error[1600]; /* the first failure, under lock */
+};
+
+static const tb_lazy_file_t *file_of(const tb_lazy_fs_t *fs, fuse_ino_t ino)
+{
+	return ino >= 2 && ino - 2 < fs->c.nfiles ? &fs->c.files[ino - 2] : NULL;
+}
+
+static void attr_of(const tb_lazy_fs_t *fs, fuse_ino_t ino, struct stat *st)
+{
+	const tb_lazy_file_t *f = file_of(fs, ino);
+
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mode = f ? S_IFREG | 0444 : S_IFDIR | 0555;
+	st->st_nlink = f ? 1 : 2;
+	st->st_size = f ? (off_t)f->blocks->size : 0;
+	st->st_blksize = TB_BLOCK_SIZE;
+	st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
+}
+
+static void failed(tb_lazy_fs_t *fs, const tb_lazy_file_t *f, const tb_error_t *err)
+{
+	pthread_mutex_lock(&fs->lock);
+	if (!fs->error[0])
+		snprintf(fs->error, sizeof(fs->error), "input %.255s: %s", f->name, err->msg);
+	pthread_mutex_unlock(&fs->lock);
+}
+
+/* Block @p index of file @p i into @p buf (TB_BLOCK_SIZE bytes): from the
+ * cache, or fetched and checked. Its length, or -errno. */
+static ssize_t fetch_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint8_t *buf)
+{
+	const tb_lazy_file_t *f = &fs->c.files[i];
+	const uint8_t *sha = f->blocks->sha + 32 * index;
+	uint64_t at = (uint64_t)index * TB_BLOCK_SIZE;
+	size_t len =
+	    f->blocks->size - at < TB_BLOCK_SIZE ? (size_t)(f->blocks->size - at) : TB_BLOCK_SIZE;
+	tb_error_t err;
+	size_t got;
+
+	if (fs->c.cache && tb_block_cache_get(fs->c.cache, sha, buf, len))
+		return (ssize_t)len;
+	if (tb_store_get_range(fs->c.store, f->key, at, len, buf, &got, &err) < 0) {
+		failed(fs, f, &err);
+		return -EIO;
+	}
+	atomic_fetch_add(&fs->fetched[i], got);
+	if (tb_blocks_check(f->blocks, index, buf, got, &err) < 0) {
+		failed(fs, f, &err);
+		return -EIO;
+	}
+	if (fs->c.cache)
+		tb_block_cache_put(fs->c.cache, sha, buf, len);
+	return (ssize_t)len;
+}
+
+/* The slot holding block @p index of file @p i, READY and pinned (the
+ * caller unpins it); fetched into the least recently used free slot if no
+ * slot has it. NULL if every slot is pinned by others: never, as there
+ * are more slots than threads. Called and returns under fs->lock. */
+static slot_t *pin_block(tb_lazy_fs_t *fs, size_t i, size_t index)
+{
+	for (;;) {
+		slot_t *free_slot = NULL;
+		for (size_t k = 0; k < fs->nslots; k++) {
+			slot_t *s = &fs->slots[k];
+			if (s->state != EMPTY && s->file == i && s->index == index) {
+				if (s->state == LOADING)
+					goto wait;
+				s->pins++;
+				s->used = ++fs->tick;
+				return s;
+			}
+			if (!s->pins && s->state != LOADING &&
+			    (!free_slot || s->used < free_slot->used))
+				free_slot = s;
+		}
+		if (!free_slot)
+			goto wait;
+		free_slot->file = i, free_slot->index = index;
+		free_slot->state = LOADING;
+		free_slot->pins = 1;
+		pthread_mutex_unlock(&fs->lock);
+		ssize_t len = fetch_block(fs, i, index, free_slot->data);
+		pthread_mutex_lock(&fs->lock);
+		free_slot->len = len;
+		free_slot->state = len < 0 ? EMPTY : READY; /* a failure is not kept */
+		free_slot->used = ++fs->tick;
+		pthread_cond_broadcast(&fs->changed);
+		if (len < 0) {
+			free_slot->pins--;
+			return NULL;
+		}
+		return free_slot;
+	wait:
+		pthread_cond_wait(&fs->changed, &fs->lock);
+	}
+}
+
+/* Block @p index of file @p i: @p take bytes from @p from into @p out.
+ * 0, or -errno. */
+static int copy_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint64_t from, uint8_t *out,
+		      uint64_t *take)
+{
+	pthread_mutex_lock(&fs->lock);
+	slot_t *s = pin_block(fs, i, index);
+	pthread_mutex_unlock(&fs->lock);
+	if (!s)
+		return -EIO;
+	if ((uint64_t)s->len < from + *take)
+		*take = (uint64_t)s->len > from ? (uint64_t)s->len - from : 0;
+	memcpy(out, s->data + from, *take); /* pinned: not replaced meanwhile */
+	pthread_mutex_lock(&fs->lock);
+	s->pins--;
+	pthread_cond_broadcast(&fs->changed);
+	pthread_mutex_unlock(&fs->lock);
+	return 0;
+}
+
+/* ------------------------------------------------------------ operations */
+
+static void op_init(void *ud, struct fuse_conn_info *conn)
+{
+	(void)ud;
+	/* the kernel reads ahead a block at a time: the next GET overlaps */
+	conn->max_readahead = TB_BLOCK_SIZE;
+	conn->want &= ~(unsigned)FUSE_CAP_SPLICE_READ;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	tb_lazy_fs_t *fs = fuse_req_userdata(req);
+	struct fuse_entry_param e;
+
+	memset(&e, 0, sizeof(e));
+	for (size_t i = 0; parent == ROOT_INO && i < fs->c.nfiles; i++)
+		if (!strcmp(fs->c.files[i].name, name)) {
+			e.ino = 2 + i;
+			e.attr_timeout = e.entry_timeout = TIMEOUT;
+			attr_of(fs, e.ino, &e.attr);
+			fuse_reply_entry(req, &e);
+			return;
+		}
+	fuse_reply_err(req, ENOENT);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	tb_lazy_fs_t *fs = fuse_req_userdata(req);
+	struct stat st;
+
+	(void)fi;
+	if (ino != ROOT_INO && !file_of(fs, ino)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	attr_of(fs, ino, &st);
+	fuse_reply_attr(req, &st, TIMEOUT);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	tb_lazy_fs_t *fs = fuse_req_userdata(req);
+
+	if (!file_of(fs, ino))
+		fuse_reply_err(req, ino == ROOT_INO ? EISDIR : ENOENT);
+	else if ((fi->flags & O_ACCMODE) != O_RDONLY)
+		fuse_reply_err(req, EROFS);
+	else {
+		fi->keep_cache = 1; /* the content never changes: cached pages stay */
+		fuse_reply_open(req, fi);
+	}
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	tb_lazy_fs_t *fs = fuse_req_userdata(req);
+	const tb_lazy_file_t *f = file_of(fs, ino);
+	uint8_t *out;
+	size_t have = 0;
+
+	(void)fi;
+	if (!f || off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	uint64_t end =
+	    (uint64_t)off + size < f->blocks->size ? (uint64_t)off + size : f->blocks->size;
+	if ((uint64_t)off >= end) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (!(out = malloc(end - (uint64_t)off))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	for (uint64_t at = (uint64_t)off; at < end;) {
+		size_t index = (size_t)(at / TB_BLOCK_SIZE);
+		uint64_t from = at - (uint64_t)index * TB_BLOCK_SIZE;
+		uint64_t take = TB_BLOCK_SIZE - from < end - at ? TB_BLOCK_SIZE - from : end - at;
+		int rc = copy_block(fs, ino - 2, index, from, out + have, &take);
+		if (rc < 0 || take == 0) {
+			free(out);
+			fuse_reply_err(req, rc < 0 ? -rc : EIO);
+			return;
+		}
+		have += take;
+		at += take;
+	}
+	fuse_reply_buf(req, (const char *)out, have);
+	free(out);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (ino != ROOT_INO)
+		fuse_reply_err(req, ENOTDIR);
+	else
+		fuse_reply_open(req, fi);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	tb_lazy_fs_t *fs = fuse_req_userdata(req);
+	char *buf = malloc(size ? size : 1);
+	size_t used = 0;
+
+	(void)fi;
+	if (ino != ROOT_INO || !buf) {
+		free(buf);
+		fuse_reply_err(req, ino != ROOT_INO ? ENOTDIR : ENOMEM);
+		return;
+	}
+	/* entry k: ".", "..", then the files; off is the next one's number */
+	for (size_t k = (size_t)off; k < fs->c.nfiles + 2; k++) {
+		struct stat st;
+		const char *name = k == 0 ? "." : k == 1 ? ".." : fs->c.files[k - 2].name;
+		attr_of(fs, k < 2 ? ROOT_INO : 2 + (k - 2), &st);
+		size_t need =
+		    fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(k + 1));
+		if (need > size - used)
+			break;
+		used += need;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static const struct fuse_lowlevel_ops ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.getattr = op_getattr,
+	.open = op_open,
+	.read = op_read,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+};
+
+/* ------------------------------------------------------------ serving */
+
+static void *serve(void *arg)
+{
+	tb_lazy_fs_t *fs = arg;
+	struct fuse_buf fbuf = { .mem = NULL };
+	struct pollfd p[2] = { { .fd = fs->dev, .events = POLLIN },
+			       { .fd = fs->stop, .events = POLLIN } };
+
+	while (!fuse_session_exited(fs->se)) {
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			break;
+		if (p[1].revents)
+			break; /* stopping */
+		if (!(p[0].revents & POLLIN)) {
+			if (p[0].revents & (POLLERR | POLLHUP))
+				break; /* the connection is gone */
+			continue;
+		}
+		int n = fuse_session_receive_buf(fs->se, &fbuf);
+		if (n == -EAGAIN || n == -EINTR)
+			continue; /* another thread took it */
+		if (n <= 0)
+			break; /* 0: unmounted; < 0: the device failed */
+		fuse_session_process_buf(fs->se, &fbuf);
+	}
+	free(fbuf.mem);
+	return NULL;
+}
+
+/* A detached FUSE mount on device fd @p dev. The mount fd, or -errno. */
+static int make_mount(int dev)
+{
+	char num[16];
+	int fsfd = fsopen("fuse", FSOPEN_CLOEXEC), mfd = -1, e = 0;
+
+	if (fsfd < 0)
+		return -errno;
+	snprintf(num, sizeof(num), "%d", dev);
+	if (fsconfig(fsfd, FSCONFIG_SET_STRING, "source", "taskbox-inputs", 0) < 0 ||
+	    fsconfig(fsfd, FSCONFIG_SET_STRING, "fd", num, 0) < 0 ||
+	    fsconfig(fsfd, FSCONFIG_SET_STRING, "rootmode", "40555", 0) < 0 ||
+	    fsconfig(fsfd, FSCONFIG_SET_STRING, "user_id", "0", 0) < 0 ||
+	    fsconfig(fsfd, FSCONFIG_SET_STRING, "group_id", "0", 0) < 0 ||
+	    fsconfig(fsfd, FSCONFIG_SET_FLAG, "allow_other", NULL, 0) < 0 ||
+	    fsconfig(fsfd, FSCONFIG_SET_FLAG, "default_permissions", NULL, 0) < 0 ||
+	    fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
+	    (mfd = fsmount(fsfd, FSMOUNT_CLOEXEC,
+			   MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+			       MOUNT_ATTR_NOEXEC)) < 0)
+		e = errno;
+	close(fsfd);
+	return mfd >= 0 ? mfd : -e;
+}
+
+static int check_names(const tb_lazy_fs_conf_t *c, tb_error_t *err)
+{
+	for (size_t i = 0; i < c->nfiles; i++) {
+		const char *n = c->files[i].name;
+		if (!n[0] || strchr(n, '/') || !strcmp(n, ".") || !strcmp(n, "..") ||
+		    strlen(n) > 255)
+			return tb_error_set(err, TB_EINVAL, "lazy input: a bad file name '%s'", n);
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(n, c->files[j].name))
+				return tb_error_set(err, TB_EINVAL,
+						    "lazy input: two files named '%s'", n);
+	}
+	return 0;
+}
+
+int tb_lazy_fs_start(tb_lazy_fs_t **out, const tb_lazy_fs_conf_t *conf, int *mount_fd,
+		     tb_error_t *err)
+{
+	char *argv[] = { (char *)"taskbox", NULL };
+	struct fuse_args args = FUSE_ARGS_INIT(1, argv);
+	char dev_path[32];
+	tb_lazy_fs_t *fs;
+	int rc;
+
+	*out = NULL;
+	*mount_fd = -1;
+	if ((rc = check_names(conf, err)) < 0)
+		return rc;
+	if (!(fs = calloc(1, sizeof(*fs))) ||
+	    !(fs->fetched = calloc(conf->nfiles ? conf->nfiles : 1, sizeof(*fs->fetched)))) {
+		free(fs);
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	}
+	fs->c = *conf;
+	fs->dev = fs->stop = -1;
+	pthread_mutex_init(&fs->lock, NULL);
+	pthread_cond_init(&fs->changed, NULL);
+	unsigned want = conf->max_threads ? conf->max_threads : 4;
+	if (want > MAX_THREADS)
+		want = MAX_THREADS;
+	fs->nslots = want + SPARE_SLOTS;
+	if (!(fs->slots = calloc(fs->nslots, sizeof(*fs->slots)))) {
+		fs->nslots = 0;
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (size_t k = 0; k < fs->nslots; k++)
+		if (!(fs->slots[k].data = malloc(TB_BLOCK_SIZE))) {
+			rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+			goto fail;
+		}
+	if ((fs->dev = open("/dev/fuse", O_RDWR | O_CLOEXEC | O_NONBLOCK)) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "lazy inputs: open /dev/fuse");
+		goto fail;
+	}
+	if ((fs->stop = eventfd(0, EFD_CLOEXEC)) < 0) {
+		rc = tb_error_errno(err, TB_EIO, errno, "lazy inputs: eventfd");
+		goto fail;
+	}
+	if (!(fs->se = fuse_session_new(&args, &ops, sizeof(ops), fs))) {
+		rc = tb_error_set(err, TB_ENOMEM, "lazy inputs: a FUSE session");
+		goto fail;
+	}
+	/* "/dev/fd/N": libfuse takes the device as it is (and closes it) */
+	snprintf(dev_path, sizeof(dev_path), "/dev/fd/%d", fs->dev);
+	if (fuse_session_mount(fs->se, dev_path) != 0) {
+		rc = tb_error_set(err, TB_EIO, "lazy inputs: FUSE refused the device");
+		goto fail;
+	}
+	fs->dev_taken = 1;
+	if ((*mount_fd = make_mount(fs->dev)) < 0) {
+		rc = tb_error_errno(err, TB_EIO, -*mount_fd, "lazy inputs: mount FUSE");
+		*mount_fd = -1;
+		goto fail;
+	}
+	for (; fs->nthreads < want; fs->nthreads++)
+		if (pthread_create(&fs->threads[fs->nthreads], NULL, serve, fs) != 0)
+			break;
+	if (!fs->nthreads) {
+		rc = tb_error_set(err, TB_EIO, "lazy inputs: no thread to serve them");
+		close(*mount_fd);
+		*mount_fd = -1;
+		goto fail;
+	}
+	*out = fs;
+	return 0;
+fail:
+	tb_lazy_fs_stop(fs);
+	return rc;
+}
+
+uint64_t tb_lazy_fs_fetched(tb_lazy_fs_t *fs, size_t i)
+{
+	return i < fs->c.nfiles ? atomic_load(&fs->fetched[i]) : 0;
+}
+
+void tb_lazy_fs_error(tb_lazy_fs_t *fs, char *out, size_t cap)
+{
+	pthread_mutex_lock(&fs->lock);
+	snprintf(out, cap, "%s", fs->error);
+	pthread_mutex_unlock(&fs->lock);
+}
+
+void tb_lazy_fs_stop(tb_lazy_fs_t *fs)
+{
+	uint64_t one = 1;
+
+	if (!fs)
+		return;
+	/* cannot fail: an eventfd written once */
+	if (fs->stop >= 0 && write(fs->stop, &one, sizeof(one)) != (ssize_t)sizeof(one))
+		abort();
+	for (unsigned i = 0; i < fs->nthreads; i++)
+		pthread_join(fs->threads[i], NULL);
+	if (fs->se)
+		fuse_session_destroy(fs->se); /* closes a device it took: the
+					       * kernel fails what still waits */
+	if (!fs->dev_taken && fs->dev >= 0)
+		close(fs->dev);
+	if (fs->stop >= 0)
+		close(fs->stop);
+	pthread_mutex_destroy(&fs->lock);
+	pthread_cond_destroy(&fs->changed);
+	for (size_t k = 0; k < fs->nslots; k++)
+		free(fs->slots[k].data);
+	free(fs->slots);
+	free(fs->fetched);
+	free(fs);
+}
