@@ -741,6 +741,31 @@ fail:
 	return rc;
 }
 
+/* ASSIGN's data into @p req: the host name, the recipe's and the inputs'
+ * canonical paths, then each lazy input's path (argc of them). */
+static int assign_req(tb_sbp_req_t *req, const tb_sandbox_spec_t *spec, const char *recipe,
+		      const char *inputs, tb_error_t *err)
+{
+	size_t nlazy = spec->lazy_mount > 0 && spec->lazy_paths ? spec->lazy_paths->n : 0;
+	size_t pos = 0;
+
+	req->op = TB_SBP_ASSIGN;
+	for (size_t i = 0; i < 3 + nlazy; i++) {
+		const char *f = i == 0   ? spec->hostname
+				: i == 1 ? recipe
+				: i == 2 ? inputs
+					 : spec->lazy_paths->items[i - 3];
+		size_t n = strlen(f) + 1;
+		if (pos + n > TB_SBP_DATA_MAX)
+			return tb_error_set(err, TB_EINVAL, "sandbox: too many lazy inputs' paths");
+		memcpy(req->data + pos, f, n);
+		pos += n;
+	}
+	req->len = (uint32_t)pos;
+	req->argc = (uint32_t)nlazy;
+	return 0;
+}
+
 int tb_sandbox_assign(tb_sandbox_t *sb, const tb_sandbox_spec_t *spec, tb_error_t *err)
 {
 	tb_cgroup_limits_t lim = {
@@ -751,7 +776,6 @@ int tb_sandbox_assign(tb_sandbox_t *sb, const tb_sandbox_spec_t *spec, tb_error_
 	char recipe[PATH_MAX] = "", inputs[PATH_MAX] = "";
 	tb_sbp_req_t *req;
 	tb_sbp_resp_t r;
-	size_t pos = 0;
 	int rc;
 
 	if (sb->assigned || sb->dead)
@@ -774,16 +798,11 @@ int tb_sandbox_assign(tb_sandbox_t *sb, const tb_sandbox_spec_t *spec, tb_error_
 	}
 	if (!(req = calloc(1, sizeof(*req))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	req->op = TB_SBP_ASSIGN;
 	req->id = sb->next_id++;
-	const char *fields[3] = { spec->hostname, recipe, inputs };
-	for (int i = 0; i < 3; i++) {
-		size_t n = strlen(fields[i]) + 1;
-		memcpy(req->data + pos, fields[i], n);
-		pos += n;
-	}
-	req->len = (uint32_t)pos;
-	if (send(sb->ctl, req, offsetof(tb_sbp_req_t, data) + pos, MSG_NOSIGNAL) < 0) {
+	if ((rc = assign_req(req, spec, recipe, inputs, err)) < 0)
+		goto out;
+	if (send_with_fd(sb->ctl, req, offsetof(tb_sbp_req_t, data) + req->len,
+			 req->argc ? spec->lazy_mount : -1) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: send to init");
 		goto out;
 	}

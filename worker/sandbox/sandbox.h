@@ -41,24 +41,28 @@
 typedef struct tb_sandbox tb_sandbox_t;
 
 typedef struct tb_sandbox_spec {
-	const char *name;             /* unique among live sandboxes: [A-Za-z0-9._-] */
-	const char *hostname;         /* inside the uts namespace */
-	unsigned slot;                /* the worker's slot it serves (sandbox_pool.h) */
-	const char *work_root;        /* host directory init builds the root over */
-	const char *group;            /* the worker's prefix: cgroup and dir names */
-	const tb_strlist_t *ro_binds; /* host paths bound read-only (no image) */
-	const char *image_tree;       /* the root: an image's tree on the host (image.h),
+	const char *name;               /* unique among live sandboxes: [A-Za-z0-9._-] */
+	const char *hostname;           /* inside the uts namespace */
+	unsigned slot;                  /* the worker's slot it serves (sandbox_pool.h) */
+	const char *work_root;          /* host directory init builds the root over */
+	const char *group;              /* the worker's prefix: cgroup and dir names */
+	const tb_strlist_t *ro_binds;   /* host paths bound read-only (no image) */
+	const char *image_tree;         /* the root: an image's tree on the host (image.h),
 				       * read-only, its files' owners kept; NULL: ro_binds */
-	const char *recipe_dir;       /* bound read-only at /recipe; may be NULL */
-	const char *inputs_dir;       /* bound read-only at /inputs; may be NULL */
-	uint64_t workspace_mb;        /* /workspace and /tmp tmpfs size */
-	uint64_t outputs_mb;          /* /outputs tmpfs size */
-	uint64_t writable_mb;         /* image_tree: the agent's writable layer over it;
+	const char *recipe_dir;         /* bound read-only at /recipe; may be NULL */
+	const char *inputs_dir;         /* bound read-only at /inputs; may be NULL */
+	int lazy_mount;                 /* > 0: a detached mount whose file "i" is bound
+				       * over /inputs/lazy_paths[i] (a file there:
+				       * inputs read on demand, worker/lazy); 0: none */
+	const tb_strlist_t *lazy_paths; /* with lazy_mount: paths under inputs_dir */
+	uint64_t workspace_mb;          /* /workspace and /tmp tmpfs size */
+	uint64_t outputs_mb;            /* /outputs tmpfs size */
+	uint64_t writable_mb;           /* image_tree: the agent's writable layer over it;
 				       * the judges see the image without it */
-	int image_hold;               /* image_tree: a descriptor (> 0) the sandbox keeps
+	int image_hold;                 /* image_tree: a descriptor (> 0) the sandbox keeps
 				       * a duplicate of until destroyed (the image's
 				       * cache lock: not evicted under it); 0: none */
-	uint64_t memory_mb;           /* cgroup limits; 0 = none */
+	uint64_t memory_mb;             /* cgroup limits; 0 = none */
 	uint64_t pids;
 	uint64_t cpu_millis;
 	uint64_t max_open_files; /* RLIMIT_NOFILE of every process */

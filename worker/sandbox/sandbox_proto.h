@@ -26,7 +26,10 @@ enum tb_sbp_op {
 	/* worker -> init */
 	TB_SBP_EXEC = 1,   /* start a process; fds attached per fd_mask */
 	TB_SBP_KILL = 2,   /* signal a process group */
-	TB_SBP_ASSIGN = 3, /* data = hostname \0 recipe \0 inputs \0 */
+	TB_SBP_ASSIGN = 3, /* data = hostname \0 recipe \0 inputs \0, then
+			    * argc paths \0 under /inputs: with argc > 0,
+			    * the lazy inputs' mount rides as SCM_RIGHTS, and
+			    * its file "i" is bound at path i */
 	TB_SBP_SETUP = 4,  /* the first message: data = tb_sbp_setup_t, then
 			    * the BPF, then root \0 and each ro_bind \0; with
 			    * TB_SBP_F_IMAGE, the image's tree as SCM_RIGHTS */

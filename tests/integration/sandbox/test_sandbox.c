@@ -34,6 +34,7 @@
 #include "sandbox.h"
 #include "sandbox_cgroup.h"
 #include "sandbox_ids.h"
+#include "lazy_fs.h"
 #include "sandbox_pool.h"
 
 static tb_fixture_t F;
@@ -988,6 +989,68 @@ static void test_pool__a_prepared_sandbox_that_died_is_replaced(void **state)
 	assert_int_equal(all_children(kids, 16), 0);
 }
 
+/*
+ * Inputs read on demand (worker/lazy): a file of the lazy inputs' mount is
+ * bound over its place under /inputs, among the eager ones; the agent
+ * reads it whole, checked block by block against the dir store, and
+ * cannot write it.
+ */
+static void test_sandbox__lazy_inputs_are_read_in_place(void **state)
+{
+	const char *look[] = { "/bin/sh", "-c",
+			       "stat -c %s /inputs/data/big.bin; sha256sum < /inputs/data/big.bin; "
+			       "cat /inputs/small.txt; (echo x > /inputs/data/big.bin) 2>/dev/null "
+			       "|| echo refused",
+			       NULL };
+	char dir[256], path[1200], want[512], out[512], sha[65];
+	const size_t size = 3 * TB_BLOCK_SIZE + 7;
+	tb_store_t *store;
+	tb_blocks_t blocks;
+	tb_lazy_fs_t *fs;
+	tb_error_t err;
+	int mfd;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/lazy-store", F.root);
+	assert_int_equal(tb_store_dir_open(&store, dir, &err), 0);
+	snprintf(path, sizeof(path), "%s/lazy-content", F.root);
+	FILE *f = fopen(path, "we");
+	assert_non_null(f);
+	for (size_t i = 0; i < size; i++)
+		fputc((int)((i * 7919u) ^ (i >> 11)) & 0xff, f);
+	fclose(f);
+	assert_int_equal(tb_store_put_file(store, "uploads/big", path, NULL, &err), 0);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_int_equal(tb_blocks_of_fd(fd, "big", &blocks, sha, &err), 0);
+	close(fd);
+	/* the inputs directory: an eager file, and the lazy one's place */
+	snprintf(dir, sizeof(dir), "%s/lazy-inputs", F.root);
+	snprintf(path, sizeof(path),
+		 "mkdir -p %s/data && echo eager > %s/small.txt && "
+		 ": > %s/data/big.bin && chmod -R a+rX %s",
+		 dir, dir, dir, dir);
+	assert_int_equal(system(path), 0);
+	tb_lazy_file_t files[] = { { "0", "uploads/big", &blocks } };
+	tb_lazy_fs_conf_t conf = { .store = store, .files = files, .nfiles = 1 };
+	if (tb_lazy_fs_start(&fs, &conf, &mfd, &err) != 0)
+		fail_msg("lazy: %s", err.msg);
+	char *paths_v[] = { (char *)"data/big.bin" };
+	tb_strlist_t paths = { 1, paths_v };
+	tb_sandbox_spec_t s = spec();
+	s.inputs_dir = dir;
+	s.lazy_mount = mfd;
+	s.lazy_paths = &paths;
+	tb_sandbox_exit_t e = run(s, look, out, sizeof(out));
+	snprintf(want, sizeof(want), "%zu\n%s  -\neager\nrefused\n", size, sha);
+	assert_int_equal(e.code, 0);
+	assert_string_equal(out, want);
+	assert_int_equal(tb_lazy_fs_fetched(fs, 0), size); /* read once, whole */
+	close(mfd);
+	tb_lazy_fs_stop(fs);
+	tb_blocks_free(&blocks);
+	tb_store_close(store);
+}
+
 /* The first host id of @p sb's range, from its init's uid map. */
 static unsigned host_base(const tb_sandbox_t *sb)
 {
@@ -1185,6 +1248,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_pool__prepared_sandboxes_are_kept_per_image),
 		cmocka_unit_test(test_pool__a_prepared_sandbox_that_died_is_replaced),
 		cmocka_unit_test(test_pool__a_session_gets_no_successor),
+		cmocka_unit_test(test_sandbox__lazy_inputs_are_read_in_place),
 		cmocka_unit_test(test_teardown__a_thousand_sandboxes_leave_nothing),
 	};
 	if (geteuid() != 0) {

@@ -55,6 +55,7 @@
 #define PATH_LEN 4096
 #define HOST_DIR "/.host"
 #define LAYERS_DIR "/.layers" /* an image root's scaffold: image_root() */
+#define LAZY_DIR "/.lazy"     /* the lazy inputs' mount, while assign() binds them */
 
 /* From SETUP, never changed afterwards. */
 static tb_sbp_setup_t S;
@@ -687,12 +688,41 @@ static int write_hosts(const char *root)
 	return write_file(path, hostname, 0644);
 }
 
+/* Binds file "i" of the lazy inputs' mount @p fd over /inputs/<path i>
+ * for each of the @p n paths at @p paths (each \0-ended; files the worker
+ * made there), read-only, then lets the mount itself go: the binds keep
+ * it. */
+static void lazy_inputs(const char *paths, const char *end, uint32_t n, int fd)
+{
+	char src[PATH_LEN], dst[PATH_LEN], num[24];
+
+	if (mkdir(LAZY_DIR, 0) < 0 ||
+	    syscall(SYS_move_mount, fd, "", AT_FDCWD, LAZY_DIR, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		fail("mount", "the lazy inputs", errno);
+	close(fd);
+	for (uint32_t i = 0; i < n; i++) {
+		size_t len = paths < end ? strnlen(paths, (size_t)(end - paths)) : 0;
+		if (!len || paths + len >= end || paths[0] == '/' || strstr(paths, ".."))
+			fail("assign", "a bad lazy input path", EINVAL);
+		join(dst, sizeof(dst), "/inputs/", paths);
+		utoa(num, sizeof(num), i);
+		join(src, sizeof(src), LAZY_DIR "/", num);
+		if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+			fail("bind the lazy input", paths, errno);
+		if (make_readonly(dst, 0) < 0)
+			fail("read-only", paths, errno);
+		paths += len + 1;
+	}
+	if (umount2(LAZY_DIR, MNT_DETACH) < 0 || rmdir(LAZY_DIR) < 0)
+		fail("let go of", LAZY_DIR, errno);
+}
+
 /* The task-specific part of a prepared sandbox: host name, the recipe and
  * inputs bound read-only from the host, then the host's root detached for
  * good and the root file system made read-only (an image's stays writable
  * where the image lets the agent write: image_root()). Paths arrive
  * canonical. */
-static void assign(const tb_sbp_req_t *req)
+static void assign(const tb_sbp_req_t *req, int lazy_fd)
 {
 	static char data[TB_SBP_DATA_MAX];
 	const char *field[3] = { "", "", "" }; /* hostname, recipe, inputs */
@@ -722,6 +752,10 @@ static void assign(const tb_sbp_req_t *req)
 		bind_ro("", src, "/inputs", 1);
 		task_binds |= 2;
 	}
+	if ((req->argc > 0) != (lazy_fd >= 0) || (req->argc && !field[2][0]))
+		fail("assign", "lazy inputs without their mount, or no /inputs", EINVAL);
+	if (req->argc)
+		lazy_inputs(data + pos, data + req->len, req->argc, lazy_fd);
 	/* Answer first, then finish: init handles one message at a time, so
 	 * the worker's next request (the first EXEC) is only read after the
 	 * host root is gone and / is read-only, while the answer's trip
@@ -1115,6 +1149,33 @@ static void handle_clear(const tb_sbp_req_t *req)
 	send_resp(TB_SBP_CLEARED, req->id, 0, 0, 0, NULL);
 }
 
+/* One request from the worker, with the @p nfds descriptors that came
+ * with it (each taken: passed on or closed). */
+static void dispatch(tb_sbp_req_t *req, int short_msg, int *fds, int nfds)
+{
+	if (!short_msg && req->op == TB_SBP_EXEC && assigned &&
+	    __builtin_popcount(req->fd_mask & 15) == nfds) {
+		handle_exec(req, fds); /* takes the fds */
+		return;
+	}
+	if (!short_msg && req->op == TB_SBP_ASSIGN && !assigned && nfds <= 1) {
+		assign(req, nfds ? fds[0] : -1); /* takes the lazy inputs' mount */
+		return;
+	}
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	if (short_msg)
+		send_resp(TB_SBP_FAILED, req->id, 0, 0, EINVAL, "malformed request");
+	else if (req->op == TB_SBP_EXEC)
+		send_resp(TB_SBP_FAILED, req->id, 0, 0, assigned ? EINVAL : EPERM,
+			  assigned ? "descriptors do not match the request"
+				   : "sandbox not assigned");
+	else if (req->op == TB_SBP_KILL)
+		handle_kill(req);
+	else if (req->op == TB_SBP_CLEAR)
+		handle_clear(req);
+}
+
 static _Noreturn void serve(void)
 {
 	static tb_sbp_req_t req;
@@ -1168,25 +1229,7 @@ static _Noreturn void serve(void)
 					nfds = 4;
 				memcpy(fds, CMSG_DATA(c), (size_t)nfds * sizeof(int));
 			}
-		if (!short_msg && req.op == TB_SBP_EXEC && assigned &&
-		    __builtin_popcount(req.fd_mask & 15) == nfds) {
-			handle_exec(&req, fds); /* takes the fds */
-			continue;
-		}
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
-		if (short_msg)
-			send_resp(TB_SBP_FAILED, req.id, 0, 0, EINVAL, "malformed request");
-		else if (req.op == TB_SBP_EXEC)
-			send_resp(TB_SBP_FAILED, req.id, 0, 0, assigned ? EINVAL : EPERM,
-				  assigned ? "descriptors do not match the request"
-					   : "sandbox not assigned");
-		else if (req.op == TB_SBP_ASSIGN && !assigned)
-			assign(&req);
-		else if (req.op == TB_SBP_KILL)
-			handle_kill(&req);
-		else if (req.op == TB_SBP_CLEAR)
-			handle_clear(&req);
+		dispatch(&req, short_msg, fds, nfds);
 	}
 }
 
