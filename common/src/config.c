@@ -22,6 +22,7 @@ const char tb_config_defaults[] =
     " \"runtimes_dir\": \"/etc/taskbox/runtimes\","
     " \"work_dir\": \"/var/lib/taskbox/work\","
     " \"cache_dir\": \"/var/cache/taskbox\", \"image_cache_mb\": 20480,"
+    " \"input_cache_mb\": 10240,"
     " \"image_stall_seconds\": 30,"
     " \"metrics_listen\": \"\", \"drain_seconds\": 120}";
 
@@ -118,6 +119,8 @@ static const tb_field_t config_fields[] = {
 	STR("cache_dir", tb_config_t, cache_dir, 1),
 	{.name = "image_cache_mb", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_config_t, image_cache_mb), .min = 64, .max = 1u << 30},
+	{.name = "input_cache_mb", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_config_t, input_cache_mb), .min = 64, .max = 1u << 30},
 	{.name = "image_stall_seconds", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_config_t, image_stall_seconds), .min = 1, .max = 3600},
 	STR("metrics_listen", tb_config_t, metrics_listen, 0),

@@ -20,6 +20,7 @@ const char tb_runtime_defaults[] =
     " \"sandbox\": {\"ro_binds\": [\"/usr\", \"/bin\", \"/lib\", \"/lib64\", \"/sbin\","
     "  \"/etc/alternatives\", \"/etc/ssl\"], \"workspace_mb\": 256,"
     "  \"max_open_files\": 256, \"max_file_mb\": 256, \"max_output_files\": 1000,"
+    "  \"lazy_inputs_mb\": 64,"
     "  \"images\": {\"max_unpacked_mb\": 4096, \"writable_mb\": 1024}},"
     " \"agent\": {\"max_event_bytes\": 65536, \"max_events_per_second\": 2000,"
     "  \"idle_timeout_seconds\": 300, \"judge_timeout_seconds\": 60,"
@@ -222,6 +223,7 @@ static const tb_field_t sandbox_fields[] = {
 	U64("max_open_files", tb_sandbox_conf_t, max_open_files, 16, 1u << 20),
 	U64("max_file_mb", tb_sandbox_conf_t, max_file_mb, 1, 1u << 20),
 	U64("max_output_files", tb_sandbox_conf_t, max_output_files, 1, 10000),
+	U64("lazy_inputs_mb", tb_sandbox_conf_t, lazy_inputs_mb, 0, 1u << 30),
 	{.name = "images", .type = TB_FT_OBJ, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_sandbox_conf_t, images), .sub = &images_schema},
 };
@@ -231,7 +233,7 @@ static const tb_schema_t sandbox_schema = {
 	.name = "sandbox",
 	.size = sizeof(tb_sandbox_conf_t),
 	.fields = sandbox_fields,
-	.nfields = 6,
+	.nfields = sizeof(sandbox_fields) / sizeof(sandbox_fields[0]),
 	.strict = true,
 };
 

@@ -181,6 +181,26 @@ static const tb_schema_t egress_schema = {
 };
 
 /* clang-format off */
+static const tb_field_t input_usage_fields[] = {
+	{.name = "name", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_usage_input_t, name), .min = 1, .max = 255},
+	{.name = "size", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_usage_input_t, size), .max = UINT64_MAX},
+	{.name = "fetched_bytes", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_usage_input_t, fetched_bytes), .max = UINT64_MAX},
+	{.name = "lazy", .type = TB_FT_BOOL, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_usage_input_t, lazy)},
+};
+/* clang-format on */
+static const tb_schema_t input_usage_schema = {
+	.name = "input",
+	.size = sizeof(tb_usage_input_t),
+	.has_offset = offsetof(tb_usage_input_t, has),
+	.fields = input_usage_fields,
+	.nfields = sizeof(input_usage_fields) / sizeof(input_usage_fields[0]),
+};
+
+/* clang-format off */
 static const tb_field_t usage_fields[] = {
 	{.name = "wall_ms", .type = TB_FT_U64,
 	 .offset = offsetof(tb_usage_t, wall_ms), .max = UINT64_MAX},
@@ -199,6 +219,9 @@ static const tb_field_t usage_fields[] = {
 	{.name = "egress", .type = TB_FT_LIST,
 	 .offset = offsetof(tb_usage_t, egress), .max = 1024,
 	 .sub = &egress_schema},
+	{.name = "inputs", .type = TB_FT_LIST,
+	 .offset = offsetof(tb_usage_t, inputs), .max = 1024,
+	 .sub = &input_usage_schema},
 };
 /* clang-format on */
 const tb_schema_t tb_schema_usage = {
@@ -206,7 +229,7 @@ const tb_schema_t tb_schema_usage = {
 	.size = sizeof(tb_usage_t),
 	.has_offset = offsetof(tb_usage_t, has),
 	.fields = usage_fields,
-	.nfields = 8,
+	.nfields = sizeof(usage_fields) / sizeof(usage_fields[0]),
 };
 
 /* clang-format off */

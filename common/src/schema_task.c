@@ -57,6 +57,9 @@ static const tb_field_t input_fields[] = {
 	{.name = "sha256", .type = TB_FT_STR,
 	 .offset = offsetof(tb_input_t, sha256), .min = 64, .max = 64,
 	 .check = tb_check_sha256},
+	{.name = "blocks", .type = TB_FT_STR,
+	 .offset = offsetof(tb_input_t, blocks), .min = 64, .max = 64,
+	 .check = tb_check_sha256},
 };
 /* clang-format on */
 

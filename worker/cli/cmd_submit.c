@@ -257,8 +257,10 @@ static void uploaded(void *ud, const tb_upload_t *u)
 	char *name = NULL;
 	if (asprintf(&name, "%s%s%s", in->name, below[0] ? "/" : "", below) < 0)
 		abort(); /* out of memory: STYLE.md */
-	json_array_append_new(in->inputs, json_pack("{s:s,s:s,s:s}", "name", name, "artifact",
-						    u->key, "sha256", u->sha256));
+	/* the block list too: read on demand, every block is checked against it */
+	json_array_append_new(in->inputs,
+			      json_pack("{s:s,s:s,s:s,s:s}", "name", name, "artifact", u->key,
+					"sha256", u->sha256, "blocks", u->blocks));
 	fprintf(stderr, "taskbox submit: %s %s (%s)\n",
 		u->uploaded ? "uploaded" : "already there:", name, u->key);
 	free(name);

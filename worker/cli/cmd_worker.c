@@ -6,6 +6,8 @@
  */
 #include "cmd.h"
 
+#include "block_cache.h"
+
 #include "tb/fault.h"
 #include "metrics_http.h"
 #include "tb/metrics.h"
@@ -16,6 +18,7 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +107,26 @@ static void names(const tb_config_t *cfg, char *id, size_t idlen, char *group, s
 		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
 		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
 			*c = '_';
+}
+
+/* The cache of lazy inputs' blocks (cache_dir/inputs), where this worker
+ * can serve FUSE (it opens /dev/fuse: the fuse module, root); without it
+ * every input is downloaded whole, and the log says why. */
+static void open_input_cache(const tb_config_t *cfg, tb_block_cache_t **out)
+{
+	char dir[4200];
+	tb_error_t err;
+	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+
+	*out = NULL;
+	if (fd < 0) {
+		tb_warn(NULL, "inputs are downloaded whole here: /dev/fuse: %s", strerror(errno));
+		return;
+	}
+	close(fd);
+	snprintf(dir, sizeof(dir), "%s/inputs", cfg->cache_dir);
+	if (tb_block_cache_open(out, dir, cfg->input_cache_mb << 20, &err) < 0)
+		tb_warn(NULL, "inputs are downloaded whole here: %s", err.msg);
 }
 
 /* The worker's end: what tb_worker_run() returned (@p rc) said, its own
@@ -200,6 +223,7 @@ int tb_cmd_worker(int argc, char **argv)
 		fprintf(stderr, "taskbox worker: %s\n", err.msg);
 		goto cleanup;
 	}
+	open_input_cache(&cfg, &d.input_cache);
 	sweep(cfg.work_dir, group, id);
 	d.cfg = &cfg;
 	d.brokers = cfg.kafka.brokers;
@@ -218,6 +242,7 @@ cleanup:
 	if (d.ledger)
 		tb_ledger_close(d.ledger);
 	tb_cmd_close_caches(d.recipes, d.images);
+	tb_block_cache_close(d.input_cache);
 	tb_seccomp_free((tb_seccomp_t *)d.policy);
 out:
 	tb_kafka_on_lag(NULL);

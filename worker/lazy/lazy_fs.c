@@ -83,7 +83,8 @@ static void failed(tb_lazy_fs_t *fs, const tb_lazy_file_t *f, const tb_error_t *
 {
 	pthread_mutex_lock(&fs->lock);
 	if (!fs->error[0])
-		snprintf(fs->error, sizeof(fs->error), "input %.255s: %s", f->name, err->msg);
+		snprintf(fs->error, sizeof(fs->error), "input %.255s: %s",
+			 f->label ? f->label : f->name, err->msg);
 	pthread_mutex_unlock(&fs->lock);
 }
 

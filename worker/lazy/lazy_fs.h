@@ -41,6 +41,7 @@ typedef struct tb_lazy_file {
 	const char *key;           /* the store's key of its content */
 	const tb_blocks_t *blocks; /* its size and block list, checked; must
 				    * outlive the file system */
+	const char *label;         /* what messages call it; NULL: its name */
 } tb_lazy_file_t;
 
 typedef struct tb_lazy_fs_conf {

@@ -90,6 +90,7 @@ static void *slot_main(void *arg)
 		.rates = w->rates,
 		.recipes = w->d->recipes,
 		.images = w->d->images,
+		.input_cache = w->d->input_cache,
 		.runtimes_dir = w->d->cfg->runtimes_dir,
 		.work_root = w->d->cfg->work_dir,
 		.group = group,

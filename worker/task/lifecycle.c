@@ -39,6 +39,20 @@ static void start_teardown(tb_run_t *r)
 	r->tearing_down = pthread_create(&r->teardown, NULL, teardown_main, r) == 0;
 }
 
+/* The agent's run, @p rc, unless a lazy input failed a read (a block
+ * that is not the content the task names): that fails the attempt for
+ * good, the store holding other bytes than the input's, and will again.
+ * TB_EPOISON, or @p rc. */
+static int lazy_refused(tb_run_t *r, int rc, tb_error_t *err)
+{
+	char why[1600];
+
+	if (rc < 0 || !r->lazy)
+		return rc;
+	tb_lazy_fs_error(r->lazy, why, sizeof(why));
+	return why[0] ? tb_error_set(err, TB_EPOISON, "%s", why) : rc;
+}
+
 /* Waits for the teardown, or does it; then the "torn-down" phase. */
 static void finish_teardown(tb_run_t *r)
 {
@@ -53,7 +67,14 @@ static void finish_teardown(tb_run_t *r)
 			tb_warn(r->task->id, "teardown: %s", r->teardown_err.msg);
 		tb_run_phase(r, TB_PHASE_TORN_DOWN);
 	}
-	/* the environment's image, only once no sandbox can use it */
+	/* the lazy inputs' file system, and the environment's image, only
+	 * once no sandbox can use them */
+	if (r->lazy_mount > 0)
+		close(r->lazy_mount);
+	r->lazy_mount = 0;
+	tb_lazy_fs_stop(r->lazy);
+	r->lazy = NULL;
+	tb_inputs_free(&r->inputs);
 	if (r->has_image)
 		tb_image_release(&r->image);
 	r->has_image = 0;
@@ -200,6 +221,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 	 * and its last egress records are events before it settles. */
 	tb_egress_stop(r.egress);
 	tb_run_egress_flush(&r, TB_PHASE_RUNNING, 1);
+	rc = lazy_refused(&r, rc, err);
 	if (rc < 0) {
 		tb_run_error_event(&r, rc, TB_PHASE_RUNNING, err->msg);
 		goto done;

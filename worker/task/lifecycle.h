@@ -18,6 +18,7 @@
 #ifndef TB_LIFECYCLE_H
 #define TB_LIFECYCLE_H
 
+#include "block_cache.h"
 #include "image.h"
 #include "ratelimit.h"
 #include "recipe.h"
@@ -59,6 +60,9 @@ typedef struct tb_lifecycle_ctx {
 	/* Environments' images (image.h). May be NULL: a recipe or runtime
 	 * naming an image then fails as the platform's (no cache here). */
 	tb_image_cache_t *images;
+	/* Blocks of inputs read on demand (worker/lazy). NULL: every input is
+	 * downloaded whole (no FUSE on this worker). */
+	tb_block_cache_t *input_cache;
 	const char *runtimes_dir; /* <name>.json */
 	const char *work_root;    /* sandboxes and per-task scratch */
 	const char *group;        /* the worker's prefix */

@@ -88,8 +88,17 @@ int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, 
 		snprintf(inputs_dir, ilen, "%s/%s-inputs-%s-%llu", ctx->work_root, ctx->group,
 			 r->task->id, (unsigned long long)r->attempt);
 		tb_remove_tree(AT_FDCWD, inputs_dir); /* a crashed attempt's */
-		if ((rc = tb_inputs_fetch(ctx->store, ctx->ledger, r->task, inputs_dir, err)) < 0)
+		uint64_t lazy_min = ctx->input_cache ? r->rt.sandbox.lazy_inputs_mb << 20 : 0;
+		if ((rc = tb_inputs_fetch(ctx->store, ctx->ledger, r->task, inputs_dir, lazy_min,
+					  &r->inputs, err)) < 0)
 			return rc;
+		tb_lazy_fs_conf_t lc = { .store = ctx->store,
+					 .cache = ctx->input_cache,
+					 .files = r->inputs.files,
+					 .nfiles = r->inputs.nlazy };
+		if (r->inputs.nlazy &&
+		    (rc = tb_lazy_fs_start(&r->lazy, &lc, &r->lazy_mount, err)) < 0)
+			return tb_error_prefix(err, "inputs read on demand");
 	}
 	char name[256];
 	snprintf(name, sizeof(name), "%s-%llu", r->task->id, (unsigned long long)r->attempt);
@@ -102,6 +111,8 @@ int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, 
 		.ro_binds = &r->rt.sandbox.ro_binds,
 		.recipe_dir = recipe_dir,
 		.inputs_dir = inputs_dir[0] ? inputs_dir : NULL,
+		.lazy_mount = r->lazy_mount,
+		.lazy_paths = &r->inputs.paths,
 		.workspace_mb = r->rt.sandbox.workspace_mb,
 		.outputs_mb = lim->outputs_mb,
 		.memory_mb = lim->memory_mb,

@@ -19,6 +19,7 @@
 #define TB_RUN_H
 
 #include "egress.h"
+#include "inputs.h"
 #include "lifecycle.h"
 #include "tb/agent_events.h"
 #include "tb/runtime.h"
@@ -54,7 +55,10 @@ typedef struct tb_run {
 	tb_runtime_t rt;
 	tb_recipe_manifest_t recipe;
 	tb_sandbox_t *sb;
-	tb_image_t image; /* the environment's, held while the sandbox lives */
+	tb_inputs_t inputs; /* as fetched: sizes, and the lazy ones */
+	tb_lazy_fs_t *lazy; /* serving the lazy ones, until the sandbox is gone */
+	int lazy_mount;     /* its detached mount (> 0), given to the sandbox */
+	tb_image_t image;   /* the environment's, held while the sandbox lives */
 	int has_image;
 	json_t *phase_image; /* said with the next phase event ("prepared") */
 	tb_manifest_t m;

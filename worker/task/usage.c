@@ -44,6 +44,29 @@ static void peaks(const tb_cgroup_stats_t *now, tb_usage_t *u)
 	}
 }
 
+/* Each input's size and bytes fetched so far into @p out (a lazy one's
+ * as read; an eager one's, all). */
+static void inputs_usage(const tb_run_t *r, tb_list_t *out)
+{
+	tb_usage_input_t *v = r->inputs.n ? calloc(r->inputs.n, sizeof(*v)) : NULL;
+
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; v && i < r->inputs.n; i++) {
+		v[i] = r->inputs.usage[i];
+		v[i].has = 0;
+		if (!(v[i].name = strdup(r->inputs.usage[i].name))) {
+			while (i--)
+				free(v[i].name);
+			free(v);
+			return; /* out of memory: the figures go without them */
+		}
+	}
+	for (size_t k = 0; v && r->lazy && k < r->inputs.nlazy; k++)
+		v[r->inputs.of[k]].fetched_bytes = tb_lazy_fs_fetched(r->lazy, k);
+	out->items = v;
+	out->n = v ? r->inputs.n : 0;
+}
+
 void tb_run_usage_mark(tb_run_t *r, tb_run_usage_point_t point)
 {
 	tb_usage_t *u = &r->m.usage;
@@ -67,6 +90,8 @@ void tb_run_usage_mark(tb_run_t *r, tb_run_usage_point_t point)
 	case TB_USAGE_AT_JUDGES_END:
 		if (r->usage_at == TB_USAGE_AT_AGENT_END)
 			cpu_between(&r->usage_agent, &now, &u->judges);
+		if (!u->inputs.n) /* nothing reads them after the judges */
+			inputs_usage(r, &u->inputs);
 		break;
 	case TB_USAGE_AT_NONE:
 		break;
@@ -122,6 +147,7 @@ json_t *tb_run_usage_now(const tb_run_t *r)
 	}
 	if (tb_egress_usage(r->egress, &u.egress) < 0)
 		memset(&u.egress, 0, sizeof(u.egress));
+	inputs_usage(r, &u.inputs);
 	json_t *out = usage_json(&u);
 	tb_msg_free(&tb_schema_usage, &u);
 	return out;

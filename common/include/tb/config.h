@@ -52,6 +52,7 @@ typedef struct tb_config {
 	char *work_dir;
 	char *cache_dir;
 	uint64_t image_cache_mb;      /* environments' images under cache_dir, at most */
+	uint64_t input_cache_mb;      /* blocks of inputs read on demand, at most */
 	uint64_t image_stall_seconds; /* a registry silent this long is given up on */
 	char *metrics_listen;         /* "127.0.0.1:9464"; empty disables */
 	uint64_t drain_seconds;       /* on SIGTERM, how long running attempts may finish */

@@ -72,6 +72,7 @@ typedef struct tb_sandbox_conf {
 	uint64_t max_open_files;
 	uint64_t max_file_mb;
 	uint64_t max_output_files;
+	uint64_t lazy_inputs_mb; /* inputs of this size or more read on demand; 0: none */
 	tb_images_conf_t images;
 } tb_sandbox_conf_t;
 

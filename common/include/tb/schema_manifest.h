@@ -85,6 +85,16 @@ typedef struct tb_usage_egress {
 enum { TB_USAGE_TOKENS_IN = 6, TB_USAGE_TOKENS_OUT = 7, TB_USAGE_TOKENS_CACHED = 8 };
 enum { TB_USAGE_REPLAYED = 9, TB_USAGE_RATE_WAIT = 10 };
 
+/* One input of the attempt: its bytes, and how many came from the store
+ * (a lazy one's, as read; an eager one's, all of them). */
+typedef struct tb_usage_input {
+	uint32_t has;
+	char *name;
+	uint64_t size;
+	uint64_t fetched_bytes;
+	bool lazy;
+} tb_usage_input_t;
+
 /* What an attempt used (schemas/manifest.md, "usage"): absent figures are
  * ones the kernel does not report. */
 typedef struct tb_usage {
@@ -97,6 +107,7 @@ typedef struct tb_usage {
 	uint64_t outputs_bytes;     /* regular files found under /outputs (has bit) */
 	uint64_t saved_bytes;       /* of them, saved as artifacts (has bit) */
 	tb_list_t egress;           /* tb_usage_egress_t, by endpoint */
+	tb_list_t inputs;           /* tb_usage_input_t, in the task's order */
 } tb_usage_t;
 
 enum { /* tb_usage_t has bits */

@@ -24,6 +24,7 @@ typedef struct tb_input {
 	char *task;     /* ... an earlier task whose output ... */
 	char *path;     /* ... this is (resolved through its manifest) */
 	char *sha256;   /* optional: expected checksum */
+	char *blocks;   /* optional: its block list's SHA-256 (tb/blocks.h) */
 } tb_input_t;
 
 /* Per-task limit overrides; each is optional and capped by the runtime. */

@@ -140,7 +140,7 @@ static void read_at(const char *path, uint64_t off, size_t len, uint8_t *buf)
 
 static void test_lazy__a_file_is_there_at_once_and_only_what_is_read_is_fetched(void **state)
 {
-	const tb_lazy_file_t files[] = { { "data.bin", F.key, &F.blocks } };
+	const tb_lazy_file_t files[] = { { "data.bin", F.key, &F.blocks, NULL } };
 	char at[128], path[160];
 	struct stat st;
 	uint8_t *buf = malloc(TB_BLOCK_SIZE);
@@ -198,7 +198,7 @@ static void test_lazy__a_block_that_is_not_the_content_named_fails_its_read(void
 	F.data[2 * TB_BLOCK_SIZE + 7] ^= 0x40;
 	assert_int_equal(tb_blocks_of_fd(fd, "other", &other, NULL, &err), 0);
 	close(fd);
-	const tb_lazy_file_t files[] = { { "data.bin", F.key, &other } };
+	const tb_lazy_file_t files[] = { { "data.bin", F.key, &other, NULL } };
 	tb_lazy_fs_t *fs = mounted(files, 1, NULL, at, sizeof(at));
 	snprintf(path, sizeof(path), "%s/data.bin", at);
 	read_at(path, 0, 4096, buf); /* block 0 is what it should be */
@@ -218,7 +218,7 @@ static void test_lazy__a_block_that_is_not_the_content_named_fails_its_read(void
 
 static void test_lazy__a_second_reader_is_served_from_the_cache(void **state)
 {
-	const tb_lazy_file_t files[] = { { "a.bin", F.key, &F.blocks } };
+	const tb_lazy_file_t files[] = { { "a.bin", F.key, &F.blocks, NULL } };
 	tb_block_cache_t *cache;
 	tb_error_t err;
 	char at[128], dir[128], path[160];
@@ -243,8 +243,9 @@ static void test_lazy__a_second_reader_is_served_from_the_cache(void **state)
 
 static void test_lazy__bad_names_are_refused(void **state)
 {
-	const tb_lazy_file_t two[] = { { "x", F.key, &F.blocks }, { "x", F.key, &F.blocks } };
-	const tb_lazy_file_t slash[] = { { "a/b", F.key, &F.blocks } };
+	const tb_lazy_file_t two[] = { { "x", F.key, &F.blocks, NULL },
+				       { "x", F.key, &F.blocks, NULL } };
+	const tb_lazy_file_t slash[] = { { "a/b", F.key, &F.blocks, NULL } };
 	tb_lazy_fs_conf_t conf = { .store = F.store, .files = two, .nfiles = 2 };
 	tb_lazy_fs_t *fs;
 	tb_error_t err;

@@ -1030,7 +1030,7 @@ static void test_sandbox__lazy_inputs_are_read_in_place(void **state)
 		 ": > %s/data/big.bin && chmod -R a+rX %s",
 		 dir, dir, dir, dir);
 	assert_int_equal(system(path), 0);
-	tb_lazy_file_t files[] = { { "0", "uploads/big", &blocks } };
+	tb_lazy_file_t files[] = { { "0", "uploads/big", &blocks, NULL } };
 	tb_lazy_fs_conf_t conf = { .store = store, .files = files, .nfiles = 1 };
 	if (tb_lazy_fs_start(&fs, &conf, &mfd, &err) != 0)
 		fail_msg("lazy: %s", err.msg);

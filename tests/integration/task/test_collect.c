@@ -322,6 +322,15 @@ static void ledger_done(tb_ledger_t *l, const char *task, uint64_t attempt, cons
 	assert_int_equal(tb_ledger_done(l, task, att, manifest, &err), 0);
 }
 
+/* tb_inputs_fetch, every input downloaded whole. */
+static int fetch(tb_ledger_t *ledger, const tb_task_t *task, const char *dir, tb_error_t *err)
+{
+	tb_inputs_t in;
+	int rc = tb_inputs_fetch(F.store, ledger, task, dir, 0, &in, err);
+	tb_inputs_free(&in);
+	return rc;
+}
+
 static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **state)
 {
 	tb_input_t in[2] = {
@@ -357,11 +366,11 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	/* Not done yet (the ledger has not seen it, then an attempt runs):
 	 * the task waits, retried as the platform's failures are. */
 	snprintf(dir, sizeof(dir), "%s/inputs-0", F.root);
-	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_ERETRY);
+	assert_int_equal(fetch(ledger, &task, dir, &err), TB_ERETRY);
 	assert_non_null(strstr(err.msg, "input prior/summary.md: task t-prev is not done"));
 	uint64_t att;
 	assert_int_equal(tb_ledger_begin(ledger, "t-prev", 60000, &att, &err), 0);
-	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_ERETRY);
+	assert_int_equal(fetch(ledger, &task, dir, &err), TB_ERETRY);
 	assert_non_null(strstr(err.msg, "not done yet (1 attempts so far)"));
 
 	/* Attempt 2 is the one done. A third attempt's manifest, newer in
@@ -377,7 +386,7 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	put_manifest("tasks/t-prev/3/manifest.msgpack", &m3);
 
 	snprintf(dir, sizeof(dir), "%s/inputs-1", F.root);
-	if (tb_inputs_fetch(F.store, ledger, &task, dir, &err) != 0)
+	if (fetch(ledger, &task, dir, &err) != 0)
 		fail_msg("fetch: %s", err.msg);
 	tb_sandbox_spec_t s = spec("c2", dir);
 	if (tb_sandbox_create(&box, F.policy, &s, &err) != 0)
@@ -399,7 +408,7 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	/* A wrong checksum or a missing input can never succeed: poison. */
 	in[0].sha256 = "0000000000000000000000000000000000000000000000000000000000000000";
 	snprintf(dir, sizeof(dir), "%s/inputs-2", F.root);
-	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_EPOISON);
+	assert_int_equal(fetch(ledger, &task, dir, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "the task expects"));
 
 	/* A record claiming the SHA-256 the task expects, over other content
@@ -431,25 +440,25 @@ static void test_inputs__by_key_and_by_earlier_task_reach_the_sandbox(void **sta
 	in[0].artifact = forged;
 	in[0].sha256 = want;
 	snprintf(dir, sizeof(dir), "%s/inputs-forged", F.root);
-	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_EIO);
+	assert_int_equal(fetch(ledger, &task, dir, &err), TB_EIO);
 	assert_non_null(strstr(err.msg, "checksum mismatch"));
 missing:
 	in[0].artifact = "tasks/t-prev/2/outputs/notes.txt";
 	in[0].sha256 = NULL;
 	in[1].path = "missing.md";
 	snprintf(dir, sizeof(dir), "%s/inputs-3", F.root);
-	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_EPOISON);
+	assert_int_equal(fetch(ledger, &task, dir, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "has no output 'missing.md'"));
 
 	/* A task that was dead-lettered has no outputs, and never will. */
 	ledger_done(ledger, "t-dead", 1, "");
 	in[1].task = "t-dead";
 	snprintf(dir, sizeof(dir), "%s/inputs-4", F.root);
-	assert_int_equal(tb_inputs_fetch(F.store, ledger, &task, dir, &err), TB_EPOISON);
+	assert_int_equal(fetch(ledger, &task, dir, &err), TB_EPOISON);
 	assert_non_null(strstr(err.msg, "task t-dead was dead-lettered"));
 
 	/* Without a ledger, an earlier task's output cannot be resolved. */
-	assert_int_equal(tb_inputs_fetch(F.store, NULL, &task, dir, &err), TB_EINVAL);
+	assert_int_equal(fetch(NULL, &task, dir, &err), TB_EINVAL);
 	tb_ledger_close(ledger);
 }
 

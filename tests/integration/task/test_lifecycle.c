@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -26,6 +27,8 @@
 
 #include "fixture.h"
 #include "lifecycle.h"
+#include "tb/blocks.h"
+#include "tb/sigv4.h"
 #include "tb/sys/store.h" /* a backend of its own, or one called bypassing the checks */
 #include "recording.h"
 #include "tb/clock.h"
@@ -2121,6 +2124,108 @@ static void test_lifecycle__a_recipe_runs_in_its_pinned_image(void **state)
 	assert_non_null(strstr(err.msg, "does not allow it"));
 }
 
+/* A task's input of the runtime's lazy size or more, with a block list
+ * in the store, is read on demand: the agent sees its size at once and
+ * reads a MiB of it, and about that much is fetched (usage.inputs says
+ * so); a store whose bytes are not the content named fails the attempt
+ * for good, naming the block. (After the other inputs test: it commits
+ * an agent of its own.) */
+static void test_lifecycle__large_inputs_are_read_on_demand(void **state)
+{
+	struct events e = { .seq_ok = 1, .keep_usage = 1 }, e2 = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e), c2 = ctx(&e2);
+	const size_t size = 6 * TB_BLOCK_SIZE + 99;
+	tb_block_cache_t *cache, *cache2;
+	tb_lifecycle_result_t res;
+	char path[512], sha[65], part[65];
+	tb_blocks_t b;
+	tb_error_t err;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/runtimes/lazy.json", F.root);
+	FILE *f = fopen(path, "we");
+	assert_non_null(f);
+	fputs("{\"v\": 1, \"name\": \"lazy\", \"sandbox\": {\"lazy_inputs_mb\": 1}}\n", f);
+	fclose(f);
+	/* the input, its block list beside it, and the SHA-256 of its third MiB */
+	uint8_t *data = malloc(size);
+	uint64_t x = 0x9E3779B97F4A7C15ull;
+	for (size_t i = 0; i < size; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		data[i] = (uint8_t)x;
+	}
+	snprintf(path, sizeof(path), "%s/lazy-big", F.root);
+	f = fopen(path, "we");
+	assert_int_equal(fwrite(data, 1, size, f), size);
+	fclose(f);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_int_equal(tb_blocks_of_fd(fd, "big", &b, sha, &err), 0);
+	close(fd);
+	assert_int_equal(tb_store_put_file(F.store, "uploads/lazy-big", path, NULL, &err), 0);
+	snprintf(path, sizeof(path), "blocks/%s", sha);
+	assert_int_equal(tb_store_put_bytes(F.store, path, b.sha, b.n * 32, NULL, &err), 0);
+	tb_sha256_hex(part, data + 2 * TB_BLOCK_SIZE, TB_BLOCK_SIZE);
+	tb_fixture_sh(
+	    "cd %s && printf '%%s\n' 'read -r prompt' "
+	    "'stat -c %%s /inputs/big.bin > /outputs/size.txt' "
+	    "'dd if=/inputs/big.bin bs=1048576 skip=2 count=1 2>/dev/null | sha256sum "
+	    "| cut -c1-64 > /outputs/part.txt' "
+	    "'[ \"$(cat /outputs/part.txt)\" = %s ] || cat /inputs/big.bin > /dev/null || "
+	    "exit 3' "
+	    "'printf \"%%s\\n\" \"{\\\"type\\\":\\\"message\\\",\\\"role\\\":"
+	    "\\\"assistant\\\",\\\"text\\\":\\\"done\\\"}\" >&3' > agent.sh && "
+	    "git add -A && git -c user.name=t -c user.email=t@t commit -qm lazy",
+	    repo, part);
+	snprintf(path, sizeof(path), "%s/inputs-cache", F.root);
+	assert_int_equal(tb_block_cache_open(&cache, path, 64u << 20, &err), 0);
+	c.input_cache = cache;
+	tb_input_t in[1] = { { .name = "big.bin",
+			       .artifact = "uploads/lazy-big",
+			       .sha256 = sha,
+			       .blocks = b.digest } };
+	tb_task_t t = task("life-lazy", head_commit(), "lazy");
+	t.inputs.n = 1;
+	t.inputs.items = in;
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s", err.msg);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	char *got = NULL;
+	size_t len;
+	assert_int_equal(tb_store_get_bytes(F.store, "tasks/life-lazy/1/outputs/size.txt", 100,
+					    &got, &len, &err),
+			 0);
+	assert_int_equal(strtoull(got, NULL, 10), size);
+	free(got);
+	json_t *u = json_array_get(json_object_get(e.result_usage, "inputs"), 0);
+	char *dump = json_dumps(json_object_get(e.result_usage, "inputs"), JSON_COMPACT);
+	printf("  usage.inputs: %s\n", dump);
+	free(dump);
+	assert_string_equal(json_string_value(json_object_get(u, "name")), "big.bin");
+	assert_true(json_is_true(json_object_get(u, "lazy")));
+	assert_int_equal(json_integer_value(json_object_get(u, "size")), size);
+	json_int_t fetched = json_integer_value(json_object_get(u, "fetched_bytes"));
+	assert_true(fetched >= TB_BLOCK_SIZE && fetched <= 3 * TB_BLOCK_SIZE);
+	json_decref(e.result_usage);
+
+	/* the store's bytes changed under the name: block 2 fails its check */
+	snprintf(path, sizeof(path), "%s/store/uploads/lazy-big", F.root);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, "X", 1, 2 * TB_BLOCK_SIZE + 5), 1);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/inputs-cache2", F.root);
+	assert_int_equal(tb_block_cache_open(&cache2, path, 64u << 20, &err), 0);
+	c2.input_cache = cache2;
+	t.id = (char *)"life-lazy-bad";
+	assert_int_equal(tb_lifecycle_run(&c2, &t, 1, &res, &err), TB_EPOISON);
+	printf("  corrupted: %s\n", err.msg);
+	assert_non_null(strstr(err.msg, "input big.bin: block 2 (bytes 2097152 to 3145727)"));
+	tb_block_cache_close(cache);
+	tb_block_cache_close(cache2);
+	tb_blocks_free(&b);
+	free(data);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -2184,6 +2289,7 @@ int main(void)
 		cmocka_unit_test(
 		    test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own),
 		cmocka_unit_test(test_lifecycle__inputs_are_there_before_the_agent_starts),
+		cmocka_unit_test(test_lifecycle__large_inputs_are_read_on_demand),
 		cmocka_unit_test(test_lifecycle__a_hung_judge_is_stopped_at_its_timeout),
 		cmocka_unit_test(test_lifecycle__the_prompt_reaches_a_one_shot_agent),
 		cmocka_unit_test(test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out),
