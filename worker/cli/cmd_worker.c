@@ -7,6 +7,7 @@
 #include "cmd.h"
 
 #include "block_cache.h"
+#include "lazy_fs.h"
 
 #include "tb/fault.h"
 #include "metrics_http.h"
@@ -124,6 +125,16 @@ static void open_input_cache(const tb_config_t *cfg, tb_block_cache_t **out)
 		return;
 	}
 	close(fd);
+	/* the whole way once: a kernel or container may refuse the mount */
+	tb_lazy_fs_conf_t probe = { 0 };
+	tb_lazy_fs_t *fs;
+	int mfd;
+	if (tb_lazy_fs_start(&fs, &probe, &mfd, &err) < 0) {
+		tb_warn(NULL, "inputs are downloaded whole here: %s", err.msg);
+		return;
+	}
+	close(mfd);
+	tb_lazy_fs_stop(fs);
 	snprintf(dir, sizeof(dir), "%s/inputs", cfg->cache_dir);
 	if (tb_block_cache_open(out, dir, cfg->input_cache_mb << 20, &err) < 0)
 		tb_warn(NULL, "inputs are downloaded whole here: %s", err.msg);

@@ -15,6 +15,8 @@
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
 #include <microhttpd.h>
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+#include <fuse3/fuse_lowlevel.h>
 #include <msgpack.h>
 #include <openssl/crypto.h>
 #include <seccomp.h>
@@ -36,6 +38,7 @@ void tb_cmd_print_version(FILE *out)
 	fprintf(out, "libcurl %s\n", curl_version_info(CURLVERSION_NOW)->version);
 	fprintf(out, "%s\n", archive_version_string());
 	fprintf(out, "libmicrohttpd %s\n", MHD_get_version());
+	fprintf(out, "libfuse3 %s\n", fuse_pkgversion());
 	fprintf(out, "msgpack-c %s\n", msgpack_version());
 	fprintf(out, "jansson %s (built with)\n", JANSSON_VERSION);
 	fprintf(out, "%s\n", OpenSSL_version(OPENSSL_VERSION));

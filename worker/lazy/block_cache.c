@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/sha.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,10 @@ int tb_block_cache_get(tb_block_cache_t *c, const uint8_t sha[32], void *buf, si
 		hit = fd >= 0 && pread(fd, buf, len, 0) == (ssize_t)len;
 		if (fd >= 0)
 			close(fd);
+		/* checked again as read: a disk, or a file of a dead worker's
+		 * write, may hold other bytes than its name says */
+		uint8_t sum[32];
+		hit = hit && SHA256(buf, len, sum) && !memcmp(sum, sha, 32);
 	}
 	if (e && !hit)
 		drop(c, e);
@@ -166,8 +171,10 @@ void tb_block_cache_put(tb_block_cache_t *c, const uint8_t sha[32], const void *
 	}
 	make_room(c, len);
 	path_of(c, sha, path, sizeof(path));
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* a name of this process's own: workers may share the directory */
+	snprintf(tmp, sizeof(tmp), "%s.tmp-%d-%llu", path, (int)getpid(),
+		 (unsigned long long)++c->tick);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	int ok = fd >= 0 && tb_write_all(fd, data, len) == 0;
 	if (fd >= 0)
 		close(fd);
@@ -178,6 +185,14 @@ void tb_block_cache_put(tb_block_cache_t *c, const uint8_t sha[32], const void *
 	unlink(tmp);
 	unlink(path);
 	pthread_mutex_unlock(&c->lock);
+}
+
+int tb_block_cache_has(tb_block_cache_t *c, const uint8_t sha[32])
+{
+	pthread_mutex_lock(&c->lock);
+	int has = find(c, sha) != NULL;
+	pthread_mutex_unlock(&c->lock);
+	return has;
 }
 
 uint64_t tb_block_cache_bytes(tb_block_cache_t *c)

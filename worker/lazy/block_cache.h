@@ -5,11 +5,16 @@
  * A block is kept in a file named by its SHA-256 (tb/blocks.h), so the
  * same content is one entry whatever object, task or slot read it, and a
  * name never changes meaning. Only blocks already checked against their
- * digest are put here, written whole to a temporary name and renamed, so
- * an entry is never partial; the directory is the worker's alone (0700).
- * The total stays under a bound in bytes: putting a block evicts the
- * least recently used ones. Entries found on disk at open (a restarted
- * worker's) are kept, oldest first in line for eviction. Thread-safe.
+ * digest are put here, written whole to a temporary name of the process's
+ * own and renamed, so an entry is never partial, and each is checked
+ * against its name again when read (a millisecond a MiB), so a bad disk
+ * or a stray file is a miss, never wrong bytes. The directory is root's
+ * (0700). The total stays under a bound in bytes: putting a block evicts
+ * the least recently used ones. Entries found on disk at open (a
+ * restarted worker's) are kept, oldest first in line for eviction.
+ * Workers sharing cache_dir share the files, each keeping its own bound
+ * (one evicting what another counts only costs the other a miss).
+ * Thread-safe.
  */
 #ifndef TB_BLOCK_CACHE_H
 #define TB_BLOCK_CACHE_H
@@ -34,6 +39,9 @@ int tb_block_cache_open(tb_block_cache_t **out, const char *dir, uint64_t max_by
  *         dropped)
  */
 int tb_block_cache_get(tb_block_cache_t *c, const uint8_t sha[32], void *buf, size_t len);
+
+/** Whether block @p sha is kept (not marked used). */
+int tb_block_cache_has(tb_block_cache_t *c, const uint8_t sha[32]);
 
 /** Keeps @p len bytes of block @p sha, checked by the caller; best
  * effort (a full disk only means a miss later). */

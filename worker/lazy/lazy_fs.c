@@ -29,6 +29,10 @@
 
 #define MAX_THREADS 16
 #define SPARE_SLOTS 2 /* hot blocks beyond one per thread */
+#define AHEAD 24      /* blocks fetched ahead of a sequential reader */
+#define PREFETCHERS 3 /* threads fetching them (with a cache only) */
+#define QUEUE 32      /* blocks waiting to be fetched ahead, at most */
+#define RUN 8         /* blocks one GET fetches ahead: fewer requests */
 #define ROOT_INO 1
 #define TIMEOUT 86400.0 /* nothing here ever changes */
 
@@ -58,7 +62,20 @@ struct tb_lazy_fs {
 	unsigned nthreads;
 	_Atomic uint64_t *fetched; /* per file */
 	pthread_mutex_t lock;
-	char error[1600]; /* the first failure, under lock */
+	char error[1600]; /* the first failure, under lock: */
+	int error_code;   /* its code; TB_EPOISON once a block failed its check */
+	/* fetching ahead, under lock: what waits, what is being fetched, and
+	 * each file's next block for a sequential reader */
+	struct ahead {
+		size_t file, index;
+	} queue[QUEUE], busy[PREFETCHERS * RUN];
+	size_t nqueue, nbusy;
+	size_t *next;   /* per file: the block after the last one read */
+	size_t *streak; /* per file: blocks read one after another */
+	int stopping;
+	pthread_cond_t work; /* queued, or stopping */
+	pthread_t prefetchers[PREFETCHERS];
+	unsigned nprefetchers;
 };
 
 static const tb_lazy_file_t *file_of(const tb_lazy_fs_t *fs, fuse_ino_t ino)
@@ -79,17 +96,23 @@ static void attr_of(const tb_lazy_fs_t *fs, fuse_ino_t ino, struct stat *st)
 	st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
 }
 
-static void failed(tb_lazy_fs_t *fs, const tb_lazy_file_t *f, const tb_error_t *err)
+/* Keeps the first failure, and the first that is the content's own (a
+ * block not the content named, an object gone: TB_EPOISON) over any
+ * failure of the store's before it. */
+static void failed(tb_lazy_fs_t *fs, const tb_lazy_file_t *f, int code, const tb_error_t *err)
 {
 	pthread_mutex_lock(&fs->lock);
-	if (!fs->error[0])
+	if (!fs->error_code || (code == TB_EPOISON && fs->error_code != TB_EPOISON)) {
+		fs->error_code = code;
 		snprintf(fs->error, sizeof(fs->error), "input %.255s: %s",
 			 f->label ? f->label : f->name, err->msg);
+	}
 	pthread_mutex_unlock(&fs->lock);
 }
 
 /* Block @p index of file @p i into @p buf (TB_BLOCK_SIZE bytes): from the
- * cache, or fetched and checked. Its length, or -errno. */
+ * cache, or fetched and checked; a failure is kept. Its length, or
+ * -errno. */
 static ssize_t fetch_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint8_t *buf)
 {
 	const tb_lazy_file_t *f = &fs->c.files[i];
@@ -102,13 +125,14 @@ static ssize_t fetch_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint8_t *bu
 
 	if (fs->c.cache && tb_block_cache_get(fs->c.cache, sha, buf, len))
 		return (ssize_t)len;
-	if (tb_store_get_range(fs->c.store, f->key, at, len, buf, &got, &err) < 0) {
-		failed(fs, f, &err);
+	int rc = tb_store_get_range(fs->c.store, f->key, at, len, buf, &got, &err);
+	if (rc < 0) { /* gone: it will stay so; else the store's, which may pass */
+		failed(fs, f, rc == TB_ENOTFOUND ? TB_EPOISON : rc, &err);
 		return -EIO;
 	}
 	atomic_fetch_add(&fs->fetched[i], got);
 	if (tb_blocks_check(f->blocks, index, buf, got, &err) < 0) {
-		failed(fs, f, &err);
+		failed(fs, f, TB_EPOISON, &err);
 		return -EIO;
 	}
 	if (fs->c.cache)
@@ -120,10 +144,20 @@ static ssize_t fetch_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint8_t *bu
  * caller unpins it); fetched into the least recently used free slot if no
  * slot has it. NULL if every slot is pinned by others: never, as there
  * are more slots than threads. Called and returns under fs->lock. */
+static int is_busy(const tb_lazy_fs_t *fs, size_t i, size_t index)
+{
+	for (size_t k = 0; k < fs->nbusy; k++)
+		if (fs->busy[k].file == i && fs->busy[k].index == index)
+			return 1;
+	return 0;
+}
+
 static slot_t *pin_block(tb_lazy_fs_t *fs, size_t i, size_t index)
 {
 	for (;;) {
 		slot_t *free_slot = NULL;
+		if (is_busy(fs, i, index))
+			goto wait; /* being fetched ahead: then in the cache */
 		for (size_t k = 0; k < fs->nslots; k++) {
 			slot_t *s = &fs->slots[k];
 			if (s->state != EMPTY && s->file == i && s->index == index) {
@@ -177,6 +211,98 @@ static int copy_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint64_t from, u
 	pthread_cond_broadcast(&fs->changed);
 	pthread_mutex_unlock(&fs->lock);
 	return 0;
+}
+
+/* A sequential reader of file @p i just read up to block @p last: the
+ * blocks after it, not kept yet, are queued to be fetched ahead. Called
+ * under fs->lock. */
+static void read_ahead(tb_lazy_fs_t *fs, size_t i, size_t first, size_t last)
+{
+	size_t n = fs->c.files[i].blocks->n;
+
+	/* a read that goes on into the next block, twice over: sequential
+	 * (not the kernel's pieces of one read, which stay in a block or two) */
+	if (first == fs->next[i])
+		fs->streak[i]++;
+	else if (first + 1 != fs->next[i])
+		fs->streak[i] = 0;
+	fs->next[i] = last + 1;
+	if (!fs->nprefetchers || fs->streak[i] < 2)
+		return;
+	for (size_t k = last + 1; k <= last + AHEAD && k < n && fs->nqueue < QUEUE; k++) {
+		int queued = is_busy(fs, i, k);
+		for (size_t q = 0; q < fs->nqueue && !queued; q++)
+			queued = fs->queue[q].file == i && fs->queue[q].index == k;
+		if (queued || tb_block_cache_has(fs->c.cache, fs->c.files[i].blocks->sha + 32 * k))
+			continue;
+		fs->queue[fs->nqueue++] = (struct ahead){ i, k };
+	}
+	pthread_cond_broadcast(&fs->work);
+}
+
+/* Blocks @p first .. @p first + @p n - 1 of file @p i, fetched with one
+ * GET, each checked and kept in the cache (a block that fails is not:
+ * its reader fetches it again, and says why). */
+static void fetch_run(tb_lazy_fs_t *fs, size_t i, size_t first, size_t n)
+{
+	const tb_lazy_file_t *f = &fs->c.files[i];
+	uint64_t at = (uint64_t)first * TB_BLOCK_SIZE;
+	uint64_t len = f->blocks->size - at < (uint64_t)n * TB_BLOCK_SIZE
+			   ? f->blocks->size - at
+			   : (uint64_t)n * TB_BLOCK_SIZE;
+	uint8_t *buf = malloc(len);
+	tb_error_t err;
+	size_t got;
+
+	if (!buf || tb_store_get_range(fs->c.store, f->key, at, len, buf, &got, &err) < 0) {
+		free(buf);
+		return;
+	}
+	atomic_fetch_add(&fs->fetched[i], got);
+	for (size_t k = 0; k < n && (uint64_t)k * TB_BLOCK_SIZE < got; k++) {
+		size_t blen = got - k * TB_BLOCK_SIZE < TB_BLOCK_SIZE ? got - k * TB_BLOCK_SIZE
+								      : TB_BLOCK_SIZE;
+		const uint8_t *b = buf + k * TB_BLOCK_SIZE;
+		if (tb_blocks_check(f->blocks, first + k, b, blen, &err) == 0)
+			tb_block_cache_put(fs->c.cache, f->blocks->sha + 32 * (first + k), b, blen);
+	}
+	free(buf);
+}
+
+/* A thread fetching queued blocks into the cache, oldest first, a run of
+ * up to RUN blocks of a file that follow one another at a time. */
+static void *prefetch(void *arg)
+{
+	tb_lazy_fs_t *fs = arg;
+
+	pthread_mutex_lock(&fs->lock);
+	while (!fs->stopping) {
+		if (!fs->nqueue) {
+			pthread_cond_wait(&fs->work, &fs->lock);
+			continue;
+		}
+		struct ahead a = fs->queue[0];
+		size_t n = 1;
+		while (n < RUN && n < fs->nqueue && fs->queue[n].file == a.file &&
+		       fs->queue[n].index == a.index + n)
+			n++;
+		for (size_t k = 0; k < n; k++)
+			fs->busy[fs->nbusy++] = fs->queue[k];
+		fs->nqueue -= n;
+		memmove(fs->queue, fs->queue + n, fs->nqueue * sizeof(fs->queue[0]));
+		pthread_mutex_unlock(&fs->lock);
+		fetch_run(fs, a.file, a.index, n);
+		pthread_mutex_lock(&fs->lock);
+		for (size_t k = 0; k < fs->nbusy;)
+			if (fs->busy[k].file == a.file && fs->busy[k].index >= a.index &&
+			    fs->busy[k].index < a.index + n)
+				fs->busy[k] = fs->busy[--fs->nbusy];
+			else
+				k++;
+		pthread_cond_broadcast(&fs->changed);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return NULL;
 }
 
 /* ------------------------------------------------------------ operations */
@@ -270,6 +396,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		have += take;
 		at += take;
 	}
+	pthread_mutex_lock(&fs->lock);
+	read_ahead(fs, ino - 2, (size_t)((uint64_t)off / TB_BLOCK_SIZE),
+		   (size_t)((end - 1) / TB_BLOCK_SIZE));
+	pthread_mutex_unlock(&fs->lock);
 	fuse_reply_buf(req, (const char *)out, have);
 	free(out);
 }
@@ -412,6 +542,12 @@ int tb_lazy_fs_start(tb_lazy_fs_t **out, const tb_lazy_fs_conf_t *conf, int *mou
 	fs->dev = fs->stop = -1;
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_cond_init(&fs->changed, NULL);
+	pthread_cond_init(&fs->work, NULL);
+	if (!(fs->next = calloc(conf->nfiles ? conf->nfiles : 1, sizeof(*fs->next))) ||
+	    !(fs->streak = calloc(conf->nfiles ? conf->nfiles : 1, sizeof(*fs->streak)))) {
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+		goto fail;
+	}
 	unsigned want = conf->max_threads ? conf->max_threads : 4;
 	if (want > MAX_THREADS)
 		want = MAX_THREADS;
@@ -434,7 +570,9 @@ int tb_lazy_fs_start(tb_lazy_fs_t **out, const tb_lazy_fs_conf_t *conf, int *mou
 		rc = tb_error_errno(err, TB_EIO, errno, "lazy inputs: eventfd");
 		goto fail;
 	}
-	if (!(fs->se = fuse_session_new(&args, &ops, sizeof(ops), fs))) {
+	fs->se = fuse_session_new(&args, &ops, sizeof(ops), fs);
+	fuse_opt_free_args(&args); /* copied in, or added to */
+	if (!fs->se) {
 		rc = tb_error_set(err, TB_ENOMEM, "lazy inputs: a FUSE session");
 		goto fail;
 	}
@@ -452,6 +590,10 @@ int tb_lazy_fs_start(tb_lazy_fs_t **out, const tb_lazy_fs_conf_t *conf, int *mou
 	}
 	for (; fs->nthreads < want; fs->nthreads++)
 		if (pthread_create(&fs->threads[fs->nthreads], NULL, serve, fs) != 0)
+			break;
+	/* fetching ahead needs somewhere to put what it fetched */
+	for (; conf->cache && fs->nprefetchers < PREFETCHERS; fs->nprefetchers++)
+		if (pthread_create(&fs->prefetchers[fs->nprefetchers], NULL, prefetch, fs) != 0)
 			break;
 	if (!fs->nthreads) {
 		rc = tb_error_set(err, TB_EIO, "lazy inputs: no thread to serve them");
@@ -471,11 +613,13 @@ uint64_t tb_lazy_fs_fetched(tb_lazy_fs_t *fs, size_t i)
 	return i < fs->c.nfiles ? atomic_load(&fs->fetched[i]) : 0;
 }
 
-void tb_lazy_fs_error(tb_lazy_fs_t *fs, char *out, size_t cap)
+int tb_lazy_fs_error(tb_lazy_fs_t *fs, char *out, size_t cap)
 {
 	pthread_mutex_lock(&fs->lock);
 	snprintf(out, cap, "%s", fs->error);
+	int code = fs->error_code;
 	pthread_mutex_unlock(&fs->lock);
+	return code;
 }
 
 void tb_lazy_fs_stop(tb_lazy_fs_t *fs)
@@ -489,6 +633,12 @@ void tb_lazy_fs_stop(tb_lazy_fs_t *fs)
 		abort();
 	for (unsigned i = 0; i < fs->nthreads; i++)
 		pthread_join(fs->threads[i], NULL);
+	pthread_mutex_lock(&fs->lock);
+	fs->stopping = 1;
+	pthread_cond_broadcast(&fs->work);
+	pthread_mutex_unlock(&fs->lock);
+	for (unsigned i = 0; i < fs->nprefetchers; i++)
+		pthread_join(fs->prefetchers[i], NULL);
 	if (fs->se)
 		fuse_session_destroy(fs->se); /* closes a device it took: the
 					       * kernel fails what still waits */
@@ -498,6 +648,9 @@ void tb_lazy_fs_stop(tb_lazy_fs_t *fs)
 		close(fs->stop);
 	pthread_mutex_destroy(&fs->lock);
 	pthread_cond_destroy(&fs->changed);
+	pthread_cond_destroy(&fs->work);
+	free(fs->next);
+	free(fs->streak);
 	for (size_t k = 0; k < fs->nslots; k++)
 		free(fs->slots[k].data);
 	free(fs->slots);

@@ -68,8 +68,13 @@ int tb_lazy_fs_start(tb_lazy_fs_t **out, const tb_lazy_fs_conf_t *conf, int *mou
  * fetched). */
 uint64_t tb_lazy_fs_fetched(tb_lazy_fs_t *fs, size_t i);
 
-/** The first failure a read met ("" if none), into @p out. */
-void tb_lazy_fs_error(tb_lazy_fs_t *fs, char *out, size_t cap);
+/**
+ * What reads met, into @p out ("" if nothing): a block that is not the
+ * content named, or an object gone, before any failure of the store's.
+ * @return 0; TB_EPOISON (the content's: it will stay so); the store's
+ *         error (it may pass)
+ */
+int tb_lazy_fs_error(tb_lazy_fs_t *fs, char *out, size_t cap);
 
 /**
  * Stops serving and frees the file system. Reads still waiting fail. The

@@ -203,8 +203,10 @@ int tb_inputs_fetch(tb_store_t *store, tb_ledger_t *ledger, const tb_task_t *tas
 				return poison_if_missing(rc, err, in->name);
 			if (rc == 1) {
 				u->lazy = true;
-				if ((rc = add_lazy(out, i, in, key, path, err)) < 0)
+				if ((rc = add_lazy(out, i, in, key, path, err)) < 0) {
+					tb_blocks_free(&out->blocks[out->nlazy]); /* not counted */
 					return rc;
+				}
 				continue;
 			}
 		}

@@ -39,18 +39,26 @@ static void start_teardown(tb_run_t *r)
 	r->tearing_down = pthread_create(&r->teardown, NULL, teardown_main, r) == 0;
 }
 
-/* The agent's run, @p rc, unless a lazy input failed a read (a block
- * that is not the content the task names): that fails the attempt for
- * good, the store holding other bytes than the input's, and will again.
- * TB_EPOISON, or @p rc. */
+/* The agent's run, @p rc, unless a lazy input failed a read: a block
+ * that is not the content the task names fails the attempt for good (the
+ * store holds other bytes than the input's, and will again: TB_EPOISON);
+ * a store that failed, for now (the attempt is tried again). */
 static int lazy_refused(tb_run_t *r, int rc, tb_error_t *err)
 {
 	char why[1600];
 
 	if (rc < 0 || !r->lazy)
 		return rc;
-	tb_lazy_fs_error(r->lazy, why, sizeof(why));
-	return why[0] ? tb_error_set(err, TB_EPOISON, "%s", why) : rc;
+	int code = tb_lazy_fs_error(r->lazy, why, sizeof(why));
+	return code ? tb_error_set(err, code, "%s", why) : rc;
+}
+
+/* After the judges: the run cancelled, or a lazy input a judge read that
+ * failed (its verdict stands on bytes that are not the input's). */
+static int judged(tb_run_t *r, tb_error_t *err)
+{
+	int rc = tb_run_cancelled(r, err);
+	return rc < 0 ? rc : lazy_refused(r, 0, err);
 }
 
 /* Waits for the teardown, or does it; then the "torn-down" phase. */
@@ -268,7 +276,7 @@ int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint6
 			goto done;
 		}
 	tb_run_phase(&r, TB_PHASE_JUDGED);
-	if ((rc = tb_run_cancelled(&r, err)) < 0) {
+	if ((rc = judged(&r, err)) < 0) {
 		tb_run_error_event(&r, rc, TB_PHASE_JUDGED, err->msg);
 		goto done;
 	}

@@ -58,7 +58,7 @@ version=$(sed -n 's/^project(taskbox VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLis
 check "--version" 0 "$tb" --version
 if "$tb" --version | head -1 | grep -Eq "^taskbox $version \(commit ([0-9a-f]{12}|unknown), [A-Za-z]+ build\)$"
 then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL --version's first line: $("$tb" --version | head -1)"; fi
-for lib in librdkafka libgit2 libseccomp hiredis libcurl libarchive libmicrohttpd msgpack-c jansson OpenSSL; do
+for lib in librdkafka libgit2 libseccomp hiredis libcurl libarchive libmicrohttpd libfuse3 msgpack-c jansson OpenSSL; do
   contains "--version names $lib" "$lib " "$tb" --version
 done
 contains "status --version" "taskbox $version" "$tb" status --version

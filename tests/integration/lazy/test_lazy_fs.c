@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,7 +179,7 @@ static void test_lazy__a_file_is_there_at_once_and_only_what_is_read_is_fetched(
 	snprintf(path, sizeof(path), "%s/new", at);
 	assert_int_equal(open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0644), -1);
 	char why[256];
-	tb_lazy_fs_error(fs, why, sizeof(why));
+	assert_int_equal(tb_lazy_fs_error(fs, why, sizeof(why)), 0);
 	assert_string_equal(why, "");
 	unmounted(fs, at);
 	free(buf);
@@ -208,7 +209,7 @@ static void test_lazy__a_block_that_is_not_the_content_named_fails_its_read(void
 	assert_int_equal(pread(fd, buf, 4096, 2 * TB_BLOCK_SIZE), -1);
 	assert_int_equal(errno, EIO);
 	close(fd);
-	tb_lazy_fs_error(fs, why, sizeof(why));
+	assert_int_equal(tb_lazy_fs_error(fs, why, sizeof(why)), TB_EPOISON); /* for good */
 	printf("  %s\n", why);
 	assert_non_null(strstr(why, "input data.bin: block 2 (bytes 2097152 to 3145727)"));
 	unmounted(fs, at);
@@ -241,6 +242,127 @@ static void test_lazy__a_second_reader_is_served_from_the_cache(void **state)
 	free(all);
 }
 
+/* A store that is down fails the read too, but as the store's failure,
+ * which may pass (the attempt is tried again), not as the content's. */
+static void test_lazy__a_store_that_is_down_fails_the_read_for_now(void **state)
+{
+	tb_store_config_t cfg = { 0 };
+	tb_store_t *dead;
+	tb_error_t err;
+	char at[128], path[160], why[512], buf[16];
+
+	(void)state;
+	cfg.url = (char *)"s3://tb-lazy-dead/runs";
+	cfg.endpoint = (char *)"http://127.0.0.1:9"; /* discard: nothing listens */
+	cfg.region = (char *)"us-east-1";
+	assert_int_equal(tb_store_open(&dead, &cfg, &err), 0);
+	const tb_lazy_file_t files[] = { { "data.bin", F.key, &F.blocks, NULL } };
+	tb_lazy_fs_conf_t conf = { .store = dead, .files = files, .nfiles = 1 };
+	tb_lazy_fs_t *fs;
+	int mfd;
+	if (tb_lazy_fs_start(&fs, &conf, &mfd, &err) != 0)
+		fail_msg("start: %s", err.msg);
+	snprintf(at, sizeof(at), "%s/m%d", F.tmp, F.n++);
+	assert_int_equal(mkdir(at, 0755), 0);
+	assert_int_equal(move_mount(mfd, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH), 0);
+	close(mfd);
+	snprintf(path, sizeof(path), "%s/data.bin", at);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, buf, sizeof(buf), 0), -1);
+	assert_int_equal(errno, EIO);
+	close(fd);
+	int code = tb_lazy_fs_error(fs, why, sizeof(why));
+	printf("  %s\n", why);
+	assert_int_equal(code, TB_EIO);
+	assert_non_null(strstr(why, "input data.bin: s3 GET"));
+	unmounted(fs, at);
+	tb_store_close(dead);
+}
+
+/* Readers by the hundred, 10,000 random reads between them, at once: the
+ * file system serves them with its few threads and slots (the rest wait
+ * in the kernel), every byte right, each block fetched once (with the
+ * worker's block cache, as a worker has), and the file system starts no
+ * thread for them (libfuse's own loop would, up to its maximum). */
+struct hostile {
+	const char *path;
+	unsigned seed;
+	int bad;
+};
+
+static void *hostile_reader(void *arg)
+{
+	struct hostile *h = arg;
+	uint8_t buf[4096];
+	int fd = open(h->path, O_RDONLY | O_CLOEXEC);
+
+	for (int i = 0; fd >= 0 && i < 50; i++) {
+		h->seed = h->seed * 1103515245u + 12345u;
+		uint64_t off = (uint64_t)(h->seed % (SIZE - sizeof(buf)));
+		if (pread(fd, buf, sizeof(buf), (off_t)off) != (ssize_t)sizeof(buf) ||
+		    memcmp(buf, F.data + off, sizeof(buf)) != 0)
+			h->bad++;
+	}
+	if (fd < 0)
+		h->bad++;
+	else
+		close(fd);
+	return NULL;
+}
+
+static long threads_of_self(void)
+{
+	char line[256];
+	long n = -1;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "Threads:", 8))
+			n = strtol(line + 8, NULL, 10);
+	if (f)
+		fclose(f);
+	return n;
+}
+
+static void test_lazy__ten_thousand_random_reads_at_once_are_throttled(void **state)
+{
+	const tb_lazy_file_t files[] = { { "data.bin", F.key, &F.blocks, NULL } };
+	enum { READERS = 200 };
+	static struct hostile h[READERS];
+	pthread_t th[READERS];
+	char at[128], path[160];
+
+	(void)state;
+	tb_block_cache_t *cache;
+	tb_error_t err;
+	snprintf(path, sizeof(path), "%s/hostile-cache", F.tmp);
+	assert_int_equal(tb_block_cache_open(&cache, path, 64u << 20, &err), 0);
+	tb_lazy_fs_t *fs = mounted(files, 1, cache, at, sizeof(at));
+	snprintf(path, sizeof(path), "%s/data.bin", at);
+	long before = threads_of_self();
+	for (int i = 0; i < READERS; i++) {
+		h[i] = (struct hostile){ path, (unsigned)i * 7919u + 1u, 0 };
+		assert_int_equal(pthread_create(&th[i], NULL, hostile_reader, &h[i]), 0);
+	}
+	long during = threads_of_self();
+	int bad = 0;
+	for (int i = 0; i < READERS; i++) {
+		pthread_join(th[i], NULL);
+		bad += h[i].bad;
+	}
+	printf("  %d readers x 50 random reads: %d wrong; threads %ld before, %ld with the "
+	       "readers (theirs: %d); %llu bytes fetched for %u\n",
+	       READERS, bad, before, during, READERS, (unsigned long long)tb_lazy_fs_fetched(fs, 0),
+	       SIZE);
+	assert_int_equal(bad, 0);
+	assert_true(during <= before + READERS); /* the file system started none */
+	/* each block fetched once: the slots dedupe, the worker's cache keeps */
+	assert_true(tb_lazy_fs_fetched(fs, 0) <= SIZE);
+	unmounted(fs, at);
+	tb_block_cache_close(cache);
+}
+
 static void test_lazy__bad_names_are_refused(void **state)
 {
 	const tb_lazy_file_t two[] = { { "x", F.key, &F.blocks, NULL },
@@ -266,6 +388,8 @@ int main(void)
 		    test_lazy__a_file_is_there_at_once_and_only_what_is_read_is_fetched),
 		cmocka_unit_test(test_lazy__a_block_that_is_not_the_content_named_fails_its_read),
 		cmocka_unit_test(test_lazy__a_second_reader_is_served_from_the_cache),
+		cmocka_unit_test(test_lazy__a_store_that_is_down_fails_the_read_for_now),
+		cmocka_unit_test(test_lazy__ten_thousand_random_reads_at_once_are_throttled),
 		cmocka_unit_test(test_lazy__bad_names_are_refused),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

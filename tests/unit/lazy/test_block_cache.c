@@ -11,6 +11,9 @@
 
 #include "block_cache.h"
 
+#include "tb/encoding.h"
+
+#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +22,11 @@
 
 static char dir[64];
 
+/* Block @p seed: its bytes, and its SHA-256 (which the cache checks). */
 static void block(uint8_t sha[32], uint8_t *data, size_t len, int seed)
 {
-	memset(sha, 0, 32);
-	sha[0] = (uint8_t)seed; /* the cache trusts its caller's digests */
 	memset(data, seed, len);
+	SHA256(data, len, sha);
 }
 
 static int setup(void **state)
@@ -69,7 +72,8 @@ static void test_block_cache__keeps_the_most_recently_used_under_its_bound(void 
 	assert_int_equal(tb_block_cache_get(c, sha[2], got, 10), 0);
 	assert_int_equal(tb_block_cache_bytes(c), 2000);
 	/* larger than the whole bound: not kept */
-	uint8_t big[32] = { 9 }, *huge = calloc(1, 4000);
+	uint8_t big[32], *huge = calloc(1, 4000);
+	SHA256(huge, 4000, big);
 	tb_block_cache_put(c, big, huge, 4000);
 	assert_int_equal(tb_block_cache_bytes(c), 2000);
 	free(huge);
@@ -86,6 +90,16 @@ static void test_block_cache__keeps_the_most_recently_used_under_its_bound(void 
 	assert_int_equal(tb_block_cache_bytes(c), 2000);
 	assert_int_equal(tb_block_cache_get(c, sha[3], got, sizeof(got)), 1);
 	assert_int_equal(access(stray, F_OK), -1);
+	/* a file whose bytes are not its name's: a miss, and dropped */
+	char hex[65], bad[200];
+	tb_hex(hex, sha[0], 32);
+	snprintf(bad, sizeof(bad), "%s/%s", sub, hex);
+	f = fopen(bad, "r+e");
+	assert_non_null(f);
+	fputc('!', f);
+	fclose(f);
+	assert_int_equal(tb_block_cache_get(c, sha[0], got, sizeof(got)), 0);
+	assert_int_equal(tb_block_cache_bytes(c), 1000);
 	struct stat st;
 	assert_int_equal(stat(sub, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0700); /* the worker's alone */

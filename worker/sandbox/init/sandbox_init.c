@@ -688,6 +688,21 @@ static int write_hosts(const char *root)
 	return write_file(path, hostname, 0644);
 }
 
+/* Whether @p p is relative with no "." or ".." segment, nor an empty one. */
+static int relative_path(const char *p)
+{
+	for (const char *seg = p;; seg++) {
+		const char *slash = strchr(seg, '/');
+		size_t n = slash ? (size_t)(slash - seg) : strlen(seg);
+		if (n == 0 || (n == 1 && seg[0] == '.') ||
+		    (n == 2 && seg[0] == '.' && seg[1] == '.'))
+			return 0;
+		if (!slash)
+			return 1;
+		seg = slash;
+	}
+}
+
 /* Binds file "i" of the lazy inputs' mount @p fd over /inputs/<path i>
  * for each of the @p n paths at @p paths (each \0-ended; files the worker
  * made there), read-only, then lets the mount itself go: the binds keep
@@ -702,7 +717,7 @@ static void lazy_inputs(const char *paths, const char *end, uint32_t n, int fd)
 	close(fd);
 	for (uint32_t i = 0; i < n; i++) {
 		size_t len = paths < end ? strnlen(paths, (size_t)(end - paths)) : 0;
-		if (!len || paths + len >= end || paths[0] == '/' || strstr(paths, ".."))
+		if (!len || paths + len >= end || !relative_path(paths))
 			fail("assign", "a bad lazy input path", EINVAL);
 		join(dst, sizeof(dst), "/inputs/", paths);
 		utoa(num, sizeof(num), i);
