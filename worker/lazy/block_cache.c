@@ -135,26 +135,31 @@ int tb_block_cache_open(tb_block_cache_t **out, const char *dir, uint64_t max_by
 int tb_block_cache_get(tb_block_cache_t *c, const uint8_t sha[32], void *buf, size_t len)
 {
 	char path[4200];
-	int hit = 0;
+	uint8_t sum[32];
+	int fd = -1;
 
 	pthread_mutex_lock(&c->lock);
 	entry_t *e = find(c, sha);
 	if (e && e->size == len) {
 		e->used = ++c->tick;
 		path_of(c, sha, path, sizeof(path));
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		/* read under the lock: an eviction cannot unlink it midway */
-		hit = fd >= 0 && pread(fd, buf, len, 0) == (ssize_t)len;
-		if (fd >= 0)
-			close(fd);
-		/* checked again as read: a disk, or a file of a dead worker's
-		 * write, may hold other bytes than its name says */
-		uint8_t sum[32];
-		hit = hit && SHA256(buf, len, sum) && !memcmp(sum, sha, 32);
+		fd = open(path, O_RDONLY | O_CLOEXEC); /* read from, even if evicted */
 	}
-	if (e && !hit)
-		drop(c, e);
 	pthread_mutex_unlock(&c->lock);
+	if (!e)
+		return 0;
+	/* read and checked outside the lock: a disk, or a file of a dead
+	 * worker's write, may hold other bytes than its name says */
+	int hit = fd >= 0 && pread(fd, buf, len, 0) == (ssize_t)len && SHA256(buf, len, sum) &&
+		  !memcmp(sum, sha, 32);
+	if (fd >= 0)
+		close(fd);
+	if (!hit) {
+		pthread_mutex_lock(&c->lock);
+		if ((e = find(c, sha)))
+			drop(c, e);
+		pthread_mutex_unlock(&c->lock);
+	}
 	return hit;
 }
 
@@ -165,26 +170,30 @@ void tb_block_cache_put(tb_block_cache_t *c, const uint8_t sha[32], const void *
 	if (len > c->max)
 		return;
 	pthread_mutex_lock(&c->lock);
-	if (find(c, sha)) {
-		pthread_mutex_unlock(&c->lock);
+	int there = find(c, sha) != NULL;
+	unsigned long long n = ++c->tick;
+	pthread_mutex_unlock(&c->lock);
+	if (there)
 		return;
-	}
-	make_room(c, len);
+	/* written outside the lock, under a name of this process's own
+	 * (workers may share the directory), then renamed into place */
 	path_of(c, sha, path, sizeof(path));
-	/* a name of this process's own: workers may share the directory */
-	snprintf(tmp, sizeof(tmp), "%s.tmp-%d-%llu", path, (int)getpid(),
-		 (unsigned long long)++c->tick);
+	snprintf(tmp, sizeof(tmp), "%s.tmp-%d-%llu", path, (int)getpid(), n);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	int ok = fd >= 0 && tb_write_all(fd, data, len) == 0;
 	if (fd >= 0)
 		close(fd);
-	if (ok && rename(tmp, path) == 0 && add(c, sha, len) == 0) {
-		pthread_mutex_unlock(&c->lock);
-		return;
+	pthread_mutex_lock(&c->lock);
+	if (ok && !find(c, sha)) {
+		make_room(c, len);
+		if (rename(tmp, path) == 0 && add(c, sha, len) == 0) {
+			pthread_mutex_unlock(&c->lock);
+			return;
+		}
+		unlink(path);
 	}
-	unlink(tmp);
-	unlink(path);
 	pthread_mutex_unlock(&c->lock);
+	unlink(tmp);
 }
 
 int tb_block_cache_has(tb_block_cache_t *c, const uint8_t sha[32])

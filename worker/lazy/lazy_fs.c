@@ -152,6 +152,16 @@ static int is_busy(const tb_lazy_fs_t *fs, size_t i, size_t index)
 	return 0;
 }
 
+/* Whether a slot holds block @p index of file @p i, or is loading it. */
+static int in_slot(const tb_lazy_fs_t *fs, size_t i, size_t index)
+{
+	for (size_t k = 0; k < fs->nslots; k++)
+		if (fs->slots[k].state != EMPTY && fs->slots[k].file == i &&
+		    fs->slots[k].index == index)
+			return 1;
+	return 0;
+}
+
 static slot_t *pin_block(tb_lazy_fs_t *fs, size_t i, size_t index)
 {
 	for (;;) {
@@ -173,6 +183,8 @@ static slot_t *pin_block(tb_lazy_fs_t *fs, size_t i, size_t index)
 		}
 		if (!free_slot)
 			goto wait;
+		if (!free_slot->data && !(free_slot->data = malloc(TB_BLOCK_SIZE)))
+			return NULL; /* out of memory: the read fails */
 		free_slot->file = i, free_slot->index = index;
 		free_slot->state = LOADING;
 		free_slot->pins = 1;
@@ -230,14 +242,40 @@ static void read_ahead(tb_lazy_fs_t *fs, size_t i, size_t first, size_t last)
 	if (!fs->nprefetchers || fs->streak[i] < 2)
 		return;
 	for (size_t k = last + 1; k <= last + AHEAD && k < n && fs->nqueue < QUEUE; k++) {
-		int queued = is_busy(fs, i, k);
+		int queued = is_busy(fs, i, k) || in_slot(fs, i, k);
 		for (size_t q = 0; q < fs->nqueue && !queued; q++)
 			queued = fs->queue[q].file == i && fs->queue[q].index == k;
-		if (queued || tb_block_cache_has(fs->c.cache, fs->c.files[i].blocks->sha + 32 * k))
+		if (queued) /* (kept ones are skipped by the fetcher, off this lock) */
 			continue;
 		fs->queue[fs->nqueue++] = (struct ahead){ i, k };
 	}
 	pthread_cond_broadcast(&fs->work);
+}
+
+/* Block @p index of file @p i, checked, into a free slot (the least
+ * recently used one no reader holds), for its reader to find in memory:
+ * not read back from the cache and checked again. */
+static void offer(tb_lazy_fs_t *fs, size_t i, size_t index, const uint8_t *data, size_t len)
+{
+	slot_t *free_slot = NULL;
+
+	pthread_mutex_lock(&fs->lock);
+	for (size_t k = 0; k < fs->nslots; k++) {
+		slot_t *s = &fs->slots[k];
+		if (s->state != EMPTY && s->file == i && s->index == index)
+			goto out; /* there already */
+		if (!s->pins && s->state != LOADING && (!free_slot || s->used < free_slot->used))
+			free_slot = s;
+	}
+	if (!free_slot || (!free_slot->data && !(free_slot->data = malloc(TB_BLOCK_SIZE))))
+		goto out;
+	memcpy(free_slot->data, data, len);
+	free_slot->file = i, free_slot->index = index;
+	free_slot->len = (ssize_t)len;
+	free_slot->state = READY;
+	free_slot->used = ++fs->tick;
+out:
+	pthread_mutex_unlock(&fs->lock);
 }
 
 /* Blocks @p first .. @p first + @p n - 1 of file @p i, fetched with one
@@ -263,8 +301,10 @@ static void fetch_run(tb_lazy_fs_t *fs, size_t i, size_t first, size_t n)
 		size_t blen = got - k * TB_BLOCK_SIZE < TB_BLOCK_SIZE ? got - k * TB_BLOCK_SIZE
 								      : TB_BLOCK_SIZE;
 		const uint8_t *b = buf + k * TB_BLOCK_SIZE;
-		if (tb_blocks_check(f->blocks, first + k, b, blen, &err) == 0)
+		if (tb_blocks_check(f->blocks, first + k, b, blen, &err) == 0) {
+			offer(fs, i, first + k, b, blen);
 			tb_block_cache_put(fs->c.cache, f->blocks->sha + 32 * (first + k), b, blen);
+		}
 	}
 	free(buf);
 }
@@ -282,16 +322,26 @@ static void *prefetch(void *arg)
 			continue;
 		}
 		struct ahead a = fs->queue[0];
+		if (in_slot(fs, a.file, a.index)) { /* a reader got to it first */
+			memmove(fs->queue, fs->queue + 1, --fs->nqueue * sizeof(fs->queue[0]));
+			continue;
+		}
 		size_t n = 1;
 		while (n < RUN && n < fs->nqueue && fs->queue[n].file == a.file &&
-		       fs->queue[n].index == a.index + n)
+		       fs->queue[n].index == a.index + n && !in_slot(fs, a.file, a.index + n))
 			n++;
 		for (size_t k = 0; k < n; k++)
 			fs->busy[fs->nbusy++] = fs->queue[k];
 		fs->nqueue -= n;
 		memmove(fs->queue, fs->queue + n, fs->nqueue * sizeof(fs->queue[0]));
 		pthread_mutex_unlock(&fs->lock);
-		fetch_run(fs, a.file, a.index, n);
+		/* the run from its first block not kept yet */
+		const tb_blocks_t *bl = fs->c.files[a.file].blocks;
+		size_t skip = 0;
+		while (skip < n && tb_block_cache_has(fs->c.cache, bl->sha + 32 * (a.index + skip)))
+			skip++;
+		if (skip < n)
+			fetch_run(fs, a.file, a.index + skip, n - skip);
 		pthread_mutex_lock(&fs->lock);
 		for (size_t k = 0; k < fs->nbusy;)
 			if (fs->busy[k].file == a.file && fs->busy[k].index >= a.index &&
@@ -551,17 +601,14 @@ int tb_lazy_fs_start(tb_lazy_fs_t **out, const tb_lazy_fs_conf_t *conf, int *mou
 	unsigned want = conf->max_threads ? conf->max_threads : 4;
 	if (want > MAX_THREADS)
 		want = MAX_THREADS;
-	fs->nslots = want + SPARE_SLOTS;
+	/* with a cache, room for the blocks fetched ahead too; each slot's
+	 * memory is taken when first used */
+	fs->nslots = want + SPARE_SLOTS + (conf->cache ? AHEAD : 0);
 	if (!(fs->slots = calloc(fs->nslots, sizeof(*fs->slots)))) {
 		fs->nslots = 0;
 		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
 		goto fail;
 	}
-	for (size_t k = 0; k < fs->nslots; k++)
-		if (!(fs->slots[k].data = malloc(TB_BLOCK_SIZE))) {
-			rc = tb_error_set(err, TB_ENOMEM, "out of memory");
-			goto fail;
-		}
 	if ((fs->dev = open("/dev/fuse", O_RDWR | O_CLOEXEC | O_NONBLOCK)) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "lazy inputs: open /dev/fuse");
 		goto fail;
