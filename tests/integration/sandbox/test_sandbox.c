@@ -1051,6 +1051,120 @@ static void test_sandbox__lazy_inputs_are_read_in_place(void **state)
 	tb_store_close(store);
 }
 
+/* How many processes' mount tables hold a lazy inputs' mount. */
+static int lazy_mounts_seen(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int n = 0;
+
+	while (d && (de = readdir(d))) {
+		char path[300], line[1024];
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/mountinfo", de->d_name);
+		FILE *f = fopen(path, "re");
+		while (f && fgets(line, sizeof(line), f))
+			if (strstr(line, " taskbox-inputs ")) {
+				n++;
+				break;
+			}
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* A worker killed outright while its sandbox reads a lazy input: the
+ * mount lived only in the sandbox's namespace, and goes with it; nothing
+ * is left mounted anywhere. (After the test above: its store and inputs.) */
+static void test_sandbox__a_killed_worker_leaves_no_lazy_mount(void **state)
+{
+	char store[256], inputs[256], line[32], group_of[48];
+	int out[2], status;
+	pid_t pid;
+
+	(void)state;
+	snprintf(store, sizeof(store), "%s/lazy-store", F.root);
+	snprintf(inputs, sizeof(inputs), "%s/lazy-inputs", F.root);
+	char *argv[] = { "/proc/self/exe", "--hold-a-lazy-sandbox", F.work, store, inputs, NULL };
+	posix_spawn_file_actions_t fa;
+	assert_int_equal(pipe(out), 0);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+	posix_spawn_file_actions_addclose(&fa, out[0]);
+	assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	close(out[1]);
+	ssize_t n = read(out[0], line, sizeof(line) - 1);
+	close(out[0]);
+	line[n > 0 ? n : 0] = '\0';
+	assert_string_equal(line, "ready\n");
+	assert_true(lazy_mounts_seen() > 0); /* the check sees one while it lives */
+	usleep(200 * 1000);                  /* its reader reading */
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	int left = 1;
+	for (int i = 0; i < 100 && (left = lazy_mounts_seen()) > 0; i++)
+		usleep(50 * 1000);
+	assert_int_equal(left, 0);
+	snprintf(group_of, sizeof(group_of), "tbholdlazy%d", (int)pid);
+	tb_error_t err;
+	assert_true(tb_sandbox_sweep(F.work, group_of, &err) >= 0);
+}
+
+/* --hold-a-lazy-sandbox WORK_ROOT STORE INPUTS: the worker of the test
+ * above, reading the lazy input uploads/big of the directory store STORE
+ * at INPUTS/data/big.bin in a loop until killed. */
+static int hold_a_lazy_sandbox(const char *root, const char *store_dir, const char *inputs)
+{
+	const char *argv[] = { "/bin/sh", "-c",
+			       "while :; do cat /inputs/data/big.bin > /dev/null; done", NULL };
+	const char *env[] = { "PATH=/usr/bin:/bin", NULL };
+	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, 0 };
+	char path[600], name[48];
+	tb_store_t *store;
+	tb_blocks_t blocks;
+	tb_lazy_fs_t *fs;
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	int id, mfd;
+
+	snprintf(F.work, sizeof(F.work), "%s", root);
+	snprintf(path, sizeof(path), "%s/uploads/big", store_dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || tb_blocks_of_fd(fd, "big", &blocks, NULL, &err) != 0 ||
+	    tb_store_dir_open(&store, store_dir, &err) != 0) {
+		fprintf(stderr, "hold lazy: %s\n", fd < 0 ? strerror(errno) : err.msg);
+		return 1;
+	}
+	close(fd);
+	tb_lazy_file_t files[] = { { "0", "uploads/big", &blocks, "big.bin" } };
+	tb_lazy_fs_conf_t conf = { .store = store, .files = files, .nfiles = 1 };
+	char *paths_v[] = { (char *)"data/big.bin" };
+	tb_strlist_t paths = { 1, paths_v };
+	snprintf(name, sizeof(name), "tbholdlazy%d", (int)getpid());
+	tb_sandbox_spec_t s = spec();
+	s.recipe_dir = NULL;
+	s.name = "held-lazy";
+	s.group = name;
+	s.inputs_dir = inputs;
+	s.lazy_paths = &paths;
+	if (tb_lazy_fs_start(&fs, &conf, &mfd, &err) != 0 ||
+	    (s.lazy_mount = mfd, tb_seccomp_compile(&F.policy, &err)) != 0 ||
+	    tb_sandbox_create(&sb, F.policy, &s, &err) != 0 ||
+	    tb_sandbox_spawn(sb, &id, &ex, &err) != 0) {
+		fprintf(stderr, "hold lazy: %s\n", err.msg);
+		return 1;
+	}
+	printf("ready\n");
+	fflush(stdout);
+	for (;;)
+		pause(); /* until killed */
+}
+
 /* The first host id of @p sb's range, from its init's uid map. */
 static unsigned host_base(const tb_sandbox_t *sb)
 {
@@ -1249,6 +1363,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_pool__a_prepared_sandbox_that_died_is_replaced),
 		cmocka_unit_test(test_pool__a_session_gets_no_successor),
 		cmocka_unit_test(test_sandbox__lazy_inputs_are_read_in_place),
+		cmocka_unit_test(test_sandbox__a_killed_worker_leaves_no_lazy_mount),
 		cmocka_unit_test(test_teardown__a_thousand_sandboxes_leave_nothing),
 	};
 	if (geteuid() != 0) {
@@ -1277,5 +1392,7 @@ int main(int argc, char **argv)
 	}
 	if (argc == 3 && !strcmp(argv[1], "--hold-a-sandbox"))
 		return hold_a_sandbox(argv[2]);
+	if (argc == 5 && !strcmp(argv[1], "--hold-a-lazy-sandbox"))
+		return hold_a_lazy_sandbox(argv[2], argv[3], argv[4]);
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
