@@ -140,10 +140,7 @@ static ssize_t fetch_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint8_t *bu
 	return (ssize_t)len;
 }
 
-/* The slot holding block @p index of file @p i, READY and pinned (the
- * caller unpins it); fetched into the least recently used free slot if no
- * slot has it. NULL if every slot is pinned by others: never, as there
- * are more slots than threads. Called and returns under fs->lock. */
+/* Whether block @p index of file @p i is being fetched ahead. */
 static int is_busy(const tb_lazy_fs_t *fs, size_t i, size_t index)
 {
 	for (size_t k = 0; k < fs->nbusy; k++)
@@ -152,34 +149,48 @@ static int is_busy(const tb_lazy_fs_t *fs, size_t i, size_t index)
 	return 0;
 }
 
-/* Whether a slot holds block @p index of file @p i, or is loading it. */
-static int in_slot(const tb_lazy_fs_t *fs, size_t i, size_t index)
+/* The slot holding block @p index of file @p i (loading or ready), or
+ * NULL; then, in @p lru (if not NULL), the least recently used slot no
+ * reader holds and none is loading into (NULL if none is). Its memory is
+ * the caller's to take if it has none yet. Under fs->lock. */
+static slot_t *find_slot(tb_lazy_fs_t *fs, size_t i, size_t index, slot_t **lru)
 {
-	for (size_t k = 0; k < fs->nslots; k++)
-		if (fs->slots[k].state != EMPTY && fs->slots[k].file == i &&
-		    fs->slots[k].index == index)
-			return 1;
-	return 0;
+	slot_t *free_slot = NULL;
+
+	for (size_t k = 0; k < fs->nslots; k++) {
+		slot_t *s = &fs->slots[k];
+		if (s->state != EMPTY && s->file == i && s->index == index)
+			return s;
+		if (!s->pins && s->state != LOADING && (!free_slot || s->used < free_slot->used))
+			free_slot = s;
+	}
+	if (lru)
+		*lru = free_slot;
+	return NULL;
 }
 
+static int in_slot(tb_lazy_fs_t *fs, size_t i, size_t index)
+{
+	return find_slot(fs, i, index, NULL) != NULL;
+}
+
+/* The slot holding block @p index of file @p i, READY and pinned (the
+ * caller unpins it); fetched into the least recently used free slot if no
+ * slot has it. NULL if it could not be fetched (or no memory for it).
+ * There are more slots than threads: one is always free, in time. Called
+ * and returns under fs->lock. */
 static slot_t *pin_block(tb_lazy_fs_t *fs, size_t i, size_t index)
 {
 	for (;;) {
-		slot_t *free_slot = NULL;
+		slot_t *free_slot = NULL, *s;
 		if (is_busy(fs, i, index))
-			goto wait; /* being fetched ahead: then in the cache */
-		for (size_t k = 0; k < fs->nslots; k++) {
-			slot_t *s = &fs->slots[k];
-			if (s->state != EMPTY && s->file == i && s->index == index) {
-				if (s->state == LOADING)
-					goto wait;
-				s->pins++;
-				s->used = ++fs->tick;
-				return s;
-			}
-			if (!s->pins && s->state != LOADING &&
-			    (!free_slot || s->used < free_slot->used))
-				free_slot = s;
+			goto wait; /* being fetched ahead: then in a slot or the cache */
+		if ((s = find_slot(fs, i, index, &free_slot))) {
+			if (s->state == LOADING)
+				goto wait;
+			s->pins++;
+			s->used = ++fs->tick;
+			return s;
 		}
 		if (!free_slot)
 			goto wait;
@@ -260,21 +271,14 @@ static void offer(tb_lazy_fs_t *fs, size_t i, size_t index, const uint8_t *data,
 	slot_t *free_slot = NULL;
 
 	pthread_mutex_lock(&fs->lock);
-	for (size_t k = 0; k < fs->nslots; k++) {
-		slot_t *s = &fs->slots[k];
-		if (s->state != EMPTY && s->file == i && s->index == index)
-			goto out; /* there already */
-		if (!s->pins && s->state != LOADING && (!free_slot || s->used < free_slot->used))
-			free_slot = s;
+	if (!find_slot(fs, i, index, &free_slot) && free_slot && /* not there already */
+	    (free_slot->data || (free_slot->data = malloc(TB_BLOCK_SIZE)))) {
+		memcpy(free_slot->data, data, len);
+		free_slot->file = i, free_slot->index = index;
+		free_slot->len = (ssize_t)len;
+		free_slot->state = READY;
+		free_slot->used = ++fs->tick;
 	}
-	if (!free_slot || (!free_slot->data && !(free_slot->data = malloc(TB_BLOCK_SIZE))))
-		goto out;
-	memcpy(free_slot->data, data, len);
-	free_slot->file = i, free_slot->index = index;
-	free_slot->len = (ssize_t)len;
-	free_slot->state = READY;
-	free_slot->used = ++fs->tick;
-out:
 	pthread_mutex_unlock(&fs->lock);
 }
 
@@ -360,7 +364,7 @@ static void *prefetch(void *arg)
 static void op_init(void *ud, struct fuse_conn_info *conn)
 {
 	(void)ud;
-	/* the kernel reads ahead a block at a time: the next GET overlaps */
+	/* the kernel may read a block ahead; further ahead is read_ahead()'s */
 	conn->max_readahead = TB_BLOCK_SIZE;
 	conn->want &= ~(unsigned)FUSE_CAP_SPLICE_READ;
 }
