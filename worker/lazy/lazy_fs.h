@@ -21,13 +21,14 @@
  * poll the device and a stop event, so stopping never waits on the
  * sandbox), never the worker's main loop. Blocks are read into slots of
  * memory (max_threads + 2, and 24 more with a cache), shared by the
- * threads and taken as first used: the kernel asks in pieces, and readers
- * of one block wait for its one fetch. A reader going through a file in
- * order has the next 24 blocks fetched ahead (three threads, 8 MiB a GET)
- * into the slots and the cache. So a sandbox reading in any pattern, as
- * fast as it likes, costs the worker at most that many MiB (and 24 MiB of
- * GETs in flight), that many threads and store connections; its other
- * reads wait in the kernel. A block that fails its check is never
+ * threads and taken as first used: the kernel asks in pieces (a block at
+ * a time: the mount's read-ahead is raised to 1 MiB), and readers of one
+ * block wait for its one fetch. A reader going through a file in order
+ * has the next 24 blocks fetched ahead (two threads, 12 MiB a GET) into
+ * the slots and the cache. So a sandbox reading in any pattern, as fast
+ * as it likes, costs the worker at most that many MiB (and 24 MiB of GETs
+ * in flight), that many threads and store connections; its other reads
+ * wait in the kernel. A block that fails its check is never
  * served: the read fails with EIO, and the first such failure is kept
  * for the task to report (tb_lazy_fs_error).
  */

@@ -34,6 +34,14 @@ static inline size_t tb_blocks_count(uint64_t size)
 	return (size_t)((size + TB_BLOCK_SIZE - 1) / TB_BLOCK_SIZE);
 }
 
+/** The length of block @p index (< b->n) of the object @p b describes:
+ * TB_BLOCK_SIZE, but for the last. */
+static inline size_t tb_blocks_len(const tb_blocks_t *b, size_t index)
+{
+	uint64_t at = (uint64_t)index * TB_BLOCK_SIZE;
+	return b->size - at < TB_BLOCK_SIZE ? (size_t)(b->size - at) : TB_BLOCK_SIZE;
+}
+
 /**
  * Reads @p fd from offset 0 to its end once, for its block list and (if
  * @p sha256 is not NULL) the SHA-256 of the whole, in lowercase hex.

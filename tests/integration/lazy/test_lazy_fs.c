@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #define SIZE (8u * TB_BLOCK_SIZE + 12345)
@@ -222,7 +223,7 @@ static void test_lazy__a_second_reader_is_served_from_the_cache(void **state)
 	const tb_lazy_file_t files[] = { { "a.bin", F.key, &F.blocks, NULL } };
 	tb_block_cache_t *cache;
 	tb_error_t err;
-	char at[128], dir[128], path[160];
+	char at[128], dir[128], path[256];
 	uint8_t *all = malloc(SIZE);
 
 	(void)state;
@@ -235,9 +236,31 @@ static void test_lazy__a_second_reader_is_served_from_the_cache(void **state)
 		assert_memory_equal(all, F.data, SIZE);
 		/* the first reads it all from the store, the second none */
 		assert_int_equal(tb_lazy_fs_fetched(fs, 0), round == 0 ? SIZE : 0);
+		/* the kernel reads ahead a block at a time, not 128 KiB */
+		struct stat st;
+		char ra[128], kb[16] = "";
+		assert_int_equal(stat(path, &st), 0);
+		snprintf(ra, sizeof(ra), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev),
+			 minor(st.st_dev));
+		FILE *f = fopen(ra, "re");
+		assert_non_null(f);
+		assert_non_null(fgets(kb, sizeof(kb), f));
+		fclose(f);
+		assert_int_equal(strtol(kb, NULL, 10), TB_BLOCK_SIZE / 1024);
 		unmounted(fs, at);
 	}
 	assert_int_equal(tb_block_cache_bytes(cache), SIZE);
+	/* kept in one file, the content's */
+	snprintf(path, sizeof(path), "%s/%s.blocks", dir, F.blocks.digest);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_size, SIZE);
+	DIR *d = opendir(dir);
+	int files_there = 0;
+	for (struct dirent *de; d && (de = readdir(d));)
+		files_there += de->d_name[0] != '.';
+	closedir(d);
+	assert_int_equal(files_there, 1);
 	tb_block_cache_close(cache);
 	free(all);
 }
