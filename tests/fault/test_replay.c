@@ -51,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tb/blocks.h"
 #include "tb/json_mpack.h"
 #include "tb/kafka.h"
 #include "tb/schema_dlq.h"
@@ -1707,6 +1708,160 @@ static void test_replay__a_session_killed_in_turn_two_is_replayed(void **state)
 	assert_true(replayed >= 1);
 }
 
+/* The lazy recipe, and its input (@p size random bytes, with its block
+ * list) in the store at @p key: the SHA-256 of the input into @p sha, the
+ * recipe's commit into @p at. Its agent writes the SHA-256 of what it
+ * read of /inputs/big.bin; its two judges pass only if that is @p sha. */
+static void make_lazy_recipe(const char *key, size_t size, char sha[65], char at[64])
+{
+	tb_store_config_t cfg = { 0 };
+	char path[300], url[128];
+	tb_blocks_t b;
+	tb_store_t *s;
+	tb_error_t err;
+	uint64_t x = 0x9E3779B97F4A7C15ull;
+
+	snprintf(path, sizeof(path), "%s/lazy-input", root);
+	FILE *f = fopen(path, "we");
+	assert_non_null(f);
+	for (size_t i = 0; i < size; i += 8) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		assert_int_equal(fwrite(&x, 1, 8, f), 8);
+	}
+	fclose(f);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(tb_blocks_of_fd(fd, "big", &b, sha, &err), 0);
+	close(fd);
+	snprintf(url, sizeof(url), "s3://%s/runs", bucket);
+	cfg.url = url, cfg.endpoint = (char *)s3_endpoint;
+	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	assert_int_equal(tb_store_open(&s, &cfg, &err), 0);
+	assert_int_equal(tb_store_put_file(s, key, path, NULL, &err), 0);
+	char list[128];
+	snprintf(list, sizeof(list), "blocks/%s", sha); /* by the content's SHA-256 */
+	assert_int_equal(tb_store_put_bytes(s, list, b.sha, b.n * 32, NULL, &err), 0);
+	tb_store_close(s);
+	tb_blocks_free(&b);
+	unlink(path);
+
+	static const char agent[] =
+	    "read -r p\n"
+	    "sha256sum /inputs/big.bin | cut -c1-64 > /outputs/sum.txt\n"
+	    "echo '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"read\"}' >&3\n";
+	static const char recipe[] =
+	    "{\"v\": 1, \"name\": \"lazy\", \"agent\": {\"command\": [\"/bin/sh\", "
+	    "\"agent.sh\"]}, \"judges\": [{\"name\": \"one\", \"command\": [\"/bin/sh\", "
+	    "\"judge.sh\"]}, {\"name\": \"two\", \"command\": [\"/bin/sh\", \"judge.sh\"]}]}\n";
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s/lazy && git init -q %s/lazy", root, root);
+	assert_int_equal(system(cmd), 0);
+	const char *const files[] = { "agent.sh", "judge.sh", "taskbox.json" };
+	for (int i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/lazy/%s", root, files[i]);
+		assert_non_null(f = fopen(path, "we"));
+		if (i == 1)
+			fprintf(
+			    f,
+			    "cat >/dev/null\nif [ \"$(cat /outputs/sum.txt)\" = %s ]; then "
+			    "echo '{\"outcome\":\"pass\"}'; else echo '{\"outcome\":\"fail\"}'; "
+			    "fi\n",
+			    sha);
+		else
+			fputs(i == 0 ? agent : recipe, f);
+		fclose(f);
+	}
+	snprintf(path, sizeof(path), "%s/lazy.json", runtimes);
+	assert_non_null(f = fopen(path, "we"));
+	fputs("{\"v\": 1, \"name\": \"lazy\", \"max_attempts\": 20, \"max_worker_deaths\": 20, "
+	      "\"sandbox\": {\"lazy_inputs_mb\": 8}}\n",
+	      f);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s/lazy && git add -A && git -c user.name=t -c user.email=t@t commit -qm "
+		 "lazy && git rev-parse HEAD > %s/lazy.commit",
+		 root, root);
+	assert_int_equal(system(cmd), 0);
+	snprintf(path, sizeof(path), "%s/lazy.commit", root);
+	assert_non_null(f = fopen(path, "re"));
+	assert_non_null(fgets(at, 64, f));
+	fclose(f);
+	at[strcspn(at, "\n")] = '\0';
+}
+
+/* A task reading an input on demand, its worker killed in the middle of
+ * the reads (its 12th block fetched): nothing is left mounted, and the
+ * task, replayed, reads the input whole and right. */
+static void test_replay__a_worker_killed_during_lazy_reads(void **state)
+{
+	static scenario_t scenario;
+	scenario_t *sc = &scenario;
+	char sha[65], at[64], url[200], key[96];
+	const size_t size = 24u << 20;
+
+	(void)state;
+	if (!brokers || access("/dev/fuse", R_OK | W_OK) != 0)
+		skip();
+	scenario_init(sc, "lazy", 1, 1);
+	snprintf(key, sizeof(key), "uploads/replay-lazy-%d", getpid());
+	make_lazy_recipe(key, size, sha, at);
+	snprintf(url, sizeof(url), "file://%s/lazy", root);
+	char *id = sc->ids[sc->n++];
+	snprintf(id, sizeof(sc->ids[0]), "lazy-%d", getpid());
+	{
+		tb_input_t in = { .name = "big.bin", .artifact = key, .sha256 = sha };
+		tb_task_t t = { 0 };
+		msgpack_sbuffer sb;
+		tb_error_t err;
+		t.id = id, t.kind = TB_TASK_ONE_SHOT, t.recipe.url = url, t.recipe.commit = at;
+		t.prompt = (char *)"read it", t.runtime = (char *)"lazy", t.submitted_at = 1;
+		t.inputs.n = 1, t.inputs.items = &in;
+		msgpack_sbuffer_init(&sb);
+		assert_int_equal(tb_msg_encode(&sb, &tb_schema_task, &t, &err), 0);
+		produce_raw(sc, id, sb.data, sb.size);
+		sc->extra--; /* the scenario's task, not an extra message */
+		msgpack_sbuffer_destroy(&sb);
+	}
+	pid_t w = start_worker(sc, 0, "lazy-fetched@12");
+	int status = wait_exit(w, 120);
+	if (status < 0 || !WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+		if (status < 0) {
+			kill(w, SIGKILL);
+			reap(w, &status, 0);
+		}
+		show_log(sc);
+		fail_msg("the worker did not die in the lazy reads (status %d)", status);
+	}
+	/* the file system was never mounted on the host: nothing to sweep */
+	assert_int_equal(count_lines_with("/proc/self/mountinfo", "taskbox-inputs"), 0);
+	finish_all(sc, 180);
+	check(sc);
+	/* the replay read every byte, each the content's */
+	tb_store_config_t cfg = { 0 };
+	char surl[128], v[700], out[200], *got = NULL;
+	unsigned long long attempt = 0;
+	tb_store_t *s;
+	tb_error_t err;
+	size_t len;
+	redisContext *c = redis();
+	done_marker(c, sc, id, v, sizeof(v));
+	redisFree(c);
+	assert_int_equal(sscanf(v, "%llu", &attempt), 1);
+	assert_true(attempt >= 2);
+	snprintf(surl, sizeof(surl), "s3://%s/runs", bucket);
+	cfg.url = surl, cfg.endpoint = (char *)s3_endpoint;
+	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	assert_int_equal(tb_store_open(&s, &cfg, &err), 0);
+	snprintf(out, sizeof(out), "tasks/%s/%llu/outputs/sum.txt", id, attempt);
+	if (tb_store_get_bytes(s, out, 200, &got, &len, &err) != 0)
+		fail_msg("%s: %s", out, err.msg);
+	tb_store_close(s);
+	assert_true(len >= 64);
+	assert_memory_equal(got, sha, 64);
+	free(got);
+	printf("  the input read whole by attempt %llu, after a worker killed mid-read\n", attempt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1724,6 +1879,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_replay__a_batch_with_every_kind_of_bad_input,
 					  stop_leftovers),
 		cmocka_unit_test_teardown(test_replay__a_lease_outlives_a_long_run, stop_leftovers),
+		cmocka_unit_test_teardown(test_replay__a_worker_killed_during_lazy_reads,
+					  stop_leftovers),
 		cmocka_unit_test_teardown(test_replay__a_session_killed_in_turn_two_is_replayed,
 					  stop_leftovers),
 		cmocka_unit_test_teardown(test_replay__a_session_moves_with_its_partition,

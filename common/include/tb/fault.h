@@ -12,6 +12,8 @@
  *   done-marked       the done-marker is set, the sandbox still standing
  *   turn-started      an interactive session began a turn after the
  *                     first (a follow-up's prompt is on its way)
+ *   lazy-fetched      a block of an input read on demand came from the
+ *                     store, not yet checked or kept (worker/lazy)
  * and one that does not kill but breaks the Kafka consumer (a fatal error,
  * as when the group coordinator fences a static member):
  *   consumer-fatal    a task message was received
