@@ -93,6 +93,7 @@ int tb_cmd_schema(int argc, char **argv);
 int tb_cmd_status(int argc, char **argv);
 int tb_cmd_submit(int argc, char **argv);
 int tb_cmd_top(int argc, char **argv);
+int tb_cmd_view(int argc, char **argv);
 int tb_cmd_watch(int argc, char **argv);
 int tb_cmd_artifacts(int argc, char **argv);
 int tb_cmd_worker(int argc, char **argv);

@@ -146,7 +146,7 @@ void tb_follow_print_event(FILE *out, const tb_event_t *ev)
 	json_decref(p);
 }
 
-void tb_follow_print_json(FILE *out, const tb_event_t *ev)
+json_t *tb_follow_event_json(const tb_event_t *ev)
 {
 	json_t *p = NULL;
 	tb_error_t err;
@@ -164,6 +164,12 @@ void tb_follow_print_json(FILE *out, const tb_event_t *ev)
 		json_object_set_new(o, "payload", p);
 	else
 		json_decref(p);
+	return o;
+}
+
+void tb_follow_print_json(FILE *out, const tb_event_t *ev)
+{
+	json_t *o = tb_follow_event_json(ev);
 	char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 	if (text)
 		fprintf(out, "%s\n", text);
@@ -411,13 +417,12 @@ static int all_eof(const follow_t *f)
 	return 1;
 }
 
-int tb_follow_open(const tb_config_t *cfg, int64_t since_ms, rd_kafka_t **out, int *partitions,
-		   tb_error_t *err)
+int tb_follow_open_topics(const tb_config_t *cfg, const char *const *topics, size_t ntopics,
+			  int64_t since_ms, rd_kafka_t **out, int *partitions, tb_error_t *err)
 {
-	const char *topic = cfg->kafka.events_topic;
 	tb_kv_t items[64 + 1];
 	tb_strmap_t props = { 0, items };
-	rd_kafka_topic_partition_list_t *parts = NULL;
+	rd_kafka_topic_partition_list_t *all = rd_kafka_topic_partition_list_new(16);
 	char group[64];
 	rd_kafka_t *c;
 	int rc;
@@ -428,22 +433,44 @@ int tb_follow_open(const tb_config_t *cfg, int64_t since_ms, rd_kafka_t **out, i
 	/* Assigned by hand: the group is never joined and nothing committed. */
 	snprintf(group, sizeof(group), "taskbox-follow-%d", (int)getpid());
 	if ((rc = tb_kafka_consumer_new(&c, cfg->kafka.brokers, group, NULL, NULL, &props, NULL,
-					NULL, err)) < 0)
+					NULL, err)) < 0) {
+		rd_kafka_topic_partition_list_destroy(all);
 		return rc;
-	if ((rc = partitions_of(c, topic, partitions, err)) < 0 ||
-	    (rc = start_offsets(c, topic, *partitions, since_ms, &parts, err)) < 0)
-		goto fail;
-	rd_kafka_resp_err_t e = rd_kafka_assign(c, parts);
-	rd_kafka_topic_partition_list_destroy(parts);
+	}
+	for (size_t t = 0; t < ntopics; t++) {
+		rd_kafka_topic_partition_list_t *parts = NULL;
+		int np = 0;
+		if ((rc = partitions_of(c, topics[t], &np, err)) < 0 ||
+		    (rc = start_offsets(c, topics[t], np, since_ms, &parts, err)) < 0)
+			goto fail;
+		for (int i = 0; i < parts->cnt; i++)
+			rd_kafka_topic_partition_list_add(all, topics[t], parts->elems[i].partition)
+			    ->offset = parts->elems[i].offset;
+		rd_kafka_topic_partition_list_destroy(parts);
+		if (t == 0 && partitions)
+			*partitions = np;
+	}
+	rd_kafka_resp_err_t e = rd_kafka_assign(c, all);
 	if (e) {
-		rc = tb_error_set(err, TB_EIO, "kafka: assign %s: %s", topic, rd_kafka_err2str(e));
+		rc = tb_error_set(err, TB_EIO, "kafka: assign %s: %s", topics[0],
+				  rd_kafka_err2str(e));
 		goto fail;
 	}
+	rd_kafka_topic_partition_list_destroy(all);
 	*out = c;
 	return 0;
 fail:
+	rd_kafka_topic_partition_list_destroy(all);
 	rd_kafka_destroy(c);
 	return rc;
+}
+
+int tb_follow_open(const tb_config_t *cfg, int64_t since_ms, rd_kafka_t **out, int *partitions,
+		   tb_error_t *err)
+{
+	const char *topic = cfg->kafka.events_topic;
+
+	return tb_follow_open_topics(cfg, &topic, 1, since_ms, out, partitions, err);
 }
 
 int tb_follow(const tb_config_t *cfg, const tb_follow_opts_t *o, tb_follow_result_t *res,

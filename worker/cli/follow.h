@@ -21,6 +21,7 @@
 #include "tb/schema_event.h"
 #include "tb/store.h"
 
+#include <jansson.h>
 #include <librdkafka/rdkafka.h>
 
 #include <signal.h>
@@ -68,6 +69,18 @@ int tb_follow(const tb_config_t *cfg, const tb_follow_opts_t *o, tb_follow_resul
  */
 int tb_follow_open(const tb_config_t *cfg, int64_t since_ms, rd_kafka_t **out, int *partitions,
 		   tb_error_t *err);
+
+/**
+ * A consumer of @p ntopics topics of @p cfg's cluster, every partition of
+ * each assigned from @p since_ms, no group joined (tb_follow_open); the
+ * first topic's partition count into @p partitions (may be NULL).
+ */
+int tb_follow_open_topics(const tb_config_t *cfg, const char *const *topics, size_t ntopics,
+			  int64_t since_ms, rd_kafka_t **out, int *partitions, tb_error_t *err);
+
+/** One event as JSON, its payload decoded (the caller decrefs; NULL
+ * without memory). */
+json_t *tb_follow_event_json(const tb_event_t *ev);
 
 /** One event as a line a person reads ("task #seq what"). */
 void tb_follow_print_event(FILE *out, const tb_event_t *ev);

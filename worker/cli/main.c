@@ -21,6 +21,7 @@ static const struct {
 	{ "status", tb_cmd_status, "a task's state, or the fleet's workers and lag" },
 	{ "submit", tb_cmd_submit, "put a task on the tasks topic (--wait: follow it)" },
 	{ "top", tb_cmd_top, "a live view of the fleet: workers, tasks, throughput" },
+	{ "view", tb_cmd_view, "a web page of the runs: tasks, conversations, fleet" },
 	{ "watch", tb_cmd_watch, "print the events of one task or of all, as they come" },
 	{ "worker", tb_cmd_worker, "run a worker (tasks from Kafka, each in a sandbox)" },
 };

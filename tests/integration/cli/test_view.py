@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""`taskbox view` in a real browser (Debian's Chromium, headless, driven by
+Selenium through chromedriver), against the real services and a worker.
+
+Tasks run first: a one-shot hello, an interactive chat session with a
+follow-up, one whose agent fails, one dead-lettered (its runtime does not
+exist), and one whose agent writes hostile markup everywhere it can
+(messages, a thought, tool calls and results, a file name, a label, a
+judge's reason). Then `taskbox view` starts and the browser checks:
+
+  - the list shows every task with its status, filters by status and
+    finds a task by id;
+  - a task's page shows its conversation in order (the prompt first, the
+    tool call beside its result), its two verdicts, its phases, and its
+    artifact, whose download (a real one, by Chromium) has the bytes the
+    store holds;
+  - the interactive task's turns are separated;
+  - nothing the hostile agent wrote runs: no script, no handler, no
+    dialog, and its text is shown as text;
+  - a running task's page shows each new event live, within a second of
+    the worker stamping it;
+  - every answer carries the Content-Security-Policy, and a request whose
+    Host is not the loopback address it listens on is refused.
+
+Screenshots of each page go to OUT_DIR. Usage: test_view.py TASKBOX
+SOURCE_DIR OUT_DIR. Exit 77 (skipped) without the services or Chromium.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+TB, ROOT, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
+ENV = os.environ
+if not ENV.get("TASKBOX_TEST_KAFKA") or not ENV.get("TASKBOX_TEST_S3_ENDPOINT"):
+    print("skipped: TASKBOX_TEST_* not set (tests/run starts the services)")
+    sys.exit(77)
+try:
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+except ImportError:
+    print("skipped: no selenium (deploy/local/install-deps test installs python3-selenium)")
+    sys.exit(77)
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+if not os.path.exists(CHROMEDRIVER) or not os.path.exists(CHROMIUM):
+    print("skipped: no chromium or chromedriver (deploy/local/install-deps test)")
+    sys.exit(77)
+
+failures = []
+
+
+def check(what, ok, detail=""):
+    print(("ok   " if ok else "FAIL ") + what + ("" if ok else ": " + str(detail)[:2000]))
+    if not ok:
+        failures.append(what)
+
+
+def sh(*cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+
+
+RUN = "tbview-%d" % os.getpid()
+tmp = tempfile.mkdtemp(prefix="tb-view-")
+os.chmod(tmp, 0o711)  # the sandboxes' users pass through to their work dirs
+os.makedirs(OUT, exist_ok=True)
+procs = []
+
+
+def stop_all():
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+# ------------------------------------------------------------ the services
+
+sh(os.path.join(ROOT, "deploy/local/services"), "topic", RUN + ".tasks:4", RUN + ".events:4",
+   RUN + ".dlq:1")
+ENV["AWS_ACCESS_KEY_ID"] = ENV["TASKBOX_TEST_S3_ACCESS_KEY"]
+ENV["AWS_SECRET_ACCESS_KEY"] = ENV["TASKBOX_TEST_S3_SECRET_KEY"]
+sh("curl", "-sf", "-X", "PUT", "--aws-sigv4", "aws:amz:%s:s3" % ENV["TASKBOX_TEST_S3_REGION"],
+   "--user", ENV["AWS_ACCESS_KEY_ID"] + ":" + ENV["AWS_SECRET_ACCESS_KEY"],
+   ENV["TASKBOX_TEST_S3_ENDPOINT"] + "/" + RUN)
+
+
+def recipe(name, files, manifest):
+    d = os.path.join(tmp, name)
+    os.makedirs(d)
+    for path, text in files.items():
+        os.makedirs(os.path.dirname(os.path.join(d, path)), exist_ok=True)
+        with open(os.path.join(d, path), "w") as f:
+            f.write(text)
+    if manifest:
+        with open(os.path.join(d, "taskbox.json"), "w") as f:
+            json.dump(manifest, f)
+    sh("git", "init", "-q", d)
+    sh("git", "-C", d, "add", "-A")
+    sh("git", "-C", d, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", name)
+    return "file://" + d, sh("git", "-C", d, "rev-parse", "HEAD").strip()
+
+
+def copied(name):
+    d = os.path.join(tmp, name)
+    shutil.copytree(os.path.join(ROOT, "examples/recipes", name), d)
+    sh("git", "init", "-q", d)
+    sh("git", "-C", d, "add", "-A")
+    sh("git", "-C", d, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", name)
+    return "file://" + d, sh("git", "-C", d, "rev-parse", "HEAD").strip()
+
+
+HOSTILE = [
+    "<script>window.__xss='message'</script>",
+    "<img src=x onerror=\"window.__xss='img'\">",
+    "javascript:window.__xss='link'",
+]
+hostile_agent = r"""read -r p
+printf '%s\n' '{"type":"message","role":"assistant","text":"<script>window.__xss=\"message\"</script> and <img src=x onerror=\"window.__xss=\u0027img\u0027\">"}' >&3
+printf '%s\n' '{"type":"thought","text":"javascript:window.__xss=\u0027link\u0027"}' >&3
+printf '%s\n' '{"type":"tool-call","id":"t1","name":"<img src=x onerror=window.__xss=1>","input":{"html":"<script>window.__xss=2</script>","href":"javascript:window.__xss=3"}}' >&3
+printf '%s\n' '{"type":"tool-result","id":"t1","output":"<svg onload=window.__xss=4></svg>","is_error":true}' >&3
+printf 'hostile\n' > '/outputs/<img src=x onerror=window.__xss=5>.txt'
+printf 'fine\n' > /outputs/fine.txt
+"""
+hostile_judge = r"""cat >/dev/null
+printf '%s\n' '{"outcome":"fail","score":0.25,"reason":"<img src=x onerror=window.__xss=6> <a href=\"javascript:window.__xss=7\">click</a>"}'
+"""
+slow_agent = r"""read -r p
+for i in 1 2 3 4 5 6; do
+  printf '{"type":"message","role":"assistant","text":"tick %s"}\n' "$i" >&3
+  sleep 1.5
+done
+"""
+failing_agent = "read -r p\nprintf '%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"giving up\"}' >&3\nexit 3\n"
+pass_judge = "cat >/dev/null\necho '{\"outcome\":\"pass\"}'\n"
+
+hello = copied("hello")
+chat = copied("chat")
+hostile = recipe("hostile", {"agent.sh": hostile_agent, "judge.sh": hostile_judge}, {
+    "v": 1, "name": "hostile", "agent": {"command": ["/bin/sh", "agent.sh"]},
+    "judges": [{"name": "judge", "command": ["/bin/sh", "judge.sh"]}]})
+slow = recipe("slow", {"agent.sh": slow_agent, "judge.sh": pass_judge}, {
+    "v": 1, "name": "slow", "agent": {"command": ["/bin/sh", "agent.sh"]},
+    "judges": [{"name": "ok", "command": ["/bin/sh", "judge.sh"]}]})
+failing = recipe("failing", {"agent.sh": failing_agent, "judge.sh": pass_judge}, {
+    "v": 1, "name": "failing", "agent": {"command": ["/bin/sh", "agent.sh"]},
+    "judges": [{"name": "ok", "command": ["/bin/sh", "judge.sh"]}]})
+
+os.makedirs(os.path.join(tmp, "runtimes"))
+shutil.copy(os.path.join(ROOT, "examples/runtimes/default.json"), os.path.join(tmp, "runtimes"))
+cfg = os.path.join(tmp, "worker.json")
+with open(cfg, "w") as f:
+    json.dump({
+        "v": 1, "worker_id": RUN, "slots": 2, "log_level": "info",
+        "kafka": {"brokers": ENV["TASKBOX_TEST_KAFKA"], "group": RUN,
+                  "tasks_topic": RUN + ".tasks", "events_topic": RUN + ".events",
+                  "dlq_topic": RUN + ".dlq"},
+        "ledger": {"url": ENV["TASKBOX_TEST_REDIS"], "prefix": RUN, "lease_ms": 6000},
+        "store": {"url": "s3://" + RUN, "endpoint": ENV["TASKBOX_TEST_S3_ENDPOINT"],
+                  "region": ENV["TASKBOX_TEST_S3_REGION"]},
+        "runtimes_dir": os.path.join(tmp, "runtimes"), "work_dir": os.path.join(tmp, "work"),
+        "cache_dir": os.path.join(tmp, "cache")}, f)
+
+try:
+    worker_log = open(os.path.join(tmp, "worker.log"), "w")
+    procs.append(subprocess.Popen([TB, "worker", "--config", cfg], stdout=worker_log,
+                                  stderr=subprocess.STDOUT))
+
+    def submit(url_commit, *extra, wait=True, want=0):
+        url, commit = url_commit
+        cmd = [TB, "submit", "--config", cfg, "--recipe", url, "--commit", commit, *extra]
+        if wait:
+            cmd += ["--wait", "--timeout", "180"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        check("submit %s exits %d" % (" ".join(extra[:2]), want), r.returncode == want,
+              r.stdout[-1500:] + r.stderr[-1500:])
+        return r.stdout.splitlines()[0].strip() if r.stdout else ""
+
+    ids = {}
+    ids["hello"] = submit(hello, "--prompt", "world", "--label", "team=view")
+    ids["failing"] = submit(failing, "--prompt", "try", want=6)
+    ids["dead"] = submit(hello, "--prompt", "nowhere", "--runtime", "nosuch", want=7)
+    ids["hostile"] = submit(hostile, "--prompt", "<script>window.__xss='prompt'</script>",
+                            "--label", "x=<img src=x onerror=window.__xss=8>")
+    ids["chat"] = submit(chat, "--prompt", "first question", "--interactive", wait=False)
+    time.sleep(3)
+    sh(TB, "send", "--config", cfg, ids["chat"], "second question")
+    time.sleep(3)
+    sh(TB, "end", "--config", cfg, ids["chat"])
+
+    # ---------------------------------------------------------- the viewer
+    view_log = open(os.path.join(tmp, "view.log"), "w")
+    view = subprocess.Popen([TB, "view", "--config", cfg, "--listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=view_log, text=True)
+    procs.append(view)
+    line = view.stdout.readline()
+    m = re.search(r"(http://127\.0\.0\.1:\d+)/", line)
+    check("taskbox view prints its address", m, line)
+    base = m.group(1)
+
+    # headers, and the Host check, without a browser
+    with urllib.request.urlopen(base + "/") as r:
+        csp = r.headers.get("Content-Security-Policy", "")
+        check("the page has a strict CSP", "script-src 'self'" in csp and
+              "unsafe-inline" not in csp and "default-src 'none'" in csp, csp)
+        check("the page is nosniff", r.headers.get("X-Content-Type-Options") == "nosniff")
+    req = urllib.request.Request(base + "/api/tasks", headers={"Host": "evil.example:80"})
+    try:
+        urllib.request.urlopen(req)
+        check("a foreign Host is refused", False, "answered")
+    except urllib.error.HTTPError as e:
+        check("a foreign Host is refused", e.code == 421, e.code)
+
+    downloads = os.path.join(tmp, "downloads")
+    os.makedirs(downloads)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1400,1000"):
+        opts.add_argument(a)
+    opts.add_experimental_option("prefs", {"download.default_directory": downloads,
+                                           "download.prompt_for_download": False})
+    service = webdriver.ChromeService(executable_path=CHROMEDRIVER) \
+        if hasattr(webdriver, "ChromeService") else webdriver.chrome.service.Service(CHROMEDRIVER)
+    browser = webdriver.Chrome(service=service, options=opts)
+    browser.set_page_load_timeout(30)
+
+    def wait_for(cond, seconds=20, what="the page"):
+        try:
+            return WebDriverWait(browser, seconds, poll_frequency=0.05).until(cond)
+        except Exception as e:  # noqa: BLE001 (selenium's timeout, or a stale element)
+            check(what, False, "%s; page: %s" % (e, browser.find_element(By.TAG_NAME, "body").text[:800]))
+            return None
+
+    def ready(_):
+        return browser.execute_script("return document.body.dataset.ready === '1'")
+
+    def shot(name):
+        browser.save_screenshot(os.path.join(OUT, name + ".png"))
+
+    try:
+        # ------------------------------------------------------ the list
+        browser.get(base + "/")
+        wait_for(lambda b: all(b.find_elements(By.CSS_SELECTOR, 'tr[data-task="%s"]' % i)
+                               for i in ids.values()), 60, "every task is listed")
+        status = {i: browser.find_element(By.CSS_SELECTOR,
+                                          'tr[data-task="%s"] .badge' % i).text
+                  for i in ids.values()}
+        check("statuses", status[ids["hello"]] == "succeeded" and
+              status[ids["failing"]] == "failed" and
+              status[ids["dead"]] == "dead-lettered", status)
+        shot("tasks")
+        Select(browser.find_element(By.CSS_SELECTOR, 'select[aria-label="status"]')) \
+            .select_by_value("failed")
+        wait_for(lambda b: [e.get_attribute("data-task") for e in
+                            b.find_elements(By.CSS_SELECTOR, "tr[data-task]")] == [ids["failing"]],
+                 10, "the status filter keeps the failed one")
+        browser.get(base + "/")
+        box = wait_for(lambda b: b.find_element(By.CSS_SELECTOR, 'input[type="search"]'))
+        box.send_keys(ids["hello"])
+        wait_for(lambda b: [e.get_attribute("data-task") for e in
+                            b.find_elements(By.CSS_SELECTOR, "tr[data-task]")] == [ids["hello"]],
+                 10, "the search finds the task by id")
+
+        # ------------------------------------------------- a task's page
+        browser.get(base + "/task/" + ids["hello"])
+        wait_for(ready, 30, "the hello task's page is drawn")
+        # (labels are upper case by the style sheet: compared in lower case)
+        texts = [e.text.lower() for e in
+                 browser.find_elements(By.CSS_SELECTOR, "#conversation .ev")]
+        order = ["world", "received the prompt", "thought", "write_file", "hello, queue!"]
+        at = [next((k for k, t in enumerate(texts) if o in t), -1) for o in order]
+        check("the conversation in order", -1 not in at and at == sorted(at), (at, texts))
+        check("the tool call beside its result", any("write_file" in t and "wrote" in t
+                                                     for t in texts), texts)
+        verdicts = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#verdicts tr")][1:]
+        check("two verdicts, both pass", len(verdicts) == 2 and
+              all("pass" in v for v in verdicts), verdicts)
+        check("the phases as a timeline",
+              len(browser.find_elements(By.CSS_SELECTOR, "#timeline .bar-row")) >= 8)
+        shot("task")
+        link = browser.find_element(By.CSS_SELECTOR, "#artifacts a")
+        link.click()
+        deadline = time.time() + 20
+        got = None
+        while time.time() < deadline and not got:  # Chromium writes elsewhere, then renames
+            got = "hello.txt" if "hello.txt" in os.listdir(downloads) else None
+            time.sleep(0.1)
+        check("the artifact downloads", got == "hello.txt", os.listdir(downloads))
+        if got:
+            data = open(os.path.join(downloads, got), "rb").read()
+            want = ("hello, queue! (task %s, attempt 1)\n" % ids["hello"]).encode()
+            check("its bytes are the artifact's", data == want, data)
+
+        # the interactive task: its turns apart
+        browser.get(base + "/task/" + ids["chat"])
+        wait_for(ready, 30, "the chat task's page is drawn")
+        wait_for(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#conversation .turn")) >= 2,
+                 30, "the interactive task's turns are separated")
+        shot("interactive")
+
+        # ------------------------------------------------- the XSS battery
+        browser.get(base + "/task/" + ids["hostile"])
+        wait_for(ready, 30, "the hostile task's page is drawn")
+        time.sleep(1)  # an image's error handler would have run by now
+        check("nothing the agent wrote ran",
+              browser.execute_script("return window.__xss === undefined"),
+              browser.execute_script("return String(window.__xss)"))
+        body = browser.find_element(By.TAG_NAME, "body").text.lower()
+        for needle in ("<script>window.__xss=\"message\"</script>",
+                       "<img src=x onerror=window.__xss=1>", "<svg onload=window.__xss=4></svg>",
+                       "<img src=x onerror=window.__xss=5>.txt",
+                       "<img src=x onerror=window.__xss=6>",
+                       "<a href=\"javascript:window.__xss=7\">click</a>",
+                       "x=<img src=x onerror=window.__xss=8>"):
+            check("shown as text: " + needle, needle in body, body[:3000])
+        check("no markup of the agent's in the page",
+              not browser.find_elements(By.CSS_SELECTOR, "main img, main svg, main script, "
+                                                         "main b, main a[href^='javascript']"))
+        shot("hostile")
+        browser.get(base + "/")
+        wait_for(ready, 30, "the list after the hostile task")
+        check("nothing ran on the list either",
+              browser.execute_script("return window.__xss === undefined"))
+
+        # --------------------------------------------------------- live
+        sid = submit(slow, "--prompt", "tick", wait=False)
+        browser.get(base + "/task/" + sid)
+        wait_for(ready, 60, "the running task's page is drawn")
+        browser.execute_script("""
+            window.__seen = {};
+            new MutationObserver(() => {
+              for (const e of document.querySelectorAll('#conversation .ev[data-seq]'))
+                if (!(e.dataset.seq in window.__seen)) window.__seen[e.dataset.seq] = Date.now();
+            }).observe(document.getElementById('main'), {childList: true, subtree: true});
+            for (const e of document.querySelectorAll('#conversation .ev[data-seq]'))
+              window.__seen[e.dataset.seq] = -1;""")
+        wait_for(lambda b: "tick 6" in b.find_element(By.ID, "conversation").text, 60,
+                 "the last tick arrives live")
+        seen = browser.execute_script("return window.__seen")
+        events = json.loads(urllib.request.urlopen(
+            base + "/api/events?id=" + sid).read())
+        lags = [seen[str(e["seq"])] - e["ts"] for e in events
+                if e["type"] == "message" and str(e["seq"]) in seen and seen[str(e["seq"])] > 0]
+        check("live events appeared", len(lags) >= 2, seen)
+        check("each within a second of the worker's stamp", lags and max(lags) < 1000, lags)
+        print("  live: events shown %s ms after the worker stamped them" % lags)
+        shot("live")
+
+        browser.get(base + "/fleet")
+        wait_for(lambda b: b.find_elements(By.CSS_SELECTOR, "#rates .col"), 20, "the fleet page")
+        shot("fleet")
+    finally:
+        browser.quit()
+finally:
+    stop_all()
+    if not failures and not ENV.get("KEEP"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print("kept " + tmp)
+
+print("view: %d failed" % len(failures))
+sys.exit(1 if failures else 0)
