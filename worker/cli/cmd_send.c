@@ -7,20 +7,14 @@
  * ledger's count for the task (so every `send` of one task numbers after
  * the last).
  */
+#include "actions.h"
 #include "cmd.h"
 
-#include "tb/clock.h"
 #include "tb/config.h"
-#include "tb/kafka.h"
-#include "tb/ledger.h"
-#include "tb/schema_followup.h"
-#include "tb/schema_task.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static void usage(FILE *out, const char *cmd)
 {
@@ -50,32 +44,6 @@ static void usage_send(FILE *out)
 static void usage_end(FILE *out)
 {
 	usage(out, "end");
-}
-
-/* The follow-up's number: @p given, else the ledger's next. */
-static int number(const tb_config_t *cfg, const char *cmd, const char *task, uint64_t given,
-		  uint64_t *seq)
-{
-	tb_ledger_t *l;
-	tb_error_t err;
-
-	if (given) {
-		*seq = given;
-		return TB_EXIT_OK;
-	}
-	int rc = tb_cmd_open_fleet(cmd, cfg, &l, NULL, &err);
-	if (rc != TB_EXIT_OK) {
-		fprintf(stderr, "taskbox %s: %s%s\n", cmd, err.msg,
-			rc == TB_EXIT_CONFIG ? "; or number it with --seq" : "");
-		return rc;
-	}
-	rc = tb_ledger_next_followup(l, task, seq, &err);
-	tb_ledger_close(l);
-	if (rc < 0) {
-		fprintf(stderr, "taskbox %s: %s\n", cmd, err.msg);
-		return TB_EXIT_FAILURE;
-	}
-	return TB_EXIT_OK;
 }
 
 static int send_followup(int argc, char **argv, const char *cmd)
@@ -119,46 +87,19 @@ static int send_followup(int argc, char **argv, const char *cmd)
 		rc = TB_EXIT_CONFIG;
 		goto out;
 	}
-	tb_followup_t f = { 0 };
-	f.task_id = (char *)task;
-	f.kind = is_end ? TB_FOLLOWUP_END : TB_FOLLOWUP_PROMPT;
-	f.text = is_end ? NULL : (char *)text;
-	f.sent_at = tb_wall_ms();
-	msgpack_sbuffer sb;
-	msgpack_sbuffer_init(&sb);
-	/* checked before a number is taken: a refused one leaves no gap */
-	f.seq = given ? given : 1;
-	if (tb_msg_encode(&sb, &tb_schema_followup, &f, &err) < 0) {
-		fprintf(stderr, "taskbox %s: not a valid follow-up: %s\n", cmd, err.msg);
-		msgpack_sbuffer_destroy(&sb);
-		rc = TB_EXIT_INVALID;
-		goto out;
-	}
-	msgpack_sbuffer_clear(&sb);
-	if ((rc = number(&cfg, cmd, task, given, &f.seq)) != TB_EXIT_OK ||
-	    tb_msg_encode(&sb, &tb_schema_followup, &f, &err) < 0) {
-		if (rc == TB_EXIT_OK) {
-			fprintf(stderr, "taskbox %s: %s\n", cmd, err.msg);
-			rc = TB_EXIT_INVALID;
-		}
-		msgpack_sbuffer_destroy(&sb);
-		goto out;
-	}
-	rd_kafka_t *p;
-	rc = TB_EXIT_FAILURE;
-	if (tb_kafka_producer_new(&p, cfg.kafka.brokers, &cfg.kafka.properties, &err) == 0) {
-		uint64_t since = tb_kafka_undelivered();
-		if (tb_kafka_produce(p, cfg.kafka.tasks_topic, task, sb.data, sb.size, &err) == 0 &&
-		    tb_kafka_flush(p, 30000, since, &err) == 0)
-			rc = TB_EXIT_OK;
-		rd_kafka_destroy(p);
-	}
-	msgpack_sbuffer_destroy(&sb);
-	if (rc == TB_EXIT_OK)
-		printf("%s %llu to %s\n", is_end ? "end" : "follow-up", (unsigned long long)f.seq,
+	uint64_t seq = 0;
+	int got = tb_followup_send(&cfg, task, is_end ? NULL : text, given, &seq, &err);
+	if (got == 0) {
+		printf("%s %llu to %s\n", is_end ? "end" : "follow-up", (unsigned long long)seq,
 		       task);
-	else
-		fprintf(stderr, "taskbox %s: %s\n", cmd, err.msg);
+		rc = TB_EXIT_OK;
+	} else {
+		fprintf(stderr, "taskbox %s: %s%s\n", cmd, err.msg,
+			got == TB_ENOTFOUND ? "; or number it with --seq" : "");
+		rc = got == TB_EINVAL      ? TB_EXIT_INVALID
+		     : got == TB_ENOTFOUND ? TB_EXIT_CONFIG
+					   : TB_EXIT_FAILURE;
+	}
 out:
 	free(loaded);
 	tb_config_free(&cfg);

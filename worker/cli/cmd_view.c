@@ -11,6 +11,7 @@
 #include "live.h"
 #include "server.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,9 @@ int tb_cmd_view(int argc, char **argv)
 
 	if ((rc = tb_cmd_options(&opt, argc, argv, 1, usage)) >= 0)
 		return rc;
+	/* a thread per connection: without a bound, glibc gives many of them
+	 * an arena of their own, memory the server then keeps */
+	mallopt(M_ARENA_MAX, 2);
 	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox view: %s\n", err.msg);
 		return TB_EXIT_CONFIG;
@@ -116,10 +120,18 @@ int tb_cmd_view(int argc, char **argv)
 	printf("taskbox view: http://%.*s:%u/\n", (int)(colon - listen), listen,
 	       tb_view_server_port(server));
 	fflush(stdout);
+	/* blocked but while waiting: a signal between the test and the wait
+	 * is not lost */
+	sigset_t mask, old;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigprocmask(SIG_BLOCK, &mask, &old);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	while (!stop)
-		pause();
+		sigsuspend(&old);
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	rc = TB_EXIT_OK;
 out:
 	if (live)

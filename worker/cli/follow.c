@@ -427,7 +427,11 @@ int tb_follow_open_topics(const tb_config_t *cfg, const char *const *topics, siz
 	rd_kafka_t *c;
 	int rc;
 
-	for (size_t i = 0; i < cfg->kafka.properties.n && i < 64; i++)
+	/* a reader's prefetch of 4 MiB, not librdkafka's 64: enough to read
+	 * at the broker's pace, and a reader that runs for days (taskbox
+	 * view, top) holds no more; the fleet's settings may say otherwise */
+	items[props.n++] = (tb_kv_t){ "queued.max.messages.kbytes", "4096" };
+	for (size_t i = 0; i < cfg->kafka.properties.n && i < 63; i++)
 		items[props.n++] = cfg->kafka.properties.items[i];
 	items[props.n++] = (tb_kv_t){ "enable.partition.eof", "true" };
 	/* Assigned by hand: the group is never joined and nothing committed. */

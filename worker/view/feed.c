@@ -6,6 +6,7 @@
 #include "follow.h"
 
 #include "tb/log.h"
+#include "tb/schema_followup.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,7 +41,8 @@ static void consume(tb_view_feed_t *f, const rd_kafka_message_t *m)
 			return;
 		}
 		tb_view_index_event(f->index, &ev, m->partition, m->offset);
-		json_t *o = tb_follow_event_json(&ev);
+		json_t *o =
+		    tb_view_live_watching(f->live, ev.task_id) ? tb_follow_event_json(&ev) : NULL;
 		char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 		if (text)
 			tb_view_live_publish(f->live, ev.task_id, text, strlen(text));
@@ -52,7 +54,11 @@ static void consume(tb_view_feed_t *f, const rd_kafka_message_t *m)
 		rd_kafka_timestamp_type_t kind;
 		int64_t ts = rd_kafka_message_timestamp(m, &kind);
 		if (tb_msg_decode(&tb_schema_task, &t, m->payload, m->len, &err) < 0) {
-			atomic_fetch_add(&f->skipped, 1); /* the DLQ says why */
+			tb_followup_t fu; /* the topic carries follow-ups too */
+			if (tb_msg_decode(&tb_schema_followup, &fu, m->payload, m->len, &err) == 0)
+				tb_msg_free(&tb_schema_followup, &fu);
+			else
+				atomic_fetch_add(&f->skipped, 1); /* the DLQ says why */
 			return;
 		}
 		tb_view_index_task(f->index, &t, ts > 0 ? ts : 0);
@@ -63,7 +69,7 @@ static void consume(tb_view_feed_t *f, const rd_kafka_message_t *m)
 			atomic_fetch_add(&f->skipped, 1);
 			return;
 		}
-		tb_view_index_dlq(f->index, &d);
+		tb_view_index_dlq(f->index, &d, m->partition, m->offset);
 		tb_msg_free(&tb_schema_dlq, &d);
 	}
 	atomic_fetch_add(&f->messages, 1);

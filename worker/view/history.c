@@ -8,6 +8,7 @@
 #include "tb/clock.h"
 #include "tb/kafka.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,41 +31,78 @@ typedef struct reading {
 	size_t nseen, cap;
 } reading_t;
 
-/* A consumer of the events topic's partition @p span->partition, from
- * the task's first event (or the oldest kept), and that partition's end
- * now in @p end; NULL with why in @p err. */
-static rd_kafka_t *open_at(const tb_config_t *cfg, const tb_view_span_t *span, int64_t *end,
-			   tb_error_t *err)
+struct tb_view_reader {
+	const tb_config_t *cfg;
+	pthread_mutex_t lock; /* one reading at a time */
+	rd_kafka_t *c;        /* the reading's, under lock */
+};
+
+tb_view_reader_t *tb_view_reader_new(const tb_config_t *cfg)
 {
+	tb_view_reader_t *r = calloc(1, sizeof(*r));
+	if (r) {
+		r->cfg = cfg;
+		pthread_mutex_init(&r->lock, NULL);
+	}
+	return r;
+}
+
+static void drop(tb_view_reader_t *r)
+{
+	if (r->c) {
+		rd_kafka_consumer_close(r->c);
+		rd_kafka_destroy(r->c);
+		r->c = NULL;
+	}
+}
+
+void tb_view_reader_free(tb_view_reader_t *r)
+{
+	if (!r)
+		return;
+	drop(r);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}
+
+/* The reader's consumer at partition @p span->partition, from the task's
+ * first event (or the oldest kept), and that partition's end now in
+ * @p end. 0, or -1 with why in @p err. Under r->lock. */
+static int open_at(tb_view_reader_t *r, const tb_view_span_t *span, int64_t *end, tb_error_t *err)
+{
+	const tb_config_t *cfg = r->cfg;
 	tb_kv_t items[64 + 1];
 	tb_strmap_t props = { 0, items };
 	const char *topic = cfg->kafka.events_topic;
 	char group[64];
-	rd_kafka_t *c;
-	int64_t lo;
+	int64_t lo = 0;
 
-	for (size_t i = 0; i < cfg->kafka.properties.n && i < 64; i++)
+	items[props.n++] = (tb_kv_t){ "queued.max.messages.kbytes", "4096" }; /* as follow.c */
+	for (size_t i = 0; i < cfg->kafka.properties.n && i < 63; i++)
 		items[props.n++] = cfg->kafka.properties.items[i];
 	items[props.n++] = (tb_kv_t){ "enable.partition.eof", "true" };
 	snprintf(group, sizeof(group), "taskbox-view-%d", (int)getpid());
-	if (tb_kafka_consumer_new(&c, cfg->kafka.brokers, group, NULL, NULL, &props, NULL, NULL,
-				  err) < 0)
-		return NULL;
+	if (!r->c && tb_kafka_consumer_new(&r->c, cfg->kafka.brokers, group, NULL, NULL, &props,
+					   NULL, NULL, err) < 0) {
+		r->c = NULL;
+		return -1;
+	}
 	rd_kafka_resp_err_t e =
-	    rd_kafka_query_watermark_offsets(c, topic, span->partition, &lo, end, 10000);
-	rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-	rd_kafka_topic_partition_list_add(l, topic, span->partition)->offset =
-	    span->first > lo ? span->first : lo;
-	if (!e)
-		e = rd_kafka_assign(c, l);
-	rd_kafka_topic_partition_list_destroy(l);
+	    rd_kafka_query_watermark_offsets(r->c, topic, span->partition, &lo, end, 10000);
+	if (!e) {
+		rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+		rd_kafka_topic_partition_list_add(l, topic, span->partition)->offset =
+		    span->first > lo ? span->first : lo;
+		e = rd_kafka_assign(r->c, l);
+		rd_kafka_topic_partition_list_destroy(l);
+	}
 	if (e) {
 		tb_error_set(err, TB_EIO, "kafka: %s [%d]: %s", topic, (int)span->partition,
 			     rd_kafka_err2str(e));
-		rd_kafka_destroy(c);
-		return NULL;
+		drop(r);
+		return -1;
 	}
-	return c;
+	return 0;
 }
 
 /* Whether @p ev was taken already (and if not, it is now). */
@@ -107,7 +145,7 @@ static void take(reading_t *r, const rd_kafka_message_t *m)
 	tb_msg_free(&tb_schema_event, &ev);
 }
 
-json_t *tb_view_history(const tb_config_t *cfg, const char *id, const tb_view_span_t *span,
+json_t *tb_view_history(tb_view_reader_t *rd, const char *id, const tb_view_span_t *span,
 			uint64_t attempt, size_t max, tb_error_t *err)
 {
 	reading_t r = { .id = id, .idlen = strlen(id), .attempt = attempt };
@@ -115,23 +153,38 @@ json_t *tb_view_history(const tb_config_t *cfg, const char *id, const tb_view_sp
 
 	if (span->partition < 0)
 		return json_array(); /* no event of it seen */
-	rd_kafka_t *c = open_at(cfg, span, &end, err);
-	if (!c)
+	pthread_mutex_lock(&rd->lock);
+	if (open_at(rd, span, &end, err) < 0) {
+		pthread_mutex_unlock(&rd->lock);
 		return NULL;
+	}
+	/* to its last event the index saw: what came after, the page's live
+	 * stream (opened first) brings; the partition's end may be far on */
+	if (span->last + 1 < end)
+		end = span->last + 1;
 	r.out = json_array();
 	uint64_t deadline = tb_mono_ms() + READ_MS;
 	while (r.out && at < end && json_array_size(r.out) < max) {
 		if (tb_mono_ms() > deadline) {
 			tb_error_set(err, TB_ETIMEOUT, "kafka: %s [%d]: not read in %d s",
-				     cfg->kafka.events_topic, (int)span->partition, READ_MS / 1000);
+				     rd->cfg->kafka.events_topic, (int)span->partition,
+				     READ_MS / 1000);
 			json_decref(r.out);
 			r.out = NULL;
 			break;
 		}
-		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(rd->c, 200);
 		if (!m)
 			continue;
 		int eof = m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF;
+		if (m->err && !eof) {
+			tb_error_set(err, TB_EIO, "kafka: %s [%d]: %s", rd->cfg->kafka.events_topic,
+				     (int)span->partition, rd_kafka_message_errstr(m));
+			rd_kafka_message_destroy(m);
+			json_decref(r.out);
+			r.out = NULL;
+			break;
+		}
 		if (!eof) {
 			at = m->offset + 1;
 			take(&r, m);
@@ -141,7 +194,7 @@ json_t *tb_view_history(const tb_config_t *cfg, const char *id, const tb_view_sp
 			break;
 	}
 	free(r.seen);
-	rd_kafka_consumer_close(c);
-	rd_kafka_destroy(c);
+	drop(rd); /* a consumer kept would keep its buffers: megabytes */
+	pthread_mutex_unlock(&rd->lock);
 	return r.out;
 }

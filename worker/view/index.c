@@ -16,6 +16,7 @@
 #define MAX_TEXT 512         /* a reason or a prompt kept: its first bytes */
 #define MAX_ATTEMPTS_KEPT 32 /* per task: the latest ones */
 #define RATE_MINUTES 60
+#define MAX_DEAD 1000 /* DLQ records kept for the page */
 
 typedef struct attempt {
 	uint64_t attempt;
@@ -30,11 +31,12 @@ typedef struct task {
 	json_t *labels; /* an object, or NULL */
 	int kind;       /* -1 until the task message is seen */
 	int64_t submitted_ms, first_ts, last_ts;
-	int dead;
+	int64_t dead_ts; /* its DLQ record's time; 0: none */
+	int dead;        /* dead-lettered, and nothing of it came after */
 	unsigned events;
 	tb_view_span_t span;
-	attempt_t a[MAX_ATTEMPTS_KEPT];
-	size_t na;
+	attempt_t *a; /* most tasks have one: allocated as they come */
+	size_t na, cap;
 } task_t;
 
 struct tb_view_index {
@@ -48,6 +50,8 @@ struct tb_view_index {
 		int64_t minute;
 		unsigned ok, bad;
 	} rates[RATE_MINUTES];
+	json_t *dead[MAX_DEAD]; /* a ring of DLQ records, the oldest overwritten */
+	size_t ndead;           /* records seen */
 };
 
 static uint64_t hash(const char *s)
@@ -95,19 +99,28 @@ static void task_free(task_t *t)
 		attempt_t *a = &t->a[i];
 		free(a->worker), free(a->outcome), free(a->reason), free(a->manifest_key);
 	}
+	free(t->a);
 }
 
-static int rebuild(tb_view_index_t *x, size_t nslots)
+static void fill(tb_view_index_t *x, uint32_t *table, size_t nslots)
 {
-	uint32_t *table = calloc(nslots, sizeof(*table));
-	if (!table)
-		return -1;
+	memset(table, 0, nslots * sizeof(*table));
 	for (size_t i = 0; i < x->n; i++) {
 		size_t h = hash(x->t[i].id) & (nslots - 1);
 		while (table[h])
 			h = (h + 1) & (nslots - 1);
 		table[h] = (uint32_t)i + 1;
 	}
+}
+
+/* The table at @p nslots positions (larger): -1 without memory, the old
+ * one kept. */
+static int grow(tb_view_index_t *x, size_t nslots)
+{
+	uint32_t *table = malloc(nslots * sizeof(*table));
+	if (!table)
+		return -1;
+	fill(x, table, nslots);
 	free(x->table);
 	x->table = table;
 	x->nslots = nslots;
@@ -137,7 +150,7 @@ static void forget_some(tb_view_index_t *x)
 		task_free(&x->t[i]);
 	x->forgotten += x->n - keep_n;
 	x->n = keep_n;
-	rebuild(x, x->nslots); /* same size: cannot fail but for memory */
+	fill(x, x->table, x->nslots); /* in place: the positions moved */
 }
 
 /* Task @p id, made if new; NULL without memory. */
@@ -155,7 +168,7 @@ static task_t *task_of(tb_view_index_t *x, const char *id)
 			return NULL;
 		x->t = bigger, x->cap = more;
 	}
-	if ((x->n + 1) * 2 > x->nslots && rebuild(x, x->nslots * 2) < 0)
+	if ((x->n + 1) * 2 > x->nslots && grow(x, x->nslots * 2) < 0)
 		return NULL;
 	t = &x->t[x->n];
 	memset(t, 0, sizeof(*t));
@@ -194,6 +207,8 @@ void tb_view_index_free(tb_view_index_t *x)
 		task_free(&x->t[i]);
 	free(x->t);
 	free(x->table);
+	for (size_t i = 0; i < MAX_DEAD; i++)
+		json_decref(x->dead[i]);
 	pthread_mutex_destroy(&x->lock);
 	free(x);
 }
@@ -203,6 +218,8 @@ void tb_view_index_task(tb_view_index_t *x, const tb_task_t *m, int64_t ts)
 	pthread_mutex_lock(&x->lock);
 	task_t *t = task_of(x, m->id);
 	if (t) {
+		if (t->dead && ts > t->dead_ts)
+			t->dead = 0; /* sent back: waiting again */
 		set(&t->recipe, m->recipe.url);
 		set(&t->commit, m->recipe.commit);
 		set(&t->runtime, m->runtime ? m->runtime : "default");
@@ -234,6 +251,13 @@ static attempt_t *attempt_of(task_t *t, uint64_t n)
 		memmove(t->a, t->a + 1, (t->na - 1) * sizeof(*t->a));
 		t->na--;
 	}
+	if (t->na == t->cap) {
+		size_t more = t->cap ? t->cap * 2 : 1;
+		attempt_t *bigger = realloc(t->a, more * sizeof(*bigger));
+		if (!bigger)
+			return NULL;
+		t->a = bigger, t->cap = more;
+	}
 	attempt_t *a = &t->a[t->na++];
 	memset(a, 0, sizeof(*a));
 	a->attempt = n;
@@ -248,7 +272,7 @@ static const char *str(const json_t *o, const char *k)
 
 static void count_result(tb_view_index_t *x, int64_t ts, const char *outcome)
 {
-	int64_t minute = ts / 60000;
+	int64_t minute = ts / 60000; /* ts >= 0: a wild one was left out */
 	struct rate *r = &x->rates[minute % RATE_MINUTES];
 	if (r->minute != minute)
 		*r = (struct rate){ minute, 0, 0 };
@@ -291,6 +315,8 @@ void tb_view_index_event(tb_view_index_t *x, const tb_event_t *ev, int32_t parti
 	json_t *p = NULL;
 	tb_error_t err;
 
+	if (ev->ts > (uint64_t)INT64_MAX / 2)
+		return; /* no time of this world: its arithmetic would overflow */
 	if (tb_mpack_to_json(&p, ev->payload.data, ev->payload.len, &err) < 0)
 		p = NULL;
 	pthread_mutex_lock(&x->lock);
@@ -306,7 +332,14 @@ void tb_view_index_event(tb_view_index_t *x, const tb_event_t *ev, int32_t parti
 		if ((int64_t)ev->ts > t->last_ts)
 			t->last_ts = (int64_t)ev->ts;
 		t->events++;
+		if (t->dead && (int64_t)ev->ts > t->dead_ts)
+			t->dead = 0; /* sent back: running again */
 		attempt_t *a = attempt_of(t, ev->attempt);
+		if (!a) {
+			pthread_mutex_unlock(&x->lock);
+			json_decref(p);
+			return; /* no memory: the event is not counted */
+		}
 		if (!a->first_ts || (int64_t)ev->ts < a->first_ts)
 			a->first_ts = (int64_t)ev->ts;
 		if ((int64_t)ev->ts > a->last_ts)
@@ -318,14 +351,22 @@ void tb_view_index_event(tb_view_index_t *x, const tb_event_t *ev, int32_t parti
 	json_decref(p);
 }
 
-void tb_view_index_dlq(tb_view_index_t *x, const tb_dlq_t *d)
+void tb_view_index_dlq(tb_view_index_t *x, const tb_dlq_t *d, int32_t partition, int64_t offset)
 {
-	if (!d->task_id)
-		return; /* an undecodable message: the DLQ page shows it */
+	char *reason = keep(d->reason);
+	json_t *rec = json_pack("{s:i,s:I,s:o,s:s,s:s,s:I,s:I}", "partition", (int)partition,
+				"offset", (json_int_t)offset, "task",
+				d->task_id ? json_string(d->task_id) : json_null(), "cause",
+				tb_dlq_causes[d->cause], "reason", reason ? reason : "", "ts",
+				(json_int_t)d->ts, "attempts", (json_int_t)d->attempts.n);
+	free(reason);
 	pthread_mutex_lock(&x->lock);
-	task_t *t = task_of(x, d->task_id);
-	if (t) {
+	json_decref(x->dead[x->ndead % MAX_DEAD]);
+	x->dead[x->ndead++ % MAX_DEAD] = rec;
+	task_t *t = d->task_id ? task_of(x, d->task_id) : NULL;
+	if (t && d->ts <= (uint64_t)INT64_MAX / 2) {
 		t->dead = 1;
+		t->dead_ts = (int64_t)d->ts;
 		set(&t->reason, d->reason);
 		if ((int64_t)d->ts > t->last_ts)
 			t->last_ts = (int64_t)d->ts;
@@ -485,6 +526,18 @@ json_t *tb_view_index_get(tb_view_index_t *x, const char *id, tb_view_span_t *sp
 	}
 	pthread_mutex_unlock(&x->lock);
 	return o;
+}
+
+json_t *tb_view_index_dead_letters(tb_view_index_t *x)
+{
+	json_t *out = json_array();
+
+	pthread_mutex_lock(&x->lock);
+	for (size_t i = x->ndead; i > 0 && i + MAX_DEAD > x->ndead; i--)
+		if (x->dead[(i - 1) % MAX_DEAD])
+			json_array_append(out, x->dead[(i - 1) % MAX_DEAD]);
+	pthread_mutex_unlock(&x->lock);
+	return out;
 }
 
 json_t *tb_view_index_rates(tb_view_index_t *x, int64_t now_ms, int minutes)

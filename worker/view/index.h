@@ -36,8 +36,14 @@ void tb_view_index_task(tb_view_index_t *x, const tb_task_t *t, int64_t ts);
 void tb_view_index_event(tb_view_index_t *x, const tb_event_t *ev, int32_t partition,
 			 int64_t offset);
 
-/** A DLQ record: its task is dead-lettered, with the record's reason. */
-void tb_view_index_dlq(tb_view_index_t *x, const tb_dlq_t *d);
+/** A DLQ record, at @p offset of DLQ partition @p partition: its task is
+ * dead-lettered, with the record's reason; the latest MAX_DEAD records are
+ * kept for the DLQ's page. */
+void tb_view_index_dlq(tb_view_index_t *x, const tb_dlq_t *d, int32_t partition, int64_t offset);
+
+/** The DLQ records kept, the latest first: [{"partition", "offset",
+ * "task", "cause", "reason", "ts", "attempts"}]. */
+json_t *tb_view_index_dead_letters(tb_view_index_t *x);
 
 /** What a list asks for: every field optional (NULL, 0). */
 typedef struct tb_view_query {

@@ -18,7 +18,7 @@ struct tb_view_sub {
 	char id[129];
 	char *buf; /* not yet sent: LIVE_BUFFER bytes */
 	size_t len;
-	int behind, ended;
+	int behind, ended, greeted;
 	pthread_cond_t more;
 };
 
@@ -65,6 +65,17 @@ void tb_view_live_free(tb_view_live_t *h)
 	pthread_cond_destroy(&h->gone);
 	free(h->subs);
 	free(h);
+}
+
+int tb_view_live_watching(tb_view_live_t *h, const char *id)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&h->lock);
+	for (size_t i = 0; i < h->n && !found; i++)
+		found = !strcmp(h->subs[i]->id, id);
+	pthread_mutex_unlock(&h->lock);
+	return found;
 }
 
 void tb_view_live_publish(tb_view_live_t *h, const char *id, const char *json, size_t len)
@@ -123,6 +134,14 @@ ssize_t tb_view_live_read(tb_view_sub_t *s, char *buf, size_t cap, int wait_ms)
 	if (until.tv_nsec >= 1000000000L)
 		until.tv_sec++, until.tv_nsec -= 1000000000L;
 	pthread_mutex_lock(&h->lock);
+	if (!s->greeted) { /* at once: the page knows it is subscribed */
+		static const char hello[] = ": subscribed\n\n";
+		s->greeted = 1;
+		pthread_mutex_unlock(&h->lock);
+		n = (ssize_t)(sizeof(hello) - 1 < cap ? sizeof(hello) - 1 : cap);
+		memcpy(buf, hello, (size_t)n);
+		return n;
+	}
 	int timed_out = 0;
 	while (!s->len && !s->behind && !h->closing && !s->ended && !timed_out)
 		timed_out = pthread_cond_timedwait(&s->more, &h->lock, &until) == ETIMEDOUT;

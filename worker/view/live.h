@@ -24,6 +24,10 @@ void tb_view_live_close(tb_view_live_t *h);
 /** Frees the hub once every subscriber left (closing it first). */
 void tb_view_live_free(tb_view_live_t *h);
 
+/** Whether any page watches task @p id now (the feed skips making the
+ * JSON of an event nobody watches). */
+int tb_view_live_watching(tb_view_live_t *h, const char *id);
+
 /** One event of task @p id, as a line of JSON (@p len bytes, no newline). */
 void tb_view_live_publish(tb_view_live_t *h, const char *id, const char *json, size_t len);
 

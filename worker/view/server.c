@@ -3,16 +3,19 @@
  */
 #include "server.h"
 
+#include "actions.h"
 #include "assets.h"
 #include "fleet.h"
 #include "history.h"
 
+#include "tb/codec.h"
 #include "tb/encoding.h"
 #include "tb/json_mpack.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -26,6 +29,7 @@
 #define MAX_CONNECTIONS 128u /* each a thread: bounded */
 #define MAX_EVENTS 200000    /* a page's events at most */
 #define MAX_MANIFEST (8u << 20)
+#define MAX_POST (320u << 10) /* a follow-up's text (256 KiB at most), and the rest */
 
 /* Every answer: the page's own script and style only, nothing framed,
  * nothing sent elsewhere; the browser never guesses a type. */
@@ -42,6 +46,7 @@ struct tb_view_server {
 	char *page; /* index.html with the CSRF token in */
 	size_t page_len;
 	char hosts[4][300]; /* what Host may say, bound to loopback */
+	tb_view_reader_t *reader;
 };
 
 static void headers(struct MHD_Response *r, const char *type)
@@ -127,9 +132,14 @@ static int host_ok(const tb_view_server_t *s, struct MHD_Connection *c)
 	const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
 	if (!s->loopback || s->c.token)
 		return 1;
-	for (size_t i = 0; host && i < 4; i++)
-		if (s->hosts[i][0] && !strcmp(host, s->hosts[i]))
+	for (size_t i = 0; host && i < 4; i++) {
+		size_t n = strlen(s->hosts[i]);
+		if (n && !strcmp(host, s->hosts[i]))
 			return 1;
+		/* port 80: browsers leave it out */
+		if (n > 3 && s->port == 80 && !strncmp(host, s->hosts[i], n - 3) && !host[n - 3])
+			return 1;
+	}
 	return 0;
 }
 
@@ -213,10 +223,14 @@ static enum MHD_Result events(tb_view_server_t *s, struct MHD_Connection *c)
 		return send_error(c, MHD_HTTP_NOT_FOUND, "no such task seen");
 	json_decref(summary);
 	json_t *list =
-	    tb_view_history(s->c.cfg, id, &span, arg_u64(c, "attempt"), MAX_EVENTS, &err);
+	    tb_view_history(s->reader, id, &span, arg_u64(c, "attempt"), MAX_EVENTS, &err);
 	if (!list)
 		return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, err.msg);
-	return send_json(c, MHD_HTTP_OK, list);
+	size_t n = json_array_size(list);
+	enum MHD_Result rc = send_json(c, MHD_HTTP_OK, list);
+	if (n > 1000)
+		malloc_trim(0); /* megabytes of JSON freed: given back, not kept */
+	return rc;
 }
 
 static ssize_t live_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -252,20 +266,30 @@ static enum MHD_Result live(tb_view_server_t *s, struct MHD_Connection *c)
 	return rc;
 }
 
-/* Whether @p key names a file an attempt saved: tasks/ID/N/outputs/PATH,
- * no segment "." or "..". */
+/* Whether @p key names a file an attempt saved, exactly:
+ * tasks/<task id>/<attempt>/outputs/<relative path>. */
 static int artifact_key(const char *key)
 {
-	if (!key || strncmp(key, "tasks/", 6) || !strstr(key, "/outputs/") || strlen(key) > 2048)
+	char id[200], why[200];
+	const char *p;
+	size_t n;
+
+	if (!key || strncmp(key, "tasks/", 6) || strlen(key) > 2048)
 		return 0;
-	for (const char *p = key; *p;) {
-		size_t n = strcspn(p, "/");
-		if (!n || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-			return 0;
-		p += n;
-		p += *p == '/';
-	}
-	return 1;
+	p = key + 6;
+	n = strcspn(p, "/");
+	if (!n || n >= sizeof(id) || p[n] != '/')
+		return 0;
+	memcpy(id, p, n);
+	id[n] = '\0';
+	if (tb_check_id(id, why, sizeof(why)) != 0)
+		return 0;
+	p += n + 1;
+	n = strspn(p, "0123456789");
+	if (!n || n > 4 || p[0] == '0' || strncmp(p + n, "/outputs/", 9))
+		return 0;
+	p += n + 9;
+	return *p && tb_check_relpath(p, why, sizeof(why)) == 0;
 }
 
 static enum MHD_Result artifact(tb_view_server_t *s, struct MHD_Connection *c)
@@ -331,6 +355,171 @@ static enum MHD_Result fleet(tb_view_server_t *s, struct MHD_Connection *c)
 	return send_json(c, MHD_HTTP_OK, j);
 }
 
+/* ------------------------------------------------------------ changes */
+
+/* A POST's body, gathered over MHD's calls. */
+typedef struct post {
+	char *data;
+	size_t len;
+	int too_big;
+} post_t;
+
+/* Whether a POST may change anything: it carries the page's CSRF token
+ * (a page elsewhere cannot read it, nor set the header without CORS,
+ * which this never allows), and an Origin, when the browser sends one,
+ * of this very host. */
+static int same_origin(const tb_view_server_t *s, struct MHD_Connection *c)
+{
+	const char *csrf = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Taskbox-CSRF");
+	const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+	const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+	char want[400];
+
+	if (!csrf || !same(csrf, s->csrf))
+		return 0;
+	if (!origin)
+		return 1;
+	snprintf(want, sizeof(want), "http://%s", host ? host : "");
+	return !strcmp(origin, want);
+}
+
+static const char *field(json_t *body, const char *k)
+{
+	return json_string_value(json_object_get(body, k));
+}
+
+static enum MHD_Result followup(tb_view_server_t *s, struct MHD_Connection *c, json_t *body,
+				int end)
+{
+	const char *id = field(body, "id"), *text = field(body, "text");
+	uint64_t seq = 0;
+	tb_error_t err;
+
+	if (!id || (!end && !text))
+		return send_error(c, MHD_HTTP_BAD_REQUEST,
+				  end ? "{\"id\"}: the task"
+				      : "{\"id\", \"text\"}: the task and the prompt");
+	int rc = tb_followup_send(s->c.cfg, id, end ? NULL : text, 0, &seq, &err);
+	if (rc < 0)
+		return send_error(c, rc == TB_EINVAL ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_BAD_GATEWAY,
+				  err.msg);
+	return send_json(c, MHD_HTTP_OK, json_pack("{s:I}", "seq", (json_int_t)seq));
+}
+
+static enum MHD_Result share(tb_view_server_t *s, struct MHD_Connection *c, json_t *body)
+{
+	const char *key = field(body, "key");
+	json_int_t seconds = json_integer_value(json_object_get(body, "seconds"));
+	tb_error_t err;
+	char *url = NULL;
+
+	if (!artifact_key(key))
+		return send_error(c, MHD_HTTP_BAD_REQUEST,
+				  "key: a saved file's key (tasks/ID/N/outputs/PATH)");
+	if (!s->c.store)
+		return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "no store");
+	if (seconds <= 0 || seconds > 7 * 86400)
+		seconds = 86400;
+	if (tb_store_share(s->c.store, key, (unsigned)seconds, &url, &err) < 0)
+		return send_error(c, MHD_HTTP_BAD_REQUEST, err.msg);
+	json_t *j = json_pack("{s:s,s:I}", "url", url, "seconds", seconds);
+	free(url);
+	return send_json(c, MHD_HTTP_OK, j);
+}
+
+static enum MHD_Result send_back(tb_view_server_t *s, struct MHD_Connection *c, json_t *body)
+{
+	json_t *p = json_object_get(body, "partition"), *o = json_object_get(body, "offset");
+	char task[200];
+	tb_error_t err;
+
+	if (!json_is_integer(p) || !json_is_integer(o) || json_integer_value(p) < 0 ||
+	    json_integer_value(p) > INT32_MAX || json_integer_value(o) < 0)
+		return send_error(c, MHD_HTTP_BAD_REQUEST,
+				  "{\"partition\", \"offset\"}: the record");
+	int rc = tb_dlq_send_back(s->c.cfg, (int32_t)json_integer_value(p), json_integer_value(o),
+				  task, sizeof(task), &err);
+	if (rc < 0)
+		return send_error(c,
+				  rc == TB_ENOTFOUND                   ? MHD_HTTP_NOT_FOUND
+				  : rc == TB_EINVAL || rc == TB_ERETRY ? MHD_HTTP_CONFLICT
+								       : MHD_HTTP_BAD_GATEWAY,
+				  err.msg);
+	return send_json(c, MHD_HTTP_OK, json_pack("{s:s}", "task", task));
+}
+
+static enum MHD_Result change(tb_view_server_t *s, struct MHD_Connection *c, const char *url,
+			      const post_t *p)
+{
+	json_error_t jerr;
+
+	if (p->too_big)
+		return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "the body is over 320 KiB");
+	if (!same_origin(s, c))
+		return send_error(c, MHD_HTTP_FORBIDDEN,
+				  "not from this page (its X-Taskbox-CSRF token, its origin)");
+	json_t *body = json_loadb(p->data ? p->data : "", p->len, 0, &jerr);
+	if (!json_is_object(body)) {
+		json_decref(body);
+		return send_error(c, MHD_HTTP_BAD_REQUEST, "the body is not a JSON object");
+	}
+	enum MHD_Result rc;
+	if (!strcmp(url, "/api/followup"))
+		rc = followup(s, c, body, 0);
+	else if (!strcmp(url, "/api/end"))
+		rc = followup(s, c, body, 1);
+	else if (!strcmp(url, "/api/share"))
+		rc = share(s, c, body);
+	else if (!strcmp(url, "/api/dlq/send"))
+		rc = send_back(s, c, body);
+	else
+		rc = send_error(c, MHD_HTTP_NOT_FOUND, "not found");
+	json_decref(body);
+	return rc;
+}
+
+/* Gathers a POST's body; answers once it is whole. */
+static enum MHD_Result post(tb_view_server_t *s, struct MHD_Connection *c, const char *url,
+			    const char *upload, size_t *upload_size, void **state)
+{
+	post_t *p = *state;
+
+	if (!p) { /* the headers: the body follows */
+		if (!(p = calloc(1, sizeof(*p))))
+			return MHD_NO;
+		*state = p;
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		if (p->len + *upload_size > MAX_POST) {
+			p->too_big = 1;
+		} else {
+			char *more = realloc(p->data, p->len + *upload_size + 1);
+			if (!more)
+				return MHD_NO;
+			memcpy(more + p->len, upload, *upload_size);
+			p->data = more;
+			p->len += *upload_size;
+		}
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	return change(s, c, url, p);
+}
+
+static void done(void *cls, struct MHD_Connection *c, void **state,
+		 enum MHD_RequestTerminationCode why)
+{
+	post_t *p = *state;
+
+	(void)cls, (void)c, (void)why;
+	if (p) {
+		free(p->data);
+		free(p);
+		*state = NULL;
+	}
+}
+
 static enum MHD_Result asset(tb_view_server_t *s, struct MHD_Connection *c, const char *url)
 {
 	if (!strcmp(url, "/") || !strncmp(url, "/task/", 6) || !strcmp(url, "/fleet"))
@@ -373,17 +562,21 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
 {
 	tb_view_server_t *s = cls;
 
-	(void)version, (void)upload, (void)upload_size, (void)state;
+	(void)version;
 	if (!host_ok(s, c))
 		return send_error(c, MHD_HTTP_MISDIRECTED_REQUEST,
 				  "Host is not the address this listens on");
-	if (strcmp(method, "GET") && strcmp(method, "HEAD"))
-		return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "GET only here");
-	if (!strcmp(url, "/login"))
+	if (!strcmp(url, "/login") && !strcmp(method, "GET"))
 		return login(s, c);
 	if (!authorized(s, c))
 		return send_error(c, MHD_HTTP_UNAUTHORIZED,
 				  "a token is needed: open /login?token=TOKEN");
+	if (!strcmp(method, "POST"))
+		return post(s, c, url, upload, upload_size, state);
+	if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+		return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "GET, or POST to change");
+	if (!strcmp(url, "/api/dlq"))
+		return send_json(c, MHD_HTTP_OK, tb_view_index_dead_letters(s->c.index));
 	if (!strcmp(url, "/api/tasks"))
 		return tasks(s, c);
 	if (!strcmp(url, "/api/task"))
@@ -459,6 +652,16 @@ int tb_view_server_start(tb_view_server_t **out, const tb_view_server_conf_t *co
 	}
 	s->c = *conf;
 	s->loopback = is_loopback(ai->ai_addr);
+	if (conf->token &&
+	    (strlen(conf->token) > 256 ||
+	     strspn(conf->token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+				 "0123456789._~-") != strlen(conf->token))) {
+		freeaddrinfo(ai);
+		free(s);
+		return tb_error_set(err, TB_EINVAL,
+				    "--token: letters, digits, '.', '_', '~' and '-' only, at most "
+				    "256 (it goes into a cookie)");
+	}
 	if (!s->loopback && (!conf->token || strlen(conf->token) < 16)) {
 		freeaddrinfo(ai);
 		free(s);
@@ -473,9 +676,10 @@ int tb_view_server_start(tb_view_server_t **out, const tb_view_server_conf_t *co
 		return tb_error_set(err, TB_EIO, "view: no randomness for the CSRF token");
 	}
 	tb_hex(s->csrf, raw, sizeof(raw));
-	if (make_page(s) < 0) {
+	if (make_page(s) < 0 || !(s->reader = tb_view_reader_new(conf->cfg))) {
 		freeaddrinfo(ai);
 		free(s->page);
+		tb_view_reader_free(s->reader);
 		free(s);
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	}
@@ -484,10 +688,12 @@ int tb_view_server_start(tb_view_server_t **out, const tb_view_server_conf_t *co
 	s->d = MHD_start_daemon(flags, 0, NULL, NULL, answer, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 				MHD_OPTION_CONNECTION_LIMIT, MAX_CONNECTIONS,
 				MHD_OPTION_THREAD_STACK_SIZE, (size_t)(256u << 10),
-				MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_END);
+				MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_NOTIFY_COMPLETED,
+				done, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!s->d) {
 		free(s->page);
+		tb_view_reader_free(s->reader);
 		free(s);
 		return tb_error_set(err, TB_EIO, "--listen %s: cannot listen there (in use?)",
 				    listen);
@@ -513,6 +719,7 @@ void tb_view_server_stop(tb_view_server_t *s)
 	if (!s)
 		return;
 	MHD_stop_daemon(s->d);
+	tb_view_reader_free(s->reader);
 	free(s->page);
 	free(s);
 }

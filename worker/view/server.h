@@ -9,6 +9,11 @@
  *   GET /api/live?id=ID                 new events, server-sent (live.h)
  *   GET /api/artifact?key=KEY           a file an attempt saved, as a download
  *   GET /api/fleet                      results per minute, lag, the feed
+ *   GET /api/dlq                        the latest dead letters
+ *   POST /api/followup {"id", "text"}   a further prompt (actions.h)
+ *   POST /api/end {"id"}                the end of a session
+ *   POST /api/share {"key", "seconds"}  a signed URL of a saved file
+ *   POST /api/dlq/send {"partition", "offset"}  a dead letter sent back
  *
  * Everything a task produced is data: the API answers JSON, the page
  * renders it as text, and every answer carries a Content-Security-Policy

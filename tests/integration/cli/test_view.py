@@ -19,8 +19,12 @@ judge's reason). Then `taskbox view` starts and the browser checks:
     dialog, and its text is shown as text;
   - a running task's page shows each new event live, within a second of
     the worker stamping it;
-  - every answer carries the Content-Security-Policy, and a request whose
-    Host is not the loopback address it listens on is refused.
+  - a shared URL of an artifact serves its bytes; a follow-up typed into
+    an interactive task's page is answered, and the session ends from the
+    page; a dead letter is sent back from the fleet page and succeeds;
+  - every answer carries the Content-Security-Policy, a request whose
+    Host is not the loopback address it listens on is refused, and so is
+    a change without the page's CSRF token or from another origin.
 
 Screenshots of each page go to OUT_DIR. Usage: test_view.py TASKBOX
 SOURCE_DIR OUT_DIR. Exit 77 (skipped) without the services or Chromium.
@@ -34,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 TB, ROOT, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -44,6 +49,9 @@ if not ENV.get("TASKBOX_TEST_KAFKA") or not ENV.get("TASKBOX_TEST_S3_ENDPOINT"):
 try:
     from selenium import webdriver
     from selenium.webdriver.common.by import By
+    from selenium.common.exceptions import (NoSuchElementException,
+                                            StaleElementReferenceException)
+    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import Select, WebDriverWait
 except ImportError:
     print("skipped: no selenium (deploy/local/install-deps test installs python3-selenium)")
@@ -223,6 +231,17 @@ try:
     except urllib.error.HTTPError as e:
         check("a foreign Host is refused", e.code == 421, e.code)
 
+    # a download is a saved file's, nothing else of the store's
+    for key in ("tasks/%s/1/conversation.msgpack" % ids["hello"],
+                "tasks/%s/1/manifest.msgpack" % ids["hello"],
+                "tasks/%s/1/outputs/../manifest.msgpack" % ids["hello"],
+                "tasks/outputs/1/conversation.msgpack", "uploads/x/outputs/y"):
+        try:
+            urllib.request.urlopen(base + "/api/artifact?key=" + urllib.parse.quote(key))
+            check("no download of " + key, False, "answered")
+        except urllib.error.HTTPError as e:
+            check("no download of " + key, e.code == 400, e.code)
+
     downloads = os.path.join(tmp, "downloads")
     os.makedirs(downloads)
     opts = webdriver.ChromeOptions()
@@ -232,14 +251,17 @@ try:
         opts.add_argument(a)
     opts.add_experimental_option("prefs", {"download.default_directory": downloads,
                                            "download.prompt_for_download": False})
-    service = webdriver.ChromeService(executable_path=CHROMEDRIVER) \
-        if hasattr(webdriver, "ChromeService") else webdriver.chrome.service.Service(CHROMEDRIVER)
+    service = Service(executable_path=CHROMEDRIVER)
     browser = webdriver.Chrome(service=service, options=opts)
     browser.set_page_load_timeout(30)
 
     def wait_for(cond, seconds=20, what="the page"):
         try:
-            return WebDriverWait(browser, seconds, poll_frequency=0.05).until(cond)
+            # the page redraws parts of itself: an element found a moment
+            # ago may be gone at the next line; looked for again
+            return WebDriverWait(browser, seconds, poll_frequency=0.05,
+                                 ignored_exceptions=(StaleElementReferenceException,
+                                                     NoSuchElementException)).until(cond)
         except Exception as e:  # noqa: BLE001 (selenium's timeout, or a stale element)
             check(what, False, "%s; page: %s" % (e, browser.find_element(By.TAG_NAME, "body").text[:800]))
             return None
@@ -359,9 +381,71 @@ try:
         print("  live: events shown %s ms after the worker stamped them" % lags)
         shot("live")
 
+        # --------------------------------------- changes, from the page
+        # share: a signed URL of the artifact, fetched as anyone would
+        browser.get(base + "/task/" + ids["hello"])
+        wait_for(ready, 30, "the hello task's page again")
+        browser.find_element(By.CSS_SELECTOR, "#artifacts button.share").click()
+        box = wait_for(lambda b: b.find_element(By.CSS_SELECTOR, "input.shared"), 20,
+                       "a shared URL is shown")
+        if box:
+            url = box.get_attribute("value")
+            data = urllib.request.urlopen(url).read()
+            check("the shared URL serves the artifact",
+                  data == ("hello, queue! (task %s, attempt 1)\n" % ids["hello"]).encode(), data)
+
+        # a follow-up and the end of a session, from its page
+        cid = submit(chat, "--prompt", "hello there", "--interactive", wait=False)
+        browser.get(base + "/task/" + cid)
+        wait_for(ready, 60, "the session's page is drawn")
+        wait_for(lambda b: "you said hello there" in b.find_element(By.ID, "conversation").text,
+                 60, "the first turn's answer")
+        browser.find_element(By.ID, "followup").send_keys("how are you")
+        browser.find_element(By.ID, "send").click()
+        wait_for(lambda b: "you said how are you" in b.find_element(By.ID, "conversation").text,
+                 60, "the follow-up sent from the page is answered, live")
+        browser.find_element(By.ID, "end").click()
+        wait_for(lambda b: "bye after 2 turns" in b.find_element(By.ID, "conversation").text,
+                 60, "the session ended from the page")
+        shot("session")
+
+        # a change without the page's CSRF token, or from another origin: refused
+        page = urllib.request.urlopen(base + "/").read().decode()
+        token = re.search(r'name="taskbox-csrf" content="([0-9a-f]{64})"', page).group(1)
+        for what, headers in (("no CSRF token", {}),
+                              ("another origin", {"X-Taskbox-CSRF": token,
+                                                  "Origin": "http://evil.example"})):
+            req = urllib.request.Request(base + "/api/end", method="POST",
+                                         data=json.dumps({"id": cid}).encode(),
+                                         headers={"Content-Type": "application/json", **headers})
+            try:
+                urllib.request.urlopen(req)
+                check("a POST with " + what + " is refused", False, "answered")
+            except urllib.error.HTTPError as e:
+                check("a POST with " + what + " is refused", e.code == 403, e.code)
+
+        # the dead letter sent back from the fleet page, once its runtime exists
+        with open(os.path.join(ROOT, "examples/runtimes/default.json")) as f:
+            rt = json.load(f)
+        rt["name"] = "nosuch"
+        with open(os.path.join(tmp, "runtimes", "nosuch.json"), "w") as f:
+            json.dump(rt, f)
         browser.get(base + "/fleet")
         wait_for(lambda b: b.find_elements(By.CSS_SELECTOR, "#rates .col"), 20, "the fleet page")
         shot("fleet")
+        row = 'tr[data-task="%s"] button.send-back' % ids["dead"]
+        button = wait_for(lambda b: b.find_element(By.CSS_SELECTOR, row), 20,
+                          "the dead letter has a send-back button")
+        if button:
+            button.click()
+            deadline = time.time() + 120
+            st = None
+            while time.time() < deadline and st != "succeeded":
+                got = json.loads(urllib.request.urlopen(
+                    base + "/api/tasks?q=" + ids["dead"]).read())
+                st = got["tasks"][0]["status"] if got["tasks"] else None
+                time.sleep(0.5)
+            check("the task sent back from the page succeeds", st == "succeeded", st)
     finally:
         browser.quit()
 finally:

@@ -77,7 +77,7 @@ static void test_view_index__a_task_status_from_its_messages(void **state)
 	tb_dlq_t d = { .task_id = (char *)"dead",
 		       .reason = (char *)"runtime 'x' is unknown",
 		       .ts = 4000 };
-	tb_view_index_dlq(x, &d);
+	tb_view_index_dlq(x, &d, 0, 7);
 
 	tb_view_query_t all = { 0 };
 	json_t *j = tb_view_index_list(x, &all), *tasks = json_object_get(j, "tasks");
@@ -121,6 +121,13 @@ static void test_view_index__a_task_status_from_its_messages(void **state)
 			    "succeeded");
 	json_decref(j);
 	assert_null(tb_view_index_get(x, "never", NULL));
+	/* the DLQ record, for its page */
+	j = tb_view_index_dead_letters(x);
+	assert_int_equal(json_array_size(j), 1);
+	assert_int_equal(json_integer_value(json_object_get(json_array_get(j, 0), "offset")), 7);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(j, 0), "task")),
+			    "dead");
+	json_decref(j);
 	tb_view_index_free(x);
 }
 

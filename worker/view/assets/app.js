@@ -29,11 +29,23 @@ function el(tag, attrs, ...kids) {
 // Only the viewer's own paths are links: nothing an agent wrote can
 // become a javascript: or outside URL.
 function ownPath(p) {
-  return typeof p === "string" && p.startsWith("/") && !p.startsWith("//") ? p : "#";
+  return typeof p === "string" && p.startsWith("/") && !p.startsWith("//") && !p.includes("\\")
+    ? p : "#";
 }
 
 function navLink(path, ...kids) {
   return el("a", { href: path, "data-nav": "" }, ...kids);
+}
+
+const csrf = (document.querySelector('meta[name="taskbox-csrf"]') || {}).content || "";
+
+// A change: a POST of JSON with the page's CSRF token.
+async function act(path, body) {
+  const r = await fetch(path, { method: "POST", body: JSON.stringify(body),
+    headers: { "Content-Type": "application/json", "X-Taskbox-CSRF": csrf } });
+  const out = await r.json().catch(() => ({ error: "not JSON (" + r.status + ")" }));
+  if (!r.ok) throw new Error(out.error || String(r.status));
+  return out;
 }
 
 async function api(path) {
@@ -278,13 +290,63 @@ function artifacts(manifest) {
       el("td", {}, bytes(a.size)),
       el("td", { class: "id muted" }, String(a.sha256 ?? "")),
       el("td", {}, el("a", { href: "/api/artifact?key=" + encodeURIComponent(String(a.key)),
-        download: "" }, "download"))))), notSaved);
+        download: "" }, "download"), " ", shareButton(String(a.key)))))), notSaved);
 }
 
-function egress(events) {
-  const list = events.filter((e) => e.type === "egress");
-  if (!list.length) return el("p", { class: "muted" }, "No requests out.");
-  return el("table", { id: "egress" },
+// "share": a signed URL of the file, valid a day, shown to be copied.
+function shareButton(key) {
+  const out = el("span", {});
+  const button = el("button", { class: "share", onclick: async () => {
+    button.disabled = true;
+    try {
+      const r = await act("/api/share", { key, seconds: 86400 });
+      const box = el("input", { class: "shared", readonly: "", value: r.url, size: 40 });
+      out.replaceChildren(box);
+      box.select();
+    } catch (e) {
+      out.replaceChildren(el("span", { class: "muted" }, e.message));
+    }
+    button.disabled = false;
+  } }, "share");
+  return el("span", {}, button, " ", out);
+}
+
+// An interactive task's session: a further prompt, or its end.
+function sessionBox(id) {
+  const text = el("textarea", { id: "followup", rows: 3, placeholder: "a further prompt",
+    "aria-label": "a further prompt" });
+  const note = el("span", { class: "muted", id: "followup-note" });
+  const send = el("button", { id: "send", onclick: async () => {
+    if (!text.value.trim()) return;
+    send.disabled = true;
+    try {
+      const r = await act("/api/followup", { id, text: text.value });
+      note.textContent = "sent as follow-up " + r.seq;
+      text.value = "";
+    } catch (e) { note.textContent = e.message; }
+    send.disabled = false;
+  } }, "Send");
+  const end = el("button", { id: "end", onclick: async () => {
+    end.disabled = true;
+    try {
+      const r = await act("/api/end", { id });
+      note.textContent = "the session ends after what was sent (" + r.seq + ")";
+    } catch (e) { note.textContent = e.message; end.disabled = false; }
+  } }, "End the session");
+  return el("div", { class: "session" }, el("h2", {}, "Session"), text,
+    el("div", { class: "pager" }, send, end, note));
+}
+
+const EGRESS_SHOWN = 200; // the latest; the rest on asking
+
+function egress(events, all) {
+  const every = events.filter((e) => e.type === "egress");
+  if (!every.length) return el("p", { class: "muted" }, "No requests out.");
+  const list = all ? every : every.slice(-EGRESS_SHOWN);
+  const box = el("div", {});
+  const more = every.length > list.length ? el("button", { onclick: () =>
+    box.replaceChildren(egress(events, true)) }, "show all " + every.length) : "";
+  box.append(more, el("table", { id: "egress" },
     el("tr", {}, ["", "request", "status", "in", "out", "took", "why"].map((h) => el("th", {}, h))),
     list.map((e) => {
       const p = e.payload;
@@ -295,7 +357,8 @@ function egress(events) {
         el("td", {}, String(p.status ?? "")), el("td", {}, bytes(p.bytes_in)),
         el("td", {}, bytes(p.bytes_out)), el("td", {}, dur(p.duration_ms)),
         el("td", {}, String(p.reason ?? "")));
-    }));
+    })));
+  return box;
 }
 
 function usage(manifest, events) {
@@ -345,17 +408,60 @@ async function taskPage(id) {
   let events = null;
   const pending = [];
   const seen = new Set();
-  const src = new EventSource("/api/live?id=" + encodeURIComponent(id));
-  leaving.push(() => src.close());
-  src.onopen = () => { liveNote.textContent = "● live"; };
-  src.addEventListener("behind", () => { src.close(); liveNote.textContent = "reload for more"; });
-  src.onmessage = (m) => {
-    const ev = JSON.parse(m.data);
-    if (events === null) pending.push(ev);
-    else add(ev);
-  };
+  // A browser keeps six connections to a host (HTTP/1.1), each stream one
+  // of them: a page out of sight closes its stream, and opens it again,
+  // reading what it missed, when it is looked at.
+  let src = null, opened = 0, firstResolve;
+  const firstOpen = new Promise((resolve) => {
+    firstResolve = resolve;
+    setTimeout(resolve, 3000); // no stream (too many pages watching): the history alone
+  });
+  function connect() {
+    src = new EventSource("/api/live?id=" + encodeURIComponent(id));
+    src.onopen = () => {
+      liveNote.textContent = "● live";
+      if (opened++ === 0) firstResolve();
+      else refetch(); // reconnected: what was written meanwhile, read again
+    };
+    src.onerror = () => { liveNote.textContent = "○ reconnecting"; };
+    src.addEventListener("behind", () => {
+      src.close();
+      liveNote.textContent = "reload for more";
+    });
+    src.onmessage = (m) => {
+      const ev = JSON.parse(m.data);
+      if (events === null) pending.push(ev);
+      else add(ev);
+    };
+  }
+  function onVisibility() {
+    if (document.hidden && src) {
+      src.close();
+      src = null;
+      liveNote.textContent = "○ paused";
+    } else if (!document.hidden && !src) {
+      connect();
+    }
+  }
+  connect();
+  document.addEventListener("visibilitychange", onVisibility);
+  leaving.push(() => {
+    document.removeEventListener("visibilitychange", onVisibility);
+    if (src) src.close();
+  });
+  async function refetch() {
+    if (events === null) return;
+    try {
+      let missed = 0;
+      for (const ev of await api("/api/events?id=" + encodeURIComponent(id))) {
+        const k = ev.attempt + ":" + ev.seq;
+        if (!seen.has(k)) { seen.add(k); events.push(ev); missed++; }
+      }
+      if (missed) draw(); // in order again
+    } catch (e) { /* the next reconnect tries again */ }
+  }
 
-  let conv, calls;
+  let conv, calls, session = null;
   function add(ev) {
     const k = ev.attempt + ":" + ev.seq;
     if (seen.has(k)) return;
@@ -374,8 +480,11 @@ async function taskPage(id) {
       if (ev.type === "result") refreshHeader();
       return;
     }
-    const node = renderEvent(ev, calls);
-    if (node) conv.append(node);
+    if (queue.length) queue.push(ev); // after what is still to be drawn
+    else {
+      const node = renderEvent(ev, calls);
+      if (node) conv.append(node);
+    }
   }
 
   async function refreshHeader() {
@@ -393,31 +502,59 @@ async function taskPage(id) {
         onclick: async () => { chosen = n; drawAttempts(); await refreshHeader(); } }, String(n))));
   }
 
-  function draw() {
-    const mine = events.filter((e) => e.attempt === chosen).sort((a, b) => a.seq - b.seq);
-    calls = new Map();
-    conv = el("div", { class: "conv", id: "conversation" });
+  // The conversation is drawn a piece at a time: the first FIRST entries
+  // at once (the page is usable), then CHUNK more each turn of the event
+  // loop, so a conversation of 10,000 events never freezes the page.
+  const FIRST = 200, CHUNK = 1000;
+  let queue = [], drawing = 0;
+  function drawSome(n) {
     const frag = document.createDocumentFragment();
-    for (const ev of mine) {
+    for (const ev of queue.splice(0, n)) {
       const node = renderEvent(ev, calls);
       if (node) frag.append(node);
     }
     conv.append(frag);
+  }
+  function drawRest(job) {
+    if (job !== drawing) return; // drawn again meanwhile
+    drawSome(CHUNK);
+    if (queue.length) setTimeout(() => drawRest(job), 0);
+    else document.body.dataset.complete = "1";
+  }
+
+  function draw() {
+    const mine = events.filter((e) => e.attempt === chosen).sort((a, b) => a.seq - b.seq);
+    calls = new Map();
+    conv = el("div", { class: "conv", id: "conversation" });
+    queue = mine.slice();
+    delete document.body.dataset.complete;
+    drawSome(FIRST);
+    const job = ++drawing;
+    if (queue.length) setTimeout(() => drawRest(job), 0);
+    else document.body.dataset.complete = "1";
     const manifest = info.manifest_attempt === chosen ? info.manifest : null;
+    const open = info.kind === "interactive" &&
+      ["running", "queued", "retrying"].includes(info.status);
+    if (open && !session) session = sessionBox(id); // built once: what is typed stays
+    // what people look for first above the conversation, which may be long
     body.replaceChildren(
-      el("h2", {}, "Conversation"), conv,
       el("div", { class: "grid2" },
-        el("div", {}, el("h2", {}, "Where the time went"), timeline(mine)),
-        el("div", {}, el("h2", {}, "Verdicts"), verdicts(mine))),
+        el("div", {}, el("h2", {}, "Verdicts"), verdicts(mine)),
+        el("div", {}, el("h2", {}, "Where the time went"), timeline(mine))),
       el("h2", {}, "Artifacts"), artifacts(manifest),
+      el("h2", {}, "Conversation"), conv,
+      open ? session : "",
       el("h2", {}, "Egress"), egress(mine),
       el("h2", {}, "Usage"), usage(manifest, mine));
   }
 
   drawAttempts();
+  await firstOpen; // subscribed before the history is read: nothing falls between
+  performance.mark("live-open");
   let history;
   try {
     history = await api("/api/events?id=" + encodeURIComponent(id));
+    performance.mark("events-read");
   } catch (e) {
     body.replaceChildren(el("p", {}, "Cannot read the events: " + e.message));
     return;
@@ -432,11 +569,14 @@ async function taskPage(id) {
   if (attempts.length) chosen = Math.max(chosen, ...attempts);
   drawAttempts();
   draw();
+  performance.mark("drawn");
   for (const ev of pending.splice(0)) add(ev);
   document.body.dataset.ready = "1"; // for the tests: the page is drawn
 }
 
 // ------------------------------------------------------------- fleet
+
+const sentBack = new Map(); // DLQ records sent back from this page: "partition:offset" -> note
 
 async function fleetPage() {
   main.replaceChildren(el("h1", {}, "Fleet"), el("p", { class: "muted" }, "Loading…"));
@@ -448,6 +588,30 @@ async function fleetPage() {
       main.replaceChildren(el("h1", {}, "Fleet"), el("p", {}, e.message));
       return;
     }
+    let dead = [];
+    try { dead = await api("/api/dlq"); } catch (e) { /* shown empty */ }
+    const dlq = dead.length ? el("table", { id: "dlq" },
+      el("tr", {}, ["record", "task", "cause", "reason", "when", ""].map((h) => el("th", {}, h))),
+      dead.map((d) => {
+        const key = d.partition + ":" + d.offset;
+        const note = el("span", { class: "muted" }, sentBack.get(key) || "");
+        const back = d.task && d.cause !== "malformed" && !sentBack.has(key) ? el("button", {
+          class: "send-back",
+          onclick: async () => {
+            back.disabled = true;
+            try {
+              const r = await act("/api/dlq/send", { partition: d.partition, offset: d.offset });
+              note.textContent = "sent back: " + r.task;
+              sentBack.set(key, note.textContent);
+            } catch (e) { note.textContent = e.message; back.disabled = false; }
+          } }, "send back") : "";
+        return el("tr", { "data-task": d.task || "" },
+          el("td", {}, d.partition + ":" + d.offset),
+          el("td", { class: "id" }, d.task ? navLink("/task/" + encodeURIComponent(d.task), d.task)
+            : "(no id)"),
+          el("td", {}, String(d.cause)), el("td", { class: "text" }, String(d.reason)),
+          el("td", { title: when(d.ts) }, ago(d.ts)), el("td", {}, back, " ", note));
+      })) : el("p", { class: "muted" }, "The DLQ holds nothing.");
     const most = Math.max(1, ...f.rates.map((r) => r.succeeded + r.failed));
     const chart = el("div", { class: "chart", id: "rates" }, f.rates.map((r) => {
       const ok = el("div", { class: "ok" }), bad = el("div", { class: "bad" });
@@ -468,6 +632,7 @@ async function fleetPage() {
       el("p", { class: "muted" }, done + " results, " + failed + " not succeeded (" +
         (done ? (100 * failed / done).toFixed(1) : "0") + "%)"),
       el("h2", {}, "Consumer lag (tasks topic)"), lag,
+      el("h2", {}, "Dead letters"), dlq,
       el("p", { class: "muted" }, "read " + f.feed.messages + " messages" +
         (f.feed.skipped ? ", skipped " + f.feed.skipped + " unreadable" : "")));
   }
