@@ -110,7 +110,8 @@ int tb_cmd_view(int argc, char **argv)
 				     .index = index,
 				     .live = live,
 				     .feed = feed,
-				     .store = store };
+				     .store = store,
+				     .ledger = ledger };
 	if (tb_view_server_start(&server, &sc, &err) < 0) {
 		fprintf(stderr, "taskbox view: %s\n", err.msg);
 		rc = err.code == TB_EINVAL ? TB_EXIT_USAGE : TB_EXIT_FAILURE;

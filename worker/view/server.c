@@ -18,6 +18,7 @@
 #include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@ struct tb_view_server {
 	size_t page_len;
 	char hosts[4][300]; /* what Host may say, bound to loopback */
 	tb_view_reader_t *reader;
+	pthread_mutex_t ledger_lock; /* a ledger connection is one thread's at a time */
 };
 
 static void headers(struct MHD_Response *r, const char *type)
@@ -347,6 +349,24 @@ static enum MHD_Result fleet(tb_view_server_t *s, struct MHD_Connection *c)
 	json_t *j = json_object();
 	json_object_set_new(j, "rates",
 			    tb_view_index_rates(s->c.index, (int64_t)time(NULL) * 1000, 60));
+	json_t *workers = json_array();
+	if (s->c.ledger) {
+		char **infos = NULL;
+		size_t n = 0;
+		pthread_mutex_lock(&s->ledger_lock);
+		int rc = tb_ledger_workers(s->c.ledger, &infos, &n, &err);
+		pthread_mutex_unlock(&s->ledger_lock);
+		for (size_t i = 0; rc == 0 && i < n; i++) {
+			json_t *w = json_loads(infos[i], 0, NULL);
+			json_array_append_new(workers,
+					      w ? w : json_pack("{s:s}", "unreadable", infos[i]));
+			free(infos[i]);
+		}
+		free(infos);
+		if (rc < 0)
+			json_object_set_new(j, "workers_error", json_string(err.msg));
+	}
+	json_object_set_new(j, "workers", workers);
 	json_t *lag = tb_fleet_lag(s->c.cfg, &err);
 	json_object_set_new(j, "lag", lag ? lag : json_pack("{s:s}", "error", err.msg));
 	json_object_set_new(j, "feed",
@@ -676,6 +696,7 @@ int tb_view_server_start(tb_view_server_t **out, const tb_view_server_conf_t *co
 		return tb_error_set(err, TB_EIO, "view: no randomness for the CSRF token");
 	}
 	tb_hex(s->csrf, raw, sizeof(raw));
+	pthread_mutex_init(&s->ledger_lock, NULL);
 	if (make_page(s) < 0 || !(s->reader = tb_view_reader_new(conf->cfg))) {
 		freeaddrinfo(ai);
 		free(s->page);
@@ -719,6 +740,7 @@ void tb_view_server_stop(tb_view_server_t *s)
 	if (!s)
 		return;
 	MHD_stop_daemon(s->d);
+	pthread_mutex_destroy(&s->ledger_lock);
 	tb_view_reader_free(s->reader);
 	free(s->page);
 	free(s);

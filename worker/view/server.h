@@ -8,7 +8,7 @@
  *   GET /api/events?id=ID[&attempt=N]   the events (history.h)
  *   GET /api/live?id=ID                 new events, server-sent (live.h)
  *   GET /api/artifact?key=KEY           a file an attempt saved, as a download
- *   GET /api/fleet                      results per minute, lag, the feed
+ *   GET /api/fleet                      workers, results per minute, lag, the feed
  *   GET /api/dlq                        the latest dead letters
  *   POST /api/followup {"id", "text"}   a further prompt (actions.h)
  *   POST /api/end {"id"}                the end of a session
@@ -36,6 +36,7 @@
 
 #include "tb/config.h"
 #include "tb/error.h"
+#include "tb/ledger.h"
 #include "tb/store.h"
 
 typedef struct tb_view_server tb_view_server_t;
@@ -47,7 +48,8 @@ typedef struct tb_view_server_conf {
 	tb_view_index_t *index;
 	tb_view_live_t *live;
 	tb_view_feed_t *feed;
-	tb_store_t *store; /* NULL: no manifests, no downloads */
+	tb_store_t *store;   /* NULL: no manifests, no downloads */
+	tb_ledger_t *ledger; /* NULL: no workers listed */
 } tb_view_server_conf_t;
 
 /** @return 0; TB_EINVAL (listen, or a token missing); TB_EIO (cannot

@@ -22,6 +22,9 @@ judge's reason). Then `taskbox view` starts and the browser checks:
   - a shared URL of an artifact serves its bytes; a follow-up typed into
     an interactive task's page is answered, and the session ends from the
     page; a dead letter is sent back from the fleet page and succeeds;
+  - started elsewhere than loopback it refuses to run without a token;
+    with a token, nothing is answered without it (a bearer, or the cookie
+    /login sets);
   - every answer carries the Content-Security-Policy, a request whose
     Host is not the loopback address it listens on is refused, and so is
     a change without the page's CSRF token or from another origin.
@@ -242,6 +245,47 @@ try:
         except urllib.error.HTTPError as e:
             check("no download of " + key, e.code == 400, e.code)
 
+    # elsewhere than loopback: refused without a token (before it binds)
+    r = subprocess.run([TB, "view", "--config", cfg, "--listen", "0.0.0.0:0"],
+                       capture_output=True, text=True, timeout=60)
+    check("not loopback, no token: refused", r.returncode == 2 and "--token" in r.stderr,
+          (r.returncode, r.stderr[-500:]))
+    # with a token: nothing without it; /login sets it as a cookie
+    token = "t0ken-%d-abcdefgh" % os.getpid()
+    tv = subprocess.Popen([TB, "view", "--config", cfg, "--listen", "127.0.0.1:0",
+                           "--token", token], stdout=subprocess.PIPE, stderr=view_log, text=True)
+    procs.append(tv)
+    tbase = re.search(r"(http://127\.0\.0\.1:\d+)/", tv.stdout.readline()).group(1)
+
+    def status_of(url, headers=None):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {})) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    check("with a token, none: 401", status_of(tbase + "/api/tasks") == 401)
+    check("with a token, a wrong one: 401", status_of(
+        tbase + "/api/tasks", {"Authorization": "Bearer wrong-token-000000"}) == 401)
+    check("with a token, the bearer: 200", status_of(
+        tbase + "/api/tasks", {"Authorization": "Bearer " + token}) == 200)
+    check("login with a wrong token: 403", status_of(tbase + "/login?token=nope") == 403)
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *a, **k):
+            return None
+    try:
+        urllib.request.build_opener(NoRedirect).open(tbase + "/login?token=" + token)
+        cookie = None
+    except urllib.error.HTTPError as e:
+        cookie = e.headers.get("Set-Cookie", "")
+    check("login sets an HttpOnly, SameSite=Strict cookie", cookie and "HttpOnly" in cookie and
+          "SameSite=Strict" in cookie, cookie)
+    check("with the cookie: 200", cookie and status_of(
+        tbase + "/api/tasks", {"Cookie": cookie.split(";")[0]}) == 200)
+    tv.terminate()
+    tv.wait(30)
+
     downloads = os.path.join(tmp, "downloads")
     os.makedirs(downloads)
     opts = webdriver.ChromeOptions()
@@ -432,6 +476,11 @@ try:
             json.dump(rt, f)
         browser.get(base + "/fleet")
         wait_for(lambda b: b.find_elements(By.CSS_SELECTOR, "#rates .col"), 20, "the fleet page")
+        wait_for(lambda b: b.find_elements(By.CSS_SELECTOR, 'tr[data-worker="%s"]' % RUN), 20,
+                 "the worker is listed with its slots")
+        check("the chart shows this hour's results",
+              any(e.size["height"] > 0 for e in
+                  browser.find_elements(By.CSS_SELECTOR, "#rates .ok, #rates .bad")))
         shot("fleet")
         row = 'tr[data-task="%s"] button.send-back' % ids["dead"]
         button = wait_for(lambda b: b.find_element(By.CSS_SELECTOR, row), 20,

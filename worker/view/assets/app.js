@@ -627,7 +627,22 @@ async function fleetPage() {
         (h) => el("th", {}, h))), f.lag.map((p) => el("tr", {}, el("td", {}, String(p.partition)),
         el("td", {}, String(p.committed)), el("td", {}, String(p.end)), el("td", {}, String(p.lag)))))
       : el("p", { class: "muted" }, "Lag unknown: " + String((f.lag && f.lag.error) || ""));
+    const workers = (f.workers || []).length ? el("table", { id: "workers" },
+      el("tr", {}, ["worker", "slots", "running", "waiting", "finished", "heartbeat"].map(
+        (h) => el("th", {}, h))),
+      f.workers.map((w) => el("tr", { "data-worker": String(w.worker ?? "") },
+        el("td", { class: "id" }, String(w.worker ?? w.unreadable ?? "")),
+        el("td", {}, (w.tasks || []).length + " of " + String(w.slots ?? "?") + " busy"),
+        el("td", {}, (w.tasks || []).map((t) => el("div", {},
+          navLink("/task/" + encodeURIComponent(String(t.task)), String(t.task)),
+          " #" + t.attempt + " slot " + t.slot + " " + String(t.phase ?? "") + " since " +
+          ago(t.since_ms)))),
+        el("td", {}, String(w.waiting ?? "")), el("td", {}, String(w.finished ?? "")),
+        el("td", { title: when(w.heartbeat_ms) }, ago(w.heartbeat_ms)))))
+      : el("p", { class: "muted" }, f.workers_error ? "Workers unknown: " + f.workers_error
+        : "No worker alive.");
     main.replaceChildren(el("h1", {}, "Fleet"),
+      el("h2", {}, "Workers"), workers,
       el("h2", {}, "Results per minute, the last hour"), chart,
       el("p", { class: "muted" }, done + " results, " + failed + " not succeeded (" +
         (done ? (100 * failed / done).toFixed(1) : "0") + "%)"),
