@@ -356,6 +356,9 @@ try:
               all("pass" in v for v in verdicts), verdicts)
         check("the phases as a timeline",
               len(browser.find_elements(By.CSS_SELECTOR, "#timeline .bar-row")) >= 8)
+        figures = browser.find_element(By.ID, "usage").text.lower()
+        check("the accounting as a table", "wall time" in figures and "agent cpu" in figures,
+              figures)
         shot("task")
         link = browser.find_element(By.CSS_SELECTOR, "#artifacts a")
         link.click()

@@ -368,7 +368,41 @@ function usage(manifest, events) {
     u = last && last.payload.usage;
   }
   if (!u) return el("p", { class: "muted" }, "No figures yet.");
-  return el("pre", { id: "usage" }, JSON.stringify(u, null, 2));
+  // the accounting, as a person reads it (schemas/manifest.md, "usage");
+  // a figure the kernel did not give is absent, and so is its row
+  const cpu = (c) => c && (c.user_ms !== undefined || c.system_ms !== undefined)
+    ? dur((c.user_ms || 0) + (c.system_ms || 0)) + " (user " + dur(c.user_ms || 0) +
+      ", system " + dur(c.system_ms || 0) + ")" : undefined;
+  const rows = [
+    ["wall time", u.wall_ms === undefined ? undefined : dur(u.wall_ms)],
+    ["agent CPU", cpu(u.agent)],
+    ["judges' CPU", cpu(u.judges)],
+    ["memory, peak", u.memory_peak_bytes === undefined ? undefined : bytes(u.memory_peak_bytes)],
+    ["processes, peak", u.pids_peak],
+    ["outputs", u.outputs_bytes === undefined ? undefined
+      : bytes(u.outputs_bytes) + (u.saved_bytes === undefined ? ""
+        : ", " + bytes(u.saved_bytes) + " saved")],
+  ].filter((r) => r[1] !== undefined);
+  const table = el("table", { id: "usage" },
+    rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, String(v)))));
+  const parts = [table];
+  if (Array.isArray(u.inputs) && u.inputs.length)
+    parts.push(el("h3", {}, "Inputs"), el("table", { id: "usage-inputs" },
+      el("tr", {}, ["input", "size", "fetched", "read"].map((h) => el("th", {}, h))),
+      u.inputs.map((i) => el("tr", {}, el("td", { class: "id" }, String(i.name ?? "")),
+        el("td", {}, bytes(i.size)), el("td", {}, bytes(i.fetched_bytes)),
+        el("td", {}, i.lazy ? "on demand" : "whole")))));
+  if (Array.isArray(u.egress) && u.egress.length)
+    parts.push(el("h3", {}, "Egress, by endpoint"), el("table", { id: "usage-egress" },
+      el("tr", {}, ["endpoint", "requests", "refused", "up", "down", "upstream",
+        "tokens in / out"].map((h) => el("th", {}, h))),
+      u.egress.map((e) => el("tr", {}, el("td", {}, String(e.endpoint ?? "")),
+        el("td", {}, String(e.requests ?? "")), el("td", {}, String(e.refused ?? "")),
+        el("td", {}, bytes(e.bytes_up)), el("td", {}, bytes(e.bytes_down)),
+        el("td", {}, dur(e.upstream_ms)),
+        el("td", {}, e.input_tokens !== undefined ? String(e.input_tokens) + " / " +
+          String(e.output_tokens ?? 0) : "")))));
+  return el("div", {}, ...parts);
 }
 
 async function taskPage(id) {
