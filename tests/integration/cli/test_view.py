@@ -132,11 +132,6 @@ def copied(name):
     return "file://" + d, sh("git", "-C", d, "rev-parse", "HEAD").strip()
 
 
-HOSTILE = [
-    "<script>window.__xss='message'</script>",
-    "<img src=x onerror=\"window.__xss='img'\">",
-    "javascript:window.__xss='link'",
-]
 hostile_agent = r"""read -r p
 printf '%s\n' '{"type":"message","role":"assistant","text":"<script>window.__xss=\"message\"</script> and <img src=x onerror=\"window.__xss=\u0027img\u0027\">"}' >&3
 printf '%s\n' '{"type":"thought","text":"javascript:window.__xss=\u0027link\u0027"}' >&3
