@@ -39,6 +39,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 typedef struct tb_store tb_store_t;
 
@@ -136,6 +137,16 @@ int tb_store_get_bytes(tb_store_t *s, const char *key, size_t max, char **out, s
  */
 int tb_store_get_range(tb_store_t *s, const char *key, uint64_t off, size_t len, void *buf,
 		       size_t *got, tb_error_t *err);
+
+/**
+ * tb_store_get_range() into @p iovcnt buffers, filled in order (as
+ * readv(2)): the range is their total length. A range of blocks goes
+ * straight into the blocks' own memory, wherever each is.
+ * @return 0; TB_ENOTFOUND; TB_EINVAL (a bad key, an empty range, more than
+ *         1024 buffers); TB_EIO
+ */
+int tb_store_get_range_iov(tb_store_t *s, const char *key, uint64_t off, const struct iovec *iov,
+			   int iovcnt, size_t *got, tb_error_t *err);
 
 /** Size and checksum of @p key. @return 0, TB_ENOTFOUND, TB_EIO */
 int tb_store_head(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err);

@@ -452,14 +452,47 @@ out:
 int tb_store_get_range(tb_store_t *s, const char *key, uint64_t off, size_t len, void *buf,
 		       size_t *got, tb_error_t *err)
 {
+	struct iovec one = { buf, len };
+
+	return tb_store_get_range_iov(s, key, off, &one, 1, got, err);
+}
+
+#define MAX_IOV 1024
+
+int tb_store_get_range_iov(tb_store_t *s, const char *key, uint64_t off, const struct iovec *iov,
+			   int iovcnt, size_t *got, tb_error_t *err)
+{
+	size_t len = 0;
 	int rc;
 
 	*got = 0;
 	if ((rc = check_key(key, err)) < 0)
 		return rc;
+	if (iovcnt < 1 || iovcnt > MAX_IOV)
+		return tb_error_set(err, TB_EINVAL, "get %s: %d buffers for a range", key, iovcnt);
+	for (int i = 0; i < iovcnt; i++) {
+		if (iov[i].iov_len > SIZE_MAX - len)
+			return tb_error_set(err, TB_EINVAL, "get %s: an overflowing range", key);
+		len += iov[i].iov_len;
+	}
 	if (len == 0 || off > UINT64_MAX - len)
 		return tb_error_set(err, TB_EINVAL, "get %s: an empty or overflowing range", key);
-	return s->ops->range(s, key, off, len, buf, got, err);
+	return s->ops->range(s, key, off, iov, iovcnt, len, got, err);
+}
+
+void tb_iov_put(const struct iovec *iov, int iovcnt, size_t at, const void *data, size_t len)
+{
+	const char *from = data;
+
+	for (int i = 0; i < iovcnt && len; i++) {
+		if (at >= iov[i].iov_len) {
+			at -= iov[i].iov_len;
+			continue;
+		}
+		size_t n = iov[i].iov_len - at < len ? iov[i].iov_len - at : len;
+		memcpy((char *)iov[i].iov_base + at, from, n);
+		from += n, len -= n, at = 0;
+	}
 }
 
 int tb_store_head(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err)

@@ -178,8 +178,8 @@ static int dir_get(tb_store_t *s, const char *key, int fd, tb_store_hasher_t *h,
 	return rc;
 }
 
-static int dir_range(tb_store_t *s, const char *key, uint64_t off, size_t len, void *buf,
-		     size_t *got, tb_error_t *err)
+static int dir_range(tb_store_t *s, const char *key, uint64_t off, const struct iovec *iov,
+		     int iovcnt, size_t len, size_t *got, tb_error_t *err)
 {
 	dir_store_t *d = (dir_store_t *)s;
 	char obj[4096], meta[4096];
@@ -190,8 +190,14 @@ static int dir_range(tb_store_t *s, const char *key, uint64_t off, size_t len, v
 		return errno == ENOENT
 			   ? tb_error_set(err, TB_ENOTFOUND, "dir store: %s not found", key)
 			   : tb_error_errno(err, TB_EIO, errno, "dir store: open %s", obj);
-	while (*got < len) {
-		ssize_t n = pread(in, (char *)buf + *got, len - *got, (off_t)(off + *got));
+	size_t at = 0; /* into buffer i */
+	for (int i = 0; i < iovcnt && *got < len;) {
+		if (at == iov[i].iov_len) {
+			i++, at = 0;
+			continue;
+		}
+		ssize_t n = pread(in, (char *)iov[i].iov_base + at, iov[i].iov_len - at,
+				  (off_t)(off + *got));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -201,7 +207,7 @@ static int dir_range(tb_store_t *s, const char *key, uint64_t off, size_t len, v
 		}
 		if (n == 0)
 			break; /* its end */
-		*got += (size_t)n;
+		*got += (size_t)n, at += (size_t)n;
 	}
 	close(in);
 	return 0;

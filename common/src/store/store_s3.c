@@ -72,7 +72,8 @@ typedef struct s3_req {
 	const tb_object_info_t *meta; /* its sums: x-amz-meta-sha256, -crc32c */
 	int create_only;              /* If-None-Match: * */
 	const char *range;            /* "bytes=A-B", a ranged GET's, or NULL */
-	char *out_buf;                /* a ranged GET's body into this, else: */
+	const struct iovec *out_iov;  /* a ranged GET's body into these, else: */
+	int out_iovcnt;
 	size_t out_cap, out_len;
 	int out_fd;                  /* response body into this fd, else memory */
 	tb_store_hasher_t *out_hash; /* what goes to out_fd, hashed */
@@ -176,10 +177,10 @@ static size_t on_write(char *buf, size_t size, size_t n, void *ud)
 	s3_req_t *r = ud;
 	size_t len = size * n;
 
-	if (r->out_buf && r->status / 100 == 2) {
+	if (r->out_iov && r->status / 100 == 2) {
 		if (len > r->out_cap - r->out_len)
 			return 0; /* more than was asked for: abort */
-		memcpy(r->out_buf + r->out_len, buf, len);
+		tb_iov_put(r->out_iov, r->out_iovcnt, r->out_len, buf, len);
 		r->out_len += len;
 		return len;
 	}
@@ -774,8 +775,8 @@ static int s3_get(tb_store_t *base, const char *key, int fd, tb_store_hasher_t *
 	return rc;
 }
 
-static int s3_range(tb_store_t *base, const char *key, uint64_t off, size_t len, void *buf,
-		    size_t *got, tb_error_t *err)
+static int s3_range(tb_store_t *base, const char *key, uint64_t off, const struct iovec *iov,
+		    int iovcnt, size_t len, size_t *got, tb_error_t *err)
 {
 	s3_store_t *s = (s3_store_t *)base;
 	char range[64];
@@ -785,7 +786,7 @@ static int s3_range(tb_store_t *base, const char *key, uint64_t off, size_t len,
 		 (unsigned long long)(off + len - 1));
 	s3_req_t r = req_init("GET", key, "");
 	r.range = range;
-	r.out_buf = buf, r.out_cap = len;
+	r.out_iov = iov, r.out_iovcnt = iovcnt, r.out_cap = len;
 	if ((rc = s3_do(s, &r, err)) < 0)
 		goto out;
 	if (r.status == 206 || (r.status == 200 && off == 0)) /* 200: the whole, and it fit */

@@ -69,7 +69,8 @@ typedef struct v2_call {
 	size_t wlen;
 	tb_store_hasher_t *hash; /* get: what is written, hashed */
 	char small[160];         /* a small object read into memory */
-	char *buf;               /* a ranged get's body, at most cap bytes */
+	const struct iovec *iov; /* a ranged get's body, at most cap bytes */
+	int iovcnt;
 	size_t cap;
 	/* listing */
 	tb_store_list_fn fn;
@@ -463,13 +464,13 @@ static S3Status on_range_data(int size, const char *buf, void *data)
 
 	if ((uint64_t)size > c->cap - c->offset)
 		return S3StatusAbortedByCallback; /* more than was asked for */
-	memcpy(c->buf + c->offset, buf, (size_t)size);
+	tb_iov_put(c->iov, c->iovcnt, (size_t)c->offset, buf, (size_t)size);
 	c->offset += (uint64_t)size;
 	return S3StatusOK;
 }
 
-static int v2_range(tb_store_t *base, const char *key, uint64_t off, size_t len, void *buf,
-		    size_t *got, tb_error_t *err)
+static int v2_range(tb_store_t *base, const char *key, uint64_t off, const struct iovec *iov,
+		    int iovcnt, size_t len, size_t *got, tb_error_t *err)
 {
 	v2_store_t *s = (v2_store_t *)base;
 	S3GetObjectHandler h = { { on_props, on_complete }, on_range_data };
@@ -479,7 +480,7 @@ static int v2_range(tb_store_t *base, const char *key, uint64_t off, size_t len,
 	full_key(s, key, k, sizeof(k));
 	for (int i = 0;; i++) {
 		memset(&c, 0, sizeof(c));
-		c.buf = buf, c.cap = len;
+		c.iov = iov, c.iovcnt = iovcnt, c.cap = len;
 		S3_get_object(&s->ctx, k, NULL, off, len, NULL, &h, &c);
 		if (c.status == S3StatusOK && c.length && c.offset < c.length)
 			c.status = S3StatusConnectionFailed; /* cut short: as in v2_get */

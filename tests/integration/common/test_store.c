@@ -238,6 +238,29 @@ static void test_store__ranges_read_what_was_asked(void **state)
 		if (got)
 			assert_memory_equal(buf, data + cases[i].off, got);
 	}
+	/* into several buffers, in order: uneven ones, one of them empty,
+	 * the range crossing each; and one running past the object's end */
+	{
+		const size_t lens[] = { 1, 4096 - 1, 0, 70000, (1u << 20) - 4096 - 70000 };
+		struct iovec iov[5];
+		size_t at = 0;
+		for (int k = 0; k < 5; k++) {
+			iov[k] = (struct iovec){ buf + at, lens[k] };
+			at += lens[k];
+		}
+		memset(buf, 0, 1u << 20);
+		if (tb_store_get_range_iov(fx->store, key, 333, iov, 5, &got, &err) != 0)
+			fail_msg("range into buffers: %s", err.msg);
+		assert_int_equal(got, 1u << 20);
+		assert_memory_equal(buf, data + 333, got);
+		memset(buf, 0, 1u << 20);
+		if (tb_store_get_range_iov(fx->store, key, size - 5000, iov, 5, &got, &err) != 0)
+			fail_msg("range into buffers at the end: %s", err.msg);
+		assert_int_equal(got, 5000);
+		assert_memory_equal(buf, data + size - 5000, got);
+		assert_int_equal(tb_store_get_range_iov(fx->store, key, 0, iov, 0, &got, &err),
+				 TB_EINVAL);
+	}
 	assert_int_equal(tb_store_get_range(fx->store, key, 0, 0, buf, &got, &err), TB_EINVAL);
 	assert_int_equal(tb_store_get_range(fx->store, unique_key("none"), 0, 10, buf, &got, &err),
 			 TB_ENOTFOUND);

@@ -30,6 +30,10 @@ typedef struct tb_part_sums {
 
 void tb_part_sums_free(tb_part_sums_t *p);
 
+/** Copies @p len bytes of @p data to byte @p at of the buffers of @p iov
+ * taken as one (the caller keeps within their total). */
+void tb_iov_put(const struct iovec *iov, int iovcnt, size_t at, const void *data, size_t len);
+
 /** Each @p part_size part's SHA-256 of @p fd's first @p size bytes, in one
  * pass on the calling thread: for a put called without them.
  * @param[out] out released with tb_part_sums_free()
@@ -55,10 +59,11 @@ struct tb_store_ops {
 	 * size and checksums. */
 	int (*get)(tb_store_t *s, const char *key, int fd, tb_store_hasher_t *h,
 		   tb_object_info_t *out, tb_error_t *err);
-	/* @p len bytes from @p off into @p buf (*got: fewer at the end,
-	 * 0 past it); see tb_store_get_range. */
-	int (*range)(tb_store_t *s, const char *key, uint64_t off, size_t len, void *buf,
-		     size_t *got, tb_error_t *err);
+	/* @p len bytes from @p off into the @p iovcnt buffers of @p iov, in
+	 * order, @p len their total (*got: fewer at the end, 0 past it); see
+	 * tb_store_get_range_iov. */
+	int (*range)(tb_store_t *s, const char *key, uint64_t off, const struct iovec *iov,
+		     int iovcnt, size_t len, size_t *got, tb_error_t *err);
 	int (*head)(tb_store_t *s, const char *key, tb_object_info_t *out, tb_error_t *err);
 	int (*list)(tb_store_t *s, const char *prefix, tb_store_list_fn fn, void *ud,
 		    tb_error_t *err);
