@@ -8,7 +8,8 @@
  * number is fixed. A read is served block by block out of the slots in
  * memory; a block in none is loaded into the least recently used free
  * one, from the cache or with one ranged GET of the whole block, checked,
- * then kept in the cache.
+ * then kept in the cache by a thread of its own (the keeper), so that
+ * neither a reader nor a fetching thread waits for the disk.
  */
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 #include "lazy_fs.h"
@@ -33,10 +34,13 @@
 
 #define MAX_THREADS 16
 #define SPARE_SLOTS 2 /* hot blocks beyond one per thread */
-#define AHEAD 24      /* blocks fetched ahead of a sequential reader */
+#define AHEAD 64      /* blocks fetched ahead of a sequential reader */
 #define PREFETCHERS 2 /* threads fetching them (with a cache only) */
-#define QUEUE 32      /* blocks waiting to be fetched ahead, at most */
-#define RUN 12        /* blocks one GET fetches ahead: fewer requests */
+#define QUEUE AHEAD   /* blocks waiting to be fetched ahead, at most */
+#define RUN 32        /* blocks one GET fetches ahead: fewer requests */
+#define IDLE_S 2      /* seconds without work after which slots are freed */
+#define NEAR 4        /* blocks from the last read's end a sequential one starts */
+#define KEEPING AHEAD /* blocks waiting for the keeper, at most */
 #define ROOT_INO 1
 #define TIMEOUT 86400.0 /* nothing here ever changes */
 
@@ -46,7 +50,7 @@
 typedef struct slot {
 	size_t file, index; /* which, when state is not EMPTY */
 	enum { EMPTY, LOADING, READY } state;
-	unsigned pins; /* readers copying out of it */
+	unsigned pins; /* readers copying out of it, and the keeper */
 	uint64_t used; /* the lowest unpinned one is replaced */
 	ssize_t len;   /* READY: its length, or -errno */
 	uint8_t *data; /* TB_BLOCK_SIZE bytes */
@@ -72,14 +76,22 @@ struct tb_lazy_fs {
 	 * each file's next block for a sequential reader */
 	struct ahead {
 		size_t file, index;
-	} queue[QUEUE], busy[PREFETCHERS * RUN];
-	size_t nqueue, nbusy;
+	} queue[QUEUE];
+	size_t nqueue;
 	size_t *next;   /* per file: the block after the last one read */
 	size_t *streak; /* per file: blocks read one after another */
 	int stopping;
+	uint64_t reads;      /* answered: whether the file system is idle */
 	pthread_cond_t work; /* queued, or stopping */
 	pthread_t prefetchers[PREFETCHERS];
 	unsigned nprefetchers;
+	/* keeping fetched blocks in the cache, under lock: the slots to
+	 * write (each pinned until written), oldest first */
+	slot_t *keeping[KEEPING];
+	size_t nkeeping;
+	int keeper_stopping, has_keeper;
+	pthread_cond_t keep_work; /* a slot to write, or stopping */
+	pthread_t keeper;
 };
 
 static const tb_lazy_file_t *file_of(const tb_lazy_fs_t *fs, fuse_ino_t ino)
@@ -115,9 +127,9 @@ static void failed(tb_lazy_fs_t *fs, const tb_lazy_file_t *f, int code, const tb
 }
 
 /* Block @p index of file @p i into @p buf (TB_BLOCK_SIZE bytes): from the
- * cache, or fetched and checked; a failure is kept. Its length, or
- * -errno. */
-static ssize_t fetch_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint8_t *buf)
+ * cache, or fetched and checked (then @p *fetched is set: the caller keeps
+ * it); a failure is kept. Its length, or -errno. */
+static ssize_t fetch_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint8_t *buf, int *fetched)
 {
 	const tb_lazy_file_t *f = &fs->c.files[i];
 	uint64_t at = (uint64_t)index * TB_BLOCK_SIZE;
@@ -125,6 +137,7 @@ static ssize_t fetch_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint8_t *bu
 	tb_error_t err;
 	size_t got;
 
+	*fetched = 0;
 	if (fs->c.cache && tb_block_cache_get(fs->c.cache, f->blocks, index, buf))
 		return (ssize_t)len;
 	int rc = tb_store_get_range(fs->c.store, f->key, at, len, buf, &got, &err);
@@ -138,18 +151,48 @@ static ssize_t fetch_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint8_t *bu
 		failed(fs, f, TB_EPOISON, &err);
 		return -EIO;
 	}
-	if (fs->c.cache)
-		tb_block_cache_put(fs->c.cache, f->blocks, index, buf);
+	*fetched = 1;
 	return (ssize_t)len;
 }
 
-/* Whether block @p index of file @p i is being fetched ahead. */
-static int is_busy(const tb_lazy_fs_t *fs, size_t i, size_t index)
+/* Slot @p s, READY with a block just fetched and checked, handed to the
+ * keeper to write into the cache (pinned till then). 0 if the keeper has
+ * no room (or there is none): the caller writes it. Under fs->lock. */
+static int keep(tb_lazy_fs_t *fs, slot_t *s)
 {
-	for (size_t k = 0; k < fs->nbusy; k++)
-		if (fs->busy[k].file == i && fs->busy[k].index == index)
-			return 1;
-	return 0;
+	if (!fs->has_keeper || fs->nkeeping == KEEPING)
+		return 0;
+	s->pins++;
+	fs->keeping[fs->nkeeping++] = s;
+	pthread_cond_signal(&fs->keep_work);
+	return 1;
+}
+
+/* The keeper: writes the slots handed to it into the cache, oldest first;
+ * once stopping, those still waiting too (a later task's hit). */
+static void *keeper(void *arg)
+{
+	tb_lazy_fs_t *fs = arg;
+
+	pthread_mutex_lock(&fs->lock);
+	for (;;) {
+		if (!fs->nkeeping) {
+			if (fs->keeper_stopping)
+				break;
+			pthread_cond_wait(&fs->keep_work, &fs->lock);
+			continue;
+		}
+		slot_t *s = fs->keeping[0];
+		memmove(fs->keeping, fs->keeping + 1, --fs->nkeeping * sizeof(fs->keeping[0]));
+		pthread_mutex_unlock(&fs->lock);
+		/* READY and pinned: neither replaced nor changed meanwhile */
+		tb_block_cache_put(fs->c.cache, fs->c.files[s->file].blocks, s->index, s->data);
+		pthread_mutex_lock(&fs->lock);
+		s->pins--;
+		pthread_cond_broadcast(&fs->changed);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return NULL;
 }
 
 /* The slot holding block @p index of file @p i (loading or ready), or
@@ -186,8 +229,6 @@ static slot_t *pin_block(tb_lazy_fs_t *fs, size_t i, size_t index)
 {
 	for (;;) {
 		slot_t *free_slot = NULL, *s;
-		if (is_busy(fs, i, index))
-			goto wait; /* being fetched ahead: then in a slot or the cache */
 		if ((s = find_slot(fs, i, index, &free_slot))) {
 			if (s->state == LOADING)
 				goto wait;
@@ -204,7 +245,8 @@ static slot_t *pin_block(tb_lazy_fs_t *fs, size_t i, size_t index)
 		free_slot->state = LOADING;
 		free_slot->pins = 1;
 		pthread_mutex_unlock(&fs->lock);
-		ssize_t len = fetch_block(fs, i, index, free_slot->data);
+		int fetched;
+		ssize_t len = fetch_block(fs, i, index, free_slot->data, &fetched);
 		pthread_mutex_lock(&fs->lock);
 		free_slot->len = len;
 		free_slot->state = len < 0 ? EMPTY : READY; /* a failure is not kept */
@@ -213,6 +255,12 @@ static slot_t *pin_block(tb_lazy_fs_t *fs, size_t i, size_t index)
 		if (len < 0) {
 			free_slot->pins--;
 			return NULL;
+		}
+		if (fetched && fs->c.cache && !keep(fs, free_slot)) {
+			pthread_mutex_unlock(&fs->lock); /* pinned: ours to write */
+			tb_block_cache_put(fs->c.cache, fs->c.files[i].blocks, index,
+					   free_slot->data);
+			pthread_mutex_lock(&fs->lock);
 		}
 		return free_slot;
 	wait:
@@ -245,11 +293,12 @@ static int copy_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint64_t from, u
 	return 0;
 }
 
-/* Whether block @p index of file @p i is in a slot, being fetched, or
- * queued to be. Under fs->lock. */
+/* Whether block @p index of file @p i is in a slot, being fetched,
+ * queued to be, or kept (a warm cache queues nothing). Under fs->lock. */
 static int asked(tb_lazy_fs_t *fs, size_t i, size_t index)
 {
-	if (is_busy(fs, i, index) || in_slot(fs, i, index))
+	if (in_slot(fs, i, index) ||
+	    (fs->c.cache && tb_block_cache_has(fs->c.cache, fs->c.files[i].blocks, index)))
 		return 1;
 	for (size_t q = 0; q < fs->nqueue; q++)
 		if (fs->queue[q].file == i && fs->queue[q].index == index)
@@ -264,13 +313,18 @@ static void read_ahead(tb_lazy_fs_t *fs, size_t i, size_t first, size_t last)
 {
 	size_t n = fs->c.files[i].blocks->n;
 
-	/* a read that goes on into the next block, twice over: sequential
-	 * (not the kernel's pieces of one read, which stay in a block or two) */
-	if (first == fs->next[i])
-		fs->streak[i]++;
-	else if (first + 1 != fs->next[i])
+	fs->reads++;
+	/* sequential: reads starting near where the last ended (the threads
+	 * answer the kernel's requests in any order, and a reader's reads
+	 * straddle blocks) that have moved on into a new block twice; the
+	 * kernel's pieces of one block neither count nor break the streak */
+	size_t next = fs->next[i];
+	if (first + NEAR < next || first > next + NEAR)
 		fs->streak[i] = 0;
-	fs->next[i] = last + 1;
+	else if (last >= next)
+		fs->streak[i]++;
+	if (last + 1 > next || fs->streak[i] == 0)
+		fs->next[i] = last + 1;
 	if (!fs->nprefetchers || fs->streak[i] < 2)
 		return;
 	/* the window's blocks not asked for yet, from its end back, queued
@@ -281,117 +335,135 @@ static void read_ahead(tb_lazy_fs_t *fs, size_t i, size_t first, size_t last)
 	size_t end = last + AHEAD < n - 1 ? last + AHEAD : n - 1, missing = 0;
 	while (end - missing > last && !asked(fs, i, end - missing))
 		missing++;
-	if (missing < RUN && end + 1 < n)
+	if (!missing || (missing < RUN && end + 1 < n))
 		return;
 	for (size_t k = end - missing + 1; k <= end && fs->nqueue < QUEUE; k++)
 		fs->queue[fs->nqueue++] = (struct ahead){ i, k };
 	pthread_cond_broadcast(&fs->work);
 }
 
-/* Block @p index of file @p i, checked, into a free slot (the least
- * recently used one no reader holds), for its reader to find in memory:
- * not read back from the cache and checked again. */
-static void offer(tb_lazy_fs_t *fs, size_t i, size_t index, const uint8_t *data, size_t len)
+/* Up to @p n free slots for blocks @p first .. of file @p i, marked
+ * LOADING and pinned (the caller's), into @p out; a reserve of free slots
+ * is left for the readers (each serving thread may need one). How many.
+ * Under fs->lock. */
+static size_t take_slots(tb_lazy_fs_t *fs, size_t i, size_t first, size_t n, slot_t **out)
 {
-	slot_t *free_slot = NULL;
+	size_t spare = 0, got = 0;
 
-	pthread_mutex_lock(&fs->lock);
-	if (!find_slot(fs, i, index, &free_slot) && free_slot && /* not there already */
-	    (free_slot->data || (free_slot->data = aligned_alloc(TB_BLOCK_ALIGN, TB_BLOCK_SIZE)))) {
-		memcpy(free_slot->data, data, len);
-		free_slot->file = i, free_slot->index = index;
-		free_slot->len = (ssize_t)len;
-		free_slot->state = READY;
-		free_slot->used = ++fs->tick;
+	for (size_t k = 0; k < fs->nslots; k++)
+		if (!fs->slots[k].pins && fs->slots[k].state != LOADING)
+			spare++;
+	while (got < n && spare > fs->nthreads) {
+		slot_t *s = NULL;
+		find_slot(fs, i, first + got, &s);
+		if (!s || (!s->data && !(s->data = aligned_alloc(TB_BLOCK_ALIGN, TB_BLOCK_SIZE))))
+			break; /* no memory: fewer, or none */
+		s->file = i, s->index = first + got;
+		s->state = LOADING;
+		s->pins = 1;
+		out[got++] = s;
+		spare--;
 	}
-	pthread_mutex_unlock(&fs->lock);
+	return got;
 }
 
-/* Blocks @p first .. @p first + @p n - 1 of file @p i, fetched with one
- * GET, each checked and kept in the cache (a block that fails is not:
- * its reader fetches it again, and says why). */
-static void fetch_run(tb_lazy_fs_t *fs, size_t i, size_t first, size_t n, uint8_t *buf)
+/* Blocks of file @p i into the @p n LOADING slots @p run (consecutive
+ * blocks, pinned by the caller), fetched with one GET straight into their
+ * memory; each checked, then READY for its reader and handed to the
+ * keeper (or kept here). A block that fails is dropped: its reader
+ * fetches it again, and says why. Unpins them all. */
+static void fetch_run(tb_lazy_fs_t *fs, size_t i, slot_t **run, size_t n)
 {
 	const tb_lazy_file_t *f = &fs->c.files[i];
-	uint64_t at = (uint64_t)first * TB_BLOCK_SIZE;
-	uint64_t len = f->blocks->size - at < (uint64_t)n * TB_BLOCK_SIZE
-			   ? f->blocks->size - at
-			   : (uint64_t)n * TB_BLOCK_SIZE;
+	uint64_t at = (uint64_t)run[0]->index * TB_BLOCK_SIZE;
+	struct iovec iov[RUN] = { { 0 } };
 	tb_error_t err;
-	size_t got;
+	size_t got = 0;
 
-	if (tb_store_get_range(fs->c.store, f->key, at, len, buf, &got, &err) < 0)
-		return;
+	for (size_t k = 0; k < n; k++)
+		iov[k] = (struct iovec){ run[k]->data, tb_blocks_len(f->blocks, run[k]->index) };
+	if (tb_store_get_range_iov(fs->c.store, f->key, at, iov, (int)n, &got, &err) < 0)
+		got = 0;
 	atomic_fetch_add(&fs->fetched[i], got);
-	for (size_t k = 0; k < n && (uint64_t)k * TB_BLOCK_SIZE < got; k++) {
-		size_t blen = got - k * TB_BLOCK_SIZE < TB_BLOCK_SIZE ? got - k * TB_BLOCK_SIZE
-								      : TB_BLOCK_SIZE;
-		const uint8_t *b = buf + k * TB_BLOCK_SIZE;
-		tb_fault_point("lazy-fetched");
-		if (tb_blocks_check(f->blocks, first + k, b, blen, &err) == 0) {
-			offer(fs, i, first + k, b, blen);
-			tb_block_cache_put(fs->c.cache, f->blocks, first + k, b);
+	for (size_t k = 0; k < n; k++) {
+		slot_t *s = run[k];
+		size_t len = iov[k].iov_len;
+		int ok = 0, kept = 0;
+		if ((uint64_t)k * TB_BLOCK_SIZE + len <= got) { /* fetched whole */
+			tb_fault_point("lazy-fetched");
+			ok = tb_blocks_check(f->blocks, s->index, s->data, len, &err) == 0;
+		}
+		pthread_mutex_lock(&fs->lock);
+		s->state = ok ? READY : EMPTY;
+		s->len = (ssize_t)len;
+		s->used = ++fs->tick;
+		kept = ok && keep(fs, s);
+		pthread_cond_broadcast(&fs->changed);
+		pthread_mutex_unlock(&fs->lock);
+		if (ok && !kept) /* the keeper is full: pinned, ours to write */
+			tb_block_cache_put(fs->c.cache, f->blocks, s->index, s->data);
+		unpin(fs, s);
+	}
+}
+
+/* The memory of every slot no one holds, given back: the file system
+ * has been idle (its blocks are in the cache). Under fs->lock. */
+static void free_idle_slots(tb_lazy_fs_t *fs)
+{
+	for (size_t k = 0; k < fs->nslots; k++) {
+		slot_t *s = &fs->slots[k];
+		if (!s->pins && s->state != LOADING) {
+			free(s->data);
+			s->data = NULL;
+			s->state = EMPTY;
 		}
 	}
 }
 
-/* A thread fetching queued blocks into the cache, oldest first, a run of
- * up to RUN blocks of a file that follow one another at a time. */
+/* A thread fetching queued blocks, oldest first: a run of up to RUN
+ * blocks of a file that follow one another at a time, into free slots. */
 static void *prefetch(void *arg)
 {
 	tb_lazy_fs_t *fs = arg;
-	uint8_t *buf = NULL; /* a run's bytes; kept while there is work: fresh
-			      * memory each time costs more than the copy */
+	uint64_t reads = 0; /* fs->reads when last idle */
 
 	pthread_mutex_lock(&fs->lock);
 	while (!fs->stopping) {
 		if (!fs->nqueue) {
 			struct timespec until;
 			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_sec += 2;
-			if (pthread_cond_timedwait(&fs->work, &fs->lock, &until) == ETIMEDOUT) {
-				free(buf); /* idle: no memory held */
-				buf = NULL;
-			}
-			continue;
-		}
-		/* aligned: the cache writes its blocks around the page cache */
-		if (!buf && !(buf = aligned_alloc(TB_BLOCK_ALIGN, RUN * TB_BLOCK_SIZE))) {
-			fs->nqueue = 0; /* no memory: its readers fetch each block */
+			until.tv_sec += IDLE_S;
+			if (pthread_cond_timedwait(&fs->work, &fs->lock, &until) == ETIMEDOUT &&
+			    fs->reads == reads)
+				free_idle_slots(fs); /* no read for as long: 70 MiB back */
+			reads = fs->reads;
 			continue;
 		}
 		struct ahead a = fs->queue[0];
-		if (in_slot(fs, a.file, a.index)) { /* a reader got to it first */
-			memmove(fs->queue, fs->queue + 1, --fs->nqueue * sizeof(fs->queue[0]));
+		const tb_blocks_t *bl = fs->c.files[a.file].blocks;
+		size_t n = 0;
+		/* the run: queued blocks that follow the first, in no slot and
+		 * not kept yet (a kept one ends it: its reader reads the cache) */
+		while (n < RUN && n < fs->nqueue && fs->queue[n].file == a.file &&
+		       fs->queue[n].index == a.index + n && !in_slot(fs, a.file, a.index + n) &&
+		       !tb_block_cache_has(fs->c.cache, bl, a.index + n))
+			n++;
+		slot_t *run[RUN];
+		size_t got = n ? take_slots(fs, a.file, a.index, n, run) : 0;
+		if (n && !got) { /* every slot busy: until one is free */
+			pthread_cond_wait(&fs->changed, &fs->lock);
 			continue;
 		}
-		size_t n = 1;
-		while (n < RUN && n < fs->nqueue && fs->queue[n].file == a.file &&
-		       fs->queue[n].index == a.index + n && !in_slot(fs, a.file, a.index + n))
-			n++;
-		for (size_t k = 0; k < n; k++)
-			fs->busy[fs->nbusy++] = fs->queue[k];
-		fs->nqueue -= n;
-		memmove(fs->queue, fs->queue + n, fs->nqueue * sizeof(fs->queue[0]));
+		size_t done = got ? got : 1; /* taken, or the one that needs none */
+		fs->nqueue -= done;
+		memmove(fs->queue, fs->queue + done, fs->nqueue * sizeof(fs->queue[0]));
+		if (!got)
+			continue;
 		pthread_mutex_unlock(&fs->lock);
-		/* the run from its first block not kept yet */
-		const tb_blocks_t *bl = fs->c.files[a.file].blocks;
-		size_t skip = 0;
-		while (skip < n && tb_block_cache_has(fs->c.cache, bl, a.index + skip))
-			skip++;
-		if (skip < n)
-			fetch_run(fs, a.file, a.index + skip, n - skip, buf);
+		fetch_run(fs, a.file, run, got);
 		pthread_mutex_lock(&fs->lock);
-		for (size_t k = 0; k < fs->nbusy;)
-			if (fs->busy[k].file == a.file && fs->busy[k].index >= a.index &&
-			    fs->busy[k].index < a.index + n)
-				fs->busy[k] = fs->busy[--fs->nbusy];
-			else
-				k++;
-		pthread_cond_broadcast(&fs->changed);
 	}
 	pthread_mutex_unlock(&fs->lock);
-	free(buf);
 	return NULL;
 }
 
@@ -685,6 +757,7 @@ int tb_lazy_fs_start(tb_lazy_fs_t **out, const tb_lazy_fs_conf_t *conf, int *mou
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_cond_init(&fs->changed, NULL);
 	pthread_cond_init(&fs->work, NULL);
+	pthread_cond_init(&fs->keep_work, NULL);
 	if (!(fs->next = calloc(conf->nfiles ? conf->nfiles : 1, sizeof(*fs->next))) ||
 	    !(fs->streak = calloc(conf->nfiles ? conf->nfiles : 1, sizeof(*fs->streak)))) {
 		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
@@ -731,6 +804,8 @@ int tb_lazy_fs_start(tb_lazy_fs_t **out, const tb_lazy_fs_conf_t *conf, int *mou
 		if (pthread_create(&fs->threads[fs->nthreads], NULL, serve, fs) != 0)
 			break;
 	widen_readahead(*mount_fd);
+	/* without a keeper, blocks are written where they were fetched */
+	fs->has_keeper = conf->cache && pthread_create(&fs->keeper, NULL, keeper, fs) == 0;
 	/* fetching ahead needs somewhere to put what it fetched */
 	for (; conf->cache && fs->nprefetchers < PREFETCHERS; fs->nprefetchers++)
 		if (pthread_create(&fs->prefetchers[fs->nprefetchers], NULL, prefetch, fs) != 0)
@@ -776,9 +851,17 @@ void tb_lazy_fs_stop(tb_lazy_fs_t *fs)
 	pthread_mutex_lock(&fs->lock);
 	fs->stopping = 1;
 	pthread_cond_broadcast(&fs->work);
+	pthread_cond_broadcast(&fs->changed); /* one waiting for a free slot */
 	pthread_mutex_unlock(&fs->lock);
 	for (unsigned i = 0; i < fs->nprefetchers; i++)
 		pthread_join(fs->prefetchers[i], NULL);
+	if (fs->has_keeper) { /* after all that hand it blocks */
+		pthread_mutex_lock(&fs->lock);
+		fs->keeper_stopping = 1;
+		pthread_cond_signal(&fs->keep_work);
+		pthread_mutex_unlock(&fs->lock);
+		pthread_join(fs->keeper, NULL);
+	}
 	if (fs->se)
 		fuse_session_destroy(fs->se); /* closes a device it took: the
 					       * kernel fails what still waits */
@@ -789,6 +872,7 @@ void tb_lazy_fs_stop(tb_lazy_fs_t *fs)
 	pthread_mutex_destroy(&fs->lock);
 	pthread_cond_destroy(&fs->changed);
 	pthread_cond_destroy(&fs->work);
+	pthread_cond_destroy(&fs->keep_work);
 	free(fs->next);
 	free(fs->streak);
 	for (size_t k = 0; k < fs->nslots; k++)

@@ -30,7 +30,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#define SIZE (8u * TB_BLOCK_SIZE + 12345)
+#define SIZE (40u * TB_BLOCK_SIZE + 12345)
 
 static struct {
 	tb_store_t *store;
@@ -214,6 +214,90 @@ static void test_lazy__a_block_that_is_not_the_content_named_fails_its_read(void
 	printf("  %s\n", why);
 	assert_non_null(strstr(why, "input data.bin: block 2 (bytes 2097152 to 3145727)"));
 	unmounted(fs, at);
+	tb_blocks_free(&other);
+	free(buf);
+}
+
+/* A reader going through a file in pieces that straddle blocks (reads
+ * of 96 KiB: cat's, Python's are as odd) has the blocks ahead fetched
+ * before it asks: its first four MiB are followed by the rest. */
+static void test_lazy__a_sequential_reader_has_blocks_fetched_ahead(void **state)
+{
+	const tb_lazy_file_t files[] = { { "data.bin", F.key, &F.blocks, NULL } };
+	tb_block_cache_t *cache;
+	tb_error_t err;
+	char at[128], dir[128], path[160];
+	uint8_t *buf = malloc(96 << 10);
+	uint64_t have = 0;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/cache-ahead", F.tmp);
+	assert_int_equal(tb_block_cache_open(&cache, dir, 64u << 20, &err), 0);
+	tb_lazy_fs_t *fs = mounted(files, 1, cache, at, sizeof(at));
+	snprintf(path, sizeof(path), "%s/data.bin", at);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	while (have < 4 * TB_BLOCK_SIZE) {
+		ssize_t n = read(fd, buf, 96 << 10);
+		assert_true(n > 0);
+		assert_memory_equal(buf, F.data + have, (size_t)n);
+		have += (uint64_t)n;
+	}
+	/* bounded: 200 looks, 10 ms apart */
+	for (int i = 0; i < 200 && tb_lazy_fs_fetched(fs, 0) < SIZE; i++)
+		usleep(10 * 1000);
+	printf("  read %llu bytes, %llu fetched\n", (unsigned long long)have,
+	       (unsigned long long)tb_lazy_fs_fetched(fs, 0));
+	assert_int_equal(tb_lazy_fs_fetched(fs, 0), SIZE); /* all: it is within the window */
+	close(fd);
+	unmounted(fs, at);
+	tb_block_cache_close(cache);
+	free(buf);
+}
+
+/* With a cache, blocks are fetched ahead of a reader in runs, one GET for
+ * many, each checked on its own: the reader gets every byte before a bad
+ * block (BAD: well into the read, in a run fetched ahead), the bad one
+ * fails its read, and it is never kept. */
+#define BAD 30
+static void test_lazy__a_bad_block_fetched_ahead_fails_only_from_there(void **state)
+{
+	tb_blocks_t other;
+	tb_block_cache_t *cache;
+	tb_error_t err;
+	char at[128], dir[128], path[160], why[512];
+	uint8_t *buf = malloc(128 << 10);
+	uint64_t have = 0;
+	ssize_t n = 0;
+
+	(void)state;
+	F.data[BAD * TB_BLOCK_SIZE + 99] ^= 0x01;
+	int fd = memfd_of(F.data, SIZE);
+	F.data[BAD * TB_BLOCK_SIZE + 99] ^= 0x01;
+	assert_int_equal(tb_blocks_of_fd(fd, "other", &other, NULL, &err), 0);
+	close(fd);
+	snprintf(dir, sizeof(dir), "%s/cache-bad", F.tmp);
+	assert_int_equal(tb_block_cache_open(&cache, dir, 64u << 20, &err), 0);
+	const tb_lazy_file_t files[] = { { "data.bin", F.key, &other, NULL } };
+	tb_lazy_fs_t *fs = mounted(files, 1, cache, at, sizeof(at));
+	snprintf(path, sizeof(path), "%s/data.bin", at);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	while (have < SIZE && (n = read(fd, buf, 128 << 10)) > 0) {
+		assert_memory_equal(buf, F.data + have, (size_t)n);
+		have += (uint64_t)n;
+	}
+	assert_int_equal(n, -1);
+	assert_int_equal(errno, EIO);
+	assert_int_equal(have, BAD * TB_BLOCK_SIZE); /* all before it */
+	close(fd);
+	assert_int_equal(tb_lazy_fs_error(fs, why, sizeof(why)), TB_EPOISON);
+	assert_non_null(strstr(why, "input data.bin: block 30 "));
+	unmounted(fs, at); /* the blocks handed to the cache are written by now */
+	for (size_t b = 0; b < BAD; b++)
+		assert_true(tb_block_cache_has(cache, &other, b));
+	assert_false(tb_block_cache_has(cache, &other, BAD));
+	tb_block_cache_close(cache);
 	tb_blocks_free(&other);
 	free(buf);
 }
@@ -410,6 +494,8 @@ int main(void)
 		cmocka_unit_test(
 		    test_lazy__a_file_is_there_at_once_and_only_what_is_read_is_fetched),
 		cmocka_unit_test(test_lazy__a_block_that_is_not_the_content_named_fails_its_read),
+		cmocka_unit_test(test_lazy__a_sequential_reader_has_blocks_fetched_ahead),
+		cmocka_unit_test(test_lazy__a_bad_block_fetched_ahead_fails_only_from_there),
 		cmocka_unit_test(test_lazy__a_second_reader_is_served_from_the_cache),
 		cmocka_unit_test(test_lazy__a_store_that_is_down_fails_the_read_for_now),
 		cmocka_unit_test(test_lazy__ten_thousand_random_reads_at_once_are_throttled),
