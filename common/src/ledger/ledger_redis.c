@@ -393,6 +393,13 @@ static int run(redis_ledger_t *r, conn_t *k, redisReply **out, int want, tb_erro
 }
 
 #define REPLICA_WAIT_MS 2000   /* a safety write's wait for a replica */
+#define RENEW_WAIT_MIN_MS 50   /* a renewal's, at least: a thirtieth of the lease */
+
+static int renew_wait_ms(uint64_t lease_ms)
+{
+	uint64_t ms = lease_ms / 30;
+	return ms < RENEW_WAIT_MIN_MS ? RENEW_WAIT_MIN_MS : ms > REPLICA_WAIT_MS ? REPLICA_WAIT_MS : (int)ms;
+}
 #define REPLICAS_LOOK_MS 10000 /* how long a look at the replicas stands */
 
 /*
@@ -404,7 +411,7 @@ static int run(redis_ledger_t *r, conn_t *k, redisReply **out, int want, tb_erro
  * connection's lock. @return 0; TB_ERETRY when no replica acknowledged
  * it in time (the write stands on the master; doing it again is safe)
  */
-static int replicated(redis_ledger_t *r, tb_error_t *err)
+static int replicated_within(redis_ledger_t *r, int wait_ms, tb_error_t *err)
 {
 	conn_t *k = &r->main;
 	redisReply *rep;
@@ -421,7 +428,7 @@ static int replicated(redis_ledger_t *r, tb_error_t *err)
 	}
 	if (!k->replicas)
 		return 0;
-	if ((rc = run(r, k, &rep, REDIS_REPLY_INTEGER, err, "WAIT 1 %d", REPLICA_WAIT_MS)) < 0)
+	if ((rc = run(r, k, &rep, REDIS_REPLY_INTEGER, err, "WAIT 1 %d", wait_ms)) < 0)
 		return rc;
 	long long acked = rep->integer;
 	freeReplyObject(rep);
@@ -431,7 +438,12 @@ static int replicated(redis_ledger_t *r, tb_error_t *err)
 	return tb_error_set(err, TB_ERETRY,
 			    "ledger redis://%s:%d: no replica acknowledged the write within %d ms "
 			    "(%d connected), so a failover could lose it: not counted yet",
-			    k->host, k->port, REPLICA_WAIT_MS, k->replicas);
+			    k->host, k->port, wait_ms, k->replicas);
+}
+
+static int replicated(redis_ledger_t *r, tb_error_t *err)
+{
+	return replicated_within(r, REPLICA_WAIT_MS, err);
 }
 
 /* An attempt begun that no replica acknowledged: it never runs. Kept as
@@ -527,8 +539,20 @@ static int redis_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint6
 	rc = run(r, &r->main, &rep, REDIS_REPLY_INTEGER, err, "EVAL %s 3 %s %s %s %llu %s %llu %s",
 		 RENEW_LUA, k.att, k.lease, k.progress, (unsigned long long)attempt, r->worker,
 		 (unsigned long long)lease_ms, phase ? phase : "");
+	rc = fencing(rc, rep, task, attempt, "renew", err);
+	/* A renewal counts once a replica has it, as a begin does: the
+	 * holder stops its attempt two thirds of a lease after its last
+	 * renewal that counted, and a failover to a replica that missed the
+	 * latest ones would otherwise let the lease lapse up to a beat
+	 * before that, with the attempt still running as another worker
+	 * begins (seen in test_fleet: runs overlapping by 100-300 ms). A
+	 * short wait (the heartbeat renews every running attempt in turn):
+	 * a replica that lags keeps renewals from counting, and the attempt
+	 * is stopped in time if it goes on lagging. */
+	if (rc == 0)
+		rc = replicated_within(r, renew_wait_ms(lease_ms), err);
 	pthread_mutex_unlock(&r->main.lock);
-	return fencing(rc, rep, task, attempt, "renew", err);
+	return rc;
 }
 
 static int redis_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err)

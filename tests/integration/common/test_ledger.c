@@ -508,9 +508,10 @@ static void replica_get(unsigned port, const char *key, char *out, size_t len)
 	redisFree(c);
 }
 
-/* With a replica, an attempt begun and a done-marker are on the replica
- * when the call returns (WAIT); a replica that does not acknowledge
- * makes them retryable errors, not successes a failover could undo. */
+/* With a replica, an attempt begun, a lease renewed and a done-marker are
+ * on the replica when the call returns (WAIT); a replica that does not
+ * acknowledge makes them retryable errors, not successes a failover could
+ * undo. */
 static void test_ledger__safety_writes_wait_for_a_replica(void **state)
 {
 	unsigned mport, rport;
@@ -553,6 +554,16 @@ static void test_ledger__safety_writes_wait_for_a_replica(void **state)
 	 * the unacknowledged attempt kept as one that never ran, not a death */
 	assert_int_equal(tb_ledger_begin(l, "t-rep-2", LEASE, &attempt, &err), 0);
 	assert_int_equal(attempt, 2);
+	/* a renewal counts only once the replica has it too: a failover
+	 * to a replica that missed it would end the lease earlier than its
+	 * holder thinks, while its attempt still runs */
+	assert_int_equal(tb_ledger_renew(l, "t-rep-2", 2, LEASE, &err), 0);
+	kill(replica, SIGSTOP);
+	rc = tb_ledger_renew(l, "t-rep-2", 2, LEASE, &err);
+	kill(replica, SIGCONT);
+	assert_int_equal(rc, TB_ERETRY);
+	assert_non_null(strstr(err.msg, "no replica acknowledged the write"));
+	assert_int_equal(tb_ledger_renew(l, "t-rep-2", 2, LEASE, &err), 0);
 	tb_ledger_attempt_t *hist = NULL;
 	size_t nh = 0;
 	assert_int_equal(tb_ledger_history(l, "t-rep-2", &hist, &nh, &err), 0);
