@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -504,9 +505,28 @@ static int exchange_works(const char *dir)
 	return ok;
 }
 
+/* Pages of the file open on @p fd (@p len bytes) in the page cache. */
+static size_t cached_pages(int fd, size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (len + page - 1) / page, in = 0;
+	unsigned char *vec = malloc(n);
+	void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+
+	assert_non_null(vec);
+	assert_true(m != MAP_FAILED);
+	assert_int_equal(mincore(m, len, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		in += vec[i] & 1;
+	munmap(m, len);
+	free(vec);
+	return in;
+}
+
 /* A download replaces a file in one step, leaving nothing behind; it
  * never replaces a directory. It replaces a file by exchanging names
- * with it (RENAME_EXCHANGE), which inotify tells from a rename. */
+ * with it (RENAME_EXCHANGE), which inotify tells from a rename; and the
+ * old file's cached pages are given back first, not kept beside the
+ * new copy's. */
 static void test_store__a_download_replaces_a_file_and_nothing_else(void **state)
 {
 	fixture_t *fx = *state;
@@ -519,13 +539,27 @@ static void test_store__a_download_replaces_a_file_and_nothing_else(void **state
 	assert_int_equal(mkdir(dir, 0755), 0);
 	snprintf(dst, sizeof(dst), "%s/out.txt", dir);
 	assert_int_equal(tb_store_put_bytes(fx->store, key, "new", 3, NULL, &err), 0);
-	write_file(dst, "the old content, longer than the new");
+	/* the old file: 1 MiB, written out (clean pages can be dropped),
+	 * read back into the page cache, and held open to look at after */
+	const size_t old_len = 1u << 20;
+	char *old = malloc(old_len);
+	assert_non_null(old);
+	memset(old, 'o', old_len);
+	int ofd = open(dst, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(ofd >= 0);
+	assert_int_equal(write(ofd, old, old_len), (ssize_t)old_len);
+	assert_int_equal(fsync(ofd), 0);
+	assert_int_equal(pread(ofd, old, old_len, 0), (ssize_t)old_len);
+	free(old);
 	int exchange = exchange_works(dir);
 	int watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 	assert_true(watch >= 0);
 	assert_true(inotify_add_watch(watch, dir, IN_DELETE) >= 0);
+	assert_true(cached_pages(ofd, old_len) > 0);
 	assert_int_equal(tb_store_get_file(fx->store, key, dst, 0, NULL, &err), 0);
 	assert_string_equal(read_file(dst), "new");
+	assert_int_equal(cached_pages(ofd, old_len), 0);
+	close(ofd);
 	assert_int_equal(partials_in(dir), 0);
 	/* by exchange, where the file system has it: the old file took the
 	 * temporary name and was deleted under it (a rename over it deletes
