@@ -71,6 +71,8 @@ typedef struct sentinel {
 typedef struct redis_ledger {
 	tb_ledger_t base;
 	conn_t main;                         /* tasks, leases, workers */
+	uint64_t renew_lag_until;            /* under main's lock: renewals are not
+				   * waited for till then (a replica lagged) */
 	conn_t rates;                        /* the rate buckets: asked from the egress proxies'
 		       * threads on every request, with a short timeout, so
 		       * a slow Redis costs a request little and a lease nothing */
@@ -392,13 +394,15 @@ static int run(redis_ledger_t *r, conn_t *k, redisReply **out, int want, tb_erro
 	return 0;
 }
 
-#define REPLICA_WAIT_MS 2000   /* a safety write's wait for a replica */
-#define RENEW_WAIT_MIN_MS 50   /* a renewal's, at least: a thirtieth of the lease */
+#define REPLICA_WAIT_MS 2000 /* a safety write's wait for a replica */
+#define RENEW_WAIT_MIN_MS 50 /* a renewal's, at least: a thirtieth of the lease */
 
 static int renew_wait_ms(uint64_t lease_ms)
 {
 	uint64_t ms = lease_ms / 30;
-	return ms < RENEW_WAIT_MIN_MS ? RENEW_WAIT_MIN_MS : ms > REPLICA_WAIT_MS ? REPLICA_WAIT_MS : (int)ms;
+	return ms < RENEW_WAIT_MIN_MS ? RENEW_WAIT_MIN_MS
+	       : ms > REPLICA_WAIT_MS ? REPLICA_WAIT_MS
+				      : (int)ms;
 }
 #define REPLICAS_LOOK_MS 10000 /* how long a look at the replicas stands */
 
@@ -546,11 +550,21 @@ static int redis_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint6
 	 * latest ones would otherwise let the lease lapse up to a beat
 	 * before that, with the attempt still running as another worker
 	 * begins (seen in test_fleet: runs overlapping by 100-300 ms). A
-	 * short wait (the heartbeat renews every running attempt in turn):
-	 * a replica that lags keeps renewals from counting, and the attempt
-	 * is stopped in time if it goes on lagging. */
-	if (rc == 0)
-		rc = replicated_within(r, renew_wait_ms(lease_ms), err);
+	 * short wait, and one at most per beat: the heartbeat renews every
+	 * running attempt in turn on the worker's loop, so once a replica
+	 * has failed to answer in time the renewals of the next third of a
+	 * lease do not wait for it (nor count). A replica that lags keeps
+	 * renewals from counting, and the attempts are stopped in time if
+	 * it goes on lagging, as begins wait while it does. */
+	uint64_t now = tb_mono_ms();
+	if (rc == 0 && now < r->renew_lag_until)
+		rc = tb_error_set(err, TB_ERETRY,
+				  "ledger redis://%s:%d: a replica did not acknowledge a renewal "
+				  "%llu ms ago: renewals do not count until it does",
+				  r->main.host, r->main.port,
+				  (unsigned long long)(now + lease_ms / 3 - r->renew_lag_until));
+	else if (rc == 0 && (rc = replicated_within(r, renew_wait_ms(lease_ms), err)) == TB_ERETRY)
+		r->renew_lag_until = tb_mono_ms() + lease_ms / 3;
 	pthread_mutex_unlock(&r->main.lock);
 	return rc;
 }
