@@ -8,8 +8,8 @@
  * number is fixed. A read is served block by block out of the slots in
  * memory; a block in none is loaded into the least recently used free
  * one, from the cache or with one ranged GET of the whole block, checked,
- * then kept in the cache by a thread of its own (the keeper), so that
- * neither a reader nor a fetching thread waits for the disk.
+ * then kept in the cache by a thread of its own (the keeper), so that a
+ * fetch does not wait for the disk to write it.
  */
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 #include "lazy_fs.h"
@@ -293,12 +293,11 @@ static int copy_block(tb_lazy_fs_t *fs, size_t i, size_t index, uint64_t from, u
 	return 0;
 }
 
-/* Whether block @p index of file @p i is in a slot, being fetched,
- * queued to be, or kept (a warm cache queues nothing). Under fs->lock. */
+/* Whether block @p index of file @p i is in a slot, being fetched, or
+ * queued to be. Under fs->lock. */
 static int asked(tb_lazy_fs_t *fs, size_t i, size_t index)
 {
-	if (in_slot(fs, i, index) ||
-	    (fs->c.cache && tb_block_cache_has(fs->c.cache, fs->c.files[i].blocks, index)))
+	if (in_slot(fs, i, index))
 		return 1;
 	for (size_t q = 0; q < fs->nqueue; q++)
 		if (fs->queue[q].file == i && fs->queue[q].index == index)
@@ -327,18 +326,30 @@ static void read_ahead(tb_lazy_fs_t *fs, size_t i, size_t first, size_t last)
 		fs->next[i] = last + 1;
 	if (!fs->nprefetchers || fs->streak[i] < 2)
 		return;
-	/* the window's blocks not asked for yet, from its end back, queued
-	 * once they make a run (or reach the end of the file): each GET then
-	 * fetches RUN blocks, where a block at a time as the reader moves on
-	 * cost the store a request each, which took more of its time than
-	 * the bytes */
-	size_t end = last + AHEAD < n - 1 ? last + AHEAD : n - 1, missing = 0;
-	while (end - missing > last && !asked(fs, i, end - missing))
-		missing++;
+	/* the blocks it has gone past are the first to go from memory, not
+	 * those fetched ahead that it has yet to read */
+	for (size_t k = 0; k < fs->nslots; k++)
+		if (fs->slots[k].state == READY && fs->slots[k].file == i &&
+		    fs->slots[k].index < first)
+			fs->slots[k].used = 0;
+	/* the window's blocks not asked for yet, from its end back to the
+	 * first asked for, queued once those not kept make a run (or reach
+	 * the end of the file): each GET then fetches RUN blocks, where a
+	 * block at a time as the reader moves on cost the store a request
+	 * each, which took more of its time than the bytes. Kept blocks are
+	 * passed over, not stopped at: a cache warm in places (another
+	 * task's reads) leaves the gaps to fetch ahead. */
+	const tb_blocks_t *bl = fs->c.files[i].blocks;
+	size_t end = last + AHEAD < n - 1 ? last + AHEAD : n - 1, from = end + 1, missing = 0;
+	while (from - 1 > last && !asked(fs, i, from - 1)) {
+		from--;
+		missing += !tb_block_cache_has(fs->c.cache, bl, from);
+	}
 	if (!missing || (missing < RUN && end + 1 < n))
 		return;
-	for (size_t k = end - missing + 1; k <= end && fs->nqueue < QUEUE; k++)
-		fs->queue[fs->nqueue++] = (struct ahead){ i, k };
+	for (size_t k = from; k <= end && fs->nqueue < QUEUE; k++)
+		if (!tb_block_cache_has(fs->c.cache, bl, k))
+			fs->queue[fs->nqueue++] = (struct ahead){ i, k };
 	pthread_cond_broadcast(&fs->work);
 }
 

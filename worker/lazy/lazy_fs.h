@@ -21,15 +21,17 @@
  * poll the device and a stop event, so stopping never waits on the
  * sandbox), never the worker's main loop. Blocks are read into slots of
  * memory (max_threads + 2, and 64 more with a cache), shared by the
- * threads, taken as first used and given back after 2 s without a read:
- * the kernel asks in pieces (a block at a time: the mount's read-ahead is
- * raised to 1 MiB), and readers of one block wait for its one fetch. A
- * reader going through a file in order has the next 64 blocks fetched
- * ahead (two threads, 32 MiB a GET, straight into the slots); a thread of
- * its own writes each fetched block into the cache, so no reader or
- * fetch waits for the disk. So a sandbox reading in any pattern, as fast
- * as it likes, costs the worker at most that many MiB, that many threads
- * and store connections; its other reads wait in the kernel. A block
+ * threads and taken as first used (with a cache, given back after 2 to
+ * 4 s without a read): the kernel asks in pieces (a block at a time: the
+ * mount's read-ahead is raised to 1 MiB), and readers of one block wait
+ * for its one fetch. A reader going through a file in order has the next
+ * 64 blocks fetched ahead (two more threads, 32 MiB a GET, straight into
+ * the slots); a thread of its own (the keeper) writes fetched blocks into
+ * the cache, so a fetch does not wait for the disk (unless 64 blocks are
+ * waiting to be written: then it writes its own). So a sandbox reading
+ * in any pattern, as fast as it likes, costs the worker at most that many
+ * MiB, those threads (max_threads + 3) and store connections; its other
+ * reads wait in the kernel. A block
  * that fails its check is never
  * served: the read fails with EIO, and the first such failure is kept
  * for the task to report (tb_lazy_fs_error).
