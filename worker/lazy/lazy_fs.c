@@ -333,19 +333,20 @@ static void read_ahead(tb_lazy_fs_t *fs, size_t i, size_t first, size_t last)
 		    fs->slots[k].index < first)
 			fs->slots[k].used = 0;
 	/* the window's blocks not asked for yet, from its end back to the
-	 * first asked for, queued once those not kept make a run (or reach
-	 * the end of the file): each GET then fetches RUN blocks, where a
-	 * block at a time as the reader moves on cost the store a request
-	 * each, which took more of its time than the bytes. Kept blocks are
-	 * passed over, not stopped at: a cache warm in places (another
-	 * task's reads) leaves the gaps to fetch ahead. */
+	 * first asked for, queued once those not kept make a run, reach the
+	 * end of the file, or are all the window holds (nothing else of it
+	 * asked for: no more will come by waiting): each GET then fetches
+	 * up to RUN blocks, where a block at a time as the reader moves on
+	 * cost the store a request each, which took more of its time than
+	 * the bytes. Kept blocks are passed over, not stopped at: a cache
+	 * warm in places (another task's reads) leaves the gaps to fetch. */
 	const tb_blocks_t *bl = fs->c.files[i].blocks;
 	size_t end = last + AHEAD < n - 1 ? last + AHEAD : n - 1, from = end + 1, missing = 0;
 	while (from - 1 > last && !asked(fs, i, from - 1)) {
 		from--;
 		missing += !tb_block_cache_has(fs->c.cache, bl, from);
 	}
-	if (!missing || (missing < RUN && end + 1 < n))
+	if (!missing || (missing < RUN && end + 1 < n && from > last + 1))
 		return;
 	for (size_t k = from; k <= end && fs->nqueue < QUEUE; k++)
 		if (!tb_block_cache_has(fs->c.cache, bl, k))

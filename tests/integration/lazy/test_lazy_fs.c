@@ -255,6 +255,52 @@ static void test_lazy__a_sequential_reader_has_blocks_fetched_ahead(void **state
 	free(buf);
 }
 
+/* A cache warm in places (another task read a few blocks here and there)
+ * does not stop the read-ahead: the blocks between the kept ones are
+ * fetched ahead of a sequential reader all the same. */
+static void test_lazy__blocks_between_kept_ones_are_fetched_ahead(void **state)
+{
+	const tb_lazy_file_t files[] = { { "data.bin", F.key, &F.blocks, NULL } };
+	tb_block_cache_t *cache;
+	tb_error_t err;
+	char at[128], dir[128], path[160];
+	uint8_t *buf = malloc(96 << 10);
+	uint64_t have = 0;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/cache-gaps", F.tmp);
+	assert_int_equal(tb_block_cache_open(&cache, dir, 64u << 20, &err), 0);
+	/* the first task: a few blocks, far apart (not a sequential read) */
+	tb_lazy_fs_t *fs = mounted(files, 1, cache, at, sizeof(at));
+	snprintf(path, sizeof(path), "%s/data.bin", at);
+	for (uint64_t b = 8; b < SIZE / TB_BLOCK_SIZE; b += 8)
+		read_at(path, b * TB_BLOCK_SIZE, 4096, buf);
+	unmounted(fs, at);
+	uint64_t kept = tb_block_cache_bytes(cache);
+	assert_true(kept >= 4 * TB_BLOCK_SIZE && kept < SIZE / 2);
+	/* the second: from the start, in order */
+	fs = mounted(files, 1, cache, at, sizeof(at));
+	snprintf(path, sizeof(path), "%s/data.bin", at);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	while (have < 4 * TB_BLOCK_SIZE) {
+		ssize_t n = read(fd, buf, 96 << 10);
+		assert_true(n > 0);
+		assert_memory_equal(buf, F.data + have, (size_t)n);
+		have += (uint64_t)n;
+	}
+	/* bounded: 200 looks, 10 ms apart */
+	for (int i = 0; i < 200 && tb_lazy_fs_fetched(fs, 0) < SIZE - kept; i++)
+		usleep(10 * 1000);
+	printf("  %llu bytes kept before; %llu fetched\n", (unsigned long long)kept,
+	       (unsigned long long)tb_lazy_fs_fetched(fs, 0));
+	assert_int_equal(tb_lazy_fs_fetched(fs, 0), SIZE - kept); /* all but the kept */
+	close(fd);
+	unmounted(fs, at);
+	tb_block_cache_close(cache);
+	free(buf);
+}
+
 /* With a cache, blocks are fetched ahead of a reader in runs, one GET for
  * many, each checked on its own: the reader gets every byte before a bad
  * block (BAD: well into the read, in a run fetched ahead), the bad one
@@ -498,6 +544,7 @@ int main(void)
 		    test_lazy__a_file_is_there_at_once_and_only_what_is_read_is_fetched),
 		cmocka_unit_test(test_lazy__a_block_that_is_not_the_content_named_fails_its_read),
 		cmocka_unit_test(test_lazy__a_sequential_reader_has_blocks_fetched_ahead),
+		cmocka_unit_test(test_lazy__blocks_between_kept_ones_are_fetched_ahead),
 		cmocka_unit_test(test_lazy__a_bad_block_fetched_ahead_fails_only_from_there),
 		cmocka_unit_test(test_lazy__a_second_reader_is_served_from_the_cache),
 		cmocka_unit_test(test_lazy__a_store_that_is_down_fails_the_read_for_now),
