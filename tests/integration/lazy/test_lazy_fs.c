@@ -218,6 +218,36 @@ static void test_lazy__a_block_that_is_not_the_content_named_fails_its_read(void
 	free(buf);
 }
 
+/* Reads the file at @p path from its start in pieces of 96 KiB (they
+ * straddle blocks, as cat's and Python's reads do), checking each, up to
+ * @p upto bytes; the file stays open, its descriptor returned. */
+static int read_in_pieces(const char *path, uint64_t upto)
+{
+	uint8_t *buf = malloc(96 << 10);
+	uint64_t have = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	assert_non_null(buf);
+	assert_true(fd >= 0);
+	while (have < upto) {
+		ssize_t n = read(fd, buf, 96 << 10);
+		assert_true(n > 0);
+		assert_memory_equal(buf, F.data + have, (size_t)n);
+		have += (uint64_t)n;
+	}
+	free(buf);
+	return fd;
+}
+
+/* Bytes fetched by @p fs once they reach @p want, or after 2 s
+ * (bounded: 200 looks, 10 ms apart). */
+static uint64_t fetched_by_then(tb_lazy_fs_t *fs, uint64_t want)
+{
+	for (int i = 0; i < 200 && tb_lazy_fs_fetched(fs, 0) < want; i++)
+		usleep(10 * 1000);
+	return tb_lazy_fs_fetched(fs, 0);
+}
+
 /* A reader going through a file in pieces that straddle blocks (reads
  * of 96 KiB: cat's, Python's are as odd) has the blocks ahead fetched
  * before it asks: its first four MiB are followed by the rest. */
@@ -227,32 +257,19 @@ static void test_lazy__a_sequential_reader_has_blocks_fetched_ahead(void **state
 	tb_block_cache_t *cache;
 	tb_error_t err;
 	char at[128], dir[128], path[160];
-	uint8_t *buf = malloc(96 << 10);
-	uint64_t have = 0;
 
 	(void)state;
 	snprintf(dir, sizeof(dir), "%s/cache-ahead", F.tmp);
 	assert_int_equal(tb_block_cache_open(&cache, dir, 64u << 20, &err), 0);
 	tb_lazy_fs_t *fs = mounted(files, 1, cache, at, sizeof(at));
 	snprintf(path, sizeof(path), "%s/data.bin", at);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	while (have < 4 * TB_BLOCK_SIZE) {
-		ssize_t n = read(fd, buf, 96 << 10);
-		assert_true(n > 0);
-		assert_memory_equal(buf, F.data + have, (size_t)n);
-		have += (uint64_t)n;
-	}
-	/* bounded: 200 looks, 10 ms apart */
-	for (int i = 0; i < 200 && tb_lazy_fs_fetched(fs, 0) < SIZE; i++)
-		usleep(10 * 1000);
-	printf("  read %llu bytes, %llu fetched\n", (unsigned long long)have,
-	       (unsigned long long)tb_lazy_fs_fetched(fs, 0));
-	assert_int_equal(tb_lazy_fs_fetched(fs, 0), SIZE); /* all: it is within the window */
+	int fd = read_in_pieces(path, 4 * TB_BLOCK_SIZE);
+	uint64_t fetched = fetched_by_then(fs, SIZE);
+	printf("  read 4 MiB, %llu fetched\n", (unsigned long long)fetched);
+	assert_int_equal(fetched, SIZE); /* all: it is within the window */
 	close(fd);
 	unmounted(fs, at);
 	tb_block_cache_close(cache);
-	free(buf);
 }
 
 /* A cache warm in places (another task read a few blocks here and there)
@@ -264,8 +281,7 @@ static void test_lazy__blocks_between_kept_ones_are_fetched_ahead(void **state)
 	tb_block_cache_t *cache;
 	tb_error_t err;
 	char at[128], dir[128], path[160];
-	uint8_t *buf = malloc(96 << 10);
-	uint64_t have = 0;
+	uint8_t *buf = malloc(4096);
 
 	(void)state;
 	snprintf(dir, sizeof(dir), "%s/cache-gaps", F.tmp);
@@ -281,20 +297,11 @@ static void test_lazy__blocks_between_kept_ones_are_fetched_ahead(void **state)
 	/* the second: from the start, in order */
 	fs = mounted(files, 1, cache, at, sizeof(at));
 	snprintf(path, sizeof(path), "%s/data.bin", at);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	while (have < 4 * TB_BLOCK_SIZE) {
-		ssize_t n = read(fd, buf, 96 << 10);
-		assert_true(n > 0);
-		assert_memory_equal(buf, F.data + have, (size_t)n);
-		have += (uint64_t)n;
-	}
-	/* bounded: 200 looks, 10 ms apart */
-	for (int i = 0; i < 200 && tb_lazy_fs_fetched(fs, 0) < SIZE - kept; i++)
-		usleep(10 * 1000);
+	int fd = read_in_pieces(path, 4 * TB_BLOCK_SIZE);
+	uint64_t fetched = fetched_by_then(fs, SIZE - kept);
 	printf("  %llu bytes kept before; %llu fetched\n", (unsigned long long)kept,
-	       (unsigned long long)tb_lazy_fs_fetched(fs, 0));
-	assert_int_equal(tb_lazy_fs_fetched(fs, 0), SIZE - kept); /* all but the kept */
+	       (unsigned long long)fetched);
+	assert_int_equal(fetched, SIZE - kept); /* all but the kept */
 	close(fd);
 	unmounted(fs, at);
 	tb_block_cache_close(cache);
