@@ -70,9 +70,10 @@ typedef struct sentinel {
 
 typedef struct redis_ledger {
 	tb_ledger_t base;
-	conn_t main;                         /* tasks, leases, workers */
-	uint64_t renew_lag_until;            /* under main's lock: renewals are not
-				   * waited for till then (a replica lagged) */
+	conn_t main; /* tasks, leases, workers */
+	/* under main's lock: renewals neither wait for a replica nor count
+	 * till then (one lagged: redis_renew) */
+	uint64_t renew_lag_until;
 	conn_t rates;                        /* the rate buckets: asked from the egress proxies'
 		       * threads on every request, with a short timeout, so
 		       * a slow Redis costs a request little and a lease nothing */
@@ -394,8 +395,9 @@ static int run(redis_ledger_t *r, conn_t *k, redisReply **out, int want, tb_erro
 	return 0;
 }
 
-#define REPLICA_WAIT_MS 2000 /* a safety write's wait for a replica */
-#define RENEW_WAIT_MIN_MS 50 /* a renewal's, at least: a thirtieth of the lease */
+#define REPLICA_WAIT_MS 2000   /* a safety write's wait for a replica */
+#define RENEW_WAIT_MIN_MS 50   /* a renewal's, at least (else a thirtieth of the lease) */
+#define REPLICAS_LOOK_MS 10000 /* how long a look at the replicas stands */
 
 static int renew_wait_ms(uint64_t lease_ms)
 {
@@ -404,7 +406,6 @@ static int renew_wait_ms(uint64_t lease_ms)
 	       : ms > REPLICA_WAIT_MS ? REPLICA_WAIT_MS
 				      : (int)ms;
 }
-#define REPLICAS_LOOK_MS 10000 /* how long a look at the replicas stands */
 
 /*
  * A write the safety of a task rests on (an attempt begun or taken over,
