@@ -1051,8 +1051,26 @@ static void test_sandbox__lazy_inputs_are_read_in_place(void **state)
 	tb_store_close(store);
 }
 
-/* How many processes' mount tables hold a lazy inputs' mount. */
-static int lazy_mounts_seen(void)
+/* Whether process @p pid (a /proc name) is in a cgroup whose path holds
+ * @p cg. */
+static int in_group(const char *pid, const char *cg)
+{
+	char path[300], line[1024];
+	int in = 0;
+
+	snprintf(path, sizeof(path), "/proc/%s/cgroup", pid);
+	FILE *f = fopen(path, "re");
+	while (f && !in && fgets(line, sizeof(line), f))
+		in = strstr(line, cg) != NULL;
+	if (f)
+		fclose(f);
+	return in;
+}
+
+/* How many processes of the sandboxes in cgroups named with @p cg hold
+ * a lazy inputs' mount in their mount tables. Only theirs: other tests
+ * running at the same time mount lazy inputs too (ctest -j). */
+static int lazy_mounts_seen(const char *cg)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *de;
@@ -1060,7 +1078,7 @@ static int lazy_mounts_seen(void)
 
 	while (d && (de = readdir(d))) {
 		char path[300], line[1024];
-		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || !in_group(de->d_name, cg))
 			continue;
 		snprintf(path, sizeof(path), "/proc/%s/mountinfo", de->d_name);
 		FILE *f = fopen(path, "re");
@@ -1102,15 +1120,15 @@ static void test_sandbox__a_killed_worker_leaves_no_lazy_mount(void **state)
 	close(out[0]);
 	line[n > 0 ? n : 0] = '\0';
 	assert_string_equal(line, "ready\n");
-	assert_true(lazy_mounts_seen() > 0); /* the check sees one while it lives */
-	usleep(200 * 1000);                  /* its reader reading */
+	snprintf(group_of, sizeof(group_of), "tbholdlazy%d", (int)pid);
+	assert_true(lazy_mounts_seen(group_of) > 0); /* the check sees one while it lives */
+	usleep(200 * 1000);                          /* its reader reading */
 	assert_int_equal(kill(pid, SIGKILL), 0);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	int left = 1;
-	for (int i = 0; i < 100 && (left = lazy_mounts_seen()) > 0; i++)
+	for (int i = 0; i < 100 && (left = lazy_mounts_seen(group_of)) > 0; i++)
 		usleep(50 * 1000);
 	assert_int_equal(left, 0);
-	snprintf(group_of, sizeof(group_of), "tbholdlazy%d", (int)pid);
 	tb_error_t err;
 	assert_true(tb_sandbox_sweep(F.work, group_of, &err) >= 0);
 }
