@@ -146,6 +146,8 @@ static const tb_field_t endpoint_fields[] = {
 	{.name = "record", .type = TB_FT_BOOL, .offset = offsetof(tb_endpoint_t, record)},
 	{.name = "secret_headers", .type = TB_FT_STRLIST,
 	 .offset = offsetof(tb_endpoint_t, secret_headers), .max = 64, .item_max = 128},
+	{.name = "default_max_tokens", .type = TB_FT_U64,
+	 .offset = offsetof(tb_endpoint_t, default_max_tokens), .min = 1, .max = 1000000000},
 };
 /* clang-format on */
 

@@ -15,6 +15,7 @@
 
 #include <openssl/crypto.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,7 @@ typedef struct held {
 	int status;
 	uint64_t count, bytes_in, bytes_out, duration_ms;
 	uint64_t tokens[3]; /* input, output, cached: summed where reported */
-	int has_tokens;
+	int has_tokens, estimated;
 	json_t *last; /* the latest one's payload */
 } held_t;
 
@@ -67,6 +68,16 @@ struct tb_egress {
 	tb_limits_t budget;
 	uint64_t admitted;
 	char spent[256];
+	/* What the requests in flight may still cost (their reservations:
+	 * tb_proxy_cost_t), under lock: a request waits while the budgets
+	 * are spoken for by others (on_admit). */
+	uint64_t reserved_in, reserved_out;
+	unsigned inflight;
+	/* Bytes through the proxy as they pass (request bodies when
+	 * admitted, answers as they arrive): an answer that passes
+	 * max_egress_mb is cut there (on_meter). 0: no such budget. */
+	atomic_uint_fast64_t live_bytes;
+	uint64_t bytes_limit;
 	struct tb_replay *replay; /* the recording the task replays, or NULL */
 	int replaying;
 	/* The fleet's rate limits: the worker's, or one of its own when the
@@ -138,6 +149,11 @@ static void tally(tb_egress_t *e, const tb_proxy_audit_t *a)
 		t->output_tokens += a->tokens->output;
 		t->cached_tokens += a->tokens->cached;
 	}
+	if (a->admitted) { /* its reservation ends: what it spent is above */
+		e->reserved_in -= a->admitted->input_tokens;
+		e->reserved_out -= a->admitted->output_tokens;
+		e->inflight--;
+	}
 }
 
 /* The first budget of @p e that stands spent, its limit and use into
@@ -150,8 +166,10 @@ static const char *spent_budget(const tb_egress_t *e, uint64_t *limit, uint64_t 
 		out += e->tally[i].output_tokens;
 		bytes += e->tally[i].bytes_up + e->tally[i].bytes_down;
 	}
-	uint64_t tokens = in + out;
+	uint64_t tokens = in + out, live = atomic_load(&e->live_bytes);
 	const tb_limits_t *b = &e->budget;
+	if (live > bytes) /* an answer's bytes count as they arrive */
+		bytes = live;
 	if (TB_HAS(b, TB_LIMIT_MAX_REQUESTS) && e->admitted >= b->max_requests) {
 		*limit = b->max_requests, *used = e->admitted;
 		return "max_requests";
@@ -175,25 +193,69 @@ static const char *spent_budget(const tb_egress_t *e, uint64_t *limit, uint64_t 
 	return NULL;
 }
 
+/* Whether the requests in flight may spend what is left of a token
+ * budget between them (their reservations with what is spent reach
+ * it). Under the lock. */
+static int spoken_for(const tb_egress_t *e)
+{
+	uint64_t in = e->reserved_in, out = e->reserved_out;
+	for (size_t i = 0; i <= e->rt->endpoints.n; i++) {
+		in += e->tally[i].input_tokens;
+		out += e->tally[i].output_tokens;
+	}
+	const tb_limits_t *b = &e->budget;
+	return (TB_HAS(b, TB_LIMIT_MAX_TOKENS) && in + out >= b->max_tokens) ||
+	       (TB_HAS(b, TB_LIMIT_MAX_INPUT_TOKENS) && in >= b->max_input_tokens) ||
+	       (TB_HAS(b, TB_LIMIT_MAX_OUTPUT_TOKENS) && out >= b->max_output_tokens);
+}
+
+/* A request held for the budgets spoken for waits this long at most. */
+#define BUDGET_WAIT_MAX_MS 600000
+
 /* From the proxy's threads: a request about to go upstream, let go while
- * no budget of the task is spent. The request that finds one spent is
- * refused (402, with a JSON error naming it), and so is every later one. */
-static int on_admit(void *ud, const tb_endpoint_t *ep, tb_proxy_refusal_t *no)
+ * no budget of the task is spent, its worst case reserved until its
+ * record (tally). The request that finds one spent is refused (402, with
+ * a JSON error naming it), and so is every later one. While the requests
+ * in flight may spend what is left, it waits for them (1): so requests
+ * together spend at most the budget and one request's worth. */
+static int on_admit(void *ud, const tb_endpoint_t *ep, const tb_proxy_cost_t *cost,
+		    uint64_t waited_ms, tb_proxy_refusal_t *no)
 {
 	tb_egress_t *e = ud;
 	uint64_t limit = 0, used = 0;
+	int held = 0;
 
 	(void)ep;
 	pthread_mutex_lock(&e->lock);
 	const char *b = spent_budget(e, &limit, &used);
-	if (!b)
+	if (b) {
+		if (!e->spent[0])
+			snprintf(e->spent, sizeof(e->spent), "budget %s (%llu) spent: %llu used", b,
+				 (unsigned long long)limit, (unsigned long long)used);
+	} else if (e->inflight && spoken_for(e)) {
+		held = 1;
+	} else {
 		e->admitted++;
-	else if (!e->spent[0])
-		snprintf(e->spent, sizeof(e->spent), "budget %s (%llu) spent: %llu used", b,
-			 (unsigned long long)limit, (unsigned long long)used);
+		e->inflight++;
+		e->reserved_in += cost->input_tokens;
+		e->reserved_out += cost->output_tokens;
+		atomic_fetch_add(&e->live_bytes, cost->bytes);
+	}
 	pthread_mutex_unlock(&e->lock);
-	if (!b)
+	if (!b && !held)
 		return 0;
+	if (held && waited_ms < BUDGET_WAIT_MAX_MS)
+		return 1;
+	if (held) {
+		no->status = 503;
+		snprintf(no->reason, sizeof(no->reason),
+			 "the task's requests in flight held its token budgets for %d s: this "
+			 "one was not sent",
+			 BUDGET_WAIT_MAX_MS / 1000);
+		snprintf(no->body, sizeof(no->body),
+			 "{\"error\":{\"type\":\"budget_held\",\"message\":\"%s\"}}", no->reason);
+		return -1;
+	}
 	no->status = 402;
 	snprintf(no->reason, sizeof(no->reason),
 		 "the task's budget %s (%llu) is spent: no more requests go out", b,
@@ -205,6 +267,26 @@ static int on_admit(void *ud, const tb_endpoint_t *ep, tb_proxy_refusal_t *no)
 	snprintf(no->body, sizeof(no->body), "%s", text ? text : "{\"error\":{}}");
 	free(text);
 	json_decref(j);
+	return -1;
+}
+
+/* From the proxy's threads, per chunk of an answer: its bytes counted as
+ * they arrive, the answer cut once they pass max_egress_mb (and the
+ * budget then stands spent, as when a request is refused). */
+static int on_meter(void *ud, uint64_t bytes)
+{
+	tb_egress_t *e = ud;
+	uint64_t now = atomic_fetch_add(&e->live_bytes, bytes) + bytes;
+
+	if (!e->bytes_limit || now <= e->bytes_limit)
+		return 0;
+	pthread_mutex_lock(&e->lock);
+	if (!e->spent[0])
+		snprintf(e->spent, sizeof(e->spent),
+			 "budget max_egress_mb (%llu) spent: %llu used, an answer cut",
+			 (unsigned long long)(e->bytes_limit >> 20),
+			 (unsigned long long)(now >> 20));
+	pthread_mutex_unlock(&e->lock);
 	return -1;
 }
 
@@ -269,7 +351,10 @@ static void on_audit(void *ud, const tb_proxy_audit_t *a)
 		json_object_set_new(p, "replay", json_string(a->replay));
 	if (p && a->tokens) {
 		uint64_t t[3] = { a->tokens->input, a->tokens->output, a->tokens->cached };
-		json_object_set_new(p, "tokens", tokens_json(t));
+		json_t *tj = tokens_json(t);
+		if (tj && a->estimated) /* the request's worst case: none reported */
+			json_object_set_new(tj, "estimated", json_true());
+		json_object_set_new(p, "tokens", tj);
 	}
 	const tb_endpoint_t *ep = a->bucket ? endpoint_named(e, a->endpoint) : NULL;
 	if (ep) /* what the answer spent, and a pause its provider asked for */
@@ -338,6 +423,9 @@ int tb_egress_start(tb_egress_t **out, const tb_egress_conf_t *ec, tb_error_t *e
 	e->own_rates = !rates;
 	if (ec->budget)
 		e->budget = *ec->budget;
+	if (TB_HAS(&e->budget, TB_LIMIT_MAX_EGRESS_MB))
+		e->bytes_limit = e->budget.max_egress_mb << 20;
+	atomic_init(&e->live_bytes, 0);
 	if (!(e->tally = calloc(rt->endpoints.n + 1, sizeof(*e->tally)))) {
 		if (e->own_rates)
 			tb_ratelimit_free(e->rates);
@@ -367,6 +455,7 @@ int tb_egress_start(tb_egress_t **out, const tb_egress_conf_t *ec, tb_error_t *e
 		.max_event_bytes = rt->agent.max_event_bytes,
 		.admit = on_admit,
 		.admit_ud = e,
+		.meter = on_meter,
 		.pace = on_pace,
 		.recorder = ec->recorder,
 		.replay = ec->replay,
@@ -451,6 +540,7 @@ static int hold(tb_egress_t *e, json_t *v)
 	for (int k = 0; t && k < 3; k++)
 		h->tokens[k] += (uint64_t)json_integer_value(json_object_get(t, token_keys[k]));
 	h->has_tokens |= t != NULL;
+	h->estimated |= json_is_true(json_object_get(t, "estimated"));
 	json_decref(h->last);
 	h->last = json_incref(v);
 	return 0;
@@ -470,8 +560,11 @@ static void release_first(tb_egress_t *e, void (*fn)(void *ud, json_t *payload),
 		json_object_set_new(p, "bytes_in", json_integer((json_int_t)h.bytes_in));
 		json_object_set_new(p, "bytes_out", json_integer((json_int_t)h.bytes_out));
 		json_object_set_new(p, "duration_ms", json_integer((json_int_t)h.duration_ms));
-		if (h.has_tokens)
-			json_object_set_new(p, "tokens", tokens_json(h.tokens));
+		json_t *tj = h.has_tokens ? tokens_json(h.tokens) : NULL;
+		if (tj && h.estimated)
+			json_object_set_new(tj, "estimated", json_true());
+		if (tj)
+			json_object_set_new(p, "tokens", tj);
 	}
 	if (p)
 		fn(ud, p);

@@ -98,6 +98,18 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* What a request may cost at most, reserved against the task's budgets
+ * from its admission to its audit record (provider_request.h says how a
+ * provider request's is read). */
+typedef struct tb_proxy_cost {
+	uint64_t input_tokens;  /* at most: its body's bytes, on an endpoint with a dialect */
+	uint64_t output_tokens; /* at most: what its body allows, or the endpoint's default */
+	uint64_t bytes;         /* its body's bytes, when known before it goes */
+	/* a generation request: an answer (2xx) that reports no usage, or
+	 * is cut short, is charged input_tokens and output_tokens */
+	int generation;
+} tb_proxy_cost_t;
+
 /* One request through the proxy, for the "egress" event
  * (schemas/event.md). Never holds a secret or the token; strings are
  * valid during the callback only. */
@@ -112,8 +124,14 @@ typedef struct tb_proxy_audit {
 	uint64_t duration_ms;
 	const char *reason; /* why it failed or was refused, or NULL */
 	int refused;        /* the proxy answered itself: upstream never asked */
-	/* what the answer said it used (the endpoint's dialect), or NULL */
+	/* what the answer said it used (the endpoint's dialect), or NULL;
+	 * estimated: the request's worst case instead (its answer reported
+	 * none, or was cut short: tb_proxy_cost_t) */
 	const tb_tokens_t *tokens;
+	int estimated;
+	/* what the request was admitted with (the admit hook said 0), or
+	 * NULL when it was not admitted: its reservation ends here */
+	const tb_proxy_cost_t *admitted;
 	/* the endpoint's rate bucket (it has a rate_limit), or NULL */
 	const char *bucket;
 	/* the upstream's 429 or 529 asked for a pause this long (Retry-After
@@ -161,10 +179,18 @@ typedef struct tb_proxy_conf {
 	void *event_ud;
 	size_t max_event_bytes; /* the route's line (agent.max_event_bytes); 0: 65536 */
 	/* Asked for every request the policy allows, just before it goes
-	 * upstream, from the proxy's threads: 0 lets it go; -1 refuses it
-	 * with @p no (the task's budgets). Thread-safe and quick. May be NULL. */
-	int (*admit)(void *ud, const tb_endpoint_t *ep, tb_proxy_refusal_t *no);
+	 * upstream, from the proxy's threads, with what it may cost: 0 lets
+	 * it go (the cost is reserved until its audit record, whose
+	 * `admitted` names it); 1 holds it (the client is not answered) and
+	 * asks again shortly, @p waited_ms later; -1 refuses it with @p no
+	 * (the task's budgets). Thread-safe and quick. May be NULL. */
+	int (*admit)(void *ud, const tb_endpoint_t *ep, const tb_proxy_cost_t *cost,
+		     uint64_t waited_ms, tb_proxy_refusal_t *no);
 	void *admit_ud;
+	/* Told of every @p bytes of an answer as they arrive from upstream
+	 * (admit_ud is its ud): -1 cuts the answer there (a byte budget
+	 * spent). Thread-safe and cheap: called per chunk. May be NULL. */
+	int (*meter)(void *ud, uint64_t bytes);
 	/* Asked, before admit, for every request to an endpoint with a
 	 * rate_limit, from the proxy's threads (admit_ud is its ud): 0 and
 	 * *wait_ms, the request waits that long in the proxy (the client

@@ -146,6 +146,63 @@ ssize_t tb_proxy_fill(tb_proxy_conn_t *c, uint64_t deadline)
 	}
 }
 
+/* Appends @p n bytes to the body being read. -1 past @p max. */
+static int take(tb_proxy_exchange_t *x, const char *data, size_t n, size_t max)
+{
+	if (!n)
+		return 0;
+	if (x->mem_len + n > max)
+		return -1;
+	char *more = realloc(x->mem_body, x->mem_len + n);
+	if (!more)
+		return -1;
+	x->mem_body = more;
+	memcpy(x->mem_body + x->mem_len, data, n);
+	x->mem_len += n;
+	return 0;
+}
+
+int tb_proxy_read_body(tb_proxy_exchange_t *x, size_t max)
+{
+	tb_proxy_conn_t *c = x->c;
+	char chunk[16384];
+	int status = 0;
+
+	if (x->body_mode == 3 || !x->body_mode) /* read already, or none to read */
+		return 0;
+	if (!x->body_done && x->req.expect_continue && x->req.minor == 1 &&
+	    tb_proxy_send_str(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
+		status = 400;
+	while (!x->body_done && !status) {
+		if (c->off == c->have) {
+			ssize_t n = tb_proxy_fill(c, tb_mono_ms() + c->p->conf.io_timeout_ms);
+			if (n <= 0) {
+				status = n == -2 ? 408 : 400;
+				break;
+			}
+		}
+		size_t n = c->have - c->off, used = 0, got = 0;
+		if (x->body_mode == 1) {
+			n = n > x->body_left ? (size_t)x->body_left : n;
+			status = take(x, c->buf + c->off, n, max) < 0 ? 413 : 0;
+			c->off += n;
+			x->body_left -= n;
+			x->body_done = x->body_left == 0;
+			continue;
+		}
+		int rc = tb_http_chunked_decode(&x->dec, c->buf + c->off, n, &used, chunk,
+						sizeof(chunk), &got);
+		c->off += used;
+		status = rc < 0 ? 400 : take(x, chunk, got, max) < 0 ? 413 : 0;
+		x->body_done = rc == 1;
+	}
+	/* read whole: the client is done; upstream it goes from mem_body */
+	x->body_mode = 3;
+	x->mem_off = 0;
+	x->body_done = 1;
+	return status;
+}
+
 /* ------------------------------------------------------------- audit */
 
 void tb_proxy_audit(tb_proxy_conn_t *c, const char *method, const char *host, const char *path,
@@ -160,6 +217,8 @@ void tb_proxy_audit_used(tb_proxy_conn_t *c, const char *method, const char *hos
 			 uint64_t t0, const char *reason, const tb_tokens_t *tokens)
 {
 	const tb_proxy_conf_t *conf = &c->p->conf;
+	int admitted = c->admitted, estimated = c->estimated;
+	c->admitted = c->estimated = 0; /* its reservation is handed back here */
 	if (!conf->audit)
 		return;
 	const tb_proxy_secret_t *sec =
@@ -175,7 +234,9 @@ void tb_proxy_audit_used(tb_proxy_conn_t *c, const char *method, const char *hos
 		.duration_ms = tb_mono_ms() - t0,
 		.reason = reason,
 		.refused = reason != NULL && !c->upstream,
-		.tokens = tokens && tokens->seen ? tokens : NULL,
+		.tokens = tokens && (tokens->seen || estimated) ? tokens : NULL,
+		.estimated = estimated,
+		.admitted = admitted ? &c->cost : NULL,
 		.bucket = sec && sec->bucket[0] ? sec->bucket : NULL,
 		.retry_after_ms = c->upstream ? c->retry_after_ms : 0,
 		.replay = c->replay_state,

@@ -74,6 +74,11 @@ struct tb_proxy_conn {
 	uint64_t retry_after_ms;  /* the current answer's pause (tb_proxy_audit_t) */
 	const char *replay_state; /* the current request's, in a replay (tb_proxy_audit_t) */
 	uint64_t paced_ms;        /* the current request's wait for its rate turns */
+	/* the current request's reservation, from its admission to its
+	 * audit record (which hands it back: tb_proxy_audit_t.admitted) */
+	tb_proxy_cost_t cost;
+	int admitted;
+	int estimated; /* its tokens are the reservation's (tb_proxy_audit_t) */
 };
 
 /* One request and its response. */
@@ -103,8 +108,12 @@ typedef struct tb_proxy_exchange {
 	int scanning;                /* its usage read as it passes (ep's dialect) */
 	tb_usage_scan_t usage;       /* ... by this */
 	struct tb_rec_exchange *rec; /* its recording (ep's record), or NULL */
-	char *mem_body;              /* body_mode 3: the body, read whole (a replay) */
+	char *mem_body;              /* body_mode 3: the body, read whole (a replay, a provider) */
 	size_t mem_len, mem_off;
+	char *up_body; /* what goes upstream instead of mem_body (provider_request.h), or NULL */
+	size_t up_len;
+	tb_proxy_cost_t cost; /* what it may cost: asked of the admit hook */
+	int budget_cut;       /* the meter hook cut its answer (max_egress_mb) */
 } tb_proxy_exchange_t;
 
 /* ------------------------------------------------- proxy_client.c */
@@ -116,6 +125,11 @@ const char *tb_proxy_reason_phrase(long status);
 int tb_proxy_send_all(tb_proxy_conn_t *c, struct iovec *iov, int n, unsigned timeout_ms);
 /** tb_proxy_send_all() of one string, within the io timeout. */
 int tb_proxy_send_str(tb_proxy_conn_t *c, const char *s, size_t len);
+/** The client's whole body into x->mem_body, at most @p max bytes
+ * (body_mode 3 from then on: upstream it goes from memory), after a 100
+ * Continue when the client waits for one. @return 0, or the status to
+ * refuse with: 400 malformed, 408 stalled, 413 over @p max. */
+int tb_proxy_read_body(tb_proxy_exchange_t *x, size_t max);
 /** Reads more from the client into c->buf: > 0 bytes, 0 end of stream,
  * -1 error or stop, -2 @p deadline (monotonic ms) passed. */
 ssize_t tb_proxy_fill(tb_proxy_conn_t *c, uint64_t deadline);

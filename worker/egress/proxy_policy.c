@@ -225,7 +225,9 @@ static void join(char *out, size_t cap, const tb_strlist_t *l)
 	}
 }
 
-/* 1 if the query sets parameter @p name (compared after decoding). */
+/* 1 if the query sets parameter @p name (compared after decoding, and
+ * without regard to case: some providers read `API_KEY` as `api_key`,
+ * so the client may set the credential's parameter in no spelling). */
 static int query_sets(const char *query, const char *name)
 {
 	for (const char *p = query; *p;) {
@@ -236,7 +238,7 @@ static int query_sets(const char *query, const char *name)
 		if (klen >= sizeof(buf))
 			klen = sizeof(buf) - 1;
 		tb_percent_decode(buf, p, klen, 1);
-		if (strcmp(buf, name) == 0)
+		if (strcasecmp(buf, name) == 0)
 			return 1;
 		p = amp ? amp + 1 : e;
 	}

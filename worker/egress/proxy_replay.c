@@ -23,84 +23,27 @@
 
 #define REPLAY_BODY_MAX (16u << 20) /* a request body a replay holds to match it */
 
-/* Appends @p n bytes to the body being read, hashed. -1 past the cap. */
-static int take(tb_proxy_exchange_t *x, EVP_MD_CTX *md, const char *data, size_t n)
-{
-	if (!n)
-		return 0;
-	if (x->mem_len + n > REPLAY_BODY_MAX)
-		return -1;
-	char *more = realloc(x->mem_body, x->mem_len + n);
-	if (!more)
-		return -1;
-	x->mem_body = more;
-	memcpy(x->mem_body + x->mem_len, data, n);
-	x->mem_len += n;
-	EVP_DigestUpdate(md, data, n);
-	return 0;
-}
-
-/* The client's whole body into x->mem_body (body_mode 3 from now on: on
- * its way upstream it is read from there), its SHA-256 into @p sha.
- * @return 0, or the status to refuse with (400, 408, 413). */
+/* The client's whole body read (tb_proxy_read_body; a provider's may
+ * have been already), its SHA-256 into @p sha. @return 0, or the status
+ * to refuse with (400, 408, 413). */
 static int read_body(tb_proxy_exchange_t *x, char sha[65])
 {
 	static const char hex[] = "0123456789abcdef";
-	tb_proxy_conn_t *c = x->c;
-	EVP_MD_CTX *md = NULL;
 	unsigned char sum[32];
-	char chunk[16384];
-	int status = 0;
+	unsigned int n = 0;
+	int status = tb_proxy_read_body(x, REPLAY_BODY_MAX);
 
 	snprintf(sha, 65, "%s", TB_REC_EMPTY_SHA256);
-	if (!x->body_mode) /* none: a GET or a HEAD goes up as one */
-		return 0;
-	if (x->body_done) { /* a body said to be empty: sent as one */
-		x->body_mode = 3, x->mem_off = 0;
-		return 0;
-	}
-	if (!(md = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(md, tb_rec_sha256(), NULL)) {
-		EVP_MD_CTX_free(md);
+	if (status || !x->mem_len)
+		return status;
+	if (!EVP_Digest(x->mem_body, x->mem_len, sum, &n, tb_rec_sha256(), NULL) || n != 32)
 		return 413;
-	}
-	if (x->body_mode && !x->body_done && x->req.expect_continue && x->req.minor == 1 &&
-	    tb_proxy_send_str(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
-		status = 400;
-	while (x->body_mode && !x->body_done && !status) {
-		if (c->off == c->have) {
-			ssize_t n = tb_proxy_fill(c, tb_mono_ms() + c->p->conf.io_timeout_ms);
-			if (n <= 0) {
-				status = n == -2 ? 408 : 400;
-				break;
-			}
-		}
-		size_t n = c->have - c->off, used = 0, got = 0;
-		if (x->body_mode == 1) {
-			n = n > x->body_left ? (size_t)x->body_left : n;
-			status = take(x, md, c->buf + c->off, n) < 0 ? 413 : 0;
-			c->off += n;
-			x->body_left -= n;
-			x->body_done = x->body_left == 0;
-			continue;
-		}
-		int rc = tb_http_chunked_decode(&x->dec, c->buf + c->off, n, &used, chunk,
-						sizeof(chunk), &got);
-		c->off += used;
-		status = rc < 0 ? 400 : take(x, md, chunk, got) < 0 ? 413 : 0;
-		x->body_done = rc == 1;
-	}
-	EVP_DigestFinal_ex(md, sum, NULL);
-	EVP_MD_CTX_free(md);
 	for (int i = 0; i < 32; i++) {
 		sha[2 * i] = hex[sum[i] >> 4];
 		sha[2 * i + 1] = hex[sum[i] & 15];
 	}
 	sha[64] = '\0';
-	/* read whole: the client is done; upstream it goes from mem_body */
-	x->body_mode = 3;
-	x->mem_off = 0;
-	x->body_done = 1;
-	return status;
+	return 0;
 }
 
 /* Waits until @p at (monotonic ms): -1 when the proxy stops. */
@@ -264,7 +207,5 @@ int tb_proxy_answer(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64
 		keep = tb_proxy_forward(x, d, t0);
 	}
 out:
-	free(x->mem_body);
-	x->mem_body = NULL;
-	return keep;
+	return keep; /* x->mem_body is its request's (serve() frees it) */
 }

@@ -4,6 +4,7 @@
  * policy's decision, then the platform route, a refusal or the upstream.
  */
 #include "proxy_int.h"
+#include "provider_request.h"
 #include "tb/encoding.h"
 
 #include "tb/clock.h"
@@ -153,6 +154,77 @@ static int paced(tb_proxy_exchange_t *x, tb_proxy_refusal_t *no)
 	return 1;
 }
 
+#define ADMIT_POLL_MS 20              /* a request held for the budgets asks again */
+#define ADMIT_ROUNDS 60000            /* ... this many times at most (20 min) */
+#define PROVIDER_BODY_MAX (16u << 20) /* a provider request read whole, at most */
+
+/* The task's budgets (the admit hook), asked until they let the request
+ * go or refuse it; while requests in flight hold them, it waits. Its
+ * cost is reserved from then until its audit record. @return 0 to go on;
+ * 1 refused (@p no); -1 the proxy stops. */
+static int admission(tb_proxy_exchange_t *x, tb_proxy_refusal_t *no)
+{
+	tb_proxy_conn_t *c = x->c;
+	const tb_proxy_conf_t *conf = &c->p->conf;
+	uint64_t t0 = tb_mono_ms();
+
+	if (!conf->admit)
+		return 0;
+	for (int round = 0; round < ADMIT_ROUNDS; round++) {
+		int rc = conf->admit(conf->admit_ud, x->ep, &x->cost, tb_mono_ms() - t0, no);
+		if (rc == 0) {
+			c->cost = x->cost;
+			c->admitted = 1;
+			return 0;
+		}
+		if (rc < 0)
+			return 1;
+		if (pace_wait(c, ADMIT_POLL_MS) < 0)
+			return -1;
+	}
+	no->status = 503;
+	snprintf(no->reason, sizeof(no->reason), "the task's budgets held this request too long");
+	snprintf(no->body, sizeof(no->body), "{\"error\":{\"type\":\"budget_held\"}}");
+	return 1;
+}
+
+/* A request with a body to an endpoint with a dialect, read whole: what
+ * it may cost read from it, and usage asked of its stream
+ * (provider_request.h). @return 0; -1 refused and audited. */
+static int provider_body(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0)
+{
+	tb_provider_request_t pr;
+	char why[300];
+	int status = tb_proxy_read_body(x, PROVIDER_BODY_MAX);
+
+	if (status) {
+		snprintf(why, sizeof(why), "%s",
+			 status == 413   ? "a request to a provider is read whole to meter it: at "
+					   "most 16 MiB"
+			 : status == 408 ? "the request body stalled"
+					 : "malformed or truncated request body");
+	} else if (tb_provider_request_read(&pr, (tb_dialect_t)x->ep->dialect,
+					    TB_HAS(x->ep, TB_ENDPOINT_DEFAULT_MAX_TOKENS)
+						? x->ep->default_max_tokens
+						: 0,
+					    x->mem_body, x->mem_len, why, sizeof(why)) < 0) {
+		status = 400;
+	}
+	if (status) {
+		tb_proxy_refuse(x->c, status, why);
+		tb_proxy_audit(x->c, x->req.method, x->ep->host, d->path, x->ep, status, 0,
+			       x->mem_len, t0, why);
+		return -1;
+	}
+	x->up_body = pr.rewritten, x->up_len = pr.rewritten_len;
+	pr.rewritten = NULL;
+	x->cost.input_tokens = x->up_body ? x->up_len : x->mem_len;
+	x->cost.output_tokens = pr.generation ? pr.max_output : 0;
+	x->cost.generation = pr.generation;
+	tb_provider_request_free(&pr);
+	return 0;
+}
+
 /* The last checks before a request the policy allows goes upstream: an
  * endpoint with a credential takes no TRACE (the upstream would echo the
  * key in forms the masking may not know) and needs the worker to hold the
@@ -166,7 +238,7 @@ static int may_go(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, const ch
 	const char *method = x->req.method;
 	tb_proxy_refusal_t no = { 0 };
 	char why[600] = "";
-	int status = 0;
+	int status = 0, admitted;
 
 	if ((x->ep->credential.header || x->ep->credential.query) && !strcmp(method, "TRACE")) {
 		status = 403;
@@ -176,7 +248,9 @@ static int may_go(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, const ch
 			 x->ep->name);
 	} else if (!conf->replay && !tb_proxy_may_go_upstream(x, d, t0)) {
 		return 0; /* refused, or the proxy stops */
-	} else if (conf->admit && conf->admit(conf->admit_ud, x->ep, &no) < 0) {
+	} else if ((admitted = admission(x, &no)) != 0) {
+		if (admitted < 0)
+			return 0; /* the proxy stops: the client is closed */
 		tb_proxy_refuse_body(c, no.status, "application/json", no.body,
 				     no.extra[0] ? no.extra : NULL);
 		tb_proxy_audit(c, method, ahost, d->path, x->ep, no.status, 0, 0, t0, no.reason);
@@ -213,6 +287,45 @@ int tb_proxy_may_go_upstream(tb_proxy_exchange_t *x, const tb_proxy_decision_t *
 		return 0;
 	}
 	return 1;
+}
+
+/* Serves the request in @p x to the endpoint the policy chose: its body
+ * framed, read first when its endpoint has a dialect (provider_body), its
+ * cost asked of the budgets (may_go), then answered. Its reservation is
+ * handed back on every path (an audit record). Returns 1 when the
+ * connection may carry another request. */
+static int exchange(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, const char *ahost,
+		    uint64_t t0)
+{
+	tb_proxy_conn_t *c = x->c;
+	const tb_http_request_t *r = &x->req;
+	int keep = 0;
+
+	x->is_head = strcmp(r->method, "HEAD") == 0;
+	/* A body goes up as it came: with its length, or chunked. POST, PUT
+	 * and PATCH always say their length, 0 when they have none. */
+	int wants_body =
+	    !strcmp(r->method, "POST") || !strcmp(r->method, "PUT") || !strcmp(r->method, "PATCH");
+	x->body_mode = r->chunked ? 2 : r->content_length > 0 || wants_body ? 1 : 0;
+	x->body_left = r->content_length > 0 ? (uint64_t)r->content_length : 0;
+	x->body_done = x->body_mode == 1 && x->body_left == 0;
+	if (x->is_head && (x->body_left || r->chunked)) {
+		tb_proxy_refuse(c, 400, "a HEAD request with a body");
+		tb_proxy_audit(c, r->method, ahost, d->path, x->ep, 400, 0, 0, t0,
+			       "a HEAD request with a body");
+		return 0;
+	}
+	if (TB_HAS(x->ep, TB_ENDPOINT_DIALECT) && x->body_mode && provider_body(x, d, t0) < 0)
+		return 0;
+	x->cost.bytes = x->body_mode == 3   ? (x->up_body ? x->up_len : x->mem_len)
+			: x->body_mode == 1 ? x->body_left
+					    : 0; /* chunked: counted as it passes */
+	if (may_go(x, d, ahost, t0))
+		keep = tb_proxy_answer(x, d, t0);
+	if (c->admitted) /* a path that kept no record: its reservation back */
+		tb_proxy_audit(c, r->method, ahost, d->path, x->ep, 502, 0, 0, t0,
+			       "the proxy kept no record of this request");
+	return keep;
 }
 
 /* Serves one request whose head is in c->head. Returns 1 when the
@@ -302,23 +415,10 @@ static int serve(tb_proxy_conn_t *c, size_t hlen, uint64_t t0)
 	}
 	x.ep = d->endpoint;
 	x.sec = &p->secrets[x.ep - (const tb_endpoint_t *)p->conf.endpoints->items];
-	x.is_head = strcmp(r->method, "HEAD") == 0;
-	/* A body goes up as it came: with its length, or chunked. POST, PUT
-	 * and PATCH always say their length, 0 when they have none. */
-	int wants_body =
-	    !strcmp(r->method, "POST") || !strcmp(r->method, "PUT") || !strcmp(r->method, "PATCH");
-	x.body_mode = r->chunked ? 2 : r->content_length > 0 || wants_body ? 1 : 0;
-	x.body_left = r->content_length > 0 ? (uint64_t)r->content_length : 0;
-	x.body_done = x.body_mode == 1 && x.body_left == 0;
-	if (x.is_head && (x.body_left || r->chunked)) {
-		tb_proxy_refuse(c, 400, "a HEAD request with a body");
-		tb_proxy_audit(c, r->method, ahost, d->path, x.ep, 400, 0, 0, t0,
-			       "a HEAD request with a body");
-		goto out;
-	}
-	if (may_go(&x, d, ahost, t0))
-		keep = tb_proxy_answer(&x, d, t0);
+	keep = exchange(&x, d, ahost, t0);
 out:
+	free(x.mem_body);
+	free(x.up_body);
 	free(path);
 	free(d);
 	return keep;

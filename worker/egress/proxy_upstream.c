@@ -261,7 +261,13 @@ static size_t on_write(char *data, size_t size, size_t nitems, void *ud)
 	tb_proxy_exchange_t *x = ud;
 	tb_proxy_conn_t *c = x->c;
 	size_t len = size * nitems;
+	const tb_proxy_conf_t *conf = &c->p->conf;
 
+	/* counted as they arrive: past the byte budget the answer is cut */
+	if (conf->meter && conf->meter(conf->admit_ud, len) < 0) {
+		x->budget_cut = 1;
+		return 0;
+	}
 	if (!x->head_sent && tb_proxy_send_head(x) < 0)
 		return 0;
 	x->bytes_in += len;
@@ -295,9 +301,11 @@ static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
 	tb_proxy_conn_t *c = x->c;
 	size_t cap = size * nitems;
 
-	if (x->body_mode == 3) { /* read whole already */
-		size_t n = x->mem_len - x->mem_off < cap ? x->mem_len - x->mem_off : cap;
-		memcpy(out, x->mem_body + x->mem_off, n);
+	if (x->body_mode == 3) { /* read whole already; maybe rewritten (up_body) */
+		const char *body = x->up_body ? x->up_body : x->mem_body;
+		size_t len = x->up_body ? x->up_len : x->mem_len;
+		size_t n = len - x->mem_off < cap ? len - x->mem_off : cap;
+		memcpy(out, body + x->mem_off, n);
 		x->mem_off += n;
 		x->bytes_out += n; /* recorded whole when the recording began */
 		return n;
@@ -502,21 +510,39 @@ static char *upstream_url(const tb_proxy_exchange_t *x, const tb_proxy_decision_
 }
 
 /* What the answer said it used (nothing when its endpoint has no
- * dialect), even when it was cut short; the scan's memory freed. */
-static tb_tokens_t answer_usage(tb_proxy_exchange_t *x)
+ * dialect); the scan's memory freed. A generation request's answer
+ * (2xx) that reports no usage, or is cut short (the agent left, a
+ * budget, the upstream, the proxy stopping: @p res not CURLE_OK), is charged its
+ * worst case (tb_proxy_cost_t), the input it reported excepted: the
+ * provider may have spent that much, and a budget holds only if every
+ * exchange counts (c->estimated says so in the record). */
+static tb_tokens_t answer_usage(tb_proxy_exchange_t *x, CURLcode res)
 {
+	int whole = res == CURLE_OK && !x->client_err;
+	tb_proxy_conn_t *c = x->c;
 	tb_tokens_t used = { 0 };
+
 	if (x->scanning)
 		tb_usage_scan_end(&x->usage, &used);
 	x->scanning = 0;
+	if (!c->admitted || !c->cost.generation || x->status < 200 || x->status > 299 ||
+	    (whole && used.seen))
+		return used;
+	if (!used.seen || !used.input)
+		used.input = c->cost.input_tokens;
+	if (used.output < c->cost.output_tokens)
+		used.output = c->cost.output_tokens;
+	used.seen = 1;
+	c->estimated = 1;
 	return used;
 }
 
 /* The transfer of @p x on its connection's handle: @p url, @p hdrs, the
  * callbacks, the body streamed from the client (after a 100 Continue
- * when it waits for one). -1: the client could not be told to go on. */
-static int setup_transfer(tb_proxy_exchange_t *x, const char *url, struct curl_slist *hdrs,
-			  char *errbuf)
+ * when it waits for one). -1: the client could not be told to go on
+ * (audited: the request ends there). */
+static int setup_transfer(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, const char *url,
+			  struct curl_slist *hdrs, char *errbuf, uint64_t t0)
 {
 	tb_proxy_conn_t *c = x->c;
 	CURL *h = c->curl;
@@ -554,13 +580,17 @@ static int setup_transfer(tb_proxy_exchange_t *x, const char *url, struct curl_s
 		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
 		curl_easy_setopt(h, CURLOPT_READDATA, x);
 		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE,
-				 x->body_mode == 1   ? (curl_off_t)x->body_left
-				 : x->body_mode == 3 ? (curl_off_t)x->mem_len
-						     : (curl_off_t)-1);
+				 x->body_mode == 1 ? (curl_off_t)x->body_left
+				 : x->body_mode == 3
+				     ? (curl_off_t)(x->up_body ? x->up_len : x->mem_len)
+				     : (curl_off_t)-1);
 		/* The client waits for our go-ahead before its body. */
 		if (x->body_mode != 3 && x->req.expect_continue && x->req.minor == 1 &&
-		    tb_proxy_send_str(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
+		    tb_proxy_send_str(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0) {
+			tb_proxy_audit(c, x->req.method, x->ep->host, d->path, x->ep, 400, 0, 0, t0,
+				       "the client could not be told to send its body");
 			return -1;
+		}
 	}
 	return 0;
 }
@@ -580,14 +610,26 @@ tb_rec_exchange_t *tb_proxy_record_begin(tb_proxy_exchange_t *x, const tb_proxy_
 	return rec;
 }
 
+/* Why an answer passed on was cut short. */
+static const char *cut_short(const tb_proxy_exchange_t *x)
+{
+	return x->budget_cut ? "the task's budget max_egress_mb is spent: the answer was cut"
+			     : "the response was cut short";
+}
+
 /* Why an exchange got no answer to pass on, into @p why; its status. */
 static int no_answer(tb_proxy_exchange_t *x, CURLcode res, const char *errbuf, char *why,
 		     size_t len)
 {
 	const tb_endpoint_t *ep = x->ep;
-	int status = x->body_err ? x->body_err : res == CURLE_OPERATION_TIMEDOUT ? 504 : 502;
+	int status = x->body_err                       ? x->body_err
+		     : x->budget_cut                   ? 402
+		     : res == CURLE_OPERATION_TIMEDOUT ? 504
+						       : 502;
 
-	if (x->body_err == 408)
+	if (x->budget_cut)
+		snprintf(why, len, "the task's budget max_egress_mb is spent: the answer was cut");
+	else if (x->body_err == 408)
 		snprintf(why, len, "the request body stalled");
 	else if (x->body_err)
 		snprintf(why, len, "malformed or truncated request body");
@@ -633,7 +675,7 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 	if (!(hdrs = upstream_headers(x, &ok)) || !ok)
 		goto nomem;
 
-	if (setup_transfer(x, url, hdrs, errbuf) < 0)
+	if (setup_transfer(x, d, url, hdrs, errbuf, t0) < 0)
 		goto done;
 	x->rec = tb_proxy_record_begin(x, d);
 	c->upstream = 1;
@@ -641,7 +683,7 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 	if (res == CURLE_OK && c->nhold)
 		tb_proxy_send_body(x, c->hold, c->nhold);
 	c->nhold = 0;
-	tb_tokens_t used = answer_usage(x);
+	tb_tokens_t used = answer_usage(x, res);
 	if (atomic_load(&c->p->stopping)) {
 		failed = "the proxy stopped";
 		tb_proxy_audit_used(c, x->req.method, ep->host, d->path, ep,
@@ -662,7 +704,7 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 	if (res == CURLE_OK && x->resp_chunked && !x->client_err &&
 	    tb_proxy_send_str(c, "0\r\n\r\n", 5) < 0)
 		x->client_err = 1;
-	failed = res == CURLE_OK ? NULL : "the response was cut short";
+	failed = res == CURLE_OK ? NULL : cut_short(x);
 	tb_proxy_audit_used(c, x->req.method, ep->host, d->path, ep, (int)x->status, x->bytes_in,
 			    x->bytes_out, t0, failed, &used);
 	keep = res == CURLE_OK && !x->client_err && x->req.keep_alive &&

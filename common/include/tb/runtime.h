@@ -46,12 +46,15 @@ typedef struct tb_endpoint {
 	tb_rate_conf_t rate_limit;   /* has == 0: none */
 	bool record;                 /* its exchanges go into the egress recording */
 	tb_strlist_t secret_headers; /* header names never recorded */
+	/* the output tokens a request that names none is reserved against
+	 * the task's budgets, when has bit TB_ENDPOINT_DEFAULT_MAX_TOKENS */
+	uint64_t default_max_tokens;
 } tb_endpoint_t;
 
 /* The provider API an endpoint speaks, whose answers' usage fields the
  * proxy reads (schemas/runtime.md, "dialect"). */
 typedef enum tb_dialect { TB_DIALECT_OPENAI = 0, TB_DIALECT_ANTHROPIC } tb_dialect_t;
-enum { TB_ENDPOINT_DIALECT = 7 }; /* tb_endpoint_t has bit */
+enum { TB_ENDPOINT_DIALECT = 7, TB_ENDPOINT_DEFAULT_MAX_TOKENS = 11 }; /* tb_endpoint_t has bits */
 extern const char *const tb_dialects[];
 
 /* Where a recipe's environment may come from (schemas/runtime.md,

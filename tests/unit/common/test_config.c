@@ -234,6 +234,7 @@ static void test_runtime__budgets_are_capped_and_default_to_the_cap(void **state
 	assert_true(TB_HAS(rl, TB_RATE_REQUESTS) && rl->requests_per_second == 10.0);
 	assert_true(TB_HAS(rl, TB_RATE_TOKENS) && rl->tokens_per_minute == 1000000);
 	assert_false(TB_HAS(rl, TB_RATE_MAX_WAIT));
+	assert_false(TB_HAS((tb_endpoint_t *)rt.endpoints.items, TB_ENDPOINT_DEFAULT_MAX_TOKENS));
 	assert_int_equal(tb_runtime_limits(&out, &rt, NULL, NULL, &err), 0);
 	assert_false(TB_HAS(&out, TB_LIMIT_MAX_TOKENS)); /* no budget */
 	task.max_tokens = 5000000, TB_SET_HAS(&task, TB_LIMIT_MAX_TOKENS);
@@ -257,6 +258,24 @@ static void test_runtime__budgets_are_capped_and_default_to_the_cap(void **state
 	assert_contains(err.msg,
 			"asks for max_tokens 5000000, runtime 'capped' allows at most 9000");
 	tb_runtime_free(&rt);
+	unlink(p);
+
+	/* an endpoint's default output, reserved for requests naming none */
+	p = write_tmp("{\"v\": 1, \"name\": \"d\", \"network\": {\"allow\": [{\"name\": \"llm\", "
+		      "\"host\": \"h\", \"port\": 443, \"scheme\": \"https\", \"dialect\": "
+		      "\"anthropic\", \"default_max_tokens\": 4096}]}}");
+	if (tb_runtime_load(&rt, p, &err) != 0)
+		fail_msg("%s", err.msg);
+	const tb_endpoint_t *ep = rt.endpoints.items;
+	assert_true(TB_HAS(ep, TB_ENDPOINT_DEFAULT_MAX_TOKENS));
+	assert_int_equal(ep->default_max_tokens, 4096);
+	tb_runtime_free(&rt);
+	unlink(p);
+	p = write_tmp("{\"v\": 1, \"name\": \"d\", \"network\": {\"allow\": [{\"name\": \"llm\", "
+		      "\"host\": \"h\", \"port\": 443, \"scheme\": \"https\", "
+		      "\"default_max_tokens\": 0}]}}");
+	assert_int_equal(tb_runtime_load(&rt, p, &err), TB_EINVAL);
+	assert_contains(err.msg, "default_max_tokens");
 	unlink(p);
 }
 

@@ -323,6 +323,9 @@ static void test_proxy_policy__query_credential_cannot_be_set_by_the_client(void
 	assert_int_equal(decide("GET", "search", NULL, 0, "/models?q=1&api_key=x")->status, 400);
 	assert_int_equal(decide("GET", "search", NULL, 0, "/models?api%5Fkey=x")->status, 400);
 	assert_int_equal(decide("GET", "search", NULL, 0, "/models?api_key")->status, 400);
+	/* in any case: a provider may read API_KEY as api_key */
+	assert_int_equal(decide("GET", "search", NULL, 0, "/models?API_KEY=x")->status, 400);
+	assert_int_equal(decide("GET", "search", NULL, 0, "/models?q=1&Api%5FKey=x")->status, 400);
 	assert_int_equal(decide("GET", "search", NULL, 0, "/models?my_api_key=1")->status, 0);
 }
 
