@@ -385,9 +385,7 @@ static void consumer_error(const rd_kafka_message_t *m)
 #define PROBE_STORE_MS 2000
 #define PROBE_SANDBOX_MS 5000
 
-/* Builds a sandbox and tears it down: tb_sandbox_prepare tells /readyz
- * how it went. @return 0, or < 0 with @p err. */
-static int sandbox_probe(const tb_worker_deps_t *d, tb_error_t *err)
+int tb_worker_probe_sandbox(const tb_worker_deps_t *d, tb_error_t *err)
 {
 	tb_strlist_t none = { 0, NULL };
 	tb_sandbox_spec_t s = { .name = "health-check",
@@ -451,7 +449,8 @@ static void *prober(void *arg)
 			next_store = tb_mono_ms() + PROBE_STORE_MS;
 		}
 		if (now >= next_sandbox) {
-			if (!tb_health_dep_up(TB_DEP_SANDBOX) && sandbox_probe(d, &err) == 0)
+			if (!tb_health_dep_up(TB_DEP_SANDBOX) &&
+			    tb_worker_probe_sandbox(d, &err) == 0)
 				tb_info(NULL, "a sandbox can be built again");
 			next_sandbox = tb_mono_ms() + PROBE_SANDBOX_MS;
 		}
@@ -467,7 +466,7 @@ static void health_start(tb_loop_t *w)
 	tb_error_t err;
 
 	tb_health_dep(TB_DEP_KAFKA, 0, "not in the consumer group yet");
-	if (sandbox_probe(w->d, &err) < 0)
+	if (tb_worker_probe_sandbox(w->d, &err) < 0)
 		tb_warn(NULL, "no sandbox can be built here: %s", err.msg);
 }
 
@@ -501,7 +500,9 @@ static void serving(tb_loop_t *w)
 	if (now == before)
 		return;
 	w->serving = now;
-	if (now && before != -1) /* not at the start */
+	if (before == -1) /* at the start: the probes say what is missing */
+		return;
+	if (now)
 		tb_info(NULL, "ready to run tasks again: taking tasks");
 	else
 		tb_warn(NULL,

@@ -166,6 +166,7 @@ static tb_kafka_mock_t *mock;
 static proxy_t redis_proxy, s3_proxy;
 static pid_t worker = -1;
 static char log_path[128];
+static const char *const *extra_env; /* over the worker's settings: name, value, ... */
 
 static unsigned metrics_port(void)
 {
@@ -218,11 +219,12 @@ static long until_ready(unsigned port, int want, const char *has, long ms, char 
 	return -1;
 }
 
-static void start_worker(void)
+static void start_worker_with(const char *flag)
 {
 	char v[512];
 
 	snprintf(log_path, sizeof(log_path), "%s/worker.log", root);
+	unlink(log_path); /* not an earlier worker's port */
 	worker = fork();
 	assert_true(worker >= 0);
 	if (worker)
@@ -249,8 +251,65 @@ static void start_worker(void)
 	setenv("TASKBOX_METRICS_LISTEN", "127.0.0.1:0", 1);
 	if (!freopen(log_path, "w", stderr))
 		_exit(126);
-	execl(TB_TASKBOX, "taskbox", "worker", (char *)NULL);
+	for (const char *const *e = extra_env; e && *e; e += 2)
+		setenv(e[0], e[1], 1);
+	execl(TB_TASKBOX, "taskbox", "worker", flag, (char *)NULL);
 	_exit(127);
+}
+
+static void start_worker(void)
+{
+	start_worker_with(NULL);
+}
+
+/* `taskbox worker --check` with @p env (name, value, ..., NULL) over the
+ * test's settings. @return its exit status. */
+static int check_with(const char *const *env)
+{
+	int status = -1;
+
+	extra_env = env;
+	start_worker_with("--check");
+	extra_env = NULL;
+	assert_int_equal(waitpid(worker, &status, 0), worker);
+	worker = -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int log_has(const char *what)
+{
+	char line[4096];
+	int found = 0;
+	FILE *f = fopen(log_path, "r");
+
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* What the documented install did: a runtimes_dir with nothing in it,
+ * a work_dir under a 0700 directory. Refused at once (exit 3), naming
+ * the key; and a configuration that serves passes. */
+static void test_worker_check__refuses_what_it_cannot_serve(void **state)
+{
+	char empty[128], hidden[128], work[160];
+
+	(void)state;
+	assert_int_equal(check_with(NULL), 0);
+	snprintf(empty, sizeof(empty), "%s/no-runtimes", root);
+	assert_int_equal(mkdir(empty, 0755), 0);
+	const char *const no_runtimes[] = { "TASKBOX_RUNTIMES_DIR", empty, NULL };
+	assert_int_equal(check_with(no_runtimes), 3);
+	assert_true(log_has("runtimes_dir"));
+	assert_true(log_has("holds no valid runtime"));
+	snprintf(hidden, sizeof(hidden), "%s/private", root);
+	assert_int_equal(mkdir(hidden, 0700), 0);
+	snprintf(work, sizeof(work), "%s/work", hidden);
+	const char *const hidden_work[] = { "TASKBOX_WORK_DIR", work, NULL };
+	assert_int_equal(check_with(hidden_work), 3);
+	assert_true(log_has("no sandbox can be built under work_dir"));
 }
 
 static void stop_worker(void)
@@ -388,6 +447,7 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_worker_check__refuses_what_it_cannot_serve),
 		cmocka_unit_test(
 		    test_readiness__follows_kafka_the_ledger_and_the_store_within_seconds),
 	};
