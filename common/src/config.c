@@ -8,7 +8,10 @@
 #include "tb/jsonconf.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 const char tb_config_defaults[] =
     "{\"worker_id\": \"\", \"slots\": 4, \"log_level\": \"info\", \"log_format\": \"logfmt\","
@@ -168,6 +171,53 @@ static int check_properties(const tb_config_t *cfg, tb_error_t *err)
 	return 0;
 }
 
+const char *const tb_config_path_keys[] = { "runtimes_dir", "work_dir", "cache_dir", NULL };
+
+/* @p value (relative) resolved against the directory of @p file, or the
+ * current directory when @p file is NULL. @return it (malloc'd), or NULL. */
+static char *resolved(const char *value, const char *file)
+{
+	char cwd[4096] = ".", *out = NULL;
+	const char *slash = file ? strrchr(file, '/') : NULL;
+	int dirlen = slash ? (int)(slash - file) : 0;
+	size_t cap;
+
+	if ((!file || file[0] != '/') && !getcwd(cwd, sizeof(cwd)))
+		return NULL;
+	cap = strlen(cwd) + (file ? strlen(file) : 0) + strlen(value) + 4;
+	if (!(out = malloc(cap)))
+		return NULL;
+	if (file && file[0] == '/')
+		snprintf(out, cap, "%.*s/%s", dirlen, file, value);
+	else if (slash)
+		snprintf(out, cap, "%s/%.*s/%s", cwd, dirlen, file, value);
+	else
+		snprintf(out, cap, "%s/%s", cwd, value);
+	return out;
+}
+
+/* Every relative directory made absolute (tb_config_load says how). */
+static int resolve_paths(tb_config_t *cfg, const char *path, tb_error_t *err)
+{
+	char **keys[] = { &cfg->runtimes_dir, &cfg->work_dir, &cfg->cache_dir };
+	static const char *const envs[] = { "TASKBOX_RUNTIMES_DIR", "TASKBOX_WORK_DIR",
+					    "TASKBOX_CACHE_DIR" };
+
+	for (int i = 0; i < 3; i++) {
+		if ((*keys[i])[0] == '/')
+			continue;
+		const char *env = getenv(envs[i]);
+		char *abs = resolved(*keys[i], env && env[0] ? NULL : path);
+		if (!abs)
+			return tb_error_set(err, TB_ENOMEM, "%s: cannot resolve '%s'",
+					    tb_config_path_keys[i], *keys[i]);
+		free(*keys[i]);
+		*keys[i] = abs;
+		cfg->relative |= 1u << i;
+	}
+	return 0;
+}
+
 int tb_config_load(tb_config_t *out, const char *path, tb_error_t *err)
 {
 	json_t *doc = NULL;
@@ -182,8 +232,12 @@ int tb_config_load(tb_config_t *out, const char *path, tb_error_t *err)
 		rc = tb_jsonconf_load(&tb_schema_config, out, path, tb_config_defaults, "TASKBOX",
 				      1, err);
 	}
-	if (rc == 0 && (rc = check_properties(out, err)) < 0)
-		tb_config_free(out);
+	if (rc == 0) {
+		out->relative = 0;
+		if ((rc = check_properties(out, err)) < 0 ||
+		    (rc = resolve_paths(out, path, err)) < 0)
+			tb_config_free(out);
+	}
 	return rc;
 }
 

@@ -22,6 +22,8 @@ static struct {
 	struct {
 		int known, up;
 		char why[300];
+		int unreachable; /* tb_health_reach()'s, over up and why */
+		char unreach_why[300];
 	} dep[TB_DEP_COUNT];
 } H;
 
@@ -51,10 +53,34 @@ void tb_health_dep(tb_dep_t d, int up, const char *why)
 	pthread_mutex_unlock(&lock);
 }
 
+void tb_health_reach(tb_dep_t d, int up, const char *why)
+{
+	if (d >= TB_DEP_COUNT)
+		return;
+	pthread_mutex_lock(&lock);
+	H.dep[d].unreachable = !up;
+	snprintf(H.dep[d].unreach_why, sizeof(H.dep[d].unreach_why), "%s", why ? why : "");
+	tb_utf8_sanitize(H.dep[d].unreach_why);
+	pthread_mutex_unlock(&lock);
+}
+
+/* Under the lock: whether @p d is up, and why (into @p why). */
+static int dep_up(int d, const char **why)
+{
+	if (H.dep[d].unreachable) {
+		*why = H.dep[d].unreach_why;
+		return 0;
+	}
+	*why = H.dep[d].known ? H.dep[d].why : "not known yet";
+	return H.dep[d].known && H.dep[d].up;
+}
+
 int tb_health_dep_up(tb_dep_t d)
 {
+	const char *why;
+
 	pthread_mutex_lock(&lock);
-	int up = d < TB_DEP_COUNT && H.dep[d].known && H.dep[d].up;
+	int up = d < TB_DEP_COUNT && dep_up((int)d, &why);
 	pthread_mutex_unlock(&lock);
 	return up;
 }
@@ -68,11 +94,10 @@ int tb_health_render(FILE *f, int ready)
 	uint64_t ago = H.turned_ms ? now - H.turned_ms : 0;
 	int alive = H.turned_ms && ago <= TB_HEALTH_STALL_MS, ok = alive;
 	for (int d = 0; deps && d < TB_DEP_COUNT; d++) {
-		int up = H.dep[d].known && H.dep[d].up;
+		const char *why;
+		int up = dep_up(d, &why);
 		ok &= up;
-		json_object_set_new(deps, names[d],
-				    json_pack("{s:b,s:s}", "up", up, "why",
-					      H.dep[d].known ? H.dep[d].why : "not known yet"));
+		json_object_set_new(deps, names[d], json_pack("{s:b,s:s}", "up", up, "why", why));
 	}
 	uint64_t turned = H.turned_ms;
 	pthread_mutex_unlock(&lock);
@@ -101,9 +126,10 @@ void tb_health_gauges(FILE *f)
 	      "asked (1) or not (0): kafka (in the consumer group), ledger, store, sandbox (one "
 	      "can be built).\n# TYPE taskbox_up gauge\n",
 	      f);
-	for (int d = 0; d < TB_DEP_COUNT; d++)
-		fprintf(f, "taskbox_up{dependency=\"%s\"} %d\n", names[d],
-			H.dep[d].known && H.dep[d].up);
+	for (int d = 0; d < TB_DEP_COUNT; d++) {
+		const char *why;
+		fprintf(f, "taskbox_up{dependency=\"%s\"} %d\n", names[d], dep_up(d, &why));
+	}
 	pthread_mutex_unlock(&lock);
 }
 

@@ -249,6 +249,43 @@ int tb_kafka_flush(rd_kafka_t *producer, int timeout_ms, uint64_t since, tb_erro
 	return 0;
 }
 
+/* The last error a producer's brokers gave (librdkafka's error callback:
+ * "127.0.0.1:9092/1: Connect to ipv4#127.0.0.1:9092 failed: Connection
+ * refused"), which names the broker and the reason, for tb_kafka_probe. */
+static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
+static char last_error[512];
+static uint64_t last_error_ms;
+
+static void on_error(rd_kafka_t *rk, int e, const char *reason, void *opaque)
+{
+	(void)opaque;
+	/* logged as librdkafka logs it without this callback */
+	tb_log(TB_LOG_ERROR, NULL, "kafka %s ERROR: %s: %s", rd_kafka_name(rk),
+	       rd_kafka_err2str((rd_kafka_resp_err_t)e), reason);
+	pthread_mutex_lock(&error_lock);
+	snprintf(last_error, sizeof(last_error), "%s", reason);
+	last_error_ms = tb_mono_ms();
+	pthread_mutex_unlock(&error_lock);
+}
+
+int tb_kafka_probe(rd_kafka_t *rk, const char *brokers, int timeout_ms, tb_error_t *err)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, NULL, &md, timeout_ms);
+	char last[sizeof(last_error)] = "";
+
+	if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+		rd_kafka_metadata_destroy(md);
+		return 0;
+	}
+	pthread_mutex_lock(&error_lock);
+	if (last_error_ms && tb_mono_ms() - last_error_ms < 30000)
+		snprintf(last, sizeof(last), "%s", last_error);
+	pthread_mutex_unlock(&error_lock);
+	return tb_error_set(err, TB_EIO, "no Kafka broker of %s answers in %d ms (%s)%s%s", brokers,
+			    timeout_ms, rd_kafka_err2str(e), last[0] ? ": " : "", last);
+}
+
 int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap_t *props,
 			  tb_error_t *err)
 {
@@ -263,11 +300,15 @@ int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap
 	    /* Batch events for a few ms: many small events per task (a
 	     * task's last ones do not wait: see tb_kafka_await). */
 	    (rc = set(conf, "linger.ms", "5", err)) < 0 ||
+	    /* Brokers back after an outage are found within a second (the
+	     * default backs off to 10 s): readiness promises 5. */
+	    (rc = set(conf, "reconnect.backoff.max.ms", "1000", err)) < 0 ||
 	    (rc = set(conf, "log_level", "4", err)) < 0 || (rc = set_props(conf, props, err)) < 0) {
 		rd_kafka_conf_destroy(conf);
 		return rc;
 	}
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_error_cb(conf, on_error);
 	return make(out, RD_KAFKA_PRODUCER, conf, err);
 }
 
@@ -434,6 +475,8 @@ int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
 	    (rc = set(conf, "partition.assignment.strategy", assignor ? assignor : "range", err)) <
 		0 ||
 	    (rc = set(conf, "log_level", "4", err)) < 0 ||
+	    /* as the producer's: back within a second of the brokers */
+	    (rc = set(conf, "reconnect.backoff.max.ms", "1000", err)) < 0 ||
 	    (instance_id && (rc = set(conf, "group.instance.id", instance_id, err)) < 0) ||
 	    (rc = set_props(conf, props, err)) < 0) {
 		rd_kafka_conf_destroy(conf);

@@ -69,6 +69,10 @@ int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out));
  */
 int tb_cmd_load_config(tb_config_t *cfg, const char *given, tb_error_t *err);
 
+/** The file the last tb_cmd_load_config() read, or NULL when it read none
+ * (static storage, for messages). */
+const char *tb_cmd_config_file(void);
+
 /** What `taskbox --version` prints: this build's version, commit and
  * build type, then each library's version as the program runs with it. */
 void tb_cmd_print_version(FILE *out);

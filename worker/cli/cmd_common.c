@@ -34,6 +34,20 @@ void tb_cmd_close_caches(tb_recipe_cache_t *recipes, tb_image_cache_t *images)
 	tb_image_cache_close(images);
 }
 
+static char config_file[4096];
+
+/* Loads @p file (NULL: none), remembering which for tb_cmd_config_file. */
+static int load_from(tb_config_t *cfg, const char *file, tb_error_t *err)
+{
+	snprintf(config_file, sizeof(config_file), "%s", file ? file : "");
+	return tb_config_load(cfg, file, err);
+}
+
+const char *tb_cmd_config_file(void)
+{
+	return config_file[0] ? config_file : NULL;
+}
+
 int tb_cmd_load_config(tb_config_t *cfg, const char *given, tb_error_t *err)
 {
 	const char *env = getenv("TASKBOX_CONFIG"), *xdg = getenv("XDG_CONFIG_HOME");
@@ -41,18 +55,18 @@ int tb_cmd_load_config(tb_config_t *cfg, const char *given, tb_error_t *err)
 	char user[4096] = "";
 
 	if (given)
-		return tb_config_load(cfg, given, err);
+		return load_from(cfg, given, err);
 	if (env && env[0])
-		return tb_config_load(cfg, env, err);
+		return load_from(cfg, env, err);
 	if (xdg && xdg[0] == '/')
 		snprintf(user, sizeof(user), "%s/taskbox/config.json", xdg);
 	else if (home && home[0] == '/')
 		snprintf(user, sizeof(user), "%s/.config/taskbox/config.json", home);
 	if (user[0] && access(user, F_OK) == 0)
-		return tb_config_load(cfg, user, err);
+		return load_from(cfg, user, err);
 	if (access("/etc/taskbox/worker.json", F_OK) == 0)
-		return tb_config_load(cfg, "/etc/taskbox/worker.json", err);
-	return tb_config_load(cfg, NULL, err);
+		return load_from(cfg, "/etc/taskbox/worker.json", err);
+	return load_from(cfg, NULL, err);
 }
 
 /* The usage's last lines, from the table itself so that they cannot

@@ -11,6 +11,7 @@
 
 #include "tb/fault.h"
 #include "metrics_http.h"
+#include "preflight.h"
 #include "tb/metrics.h"
 #include "sandbox.h"
 #include "sandbox_ids.h"
@@ -77,9 +78,101 @@ static void sweep(const char *work_dir, const char *group, const char *id)
 			err.msg);
 }
 
+/* What a worker checks before it joins its group, whatever follows: the
+ * relative directories it resolved (said), a runtime to serve tasks
+ * with, a sandbox built under work_dir. @return 0, or < 0 with @p err
+ * (the worker refuses: exit 3). */
+static int preflight(const tb_worker_deps_t *d, int quiet, tb_error_t *err)
+{
+	const tb_config_t *cfg = d->cfg;
+	const char *file = tb_cmd_config_file();
+	const char *const dirs[] = { cfg->runtimes_dir, cfg->work_dir, cfg->cache_dir };
+	char names[512];
+	int rc;
+
+	for (int i = 0; tb_config_path_keys[i]; i++)
+		if (cfg->relative & (1u << i))
+			tb_info(NULL, "%s is relative: resolved against %s to %s",
+				tb_config_path_keys[i],
+				file ? "the configuration file's directory"
+				     : "the current directory",
+				dirs[i]);
+	if ((rc = tb_preflight_runtimes(names, sizeof(names), cfg, file, err)) < 0)
+		return rc;
+	if (!quiet)
+		tb_info(NULL, "runtimes in %s: %s", cfg->runtimes_dir, names);
+	if ((rc = tb_worker_probe_sandbox(d, err)) < 0)
+		return tb_error_prefix(err,
+				       "no sandbox can be built under work_dir %s (in %s; every "
+				       "directory above it must be searchable by others, 0711)",
+				       cfg->work_dir, file ? file : "the environment and defaults");
+	return 0;
+}
+
+/* `--check`: whether each service answers (5 s each at most), one line
+ * each on stdout. @return TB_EXIT_OK, or TB_EXIT_FAILURE if one does not. */
+static int check_services(const tb_worker_deps_t *d)
+{
+	rd_kafka_t *p = NULL;
+	tb_object_info_t info;
+	char **infos = NULL;
+	size_t n = 0;
+	tb_error_t err;
+	int bad = 0, rc;
+
+	rc = tb_kafka_producer_new(&p, d->brokers, &d->cfg->kafka.properties, &err);
+	if (rc == 0)
+		rc = tb_kafka_probe(p, d->brokers, 5000, &err);
+	bad |= rc < 0;
+	printf("%s kafka %s%s%s\n", rc < 0 ? "FAIL" : "ok", d->brokers, rc < 0 ? ": " : "",
+	       rc < 0 ? err.msg : "");
+	if (p)
+		rd_kafka_destroy(p);
+	rc = tb_ledger_workers(d->ledger, &infos, &n, &err);
+	for (size_t i = 0; i < n; i++)
+		free(infos[i]);
+	free(infos);
+	bad |= rc < 0;
+	printf("%s ledger %s%s%s\n", rc < 0 ? "FAIL" : "ok", d->cfg->ledger.url, rc < 0 ? ": " : "",
+	       rc < 0 ? err.msg : "");
+	rc = tb_store_head(d->store, "health/probe", &info, &err);
+	rc = rc == TB_ENOTFOUND ? 0 : rc;
+	bad |= rc < 0;
+	printf("%s store %s%s%s\n", rc < 0 ? "FAIL" : "ok", tb_store_describe(d->store),
+	       rc < 0 ? ": " : "", rc < 0 ? err.msg : "");
+	return bad ? TB_EXIT_FAILURE : TB_EXIT_OK;
+}
+
+/* What comes before the group is joined: what a dead worker of this id
+ * left swept, then preflight(); with --check, the services asked.
+ * @return an exit code to end with, or -1 to go on. */
+static int before_joining(tb_worker_deps_t *d, int check, char *group, size_t grouplen)
+{
+	const tb_config_t *cfg = d->cfg;
+	tb_error_t err;
+	int rc = -1;
+
+	if (check) /* a group of its own: a live worker of this id is not ours to sweep */
+		snprintf(group, grouplen, "tb-check-%d", (int)getpid());
+	else
+		sweep(cfg->work_dir, group, d->worker_id);
+	if (preflight(d, check, &err) < 0) {
+		fprintf(stderr, "taskbox worker: refused: %s\n", err.msg);
+		rc = TB_EXIT_CONFIG;
+	} else if (check) {
+		printf("ok configuration %s: runtimes, a sandbox under %s\n",
+		       tb_cmd_config_file() ? tb_cmd_config_file() : "(environment and defaults)",
+		       cfg->work_dir);
+		rc = check_services(d);
+	}
+	if (check && tb_sandbox_sweep(cfg->work_dir, group, &err) < 0)
+		tb_warn(NULL, "cleaning up after the check: %s", err.msg);
+	return rc;
+}
+
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: taskbox worker [--config FILE]\n\n"
+	fprintf(out, "usage: taskbox worker [--config FILE] [--check]\n\n"
 		     "Runs a worker: takes tasks from the tasks topic in the consumer group\n"
 		     "and runs each in its own sandbox (as root). Configuration: FILE and\n"
 		     "TASKBOX_* variables, see schemas/config.md; S3 credentials from\n"
@@ -89,7 +182,14 @@ static void usage(FILE *out)
 		     "stop it after the running attempts finish (at most drain_seconds, 120\n"
 		     "by default; then, or on a second signal, it exits with 1, leaving them\n"
 		     "unacknowledged: they replay).\n"
-		     "Exit: 0 stopped, 1 failed, 2 usage, 3 configuration.\n");
+		     "Before it joins the group it refuses (exit 3) a configuration it\n"
+		     "cannot serve: a runtimes_dir with no valid runtime, a work_dir no\n"
+		     "sandbox can be built under. Relative directories in FILE are\n"
+		     "resolved against FILE's directory.\n"
+		     "  --check   run those checks and ask Kafka, the ledger and the store\n"
+		     "            (5 s each), one line each, then exit: 0 all well, 1 a\n"
+		     "            service does not answer, 3 a configuration refused\n"
+		     "Exit: 0 stopped, 1 failed, 2 usage, 3 configuration refused.\n");
 }
 
 /* The worker's id (the configuration's, else host-pid) into @p id, and
@@ -169,6 +269,7 @@ static int finished(int rc, const tb_worker_stats_t *stats, tb_error_t *err, con
 int tb_cmd_worker(int argc, char **argv)
 {
 	const char *path = NULL;
+	int check = 0;
 	tb_worker_deps_t d = { 0 };
 	tb_worker_stats_t stats;
 	char id[160], group[200];
@@ -180,6 +281,7 @@ int tb_cmd_worker(int argc, char **argv)
 
 	const tb_opt_t opts[] = {
 		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL, 'c' },
+		{ "--check", TB_OPT_FLAG, &check, 0, 0, NULL, 0 },
 		{ NULL, 0, NULL, 0, 0, NULL, 0 },
 	};
 	tb_opts_t o = { "worker", opts, NULL, 0, 0 };
@@ -234,13 +336,14 @@ int tb_cmd_worker(int argc, char **argv)
 		fprintf(stderr, "taskbox worker: %s\n", err.msg);
 		goto cleanup;
 	}
-	open_input_cache(&cfg, &d.input_cache);
-	sweep(cfg.work_dir, group, id);
 	d.cfg = &cfg;
 	d.brokers = cfg.kafka.brokers;
 	d.worker_id = id;
 	d.group = group;
 	d.drain_ms = cfg.drain_seconds * 1000;
+	if ((rc = before_joining(&d, check, group, sizeof(group))) >= 0)
+		goto cleanup;
+	open_input_cache(&cfg, &d.input_cache);
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
 	tb_info(NULL, "worker %s: store %s, ledger %s", id, tb_store_describe(d.store),

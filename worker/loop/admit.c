@@ -303,7 +303,8 @@ void tb_loop_admit_waiting(tb_loop_t *w)
 			continue;
 		}
 		if (*w->stop || j->wait.retry_at > now || j->kind == JOB_PARKED ||
-		    w->running >= w->d->cfg->slots || tb_loop_is_running(w, j->key)) {
+		    w->serving != 1 || w->running >= w->d->cfg->slots ||
+		    tb_loop_is_running(w, j->key)) {
 			uint64_t at = j->wait.retry_at;
 			tb_loop_wait_for(w, j, at > now ? at - now : 0);
 			continue;

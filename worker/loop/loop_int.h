@@ -124,12 +124,11 @@ typedef struct tb_job {
 typedef struct tb_loop {
 	const tb_worker_deps_t *d;
 	rd_kafka_t *consumer, *producer;
-	int kafka_broken;           /* the brokers were unreachable: looked at by heartbeats */
 	int ever_assigned;          /* the consumer had an assignment (see consumer_end) */
 	uint64_t rebalancing_since; /* a cooperative rebalance's revoke (monotonic ms): no
 				     * commits until its assignment, 0 none */
 	uint64_t rebalanced_at;     /* its last assignment: none for a while after */
-	pthread_t prober;           /* asks the store every 30 s (tb/health.h) */
+	pthread_t prober;           /* asks Kafka, the store, the sandbox (tb/health.h) */
 	int probing;                /* the prober runs */
 	atomic_int probe_stop;      /* tells it to end */
 	tb_sandbox_pool_t *pool;    /* each slot's next sandbox, built ahead */
@@ -147,8 +146,10 @@ typedef struct tb_loop {
 	uint64_t busy_slots[TB_LOOP_SLOTS_MAX / 64]; /* bit per slot */
 	unsigned running;
 	int paused;
+	int serving; /* it can run tasks (sandbox, store): else it takes none */
 	uint64_t lease_ms;
-	uint64_t next_beat; /* monotonic ms */
+	uint64_t next_beat;  /* monotonic ms */
+	uint64_t next_alive; /* the next liveness write (monotonic ms) */
 	uint64_t started_ms;
 	uint64_t finished_messages;
 	tb_worker_stats_t *stats;

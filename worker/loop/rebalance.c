@@ -189,7 +189,6 @@ static void assigned(tb_loop_t *w, rd_kafka_t *rk, rd_kafka_topic_partition_list
 	w->ever_assigned = 1;
 	w->rebalancing_since = 0;
 	w->rebalanced_at = coop ? tb_mono_ms() : 0;
-	w->kafka_broken = 0;
 	tb_info(NULL, "assigned %d partitions (%s), %d held", parts->cnt,
 		numbers(parts, list, sizeof(list)), held(w));
 	snprintf(why, sizeof(why), "in the consumer group, %d partitions", held(w));

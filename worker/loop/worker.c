@@ -81,18 +81,29 @@ static char *liveness(const tb_loop_t *w)
 	return text;
 }
 
-/* Brokers that were out of reach: asked for metadata (1 s at most), so
- * Kafka is ready again once they answer, even with no message to read. */
-static void kafka_again(tb_loop_t *w)
-{
-	const struct rd_kafka_metadata *md = NULL;
+/* How often the worker says it is alive in the ledger, which is also how
+ * soon /readyz sees the ledger go away or come back: every 2 s, or every
+ * third of the lease if that is shorter. */
+#define ALIVE_MS 2000
 
-	if (!w->kafka_broken || !w->consumer ||
-	    rd_kafka_metadata(w->consumer, 0, NULL, &md, 1000) != RD_KAFKA_RESP_ERR_NO_ERROR)
+/* This worker's liveness, written; the ledger's health from how it went. */
+static void say_alive(tb_loop_t *w)
+{
+	uint64_t now = tb_mono_ms();
+	tb_error_t err;
+
+	if (now < w->next_alive)
 		return;
-	rd_kafka_metadata_destroy(md);
-	w->kafka_broken = 0;
-	tb_health_dep(TB_DEP_KAFKA, 1, "its brokers answer again");
+	w->next_alive = now + (w->lease_ms / 3 < ALIVE_MS ? w->lease_ms / 3 : ALIVE_MS);
+	char *info = liveness(w);
+	int alive = info ? tb_ledger_alive(w->d->ledger, info, w->lease_ms, &err) : TB_ENOMEM;
+	if (alive < 0 && info)
+		tb_warn(NULL, "liveness not recorded: %s", err.msg);
+	tb_health_dep(TB_DEP_LEDGER, alive == 0,
+		      alive == 0 ? "answered"
+		      : info     ? err.msg
+				 : "out of memory");
+	free(info);
 }
 
 void tb_loop_heartbeat(tb_loop_t *w)
@@ -101,6 +112,7 @@ void tb_loop_heartbeat(tb_loop_t *w)
 	uint64_t now = tb_mono_ms();
 	tb_error_t err;
 
+	say_alive(w);
 	if (now < w->next_beat)
 		return;
 	w->next_beat = now + w->lease_ms / 3;
@@ -132,17 +144,7 @@ void tb_loop_heartbeat(tb_loop_t *w)
 		for (int p = 0; p < MAX_PARTITIONS; p++)
 			if (w->marks[p])
 				tb_watermark_resend(w->marks[p]);
-	char *info = liveness(w);
-	int alive = info ? tb_ledger_alive(l, info, w->lease_ms, &err) : TB_ENOMEM;
-	if (alive < 0 && info)
-		tb_warn(NULL, "liveness not recorded: %s", err.msg);
-	tb_health_dep(TB_DEP_LEDGER, alive == 0,
-		      alive == 0 ? "answered"
-		      : info     ? err.msg
-				 : "out of memory");
-	free(info);
 	tb_loop_notice_expired(w);
-	kafka_again(w);
 }
 
 /* The next message, if one is there; else sleeps until one comes, a slot
@@ -343,6 +345,7 @@ static void pace(tb_loop_t *w)
 	unsigned ready = w->nwaiting - w->ninput_waits;
 	int full = w->paused ? ready > high / 2 || w->nwaiting > 4 * high
 			     : ready >= high || w->nwaiting >= 8 * high;
+	full = full || !w->serving; /* a worker that cannot run them takes none */
 	rd_kafka_topic_partition_list_t *a = NULL;
 
 	if (full == w->paused || rd_kafka_assignment(w->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -356,8 +359,8 @@ static void pace(tb_loop_t *w)
 }
 
 /* An error the consumer reported: logged; brokers out of reach make
- * Kafka not ready until the heartbeats find them again. */
-static void consumer_error(tb_loop_t *w, const rd_kafka_message_t *m)
+ * Kafka not ready until the prober finds them again. */
+static void consumer_error(const rd_kafka_message_t *m)
 {
 	if (m->err == RD_KAFKA_RESP_ERR_INCONSISTENT_GROUP_PROTOCOL) {
 		static const char why[] =
@@ -368,36 +371,22 @@ static void consumer_error(tb_loop_t *w, const rd_kafka_message_t *m)
 		return;
 	}
 	tb_warn(NULL, "consumer: %s", rd_kafka_message_errstr(m));
-	if (m->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
-	    m->err == RD_KAFKA_RESP_ERR__TRANSPORT) {
-		w->kafka_broken = 1;
-		tb_health_dep(TB_DEP_KAFKA, 0, rd_kafka_message_errstr(m));
-	}
+	/* at once; the prober finds them again (or confirms) within a second */
+	if (m->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+		tb_health_reach(TB_DEP_KAFKA, 0, rd_kafka_message_errstr(m));
 }
 
-/* Asks the store every 30 s whether it answers (a HEAD of a key nobody
- * writes: "not found" is an answer), for /readyz. */
-static void *store_prober(void *arg)
-{
-	tb_loop_t *w = arg;
-	tb_object_info_t info;
-	tb_error_t err;
+/* How often the prober asks: the brokers every second (a metadata request
+ * answered in 2 s at most), the store every 2 s, and, while the last
+ * sandbox built failed, a sandbox every 5 s: so /readyz turns within 5 s
+ * of a service going away or coming back (tb/health.h). */
+#define PROBE_KAFKA_MS 1000
+#define PROBE_KAFKA_TIMEOUT_MS 2000
+#define PROBE_STORE_MS 2000
+#define PROBE_SANDBOX_MS 5000
 
-	while (!atomic_load(&w->probe_stop)) {
-		int rc = tb_store_head(w->d->store, "health/probe", &info, &err);
-		int up = rc == 0 || rc == TB_ENOTFOUND;
-		tb_health_dep(TB_DEP_STORE, up, up ? "answered" : err.msg);
-		for (int i = 0; i < 300 && !atomic_load(&w->probe_stop); i++)
-			usleep(100000);
-	}
-	return NULL;
-}
-
-/* What /readyz looks at from the start: one sandbox built and torn down
- * (tb_sandbox_prepare says how it went), and the store's prober. */
-static void health_start(tb_loop_t *w)
+int tb_worker_probe_sandbox(const tb_worker_deps_t *d, tb_error_t *err)
 {
-	const tb_worker_deps_t *d = w->d;
 	tb_strlist_t none = { 0, NULL };
 	tb_sandbox_spec_t s = { .name = "health-check",
 				.hostname = "health",
@@ -411,14 +400,80 @@ static void health_start(tb_loop_t *w)
 				.max_open_files = 16,
 				.max_file_mb = 1 };
 	tb_sandbox_t *sb;
+	int rc = tb_sandbox_prepare(&sb, d->policy, &s, err);
+
+	if (rc == 0)
+		tb_sandbox_destroy(sb, NULL);
+	return rc;
+}
+
+/* A probe's finding said in the log only when it changes. */
+static void said(int *was_up, int up, const char *what, const char *why)
+{
+	if (up == *was_up)
+		return;
+	*was_up = up;
+	if (up)
+		tb_info(NULL, "%s answers again", what);
+	else
+		tb_warn(NULL, "%s does not answer: %s", what, why);
+}
+
+/* The health prober's thread: asks Kafka, the store and (while down) the
+ * sandbox in turn, each at its own pace (PROBE_*). Off the main loop, so
+ * a probe that waits for its timeout holds no task up. */
+static void *prober(void *arg)
+{
+	tb_loop_t *w = arg;
+	const tb_worker_deps_t *d = w->d;
+	uint64_t next_kafka = 0, next_store = 0, next_sandbox = tb_mono_ms() + PROBE_SANDBOX_MS;
+	int kafka_up = 1, store_up = 1;
+	tb_object_info_t info;
+	tb_error_t err;
+
+	while (!atomic_load(&w->probe_stop)) {
+		uint64_t now = tb_mono_ms();
+		if (now >= next_kafka) {
+			int up = tb_kafka_probe(w->producer, d->brokers, PROBE_KAFKA_TIMEOUT_MS,
+						&err) == 0;
+			tb_health_reach(TB_DEP_KAFKA, up, up ? NULL : err.msg);
+			said(&kafka_up, up, "Kafka", err.msg);
+			next_kafka = tb_mono_ms() + PROBE_KAFKA_MS;
+		}
+		if (d->store && now >= next_store) {
+			/* a HEAD of a key nobody writes: "not found" is an answer */
+			int rc = tb_store_head(d->store, "health/probe", &info, &err);
+			int up = rc == 0 || rc == TB_ENOTFOUND;
+			tb_health_dep(TB_DEP_STORE, up, up ? "answered" : err.msg);
+			said(&store_up, up, "the store", err.msg);
+			next_store = tb_mono_ms() + PROBE_STORE_MS;
+		}
+		if (now >= next_sandbox) {
+			if (!tb_health_dep_up(TB_DEP_SANDBOX) &&
+			    tb_worker_probe_sandbox(d, &err) == 0)
+				tb_info(NULL, "a sandbox can be built again");
+			next_sandbox = tb_mono_ms() + PROBE_SANDBOX_MS;
+		}
+		usleep(100000);
+	}
+	return NULL;
+}
+
+/* What /readyz looks at from the start: one sandbox built and torn down
+ * (tb_sandbox_prepare says how it went); then the prober. */
+static void health_start(tb_loop_t *w)
+{
 	tb_error_t err;
 
 	tb_health_dep(TB_DEP_KAFKA, 0, "not in the consumer group yet");
-	if (tb_sandbox_prepare(&sb, d->policy, &s, &err) == 0)
-		tb_sandbox_destroy(sb, NULL);
-	else
+	if (tb_worker_probe_sandbox(w->d, &err) < 0)
 		tb_warn(NULL, "no sandbox can be built here: %s", err.msg);
-	w->probing = d->store && pthread_create(&w->prober, NULL, store_prober, w) == 0;
+}
+
+static void probe_start(tb_loop_t *w)
+{
+	w->serving = -1; /* not known yet: serving() says at the first pass */
+	w->probing = pthread_create(&w->prober, NULL, prober, w) == 0;
 }
 
 static void health_stop(tb_loop_t *w)
@@ -428,6 +483,32 @@ static void health_stop(tb_loop_t *w)
 	atomic_store(&w->probe_stop, 1);
 	pthread_join(w->prober, NULL);
 	w->probing = 0;
+}
+
+/* Whether this worker can run a task now: it builds sandboxes and its
+ * store answers (a ledger away already keeps tasks waiting: admit.c;
+ * Kafka away brings none). Looked at once a pass, not per task; said in
+ * the log when it changes. */
+static void serving(tb_loop_t *w)
+{
+	int sandbox = tb_health_dep_up(TB_DEP_SANDBOX);
+	int store = !w->d->store || tb_health_dep_up(TB_DEP_STORE);
+	int now = sandbox && store;
+
+	int before = w->serving;
+
+	if (now == before)
+		return;
+	w->serving = now;
+	if (before == -1) /* at the start: the probes say what is missing */
+		return;
+	if (now)
+		tb_info(NULL, "ready to run tasks again: taking tasks");
+	else
+		tb_warn(NULL,
+			"cannot run tasks (%s): taking none, its partitions paused until it "
+			"can (/readyz says why)",
+			!sandbox ? "no sandbox can be built" : "the store does not answer");
 }
 
 /* Lets the running attempts finish, for the configuration's drain time
@@ -533,7 +614,9 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	if ((rc = tb_kafka_producer_new(&w->producer, d->brokers, &d->cfg->kafka.properties, err)) <
 	    0)
 		goto fail;
+	probe_start(w);
 	if ((rc = join(w, err)) < 0) {
+		health_stop(w);
 		rd_kafka_destroy(w->producer);
 		goto fail;
 	}
@@ -549,7 +632,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 			if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 				tb_loop_handle(w, m);
 			else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-				consumer_error(w, m);
+				consumer_error(m);
 			rd_kafka_message_destroy(m);
 		}
 		rejoin_if_stuck(w);
@@ -559,6 +642,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		tb_loop_admit_waiting(w);
 		tb_metrics_busy(w->running, w->nwaiting);
 		tb_loop_heartbeat(w);
+		serving(w);
 		commit_marks(w);
 		pace(w);
 		rd_kafka_poll(w->producer, 0);
@@ -578,8 +662,8 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	rd_kafka_flush(w->producer, 10000);
 	if (w->consumer) /* none if told to stop while joining again */
 		consumer_end(w, 1);
+	health_stop(w); /* it uses the producer */
 	rd_kafka_destroy(w->producer);
-	health_stop(w);
 	slots_free(w); /* every slot thread has ended */
 	for (int p = 0; p < MAX_PARTITIONS; p++)
 		tb_watermark_free(w->marks[p]);

@@ -64,4 +64,13 @@ typedef struct tb_worker_stats {
 int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64_t max_finished,
 		  tb_worker_stats_t *stats, tb_error_t *err);
 
+/**
+ * Builds one throwaway sandbox as a task's would be built (under
+ * cfg->work_dir, in the worker's cgroup @p d->group, with @p d->policy)
+ * and tears it down; /readyz's sandbox says how it went.
+ * @return 0, or < 0 with why in @p err (a work_dir the sandbox's user
+ *         namespace cannot reach, cgroups not found, ...)
+ */
+int tb_worker_probe_sandbox(const tb_worker_deps_t *d, tb_error_t *err);
+
 #endif

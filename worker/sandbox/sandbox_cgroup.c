@@ -1,8 +1,9 @@
 /*
  * sandbox_cgroup.c: cgroup v1/v2 discovery, limits and removal.
  *
- * Discovery reads /proc/self/mounts (where each hierarchy is) and
- * /proc/self/cgroup (where this process sits in each). A controller is
+ * Discovery reads /proc/self/cgroup (where this process sits in each
+ * hierarchy) and /proc/self/mountinfo (where each hierarchy is mounted,
+ * and which of its cgroups the mount shows as its root: cgroup_paths.h). A controller is
  * taken from v2 when the unified hierarchy offers it in cgroup.controllers,
  * else from the v1 hierarchy that carries it. A sandbox then has one
  * directory per hierarchy used (one in pure v2, up to three in v1).
@@ -13,6 +14,8 @@
  * first (as systemd's Delegate= expects of a delegated subtree).
  */
 #include "sandbox_cgroup.h"
+
+#include "cgroup_paths.h"
 
 #include "tb/clock.h"
 
@@ -67,40 +70,26 @@ struct tb_cgroup {
 
 /* ---------------------------------------------------------------- probe */
 
-/* Finds this process's path in hierarchy @p id ("" for v2, else a
- * comma-separated controller list containing @p ctl). */
-static int own_path(char *out, size_t len, int v2, const char *ctl)
+/* The whole of @p path (a /proc file: read to its end, not by its size),
+ * at most 1 MiB. @return it, free()d by the caller; NULL on failure. */
+static char *slurp(const char *path)
 {
-	char line[1024];
-	FILE *f = fopen("/proc/self/cgroup", "re");
-	int found = -1;
+	size_t cap = 1 << 20, n = 0;
+	char *buf = malloc(cap + 1);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t got = 0;
 
-	if (!f)
-		return -1;
-	while (found < 0 && fgets(line, sizeof(line), f)) {
-		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-		if (!c2)
-			continue;
-		*c2 = '\0';
-		char *path = c2 + 1;
-		path[strcspn(path, "\n")] = '\0';
-		const char *list = c1 + 1;
-		if (v2 ? list[0] == '\0' : 0) {
-			snprintf(out, len, "%s", path);
-			found = 0;
-		} else if (!v2) {
-			char copy[256], *save = NULL;
-			snprintf(copy, sizeof(copy), "%s", list);
-			for (char *t = strtok_r(copy, ",", &save); t;
-			     t = strtok_r(NULL, ",", &save))
-				if (strcmp(t, ctl) == 0) {
-					snprintf(out, len, "%s", path);
-					found = 0;
-				}
-		}
+	if (!buf || fd < 0) {
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		return NULL;
 	}
-	fclose(f);
-	return found;
+	while (n < cap && (got = read(fd, buf + n, cap - n)) > 0)
+		n += (size_t)got;
+	close(fd);
+	buf[n] = '\0';
+	return buf;
 }
 
 static int has_word(const char *file, const char *word)
@@ -133,55 +122,50 @@ static hier_t *hier_for(const char *base, int v2)
 	return h;
 }
 
+/* The hierarchy serving controller @p c: the v2 one when our own cgroup
+ * there is delegated it (its cgroup.controllers names it), else the v1
+ * one carrying it. A v1 mount that does not show our cgroup is said in
+ * @p why. */
+static hier_t *serving(int c, const char *self, const char *mi, char *why, size_t whylen)
+{
+	char base[1100], file[1200];
+	tb_error_t err;
+	hier_t *h = NULL;
+
+	if (tb_cgroup_paths_find(base, sizeof(base), self, mi, NULL, &err) == 0) {
+		snprintf(file, sizeof(file), "%s/cgroup.controllers", base);
+		if ((1u << c) & CTL_RIDERS) {
+			for (int i = 0; i < probe.n && !h; i++)
+				if (probe.h[i].v2)
+					h = &probe.h[i];
+		} else if (has_word(file, ctl_names[c])) {
+			h = hier_for(base, 1);
+		}
+	} else if (err.code == TB_EIO) {
+		snprintf(why, whylen, "%.255s", err.msg);
+	}
+	if (h)
+		return h;
+	if (tb_cgroup_paths_find(base, sizeof(base), self, mi, ctl_names[c], &err) == 0)
+		return hier_for(base, 0);
+	if (err.code == TB_EIO)
+		snprintf(why, whylen, "%.255s", err.msg);
+	return NULL;
+}
+
 static void do_probe(void)
 {
-	char line[1024], v2mnt[256] = "";
-	char v1mnt[CTL_COUNT][256] = { "" };
-	FILE *f = fopen("/proc/self/mounts", "re");
+	char *self = slurp("/proc/self/cgroup"), *mi = slurp("/proc/self/mountinfo");
+	char why[sizeof(probe.why)] = "";
 
-	if (!f) {
+	if (!self || !mi) {
 		probe.rc = TB_EIO;
-		snprintf(probe.why, sizeof(probe.why), "cannot read /proc/self/mounts");
-		return;
+		snprintf(probe.why, sizeof(probe.why),
+			 "cannot read /proc/self/cgroup or /proc/self/mountinfo");
+		goto cleanup;
 	}
-	while (fgets(line, sizeof(line), f)) {
-		char dev[256], dir[256], type[64], opts[512];
-		if (sscanf(line, "%255s %255s %63s %511s", dev, dir, type, opts) != 4)
-			continue;
-		if (strcmp(type, "cgroup2") == 0 && !v2mnt[0]) {
-			snprintf(v2mnt, sizeof(v2mnt), "%s", dir);
-		} else if (strcmp(type, "cgroup") == 0) {
-			char *save = NULL;
-			for (char *t = strtok_r(opts, ",", &save); t;
-			     t = strtok_r(NULL, ",", &save))
-				for (int c = 0; c < CTL_COUNT; c++)
-					if (strcmp(t, ctl_names[c]) == 0)
-						snprintf(v1mnt[c], sizeof(v1mnt[c]), "%s", dir);
-		}
-	}
-	fclose(f);
-
 	for (int c = 0; c < CTL_COUNT; c++) {
-		char own[256], base[1100], file[1200];
-		hier_t *h = NULL;
-		if (v2mnt[0] && own_path(own, sizeof(own), 1, NULL) == 0) {
-			snprintf(base, sizeof(base), "%.255s%.255s", v2mnt,
-				 strcmp(own, "/") ? own : "");
-			/* what is delegated to our own cgroup, not the root */
-			snprintf(file, sizeof(file), "%s/cgroup.controllers", base);
-			if ((1u << c) & CTL_RIDERS) {
-				for (int i = 0; i < probe.n && !h; i++)
-					if (probe.h[i].v2)
-						h = &probe.h[i];
-			} else if (has_word(file, ctl_names[c])) {
-				h = hier_for(base, 1);
-			}
-		}
-		if (!h && v1mnt[c][0] && own_path(own, sizeof(own), 0, ctl_names[c]) == 0) {
-			snprintf(base, sizeof(base), "%.255s%.255s", v1mnt[c],
-				 strcmp(own, "/") ? own : "");
-			h = hier_for(base, 0);
-		}
+		hier_t *h = serving(c, self, mi, why, sizeof(why));
 		if (h)
 			h->ctls |= 1u << c;
 	}
@@ -191,8 +175,12 @@ static void do_probe(void)
 	if (!limits) {
 		probe.rc = TB_EIO;
 		snprintf(probe.why, sizeof(probe.why),
-			 "no cgroup hierarchy offers memory, pids or cpu");
+			 "no cgroup hierarchy offers memory, pids or cpu%s%s", why[0] ? ": " : "",
+			 why);
 	}
+cleanup:
+	free(self);
+	free(mi);
 }
 
 static int probed(tb_error_t *err)

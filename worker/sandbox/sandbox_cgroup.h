@@ -3,7 +3,8 @@
  * and CPU limits, on cgroup v2, v1, or a hybrid of both (each controller is
  * used where the machine has it: this machine has memory and pids only in
  * v1). Sandbox cgroups nest under the worker's own cgroup, as
- * /proc/self/cgroup says, in a directory named by the worker's prefix so a
+ * /proc/self/cgroup says and the cgroup mount shows it (cgroup_paths.h),
+ * in a directory named by the worker's prefix so a
  * restarted worker can find and remove what a dead one left.
  *
  * This file owns the cgroup directories and their files. It does not

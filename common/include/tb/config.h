@@ -56,7 +56,11 @@ typedef struct tb_config {
 	uint64_t image_stall_seconds; /* a registry silent this long is given up on */
 	char *metrics_listen;         /* "127.0.0.1:9464"; empty disables */
 	uint64_t drain_seconds;       /* on SIGTERM, how long running attempts may finish */
+	unsigned relative;            /* bit i: tb_config_path_keys[i] was relative (resolved) */
 } tb_config_t;
+
+/* The keys naming directories: runtimes_dir, work_dir, cache_dir; NULL-ended. */
+extern const char *const tb_config_path_keys[];
 
 extern const tb_schema_t tb_schema_config;
 
@@ -66,6 +70,11 @@ extern const char tb_config_defaults[];
 /**
  * Loads the worker configuration.
  * @param path a JSON file, or NULL for defaults and environment only
+ * A relative directory (runtimes_dir, work_dir, cache_dir) is resolved
+ * against the directory of @p path when the file gave it, else (its
+ * TASKBOX_* variable, or no file) against the current directory, and
+ * marked in out->relative: a worker started from / by systemd finds what
+ * the file names beside it, not under /.
  * @param[out] out released with tb_config_free()
  * @return 0, TB_ENOTFOUND (no such file), TB_EVERSION, TB_EINVAL with the
  *         file, key and reason

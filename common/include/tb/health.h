@@ -3,8 +3,9 @@
  * as the taskbox_up gauges (README, "Metrics"). Alive: the main loop has
  * turned in the last TB_HEALTH_STALL_MS. Ready: alive, and every service
  * it depends on answered the last time it was asked: Kafka (the consumer
- * is in its group), the ledger (the heartbeat's write), the store (a
- * probe every 30 s), the sandbox (the last one built). Thread-safe.
+ * is in its group, and a broker answered the last probe, every second),
+ * the ledger (the heartbeat's write), the store (a probe every 2 s), the
+ * sandbox (the last one built). Thread-safe.
  */
 #ifndef TB_HEALTH_H
 #define TB_HEALTH_H
@@ -28,6 +29,14 @@ void tb_health_turned(void);
 
 /** Dependency @p d answered (@p up 1) or did not (0); @p why says how. */
 void tb_health_dep(tb_dep_t d, int up, const char *why);
+
+/**
+ * Whether @p d can be reached at all (@p up 1, the default) or not (0,
+ * with @p why): a probe's finding, apart from the state tb_health_dep()
+ * keeps (Kafka's group membership), which it hides while down and gives
+ * back when up again. A dependency is up only when both say so.
+ */
+void tb_health_reach(tb_dep_t d, int up, const char *why);
 
 /** Whether @p d answered when last asked (0 when never asked). */
 int tb_health_dep_up(tb_dep_t d);

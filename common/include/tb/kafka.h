@@ -49,6 +49,14 @@ void tb_kafka_mock_free(tb_kafka_mock_t *m);
 int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap_t *props,
 			  tb_error_t *err);
 
+/**
+ * Whether a broker answers: a metadata request on @p rk (no topics), for
+ * @p timeout_ms at most. @p brokers names them in the message.
+ * @return 0; TB_EIO naming the brokers, librdkafka's error and the last
+ *         error a producer's broker gave (which broker, and why)
+ */
+int tb_kafka_probe(rd_kafka_t *rk, const char *brokers, int timeout_ms, tb_error_t *err);
+
 /** Messages this process's producers could not deliver, so far: a count
  * to pass to tb_kafka_flush() as @p since. */
 uint64_t tb_kafka_undelivered(void);

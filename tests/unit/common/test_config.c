@@ -79,6 +79,40 @@ static void test_config__example_file_loads(void **state)
 	tb_config_free(&cfg);
 }
 
+/* Started from / by systemd, a relative runtimes_dir in
+ * /etc/taskbox/worker.json named /runtimes: it is the file's neighbour. */
+static void test_config__relative_dirs_resolve_against_the_file(void **state)
+{
+	tb_config_t cfg;
+	tb_error_t err;
+
+	(void)state;
+	assert_int_equal(chdir("/"), 0);
+	if (tb_config_load(&cfg, TB_SOURCE_DIR "/examples/worker.json", &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_string_equal(cfg.runtimes_dir, TB_SOURCE_DIR "/examples/runtimes");
+	assert_int_equal(cfg.relative, 1); /* runtimes_dir alone */
+	assert_string_equal(cfg.work_dir, "/var/lib/taskbox/work");
+	tb_config_free(&cfg);
+}
+
+static void test_config__relative_dirs_from_the_environment_resolve_against_cwd(void **state)
+{
+	tb_config_t cfg;
+	tb_error_t err;
+
+	(void)state;
+	assert_int_equal(chdir("/tmp"), 0);
+	setenv("TASKBOX_WORK_DIR", "w", 1);
+	int rc = tb_config_load(&cfg, TB_SOURCE_DIR "/examples/worker.json", &err);
+	unsetenv("TASKBOX_WORK_DIR");
+	if (rc != 0)
+		fail_msg("%s", err.msg);
+	assert_string_equal(cfg.work_dir, "/tmp/w");
+	assert_int_equal(cfg.relative, 3);
+	tb_config_free(&cfg);
+}
+
 static void test_config__environment_overrides_file(void **state)
 {
 	tb_config_t cfg;
@@ -418,6 +452,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config__defaults_are_the_embedded_demo),
 		cmocka_unit_test(test_config__example_file_loads),
+		cmocka_unit_test(test_config__relative_dirs_resolve_against_the_file),
+		cmocka_unit_test(
+		    test_config__relative_dirs_from_the_environment_resolve_against_cwd),
 		cmocka_unit_test(test_config__environment_overrides_file),
 		cmocka_unit_test(test_config__errors_name_file_key_and_expectation),
 		cmocka_unit_test(test_config__kafka_properties_cannot_undo_the_guarantees),
