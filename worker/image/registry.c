@@ -5,7 +5,10 @@
  * storage: curl drops the Authorization header on a move to another
  * host), anonymous access, HTTP Basic, and the Bearer token challenge
  * public registries use (WWW-Authenticate: Bearer realm=...,service=...,
- * scope=...), the token kept for the source's later requests.
+ * scope=...), the token kept for the source's later requests. Asked
+ * whether it would serve an image (authorize, for a cache hit: source.h),
+ * it is sent HEAD /v2/<repository>/manifests/<digest> through the same
+ * logins.
  *
  * Registries are spoken to over https, except one on loopback
  * (localhost, 127.0.0.0/8, [::1]), which is spoken to over http: a test
@@ -22,6 +25,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,9 +117,11 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud)
 	return len;
 }
 
-/* GET @p url; the body into @p r (see reply_t). @return 0 when the
- * transfer itself worked (whatever the status), TB_ERETRY otherwise. */
-static int get(const char *url, const char *auth, const char *accept, reply_t *r, tb_error_t *err)
+/* GET (HEAD with @p head) @p url; the body into @p r (see reply_t).
+ * @return 0 when the transfer itself worked (whatever the status),
+ * TB_ERETRY otherwise. */
+static int request(const char *url, int head, const char *auth, const char *accept, reply_t *r,
+		   tb_error_t *err)
 {
 	struct curl_slist *h = NULL;
 	CURL *c = curl_easy_init();
@@ -128,6 +134,8 @@ static int get(const char *url, const char *auth, const char *accept, reply_t *r
 	if (accept)
 		h = curl_slist_append(h, accept);
 	curl_easy_setopt(c, CURLOPT_URL, url);
+	if (head)
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
@@ -211,7 +219,7 @@ static int get_token(registry_t *g, const char *challenge, tb_error_t *err)
 		 esc_service ? esc_service : "", esc_scope ? esc_scope : "");
 	curl_free(esc_service);
 	curl_free(esc_scope);
-	if ((rc = get(url, g->basic, NULL, &r, err)) < 0)
+	if ((rc = request(url, 0, g->basic, NULL, &r, err)) < 0)
 		return rc;
 	if (r.status != 200)
 		return tb_error_set(err,
@@ -235,14 +243,16 @@ static int get_token(registry_t *g, const char *challenge, tb_error_t *err)
 	return 0;
 }
 
-static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest, tb_blob_t *b,
-			  char *ct, size_t ctlen, tb_error_t *err)
+/* GET (or HEAD, with @p head and no @p b) manifest or blob @p digest,
+ * with the source's login: Basic as given, or the token a Bearer
+ * challenge leads to. */
+static int ask(registry_t *g, const char *digest, int manifest, int head, tb_blob_t *b, char *ct,
+	       size_t ctlen, tb_error_t *err)
 {
 	static const char accept[] = "Accept: application/vnd.oci.image.index.v1+json, "
 				     "application/vnd.oci.image.manifest.v1+json, "
 				     "application/vnd.docker.distribution.manifest.list.v2+json, "
 				     "application/vnd.docker.distribution.manifest.v2+json";
-	registry_t *g = (registry_t *)s;
 	char url[800], auth[sizeof(g->bearer)];
 	int rc;
 
@@ -252,7 +262,7 @@ static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest
 		pthread_mutex_lock(&g->lock);
 		snprintf(auth, sizeof(auth), "%s", g->bearer[0] ? g->bearer : g->basic);
 		pthread_mutex_unlock(&g->lock);
-		if ((rc = get(url, auth, manifest ? accept : NULL, &r, err)) < 0)
+		if ((rc = request(url, head, auth, manifest ? accept : NULL, &r, err)) < 0)
 			return rc;
 		if (r.status == 200) {
 			if (ctlen)
@@ -272,7 +282,8 @@ static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest
 				return rc;
 			continue;
 		}
-		if (r.status == 401)
+		/* 403: a login the registry knows, without this repository */
+		if (r.status == 401 || r.status == 403)
 			return tb_error_set(
 			    err, TB_EPOISON, "registry %s refused %s: it wants a login%s",
 			    g->registry, g->repository,
@@ -288,6 +299,17 @@ static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest
 	}
 	return tb_error_set(err, TB_EPOISON, "registry %s: the token it gave does not pass",
 			    g->registry);
+}
+
+static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest, tb_blob_t *b,
+			  char *ct, size_t ctlen, tb_error_t *err)
+{
+	return ask((registry_t *)s, digest, manifest, 0, b, ct, ctlen, err);
+}
+
+static int registry_authorize(tb_image_source_t *s, const char *digest, tb_error_t *err)
+{
+	return ask((registry_t *)s, digest, 1, 1, NULL, NULL, 0, err);
 }
 
 static void registry_close(tb_image_source_t *s)
@@ -339,6 +361,24 @@ static int credentials(registry_t *g, const char *file, tb_error_t *err)
 	return 0;
 }
 
+/* Who asks (source.h): the registry, repository and login, hashed, so
+ * the login itself is kept nowhere else. */
+static void principal(registry_t *g)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned n = 0;
+	EVP_MD_CTX *x = EVP_MD_CTX_new();
+
+	if (x && EVP_DigestInit_ex(x, EVP_sha256(), NULL) &&
+	    EVP_DigestUpdate(x, g->registry, strlen(g->registry) + 1) &&
+	    EVP_DigestUpdate(x, g->repository, strlen(g->repository) + 1) &&
+	    EVP_DigestUpdate(x, g->basic, strlen(g->basic)) && EVP_DigestFinal_ex(x, md, &n))
+		tb_hex(g->base.principal, md, n);
+	else
+		g->base.principal[0] = '\0'; /* not remembered: asked every time */
+	EVP_MD_CTX_free(x);
+}
+
 int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const char *creds,
 		     unsigned stall_seconds, tb_error_t *err)
 {
@@ -351,6 +391,7 @@ int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const c
 	pthread_mutex_init(&g->lock, NULL);
 	g->stall = stall_seconds ? stall_seconds : 30;
 	g->base.fetch = registry_fetch;
+	g->base.authorize = registry_authorize;
 	g->base.close = registry_close;
 	snprintf(g->registry, sizeof(g->registry), "%s", ref->registry);
 	snprintf(g->repository, sizeof(g->repository), "%s", ref->repository);
@@ -364,6 +405,7 @@ int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const c
 		registry_close(&g->base);
 		return rc;
 	}
+	principal(g);
 	*out = &g->base;
 	return 0;
 }
