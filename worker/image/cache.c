@@ -189,6 +189,31 @@ void tb_image_cache_close(tb_image_cache_t *c)
 
 /* ---------------------------------------------------------- the record */
 
+/* What unpacking dropped or changed, as the record keeps it: so that a
+ * cache hit says it too. */
+static json_t *altered_json(const tb_unpack_altered_t *a)
+{
+	return json_pack("{s:I,s:I,s:I,s:s,s:s,s:s}", "devices", (json_int_t)a->devices, "setid",
+			 (json_int_t)a->setid, "ids", (json_int_t)a->ids, "device_path",
+			 a->device_path, "setid_path", a->setid_path, "ids_path", a->ids_path);
+}
+
+static void altered_read(json_t *o, tb_unpack_altered_t *a)
+{
+	const char *s;
+
+	memset(a, 0, sizeof(*a));
+	a->devices = (uint64_t)json_integer_value(json_object_get(o, "devices"));
+	a->setid = (uint64_t)json_integer_value(json_object_get(o, "setid"));
+	a->ids = (uint64_t)json_integer_value(json_object_get(o, "ids"));
+	if ((s = json_string_value(json_object_get(o, "device_path"))))
+		snprintf(a->device_path, sizeof(a->device_path), "%s", s);
+	if ((s = json_string_value(json_object_get(o, "setid_path"))))
+		snprintf(a->setid_path, sizeof(a->setid_path), "%s", s);
+	if ((s = json_string_value(json_object_get(o, "ids_path"))))
+		snprintf(a->ids_path, sizeof(a->ids_path), "%s", s);
+}
+
 /* The record of a complete tree: what tb_image_t says of it. */
 static int write_meta(tb_image_cache_t *c, const char *hex, const char *top,
 		      const tb_oci_manifest_t *m, const tb_image_t *img, tb_error_t *err)
@@ -209,6 +234,7 @@ static int write_meta(tb_image_cache_t *c, const char *hex, const char *top,
 		json_object_set_new(o, "workdir", json_string(img->config.workdir));
 	if (img->config.user)
 		json_object_set_new(o, "user", json_string(img->config.user));
+	json_object_set_new(o, "altered", altered_json(&img->altered));
 	snprintf(name, sizeof(name), "%s.json", hex);
 	snprintf(tmp, sizeof(tmp), ".%s.%d", name, (int)getpid());
 	char *text = json_dumps(o, JSON_COMPACT);
@@ -248,6 +274,7 @@ static int read_meta(tb_image_cache_t *c, const char *hex, tb_image_t *img)
 		return 0;
 	json_t *layers = json_object_get(o, "layers"), *env = json_object_get(o, "env");
 	img->bytes = (uint64_t)json_integer_value(json_object_get(o, "bytes"));
+	altered_read(json_object_get(o, "altered"), &img->altered);
 	img->layers.items = calloc(json_array_size(layers) + 1, sizeof(char *));
 	img->config.env = calloc(json_array_size(env) + 1, sizeof(char *));
 	json_array_foreach(layers, i, v) if (img->layers.items) img->layers.items[img->layers.n++] =
@@ -447,6 +474,25 @@ static int unpack_one(tb_image_cache_t *c, const tb_oci_manifest_t *m, size_t i,
 	return rc;
 }
 
+/* The worker's log says, once, when the image is made, what of its
+ * layers its tree does not keep as it was (the record and each task's
+ * manifest say it again: tb_image_t altered). */
+static void say_altered(const char *hex, const tb_unpack_altered_t *a)
+{
+	if (a->devices)
+		tb_warn(NULL, "image %.12s: %llu device nodes or sockets left out (first '%s')",
+			hex, (unsigned long long)a->devices, a->device_path);
+	if (a->setid)
+		tb_warn(NULL,
+			"image %.12s: %llu set-user-ID or set-group-ID bits dropped (first '%s')",
+			hex, (unsigned long long)a->setid, a->setid_path);
+	if (a->ids)
+		tb_warn(NULL,
+			"image %.12s: %llu entries owned by ids no sandbox maps, made nobody "
+			"(first '%s')",
+			hex, (unsigned long long)a->ids, a->ids_path);
+}
+
 /* Fetches the config and every layer, unpacks them in order as they
  * arrive into a temporary tree and renames it into trees/<hex>; the
  * record last. */
@@ -507,6 +553,8 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 		goto out;
 	tb_fault_point("image-unpacked"); /* complete, not yet in place */
 	img->bytes = st.bytes;
+	img->altered = st.altered;
+	say_altered(hex, &st.altered);
 	tb_remove_tree(c->trees, hex); /* a tree with no record: half made */
 	if (renameat(c->tmp, tmp, c->trees, hex) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "image cache: keeping the tree");

@@ -44,19 +44,22 @@
 #include "oci.h"
 #include "tb/codec.h"
 #include "tb/image_ref.h"
+#include "unpack.h"
 
 typedef struct tb_image_cache tb_image_cache_t;
 
 typedef struct tb_image {
-	char tree[4096];        /* the image's root on the host: mount it, never write */
-	char digest[72];        /* its manifest's, for this platform */
-	tb_strlist_t layers;    /* their digests, bottom first */
-	tb_oci_config_t config; /* Env, WorkingDir, User */
-	uint64_t bytes;         /* its files, unpacked */
-	int cached;             /* 1: it was ready; 0: made now */
-	uint64_t fetched;       /* bytes fetched now (0 when cached) */
-	uint64_t ms;            /* how long it took to make ready */
-	int lock;               /* held shared while in use */
+	char tree[4096];             /* the image's root on the host: mount it, never write */
+	char digest[72];             /* its manifest's, for this platform */
+	tb_strlist_t layers;         /* their digests, bottom first */
+	tb_oci_config_t config;      /* Env, WorkingDir, User */
+	uint64_t bytes;              /* its files, unpacked (declared sizes, holes included) */
+	tb_unpack_altered_t altered; /* what its layers had that its tree does not
+				      * keep as it was (from its record, cached or not) */
+	int cached;                  /* 1: it was ready; 0: made now */
+	uint64_t fetched;            /* bytes fetched now (0 when cached) */
+	uint64_t ms;                 /* how long it took to make ready */
+	int lock;                    /* held shared while in use */
 } tb_image_t;
 
 /**

@@ -255,6 +255,38 @@ static void test_image__a_layout_must_hold_a_cached_image_itself(void **state)
 	tb_image_cache_close(c);
 }
 
+/*
+ * What the layers had that the tree does not keep (a device left out,
+ * a set-user-ID bit dropped) is said when the image is made, and again
+ * from its record on a cache hit, by a worker that did not make it.
+ */
+static void test_image__what_its_layers_lost_is_said_on_a_hit_too(void **state)
+{
+	static const char *const odd[] = { "dev/", "c:dev/null", "u:bin/su=x", NULL };
+	const char *const *layers[] = { odd };
+	tb_image_cache_t *c;
+	tb_image_t img;
+	tb_error_t err;
+	char d[72];
+	(void)state;
+	oci_image(layout, layers, 1, NULL, d);
+	tb_image_ref_t r = ref_of(d);
+	for (int hit = 0; hit < 2; hit++) {
+		assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+		if (tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err) != 0)
+			fail_msg("%s", err.msg);
+		assert_int_equal(img.cached, hit);
+		assert_int_equal(img.altered.devices, 1);
+		assert_string_equal(img.altered.device_path, "dev/null");
+		assert_int_equal(img.altered.setid, 1);
+		assert_string_equal(img.altered.setid_path, "bin/su");
+		assert_int_equal(img.altered.ids, 0);
+		assert_string_equal(img.altered.ids_path, "");
+		tb_image_release(&img);
+		tb_image_cache_close(c);
+	}
+}
+
 static void test_image__eviction_spares_what_is_held(void **state)
 {
 	static const char *const a_files[] = { "a=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", NULL };
@@ -393,6 +425,8 @@ int main(void)
 		cmocka_unit_test_setup(test_image__two_slots_at_once_make_it_once, fresh_cache),
 		cmocka_unit_test_setup(test_image__what_a_crash_left_is_swept, fresh_cache),
 		cmocka_unit_test_setup(test_image__a_layout_must_hold_a_cached_image_itself,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_image__what_its_layers_lost_is_said_on_a_hit_too,
 				       fresh_cache),
 	};
 	if (geteuid() != 0) {
