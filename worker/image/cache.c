@@ -47,6 +47,7 @@ struct tb_image_cache {
 	int root, blobs, trees, tmp, locks;
 	uint64_t max;
 	atomic_uint stall_seconds; /* a registry's (tb_image_cache_set_stall) */
+	atomic_int stopping;       /* tb_image_cache_interrupt: no more fetching */
 	/* what the last trim found (tb_image_cache_usage): counted there, not
 	 * by every reader, since counting lists every image and blob */
 	atomic_uint_fast64_t images, bytes;
@@ -312,6 +313,8 @@ static int ensure_blob(tb_image_cache_t *c, tb_image_source_t *src, const char *
 	if ((lock = lock_at(c->locks, name, LOCK_EX)) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "image cache: the lock of %.20s", name);
 	for (int attempt = 0; attempt < 3 && !tb_blob_have(c->blobs, digest); attempt++) {
+		if (attempt && atomic_load(&c->stopping))
+			break; /* rc: the failure the interruption caused */
 		if (attempt)
 			usleep(500000u << attempt); /* 1 s, then 2 s */
 		if ((rc = tb_blob_begin(&b, c->blobs, digest, size, max, err)) < 0)
@@ -659,7 +662,8 @@ static int open_source(tb_image_cache_t *c, const tb_image_ref_t *ref, const cha
 {
 	if (ref->layout)
 		return tb_layout_open(out, ref, err);
-	return tb_registry_open(out, ref, credentials, atomic_load(&c->stall_seconds), err);
+	return tb_registry_open(out, ref, credentials, atomic_load(&c->stall_seconds), &c->stopping,
+				err);
 }
 
 int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_unpacked,
@@ -883,6 +887,12 @@ void tb_image_cache_usage(tb_image_cache_t *c, uint64_t *images, uint64_t *bytes
 void tb_image_cache_set_stall(tb_image_cache_t *c, unsigned seconds)
 {
 	atomic_store(&c->stall_seconds, seconds ? seconds : 30);
+}
+
+void tb_image_cache_interrupt(tb_image_cache_t *c)
+{
+	if (c)
+		atomic_store(&c->stopping, 1);
 }
 
 void tb_image_cache_set_authorization_ms(tb_image_cache_t *c, uint64_t ms)

@@ -76,6 +76,15 @@ void tb_image_cache_close(tb_image_cache_t *c);
  * up on (the config's image_stall_seconds; 30 until set). */
 void tb_image_cache_set_stall(tb_image_cache_t *c, unsigned seconds);
 
+/** Ends every registry transfer under way, within about a second, and
+ * every later one at once: tb_image_get() then fails with TB_ERETRY ("the
+ * worker stops"), not tried again, wherever it would ask a registry (an
+ * image from a layout, or one whose authorization is remembered, is still
+ * served).
+ * For a worker that stops: a stalled pull must not hold its drain. Safe
+ * from any thread; for good (the cache is closed next). NULL is a no-op. */
+void tb_image_cache_interrupt(tb_image_cache_t *c);
+
 /** How long a registry's yes to one asker for one image is remembered
  * (60000 until set; 0: asked on every cache hit). */
 void tb_image_cache_set_authorization_ms(tb_image_cache_t *c, uint64_t ms);

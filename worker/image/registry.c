@@ -16,7 +16,10 @@
  * a second for the worker's image_stall_seconds) is given up on, and one that sends more than a blob's
  * descriptor says is cut off (blob.h): both are the platform's failure,
  * tried again later; a registry that has no such image, or refuses it, is
- * the image's (poison).
+ * the image's (poison). A worker that stops ends every transfer under way
+ * (a progress callback sees its flag, curl calling it at least about
+ * once a second even while nothing arrives): a stalled pull does not
+ * hold the worker's drain.
  */
 #include "source.h"
 
@@ -37,10 +40,11 @@
 
 typedef struct registry {
 	tb_image_source_t base;
-	char url[600];      /* scheme://host[:port]/v2/<repository> */
-	char base_url[300]; /* scheme://host[:port]/ */
-	char registry[256]; /* host[:port], as named */
-	long stall;         /* seconds under a byte a second: given up on */
+	char url[600];          /* scheme://host[:port]/v2/<repository> */
+	char base_url[300];     /* scheme://host[:port]/ */
+	char registry[256];     /* host[:port], as named */
+	long stall;             /* seconds under a byte a second: given up on */
+	const atomic_int *stop; /* set: the worker stops, every transfer ends */
 	char repository[256];
 	char basic[900]; /* "Authorization: Basic ...", "" without credentials */
 	pthread_mutex_t lock;
@@ -50,7 +54,8 @@ typedef struct registry {
 /* One response: its status, content type and challenge, and where its
  * body goes (the blob on a 200, a small buffer otherwise). */
 typedef struct reply {
-	long stall; /* seconds under a byte a second: given up on */
+	long stall;             /* seconds under a byte a second: given up on */
+	const atomic_int *stop; /* the source's (may be NULL) */
 	long status;
 	char where[600]; /* the URL that answered (after redirects) */
 	char type[160];
@@ -117,6 +122,15 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud)
 	return len;
 }
 
+/* curl's progress callback: non-zero ends the transfer. */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		       curl_off_t ulnow)
+{
+	const reply_t *r = ud;
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	return r->stop && atomic_load(r->stop);
+}
+
 /* GET (HEAD with @p head) @p url; the body into @p r (see reply_t).
  * @return 0 when the transfer itself worked (whatever the status),
  * TB_ERETRY otherwise. */
@@ -150,7 +164,10 @@ static int request(const char *url, int head, const char *auth, const char *acce
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "taskbox");
-	cc = curl_easy_perform(c);
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
+	cc = r->stop && atomic_load(r->stop) ? CURLE_ABORTED_BY_CALLBACK : curl_easy_perform(c);
 	char *eff = NULL;
 	if (curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &eff) == CURLE_OK && eff)
 		snprintf(r->where, sizeof(r->where), "%s", eff);
@@ -158,6 +175,9 @@ static int request(const char *url, int head, const char *auth, const char *acce
 	curl_slist_free_all(h);
 	if (r->blob_rc < 0)
 		return r->blob_rc; /* the blob said why */
+	if (cc == CURLE_ABORTED_BY_CALLBACK)
+		return tb_error_set(err, TB_ERETRY, "registry: %s: given up on, the worker stops",
+				    url);
 	if (cc == CURLE_OPERATION_TIMEDOUT)
 		return tb_error_set(err, TB_ERETRY,
 				    "registry: %s: stalled, under a byte a second for %ld s "
@@ -196,7 +216,7 @@ static int get_token(registry_t *g, const char *challenge, tb_error_t *err)
 {
 	char realm[512], service[256] = "", scope[512] = "", url[2048];
 	char *esc_service = NULL, *esc_scope = NULL;
-	reply_t r = { .err = err, .stall = g->stall };
+	reply_t r = { .err = err, .stall = g->stall, .stop = g->stop };
 	int rc;
 
 	/* the login goes to the realm only over https (or to loopback) */
@@ -258,7 +278,7 @@ static int ask(registry_t *g, const char *digest, int manifest, int head, tb_blo
 
 	snprintf(url, sizeof(url), "%s/%s/%s", g->url, manifest ? "manifests" : "blobs", digest);
 	for (int round = 0; round < 2; round++) {
-		reply_t r = { .blob = b, .err = err, .stall = g->stall };
+		reply_t r = { .blob = b, .err = err, .stall = g->stall, .stop = g->stop };
 		pthread_mutex_lock(&g->lock);
 		snprintf(auth, sizeof(auth), "%s", g->bearer[0] ? g->bearer : g->basic);
 		pthread_mutex_unlock(&g->lock);
@@ -380,7 +400,7 @@ static void principal(registry_t *g)
 }
 
 int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const char *creds,
-		     unsigned stall_seconds, tb_error_t *err)
+		     unsigned stall_seconds, const atomic_int *stop, tb_error_t *err)
 {
 	registry_t *g = calloc(1, sizeof(*g));
 	int rc;
@@ -390,6 +410,7 @@ int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const c
 	pthread_once(&curl_once, curl_init_once);
 	pthread_mutex_init(&g->lock, NULL);
 	g->stall = stall_seconds ? stall_seconds : 30;
+	g->stop = stop;
 	g->base.fetch = registry_fetch;
 	g->base.authorize = registry_authorize;
 	g->base.close = registry_close;

@@ -12,6 +12,8 @@
 #include "blob.h"
 #include "tb/image_ref.h"
 
+#include <stdatomic.h>
+
 typedef struct tb_image_source tb_image_source_t;
 
 struct tb_image_source {
@@ -47,10 +49,12 @@ struct tb_image_source {
 
 /** The registry @p ref names; @p credentials: a docker config.json whose
  * "auths" may hold its login (NULL: anonymous); a response that sends
- * under one byte a second for @p stall_seconds is given up on (TB_ERETRY).
- * @return 0; TB_EIO when the credentials file cannot be read. */
+ * under one byte a second for @p stall_seconds is given up on (TB_ERETRY),
+ * and so is every transfer, within about a second, once *@p stop is set
+ * (TB_ERETRY, "the worker stops"; @p stop may be NULL, and outlives the
+ * source). @return 0; TB_EIO when the credentials file cannot be read. */
 int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const char *credentials,
-		     unsigned stall_seconds, tb_error_t *err);
+		     unsigned stall_seconds, const atomic_int *stop, tb_error_t *err);
 
 /** An OCI image layout at @p ref's path (ref->layout). @return 0;
  * TB_ENOTFOUND when the path holds no layout (no oci-layout file). */

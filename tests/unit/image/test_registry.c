@@ -9,7 +9,8 @@
  * stalls, a decompression bomb; a second image
  * sharing all but its top layer fetches only that layer; a cached image
  * served only to a runtime whose own login the registry takes (asked with
- * a HEAD, the answer remembered a while). As root (the tree keeps the
+ * a HEAD, the answer remembered a while); a stalled pull interrupted by a
+ * worker that stops. As root (the tree keeps the
  * layers' owners); skips otherwise.
  */
 #include "image.h"
@@ -20,6 +21,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -526,6 +529,67 @@ static void test_registry__a_registrys_yes_is_remembered_a_while(void **state)
 	tb_image_release(&img);
 	tb_image_cache_close(c);
 }
+/* One tb_image_get in a thread of its own, timed. */
+typedef struct pull_job {
+	tb_image_cache_t *c;
+	const char *digest;
+	int rc;
+	tb_error_t err;
+	tb_image_t img;
+} pull_job_t;
+
+static void *pull_thread(void *arg)
+{
+	pull_job_t *j = arg;
+	j->rc = get(j->c, j->digest, NULL, &j->img, &j->err);
+	return NULL;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * A worker that stops interrupts a pull stalled in the middle of a layer
+ * (the registry silent, far from image_stall_seconds): it ends within
+ * about a second as the platform's failure, not tried again, and the
+ * next pull of this cache fails at once too.
+ */
+static void test_registry__a_stalled_pull_ends_when_the_worker_stops(void **state)
+{
+	static const char *const lone[] = { "etc/lone=1", NULL };
+	const char *const *layers[] = { lone };
+	pull_job_t j = { 0 };
+	pthread_t t;
+	char d[72], layer[80];
+	(void)state;
+	fake.auth = OPEN;
+	oci_image(layout, layers, 1, NULL, d);
+	first_layer(d, layer);
+	snprintf(fake.stall, sizeof(fake.stall), "%s", layer);
+	assert_int_equal(tb_image_cache_open(&j.c, cache_dir, 1 << 30, &j.err), 0);
+	tb_image_cache_set_stall(j.c, 30);
+	j.digest = d;
+	assert_int_equal(pthread_create(&t, NULL, pull_thread, &j), 0);
+	usleep(700000); /* the layer's first byte, then silence */
+	uint64_t t0 = now_ms();
+	tb_image_cache_interrupt(j.c);
+	pthread_join(t, NULL);
+	uint64_t took = now_ms() - t0;
+	printf("  interrupted: ended %llu ms later\n", (unsigned long long)took);
+	assert_int_equal(j.rc, TB_ERETRY);
+	if (!strstr(j.err.msg, "the worker stops"))
+		fail_msg("an interrupted pull said: %s", j.err.msg);
+	assert_true(took < 2500);
+	fake.stall[0] = '\0';
+	t0 = now_ms();
+	assert_int_equal(get(j.c, d, NULL, &j.img, &j.err), TB_ERETRY);
+	assert_true(now_ms() - t0 < 1000);
+	tb_image_cache_close(j.c);
+}
 
 static int fresh_cache(void **state)
 {
@@ -585,6 +649,8 @@ int main(void)
 		cmocka_unit_test_setup(test_registry__a_cached_image_asks_for_each_runtimes_login,
 				       fresh_cache),
 		cmocka_unit_test_setup(test_registry__a_registrys_yes_is_remembered_a_while,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_registry__a_stalled_pull_ends_when_the_worker_stops,
 				       fresh_cache),
 	};
 	if (geteuid() != 0) {
