@@ -110,6 +110,46 @@ static const tb_schema_t phase_schema = {
 	.nfields = 3,
 };
 
+/* A name only with its count: the count says how many, the name which
+ * was first, and a name alone would say one of nothing. */
+static int altered_check(const void *obj, tb_error_t *err)
+{
+	const tb_environment_altered_t *a = obj;
+	const char *const names[] = { "device_path", "setid_path", "ids_path" };
+	const char *const paths[] = { a->device_path, a->setid_path, a->ids_path };
+
+	for (int i = 0; i < 3; i++)
+		if (paths[i] && !((a->has >> i) & 1u))
+			return tb_error_set(err, TB_EINVAL, "field '%s': only with its count",
+					    names[i]);
+	return 0;
+}
+
+/* clang-format off */
+static const tb_field_t altered_fields[] = {
+	{.name = "devices", .type = TB_FT_U64,
+	 .offset = offsetof(tb_environment_altered_t, devices), .min = 1, .max = UINT64_MAX},
+	{.name = "setid", .type = TB_FT_U64,
+	 .offset = offsetof(tb_environment_altered_t, setid), .min = 1, .max = UINT64_MAX},
+	{.name = "ids", .type = TB_FT_U64,
+	 .offset = offsetof(tb_environment_altered_t, ids), .min = 1, .max = UINT64_MAX},
+	{.name = "device_path", .type = TB_FT_STR,
+	 .offset = offsetof(tb_environment_altered_t, device_path), .min = 1, .max = 255},
+	{.name = "setid_path", .type = TB_FT_STR,
+	 .offset = offsetof(tb_environment_altered_t, setid_path), .min = 1, .max = 255},
+	{.name = "ids_path", .type = TB_FT_STR,
+	 .offset = offsetof(tb_environment_altered_t, ids_path), .min = 1, .max = 255},
+};
+/* clang-format on */
+static const tb_schema_t altered_schema = {
+	.name = "altered",
+	.size = sizeof(tb_environment_altered_t),
+	.has_offset = offsetof(tb_environment_altered_t, has),
+	.fields = altered_fields,
+	.nfields = sizeof(altered_fields) / sizeof(altered_fields[0]),
+	.check = altered_check,
+};
+
 /* clang-format off */
 static const tb_field_t environment_fields[] = {
 	{.name = "image", .type = TB_FT_STR, .flags = TB_FF_REQUIRED,
@@ -121,13 +161,15 @@ static const tb_field_t environment_fields[] = {
 	{.name = "layers", .type = TB_FT_STRLIST, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_environment_ran_t, layers), .max = 256, .item_max = 71,
 	 .check = tb_check_digest},
+	{.name = "altered", .type = TB_FT_OBJ,
+	 .offset = offsetof(tb_environment_ran_t, altered), .sub = &altered_schema},
 };
 /* clang-format on */
 static const tb_schema_t environment_schema = {
 	.name = "environment",
 	.size = sizeof(tb_environment_ran_t),
 	.fields = environment_fields,
-	.nfields = 3,
+	.nfields = sizeof(environment_fields) / sizeof(environment_fields[0]),
 };
 
 /* clang-format off */

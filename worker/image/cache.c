@@ -2,7 +2,8 @@
  * cache.c: images made ready and kept (image.h): the order of the work
  * (manifest, config, layers, unpacking, the tree renamed into place, its
  * record written last), the locks that let slots and workers share it,
- * and eviction.
+ * the authorization a cache hit needs (each asker's own, remembered a
+ * short while), and eviction.
  */
 #include "image.h"
 
@@ -31,15 +32,28 @@
 #define MAX_ENTRIES 1000000 /* an image's files, at most */
 #define META_MAX (1u << 20)
 #define TRIM_LOCK ".trim" /* shared while an image is made; eviction takes it alone */
+#define AUTH_SLOTS 512    /* authorizations remembered, at most */
+#define AUTH_TTL_MS 60000 /* ... each for this long (image.h) */
+
+/* A registry's yes to one asker (source.h, principal) for one image. */
+typedef struct auth_memo {
+	char principal[65];
+	char digest[72];
+	uint64_t until; /* tb_mono_ms(); 0: a free slot */
+} auth_memo_t;
 
 struct tb_image_cache {
 	char path[4096]; /* <cache_dir>/images */
 	int root, blobs, trees, tmp, locks;
 	uint64_t max;
 	atomic_uint stall_seconds; /* a registry's (tb_image_cache_set_stall) */
+	atomic_int stopping;       /* tb_image_cache_interrupt: no more fetching */
 	/* what the last trim found (tb_image_cache_usage): counted there, not
 	 * by every reader, since counting lists every image and blob */
 	atomic_uint_fast64_t images, bytes;
+	pthread_mutex_t auth_lock;
+	auth_memo_t auth[AUTH_SLOTS];
+	atomic_uint_fast64_t auth_ttl_ms;
 };
 
 static atomic_uint tmp_counter;
@@ -139,6 +153,8 @@ int tb_image_cache_open(tb_image_cache_t **out, const char *cache_dir, uint64_t 
 	c->root = c->blobs = c->trees = c->tmp = c->locks = -1;
 	c->max = max_bytes;
 	atomic_init(&c->stall_seconds, 30);
+	atomic_init(&c->auth_ttl_ms, AUTH_TTL_MS);
+	pthread_mutex_init(&c->auth_lock, NULL);
 	snprintf(c->path, sizeof(c->path), "%s/images", cache_dir);
 	if (tb_mkdir_parents(c->path) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "image cache: cannot make %s", cache_dir);
@@ -168,10 +184,36 @@ void tb_image_cache_close(tb_image_cache_t *c)
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
+	pthread_mutex_destroy(&c->auth_lock);
 	free(c);
 }
 
 /* ---------------------------------------------------------- the record */
+
+/* What unpacking dropped or changed, as the record keeps it: so that a
+ * cache hit says it too. */
+static json_t *altered_json(const tb_unpack_altered_t *a)
+{
+	return json_pack("{s:I,s:I,s:I,s:s,s:s,s:s}", "devices", (json_int_t)a->devices, "setid",
+			 (json_int_t)a->setid, "ids", (json_int_t)a->ids, "device_path",
+			 a->device_path, "setid_path", a->setid_path, "ids_path", a->ids_path);
+}
+
+static void altered_read(json_t *o, tb_unpack_altered_t *a)
+{
+	const char *s;
+
+	memset(a, 0, sizeof(*a));
+	a->devices = (uint64_t)json_integer_value(json_object_get(o, "devices"));
+	a->setid = (uint64_t)json_integer_value(json_object_get(o, "setid"));
+	a->ids = (uint64_t)json_integer_value(json_object_get(o, "ids"));
+	if ((s = json_string_value(json_object_get(o, "device_path"))))
+		snprintf(a->device_path, sizeof(a->device_path), "%s", s);
+	if ((s = json_string_value(json_object_get(o, "setid_path"))))
+		snprintf(a->setid_path, sizeof(a->setid_path), "%s", s);
+	if ((s = json_string_value(json_object_get(o, "ids_path"))))
+		snprintf(a->ids_path, sizeof(a->ids_path), "%s", s);
+}
 
 /* The record of a complete tree: what tb_image_t says of it. */
 static int write_meta(tb_image_cache_t *c, const char *hex, const char *top,
@@ -193,6 +235,7 @@ static int write_meta(tb_image_cache_t *c, const char *hex, const char *top,
 		json_object_set_new(o, "workdir", json_string(img->config.workdir));
 	if (img->config.user)
 		json_object_set_new(o, "user", json_string(img->config.user));
+	json_object_set_new(o, "altered", altered_json(&img->altered));
 	snprintf(name, sizeof(name), "%s.json", hex);
 	snprintf(tmp, sizeof(tmp), ".%s.%d", name, (int)getpid());
 	char *text = json_dumps(o, JSON_COMPACT);
@@ -232,6 +275,7 @@ static int read_meta(tb_image_cache_t *c, const char *hex, tb_image_t *img)
 		return 0;
 	json_t *layers = json_object_get(o, "layers"), *env = json_object_get(o, "env");
 	img->bytes = (uint64_t)json_integer_value(json_object_get(o, "bytes"));
+	altered_read(json_object_get(o, "altered"), &img->altered);
 	img->layers.items = calloc(json_array_size(layers) + 1, sizeof(char *));
 	img->config.env = calloc(json_array_size(env) + 1, sizeof(char *));
 	json_array_foreach(layers, i, v) if (img->layers.items) img->layers.items[img->layers.n++] =
@@ -251,10 +295,11 @@ static int read_meta(tb_image_cache_t *c, const char *hex, tb_image_t *img)
 /* Blob @p digest into the cache (unless there), checked; fetched by one
  * slot or worker at a time (the others wait, then find it), and tried
  * again twice, after a pause, when the source failed. A manifest's
- * content type (the source's, if it says one) into @p ct. */
+ * content type (the source's, if it says one) into @p ct; whether this
+ * call's source gave the bytes kept into *@p served (may be NULL). */
 static int ensure_blob(tb_image_cache_t *c, tb_image_source_t *src, const char *digest,
 		       uint64_t size, uint64_t max, int manifest, char *ct, size_t ctlen,
-		       atomic_uint_fast64_t *fetched, tb_error_t *err)
+		       atomic_uint_fast64_t *fetched, int *served, tb_error_t *err)
 {
 	char name[80];
 	tb_blob_t b;
@@ -268,12 +313,15 @@ static int ensure_blob(tb_image_cache_t *c, tb_image_source_t *src, const char *
 	if ((lock = lock_at(c->locks, name, LOCK_EX)) < 0)
 		return tb_error_errno(err, TB_EIO, errno, "image cache: the lock of %.20s", name);
 	for (int attempt = 0; attempt < 3 && !tb_blob_have(c->blobs, digest); attempt++) {
+		if (attempt && atomic_load(&c->stopping))
+			break; /* rc: the failure the interruption caused */
 		if (attempt)
 			usleep(500000u << attempt); /* 1 s, then 2 s */
 		if ((rc = tb_blob_begin(&b, c->blobs, digest, size, max, err)) < 0)
 			break;
-		if ((rc = src->fetch(src, digest, manifest, &b, ct, ctlen, err)) == 0)
-			rc = tb_blob_commit(&b, err);
+		if ((rc = src->fetch(src, digest, manifest, &b, ct, ctlen, err)) == 0 &&
+		    (rc = tb_blob_commit(&b, err)) == 0 && served)
+			*served = 1;
 		atomic_fetch_add(fetched, b.n);
 		tb_blob_abort(&b);
 		if (rc != TB_ERETRY)
@@ -312,7 +360,7 @@ static void *fetcher(void *arg)
 	while ((i = atomic_fetch_add(&j->next, 1)) < j->m->nlayers) {
 		const tb_oci_desc_t *d = &j->m->layers[i];
 		int rc = ensure_blob(j->c, j->src, d->digest, d->size, d->size, 0, NULL, 0,
-				     &j->fetched, &err);
+				     &j->fetched, NULL, &err);
 		pthread_mutex_lock(&j->lock);
 		if (rc < 0 && j->rc == 0) {
 			j->rc = rc;
@@ -373,9 +421,12 @@ static int fetch_finish(fetch_job_t *j, uint64_t *fetched, tb_error_t *err)
 	return j->rc;
 }
 
-/* The image's manifest for this platform: through its index if it has one. */
+/* The image's manifest for this platform: through its index if it has
+ * one. *@p served: whether @p src gave the reference's own manifest (or
+ * index) now, rather than the cache having it. */
 static int find_manifest(tb_image_cache_t *c, tb_image_source_t *src, const tb_image_ref_t *ref,
-			 tb_oci_manifest_t *m, char *digest, uint64_t *fetched, tb_error_t *err)
+			 tb_oci_manifest_t *m, char *digest, uint64_t *fetched, int *served,
+			 tb_error_t *err)
 {
 	char ct[160], *doc = NULL;
 	tb_oci_kind_t kind;
@@ -386,7 +437,8 @@ static int find_manifest(tb_image_cache_t *c, tb_image_source_t *src, const tb_i
 	snprintf(digest, 72, "%s", ref->digest);
 	for (int depth = 0; depth < 2; depth++) {
 		atomic_uint_fast64_t got = 0;
-		rc = ensure_blob(c, src, digest, 0, TB_OCI_DOC_MAX, 1, ct, sizeof(ct), &got, err);
+		rc = ensure_blob(c, src, digest, 0, TB_OCI_DOC_MAX, 1, ct, sizeof(ct), &got,
+				 depth ? NULL : served, err);
 		*fetched += atomic_load(&got);
 		if (rc < 0 ||
 		    (rc = tb_blob_read(c->blobs, digest, TB_OCI_DOC_MAX, &doc, &len, err)) < 0 ||
@@ -425,6 +477,25 @@ static int unpack_one(tb_image_cache_t *c, const tb_oci_manifest_t *m, size_t i,
 	return rc;
 }
 
+/* The worker's log says, once, when the image is made, what of its
+ * layers its tree does not keep as it was (the record and each task's
+ * manifest say it again: tb_image_t altered). */
+static void say_altered(const char *hex, const tb_unpack_altered_t *a)
+{
+	if (a->devices)
+		tb_warn(NULL, "image %.12s: %llu device nodes or sockets left out (first '%s')",
+			hex, (unsigned long long)a->devices, a->device_path);
+	if (a->setid)
+		tb_warn(NULL,
+			"image %.12s: %llu set-user-ID or set-group-ID bits dropped (first '%s')",
+			hex, (unsigned long long)a->setid, a->setid_path);
+	if (a->ids)
+		tb_warn(NULL,
+			"image %.12s: %llu entries owned by ids no sandbox maps, made nobody "
+			"(first '%s')",
+			hex, (unsigned long long)a->ids, a->ids_path);
+}
+
 /* Fetches the config and every layer, unpacks them in order as they
  * arrive into a temporary tree and renames it into trees/<hex>; the
  * record last. */
@@ -448,7 +519,7 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 	}
 	atomic_uint_fast64_t got = 0;
 	rc = ensure_blob(c, src, m->config.digest, m->config.size, TB_OCI_DOC_MAX, 0, NULL, 0, &got,
-			 err);
+			 NULL, err);
 	img->fetched += atomic_load(&got);
 	if (rc < 0 ||
 	    (rc = tb_blob_read(c->blobs, m->config.digest, TB_OCI_DOC_MAX, &doc, &len, err)) < 0 ||
@@ -485,6 +556,8 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 		goto out;
 	tb_fault_point("image-unpacked"); /* complete, not yet in place */
 	img->bytes = st.bytes;
+	img->altered = st.altered;
+	say_altered(hex, &st.altered);
 	tb_remove_tree(c->trees, hex); /* a tree with no record: half made */
 	if (renameat(c->tmp, tmp, c->trees, hex) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "image cache: keeping the tree");
@@ -504,6 +577,75 @@ out:
 	return rc;
 }
 
+/* ------------------------------------------------------ authorization */
+
+/* Whether @p principal was let have @p digest by its source lately. */
+static int auth_remembered(tb_image_cache_t *c, const char *principal, const char *digest)
+{
+	uint64_t now = tb_mono_ms();
+	int yes = 0;
+
+	pthread_mutex_lock(&c->auth_lock);
+	for (size_t i = 0; i < AUTH_SLOTS && !yes; i++)
+		yes = c->auth[i].until > now && !strcmp(c->auth[i].principal, principal) &&
+		      !strcmp(c->auth[i].digest, digest);
+	pthread_mutex_unlock(&c->auth_lock);
+	return yes;
+}
+
+/* Remembers that @p principal was let have @p digest: in its own slot,
+ * else a free or lapsed one, else the one that lapses first. */
+static void auth_remember(tb_image_cache_t *c, const char *principal, const char *digest)
+{
+	uint64_t now = tb_mono_ms(), ttl = atomic_load(&c->auth_ttl_ms);
+	size_t pick = 0;
+
+	if (!principal[0] || !ttl)
+		return; /* a source asked every time (a layout) */
+	pthread_mutex_lock(&c->auth_lock);
+	for (size_t i = 0; i < AUTH_SLOTS; i++) {
+		auth_memo_t *a = &c->auth[i];
+		if (!strcmp(a->principal, principal) && !strcmp(a->digest, digest)) {
+			pick = i;
+			break;
+		}
+		if (a->until < c->auth[pick].until)
+			pick = i;
+	}
+	snprintf(c->auth[pick].principal, sizeof(c->auth[pick].principal), "%s", principal);
+	snprintf(c->auth[pick].digest, sizeof(c->auth[pick].digest), "%s", digest);
+	c->auth[pick].until = now + ttl;
+	pthread_mutex_unlock(&c->auth_lock);
+}
+
+/*
+ * Whether the image @p ref names may be served to whoever opened @p src,
+ * @p served by it in this call, or the cache having it from somebody
+ * else (or from this asker, earlier): the cache is the host's, a
+ * registry's login is each runtime's. Asked of
+ * the source (a registry: a HEAD with these credentials; a layout: it
+ * holds the manifest), or remembered from its answer for the cache's
+ * authorization time.
+ */
+static int authorize(tb_image_cache_t *c, tb_image_source_t *src, const tb_image_ref_t *ref,
+		     int served, tb_error_t *err)
+{
+	int rc;
+
+	if (served) { /* the source gave it in this call, to this asker */
+		auth_remember(c, src->principal, ref->digest);
+		return 0;
+	}
+	if (src->principal[0] && auth_remembered(c, src->principal, ref->digest))
+		return 0;
+	/* the source's own words: a refusal reads the same whether or not
+	 * the cache had the image (which is nobody else's business) */
+	if ((rc = src->authorize(src, ref->digest, err)) < 0)
+		return rc;
+	auth_remember(c, src->principal, ref->digest);
+	return 0;
+}
+
 /* What a failure means for the task: the image's own fault is poison
  * (it will never work), a source or cache failure is the platform's. */
 static int classify(int rc, tb_error_t *err)
@@ -514,26 +656,35 @@ static int classify(int rc, tb_error_t *err)
 	return rc;
 }
 
+/* Where @p ref's blobs come from, for this asker. */
+static int open_source(tb_image_cache_t *c, const tb_image_ref_t *ref, const char *credentials,
+		       tb_image_source_t **out, tb_error_t *err)
+{
+	if (ref->layout)
+		return tb_layout_open(out, ref, err);
+	return tb_registry_open(out, ref, credentials, atomic_load(&c->stall_seconds), &c->stopping,
+				err);
+}
+
 int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_unpacked,
 		 const char *credentials, tb_image_t *out, tb_error_t *err)
 {
 	tb_image_source_t *src = NULL;
 	tb_oci_manifest_t *m = malloc(sizeof(*m));
 	uint64_t t0 = tb_mono_ms();
-	int rc, building = -1;
+	int rc, building = -1, served = 0;
 
 	memset(out, 0, sizeof(*out));
 	out->lock = -1;
 	if (!m)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	rc = ref->layout
-		 ? tb_layout_open(&src, ref, err)
-		 : tb_registry_open(&src, ref, credentials, atomic_load(&c->stall_seconds), err);
+	rc = open_source(c, ref, credentials, &src, err);
 	/* shared while anything is made: eviction waits for no blob in use */
 	if (rc == 0 && (building = lock_at(c->locks, TRIM_LOCK, LOCK_SH)) < 0)
 		rc = tb_error_errno(err, TB_EIO, errno, "image cache: its lock");
-	if (rc == 0)
-		rc = find_manifest(c, src, ref, m, out->digest, &out->fetched, err);
+	if (rc == 0 &&
+	    (rc = find_manifest(c, src, ref, m, out->digest, &out->fetched, &served, err)) == 0)
+		rc = authorize(c, src, ref, served, err);
 	const char *hex = out->digest + 7;
 	if (rc == 0 && (out->lock = lock_at(c->locks, hex, LOCK_SH)) < 0)
 		rc = tb_error_errno(err, TB_EIO, errno, "image cache: the lock of %.20s", hex);
@@ -736,6 +887,17 @@ void tb_image_cache_usage(tb_image_cache_t *c, uint64_t *images, uint64_t *bytes
 void tb_image_cache_set_stall(tb_image_cache_t *c, unsigned seconds)
 {
 	atomic_store(&c->stall_seconds, seconds ? seconds : 30);
+}
+
+void tb_image_cache_interrupt(tb_image_cache_t *c)
+{
+	if (c)
+		atomic_store(&c->stopping, 1);
+}
+
+void tb_image_cache_set_authorization_ms(tb_image_cache_t *c, uint64_t ms)
+{
+	atomic_store(&c->auth_ttl_ms, ms);
 }
 
 void tb_image_release(tb_image_t *img)

@@ -21,6 +21,22 @@
  * the remaining images names. The directories are the worker's alone
  * (mode 0700): an image's files keep their owners and modes, and no
  * host user may reach them.
+ *
+ * The cache is shared by every runtime on the host; the right to an
+ * image is not. An image is served from the cache only after the source
+ * the asker names, with the asker's own credentials, let it have that
+ * digest: by serving the reference's manifest (or index) in this call,
+ * or, when the cache had it, by answering a HEAD on
+ * /v2/<repository>/manifests/<digest> with 200 (the same Basic login or
+ * Bearer token a pull would use). A layout is asked to hold that
+ * manifest itself, with the digest's bytes. A registry's yes is
+ * remembered in memory for 60 s, per (hash of the asker's credentials
+ * for that registry, or none; registry; repository; digest), up to 512
+ * of them: a login revoked at the registry still serves a cached image
+ * for up to that long. A cache hit proves no more than that: the blobs
+ * under the manifest are the cache's, checked against their digests
+ * when they were fetched (by whichever asker fetched them), not fetched
+ * again.
  */
 #ifndef TB_IMAGE_H
 #define TB_IMAGE_H
@@ -28,19 +44,22 @@
 #include "oci.h"
 #include "tb/codec.h"
 #include "tb/image_ref.h"
+#include "unpack.h"
 
 typedef struct tb_image_cache tb_image_cache_t;
 
 typedef struct tb_image {
-	char tree[4096];        /* the image's root on the host: mount it, never write */
-	char digest[72];        /* its manifest's, for this platform */
-	tb_strlist_t layers;    /* their digests, bottom first */
-	tb_oci_config_t config; /* Env, WorkingDir, User */
-	uint64_t bytes;         /* its files, unpacked */
-	int cached;             /* 1: it was ready; 0: made now */
-	uint64_t fetched;       /* bytes fetched now (0 when cached) */
-	uint64_t ms;            /* how long it took to make ready */
-	int lock;               /* held shared while in use */
+	char tree[4096];             /* the image's root on the host: mount it, never write */
+	char digest[72];             /* its manifest's, for this platform */
+	tb_strlist_t layers;         /* their digests, bottom first */
+	tb_oci_config_t config;      /* Env, WorkingDir, User */
+	uint64_t bytes;              /* its files, unpacked (declared sizes, holes included) */
+	tb_unpack_altered_t altered; /* what its layers had that its tree does not
+				      * keep as it was (from its record, cached or not) */
+	int cached;                  /* 1: it was ready; 0: made now */
+	uint64_t fetched;            /* bytes fetched now (0 when cached) */
+	uint64_t ms;                 /* how long it took to make ready */
+	int lock;                    /* held shared while in use */
 } tb_image_t;
 
 /**
@@ -57,17 +76,33 @@ void tb_image_cache_close(tb_image_cache_t *c);
  * up on (the config's image_stall_seconds; 30 until set). */
 void tb_image_cache_set_stall(tb_image_cache_t *c, unsigned seconds);
 
+/** Ends every registry transfer under way, within about a second, and
+ * every later one at once: tb_image_get() then fails with TB_ERETRY ("the
+ * worker stops"), not tried again, wherever it would ask a registry (an
+ * image from a layout, or one whose authorization is remembered, is still
+ * served).
+ * For a worker that stops: a stalled pull must not hold its drain. Safe
+ * from any thread; for good (the cache is closed next). NULL is a no-op. */
+void tb_image_cache_interrupt(tb_image_cache_t *c);
+
+/** How long a registry's yes to one asker for one image is remembered
+ * (60000 until set; 0: asked on every cache hit). */
+void tb_image_cache_set_authorization_ms(tb_image_cache_t *c, uint64_t ms);
+
 /**
- * Makes @p ref ready (fetched, verified, unpacked; or found in the cache)
- * and holds it until tb_image_release(): it is not evicted meanwhile.
+ * Makes @p ref ready (fetched, verified, unpacked; or found in the cache,
+ * once its source let this asker have it: see above) and holds it until
+ * tb_image_release(): it is not evicted meanwhile.
  * Its files may take @p max_unpacked bytes at most; a registry's login
  * is looked up in @p credentials (a docker config.json; NULL: none).
  * Layers are fetched in parallel, each blob at most once at a time on the
  * host (another slot or worker fetching it is waited for), a failed
- * fetch tried again twice after a pause. @return 0; TB_EPOISON when the image itself is wrong (no
- * such digest, a mismatching blob, a bad or hostile layer, too big, no
- * manifest for this platform) naming why; TB_ERETRY when its source is
- * away; TB_EIO when the cache cannot be written.
+ * fetch tried again twice after a pause. @return 0; TB_EPOISON when the
+ * image itself is wrong (no such digest, a mismatching blob, a bad or
+ * hostile layer, too big, no manifest for this platform) or its registry
+ * refuses this asker's login (cached or not, in the same words) naming
+ * why; TB_ERETRY when its source is away; TB_EIO when the cache cannot be
+ * written.
  */
 int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_unpacked,
 		 const char *credentials, tb_image_t *out, tb_error_t *err);

@@ -3,13 +3,20 @@
  * (source.h): `oci-layout` at its top, blobs under blobs/sha256/. Every
  * blob is opened beneath the layout's directory with no link followed,
  * and is checked like a registry's (cache.c): a layout is trusted to be
- * where the runtime says, not to hold the right bytes.
+ * where the runtime says, not to hold the right bytes. Asked whether it
+ * would serve an image the cache already has (authorize: source.h), it
+ * must hold that manifest itself, with the digest's bytes: a runtime
+ * allowed one directory is not served what another directory held.
  */
 #include "source.h"
+
+#include "oci.h"
+#include "tb/encoding.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +66,58 @@ static int layout_fetch(tb_image_source_t *s, const char *digest, int manifest, 
 	return rc;
 }
 
+static int layout_authorize(tb_image_source_t *s, const char *digest, tb_error_t *err)
+{
+	layout_t *l = (layout_t *)s;
+	unsigned char buf[1 << 16], md[EVP_MAX_MD_SIZE];
+	char rel[128], hex[2 * EVP_MAX_MD_SIZE + 1];
+	EVP_MD_CTX *x = EVP_MD_CTX_new();
+	uint64_t total = 0;
+	unsigned n = 0;
+	ssize_t got;
+	int fd, rc = 0;
+
+	snprintf(rel, sizeof(rel), "blobs/sha256/%s", digest + 7);
+	if (!x || !EVP_DigestInit_ex(x, EVP_sha256(), NULL)) {
+		EVP_MD_CTX_free(x);
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	}
+	if ((fd = open_in(l->dir, rel)) < 0) {
+		rc = errno == ENOENT
+			 ? tb_error_set(err, TB_ENOTFOUND, "image layout %.200s has no blob %s",
+					l->path, digest)
+			 : tb_error_errno(err, TB_EIO, errno, "image layout %.200s: blob %s",
+					  l->path, digest);
+		EVP_MD_CTX_free(x);
+		return rc;
+	}
+	/* a manifest or an index: small, so hashed whole every time */
+	while (rc == 0 && (got = read(fd, buf, sizeof(buf))) != 0) {
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			rc = tb_error_errno(err, TB_EIO, errno, "image layout: reading %s", digest);
+		else if ((total += (uint64_t)got) > TB_OCI_DOC_MAX)
+			rc = tb_error_set(err, TB_EINVAL,
+					  "image layout %.200s: blob %s is too big for a manifest",
+					  l->path, digest);
+		else if (!EVP_DigestUpdate(x, buf, (size_t)got))
+			rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+	}
+	close(fd);
+	if (rc == 0 && EVP_DigestFinal_ex(x, md, &n))
+		tb_hex(hex, md, n);
+	else
+		hex[0] = '\0';
+	EVP_MD_CTX_free(x);
+	if (rc == 0 && strcmp(hex, digest + 7) != 0)
+		rc =
+		    tb_error_set(err, TB_EINVAL,
+				 "image layout %.200s: blob %s holds other bytes (sha256:%.12s...)",
+				 l->path, digest, hex);
+	return rc;
+}
+
 static void layout_close(tb_image_source_t *s)
 {
 	layout_t *l = (layout_t *)s;
@@ -76,6 +135,7 @@ int tb_layout_open(tb_image_source_t **out, const tb_image_ref_t *ref, tb_error_
 	if (!l)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	l->base.fetch = layout_fetch;
+	l->base.authorize = layout_authorize;
 	l->base.close = layout_close;
 	snprintf(l->path, sizeof(l->path), "%s", ref->repository);
 	l->dir = open(ref->repository, O_PATH | O_DIRECTORY | O_CLOEXEC);

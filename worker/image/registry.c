@@ -5,7 +5,10 @@
  * storage: curl drops the Authorization header on a move to another
  * host), anonymous access, HTTP Basic, and the Bearer token challenge
  * public registries use (WWW-Authenticate: Bearer realm=...,service=...,
- * scope=...), the token kept for the source's later requests.
+ * scope=...), the token kept for the source's later requests. Asked
+ * whether it would serve an image (authorize, for a cache hit: source.h),
+ * it is sent HEAD /v2/<repository>/manifests/<digest> through the same
+ * logins.
  *
  * Registries are spoken to over https, except one on loopback
  * (localhost, 127.0.0.0/8, [::1]), which is spoken to over http: a test
@@ -13,7 +16,10 @@
  * a second for the worker's image_stall_seconds) is given up on, and one that sends more than a blob's
  * descriptor says is cut off (blob.h): both are the platform's failure,
  * tried again later; a registry that has no such image, or refuses it, is
- * the image's (poison).
+ * the image's (poison). A worker that stops ends every transfer under way
+ * (a progress callback sees its flag, curl calling it at least about
+ * once a second even while nothing arrives): a stalled pull does not
+ * hold the worker's drain.
  */
 #include "source.h"
 
@@ -22,6 +28,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,10 +40,11 @@
 
 typedef struct registry {
 	tb_image_source_t base;
-	char url[600];      /* scheme://host[:port]/v2/<repository> */
-	char base_url[300]; /* scheme://host[:port]/ */
-	char registry[256]; /* host[:port], as named */
-	long stall;         /* seconds under a byte a second: given up on */
+	char url[600];          /* scheme://host[:port]/v2/<repository> */
+	char base_url[300];     /* scheme://host[:port]/ */
+	char registry[256];     /* host[:port], as named */
+	long stall;             /* seconds under a byte a second: given up on */
+	const atomic_int *stop; /* set: the worker stops, every transfer ends */
 	char repository[256];
 	char basic[900]; /* "Authorization: Basic ...", "" without credentials */
 	pthread_mutex_t lock;
@@ -46,7 +54,8 @@ typedef struct registry {
 /* One response: its status, content type and challenge, and where its
  * body goes (the blob on a 200, a small buffer otherwise). */
 typedef struct reply {
-	long stall; /* seconds under a byte a second: given up on */
+	long stall;             /* seconds under a byte a second: given up on */
+	const atomic_int *stop; /* the source's (may be NULL) */
 	long status;
 	char where[600]; /* the URL that answered (after redirects) */
 	char type[160];
@@ -113,9 +122,20 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud)
 	return len;
 }
 
-/* GET @p url; the body into @p r (see reply_t). @return 0 when the
- * transfer itself worked (whatever the status), TB_ERETRY otherwise. */
-static int get(const char *url, const char *auth, const char *accept, reply_t *r, tb_error_t *err)
+/* curl's progress callback: non-zero ends the transfer. */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		       curl_off_t ulnow)
+{
+	const reply_t *r = ud;
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	return r->stop && atomic_load(r->stop);
+}
+
+/* GET (HEAD with @p head) @p url; the body into @p r (see reply_t).
+ * @return 0 when the transfer itself worked (whatever the status),
+ * TB_ERETRY otherwise. */
+static int request(const char *url, int head, const char *auth, const char *accept, reply_t *r,
+		   tb_error_t *err)
 {
 	struct curl_slist *h = NULL;
 	CURL *c = curl_easy_init();
@@ -128,6 +148,8 @@ static int get(const char *url, const char *auth, const char *accept, reply_t *r
 	if (accept)
 		h = curl_slist_append(h, accept);
 	curl_easy_setopt(c, CURLOPT_URL, url);
+	if (head)
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
@@ -142,7 +164,10 @@ static int get(const char *url, const char *auth, const char *accept, reply_t *r
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "taskbox");
-	cc = curl_easy_perform(c);
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
+	cc = r->stop && atomic_load(r->stop) ? CURLE_ABORTED_BY_CALLBACK : curl_easy_perform(c);
 	char *eff = NULL;
 	if (curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &eff) == CURLE_OK && eff)
 		snprintf(r->where, sizeof(r->where), "%s", eff);
@@ -150,6 +175,9 @@ static int get(const char *url, const char *auth, const char *accept, reply_t *r
 	curl_slist_free_all(h);
 	if (r->blob_rc < 0)
 		return r->blob_rc; /* the blob said why */
+	if (cc == CURLE_ABORTED_BY_CALLBACK)
+		return tb_error_set(err, TB_ERETRY, "registry: %s: given up on, the worker stops",
+				    url);
 	if (cc == CURLE_OPERATION_TIMEDOUT)
 		return tb_error_set(err, TB_ERETRY,
 				    "registry: %s: stalled, under a byte a second for %ld s "
@@ -188,7 +216,7 @@ static int get_token(registry_t *g, const char *challenge, tb_error_t *err)
 {
 	char realm[512], service[256] = "", scope[512] = "", url[2048];
 	char *esc_service = NULL, *esc_scope = NULL;
-	reply_t r = { .err = err, .stall = g->stall };
+	reply_t r = { .err = err, .stall = g->stall, .stop = g->stop };
 	int rc;
 
 	/* the login goes to the realm only over https (or to loopback) */
@@ -211,7 +239,7 @@ static int get_token(registry_t *g, const char *challenge, tb_error_t *err)
 		 esc_service ? esc_service : "", esc_scope ? esc_scope : "");
 	curl_free(esc_service);
 	curl_free(esc_scope);
-	if ((rc = get(url, g->basic, NULL, &r, err)) < 0)
+	if ((rc = request(url, 0, g->basic, NULL, &r, err)) < 0)
 		return rc;
 	if (r.status != 200)
 		return tb_error_set(err,
@@ -235,24 +263,26 @@ static int get_token(registry_t *g, const char *challenge, tb_error_t *err)
 	return 0;
 }
 
-static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest, tb_blob_t *b,
-			  char *ct, size_t ctlen, tb_error_t *err)
+/* GET (or HEAD, with @p head and no @p b) manifest or blob @p digest,
+ * with the source's login: Basic as given, or the token a Bearer
+ * challenge leads to. */
+static int ask(registry_t *g, const char *digest, int manifest, int head, tb_blob_t *b, char *ct,
+	       size_t ctlen, tb_error_t *err)
 {
 	static const char accept[] = "Accept: application/vnd.oci.image.index.v1+json, "
 				     "application/vnd.oci.image.manifest.v1+json, "
 				     "application/vnd.docker.distribution.manifest.list.v2+json, "
 				     "application/vnd.docker.distribution.manifest.v2+json";
-	registry_t *g = (registry_t *)s;
 	char url[800], auth[sizeof(g->bearer)];
 	int rc;
 
 	snprintf(url, sizeof(url), "%s/%s/%s", g->url, manifest ? "manifests" : "blobs", digest);
 	for (int round = 0; round < 2; round++) {
-		reply_t r = { .blob = b, .err = err, .stall = g->stall };
+		reply_t r = { .blob = b, .err = err, .stall = g->stall, .stop = g->stop };
 		pthread_mutex_lock(&g->lock);
 		snprintf(auth, sizeof(auth), "%s", g->bearer[0] ? g->bearer : g->basic);
 		pthread_mutex_unlock(&g->lock);
-		if ((rc = get(url, auth, manifest ? accept : NULL, &r, err)) < 0)
+		if ((rc = request(url, head, auth, manifest ? accept : NULL, &r, err)) < 0)
 			return rc;
 		if (r.status == 200) {
 			if (ctlen)
@@ -272,7 +302,8 @@ static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest
 				return rc;
 			continue;
 		}
-		if (r.status == 401)
+		/* 403: a login the registry knows, without this repository */
+		if (r.status == 401 || r.status == 403)
 			return tb_error_set(
 			    err, TB_EPOISON, "registry %s refused %s: it wants a login%s",
 			    g->registry, g->repository,
@@ -288,6 +319,17 @@ static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest
 	}
 	return tb_error_set(err, TB_EPOISON, "registry %s: the token it gave does not pass",
 			    g->registry);
+}
+
+static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest, tb_blob_t *b,
+			  char *ct, size_t ctlen, tb_error_t *err)
+{
+	return ask((registry_t *)s, digest, manifest, 0, b, ct, ctlen, err);
+}
+
+static int registry_authorize(tb_image_source_t *s, const char *digest, tb_error_t *err)
+{
+	return ask((registry_t *)s, digest, 1, 1, NULL, NULL, 0, err);
 }
 
 static void registry_close(tb_image_source_t *s)
@@ -339,8 +381,26 @@ static int credentials(registry_t *g, const char *file, tb_error_t *err)
 	return 0;
 }
 
+/* Who asks (source.h): the registry, repository and login, hashed, so
+ * the login itself is kept nowhere else. */
+static void principal(registry_t *g)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned n = 0;
+	EVP_MD_CTX *x = EVP_MD_CTX_new();
+
+	if (x && EVP_DigestInit_ex(x, EVP_sha256(), NULL) &&
+	    EVP_DigestUpdate(x, g->registry, strlen(g->registry) + 1) &&
+	    EVP_DigestUpdate(x, g->repository, strlen(g->repository) + 1) &&
+	    EVP_DigestUpdate(x, g->basic, strlen(g->basic)) && EVP_DigestFinal_ex(x, md, &n))
+		tb_hex(g->base.principal, md, n);
+	else
+		g->base.principal[0] = '\0'; /* not remembered: asked every time */
+	EVP_MD_CTX_free(x);
+}
+
 int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const char *creds,
-		     unsigned stall_seconds, tb_error_t *err)
+		     unsigned stall_seconds, const atomic_int *stop, tb_error_t *err)
 {
 	registry_t *g = calloc(1, sizeof(*g));
 	int rc;
@@ -350,7 +410,9 @@ int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const c
 	pthread_once(&curl_once, curl_init_once);
 	pthread_mutex_init(&g->lock, NULL);
 	g->stall = stall_seconds ? stall_seconds : 30;
+	g->stop = stop;
 	g->base.fetch = registry_fetch;
+	g->base.authorize = registry_authorize;
 	g->base.close = registry_close;
 	snprintf(g->registry, sizeof(g->registry), "%s", ref->registry);
 	snprintf(g->repository, sizeof(g->repository), "%s", ref->repository);
@@ -364,6 +426,7 @@ int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const c
 		registry_close(&g->base);
 		return rc;
 	}
+	principal(g);
 	*out = &g->base;
 	return 0;
 }

@@ -2,13 +2,17 @@
  * source.h: where an image's blobs come from: an OCI image layout on the
  * worker (layout.c) or a registry (registry.c). A source only delivers
  * bytes; cache.c checks each blob against its digest (blob.h) before
- * anything reads it.
+ * anything reads it. A source also answers whether it would serve an
+ * image to whoever opened it (authorize): the cache is shared by every
+ * runtime on the host, a registry's login is not.
  */
 #ifndef TB_IMAGE_SOURCE_H
 #define TB_IMAGE_SOURCE_H
 
 #include "blob.h"
 #include "tb/image_ref.h"
+
+#include <stdatomic.h>
 
 typedef struct tb_image_source tb_image_source_t;
 
@@ -23,15 +27,34 @@ struct tb_image_source {
 	 */
 	int (*fetch)(tb_image_source_t *s, const char *digest, int manifest, tb_blob_t *b, char *ct,
 		     size_t ctlen, tb_error_t *err);
+	/**
+	 * Whether the source would serve manifest (or index) @p digest to
+	 * whoever opened it, asked without fetching it: a registry is sent a
+	 * HEAD with the credentials given at open (its Bearer challenge
+	 * answered as for fetch); a layout must hold the blob, with bytes
+	 * that are the digest's. What cache.c asks before it serves an image
+	 * it made for somebody else.
+	 * @return 0; TB_EPOISON refused (no or wrong login); TB_ENOTFOUND;
+	 *         TB_ERETRY or TB_EIO (the source away)
+	 */
+	int (*authorize)(tb_image_source_t *s, const char *digest, tb_error_t *err);
 	void (*close)(tb_image_source_t *s);
+	/* Who asks, as far as a registry can tell: a SHA-256 (hex) of the
+	 * registry, repository and credentials ("" for none), so an answer
+	 * of authorize() may be remembered a short while for the same
+	 * asker (cache.c); "" when it must be asked every time (a layout:
+	 * local, and cheap to ask). */
+	char principal[65];
 };
 
 /** The registry @p ref names; @p credentials: a docker config.json whose
  * "auths" may hold its login (NULL: anonymous); a response that sends
- * under one byte a second for @p stall_seconds is given up on (TB_ERETRY).
- * @return 0; TB_EIO when the credentials file cannot be read. */
+ * under one byte a second for @p stall_seconds is given up on (TB_ERETRY),
+ * and so is every transfer, within about a second, once *@p stop is set
+ * (TB_ERETRY, "the worker stops"; @p stop may be NULL, and outlives the
+ * source). @return 0; TB_EIO when the credentials file cannot be read. */
 int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const char *credentials,
-		     unsigned stall_seconds, tb_error_t *err);
+		     unsigned stall_seconds, const atomic_int *stop, tb_error_t *err);
 
 /** An OCI image layout at @p ref's path (ref->layout). @return 0;
  * TB_ENOTFOUND when the path holds no layout (no oci-layout file). */

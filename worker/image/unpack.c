@@ -26,7 +26,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define PATH_MAX_LEN 4096
+#define PATH_MAX_LEN TB_UNPACK_NAME_MAX
 #define NOBODY 65534
 #define ID_LIMIT 65536 /* what a sandbox maps */
 #define WH ".wh."
@@ -326,12 +326,40 @@ static int open_parent(ctx_t *c, const char *rel)
 	return fd;
 }
 
-/* The ids the entry will have: past what a sandbox maps, nobody. */
-static void ids_of(struct archive_entry *e, uid_t *uid, gid_t *gid)
+/* The first entry of a kind altered: its name as the layer gave it, in
+ * printable ASCII (a log line and the manifest take it as it is). */
+static void note(char *out, size_t cap, const char *entry)
+{
+	size_t i = 0;
+
+	if (out[0])
+		return;
+	for (; entry[i] && i + 1 < cap; i++)
+		out[i] = entry[i] >= 0x20 && entry[i] < 0x7f ? entry[i] : '?';
+	out[i] = '\0';
+}
+
+/* The ids the entry will have: past what a sandbox maps, nobody (said). */
+static void ids_of(ctx_t *c, struct archive_entry *e, uid_t *uid, gid_t *gid)
 {
 	int64_t u = archive_entry_uid(e), g = archive_entry_gid(e);
 	*uid = u >= 0 && u < ID_LIMIT ? (uid_t)u : NOBODY;
 	*gid = g >= 0 && g < ID_LIMIT ? (gid_t)g : NOBODY;
+	if ((int64_t)*uid != u || (int64_t)*gid != g) {
+		c->st->altered.ids++;
+		note(c->st->altered.ids_path, sizeof(c->st->altered.ids_path), c->entry);
+	}
+}
+
+/* The entry's permission bits, set-ID bits dropped (said). */
+static mode_t perm_of(ctx_t *c, struct archive_entry *e)
+{
+	mode_t m = archive_entry_perm(e) & 07777;
+	if (m & 06000) {
+		c->st->altered.setid++;
+		note(c->st->altered.setid_path, sizeof(c->st->altered.setid_path), c->entry);
+	}
+	return m & 01777;
 }
 
 /* Removes whatever is at @p name in @p pfd (a whole directory too),
@@ -359,19 +387,30 @@ static int put_file(ctx_t *c, struct archive *a, struct archive_entry *e, int pf
 	la_int64_t offset;
 	uid_t uid;
 	gid_t gid;
-	int rc, fd = openat(pfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	la_int64_t declared = archive_entry_size(e);
+	int rc, fd;
 
-	if (fd < 0)
+	/* its declared size, holes and all: what it takes once read, whatever
+	 * few bytes a sparse layer holds for it */
+	if (declared < 0)
+		return fail(c, TB_EINVAL, "a file of no size");
+	if ((uint64_t)declared > c->lim->max_bytes - c->st->bytes)
+		return tb_error_set(c->err, TB_ETOOBIG,
+				    "the image unpacks to more than %llu bytes, its cap "
+				    "(sandbox.images.max_unpacked_mb): file '%.300s' declares %lld "
+				    "bytes",
+				    (unsigned long long)c->lim->max_bytes, c->entry,
+				    (long long)declared);
+	c->st->bytes += (uint64_t)declared;
+	if ((fd = openat(pfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) <
+	    0)
 		return fail_errno(c, "cannot create it");
 	while ((rc = archive_read_data_block(a, &buf, &size, &offset)) == ARCHIVE_OK) {
-		if (c->st->bytes + size > c->lim->max_bytes) {
+		if (offset < 0 || (uint64_t)offset > (uint64_t)declared ||
+		    size > (uint64_t)declared - (uint64_t)offset) {
 			close(fd);
-			return tb_error_set(c->err, TB_ETOOBIG,
-					    "the image unpacks to more than %llu bytes, its cap "
-					    "(sandbox.images.max_unpacked_mb) (at '%.300s')",
-					    (unsigned long long)c->lim->max_bytes, c->entry);
+			return fail(c, TB_EINVAL, "data past its declared size");
 		}
-		c->st->bytes += size;
 		for (size_t done = 0; done < size;) {
 			ssize_t n = pwrite(fd, (const char *)buf + done, size - done,
 					   (off_t)offset + (off_t)done);
@@ -388,11 +427,11 @@ static int put_file(ctx_t *c, struct archive *a, struct archive_entry *e, int pf
 			    archive_error_string(a) ? archive_error_string(a)
 						    : "its data cannot be read");
 	}
-	ids_of(e, &uid, &gid);
+	ids_of(c, e, &uid, &gid);
 	/* a sparse file's size, then its owner and mode (set-ID bits dropped) */
 	struct timespec t[2] = { { archive_entry_atime(e), 0 }, { archive_entry_mtime(e), 0 } };
-	if (ftruncate(fd, (off_t)archive_entry_size(e)) < 0 || fchown(fd, uid, gid) < 0 ||
-	    fchmod(fd, archive_entry_perm(e) & 01777 & ~(mode_t)06000) < 0 || futimens(fd, t) < 0) {
+	if (ftruncate(fd, (off_t)declared) < 0 || fchown(fd, uid, gid) < 0 ||
+	    fchmod(fd, perm_of(c, e)) < 0 || futimens(fd, t) < 0) {
 		close(fd);
 		return fail_errno(c, "cannot set its size, owner, mode or time");
 	}
@@ -410,9 +449,9 @@ static int put_dir(ctx_t *c, struct archive_entry *e, int pfd, const char *name)
 		return rc;
 	if (rc == 0 && mkdirat(pfd, name, 0700) < 0)
 		return fail_errno(c, "cannot make it");
-	ids_of(e, &uid, &gid);
+	ids_of(c, e, &uid, &gid);
 	if (fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 ||
-	    fchmodat(pfd, name, archive_entry_perm(e) & 01777 & ~(mode_t)06000, 0) < 0)
+	    fchmodat(pfd, name, perm_of(c, e), 0) < 0)
 		return fail_errno(c, "cannot set its owner or mode");
 	return 0;
 }
@@ -426,9 +465,13 @@ static int put_symlink(ctx_t *c, struct archive_entry *e, int pfd, const char *n
 
 	if (!target || !target[0])
 		return fail(c, TB_EINVAL, "a symbolic link to nothing");
+	/* the kernel's PATH_MAX: longer, symlinkat fails, and that is the
+	 * layer's fault, not the worker's */
+	if (strlen(target) >= PATH_MAX_LEN)
+		return fail(c, TB_EINVAL, "a symbolic link's target of 4096 bytes or more");
 	if ((rc = clear_place(c, pfd, name, 0)) < 0)
 		return rc;
-	ids_of(e, &uid, &gid);
+	ids_of(c, e, &uid, &gid);
 	if (symlinkat(target, pfd, name) < 0 ||
 	    fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
 		return fail_errno(c, "cannot make the link");
@@ -577,7 +620,9 @@ static int place(ctx_t *c, struct archive *a, struct archive_entry *e)
 				rc = fail_errno(c, "cannot make the fifo");
 			break;
 		default: /* devices and sockets: never in a sandbox's root */
-			c->st->skipped++;
+			c->st->altered.devices++;
+			note(c->st->altered.device_path, sizeof(c->st->altered.device_path),
+			     c->entry);
 			c->st->entries--;
 			return 0;
 		}

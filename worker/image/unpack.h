@@ -4,19 +4,28 @@
  * directories), by a reader that assumes the layer is hostile:
  *
  *  - every name is made relative; an absolute name is taken from the
- *    tree's root, and a name with a ".." component is refused;
+ *    tree's root, and a name with a ".." component, or of 4096 bytes or
+ *    more, is refused; so is a symbolic link's target of 4096 bytes or
+ *    more (PATH_MAX), or an empty one;
  *  - every parent directory is resolved inside the tree (openat2 with
  *    RESOLVE_IN_ROOT: a symbolic link in the tree, however it points,
  *    resolves within it), and the entry itself is made with O_NOFOLLOW /
  *    O_EXCL after whatever was there is removed: nothing is ever written
  *    through a link;
  *  - a hard link may only name an entry already in the tree;
- *  - device nodes and sockets are skipped (counted); extended attributes
- *    (file capabilities among them) are never applied; set-user-ID and
+ *  - device nodes and sockets are skipped; extended attributes (file
+ *    capabilities among them) are never applied; set-user-ID and
  *    set-group-ID bits are dropped;
- *  - ids at or past 65536 (which no sandbox maps) become 65534 (nobody);
- *  - the bytes written and the entries made are capped over the whole
- *    tree: a decompression bomb stops at the cap.
+ *  - ids at or past 65536, or negative (which no sandbox maps), become
+ *    65534 (nobody);
+ *  - what is dropped or changed is counted, with the first entry of each
+ *    kind (tb_unpack_altered_t), for the image's record and the task's
+ *    manifest to say;
+ *  - each regular file's declared size (a sparse file's holes included)
+ *    counts toward max_bytes before anything of it is written, data past
+ *    it is refused, and the entries made (whiteouts too) count toward
+ *    max_entries, over the whole tree: a decompression bomb or a sparse
+ *    file stops at the cap, naming the file.
  *
  * The tree is the caller's own directory (a temporary one, renamed into
  * place only once every layer is applied: cache.c).
@@ -28,25 +37,38 @@
 
 #include <stdint.h>
 
+#define TB_UNPACK_NAME_MAX 4096 /* a name or a link's target: shorter than this */
+
 typedef struct tb_unpack_limits {
-	uint64_t max_bytes;   /* file contents written into the tree, at most */
-	uint64_t max_entries; /* entries made, at most */
+	uint64_t max_bytes;   /* regular files' declared sizes, summed, at most */
+	uint64_t max_entries; /* entries made and whiteouts read, at most */
 } tb_unpack_limits_t;
+
+/* What the layers had that the tree does not keep as it was: counts, and
+ * the first entry of each kind as the layer named it (printable ASCII,
+ * anything else a '?'; at most 255 bytes; "" when none). */
+typedef struct tb_unpack_altered {
+	uint64_t devices; /* device nodes and sockets left out */
+	uint64_t setid;   /* set-user-ID or set-group-ID bits dropped */
+	uint64_t ids;     /* an owner or group no sandbox maps, made nobody */
+	char device_path[256], setid_path[256], ids_path[256];
+} tb_unpack_altered_t;
 
 /* Counts over every layer applied to one tree (the caps apply to these). */
 typedef struct tb_unpack_stats {
-	uint64_t bytes;     /* file contents written */
+	uint64_t bytes;     /* regular files' declared sizes (holes included) */
 	uint64_t entries;   /* entries made (files, directories, links) */
-	uint64_t skipped;   /* device nodes and sockets left out */
 	uint64_t removed;   /* entries whiteouts and opaque directories removed */
 	uint64_t whiteouts; /* whiteout entries read (they count toward max_entries) */
+	tb_unpack_altered_t altered;
 } tb_unpack_stats_t;
 
 /**
  * Applies the layer read from @p fd onto the tree whose root is @p rootfd.
  * @return 0; TB_EINVAL for a layer that is not a readable tar (naming the
  *         entry, or libarchive's reason) or that breaks a rule above;
- *         TB_ETOOBIG past a cap; TB_EIO when the tree cannot be written
+ *         TB_ETOOBIG past a cap (naming the entry); TB_EIO when the tree
+ *         cannot be written
  */
 int tb_unpack_layer(int rootfd, int fd, const tb_unpack_limits_t *lim, tb_unpack_stats_t *st,
 		    tb_error_t *err);

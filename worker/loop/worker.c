@@ -583,6 +583,26 @@ static void slots_free(tb_loop_t *w)
 	tb_ratelimit_free(w->rates);
 }
 
+/* Stopping: waiting tasks are left unacknowledged (delivered again);
+ * running attempts may finish (bounded by their deadlines), under their
+ * leases, and are recorded and committed (drain()); then the worker
+ * leaves the group. Interactive sessions stop at once (their follow-ups
+ * are no longer read here): the next owner replays them from their first
+ * prompt. */
+static void begin_stopping(tb_loop_t *w)
+{
+	tb_loop_drop_all_waiting(w);
+	tb_loop_stop_sessions(w, -1, "the worker stops");
+	/* A pull under way would hold the drain for as long as its registry
+	 * stalls (and leave the pool's sandboxes behind at the timeout): it
+	 * ends now, its attempt the platform's failure, delivered again. */
+	tb_image_cache_interrupt(w->d->images);
+	/* and no task is admitted any more: the sandboxes built ahead for
+	 * the next ones go now, their cgroups with them, even if the drain
+	 * ends at its timeout with the pool still in use */
+	tb_sandbox_pool_drop_spares(w->pool);
+}
+
 int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64_t max_finished,
 		  tb_worker_stats_t *stats, tb_error_t *err)
 {
@@ -647,13 +667,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		pace(w);
 		rd_kafka_poll(w->producer, 0);
 	}
-	/* Stopping: waiting tasks are left unacknowledged (delivered again);
-	 * running attempts may finish (bounded by their deadlines), under
-	 * their leases, and are recorded and committed; then leave the group.
-	 * Interactive sessions stop at once (their follow-ups are no longer
-	 * read here): the next owner replays them from their first prompt. */
-	tb_loop_drop_all_waiting(w);
-	tb_loop_stop_sessions(w, -1, "the worker stops");
+	begin_stopping(w);
 	if (drain(w, err) < 0)
 		return err->code;    /* w stays: see drain() */
 	tb_loop_drop_all_waiting(w); /* attempts retried or fenced meanwhile: left too */

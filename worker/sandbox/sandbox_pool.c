@@ -45,6 +45,7 @@ struct tb_sandbox_pool {
 	slot_t *slots;
 	unsigned long long built; /* names: <group>-pool<slot>-<built>-next */
 	int stop;
+	int no_spares; /* tb_sandbox_pool_drop_spares: nothing more built */
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* something to build, a build done, or stop */
 	pthread_t threads[POOL_THREADS];
@@ -144,8 +145,8 @@ static void *pool_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	while (!p->stop) {
 		unsigned k = 0;
-		while (k < p->nslots &&
-		       !(p->slots[k].wanted && !p->slots[k].sb && !p->slots[k].building))
+		while (k < p->nslots && !(p->slots[k].wanted && !p->slots[k].sb &&
+					  !p->slots[k].building && !p->no_spares))
 			k++;
 		if (k == p->nslots) {
 			pthread_cond_wait(&p->cond, &p->lock);
@@ -259,6 +260,28 @@ int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, 
 			err->msg);
 	}
 	return tb_sandbox_create(out, p->policy, spec, err);
+}
+
+void tb_sandbox_pool_drop_spares(tb_sandbox_pool_t *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->no_spares = 1;
+	for (unsigned k = 0; k < p->nslots; k++)
+		while (p->slots[k].building)
+			pthread_cond_wait(&p->cond, &p->lock);
+	for (unsigned k = 0; k < p->nslots; k++) {
+		slot_t *s = &p->slots[k];
+		/* torn down under the lock: a slot asking meanwhile waits, then
+		 * finds none and builds its own */
+		tb_sandbox_destroy(s->sb, NULL);
+		s->sb = NULL;
+		s->wanted = 0;
+		shape_free(&s->want);
+		shape_free(&s->sb_shape);
+	}
+	pthread_mutex_unlock(&p->lock);
 }
 
 void tb_sandbox_pool_free(tb_sandbox_pool_t *p)

@@ -59,6 +59,14 @@ int tb_sandbox_pool_new(tb_sandbox_pool_t **out, const tb_seccomp_t *policy, con
 int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, int next,
 			   tb_sandbox_t **out, int *prepared, tb_error_t *err);
 
+/** Destroys the sandboxes built ahead that no task took (their cgroups
+ * with them; builds under way are waited for) and builds no more: for a
+ * worker that stops, whose drain may end at its timeout with tasks still
+ * running, when the pool itself cannot be freed. Later tb_sandbox_pool_
+ * create() calls build on the spot. The threads stay (parents of the
+ * sandboxes tasks hold). NULL is a no-op. */
+void tb_sandbox_pool_drop_spares(tb_sandbox_pool_t *p);
+
 /** Stops the thread and destroys the sandboxes no task took. Only after
  * every sandbox the pool handed out has been destroyed. NULL is a no-op. */
 void tb_sandbox_pool_free(tb_sandbox_pool_t *p);

@@ -16,6 +16,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What unpacking the image dropped or changed, into the manifest's
+ * environment (each count only when above 0, with its first entry's
+ * name). @return 0, or -1 out of memory. */
+static int say_altered(tb_environment_altered_t *out, const tb_unpack_altered_t *a)
+{
+	const uint64_t counts[] = { a->devices, a->setid, a->ids };
+	const char *const first[] = { a->device_path, a->setid_path, a->ids_path };
+	uint64_t *into[] = { &out->devices, &out->setid, &out->ids };
+	char **names[] = { &out->device_path, &out->setid_path, &out->ids_path };
+
+	for (int i = 0; i < 3; i++) {
+		if (!counts[i])
+			continue;
+		*into[i] = counts[i];
+		TB_SET_HAS(out, i); /* TB_ALTERED_DEVICES, _SETID, _IDS */
+		if (first[i][0] && !(*names[i] = strdup(first[i])))
+			return -1;
+	}
+	return 0;
+}
+
 /*
  * The environment: the recipe's image, else the runtime's default, else
  * none (the runtime's host binds). The runtime must allow where it comes
@@ -56,7 +77,8 @@ static int environment(tb_run_t *r, tb_error_t *err)
 	for (size_t i = 0; e->layers.items && i < r->image.layers.n; i++)
 		if ((e->layers.items[e->layers.n] = strdup(r->image.layers.items[i])))
 			e->layers.n++;
-	if (!e->image || !e->digest || e->layers.n != r->image.layers.n)
+	if (!e->image || !e->digest || e->layers.n != r->image.layers.n ||
+	    say_altered(&e->altered, &r->image.altered) < 0)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	/* said with the "prepared" phase: whether it was ready, and the cost */
 	r->phase_image =

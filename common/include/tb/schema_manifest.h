@@ -48,14 +48,31 @@ typedef struct tb_phase_time {
 	uint64_t duration_ms; /* how long the phase before it took */
 } tb_phase_time_t;
 
+/* What the image's layers had that its tree does not keep as they had it
+ * (schemas/manifest.md, "environment"): how many entries of each kind,
+ * and the first one's name. Absent when nothing was: a count is present
+ * only when above 0, a name only with its count. */
+typedef struct tb_environment_altered {
+	uint32_t has;
+	uint64_t devices;  /* device nodes and sockets left out (has bit) */
+	uint64_t setid;    /* set-user-ID or set-group-ID bits dropped (has bit) */
+	uint64_t ids;      /* entries owned by ids no sandbox maps, made nobody (has bit) */
+	char *device_path; /* the first of each, as the layer named it */
+	char *setid_path;
+	char *ids_path;
+} tb_environment_altered_t;
+
+enum { TB_ALTERED_DEVICES = 0, TB_ALTERED_SETID = 1, TB_ALTERED_IDS = 2 }; /* has bits */
+
 /* The environment an attempt ran on, when it was an image: the image as
  * the recipe (or runtime) named it, the digest of the manifest pulled for
- * this worker's platform (an index's entry), and every layer's digest,
- * bottom first. */
+ * this worker's platform (an index's entry), every layer's digest,
+ * bottom first, and what unpacking them dropped or changed. */
 typedef struct tb_environment_ran {
 	char *image;
 	char *digest;
 	tb_strlist_t layers;
+	tb_environment_altered_t altered;
 } tb_environment_ran_t;
 
 /* CPU time of processes in the sandbox, from its cgroup (cpu.stat). */

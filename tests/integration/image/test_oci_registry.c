@@ -6,7 +6,8 @@
  * a directory, so it holds a whiteout and an opaque directory), pushed
  * with skopeo, once as one manifest, once as a multi-platform index and
  * once as an index with no manifest for this platform;
- * and to a registry behind HTTP Basic, with and without its login.
+ * and to a registry behind HTTP Basic, with and without its login; once
+ * pulled there with the login, not served from the cache without it.
  * Skips without TASKBOX_TEST_REGISTRY (deploy/local/services env), umoci
  * or skopeo; as root (the tree keeps the layers' owners).
  */
@@ -180,6 +181,40 @@ static void test_oci_registry__a_registry_behind_a_login(void **state)
 	tb_image_release(&img);
 }
 
+/*
+ * The image pulled with the login, then asked for again from the same
+ * cache without a login and with a wrong one: the registry is asked, and
+ * refuses both as it would a pull.
+ */
+static void test_oci_registry__a_cached_image_asks_for_the_login_again(void **state)
+{
+	tb_image_t img;
+	tb_error_t err;
+	char d[200], wrong[200];
+	(void)state;
+	snprintf(d, sizeof(d), "%s", push(reg_auth, "1", 0, reg_creds));
+	sh("printf '{\"auths\":{\"%s\":{\"auth\":\"%%s\"}}}' $(printf %%s '%s' | base64 -w0) > %s",
+	   reg_auth, reg_creds, creds);
+	if (pull(reg_auth, d, creds, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_int_equal(img.cached, 0);
+	tb_image_release(&img);
+	assert_int_equal(pull(reg_auth, d, NULL, &img, &err), TB_EPOISON);
+	if (!strstr(err.msg, "wants a login"))
+		fail_msg("no login, cached, said: %s", err.msg);
+	snprintf(wrong, sizeof(wrong), "%s.wrong", creds);
+	sh("printf '{\"auths\":{\"%s\":{\"auth\":\"%%s\"}}}' $(printf %%s 'taskbox-test:guess' | "
+	   "base64 -w0) > %s",
+	   reg_auth, wrong);
+	assert_int_equal(pull(reg_auth, d, wrong, &img, &err), TB_EPOISON);
+	if (!strstr(err.msg, "the credentials given do not pass"))
+		fail_msg("a wrong login, cached, said: %s", err.msg);
+	if (pull(reg_auth, d, creds, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_int_equal(img.cached, 1);
+	tb_image_release(&img);
+}
+
 static int fresh_cache(void **state)
 {
 	char cmd[300];
@@ -227,6 +262,8 @@ int main(void)
 				       fresh_cache),
 		cmocka_unit_test_setup(test_oci_registry__a_multi_platform_index, fresh_cache),
 		cmocka_unit_test_setup(test_oci_registry__a_registry_behind_a_login, fresh_cache),
+		cmocka_unit_test_setup(test_oci_registry__a_cached_image_asks_for_the_login_again,
+				       fresh_cache),
 	};
 	reg = getenv("TASKBOX_TEST_REGISTRY");
 	reg_auth = getenv("TASKBOX_TEST_REGISTRY_AUTH");

@@ -645,13 +645,42 @@ static int count_children(void)
 	return n;
 }
 
+/* The cgroups whose names start with @p prefix under our group, in
+ * every hierarchy (v1 and v2). */
+static int count_cgroups(const char *prefix)
+{
+	const char *hier[] = { "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu",
+			       "/sys/fs/cgroup/unified", "/sys/fs/cgroup" };
+	char cg[256];
+	int n = 0;
+
+	for (size_t h = 0; h < sizeof(hier) / sizeof(hier[0]); h++) {
+		char own[512] = "";
+		FILE *f = fopen("/proc/self/cgroup", "r");
+		char line[512];
+		while (f && fgets(line, sizeof(line), f)) {
+			const char *name = strrchr(hier[h], '/') + 1;
+			char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+			if (c2 && ((strstr(c1, name) && c2 > strstr(c1, name)) ||
+				   (!strcmp(name, "unified") && c2 == c1 + 1))) {
+				snprintf(own, sizeof(own), "%s", c2 + 1);
+				own[strcspn(own, "\n")] = '\0';
+			}
+		}
+		if (f)
+			fclose(f);
+		snprintf(cg, sizeof(cg), "%s%s/%s", hier[h], strcmp(own, "/") ? own : "", group);
+		n += count_entries(cg, prefix);
+	}
+	return n;
+}
+
 static void test_teardown__a_thousand_sandboxes_leave_nothing(void **state)
 {
 	const char *argv[] = { "/bin/true", NULL };
 	const char *env[] = { NULL };
 	tb_sandbox_exec_t ex = { argv, env, NULL, -1, -1, -1, -1, 0 };
 	int mounts = count_lines("/proc/self/mountinfo");
-	char cg[256];
 	tb_error_t err;
 
 	(void)state;
@@ -673,26 +702,7 @@ static void test_teardown__a_thousand_sandboxes_leave_nothing(void **state)
 	assert_int_equal(count_children(), 0);
 	assert_int_equal(count_lines("/proc/self/mountinfo"), mounts);
 	/* No sandbox cgroup is left under our group in any hierarchy. */
-	const char *hier[] = { "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu",
-			       "/sys/fs/cgroup/unified", "/sys/fs/cgroup" };
-	for (size_t h = 0; h < sizeof(hier) / sizeof(hier[0]); h++) {
-		char own[512] = "";
-		FILE *f = fopen("/proc/self/cgroup", "r");
-		char line[512];
-		while (f && fgets(line, sizeof(line), f)) {
-			const char *name = strrchr(hier[h], '/') + 1;
-			char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-			if (c2 && ((strstr(c1, name) && c2 > strstr(c1, name)) ||
-				   (!strcmp(name, "unified") && c2 == c1 + 1))) {
-				snprintf(own, sizeof(own), "%s", c2 + 1);
-				own[strcspn(own, "\n")] = '\0';
-			}
-		}
-		if (f)
-			fclose(f);
-		snprintf(cg, sizeof(cg), "%s%s/%s", hier[h], strcmp(own, "/") ? own : "", group);
-		assert_int_equal(count_entries(cg, "s"), 0);
-	}
+	assert_int_equal(count_cgroups("s"), 0);
 }
 
 /* A "worker" that builds a sandbox (@p frozen: and freezes it, as an
@@ -923,6 +933,38 @@ static void test_pool__the_next_task_takes_a_sandbox_built_ahead(void **state)
 	assert_int_equal(count_entries(F.work, group), 0);
 	pid_t kids[16];
 	assert_int_equal(all_children(kids, 16), 0);
+}
+
+/* A worker that stops drops the sandboxes built ahead at once, cgroups
+ * and all, while a task still holds the one it took (its drain may end
+ * at the timeout, the pool still in use). */
+static void test_pool__a_stopping_worker_drops_what_was_built_ahead(void **state)
+{
+	tb_sandbox_pool_t *pool;
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	int prepared;
+
+	(void)state;
+	assert_int_equal(tb_sandbox_pool_new(&pool, F.policy, F.work, group, 2, &err), 0);
+	tb_sandbox_spec_t s = spec();
+	if (tb_sandbox_pool_create(pool, &s, 1, &sb, &prepared, &err) != 0)
+		fail_msg("pool: %s", err.msg);
+	assert_int_equal(await_sandboxes(2), 2); /* the task's, and the next one */
+	assert_true(count_cgroups("pool") > 0);
+	tb_sandbox_pool_drop_spares(pool);
+	assert_int_equal(count_cgroups("pool"), 0);
+	assert_int_equal(await_sandboxes(1), 1); /* the task's, still there */
+	/* no more built ahead: the next task builds its own */
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	if (tb_sandbox_pool_create(pool, &s, 1, &sb, &prepared, &err) != 0)
+		fail_msg("pool: %s", err.msg);
+	assert_int_equal(prepared, 0);
+	usleep(200000);
+	assert_int_equal(count_cgroups("pool"), 0);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	tb_sandbox_pool_free(pool);
+	assert_int_equal(count_entries(F.work, group), 0);
 }
 
 /* A session's sandbox (next = 0) gets no successor while it lives: the
@@ -1380,6 +1422,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_pool__prepared_sandboxes_are_kept_per_image),
 		cmocka_unit_test(test_pool__a_prepared_sandbox_that_died_is_replaced),
 		cmocka_unit_test(test_pool__a_session_gets_no_successor),
+		cmocka_unit_test(test_pool__a_stopping_worker_drops_what_was_built_ahead),
 		cmocka_unit_test(test_sandbox__lazy_inputs_are_read_in_place),
 		cmocka_unit_test(test_sandbox__a_killed_worker_leaves_no_lazy_mount),
 		cmocka_unit_test(test_teardown__a_thousand_sandboxes_leave_nothing),

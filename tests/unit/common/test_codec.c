@@ -557,6 +557,62 @@ static void test_encode__optional_scalars_follow_the_presence_mask(void **state)
 	msgpack_sbuffer_destroy(&sb);
 }
 
+/*
+ * The manifest's environment says what unpacking the image dropped or
+ * changed: counts and first names decode from the example and encode back
+ * the same; a count of 0 is absent rather than written, and a name
+ * without its count is refused either way.
+ */
+static void test_manifest__what_an_image_lost_round_trips(void **state)
+{
+	json_error_t jerr;
+	json_t *j = json_load_file(TB_SOURCE_DIR "/schemas/examples/manifest.json", 0, &jerr);
+	msgpack_sbuffer sb, again;
+	tb_manifest_t m;
+	tb_error_t err;
+
+	(void)state;
+	assert_non_null(j);
+	msgpack_sbuffer_init(&sb);
+	msgpack_sbuffer_init(&again);
+	assert_int_equal(tb_json_to_mpack(&sb, j, &err), 0);
+	if (tb_msg_decode(&tb_schema_manifest, &m, sb.data, sb.size, &err) != 0)
+		fail_msg("%s", err.msg);
+	tb_environment_altered_t *a = &m.environment.altered;
+	assert_true(TB_HAS(a, TB_ALTERED_DEVICES) && TB_HAS(a, TB_ALTERED_SETID));
+	assert_false(TB_HAS(a, TB_ALTERED_IDS));
+	assert_int_equal(a->devices, 2);
+	assert_int_equal(a->setid, 1);
+	assert_string_equal(a->device_path, "dev/console");
+	assert_string_equal(a->setid_path, "usr/bin/passwd");
+	assert_null(a->ids_path);
+	assert_int_equal(tb_msg_encode(&again, &tb_schema_manifest, &m, &err), 0);
+	assert_int_equal(again.size, sb.size);
+	assert_memory_equal(again.data, sb.data, sb.size);
+	/* a name with no count: refused on the way out */
+	a->ids_path = strdup("home/x");
+	again.size = 0;
+	assert_int_equal(tb_msg_encode(&again, &tb_schema_manifest, &m, &err), TB_EINVAL);
+	assert_contains(err.msg, "ids_path");
+	tb_msg_free(&tb_schema_manifest, &m);
+	/* ... and on the way in; and a count of 0 is never written */
+	json_t *alt = json_object_get(json_object_get(j, "environment"), "altered");
+	json_object_set_new(alt, "ids_path", json_string("home/x"));
+	sb.size = 0;
+	assert_int_equal(tb_json_to_mpack(&sb, j, &err), 0);
+	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, sb.data, sb.size, &err), TB_EINVAL);
+	assert_contains(err.msg, "ids_path");
+	json_object_del(alt, "ids_path");
+	json_object_set_new(alt, "devices", json_integer(0));
+	sb.size = 0;
+	assert_int_equal(tb_json_to_mpack(&sb, j, &err), 0);
+	assert_int_equal(tb_msg_decode(&tb_schema_manifest, &m, sb.data, sb.size, &err), TB_EINVAL);
+	assert_contains(err.msg, "devices");
+	msgpack_sbuffer_destroy(&sb);
+	msgpack_sbuffer_destroy(&again);
+	json_decref(j);
+}
+
 static void test_followup__prompt_needs_text_and_end_has_none(void **state)
 {
 	msgpack_sbuffer sb;
@@ -668,6 +724,7 @@ int main(void)
 		cmocka_unit_test(test_utf8__trim_drops_a_half_character),
 		cmocka_unit_test(test_utf8__sanitize_keeps_characters_and_marks_the_rest),
 		cmocka_unit_test(test_examples__round_trip_byte_for_byte),
+		cmocka_unit_test(test_manifest__what_an_image_lost_round_trips),
 		cmocka_unit_test(test_examples__json_encodes_to_the_hex_bytes),
 		cmocka_unit_test(test_decode__every_truncation_is_refused),
 		cmocka_unit_test(test_decode__wrong_type_names_the_field),

@@ -32,7 +32,8 @@ void oci_blob(const char *layout, const void *data, size_t len, char d[72])
 	fclose(f);
 }
 
-/* A gzip layer of "path=content" files ("dir/" for a directory). */
+/* A gzip layer of "path=content" files ("dir/" for a directory, "c:" a
+ * character device, "u:" a set-user-ID file). */
 size_t oci_layer(const char *const *files, char *out, size_t cap)
 {
 	struct archive *a = archive_write_new();
@@ -42,16 +43,18 @@ size_t oci_layer(const char *const *files, char *out, size_t cap)
 	archive_write_open_memory(a, out, cap, &used);
 	for (; *files; files++) {
 		struct archive_entry *e = archive_entry_new();
-		const char *eq = strchr(*files, '=');
+		const char *f = *files;
+		int device = !strncmp(f, "c:", 2), setuid = !strncmp(f, "u:", 2);
+		f += device || setuid ? 2 : 0;
+		const char *eq = strchr(f, '=');
 		char name[256];
-		snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - *files) : (int)strlen(*files),
-			 *files);
+		snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - f) : (int)strlen(f), f);
 		archive_entry_set_pathname(e, name);
 		archive_entry_set_uid(e, 1000);
 		archive_entry_set_gid(e, 1000);
 		int dir = name[strlen(name) - 1] == '/';
-		archive_entry_set_filetype(e, dir ? AE_IFDIR : AE_IFREG);
-		archive_entry_set_perm(e, dir ? 0755 : 0644);
+		archive_entry_set_filetype(e, device ? AE_IFCHR : dir ? AE_IFDIR : AE_IFREG);
+		archive_entry_set_perm(e, dir ? 0755 : setuid ? 04755 : 0644);
 		archive_entry_set_size(e, eq ? (la_int64_t)strlen(eq + 1) : 0);
 		archive_write_header(a, e);
 		if (eq)

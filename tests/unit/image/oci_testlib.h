@@ -1,6 +1,7 @@
 /*
  * oci_testlib.h: OCI image layouts written by the image tests: blobs by
  * digest, gzip layers of "path=content" files ("dir/" for a directory,
+ * "c:path" a character device, "u:path=content" a set-user-ID file; all
  * owned by 1000), manifests and indexes.
  */
 #ifndef TB_OCI_TESTLIB_H

@@ -3,7 +3,8 @@
  * (worker/image/image.h): the tree, the record, the cache hit; an index
  * and this platform; a blob that does not match its digest, a missing
  * one, a layer that is not one, a hostile layer; eviction of what no one
- * holds; two slots asking at once; what a crash leaves. As root (the
+ * holds; two slots asking at once; what a crash leaves; a cached image
+ * served from a layout only when that layout holds it. As root (the
  * tree keeps the layers' owners); skips otherwise.
  */
 #include "image.h"
@@ -207,6 +208,85 @@ static void test_image__what_is_wrong_with_an_image_is_said(void **state)
 	tb_image_cache_close(c);
 }
 
+/*
+ * A runtime allowed one layout directory is not served an image the
+ * cache made from another: a hit needs the named layout to hold the
+ * manifest itself, with the digest's bytes.
+ */
+static void test_image__a_layout_must_hold_a_cached_image_itself(void **state)
+{
+	const char *const *layers[] = { lower, upper };
+	tb_image_cache_t *c;
+	tb_image_t img;
+	tb_error_t err;
+	char d[72], text[400], other[200], cmd[800];
+	(void)state;
+	oci_image(layout, layers, 2, NULL, d);
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+	tb_image_ref_t r = ref_of(d);
+	if (tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	tb_image_release(&img);
+	/* another layout, without that manifest */
+	snprintf(other, sizeof(other), "%s/other", base);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s && mkdir -p %s/blobs/sha256 && echo "
+		 "'{\"imageLayoutVersion\":\"1.0.0\"}' > %s/oci-layout",
+		 other, other, other);
+	assert_int_equal(system(cmd), 0);
+	snprintf(text, sizeof(text), "oci-layout:%s@%s", other, d);
+	assert_int_equal(tb_image_ref_parse(&r, text, &err), 0);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err), TB_EPOISON);
+	if (!strstr(err.msg, "has no blob"))
+		fail_msg("a layout without it said: %s", err.msg);
+	/* ... with other bytes under its name */
+	snprintf(cmd, sizeof(cmd), "echo '{}' > %s/blobs/sha256/%s", other, d + 7);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err), TB_EPOISON);
+	if (!strstr(err.msg, "holds other bytes"))
+		fail_msg("a layout with other bytes said: %s", err.msg);
+	/* ... and with it */
+	snprintf(cmd, sizeof(cmd), "cp %s/blobs/sha256/%s %s/blobs/sha256/", layout, d + 7, other);
+	assert_int_equal(system(cmd), 0);
+	if (tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	assert_int_equal(img.cached, 1);
+	tb_image_release(&img);
+	tb_image_cache_close(c);
+}
+
+/*
+ * What the layers had that the tree does not keep (a device left out,
+ * a set-user-ID bit dropped) is said when the image is made, and again
+ * from its record on a cache hit, by a worker that did not make it.
+ */
+static void test_image__what_its_layers_lost_is_said_on_a_hit_too(void **state)
+{
+	static const char *const odd[] = { "dev/", "c:dev/null", "u:bin/su=x", NULL };
+	const char *const *layers[] = { odd };
+	tb_image_cache_t *c;
+	tb_image_t img;
+	tb_error_t err;
+	char d[72];
+	(void)state;
+	oci_image(layout, layers, 1, NULL, d);
+	tb_image_ref_t r = ref_of(d);
+	for (int hit = 0; hit < 2; hit++) {
+		assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+		if (tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err) != 0)
+			fail_msg("%s", err.msg);
+		assert_int_equal(img.cached, hit);
+		assert_int_equal(img.altered.devices, 1);
+		assert_string_equal(img.altered.device_path, "dev/null");
+		assert_int_equal(img.altered.setid, 1);
+		assert_string_equal(img.altered.setid_path, "bin/su");
+		assert_int_equal(img.altered.ids, 0);
+		assert_string_equal(img.altered.ids_path, "");
+		tb_image_release(&img);
+		tb_image_cache_close(c);
+	}
+}
+
 static void test_image__eviction_spares_what_is_held(void **state)
 {
 	static const char *const a_files[] = { "a=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", NULL };
@@ -344,6 +424,10 @@ int main(void)
 		cmocka_unit_test_setup(test_image__eviction_spares_what_is_held, fresh_cache),
 		cmocka_unit_test_setup(test_image__two_slots_at_once_make_it_once, fresh_cache),
 		cmocka_unit_test_setup(test_image__what_a_crash_left_is_swept, fresh_cache),
+		cmocka_unit_test_setup(test_image__a_layout_must_hold_a_cached_image_itself,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_image__what_its_layers_lost_is_said_on_a_hit_too,
+				       fresh_cache),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: the tree keeps the layers' owners: needs root\n");

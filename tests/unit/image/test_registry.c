@@ -7,8 +7,11 @@
  * Authorization header; a blob whose bytes are not its digest's, one
  * longer than its descriptor says, a missing manifest, a layer that
  * stalls, a decompression bomb; a second image
- * sharing all but its top layer fetches only that layer. As root (the
- * tree keeps the layers' owners); skips otherwise.
+ * sharing all but its top layer fetches only that layer; a cached image
+ * served only to a runtime whose own login the registry takes (asked with
+ * a HEAD, the answer remembered a while); a stalled pull interrupted by a
+ * worker that stops. As root (the tree keeps the
+ * layers' owners); skips otherwise.
  */
 #include "image.h"
 #include "oci_testlib.h"
@@ -18,6 +21,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -27,15 +31,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #define TOKEN "tok-9f8e7d"
 #define USER_PASS "puller:s3cret"
+#define WRONG_PASS "puller:guess"
 
 static char base[64] = "/tmp/tb-registry-test-XXXXXX";
-static char layout[128], cache_dir[128], creds[128];
+static char layout[128], cache_dir[128], creds[128], wrong_creds[128];
 
 /* How the fake registry behaves, set by each test. */
 static struct {
@@ -47,6 +53,9 @@ static struct {
 	atomic_int stop;   /* teardown: stalled responses end */
 	atomic_int leaked; /* storage saw an Authorization header */
 	atomic_int blob_gets;
+	atomic_int heads;   /* HEAD requests for a manifest, answered or not */
+	atomic_int revoked; /* every login refused */
+	int head_status;    /* not 0: every HEAD answered this */
 } fake;
 
 static struct MHD_Daemon *registry, *storage;
@@ -128,6 +137,8 @@ static int authorized(struct MHD_Connection *c)
 	char want[200], b64[100];
 	const char *got = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
 
+	if (atomic_load(&fake.revoked))
+		return 0;
 	if (fake.auth == OPEN)
 		return 1;
 	if (fake.auth == BEARER)
@@ -142,7 +153,7 @@ static enum MHD_Result on_registry(void *cls, struct MHD_Connection *c, const ch
 				   size_t *size, void **state)
 {
 	char challenge[300], loc[300];
-	(void)cls, (void)method, (void)version, (void)data, (void)size, (void)state;
+	(void)cls, (void)version, (void)data, (void)size, (void)state;
 
 	if (!strcmp(url, "/token")) { /* the Bearer challenge's realm */
 		char b64[100], want[200];
@@ -155,6 +166,11 @@ static enum MHD_Result on_registry(void *cls, struct MHD_Connection *c, const ch
 			return send_text(c, 401, "{}", NULL, NULL);
 		return send_text(c, 200, "{\"token\":\"" TOKEN "\"}", "Content-Type",
 				 "application/json");
+	}
+	if (!strcmp(method, "HEAD") && strstr(url, "/manifests/")) {
+		atomic_fetch_add(&fake.heads, 1);
+		if (fake.head_status)
+			return send_text(c, (unsigned)fake.head_status, "", NULL, NULL);
 	}
 	if (!authorized(c)) {
 		if (fake.auth == BEARER)
@@ -409,6 +425,172 @@ static void test_registry__a_shared_layer_is_not_fetched_again(void **state)
 	tb_image_cache_close(c);
 }
 
+/* tb_image_get on cache @p c, for @p digest, with @p credentials. */
+static int get(tb_image_cache_t *c, const char *digest, const char *credentials, tb_image_t *img,
+	       tb_error_t *err)
+{
+	tb_image_ref_t r = ref_of(digest);
+	return tb_image_get(c, &r, 64 << 20, credentials, img, err);
+}
+
+/*
+ * An image one runtime pulled with the registry's login is not served
+ * from the cache to a runtime with no login or a wrong one, on the same
+ * worker (the same cache) or another (a cache opened anew): the registry
+ * is asked with each one's own credentials and refuses them in the words
+ * of a pull; with Basic, and with a Bearer challenge.
+ */
+static void test_registry__a_cached_image_asks_for_each_runtimes_login(void **state)
+{
+	const char *const *layers[] = { bottom, top1 };
+	tb_image_cache_t *c, *other;
+	tb_image_t img;
+	tb_error_t err;
+	char d[72];
+	(void)state;
+	oci_image(layout, layers, 2, NULL, d);
+	for (int bearer = 0; bearer < 2; bearer++) {
+		const char *refusal = bearer ? "token service answered 401" : "wants a login";
+		assert_int_equal(fresh_cache(NULL), 0);
+		fake.auth = bearer ? BEARER : BASIC;
+		assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+		if (get(c, d, creds, &img, &err) != 0)
+			fail_msg("%s", err.msg);
+		assert_int_equal(img.cached, 0);
+		tb_image_release(&img);
+		int heads = atomic_load(&fake.heads);
+		assert_int_equal(get(c, d, NULL, &img, &err), TB_EPOISON);
+		if (!strstr(err.msg, refusal))
+			fail_msg("no login, cached, said: %s", err.msg);
+		assert_int_equal(get(c, d, wrong_creds, &img, &err), TB_EPOISON);
+		if (!strstr(err.msg, bearer ? refusal : "the credentials given do not pass"))
+			fail_msg("a wrong login, cached, said: %s", err.msg);
+		assert_true(atomic_load(&fake.heads) > heads); /* the registry was asked */
+		/* another worker on the host: its cache remembers nothing */
+		assert_int_equal(tb_image_cache_open(&other, cache_dir, 1 << 30, &err), 0);
+		assert_int_equal(get(other, d, NULL, &img, &err), TB_EPOISON);
+		if (get(other, d, creds, &img, &err) != 0)
+			fail_msg("the right login, cached, said: %s", err.msg);
+		assert_int_equal(img.cached, 1);
+		assert_int_equal(img.fetched, 0);
+		tb_image_release(&img);
+		tb_image_cache_close(other);
+		/* the login that pulled it, again: remembered, not asked */
+		heads = atomic_load(&fake.heads);
+		assert_int_equal(get(c, d, creds, &img, &err), 0);
+		assert_int_equal(img.cached, 1);
+		assert_int_equal(atomic_load(&fake.heads), heads);
+		tb_image_release(&img);
+		tb_image_cache_close(c);
+	}
+}
+
+/*
+ * The registry's yes is remembered for the cache's authorization time:
+ * a login revoked meanwhile still gets the cached image until then, and
+ * is refused after. A cached image the registry no longer has is poison;
+ * a registry that fails on the HEAD, the platform's failure.
+ */
+static void test_registry__a_registrys_yes_is_remembered_a_while(void **state)
+{
+	const char *const *layers[] = { bottom, top2 };
+	tb_image_cache_t *c;
+	tb_image_t img;
+	tb_error_t err;
+	char d[72];
+	(void)state;
+	fake.auth = BASIC;
+	oci_image(layout, layers, 2, NULL, d);
+	assert_int_equal(tb_image_cache_open(&c, cache_dir, 1 << 30, &err), 0);
+	tb_image_cache_set_authorization_ms(c, 400);
+	if (get(c, d, creds, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	tb_image_release(&img);
+	atomic_store(&fake.revoked, 1);
+	int heads = atomic_load(&fake.heads);
+	assert_int_equal(get(c, d, creds, &img, &err), 0);
+	assert_int_equal(atomic_load(&fake.heads), heads);
+	tb_image_release(&img);
+	usleep(600000);
+	assert_int_equal(get(c, d, creds, &img, &err), TB_EPOISON);
+	if (!strstr(err.msg, "the credentials given do not pass"))
+		fail_msg("a revoked login said: %s", err.msg);
+	atomic_store(&fake.revoked, 0);
+	tb_image_cache_set_authorization_ms(c, 0); /* asked every time */
+	fake.head_status = 404;
+	assert_int_equal(get(c, d, creds, &img, &err), TB_EPOISON);
+	if (!strstr(err.msg, "has no manifest"))
+		fail_msg("a manifest gone said: %s", err.msg);
+	fake.head_status = 503;
+	assert_int_equal(get(c, d, creds, &img, &err), TB_ERETRY);
+	fake.head_status = 0;
+	assert_int_equal(get(c, d, creds, &img, &err), 0);
+	assert_int_equal(img.cached, 1);
+	tb_image_release(&img);
+	tb_image_cache_close(c);
+}
+/* One tb_image_get in a thread of its own, timed. */
+typedef struct pull_job {
+	tb_image_cache_t *c;
+	const char *digest;
+	int rc;
+	tb_error_t err;
+	tb_image_t img;
+} pull_job_t;
+
+static void *pull_thread(void *arg)
+{
+	pull_job_t *j = arg;
+	j->rc = get(j->c, j->digest, NULL, &j->img, &j->err);
+	return NULL;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * A worker that stops interrupts a pull stalled in the middle of a layer
+ * (the registry silent, far from image_stall_seconds): it ends within
+ * about a second as the platform's failure, not tried again, and the
+ * next pull of this cache fails at once too.
+ */
+static void test_registry__a_stalled_pull_ends_when_the_worker_stops(void **state)
+{
+	static const char *const lone[] = { "etc/lone=1", NULL };
+	const char *const *layers[] = { lone };
+	pull_job_t j = { 0 };
+	pthread_t t;
+	char d[72], layer[80];
+	(void)state;
+	fake.auth = OPEN;
+	oci_image(layout, layers, 1, NULL, d);
+	first_layer(d, layer);
+	snprintf(fake.stall, sizeof(fake.stall), "%s", layer);
+	assert_int_equal(tb_image_cache_open(&j.c, cache_dir, 1 << 30, &j.err), 0);
+	tb_image_cache_set_stall(j.c, 30);
+	j.digest = d;
+	assert_int_equal(pthread_create(&t, NULL, pull_thread, &j), 0);
+	usleep(700000); /* the layer's first byte, then silence */
+	uint64_t t0 = now_ms();
+	tb_image_cache_interrupt(j.c);
+	pthread_join(t, NULL);
+	uint64_t took = now_ms() - t0;
+	printf("  interrupted: ended %llu ms later\n", (unsigned long long)took);
+	assert_int_equal(j.rc, TB_ERETRY);
+	if (!strstr(j.err.msg, "the worker stops"))
+		fail_msg("an interrupted pull said: %s", j.err.msg);
+	assert_true(took < 2500);
+	fake.stall[0] = '\0';
+	t0 = now_ms();
+	assert_int_equal(get(j.c, d, NULL, &j.img, &j.err), TB_ERETRY);
+	assert_true(now_ms() - t0 < 1000);
+	tb_image_cache_close(j.c);
+}
+
 static int fresh_cache(void **state)
 {
 	char cmd[300];
@@ -426,6 +608,7 @@ static int setup(void **state)
 	snprintf(layout, sizeof(layout), "%s/layout", base);
 	snprintf(cache_dir, sizeof(cache_dir), "%s/cache", base);
 	snprintf(creds, sizeof(creds), "%s/auth.json", base);
+	snprintf(wrong_creds, sizeof(wrong_creds), "%s/wrong.json", base);
 	registry = serve("127.0.0.1", on_registry, &registry_port);
 	storage = serve("127.0.0.2", on_storage, &storage_port);
 	tb_base64_encode(b64, sizeof(b64), USER_PASS, strlen(USER_PASS), 0);
@@ -433,6 +616,11 @@ static int setup(void **state)
 		 "mkdir -p %s/blobs/sha256 && echo '{\"imageLayoutVersion\":\"1.0.0\"}' > "
 		 "%s/oci-layout && echo '{\"auths\":{\"127.0.0.1:%u\":{\"auth\":\"%s\"}}}' > %s",
 		 layout, layout, registry_port, b64, creds);
+	if (system(cmd) != 0)
+		return -1;
+	tb_base64_encode(b64, sizeof(b64), WRONG_PASS, strlen(WRONG_PASS), 0);
+	snprintf(cmd, sizeof(cmd), "echo '{\"auths\":{\"127.0.0.1:%u\":{\"auth\":\"%s\"}}}' > %s",
+		 registry_port, b64, wrong_creds);
 	return system(cmd) == 0 ? 0 : -1;
 }
 
@@ -457,6 +645,12 @@ int main(void)
 		cmocka_unit_test_setup(test_registry__a_stall_and_a_bomb_end_in_reasons,
 				       fresh_cache),
 		cmocka_unit_test_setup(test_registry__a_shared_layer_is_not_fetched_again,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_registry__a_cached_image_asks_for_each_runtimes_login,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_registry__a_registrys_yes_is_remembered_a_while,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_registry__a_stalled_pull_ends_when_the_worker_stops,
 				       fresh_cache),
 	};
 	if (geteuid() != 0) {

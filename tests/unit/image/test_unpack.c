@@ -30,11 +30,14 @@ static int rootfd = -1;
 /* One entry of a layer made by the test. */
 typedef struct entry {
 	const char *path;
-	char type;        /* 'f' file, 'd' dir, 'l' symlink, 'h' hard link, 'p' fifo, 'c' device */
+	char type;        /* 'f' file, 'd' dir, 'l' symlink, 'h' hard link, 'p' fifo, 'c' device,
+			   * 's' a sparse file: data at 0, then a hole to sparse_size */
 	const char *data; /* file contents, or link target */
 	unsigned mode;
 	long long uid;
 } entry_t;
+
+static long long sparse_size; /* what an 's' entry declares */
 
 /* A layer of @p n entries in a memfd, compressed by @p filter. */
 static int layer(const entry_t *e, size_t n, int filter)
@@ -74,12 +77,17 @@ static int layer(const entry_t *e, size_t n, int filter)
 			archive_entry_set_filetype(ae, AE_IFCHR);
 			archive_entry_set_rdev(ae, makedev(1, 3));
 			break;
+		case 's':
+			archive_entry_set_filetype(ae, AE_IFREG);
+			archive_entry_set_size(ae, sparse_size);
+			archive_entry_sparse_add_entry(ae, 0, (la_int64_t)strlen(e[i].data));
+			break;
 		default:
 			archive_entry_set_filetype(ae, AE_IFREG);
 			archive_entry_set_size(ae, e[i].data ? (la_int64_t)strlen(e[i].data) : 0);
 		}
 		assert_int_equal(archive_write_header(a, ae), ARCHIVE_OK);
-		if (e[i].type == 'f' && e[i].data)
+		if ((e[i].type == 'f' || e[i].type == 's') && e[i].data)
 			archive_write_data(a, e[i].data, strlen(e[i].data));
 		archive_entry_free(ae);
 	}
@@ -182,7 +190,7 @@ static void test_unpack__an_honest_layer(void **state)
 	assert_int_equal(fstatat(rootfd, "run/pipe", &s, AT_SYMLINK_NOFOLLOW), 0);
 	assert_true(S_ISFIFO(s.st_mode));
 	assert_false(exists_in("dev/null")); /* devices are skipped */
-	assert_int_equal(st.skipped, 1);
+	assert_int_equal(st.altered.devices, 1);
 	assert_string_equal(read_in("etc/hostname"), "inside\n"); /* absolute: from the root */
 	outside_untouched();
 }
@@ -359,6 +367,68 @@ static void test_unpack__caps_and_junk(void **state)
 	close(fd);
 }
 
+/*
+ * A sparse file counts for the size it declares, holes and all: 2 GiB
+ * of it, a few bytes in the layer, is over a 1 MiB cap, and the refusal
+ * names it; under a cap it fits, it is made at that size.
+ */
+static void test_unpack__a_sparse_file_counts_what_it_declares(void **state)
+{
+	tb_unpack_stats_t st = { 0 };
+	tb_error_t err;
+	struct stat s;
+	(void)state;
+	entry_t huge[] = { { "data/huge.img", 's', "head", 0644, 0 } };
+	sparse_size = 2LL << 30;
+	int fd = layer(huge, 1, 'g');
+	struct stat ls;
+	assert_int_equal(fstat(fd, &ls), 0);
+	assert_true(ls.st_size < 64 << 10); /* small on the wire */
+	assert_int_equal(tb_unpack_layer(rootfd, fd, &roomy, &st, &err), TB_ETOOBIG);
+	close(fd);
+	if (!strstr(err.msg, "data/huge.img") || !strstr(err.msg, "2147483648"))
+		fail_msg("a sparse file said: %s", err.msg);
+	assert_false(exists_in("data/huge.img"));
+	entry_t fits[] = { { "data/fits.img", 's', "head", 0644, 0 } };
+	sparse_size = 512 << 10;
+	memset(&st, 0, sizeof(st));
+	assert_int_equal(apply(fits, 1, 0, &roomy, &st, &err), 0);
+	assert_int_equal(st.bytes, 512 << 10);
+	assert_int_equal(fstatat(rootfd, "data/fits.img", &s, 0), 0);
+	assert_int_equal(s.st_size, 512 << 10);
+	assert_string_equal(read_in("data/fits.img"), "head");
+}
+
+/*
+ * What the tree does not keep as the layer had it is counted, with the
+ * first entry of each kind: a device node and a socket left out, set-ID
+ * bits dropped (a file's and a directory's), owners no sandbox maps made
+ * nobody; and a link target too long is the layer's fault.
+ */
+static void test_unpack__what_is_dropped_or_changed_is_counted(void **state)
+{
+	tb_unpack_stats_t st = { 0 };
+	tb_error_t err;
+	(void)state;
+	entry_t e[] = {
+		{ "dev/null", 'c', NULL, 0666, 0 },         { "dev/zero", 'c', NULL, 0666, 0 },
+		{ "usr/bin/su", 'f', "x", 04755, 0 },       { "srv/shared/", 'd', NULL, 02775, 0 },
+		{ "home/big/file", 'f', "y", 0644, 70000 }, { "home/plain", 'f', "z", 0644, 1000 },
+	};
+	assert_int_equal(apply(e, N(e), 'g', &roomy, &st, &err), 0);
+	assert_int_equal(st.altered.devices, 2);
+	assert_string_equal(st.altered.device_path, "dev/null");
+	assert_int_equal(st.altered.setid, 2);
+	assert_string_equal(st.altered.setid_path, "usr/bin/su");
+	assert_int_equal(st.altered.ids, 1);
+	assert_string_equal(st.altered.ids_path, "home/big/file");
+	static char far[4200];
+	memset(far, 'a', sizeof(far) - 1);
+	entry_t link[] = { { "far", 'l', far, 0, 0 } };
+	assert_int_equal(apply(link, 1, 0, &roomy, &st, &err), TB_EINVAL);
+	assert_non_null(strstr(err.msg, "target of 4096 bytes or more"));
+}
+
 static int setup(void **state)
 {
 	char cmd[300];
@@ -394,6 +464,10 @@ int main(void)
 		    test_unpack__an_opaque_directory_keeps_what_came_through_a_link, fresh_tree),
 		cmocka_unit_test_setup(test_unpack__many_deep_new_paths, fresh_tree),
 		cmocka_unit_test_setup(test_unpack__caps_and_junk, fresh_tree),
+		cmocka_unit_test_setup(test_unpack__a_sparse_file_counts_what_it_declares,
+				       fresh_tree),
+		cmocka_unit_test_setup(test_unpack__what_is_dropped_or_changed_is_counted,
+				       fresh_tree),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: the tree keeps the layer's owners: needs root\n");
