@@ -102,6 +102,8 @@ const char *tb_error_name(int code)
 		return "unknown-version";
 	case TB_ECONFLICT:
 		return "conflict";
+	case TB_ECRASHED:
+		return "crashed";
 	case TB_EEXIST:
 		return "exists";
 	case TB_EBUSY:

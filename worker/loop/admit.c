@@ -10,95 +10,109 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The step an attempt's worker died in, from its "died" failure's reason
- * ("its worker died in phase P"), into @p out; "" when it never said. */
-static void death_point(const tb_ledger_attempt_t *a, char *out, size_t len)
-{
-	static const char said[] = "its worker died in phase ";
-
-	out[0] = '\0';
-	if (!strncmp(a->reason, said, sizeof(said) - 1))
-		snprintf(out, len, "%s", a->reason + sizeof(said) - 1);
-}
-
-/* Whether the SAME_POINT_DEATHS attempts before @p attempt all died in one
- * step after the agent (settled, collected, recorded: the worker's own
- * short work on what the task left, where outside kills of one task do
- * not land that many times in a row); that step into @p step. */
-static int dies_at_one_point(const tb_ledger_attempt_t *hist, size_t n, uint64_t attempt,
-			     uint64_t base, char *step, size_t len)
-{
-	char first[32] = "", here[32];
-	int found = 0;
-
-	if (attempt <= base + SAME_POINT_DEATHS)
-		return 0;
-	for (uint64_t a = attempt - SAME_POINT_DEATHS; a < attempt; a++) {
-		const tb_ledger_attempt_t *d = NULL;
-		for (size_t i = 0; i < n; i++)
-			if (hist[i].attempt == a)
-				d = &hist[i];
-		if (!d || strcmp(d->code, "died"))
-			return 0;
-		death_point(d, here, sizeof(here));
-		if (strcmp(here, "settled") && strcmp(here, "collected") &&
-		    strcmp(here, "recorded"))
-			return 0;
-		if (found++ && strcmp(here, first))
-			return 0;
-		snprintf(first, sizeof(first), "%s", here);
-	}
-	snprintf(step, len, "%s", first);
-	return 1;
-}
-
 /* What the attempts since the last revive, before this one, came to. */
 typedef struct tally {
 	uint64_t begun;   /* this one included, sessions that moved not */
-	uint64_t excused; /* the platform failed them */
-	uint64_t died;    /* their worker died */
+	uint64_t excused; /* the platform failed them, or their worker died unheard */
+	uint64_t died;    /* their worker died after they said a phase of their own */
+	uint64_t crashed; /* ... of a crash in their own thread: evidence (of died) */
+	char crash[200];  /* the last crash's reason */
 } tally_t;
+
+/* How an attempt's entries (it may have several: a failure kept twice
+ * when a reply was lost, a death kept by the next begin and its crash by
+ * the next worker of its id) add up, the strongest word first. */
+typedef enum ended {
+	ENDED_UNSAID, /* no entry: ended without a word the ledger kept */
+	ENDED_MOVED,  /* a session stopped to move: no attempt spent */
+	ENDED_OWN,    /* the task's own failure (poison, or a code of its own) */
+	ENDED_PLATFORM,
+	ENDED_UNHEARD, /* its worker died before it said a phase: no evidence */
+	ENDED_DIED,    /* its worker died after it said one: no evidence */
+	ENDED_CRASHED, /* its worker crashed in its thread: evidence */
+} ended_t;
+
+static ended_t ended_of(const tb_ledger_attempt_t *a)
+{
+	static const char unheard[] = "its worker died before it reported a phase";
+
+	if (!strcmp(a->code, tb_error_name(TB_ECRASHED)))
+		return ENDED_CRASHED;
+	if (!strcmp(a->code, "died"))
+		return strncmp(a->reason, unheard, sizeof(unheard) - 1) ? ENDED_DIED
+									: ENDED_UNHEARD;
+	if (!strcmp(a->code, tb_error_name(TB_EBUSY)))
+		return ENDED_MOVED;
+	if (!a->code[0] || !strcmp(a->code, tb_error_name(TB_EPOISON)))
+		return ENDED_OWN;
+	return ENDED_PLATFORM;
+}
 
 static tally_t tally_of(const tb_ledger_attempt_t *hist, size_t n, uint64_t attempt, uint64_t base)
 {
-	tally_t t = { attempt - base, 0, 0 };
+	tally_t t = { .begun = attempt - base };
 	uint64_t moved = 0;
 
-	/* distinct attempts (a failure may be kept twice when a reply was lost) */
 	for (size_t i = 0; i < n; i++) {
-		int dup = 0;
-		for (size_t k = 0; k < i && !dup; k++)
-			dup = hist[k].attempt == hist[i].attempt;
-		if (dup || hist[i].attempt <= base || hist[i].attempt >= attempt)
+		if (hist[i].attempt <= base || hist[i].attempt >= attempt)
 			continue;
-		if (!strcmp(hist[i].code, tb_error_name(TB_EBUSY)))
-			moved++; /* a session stopped to move: no attempt spent */
-		else if (!strcmp(hist[i].code, "died"))
+		ended_t e = ended_of(&hist[i]);
+		int first = 1;
+		for (size_t k = 0; k < n && first; k++) {
+			if (k == i || hist[k].attempt != hist[i].attempt)
+				continue;
+			ended_t o = ended_of(&hist[k]);
+			if (o > e || (o == e && k < i)) /* counted once, at its strongest */
+				first = 0;
+		}
+		if (!first)
+			continue;
+		switch (e) {
+		case ENDED_MOVED:
+			moved++;
+			break;
+		case ENDED_CRASHED:
+			t.crashed++;
+			snprintf(t.crash, sizeof(t.crash), "%s", hist[i].reason);
+			t.died++; /* a crash is a death too */
+			break;
+		case ENDED_DIED:
 			t.died++;
-		else if (hist[i].code[0] && strcmp(hist[i].code, tb_error_name(TB_EPOISON)))
+			break;
+		case ENDED_UNHEARD:
+		case ENDED_PLATFORM:
 			t.excused++;
+			break;
+		default:
+			break;
+		}
 	}
 	t.begun -= moved < t.begun ? moved : t.begun - 1;
 	/* bounded by what was begun before this one */
 	if (t.died > t.begun - 1)
 		t.died = t.begun - 1;
+	if (t.crashed > t.died)
+		t.crashed = t.died;
 	if (t.excused > t.begun - 1 - t.died)
 		t.excused = t.begun - 1 - t.died;
 	return t;
 }
 
 /*
- * Whether attempt j->attempt is past the task's budget. Attempts whose
- * worker died (the ledger keeps them as "died", with the step they were
- * in) have a budget of their own, the runtime's max_worker_deaths: deploys,
- * preemption and the host's OOM killer do not spend a healthy task's
- * attempts; and SAME_POINT_DEATHS of them in a row in one step after the
- * agent make the task poison (*@p cause), a task that kills its worker.
- * max_attempts counts the rest: attempts that failed for the task's own
- * reasons, and any that ended without a word the ledger kept. Attempts the
- * platform failed (the store, ledger or events away, a lost lease: a code
- * other than poison) are excused, PLATFORM_FAILURES_MAX of them. Why, into
- * @p why. @return 1 over, 0 not, TB_ERETRY if the ledger cannot say (wait).
+ * Whether attempt j->attempt is past the task's budget. A death convicts
+ * a task only on evidence (docs/crash-safety.md, "What convicts a task"):
+ * CRASHES_TO_POISON crashes of its worker in the attempt's own thread
+ * (kept as "crashed" by the next worker of the id: blackbox.h) make it
+ * poison. Deaths without evidence (a kill from outside, a lost host, the
+ * OOM killer) spend the runtime's max_worker_deaths, the last resort, if
+ * the attempt had said a phase of its own; one that died before it said
+ * any did nothing yet that could kill its worker: excused, as the
+ * platform's failures are. max_attempts counts the rest: attempts that
+ * failed for the task's own reasons, and any that ended without a word
+ * the ledger kept. Attempts the platform failed (the store, ledger or
+ * events away, a lost lease: a code other than poison) are excused,
+ * PLATFORM_FAILURES_MAX of them. Why, into @p why. @return 1 over, 0 not,
+ * TB_ERETRY if the ledger cannot say (wait).
  */
 static int over_budget(tb_loop_t *w, const tb_job_t *j, int *cause, char *why, size_t len)
 {
@@ -107,9 +121,8 @@ static int over_budget(tb_loop_t *w, const tb_job_t *j, int *cause, char *why, s
 	tb_ledger_task_t t;
 	size_t n = 0;
 	tb_error_t err;
-	char step[32];
 
-	if (j->attempt <= SAME_POINT_DEATHS && j->attempt <= j->max_attempts &&
+	if (j->attempt <= CRASHES_TO_POISON && j->attempt <= j->max_attempts &&
 	    j->attempt <= j->max_deaths)
 		return 0;
 	/* Counted from the last revive (`taskbox dlq send`) on. */
@@ -123,12 +136,12 @@ static int over_budget(tb_loop_t *w, const tb_job_t *j, int *cause, char *why, s
 	uint64_t own = c.begun - 1 - c.excused - c.died;
 	int over = 1;
 	*cause = TB_DLQ_MAX_ATTEMPTS;
-	if (dies_at_one_point(hist, n, j->attempt, base, step, sizeof(step))) {
+	if (c.crashed >= CRASHES_TO_POISON) {
 		*cause = TB_DLQ_POISON;
 		snprintf(why, len,
-			 "its worker died %d times in a row in phase %s: a task that kills its "
-			 "worker",
-			 SAME_POINT_DEATHS, step);
+			 "its worker crashed %llu times running it, in its own thread: a task "
+			 "that kills its worker; the last: %.200s",
+			 (unsigned long long)c.crashed, c.crash);
 	} else if (c.excused >= PLATFORM_FAILURES_MAX) {
 		snprintf(why, len, "the platform failed this task %llu times; the last: %.400s",
 			 (unsigned long long)c.excused, n ? hist[n - 1].reason : "?");

@@ -33,13 +33,14 @@
  * worker waits and says it waits). */
 uint64_t tb_loop_retry_pause(unsigned failures);
 /* Attempts the platform failed (a service away, a lost lease) do not
- * count against the runtime's max_attempts, up to this many. Attempts
- * whose worker died count against max_worker_deaths instead, and
- * SAME_POINT_DEATHS in a row in one step after the agent make the task
- * poison (admit.c). Five, not three: a worker killed from outside at
- * every step in turn (tests/fault) can die in one short step three times
- * running; five such kills in a row of the same task are not seen. */
-#define SAME_POINT_DEATHS 5
+ * count against the runtime's max_attempts, up to PLATFORM_FAILURES_MAX.
+ * Attempts whose worker died count against max_worker_deaths instead,
+ * and only on evidence does a death convict the task: CRASHES_TO_POISON
+ * crashes of the worker in the attempt's own thread (its fatal-signal
+ * handler said so, blackbox.h) make it poison (admit.c). Two, not one: a
+ * worker's own bug may corrupt memory that another thread trips over
+ * once; a task whose data crashes its worker does so every time. */
+#define CRASHES_TO_POISON 2
 #define PLATFORM_FAILURES_MAX 20
 /* A consumer stuck this long in one join state is replaced. */
 #define STUCK_MS 60000

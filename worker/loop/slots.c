@@ -3,6 +3,8 @@
  */
 #include "loop_int.h"
 
+#include "blackbox.h"
+
 #include "tb/clock.h"
 #include "tb/metrics.h"
 
@@ -38,6 +40,7 @@ static void note_phase(void *ud, tb_phase_t phase)
 	tb_error_t err;
 
 	atomic_store(&j->run.phase, (int)phase + 1);
+	tb_blackbox_phase(tb_phase_name(phase));
 	if ((phase == TB_PHASE_SETTLED || phase == TB_PHASE_COLLECTED ||
 	     phase == TB_PHASE_RECORDED) &&
 	    tb_ledger_renew_at(j->w->d->ledger, j->key, j->attempt, j->w->lease_ms,
@@ -103,6 +106,8 @@ static void *slot_main(void *arg)
 		.recorded_ud = w->d->ledger,
 		.cancel = &j->run.cancel,
 	};
+	/* a crash in this thread from now on is said against this attempt */
+	tb_blackbox_enter(j->key, j->attempt);
 	if ((j->run.rc = tb_msg_decode(&tb_schema_task, &task, j->value, j->len, &j->run.err)) ==
 	    0) {
 		tb_info(task.id, "attempt %llu starts in slot %u", (unsigned long long)j->attempt,
@@ -110,6 +115,7 @@ static void *slot_main(void *arg)
 		j->run.rc = tb_lifecycle_run(&ctx, &task, j->attempt, &j->run.res, &j->run.err);
 		tb_msg_free(&tb_schema_task, &task);
 	}
+	tb_blackbox_enter(NULL, 0);
 	pthread_mutex_lock(&w->lock);
 	j->next = w->finished;
 	w->finished = j;

@@ -11,6 +11,8 @@
 #include "worker.h"
 #include "loop_int.h"
 
+#include "blackbox.h"
+
 #include "tb/clock.h"
 #include "tb/health.h"
 #include "tb/metrics.h"
@@ -603,6 +605,52 @@ static void begin_stopping(tb_loop_t *w)
 	tb_sandbox_pool_drop_spares(w->pool);
 }
 
+/* One death the last worker of this id recorded (blackbox.h), kept as its
+ * attempt's failure "crashed"; ud counts what the ledger did not keep. */
+static void keep_crash(void *ud, const tb_blackbox_death_t *dd)
+{
+	tb_loop_t *w = ((void **)ud)[0];
+	int *unkept = ((void **)ud)[1];
+	char why[200];
+	tb_error_t err;
+
+	if (!dd->task[0]) {
+		tb_warn(
+		    NULL,
+		    "the last worker of this id crashed (signal %d, %s) in a thread of its own, "
+		    "not a task's: no task is blamed",
+		    dd->signal, strsignal(dd->signal));
+		return;
+	}
+	snprintf(why, sizeof(why), "its worker crashed (signal %d, %s) in phase %s", dd->signal,
+		 strsignal(dd->signal), dd->phase[0] ? dd->phase : "received");
+	tb_warn(dd->task, "attempt %llu: %s", (unsigned long long)dd->attempt, why);
+	if (tb_ledger_failed(w->d->ledger, dd->task, dd->attempt, TB_ECRASHED, why, &err) < 0) {
+		tb_warn(dd->task,
+			"the ledger did not keep that crash (kept for the next start): %s",
+			err.msg);
+		(*unkept)++;
+	}
+}
+
+/* What the last worker of this id said of its death is kept in the
+ * ledger, before any task is taken (its successor's attempt would find
+ * no evidence); then this worker's own black box is armed. */
+static int blackbox_start(tb_loop_t *w, tb_error_t *err)
+{
+	char path[4096];
+	int unkept = 0, n;
+	void *ud[2] = { w, &unkept };
+	tb_error_t rerr;
+
+	snprintf(path, sizeof(path), "%s/%s.crashes", w->d->cfg->work_dir, w->d->group);
+	if ((n = tb_blackbox_read(path, keep_crash, ud, &rerr)) < 0)
+		tb_warn(NULL, "%s", rerr.msg);
+	else if (n > 0 && !unkept)
+		tb_blackbox_forget(path);
+	return tb_blackbox_open(path, err);
+}
+
 int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64_t max_finished,
 		  tb_worker_stats_t *stats, tb_error_t *err)
 {
@@ -628,7 +676,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		rc = tb_error_set(err, TB_EINVAL, "slots: at most %d", TB_LOOP_SLOTS_MAX);
 		goto fail;
 	}
-	if ((rc = slots_new(w, err)) < 0)
+	if ((rc = slots_new(w, err)) < 0 || (rc = blackbox_start(w, err)) < 0)
 		goto fail;
 	health_start(w);
 	if ((rc = tb_kafka_producer_new(&w->producer, d->brokers, &d->cfg->kafka.properties, err)) <
@@ -679,6 +727,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 	health_stop(w); /* it uses the producer */
 	rd_kafka_destroy(w->producer);
 	slots_free(w); /* every slot thread has ended */
+	tb_blackbox_close();
 	for (int p = 0; p < MAX_PARTITIONS; p++)
 		tb_watermark_free(w->marks[p]);
 	close(w->wake[0]);
@@ -689,6 +738,7 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 fail:
 	health_stop(w);
 	slots_free(w);
+	tb_blackbox_close();
 	if (w->wake[0] >= 0) {
 		close(w->wake[0]);
 		close(w->wake[1]);

@@ -30,6 +30,7 @@ enum {
 	TB_EEXIST = -11,    /* already there (a create-only write) */
 	TB_EBUSY = -12,     /* held by another (a live lease): wait for it */
 	TB_ECONFLICT = -13, /* a name already stands for something else */
+	TB_ECRASHED = -14,  /* the worker crashed in this attempt's thread (evidence) */
 };
 
 #define TB_ERROR_MSG_MAX 1024

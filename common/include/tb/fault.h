@@ -1,8 +1,11 @@
 /*
  * fault.h: fault points, for the tests that prove crash-safe replay. A
- * test starts the worker with TASKBOX_FAULT=<point>[@<n>] and the worker
- * kills itself (SIGKILL: no clean-up, as a power cut) the n-th time (1 by
- * default) it reaches that point. Without the variable a fault point is one
+ * test starts the worker with TASKBOX_FAULT=<point>[@<n>][:crash] and the
+ * worker kills itself (SIGKILL: no clean-up, as a power cut or a kill
+ * from outside) the n-th time (1 by default) it reaches that point; with
+ * ":crash" it crashes instead (SIGSEGV, raised in the thread that got
+ * there, as a bug in the worker would: its fatal-signal handler says so
+ * for the next worker, worker/loop/blackbox.h). Without the variable a fault point is one
  * comparison of a pointer with NULL: harmless in production, and the
  * worker says loudly at start when one is armed.
  *
