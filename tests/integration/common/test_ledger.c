@@ -461,23 +461,35 @@ static unsigned free_port(void)
  * on @p master when not 0. */
 static pid_t redis_spawn(unsigned port, unsigned master)
 {
-	char p[16], m[16];
+	char p[16], m[16], rdb[64];
 	snprintf(p, sizeof(p), "%u", port);
 	snprintf(m, sizeof(m), "%u", master);
+	/* a replica writes what its master sends to a file even with no
+	 * saves: in /tmp, never where the test was started */
+	snprintf(rdb, sizeof(rdb), "tb-ledger-test-%u.rdb", port);
 	pid_t pid = fork();
 	if (pid == 0) {
 		int null = open("/dev/null", O_WRONLY);
 		dup2(null, 1);
 		if (master)
 			execl("/usr/bin/redis-server", "redis-server", "--bind", "127.0.0.1",
-			      "--port", p, "--save", "", "--appendonly", "no", "--replicaof",
-			      "127.0.0.1", m, (char *)NULL);
+			      "--port", p, "--save", "", "--appendonly", "no", "--dir", "/tmp",
+			      "--dbfilename", rdb, "--replicaof", "127.0.0.1", m, (char *)NULL);
 		else
 			execl("/usr/bin/redis-server", "redis-server", "--bind", "127.0.0.1",
-			      "--port", p, "--save", "", "--appendonly", "no", (char *)NULL);
+			      "--port", p, "--save", "", "--appendonly", "no", "--dir", "/tmp",
+			      "--dbfilename", rdb, (char *)NULL);
 		_exit(127);
 	}
 	return pid;
+}
+
+/* What redis_spawn()'s server on @p port left in /tmp, removed. */
+static void redis_forget(unsigned port)
+{
+	char rdb[64];
+	snprintf(rdb, sizeof(rdb), "/tmp/tb-ledger-test-%u.rdb", port);
+	unlink(rdb);
 }
 
 /* Whether the replica on @p port has its master's data flowing (within
@@ -585,6 +597,7 @@ static void test_ledger__safety_writes_wait_for_a_replica(void **state)
 	tb_ledger_close(l);
 	kill(master, SIGTERM), kill(replica, SIGTERM);
 	waitpid(master, NULL, 0), waitpid(replica, NULL, 0);
+	redis_forget(mport), redis_forget(rport);
 }
 
 /* A redis-server in sentinel mode on @p port watching master "tbm" on
@@ -675,6 +688,7 @@ static void test_ledger__a_sentinel_failover_is_followed(void **state)
 	tb_ledger_close(l);
 	kill(sentinel, SIGTERM), kill(replica, SIGTERM);
 	waitpid(sentinel, NULL, 0), waitpid(replica, NULL, 0);
+	redis_forget(mport), redis_forget(rport);
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd) != 0)
