@@ -56,16 +56,47 @@ out:
 	return ro;
 }
 
+/* A verdict's reason, at most (schemas/verdict.md). */
+#define REASON_MAX 4096
+/* The judge's last line is read from the last this many bytes of its
+ * output: a reason of REASON_MAX bytes, each escaped as \uXXXX, fits. */
+#define LAST_LINE_MAX (8 * REASON_MAX)
+
+/* The judge's @p reason into @p why (@p len > REASON_MAX): whole when it
+ * fits in REASON_MAX bytes, else cut at a character and marked, so that
+ * nobody takes the start for the whole. */
+static void keep_reason(char *why, size_t len, const char *reason)
+{
+	size_t n = strlen(reason);
+	char mark[64];
+
+	if (n <= REASON_MAX && n < len) {
+		memcpy(why, reason, n + 1);
+		return;
+	}
+	int ml = snprintf(mark, sizeof(mark), " \u2026 (cut from %zu bytes)", n);
+	size_t keep = REASON_MAX - (size_t)ml;
+	memcpy(why, reason, keep);
+	why[keep] = '\0';
+	tb_utf8_trim(why); /* not inside a character */
+	size_t at = strlen(why);
+	snprintf(why + at, len - at, "%s", mark);
+}
+
 /* The verdict in the last non-empty line of the judge's output @p out;
  * what is wrong with it, or its reason, into @p why. */
 static void read_verdict(tb_verdict_t *v, int out, char *why, size_t len)
 {
-	char last[4096] = "";
+	char *last = malloc(LAST_LINE_MAX);
 	off_t size = lseek(out, 0, SEEK_END);
-	off_t from = size > (off_t)sizeof(last) - 1 ? size - (off_t)sizeof(last) + 1 : 0;
-	ssize_t n = pread(out, last, sizeof(last) - 1, from);
+	off_t from = size > LAST_LINE_MAX - 1 ? size - LAST_LINE_MAX + 1 : 0;
+	ssize_t n = last ? pread(out, last, LAST_LINE_MAX - 1, from) : -1;
 	json_error_t jerr;
 
+	if (!last) {
+		snprintf(why, len, "out of memory reading the judge's verdict");
+		return;
+	}
 	last[n > 0 ? n : 0] = '\0';
 	while (n > 0 && (last[n - 1] == '\n' || last[n - 1] == ' '))
 		last[--n] = '\0';
@@ -84,12 +115,11 @@ static void read_verdict(tb_verdict_t *v, int out, char *why, size_t len)
 			TB_SET_HAS(v, TB_VERDICT_F_SCORE);
 		}
 		const char *reason = json_string_value(json_object_get(res, "reason"));
-		if (reason) {
-			snprintf(why, len, "%.500s", reason);
-			tb_utf8_trim(why); /* cut mid-character */
-		}
+		if (reason)
+			keep_reason(why, len, reason);
 	}
 	json_decref(res);
+	free(last);
 }
 
 /*
@@ -104,7 +134,7 @@ int tb_run_judge(tb_run_t *r, size_t index, const char *prefix, tb_error_t *err)
 	const tb_judge_t *j = (const tb_judge_t *)r->recipe.judges.items + index;
 	tb_verdict_t v = { 0 };
 	tb_sandbox_exit_t end;
-	char why[600] = "", key[1024];
+	char why[REASON_MAX + 1] = "", key[1024];
 	const char *argv[65],
 	    *envp[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home", "TMPDIR=/tmp", NULL };
 	unsigned uid = TB_SANDBOX_JUDGE_ID + (unsigned)index;

@@ -403,6 +403,13 @@ static void test_lifecycle__keys_by_attempt_and_the_manifest_last(void **state)
 	 * what it used up to then (no judge ran: none is counted). */
 	rec.n = 0;
 	rec.fail_on = "/outputs/";
+	/* with an input this time: what was fetched is said too */
+	tb_input_t in[1] = { { .name = "in.txt",
+			       .artifact = "tasks/life-keys-src/1/outputs/in.txt" } };
+	assert_int_equal(
+	    tb_store_put_bytes(F.store, in[0].artifact, "twelve bytes", 12, NULL, &err), 0);
+	t.inputs.n = 1;
+	t.inputs.items = in;
 	int rc = tb_lifecycle_run(&c, &t, 2, &res, &err);
 	printf("store failing the outputs: %s\n", err.msg);
 	assert_true(rc == TB_EIO || rc == TB_ERETRY);
@@ -415,6 +422,10 @@ static void test_lifecycle__keys_by_attempt_and_the_manifest_last(void **state)
 	assert_true(json_integer_value(json_object_get(e.torn_down_usage, "wall_ms")) > 0);
 	assert_null(json_object_get(e.torn_down_usage, "judges"));
 	assert_int_equal(json_integer_value(json_object_get(e.torn_down_usage, "saved_bytes")), 0);
+	json_t *ins = json_object_get(e.torn_down_usage, "inputs");
+	if (json_array_size(ins) != 1 ||
+	    json_integer_value(json_object_get(json_array_get(ins, 0), "fetched_bytes")) != 12)
+		fail_msg("the torn-down usage's inputs: %s", ins ? "not the one fetched" : "none");
 	json_decref(e.torn_down_usage);
 	json_decref(e.result_usage);
 	/* attempt 1's objects are as they were */
@@ -518,10 +529,11 @@ static void test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out(vo
 	tb_msg_free(&tb_schema_manifest, &m);
 }
 
-/* Output that is not text (Latin-1, binary), and a judge's reason cut
- * inside a character, still make a record: the reasons are mended into
- * UTF-8, not refused by the schema. A judge that prints a pass, then
- * fails, gives an error verdict. And the recipe's environment wins over
+/* Output that is not text (Latin-1, binary) still makes a record: the
+ * reasons are mended into UTF-8, not refused by the schema. A judge's
+ * reason is kept whole up to its 4096 bytes; a longer one is cut at a
+ * character and says so. A judge that prints a pass, then fails, gives
+ * an error verdict. And the recipe's environment wins over
  * the fixed one. (It commits a recipe of its own.) */
 static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **state)
 {
@@ -540,7 +552,8 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	    "\"hi\", \"TASKBOX_TASK_ID\": \"forged\"}}, \"judges\": [{\"name\": \"wordy\", "
 	    "\"command\": [\"/bin/sh\", "
 	    "\"judge.sh\"]}, {\"name\": \"crashes\", \"command\": [\"/bin/sh\", "
-	    "\"judge2.sh\"]}]}\n");
+	    "\"judge2.sh\"]}, {\"name\": \"windy\", \"command\": [\"/bin/sh\", "
+	    "\"judge3.sh\"]}]}\n");
 	/* its environment as exec'd (a shell would tidy duplicates away),
 	 * then Latin-1 and binary */
 	write_repo_file("agent.sh", "read -r prompt\n"
@@ -553,6 +566,11 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 			"r=$(printf '\\303\\251%.0s' $(seq 300))\n"
 			"echo \"{\\\"outcome\\\":\\\"fail\\\",\\\"reason\\\":\\\"x$r\\\"}\"\n");
 	write_repo_file("judge2.sh", "cat >/dev/null\necho '{\"outcome\":\"pass\"}'\nexit 3\n");
+	/* a reason of 5001 bytes: "x" and 2500 "é" */
+	write_repo_file("judge3.sh",
+			"cat >/dev/null\n"
+			"r=$(printf '\\303\\251%.0s' $(seq 2500))\n"
+			"echo \"{\\\"outcome\\\":\\\"pass\\\",\\\"reason\\\":\\\"x$r\\\"}\"\n");
 	tb_fixture_sh(
 	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm bytes", repo);
 	tb_task_t t = task("life-bytes", head_commit(), "test");
@@ -581,8 +599,14 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	tb_verdict_t v;
 	get_record("tasks/life-bytes/1/verdicts/wordy.msgpack", &tb_schema_verdict, &v);
 	assert_int_equal(v.outcome, TB_VERDICT_FAIL);
-	assert_true(strlen(v.reason) >= 490 && strlen(v.reason) <= 500); /* whole characters */
+	assert_int_equal(strlen(v.reason), 601); /* whole */
 	assert_true(tb_utf8_valid((const uint8_t *)v.reason, strlen(v.reason)));
+	tb_msg_free(&tb_schema_verdict, &v);
+	get_record("tasks/life-bytes/1/verdicts/windy.msgpack", &tb_schema_verdict, &v);
+	assert_int_equal(v.outcome, TB_VERDICT_PASS);
+	assert_true(strlen(v.reason) >= 4080 && strlen(v.reason) <= 4096); /* whole characters */
+	assert_true(tb_utf8_valid((const uint8_t *)v.reason, strlen(v.reason)));
+	assert_non_null(strstr(v.reason, "\u2026 (cut from 5001 bytes)"));
 	tb_msg_free(&tb_schema_verdict, &v);
 	/* A judge that prints a pass and then fails is an error. */
 	get_record("tasks/life-bytes/1/verdicts/crashes.msgpack", &tb_schema_verdict, &v);
@@ -1414,6 +1438,10 @@ static void test_lifecycle__a_budget_stops_an_agent_that_asks_forever(void **sta
 	assert_int_equal(requests, 3);
 	assert_int_equal(m.outcome, TB_OUTCOME_BUDGET);
 	assert_non_null(strstr(m.reason, "budget max_requests (3) spent"));
+	/* it ignores every signal: killed when its grace ended, long before
+	 * its wall-clock deadline, and the reason says which */
+	if (!strstr(m.reason, "then the agent killed when its budget grace (1 s) ended"))
+		fail_msg("reason: %s", m.reason);
 	assert_non_null(answers);
 	/* three answers, then the budget's refusal, in JSON, the budget named */
 	assert_non_null(strstr(answers, "\"usage\""));
