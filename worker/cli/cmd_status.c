@@ -10,6 +10,7 @@
 #include "tb/config.h"
 #include "tb/kafka.h"
 #include "tb/ledger.h"
+#include "tb/json_mpack.h"
 #include "tb/schema_manifest.h"
 #include "tb/schema_verdict.h"
 #include "tb/store.h"
@@ -46,6 +47,11 @@ static json_t *manifest_json(tb_store_t *store, const char *key, tb_error_t *err
 	if (tb_store_get_bytes(store, key, 8u << 20, &bytes, &len, err) < 0)
 		return NULL;
 	int rc = tb_msg_decode(&tb_schema_manifest, &m, bytes, len, err);
+	json_t *whole = NULL;
+	/* its usage as the manifest says it (schemas/manifest.md), key for
+	 * key: read from the record checked above */
+	if (rc == 0 && tb_mpack_to_json(&whole, bytes, len, err) < 0)
+		whole = NULL;
 	free(bytes);
 	if (rc < 0)
 		return NULL;
@@ -64,6 +70,10 @@ static json_t *manifest_json(tb_store_t *store, const char *key, tb_error_t *err
 			      "reason", m.reason, "started_at", (json_int_t)m.started_at,
 			      "finished_at", (json_int_t)m.finished_at, "conversation_key",
 			      m.conversation_key, "artifacts", arts, "verdicts", verdicts);
+	json_t *usage = json_object_get(whole, "usage");
+	if (o && json_is_object(usage))
+		json_object_set(o, "usage", usage);
+	json_decref(whole);
 	tb_msg_free(&tb_schema_manifest, &m);
 	return o;
 }

@@ -127,6 +127,12 @@ has "watch shows every task" "$id" "$tmp/watch-all.out"
 expect "status of the task" 0 "$tmp/status.out" "$tb" status --config "$cfg" "$id"
 has "status says done" "task $id: done" "$tmp/status.out"
 has "status lists the artifact" "artifact  hello.txt" "$tmp/status.out"
+has "status says what the task used" "  used      " "$tmp/status.out"
+has "status says its CPU" "CPU: agent " "$tmp/status.out"
+expect "status of the task as JSON" 0 "$tmp/status.json" \
+  "$tb" status --config "$cfg" --json "$id"
+if python3 -c 'import json,sys; u=json.load(open(sys.argv[1]))["manifest"]["usage"]; assert u["wall_ms"] > 0 and "agent" in u, u' \
+  "$tmp/status.json"; then ok; else bad "status --json carries the manifest's usage"; fi
 expect "status of the fleet" 0 "$tmp/fleet.out" "$tb" status --config "$cfg"
 has "the fleet has our worker" "$run" "$tmp/fleet.out"
 has "and its image cache" "image cache: 0 images" "$tmp/fleet.out"
