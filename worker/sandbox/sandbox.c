@@ -1134,11 +1134,13 @@ void tb_sandbox_disarm_deadline(tb_sandbox_t *sb)
 	sb->deadline = 0;
 }
 
-void tb_sandbox_deadline_within(tb_sandbox_t *sb, uint64_t ms)
+int tb_sandbox_deadline_within(tb_sandbox_t *sb, uint64_t ms)
 {
 	uint64_t at = tb_mono_ms() + ms;
-	if (!sb->deadline || at < sb->deadline)
-		sb->deadline = at ? at : 1;
+	if (sb->deadline && at >= sb->deadline)
+		return 0;
+	sb->deadline = at ? at : 1;
+	return 1;
 }
 
 void tb_sandbox_usage(tb_sandbox_t *sb, tb_cgroup_stats_t *out)

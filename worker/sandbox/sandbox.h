@@ -166,8 +166,9 @@ void tb_sandbox_disarm_deadline(tb_sandbox_t *sb);
 
 /** The deadline @p ms from now, if that is sooner than the one set (a
  * budget spent: the agent's grace to finish its turn, then everything
- * running is killed as at the wall-clock deadline). */
-void tb_sandbox_deadline_within(tb_sandbox_t *sb, uint64_t ms);
+ * running is killed as at the wall-clock deadline). @return 1 when it
+ * moved the deadline, 0 when the one set comes first. */
+int tb_sandbox_deadline_within(tb_sandbox_t *sb, uint64_t ms);
 
 /**
  * Waits up to @p timeout_ms (-1: no limit but the deadline) for process

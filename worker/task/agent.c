@@ -155,7 +155,8 @@ static void grace_if_spent(tb_run_t *r)
 	if (r->budget_graced || (!tb_egress_budget_spent(r->egress, NULL, 0) &&
 				 !tb_egress_replay_missed(r->egress, NULL, 0)))
 		return;
-	tb_sandbox_deadline_within(r->sb, r->rt.agent.budget_grace_seconds * 1000);
+	r->grace_deadline =
+	    tb_sandbox_deadline_within(r->sb, r->rt.agent.budget_grace_seconds * 1000);
 	r->budget_graced = 1;
 }
 

@@ -120,6 +120,7 @@ static void usage_unfinished(tb_run_t *r)
 		tb_run_usage_mark(r, TB_USAGE_AT_AGENT_END);
 	else if (r->usage_at == TB_USAGE_AT_AGENT_END && r->judging)
 		tb_run_usage_mark(r, TB_USAGE_AT_JUDGES_END);
+	tb_run_usage_inputs(r); /* what was fetched so far, judges or not */
 	tb_run_usage_wall(r, tb_wall_ms());
 	r->phase_usage = tb_run_usage_json(r);
 	tb_metrics_usage(r->task->runtime, r->recipe.name, &r->m.usage);
@@ -146,6 +147,9 @@ static void settle_outcome(tb_run_t *r, const tb_sandbox_exit_t *end, const char
 
 	r->m.outcome = tb_run_outcome(end);
 	tb_sandbox_end_describe(end, how, sizeof(how));
+	if (end->end == TB_SANDBOX_DEADLINE && r->grace_deadline) /* not the wall clock's */
+		snprintf(how, sizeof(how), "killed when its budget grace (%llu s) ended",
+			 (unsigned long long)r->rt.agent.budget_grace_seconds);
 	if (tb_egress_budget_spent(r->egress, spent, sizeof(spent))) {
 		r->m.outcome = TB_OUTCOME_BUDGET;
 		snprintf(out->reason, sizeof(out->reason), "%.256s; then the agent %.100s", spent,

@@ -88,6 +88,7 @@ typedef struct tb_run {
 	int result_sent;    /* the result event went, with the usage */
 	int judging;        /* a judge has started */
 	int budget_graced;  /* a budget spent: the agent's grace is running */
+	int grace_deadline; /* ... and its end comes before the wall-clock deadline */
 } tb_run_t;
 
 /* -------------------------------------------------- egress_run.c */
@@ -171,6 +172,9 @@ int tb_run_judge(tb_run_t *r, size_t index, const char *prefix, tb_error_t *err)
 void tb_run_usage_mark(tb_run_t *r, tb_run_usage_point_t point);
 /** The usage's wall time: from the attempt's first phase to @p now_ms. */
 void tb_run_usage_wall(tb_run_t *r, uint64_t now_ms);
+/** The inputs' figures (fetched so far) into the usage, when the judges'
+ * end has not put them there: for an attempt that ends before it. */
+void tb_run_usage_inputs(tb_run_t *r);
 /** The manifest's usage as JSON, for an event (NULL without memory). */
 json_t *tb_run_usage_json(const tb_run_t *r);
 /** What the attempt has used so far, while its agent runs (the wall time,

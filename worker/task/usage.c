@@ -110,6 +110,12 @@ static void wall(const tb_run_t *r, uint64_t now_ms, tb_usage_t *u)
 	TB_SET_HAS(u, TB_USAGE_WALL);
 }
 
+void tb_run_usage_inputs(tb_run_t *r)
+{
+	if (!r->m.usage.inputs.n)
+		inputs_usage(r, &r->m.usage.inputs);
+}
+
 void tb_run_usage_wall(tb_run_t *r, uint64_t now_ms)
 {
 	wall(r, now_ms, &r->m.usage);
