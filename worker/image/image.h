@@ -98,11 +98,12 @@ void tb_image_cache_set_authorization_ms(tb_image_cache_t *c, uint64_t ms);
  * Layers are fetched in parallel, each blob at most once at a time on the
  * host (another slot or worker fetching it is waited for), a failed
  * fetch tried again twice after a pause. @return 0; TB_EPOISON when the
- * image itself is wrong (no such digest, a mismatching blob, a bad or
- * hostile layer, too big, no manifest for this platform) or its registry
- * refuses this asker's login (cached or not, in the same words) naming
- * why; TB_ERETRY when its source is away; TB_EIO when the cache cannot be
- * written.
+ * image itself is wrong (no such digest, a bad or hostile layer, too big,
+ * no manifest for this platform) or its registry refuses this asker's
+ * login (cached or not, in the same words) naming why; TB_ERETRY when its
+ * source is away, stalls, or sends a blob that does not match its digest
+ * (the transfer's fault, as far as the worker can tell: blob.h); TB_EIO
+ * when the cache cannot be written.
  */
 int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_unpacked,
 		 const char *credentials, tb_image_t *out, tb_error_t *err);

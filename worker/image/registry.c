@@ -307,7 +307,7 @@ static int ask(registry_t *g, const char *digest, int manifest, int head, tb_blo
 			return tb_error_set(
 			    err, TB_EPOISON, "registry %s refused %s: it wants a login%s",
 			    g->registry, g->repository,
-			    g->basic[0] ? " the credentials given do not pass"
+			    g->basic[0] ? ": the credentials given do not pass"
 					: " (sandbox.images.credentials names none for it)");
 		if (r.status == 404)
 			return tb_error_set(err, TB_ENOTFOUND, "registry %s has no %s %s in %s",

@@ -207,7 +207,7 @@ static void test_oci_registry__a_cached_image_asks_for_the_login_again(void **st
 	   "base64 -w0) > %s",
 	   reg_auth, wrong);
 	assert_int_equal(pull(reg_auth, d, wrong, &img, &err), TB_EPOISON);
-	if (!strstr(err.msg, "the credentials given do not pass"))
+	if (!strstr(err.msg, "wants a login: the credentials given do not pass"))
 		fail_msg("a wrong login, cached, said: %s", err.msg);
 	if (pull(reg_auth, d, creds, &img, &err) != 0)
 		fail_msg("%s", err.msg);

@@ -463,7 +463,7 @@ static void test_registry__a_cached_image_asks_for_each_runtimes_login(void **st
 		if (!strstr(err.msg, refusal))
 			fail_msg("no login, cached, said: %s", err.msg);
 		assert_int_equal(get(c, d, wrong_creds, &img, &err), TB_EPOISON);
-		if (!strstr(err.msg, bearer ? refusal : "the credentials given do not pass"))
+		if (!strstr(err.msg, bearer ? refusal : "wants a login: the credentials given do not pass"))
 			fail_msg("a wrong login, cached, said: %s", err.msg);
 		assert_true(atomic_load(&fake.heads) > heads); /* the registry was asked */
 		/* another worker on the host: its cache remembers nothing */
@@ -513,7 +513,7 @@ static void test_registry__a_registrys_yes_is_remembered_a_while(void **state)
 	tb_image_release(&img);
 	usleep(600000);
 	assert_int_equal(get(c, d, creds, &img, &err), TB_EPOISON);
-	if (!strstr(err.msg, "the credentials given do not pass"))
+	if (!strstr(err.msg, "wants a login: the credentials given do not pass"))
 		fail_msg("a revoked login said: %s", err.msg);
 	atomic_store(&fake.revoked, 0);
 	tb_image_cache_set_authorization_ms(c, 0); /* asked every time */
