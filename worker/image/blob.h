@@ -16,20 +16,40 @@
 #include <stdint.h>
 
 #define TB_BLOB_TMP_PREFIX ".tmp-"
+/* A layer's bytes so far, kept across failed fetches and worker deaths
+ * under this name and its hex, so that the next fetch resumes where the
+ * last one stopped (tb_blob_resume); written only under the blob's own
+ * lock (cache.c), removed when complete, bad, or a day old. */
+#define TB_BLOB_PART_PREFIX ".part-"
 
 typedef struct tb_blob {
 	int dir; /* the cache's blobs directory (not owned) */
 	int fd;
 	EVP_MD_CTX *md;
 	uint64_t n, max, want_size; /* want_size 0: unknown */
+	uint64_t from;              /* bytes it had when this fetch began */
 	char want[72];              /* "sha256:<hex>" */
 	char tmp[128];
+	int partial; /* a resumable part (TB_BLOB_PART_PREFIX) ... */
+	int keep;    /* ... kept by an abort: its bytes may still be good */
 } tb_blob_t;
 
 /** Starts blob @p digest of @p size bytes (0: not known) in @p dir; more
  * than @p max bytes is refused. @return 0 or TB_EIO. */
 int tb_blob_begin(tb_blob_t *b, int dir, const char *digest, uint64_t size, uint64_t max,
 		  tb_error_t *err);
+
+/** Starts blob @p digest as tb_blob_begin() does, from the bytes an
+ * earlier fetch left (read again to digest them): b->n is where the
+ * source should go on from (0: the start). An abort after a failed
+ * transfer keeps what came; a mismatch at commit, or bytes past the size,
+ * drop it. Only for a blob whose size is known. @return 0 or TB_EIO. */
+int tb_blob_resume(tb_blob_t *b, int dir, const char *digest, uint64_t size, uint64_t max,
+		   tb_error_t *err);
+
+/** Starts over from no bytes (a source that sends the whole blob where
+ * the rest was asked for). @return 0 or TB_EIO. */
+int tb_blob_restart(tb_blob_t *b, tb_error_t *err);
 
 /** Adds bytes. @return 0; TB_ERETRY past the size (or max): what the
  * source sends is not the blob (a bad transfer, or a bad source); TB_EIO. */

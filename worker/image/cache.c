@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_ENTRIES 1000000 /* an image's files, at most */
@@ -101,7 +102,18 @@ static int unheld(int dir, const char *name, int flags)
 	return free_;
 }
 
-/* What a crash left: temporary entries nobody holds, trees with no record. */
+#define PART_MAX_AGE_S (24 * 3600) /* a layer's part not resumed since is dropped */
+
+/* Whether the part @p name in @p dir has not grown for PART_MAX_AGE_S. */
+static int stale_part(int dir, const char *name)
+{
+	struct stat st;
+	return fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       time(NULL) - st.st_mtime > PART_MAX_AGE_S;
+}
+
+/* What a crash left: temporary entries nobody holds, trees with no record,
+ * parts of layers not resumed for a day. */
 static void sweep(tb_image_cache_t *c)
 {
 	struct dirent *de;
@@ -118,7 +130,10 @@ static void sweep(tb_image_cache_t *c)
 	if ((fd = dup(c->blobs)) >= 0 && (d = fdopendir(fd))) {
 		rewinddir(d);
 		while ((de = readdir(d)))
-			if (!strncmp(de->d_name, TB_BLOB_TMP_PREFIX, strlen(TB_BLOB_TMP_PREFIX)) &&
+			if ((!strncmp(de->d_name, TB_BLOB_TMP_PREFIX, strlen(TB_BLOB_TMP_PREFIX)) ||
+			     (!strncmp(de->d_name, TB_BLOB_PART_PREFIX,
+				       strlen(TB_BLOB_PART_PREFIX)) &&
+			      stale_part(c->blobs, de->d_name))) &&
 			    unheld(c->blobs, de->d_name, O_RDONLY))
 				unlinkat(c->blobs, de->d_name, 0);
 		closedir(d);
@@ -317,12 +332,16 @@ static int ensure_blob(tb_image_cache_t *c, tb_image_source_t *src, const char *
 			break; /* rc: the failure the interruption caused */
 		if (attempt)
 			usleep(500000u << attempt); /* 1 s, then 2 s */
-		if ((rc = tb_blob_begin(&b, c->blobs, digest, size, max, err)) < 0)
+		/* a layer goes on from what a failed fetch (or a dead worker)
+		 * left of it; a manifest or config is small: fetched whole */
+		rc = !manifest && size ? tb_blob_resume(&b, c->blobs, digest, size, max, err)
+				       : tb_blob_begin(&b, c->blobs, digest, size, max, err);
+		if (rc < 0)
 			break;
 		if ((rc = src->fetch(src, digest, manifest, &b, ct, ctlen, err)) == 0 &&
 		    (rc = tb_blob_commit(&b, err)) == 0 && served)
 			*served = 1;
-		atomic_fetch_add(fetched, b.n);
+		atomic_fetch_add(fetched, b.n - b.from);
 		tb_blob_abort(&b);
 		if (rc != TB_ERETRY)
 			break;

@@ -56,6 +56,9 @@ static int layout_fetch(tb_image_source_t *s, const char *digest, int manifest, 
 					  l->path, digest)
 			   : tb_error_errno(err, TB_EIO, errno, "image layout %.200s: blob %s",
 					    l->path, digest);
+	/* the rest of a layer a fetch began (tb_blob_resume) */
+	if (b->n && lseek(fd, (off_t)b->n, SEEK_SET) < 0)
+		rc = tb_blob_restart(b, err);
 	while (rc == 0 && (n = read(fd, buf, sizeof(buf))) != 0) {
 		if (n < 0 && errno == EINTR)
 			continue;

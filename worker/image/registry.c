@@ -62,6 +62,8 @@ typedef struct reply {
 	char challenge[1024];
 	tb_blob_t *blob;
 	int blob_rc;
+	int began;            /* the blob's first bytes of this response came */
+	long long range_from; /* its Content-Range's first byte; -1: none */
 	tb_error_t *err;
 	char body[ERROR_BODY_MAX];
 	size_t nbody;
@@ -98,6 +100,12 @@ static size_t on_header(char *b, size_t size, size_t n, void *ud)
 		r->status = code;
 		r->type[0] = r->challenge[0] = '\0';
 		r->nbody = 0;
+		r->began = 0;
+		r->range_from = -1;
+	} else if (len > 14 && !strncasecmp(b, "Content-Range:", 14)) {
+		long long from;
+		if (sscanf(b + 14, " bytes %lld-", &from) == 1)
+			r->range_from = from;
 	} else if (len > 13 && !strncasecmp(b, "Content-Type:", 13)) {
 		snprintf(r->type, sizeof(r->type), "%.*s", (int)(len - 13), b + 13);
 	} else if (len > 17 && !strncasecmp(b, "WWW-Authenticate:", 17)) {
@@ -106,12 +114,37 @@ static size_t on_header(char *b, size_t size, size_t n, void *ud)
 	return len;
 }
 
+/* The first bytes of a blob's answer: a 206 must start where the rest
+ * was asked from; a 200 where the rest was asked is the whole blob (a
+ * registry or storage that ignores Range), so the part starts over.
+ * @return 0, or -1 with r->blob_rc set. */
+static int resumed_as_asked(reply_t *r)
+{
+	tb_blob_t *b = r->blob;
+
+	if (r->status == 200 && b->n)
+		return (r->blob_rc = tb_blob_restart(b, r->err)) < 0 ? -1 : 0;
+	if (r->status == 206 && r->range_from != (long long)b->n) {
+		b->keep = 0; /* nothing to trust the part by */
+		r->blob_rc =
+		    tb_error_set(r->err, TB_ERETRY,
+				 "blob %.80s: the registry sent bytes from %lld where %llu "
+				 "were asked",
+				 b->want, r->range_from, (unsigned long long)b->n);
+		return -1;
+	}
+	return 0;
+}
+
 static size_t on_body(char *data, size_t size, size_t n, void *ud)
 {
 	reply_t *r = ud;
 	size_t len = size * n;
 
-	if (r->status == 200 && r->blob) {
+	if ((r->status == 200 || r->status == 206) && r->blob) {
+		if (!r->began && resumed_as_asked(r) < 0)
+			return 0; /* stops the transfer */
+		r->began = 1;
 		if ((r->blob_rc = tb_blob_write(r->blob, data, len, r->err)) < 0)
 			return 0; /* stops the transfer */
 		return len;
@@ -147,6 +180,12 @@ static int request(const char *url, int head, const char *auth, const char *acce
 		h = curl_slist_append(h, auth);
 	if (accept)
 		h = curl_slist_append(h, accept);
+	char range[64];
+	if (!head && r->blob && r->blob->n) { /* the rest of a layer a fetch began */
+		snprintf(range, sizeof(range), "Range: bytes=%llu-",
+			 (unsigned long long)r->blob->n);
+		h = curl_slist_append(h, range);
+	}
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	if (head)
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
@@ -278,13 +317,15 @@ static int ask(registry_t *g, const char *digest, int manifest, int head, tb_blo
 
 	snprintf(url, sizeof(url), "%s/%s/%s", g->url, manifest ? "manifests" : "blobs", digest);
 	for (int round = 0; round < 2; round++) {
-		reply_t r = { .blob = b, .err = err, .stall = g->stall, .stop = g->stop };
+		reply_t r = {
+			.blob = b, .err = err, .stall = g->stall, .stop = g->stop, .range_from = -1
+		};
 		pthread_mutex_lock(&g->lock);
 		snprintf(auth, sizeof(auth), "%s", g->bearer[0] ? g->bearer : g->basic);
 		pthread_mutex_unlock(&g->lock);
 		if ((rc = request(url, head, auth, manifest ? accept : NULL, &r, err)) < 0)
 			return rc;
-		if (r.status == 200) {
+		if (r.status == 200 || (r.status == 206 && b && b->partial)) {
 			if (ctlen)
 				snprintf(ct, ctlen, "%.*s", (int)strcspn(r.type, "\r\n"), r.type);
 			while (ctlen && ct[0] == ' ')

@@ -56,7 +56,41 @@ static struct {
 	atomic_int heads;   /* HEAD requests for a manifest, answered or not */
 	atomic_int revoked; /* every login refused */
 	int head_status;    /* not 0: every HEAD answered this */
+	char cut[80];       /* this digest's blob: each answer ends after cut_after bytes */
+	size_t cut_after;
+	int no_range;       /* Range is ignored: the whole blob every time */
+	atomic_long served; /* blob bytes sent of the digest below (not manifests) */
+	char counted[80];   /* ... "": of every blob */
 } fake;
+
+/* A blob answer that ends (as a dropped connection) after cut_after
+ * bytes: @p cls is the bytes from where it starts, to the blob's end. */
+typedef struct cut_body {
+	char *buf;
+	size_t len;
+} cut_body_t;
+
+static ssize_t cut_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	cut_body_t *b = cls;
+	if (pos >= fake.cut_after || pos >= b->len)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	size_t n = b->len - (size_t)pos;
+	if (n > fake.cut_after - (size_t)pos)
+		n = fake.cut_after - (size_t)pos;
+	if (n > max)
+		n = max;
+	memcpy(buf, b->buf + pos, n);
+	atomic_fetch_add(&fake.served, (long)n);
+	return (ssize_t)n;
+}
+
+static void cut_free(void *cls)
+{
+	cut_body_t *b = cls;
+	free(b->buf);
+	free(b);
+}
 
 static struct MHD_Daemon *registry, *storage;
 static unsigned registry_port, storage_port;
@@ -116,6 +150,38 @@ static enum MHD_Result send_blob(struct MHD_Connection *c, const char *digest, i
 	if (read(fd, buf, (size_t)st.st_size) != st.st_size)
 		fail_msg("read %s", path);
 	close(fd);
+	/* a layer's rest from where it was asked (a 206), unless ranges are
+	 * ignored; cut part-way when asked to */
+	const char *range = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range");
+	unsigned long long from = 0;
+	if (!manifest && range && !fake.no_range && sscanf(range, "bytes=%llu-", &from) == 1 &&
+	    from < (unsigned long long)st.st_size) {
+		char cr[100];
+		memmove(buf, buf + from, (size_t)st.st_size - from);
+		snprintf(cr, sizeof(cr), "bytes %llu-%lld/%lld", from, (long long)st.st_size - 1,
+			 (long long)st.st_size);
+		cut_body_t *cb = malloc(sizeof(*cb));
+		*cb = (cut_body_t){ buf, (size_t)st.st_size - from };
+		if (strcmp(fake.cut, digest))
+			fake.cut_after = (size_t)-1 / 2;
+		struct MHD_Response *r =
+		    MHD_create_response_from_callback(cb->len, 1 << 16, cut_reader, cb, cut_free);
+		MHD_add_response_header(r, "Content-Range", cr);
+		enum MHD_Result rc = MHD_queue_response(c, 206, r);
+		MHD_destroy_response(r);
+		return rc;
+	}
+	if (!manifest && !strcmp(fake.cut, digest)) {
+		cut_body_t *cb = malloc(sizeof(*cb));
+		*cb = (cut_body_t){ buf, (size_t)st.st_size };
+		struct MHD_Response *r =
+		    MHD_create_response_from_callback(cb->len, 1 << 16, cut_reader, cb, cut_free);
+		enum MHD_Result rc = MHD_queue_response(c, 200, r);
+		MHD_destroy_response(r);
+		return rc;
+	}
+	if (!manifest && (!fake.counted[0] || !strcmp(fake.counted, digest)))
+		atomic_fetch_add(&fake.served, (long)st.st_size);
 	if (!strcmp(fake.tamper, digest))
 		buf[0] ^= 0x55;
 	memset(buf + st.st_size, 'x', extra);
@@ -463,7 +529,8 @@ static void test_registry__a_cached_image_asks_for_each_runtimes_login(void **st
 		if (!strstr(err.msg, refusal))
 			fail_msg("no login, cached, said: %s", err.msg);
 		assert_int_equal(get(c, d, wrong_creds, &img, &err), TB_EPOISON);
-		if (!strstr(err.msg, bearer ? refusal : "wants a login: the credentials given do not pass"))
+		if (!strstr(err.msg,
+			    bearer ? refusal : "wants a login: the credentials given do not pass"))
 			fail_msg("a wrong login, cached, said: %s", err.msg);
 		assert_true(atomic_load(&fake.heads) > heads); /* the registry was asked */
 		/* another worker on the host: its cache remembers nothing */
@@ -599,6 +666,74 @@ static int fresh_cache(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
+/*
+ * A layer whose transfers are cut part-way is resumed where each one
+ * stopped (a Range request, a 206), not fetched again from its start: the
+ * pull succeeds within its three tries and the registry serves the layer
+ * about once. A part a dead worker left is taken up by the next pull; a
+ * registry that ignores Range sends the whole layer, and the part starts
+ * over.
+ */
+static void test_registry__a_cut_layer_is_resumed_where_it_stopped(void **state)
+{
+	static char noise[60000]; /* its layer within oci_layer()'s 64 KiB */
+	const char *files[] = { noise, NULL };
+	const char *const *layers[] = { files };
+	char d[72], layer[80], path[300], part[300];
+	struct stat st;
+	tb_image_t img;
+	tb_error_t err;
+
+	(void)state;
+	fake.auth = OPEN;
+	srand(7);
+	memcpy(noise, "noise=", 6); /* a file that gzip cannot shrink much */
+	for (size_t i = 6; i < sizeof(noise) - 1; i++)
+		noise[i] = (char)('!' + rand() % 90);
+	oci_image(layout, layers, 1, NULL, d);
+	first_layer(d, layer);
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, layer + 7);
+	assert_int_equal(stat(path, &st), 0);
+	size_t size = (size_t)st.st_size;
+
+	/* each answer cut after a third: three tries, each going on */
+	snprintf(fake.cut, sizeof(fake.cut), "%s", layer);
+	snprintf(fake.counted, sizeof(fake.counted), "%s", layer);
+	fake.cut_after = size / 3 + 1;
+	atomic_store(&fake.served, 0);
+	if (pull(d, NULL, &img, &err) != 0)
+		fail_msg("a cut layer: %s", err.msg);
+	tb_image_release(&img);
+	long served = atomic_load(&fake.served);
+	if (served != (long)size) /* each byte once */
+		fail_msg("served %ld bytes for a layer of %zu", served, size);
+	fake.cut[0] = '\0';
+
+	/* a dead worker's part: the next pull fetches only the rest */
+	snprintf(part, sizeof(part), "%s/images/blobs/.part-%s", cache_dir, layer + 7);
+	for (int ignore = 0; ignore < 2; ignore++) {
+		char cmd[800];
+		snprintf(cmd, sizeof(cmd), "rm -rf %s/images/trees/* %s/images/blobs/%s", cache_dir,
+			 cache_dir, layer + 7);
+		assert_int_equal(system(cmd), 0);
+		snprintf(cmd, sizeof(cmd), "head -c %zu %s > %s", size / 2, path, part);
+		assert_int_equal(system(cmd), 0);
+		fake.no_range = ignore;
+		atomic_store(&fake.served, 0);
+		if (pull(d, NULL, &img, &err) != 0)
+			fail_msg("after a part (ranges %s): %s", ignore ? "ignored" : "kept",
+				 err.msg);
+		tb_image_release(&img);
+		served = atomic_load(&fake.served);
+		if (ignore ? served != (long)size : served != (long)(size - size / 2))
+			fail_msg("ranges %s: served %ld bytes of %zu with half kept",
+				 ignore ? "ignored" : "kept", served, size);
+		assert_int_not_equal(stat(part, &st), 0); /* kept whole now, the part gone */
+	}
+	fake.no_range = 0;
+	fake.counted[0] = '\0';
+}
+
 static int setup(void **state)
 {
 	char cmd[1200], b64[100];
@@ -651,6 +786,8 @@ int main(void)
 		cmocka_unit_test_setup(test_registry__a_registrys_yes_is_remembered_a_while,
 				       fresh_cache),
 		cmocka_unit_test_setup(test_registry__a_stalled_pull_ends_when_the_worker_stops,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_registry__a_cut_layer_is_resumed_where_it_stopped,
 				       fresh_cache),
 	};
 	if (geteuid() != 0) {
