@@ -40,7 +40,11 @@
 #define USER_PASS "puller:s3cret"
 #define WRONG_PASS "puller:guess"
 
-static char base[64] = "/tmp/tb-registry-test-XXXXXX";
+/* This run's own directory, and every cache it removes is under it:
+ * other runs (other builds, other checkouts) share /tmp. Not named
+ * "tb-registry-test-": copies of this test from before remove every
+ * /tmp/tb-registry-test-<any>/cache, and would remove this run's. */
+static char base[64] = "/tmp/tb-registry-unit-XXXXXX";
 static char layout[128], cache_dir[128], creds[128], wrong_creds[128];
 
 /* How the fake registry behaves, set by each test. */
@@ -325,6 +329,8 @@ static int pull(const char *digest, const char *credentials, tb_image_t *img, tb
 	return rc;
 }
 
+static int fresh_cache(void **state);
+
 static void test_registry__anonymous_bearer_basic_and_redirects(void **state)
 {
 	const char *const *layers[] = { bottom, top1 };
@@ -341,7 +347,7 @@ static void test_registry__anonymous_bearer_basic_and_redirects(void **state)
 	tb_image_release(&img);
 	/* Bearer: the token from its realm, with the credentials, then
 	 * blobs redirected to storage elsewhere, which sees no login */
-	assert_int_equal(system("rm -rf /tmp/tb-registry-test-*/cache"), 0);
+	assert_int_equal(fresh_cache(NULL), 0);
 	fake.auth = BEARER;
 	fake.redirect = 1;
 	assert_int_equal(pull(d, NULL, &img, &err), TB_EPOISON); /* no credentials */
@@ -354,7 +360,7 @@ static void test_registry__anonymous_bearer_basic_and_redirects(void **state)
 	tb_image_release(&img);
 	assert_int_equal(atomic_load(&fake.leaked), 0);
 	/* Basic */
-	assert_int_equal(system("rm -rf /tmp/tb-registry-test-*/cache"), 0);
+	assert_int_equal(fresh_cache(NULL), 0);
 	fake.auth = BASIC;
 	fake.redirect = 0;
 	assert_int_equal(pull(d, NULL, &img, &err), TB_EPOISON);
@@ -363,8 +369,6 @@ static void test_registry__anonymous_bearer_basic_and_redirects(void **state)
 		fail_msg("%s", err.msg);
 	tb_image_release(&img);
 }
-
-static int fresh_cache(void **state);
 
 static void test_registry__what_a_registry_gets_wrong_is_said(void **state)
 {
