@@ -194,8 +194,10 @@ void tb_ratelimit_spend(tb_ratelimit_t *rl, const char *bucket, const tb_rate_co
 	tb_rate_state_spend(&b->local, tokens, conf->tokens_per_minute && !tpm ? 1 : tpm, pause_ms,
 			    tb_mono_ms());
 	pthread_mutex_unlock(&rl->lock);
-	if (l)
-		ledger_said(rl, tb_ledger_rate_spend(l, &q, tokens, pause_ms, &err), &err);
+	/* A spend is sent without waiting for the reply: that it went says
+	 * nothing of whether the ledger answers, only its failure does. */
+	if (l && tb_ledger_rate_spend(l, &q, tokens, pause_ms, &err) < 0)
+		ledger_said(rl, -1, &err);
 }
 
 int tb_ratelimit_local(tb_ratelimit_t *rl)

@@ -12,8 +12,13 @@
 #include <cmocka.h>
 
 #include "ratelimit.h"
+#include "tb/log.h"
+#include "tb/sys/ledger.h"
 
+#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 static void test_ratelimit__requests_take_turns_one_interval_apart(void **state)
 {
@@ -133,6 +138,86 @@ static void test_ratelimit__alone_a_worker_paces_at_the_whole_limit(void **state
 	tb_ratelimit_free(rl);
 }
 
+/* A ledger that does not answer a turn (as a Redis away), while a spend,
+ * sent without waiting, goes; answering again when told. */
+static int answers;
+
+static int away_take(tb_ledger_t *l, const tb_ledger_rate_t *r, tb_ledger_turn_t *out,
+		     tb_error_t *err)
+{
+	(void)l, (void)r;
+	memset(out, 0, sizeof(*out));
+	if (!answers)
+		return tb_error_set(err, TB_EIO, "ledger: Connection refused");
+	out->taken = 1, out->sharing = 1;
+	return 0;
+}
+
+static int away_spend(tb_ledger_t *l, const tb_ledger_rate_t *r, uint64_t tokens, uint64_t pause_ms,
+		      tb_error_t *err)
+{
+	(void)l, (void)r, (void)tokens, (void)pause_ms, (void)err;
+	return 0; /* written to the socket: no reply is read */
+}
+
+static void away_close(tb_ledger_t *l)
+{
+	(void)l;
+}
+
+static const struct tb_ledger_ops away_ops = { .rate_take = away_take,
+					       .rate_spend = away_spend,
+					       .close = away_close };
+
+/* How many times the log says @p what. */
+static int said(int fd, const char *what)
+{
+	char buf[8192];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	int count = 0;
+	buf[n > 0 ? n : 0] = '\0';
+	for (const char *p = buf; (p = strstr(p, what)); p++)
+		count++;
+	return count;
+}
+
+/* While the ledger is away, the log says so once, and once when it
+ * answers again: a spend that goes out (nobody waits for its reply) is
+ * no sign that it answers. */
+static void test_ratelimit__the_ledger_away_is_said_once_each_way(void **state)
+{
+	tb_ledger_t away = { &away_ops };
+	tb_rate_conf_t c = { .requests_per_second = 100, .tokens_per_minute = 1000 };
+	tb_ratelimit_t *rl;
+	tb_ledger_turn_t t;
+	tb_error_t err;
+	int fd = memfd_create("log", 0);
+
+	(void)state;
+	TB_SET_HAS(&c, TB_RATE_REQUESTS);
+	TB_SET_HAS(&c, TB_RATE_TOKENS);
+	assert_true(fd >= 0);
+	tb_log_set_fd(fd);
+	answers = 0;
+	assert_int_equal(tb_ratelimit_new(&rl, &away, &err), 0);
+	for (int i = 0; i < 3; i++) { /* asked again a second after each failure */
+		tb_ratelimit_take(rl, "abc", &c, 10000, &t);
+		assert_true(t.taken); /* paced alone meanwhile */
+		struct timespec ts = { 1, 100000000 };
+		nanosleep(&ts, NULL);
+		tb_ratelimit_spend(rl, "abc", &c, 10, 0);
+	}
+	assert_int_equal(said(fd, "does not answer"), 1);
+	assert_int_equal(said(fd, "answers again"), 0);
+	answers = 1;
+	tb_ratelimit_take(rl, "abc", &c, 10000, &t);
+	tb_ratelimit_take(rl, "abc", &c, 10000, &t);
+	assert_int_equal(said(fd, "answers again"), 1);
+	tb_ratelimit_free(rl);
+	tb_log_set_fd(2);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -141,6 +226,7 @@ int main(void)
 		cmocka_unit_test(test_ratelimit__tokens_spent_are_paid_back_at_their_rate),
 		cmocka_unit_test(test_ratelimit__a_pause_stops_every_turn_until_it_ends),
 		cmocka_unit_test(test_ratelimit__alone_a_worker_paces_at_the_whole_limit),
+		cmocka_unit_test(test_ratelimit__the_ledger_away_is_said_once_each_way),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
