@@ -3,6 +3,7 @@
  * task or all of them, readable or as JSON lines for scripts.
  */
 #include "cmd.h"
+#include "tb/clock.h"
 #include "follow.h"
 
 #include "tb/config.h"
@@ -77,7 +78,7 @@ int tb_cmd_watch(int argc, char **argv)
 	if (from_beginning || (task && !since_s))
 		since = TB_FOLLOW_BEGINNING;
 	else if (since_s)
-		since = (int64_t)time(NULL) * 1000 - (int64_t)since_s * 1000;
+		since = (int64_t)tb_wall_ms() - (int64_t)since_s * 1000;
 	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox watch: %s\n", err.msg);
 		return TB_EXIT_CONFIG;

@@ -13,6 +13,7 @@
  * so tb_proxy_stop() ends everything promptly.
  */
 #include "proxy_int.h"
+#include "tb/encoding.h"
 
 #include "proxy_mask.h"
 #include "tb/clock.h"
@@ -251,7 +252,6 @@ static void secrets_free(tb_proxy_t *p)
  * has no credential), into @p out (33 bytes): see tb_proxy_secret_t. */
 static void rate_bucket(char *out, const tb_endpoint_t *ep, const char *raw)
 {
-	static const char hex[] = "0123456789abcdef";
 	unsigned char md[SHA256_DIGEST_LENGTH];
 	char *text = NULL;
 	int n = raw ? asprintf(&text, "taskbox-rate\n%s", raw)
@@ -263,11 +263,7 @@ static void rate_bucket(char *out, const tb_endpoint_t *ep, const char *raw)
 	SHA256((const unsigned char *)text, (size_t)n, md);
 	OPENSSL_cleanse(text, (size_t)n);
 	free(text);
-	for (int i = 0; i < 16; i++) {
-		out[2 * i] = hex[md[i] >> 4];
-		out[2 * i + 1] = hex[md[i] & 15];
-	}
-	out[32] = '\0';
+	tb_hex(out, md, 16); /* the first half: 32 digits */
 }
 
 static int secrets_load(tb_proxy_t *p, tb_error_t *err)

@@ -8,6 +8,7 @@
  * sent to its upstream with the body read (fill).
  */
 #include "proxy_int.h"
+#include "tb/encoding.h"
 #include "recording.h"
 #include "replay.h"
 
@@ -28,7 +29,6 @@
  * to refuse with (400, 408, 413). */
 static int read_body(tb_proxy_exchange_t *x, char sha[65])
 {
-	static const char hex[] = "0123456789abcdef";
 	unsigned char sum[32];
 	unsigned int n = 0;
 	int status = tb_proxy_read_body(x, REPLAY_BODY_MAX);
@@ -38,11 +38,7 @@ static int read_body(tb_proxy_exchange_t *x, char sha[65])
 		return status;
 	if (!EVP_Digest(x->mem_body, x->mem_len, sum, &n, tb_rec_sha256(), NULL) || n != 32)
 		return 413;
-	for (int i = 0; i < 32; i++) {
-		sha[2 * i] = hex[sum[i] >> 4];
-		sha[2 * i + 1] = hex[sum[i] & 15];
-	}
-	sha[64] = '\0';
+	tb_hex(sha, sum, sizeof(sum));
 	return 0;
 }
 

@@ -2,6 +2,7 @@
  * recording.c: the egress recording (recording.h, schemas/recording.md).
  */
 #include "recording.h"
+#include "tb/encoding.h"
 
 #include "tb/clock.h"
 #include "tb/codec.h"
@@ -324,7 +325,6 @@ void tb_rec_request_body(tb_rec_exchange_t *x, const void *data, size_t len)
 /* The request's record, once: before its answer's, or at its end. */
 static void request_record(tb_rec_exchange_t *x)
 {
-	static const char hex[] = "0123456789abcdef";
 	unsigned char sum[32];
 	char sha[65];
 	msgpack_packer *pk = &x->pk;
@@ -336,11 +336,7 @@ static void request_record(tb_rec_exchange_t *x)
 		snprintf(sha, sizeof(sha), "%s", x->body_bytes ? "" : TB_REC_EMPTY_SHA256);
 	} else {
 		EVP_DigestFinal_ex(x->md, sum, NULL);
-		for (int i = 0; i < 32; i++) {
-			sha[2 * i] = hex[sum[i] >> 4];
-			sha[2 * i + 1] = hex[sum[i] & 15];
-		}
-		sha[64] = '\0';
+		tb_hex(sha, sum, sizeof(sum));
 	}
 	msgpack_pack_map(pk, 12);
 	kv_str(pk, "type", "request");

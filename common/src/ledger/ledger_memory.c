@@ -73,7 +73,7 @@ static int push_failure(entry_t *e, uint64_t attempt, const char *worker, const 
 	tb_ledger_attempt_t *a = &bigger[e->nfail++];
 	memset(a, 0, sizeof(*a));
 	a->attempt = attempt;
-	a->ts = (uint64_t)time(NULL) * 1000;
+	a->ts = tb_wall_ms();
 	snprintf(a->worker, sizeof(a->worker), "%s", worker);
 	snprintf(a->code, sizeof(a->code), "%s", code);
 	snprintf(a->reason, sizeof(a->reason), "%s", reason);

@@ -465,7 +465,7 @@ static void unconfirmed(redis_ledger_t *r, const task_keys_t *k, uint64_t attemp
 	snprintf(entry, sizeof(entry),
 		 "%" PRIu64 "\t%" PRIu64
 		 "\t%s\t%s\tno replica acknowledged its begin: it never ran",
-		 attempt, (uint64_t)time(NULL) * 1000, r->worker, tb_error_name(TB_EBUSY));
+		 attempt, tb_wall_ms(), r->worker, tb_error_name(TB_EBUSY));
 	if (run(r, &r->main, &rep, ANY, &e, "EVAL %s 1 %s %s %d", FAILED_LUA, k->failures, entry,
 		TB_LEDGER_MAX_FAILURES) == 0)
 		freeReplyObject(rep);
@@ -485,7 +485,7 @@ static int redis_begin(tb_ledger_t *l, const char *task, const char *content, ui
 		 "EVAL %s 7 %s %s %s %s %s %s %s %s %llu %s %llu %d", BEGIN_LUA, k.att, k.done,
 		 k.lease, k.content, k.failures, k.progress, k.base, r->worker,
 		 (unsigned long long)lease_ms, content ? content : "",
-		 (unsigned long long)time(NULL) * 1000, TB_LEDGER_MAX_FAILURES);
+		 (unsigned long long)tb_wall_ms(), TB_LEDGER_MAX_FAILURES);
 	/* an attempt begun (its number handed out, the lease taken over) */
 	if (rc == 0 && rep->elements >= 1 && rep->element[0]->type == REDIS_REPLY_INTEGER &&
 	    rep->element[0]->integer > 0 && (rc = replicated(r, err)) < 0) {
@@ -596,7 +596,7 @@ static int redis_failed(tb_ledger_t *l, const char *task, uint64_t attempt, int 
 
 	key(k, sizeof(k), r, task, "failures");
 	snprintf(entry, sizeof(entry), "%" PRIu64 "\t%" PRIu64 "\t%s\t%s\t%s", attempt,
-		 (uint64_t)time(NULL) * 1000, r->worker, tb_error_name(code), reason);
+		 tb_wall_ms(), r->worker, tb_error_name(code), reason);
 	tb_utf8_trim(entry);
 	pthread_mutex_lock(&r->main.lock);
 	rc = run(r, &r->main, &rep, ANY, err, "EVAL %s 1 %s %s %d", FAILED_LUA, k, entry,
