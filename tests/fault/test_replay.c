@@ -93,6 +93,19 @@ typedef struct scenario {
 
 /* ------------------------------------------------------------ set-up */
 
+/* Recipe repository @p name: examples/recipes/hello with an agent that
+ * first sleeps @p seconds. @return 0, or -1. */
+static int sleepy_hello(const char *name, int seconds)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd),
+		 "git init -q %s/%s && cp -r %s/examples/recipes/hello/. %s/%s/ && "
+		 "cd %s/%s && printf 'sleep %d\\n' | cat - agent.sh > a && mv a agent.sh && "
+		 "git add -A && git -c user.name=t -c user.email=t@t commit -qm %s",
+		 root, name, TB_SOURCE_DIR, root, name, root, name, seconds, name);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -144,21 +157,9 @@ static int setup(void **state)
 		 root, TB_SOURCE_DIR, root, root);
 	if (system(cmd) != 0)
 		return -1;
-	/* hello, with an agent that outlasts two leases */
-	snprintf(cmd, sizeof(cmd),
-		 "git init -q %s/slow && cp -r %s/examples/recipes/hello/. %s/slow/ && "
-		 "cd %s/slow && printf 'sleep 7\\n' | cat - agent.sh > a && mv a agent.sh && "
-		 "git add -A && git -c user.name=t -c user.email=t@t commit -qm slow",
-		 root, TB_SOURCE_DIR, root, root);
-	if (system(cmd) != 0)
-		return -1;
-	/* hello, with an agent that takes 2 s: a batch of them lasts a minute */
-	snprintf(cmd, sizeof(cmd),
-		 "git init -q %s/pause && cp -r %s/examples/recipes/hello/. %s/pause/ && "
-		 "cd %s/pause && printf 'sleep 2\\n' | cat - agent.sh > a && mv a agent.sh && "
-		 "git add -A && git -c user.name=t -c user.email=t@t commit -qm pause",
-		 root, TB_SOURCE_DIR, root, root);
-	if (system(cmd) != 0)
+	/* hello, with an agent that outlasts two leases; and one that takes
+	 * 2 s (a batch of them lasts a minute) */
+	if (sleepy_hello("slow", 7) < 0 || sleepy_hello("pause", 2) < 0)
 		return -1;
 	const char *which[] = { "misbehave", "bare", "slow", "chat", "pause" };
 	char *into[] = { misbehave_commit, bare_commit, slow_commit, chat_commit, pause_commit };

@@ -18,18 +18,16 @@
 
 static atomic_uint counter;
 
-int tb_blob_begin(tb_blob_t *b, int dir, const char *digest, uint64_t size, uint64_t max,
-		  tb_error_t *err)
+/* Opens blob @p digest's file (@p name, with @p flags) in @p dir, held
+ * with an flock, its digest begun. */
+static int open_blob(tb_blob_t *b, int dir, const char *digest, uint64_t size, uint64_t max,
+		     int flags, tb_error_t *err)
 {
-	memset(b, 0, sizeof(*b));
 	b->dir = dir;
-	b->fd = -1;
 	b->max = max;
 	b->want_size = size;
 	snprintf(b->want, sizeof(b->want), "%s", digest);
-	snprintf(b->tmp, sizeof(b->tmp), TB_BLOB_TMP_PREFIX "%.16s-%d-%u", digest + 7,
-		 (int)getpid(), atomic_fetch_add(&counter, 1));
-	b->fd = openat(dir, b->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	b->fd = openat(dir, b->tmp, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (b->fd < 0)
 		return tb_error_errno(err, TB_EIO, errno, "image cache: a file for blob %.20s",
 				      digest);
@@ -39,6 +37,16 @@ int tb_blob_begin(tb_blob_t *b, int dir, const char *digest, uint64_t size, uint
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	}
 	return 0;
+}
+
+int tb_blob_begin(tb_blob_t *b, int dir, const char *digest, uint64_t size, uint64_t max,
+		  tb_error_t *err)
+{
+	memset(b, 0, sizeof(*b));
+	b->fd = -1;
+	snprintf(b->tmp, sizeof(b->tmp), TB_BLOB_TMP_PREFIX "%.16s-%d-%u", digest + 7,
+		 (int)getpid(), atomic_fetch_add(&counter, 1));
+	return open_blob(b, dir, digest, size, max, O_WRONLY | O_EXCL, err);
 }
 
 /* Reads the part's bytes into the digest. @return 0, or -1 (start over). */
@@ -65,22 +73,14 @@ static int digest_part(tb_blob_t *b)
 int tb_blob_resume(tb_blob_t *b, int dir, const char *digest, uint64_t size, uint64_t max,
 		   tb_error_t *err)
 {
+	int rc;
+
 	memset(b, 0, sizeof(*b));
-	b->dir = dir;
-	b->max = max;
-	b->want_size = size;
+	b->fd = -1;
 	b->partial = b->keep = 1;
-	snprintf(b->want, sizeof(b->want), "%s", digest);
 	snprintf(b->tmp, sizeof(b->tmp), TB_BLOB_PART_PREFIX "%.64s", digest + 7);
-	b->fd = openat(dir, b->tmp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (b->fd < 0)
-		return tb_error_errno(err, TB_EIO, errno, "image cache: a file for blob %.20s",
-				      digest);
-	flock(b->fd, LOCK_EX); /* ours while it is written: not stale */
-	if (!(b->md = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(b->md, EVP_sha256(), NULL)) {
-		tb_blob_abort(b);
-		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	}
+	if ((rc = open_blob(b, dir, digest, size, max, O_RDWR, err)) < 0)
+		return rc;
 	if (!size || digest_part(b) < 0) /* nothing to go on from, or no size to trust it by */
 		return tb_blob_restart(b, err);
 	return 0;
