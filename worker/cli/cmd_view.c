@@ -117,9 +117,10 @@ int tb_cmd_view(int argc, char **argv)
 		rc = err.code == TB_EINVAL ? TB_EXIT_USAGE : TB_EXIT_FAILURE;
 		goto out;
 	}
-	const char *colon = strrchr(listen, ':');
-	printf("taskbox view: http://%.*s:%u/\n", (int)(colon - listen), listen,
-	       tb_view_server_port(server));
+	printf("taskbox view: %s/\n", tb_view_server_url(server));
+	if (sc.token) /* a browser needs it once, as a cookie (README "See a run") */
+		printf("taskbox view: log in once at %s/login?token=%s\n",
+		       tb_view_server_url(server), sc.token);
 	fflush(stdout);
 	/* blocked but while waiting: a signal between the test and the wait
 	 * is not lost */

@@ -15,8 +15,10 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <malloc.h>
 #include <microhttpd.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -47,6 +49,7 @@ struct tb_view_server {
 	char *page; /* index.html with the CSRF token in */
 	size_t page_len;
 	char hosts[4][300]; /* what Host may say, bound to loopback */
+	char url[320];      /* http://HOST:PORT, as a browser opens it */
 	tb_view_reader_t *reader;
 	pthread_mutex_t ledger_lock; /* a ledger connection is one thread's at a time */
 };
@@ -647,6 +650,56 @@ static int is_loopback(const struct sockaddr *sa)
 	       IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
 }
 
+static int is_wildcard(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return sa->sa_family == AF_INET6 &&
+	       IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
+/* A wildcard address (0.0.0.0, ::) is nowhere a browser can go: the URL
+ * names the machine instead, when its name resolves, else the first
+ * address of an interface that is up and not loopback, else loopback
+ * (listened on too). */
+static void browsable_host(char *out, size_t n)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	struct ifaddrs *ifs = NULL;
+	char name[256] = "";
+
+	/* gethostname() may leave a name cut to the buffer unterminated */
+	if (gethostname(name, sizeof(name) - 1) == 0 && name[0] &&
+	    getaddrinfo(name, NULL, &hints, &ai) == 0) {
+		freeaddrinfo(ai);
+		snprintf(out, n, "%s", name);
+		return;
+	}
+	snprintf(out, n, "127.0.0.1");
+	if (getifaddrs(&ifs) < 0)
+		return;
+	for (const struct ifaddrs *i = ifs; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !is_loopback(i->ifa_addr) &&
+		    (i->ifa_flags & IFF_UP) &&
+		    inet_ntop(AF_INET, &((const struct sockaddr_in *)i->ifa_addr)->sin_addr, out,
+			      (socklen_t)n))
+			break;
+	freeifaddrs(ifs);
+}
+
+/* The URL printed at start: the host given, or a browsable one. */
+static void set_url(tb_view_server_t *s, const char *host, int wildcard)
+{
+	char name[256];
+
+	if (wildcard)
+		browsable_host(name, sizeof(name));
+	else
+		snprintf(name, sizeof(name), "%s", host);
+	snprintf(s->url, sizeof(s->url), strchr(name, ':') ? "http://[%s]:%u" : "http://%s:%u",
+		 name, s->port);
+}
+
 int tb_view_server_start(tb_view_server_t **out, const tb_view_server_conf_t *conf, tb_error_t *err)
 {
 	const char *listen = conf->listen, *colon = strrchr(listen, ':');
@@ -672,6 +725,7 @@ int tb_view_server_start(tb_view_server_t **out, const tb_view_server_conf_t *co
 	}
 	s->c = *conf;
 	s->loopback = is_loopback(ai->ai_addr);
+	int wildcard = is_wildcard(ai->ai_addr);
 	if (conf->token &&
 	    (strlen(conf->token) > 256 ||
 	     strspn(conf->token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -726,6 +780,7 @@ int tb_view_server_start(tb_view_server_t **out, const tb_view_server_conf_t *co
 	snprintf(s->hosts[1], sizeof(s->hosts[1]), "localhost:%u", s->port);
 	snprintf(s->hosts[2], sizeof(s->hosts[2]), "127.0.0.1:%u", s->port);
 	snprintf(s->hosts[3], sizeof(s->hosts[3]), "[::1]:%u", s->port);
+	set_url(s, host, wildcard);
 	*out = s;
 	return 0;
 }
@@ -733,6 +788,11 @@ int tb_view_server_start(tb_view_server_t **out, const tb_view_server_conf_t *co
 unsigned tb_view_server_port(const tb_view_server_t *s)
 {
 	return s->port;
+}
+
+const char *tb_view_server_url(const tb_view_server_t *s)
+{
+	return s->url;
 }
 
 void tb_view_server_stop(tb_view_server_t *s)

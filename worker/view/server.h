@@ -60,6 +60,14 @@ int tb_view_server_start(tb_view_server_t **out, const tb_view_server_conf_t *co
 /** The port it listens on. */
 unsigned tb_view_server_port(const tb_view_server_t *s);
 
+/**
+ * Its address as a browser opens it, "http://HOST:PORT" (no slash): the
+ * host given to listen, or for a wildcard address (0.0.0.0, ::) the
+ * machine's name when it resolves, else an address of one of its
+ * interfaces. The server's own: valid until tb_view_server_stop().
+ */
+const char *tb_view_server_url(const tb_view_server_t *s);
+
 void tb_view_server_stop(tb_view_server_t *s);
 
 #endif

@@ -35,6 +35,7 @@ SOURCE_DIR OUT_DIR. Exit 77 (skipped) without the services or Chromium.
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -149,6 +150,10 @@ for i in 1 2 3 4 5 6; do
   sleep 1.5
 done
 """
+brief_agent = r"""read -r p
+sleep 3
+printf '%s\n' '{"type":"message","role":"assistant","text":"done"}' >&3
+"""
 failing_agent = "read -r p\nprintf '%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"giving up\"}' >&3\nexit 3\n"
 pass_judge = "cat >/dev/null\necho '{\"outcome\":\"pass\"}'\n"
 
@@ -160,15 +165,24 @@ hostile = recipe("hostile", {"agent.sh": hostile_agent, "judge.sh": hostile_judg
 slow = recipe("slow", {"agent.sh": slow_agent, "judge.sh": pass_judge}, {
     "v": 1, "name": "slow", "agent": {"command": ["/bin/sh", "agent.sh"]},
     "judges": [{"name": "ok", "command": ["/bin/sh", "judge.sh"]}]})
+brief = recipe("brief", {"agent.sh": brief_agent, "judge.sh": pass_judge}, {
+    "v": 1, "name": "brief", "agent": {"command": ["/bin/sh", "agent.sh"]},
+    "judges": [{"name": "ok", "command": ["/bin/sh", "judge.sh"]}]})
 failing = recipe("failing", {"agent.sh": failing_agent, "judge.sh": pass_judge}, {
     "v": 1, "name": "failing", "agent": {"command": ["/bin/sh", "agent.sh"]},
     "judges": [{"name": "ok", "command": ["/bin/sh", "judge.sh"]}]})
 
 os.makedirs(os.path.join(tmp, "runtimes"))
 shutil.copy(os.path.join(ROOT, "examples/runtimes/default.json"), os.path.join(tmp, "runtimes"))
+with open(os.path.join(ROOT, "examples/runtimes/default.json")) as f:
+    ticking = json.load(f)  # a usage event every second: figures a dead worker leaves
+ticking["name"] = "ticking"
+ticking["agent"]["usage_interval_seconds"] = 1
+with open(os.path.join(tmp, "runtimes", "ticking.json"), "w") as f:
+    json.dump(ticking, f)
 cfg = os.path.join(tmp, "worker.json")
 with open(cfg, "w") as f:
-    json.dump({
+    json.dump(worker_conf := {
         "v": 1, "worker_id": RUN, "slots": 2, "log_level": "info",
         "kafka": {"brokers": ENV["TASKBOX_TEST_KAFKA"], "group": RUN,
                   "tasks_topic": RUN + ".tasks", "events_topic": RUN + ".events",
@@ -178,6 +192,13 @@ with open(cfg, "w") as f:
                   "region": ENV["TASKBOX_TEST_S3_REGION"]},
         "runtimes_dir": os.path.join(tmp, "runtimes"), "work_dir": os.path.join(tmp, "work"),
         "cache_dir": os.path.join(tmp, "cache")}, f)
+# a worker that dies mid-attempt: its own id, and a session the group
+# gives up on soon, so that the next worker takes the task over
+cfg_dies = os.path.join(tmp, "worker-dies.json")
+with open(cfg_dies, "w") as f:
+    json.dump(dict(worker_conf, worker_id=RUN + "-dies",
+                   kafka=dict(worker_conf["kafka"],
+                              properties={"session.timeout.ms": "6000"})), f)
 
 try:
     worker_log = open(os.path.join(tmp, "worker.log"), "w")
@@ -200,6 +221,27 @@ try:
     ids["dead"] = submit(hello, "--prompt", "nowhere", "--runtime", "nosuch", want=7)
     ids["hostile"] = submit(hostile, "--prompt", "<script>window.__xss='prompt'</script>",
                             "--label", "x=<img src=x onerror=window.__xss=8>")
+
+    # an attempt whose worker dies (killed at "settled", after its usage
+    # events), then the attempt a new worker makes of the task
+    procs[0].terminate()
+    procs[0].wait(60)
+    dies = subprocess.Popen([TB, "worker", "--config", cfg_dies], stdout=worker_log,
+                            stderr=subprocess.STDOUT, env=dict(ENV, TASKBOX_FAULT="settled"))
+    ids["died"] = submit(brief, "--prompt", "die", "--runtime", "ticking", wait=False)
+    try:
+        dies.wait(120)
+    except subprocess.TimeoutExpired:
+        dies.kill()
+        dies.wait()
+    check("the worker died at the fault point", dies.returncode == -signal.SIGKILL,
+          dies.returncode)
+    procs.append(subprocess.Popen([TB, "worker", "--config", cfg], stdout=worker_log,
+                                  stderr=subprocess.STDOUT))
+    r = subprocess.run([TB, "watch", "--config", cfg, ids["died"], "--timeout", "180"],
+                       capture_output=True, text=True, timeout=240)
+    check("the task whose worker died is taken over and succeeds", r.returncode == 0,
+          r.stdout[-1500:] + r.stderr[-1500:])
     ids["chat"] = submit(chat, "--prompt", "first question", "--interactive", wait=False)
     time.sleep(3)
     sh(TB, "send", "--config", cfg, ids["chat"], "second question")
@@ -245,6 +287,41 @@ try:
                        capture_output=True, text=True, timeout=60)
     check("not loopback, no token: refused", r.returncode == 2 and "--token" in r.stderr,
           (r.returncode, r.stderr[-500:]))
+    # with one, what it prints opens in a browser: a name or an address it
+    # listens on (never 0.0.0.0), and the login URL with the token
+    token = "t0ken-%d-abcdefgh" % os.getpid()
+    wild = subprocess.Popen([TB, "view", "--config", cfg, "--listen", "0.0.0.0:0",
+                             "--token", token], stdout=subprocess.PIPE, stderr=view_log)
+    procs.append(wild)
+    said = ""
+    deadline = time.time() + 30
+    while time.time() < deadline and said.count("\n") < 2:  # what it prints at start
+        if select.select([wild.stdout], [], [], 0.5)[0]:
+            got = os.read(wild.stdout.fileno(), 4096).decode()
+            if not got:
+                break
+            said += got
+    login = re.search(r"(http://[^/\s]+:\d+)/login\?token=(\S+)", said)
+    check("--listen 0.0.0.0: no 0.0.0.0 in the URL printed", "0.0.0.0" not in said and
+          re.search(r"http://[^/\s]+:\d+/\s", said), said)
+    check("--listen 0.0.0.0: the login URL with the token", login and
+          login.group(2) == token, said)
+    if login:
+        class NoRedirect0(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *a, **k):
+                return None
+        try:
+            urllib.request.build_opener(NoRedirect0).open(login.group(0), timeout=10)
+            opened = None
+        except urllib.error.HTTPError as e:
+            opened = e.code, e.headers.get("Set-Cookie", "")
+        except OSError as e:
+            opened = str(e)
+        check("--listen 0.0.0.0: the login URL printed opens and logs in",
+              isinstance(opened, tuple) and opened[0] in (302, 303) and
+              "taskbox_view=" in opened[1], opened)
+    wild.terminate()
+    wild.wait(30)
     # with a token: nothing without it; /login sets it as a cookie
     token = "t0ken-%d-abcdefgh" % os.getpid()
     tv = subprocess.Popen([TB, "view", "--config", cfg, "--listen", "127.0.0.1:0",
@@ -293,6 +370,34 @@ try:
     service = Service(executable_path=CHROMEDRIVER)
     browser = webdriver.Chrome(service=service, options=opts)
     browser.set_page_load_timeout(30)
+    # every live stream a page opens, counted (before the page's script
+    # runs, as the debugger runs it: not a script of the page's, no CSP)
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        (() => { const E = window.EventSource; window.__streams = [];
+          window.EventSource = class extends E {
+            constructor(...a) { super(...a); window.__streams.push(this); } }; })();"""})
+
+    def open_streams():
+        return browser.execute_script(
+            "return window.__streams ? window.__streams.filter((s) => s.readyState !== 2).length"
+            " : -1")
+
+    def live_note():
+        return " ".join(e.text for e in browser.find_elements(By.ID, "live"))
+
+    def finished_quiet(what):
+        # a finished task: it says so, and holds no stream open
+        note, n = live_note(), open_streams()
+        check(what + " says it is finished, not live", "finished" in note and
+              "live" not in note, note)
+        check(what + " holds no live stream open", n == 0, n)
+
+    def as_shown(ms):  # the page's dur(), for the comparison below
+        if ms < 1000:
+            return ["%d ms" % ms]
+        if ms < 60000:  # JS rounds a tie up, Python to even: either
+            return ["%.1f s" % (ms / 1000), "%.1f s" % ((ms + 0.01) / 1000)]
+        return None
 
     def wait_for(cond, seconds=20, what="the page"):
         try:
@@ -346,11 +451,26 @@ try:
         check("the conversation in order", -1 not in at and at == sorted(at), (at, texts))
         check("the tool call beside its result", any("write_file" in t and "wrote" in t
                                                      for t in texts), texts)
+        shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#conversation .ev")]
+        check("the tool's name as the agent wrote it (not upper-cased)",
+              any("write_file" in t for t in shown), shown)
         verdicts = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#verdicts tr")][1:]
         check("two verdicts, both pass", len(verdicts) == 2 and
               all("pass" in v for v in verdicts), verdicts)
         check("the phases as a timeline",
               len(browser.find_elements(By.CSS_SELECTOR, "#timeline .bar-row")) >= 8)
+        # each bar is named for the phase event whose duration_ms it shows
+        # (the time it took to reach that phase: "judged" is the judging)
+        took = {e["payload"]["phase"]: e["payload"]["duration_ms"] for e in json.loads(
+            urllib.request.urlopen(base + "/api/events?id=" + ids["hello"]).read())
+            if e["type"] == "phase" and e["attempt"] == 1}
+        bars = [[s.text for s in r.find_elements(By.TAG_NAME, "span")]
+                for r in browser.find_elements(By.CSS_SELECTOR, "#timeline .bar-row")]
+        check("each bar named for the phase whose time it shows",
+              bars and "judged" in [b[0] for b in bars] and
+              all(b[0] in took and b[-1] in (as_shown(took[b[0]]) or [b[-1]]) for b in bars),
+              (bars, took))
+        finished_quiet("a succeeded task's page")
         figures = browser.find_element(By.ID, "usage").text.lower()
         check("the accounting as a table", "wall time" in figures and "agent cpu" in figures,
               figures)
@@ -373,6 +493,17 @@ try:
         wait_for(ready, 30, "the chat task's page is drawn")
         wait_for(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#conversation .turn")) >= 2,
                  30, "the interactive task's turns are separated")
+        # each prompt under its own turn's divider (the worker records the
+        # prompt, then the turn-started: the page puts the divider first)
+        seq = [e.text.lower() for e in
+               browser.find_elements(By.CSS_SELECTOR, "#conversation > *")]
+
+        def at(pred):
+            return next((k for k, t in enumerate(seq) if pred(t)), -1)
+        t1, t2 = at(lambda t: t == "turn 1"), at(lambda t: t == "turn 2")
+        p1, p2 = at(lambda t: "first question" in t), at(lambda t: "second question" in t)
+        check("each prompt below its own turn's divider",
+              -1 not in (t1, t2, p1, p2) and t1 < p1 < t2 < p2, seq)
         shot("interactive")
 
         # ------------------------------------------------- the XSS battery
@@ -394,6 +525,30 @@ try:
               not browser.find_elements(By.CSS_SELECTOR, "main img, main svg, main script, "
                                                          "main b, main a[href^='javascript']"))
         shot("hostile")
+
+        # the dead-lettered task: finished, no stream
+        browser.get(base + "/task/" + ids["dead"])
+        wait_for(ready, 30, "the dead-lettered task's page is drawn")
+        finished_quiet("a dead-lettered task's page")
+
+        # the attempt whose worker died says so, and shows its last figures
+        browser.get(base + "/task/" + ids["died"])
+        wait_for(ready, 30, "the page of the task whose worker died")
+        check("the task whose worker died has two attempts",
+              len(browser.find_elements(By.CSS_SELECTOR, "button[data-attempt]")) == 2)
+        first = browser.find_elements(By.CSS_SELECTOR, 'button[data-attempt="1"]')
+        if first:
+            first[0].click()
+            wait_for(lambda b: b.find_elements(By.ID, "unfinished"), 10,
+                     "the attempt whose worker died says it ended without word")
+            note = " ".join(e.text for e in browser.find_elements(By.ID, "unfinished"))
+            check("it says its worker died", "worker" in note and "died" in note, note)
+            figures = browser.find_element(By.TAG_NAME, "main").text
+            check("its usage: the last figures, saying so, not 'No figures yet'",
+                  "No figures yet" not in figures and
+                  browser.find_elements(By.CSS_SELECTOR, "#usage") and
+                  browser.find_elements(By.ID, "usage-unfinished"), figures[-1500:])
+            shot("died")
         browser.get(base + "/")
         wait_for(ready, 30, "the list after the hostile task")
         check("nothing ran on the list either",
@@ -401,8 +556,20 @@ try:
 
         # --------------------------------------------------------- live
         sid = submit(slow, "--prompt", "tick", wait=False)
+        # its row in the list: the status said once
+        deadline, phase = time.time() + 60, None
+        while time.time() < deadline and phase != "running":
+            got = json.loads(urllib.request.urlopen(base + "/api/tasks?q=" + sid).read())
+            phase = got["tasks"][0]["phase"] if got["tasks"] else None
+            time.sleep(0.1)
+        browser.get(base + "/?q=" + sid)
+        cell = wait_for(lambda b: b.find_element(
+            By.CSS_SELECTOR, 'tr[data-task="%s"] td:nth-child(2)' % sid), 20, "the running row")
+        words = cell.text.split() if cell else []
+        check("a running task's row says running once", words.count("running") == 1, words)
         browser.get(base + "/task/" + sid)
         wait_for(ready, 60, "the running task's page is drawn")
+        check("a running task's page is live", "live" in live_note(), live_note())
         browser.execute_script("""
             window.__seen = {};
             new MutationObserver(() => {
@@ -422,6 +589,10 @@ try:
         check("each within a second of the worker's stamp", lags and max(lags) < 1000, lags)
         print("  live: events shown %s ms after the worker stamped them" % lags)
         shot("live")
+        # once it ends, the page says so and closes its stream
+        wait_for(lambda b: "finished" in live_note() and open_streams() == 0, 60,
+                 "the live page closes its stream when the task ends")
+        finished_quiet("a task's page that saw it end")
 
         # --------------------------------------- changes, from the page
         # share: a signed URL of the artifact, fetched as anyone would
@@ -480,6 +651,13 @@ try:
               any(e.size["height"] > 0 for e in
                   browser.find_elements(By.CSS_SELECTOR, "#rates .ok, #rates .bad")))
         shot("fleet")
+        tops = browser.execute_script("""
+            const top = (id) => { const e = document.getElementById(id);
+              return e ? e.getBoundingClientRect().top : null; };
+            return [top("dlq"), top("workers"), top("rates"), top("lag"), innerHeight];""")
+        check("the dead letters above the workers, the chart and the lag, in view",
+              None not in tops[:4] and tops[0] < min(tops[1:4]) and tops[0] < tops[4] / 2,
+              tops)
         row = 'tr[data-task="%s"] button.send-back' % ids["dead"]
         button = wait_for(lambda b: b.find_element(By.CSS_SELECTOR, row), 20,
                           "the dead letter has a send-back button")

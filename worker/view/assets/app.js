@@ -149,7 +149,8 @@ async function tasksPage() {
       "verdicts", "last active"].map((h) => el("th", {}, h)));
     const rows = data.tasks.map((t) => el("tr", { "data-task": t.id },
       el("td", { class: "id" }, navLink("/task/" + encodeURIComponent(t.id), t.id)),
-      el("td", {}, badge(t.status), t.phase && t.status === "running" ? " " + t.phase : ""),
+      el("td", {}, badge(t.status), t.phase && t.status === "running" && t.phase !== t.status
+        ? el("span", { class: "muted" }, " " + t.phase) : ""),
       el("td", { title: t.recipe || "" }, shortRecipe(t.recipe)),
       el("td", {}, t.runtime || ""),
       el("td", {}, String(t.attempts)),
@@ -184,6 +185,12 @@ async function tasksPage() {
 
 // -------------------------------------------------------------- task
 
+// A name the agent wrote, inside a label: shown as written (the label's
+// upper case is the style sheet's, never the agent's text).
+function asWritten(v) {
+  return el("span", { class: "as-written" }, String(v ?? ""));
+}
+
 // What one event looks like in the conversation; null for those shown
 // elsewhere (phases, egress, artifacts, verdicts, usage).
 function renderEvent(ev, calls) {
@@ -193,7 +200,7 @@ function renderEvent(ev, calls) {
       const role = String(p.role || "");
       const prompt = role === "user" && ev.source === "worker";
       return el("div", { class: "ev " + (role === "user" ? "user" : "assistant"),
-        "data-seq": ev.seq },
+        "data-seq": ev.seq, "data-prompt": prompt ? "" : null },
         el("div", { class: "who" }, prompt ? "prompt" : role + (ev.source === "agent" &&
           role === "user" ? " (written by the agent)" : "")),
         el("div", { class: "text" }, String(p.text ?? "")));
@@ -205,7 +212,7 @@ function renderEvent(ev, calls) {
       const result = el("div", {}, el("div", { class: "who" }, "result"),
         el("pre", { class: "muted" }, "(waiting)"));
       const box = el("div", { class: "ev tool", "data-seq": ev.seq },
-        el("div", {}, el("div", { class: "who" }, "tool call: " + String(p.name ?? "")),
+        el("div", {}, el("div", { class: "who" }, "tool call: ", asWritten(p.name)),
           el("pre", {}, JSON.stringify(p.input ?? null, null, 2))), result);
       if (p.id !== undefined) calls.set(String(p.id), { box, result });
       return box;
@@ -222,7 +229,7 @@ function renderEvent(ev, calls) {
       }
       return el("div", { class: "ev tool" + (p.is_error ? " failed-call" : ""),
         "data-seq": ev.seq }, el("div", {}, el("div", { class: "who" },
-        "tool result for " + String(p.id ?? "?"))), el("div", {}, label, out));
+        "tool result for ", asWritten(p.id ?? "?"))), el("div", {}, label, out));
     }
     case "error":
       return el("div", { class: "ev error", "data-seq": ev.seq },
@@ -241,6 +248,18 @@ function renderEvent(ev, calls) {
   }
 }
 
+// A task that will change no more: an outcome, or dead-lettered.
+function finished(status) {
+  return !["running", "queued", "retrying"].includes(status);
+}
+
+// Whether an attempt's events say how it ended: its result, or its
+// torn-down (an attempt given up retryably has no result).
+function ended(events) {
+  return events.some((e) => e.type === "result" || (e.type === "phase" &&
+    ["torn-down", "acknowledged"].includes(String(e.payload.phase))));
+}
+
 function timeline(events) {
   const phases = events.filter((e) => e.type === "phase");
   const box = el("div", { class: "timeline", id: "timeline" });
@@ -248,18 +267,21 @@ function timeline(events) {
     box.append(el("span", { class: "muted" }, "No phases yet."));
     return box;
   }
+  // A phase event's duration_ms is the time from the previous phase to
+  // this one (schemas/event.md): the bar is named for the phase reached,
+  // so "judged" holds the judging and "settled" the agent's run.
   const spans = [];
   for (let i = 1; i < phases.length; i++) {
     const ms = typeof phases[i].payload.duration_ms === "number"
       ? phases[i].payload.duration_ms : phases[i].ts - phases[i - 1].ts;
-    spans.push([String(phases[i - 1].payload.phase), ms]);
+    spans.push([String(phases[i].payload.phase), String(phases[i - 1].payload.phase), ms]);
   }
-  const most = Math.max(1, ...spans.map((s) => s[1]));
-  for (const [name, ms] of spans) {
+  const most = Math.max(1, ...spans.map((s) => s[2]));
+  for (const [name, from, ms] of spans) {
     const bar = el("div", { class: "bar" });
     bar.style.width = (100 * ms / most).toFixed(2) + "%"; // CSSOM: allowed by the CSP
-    box.append(el("div", { class: "bar-row" }, el("span", {}, name), el("div", {}, bar),
-      el("span", { class: "muted" }, dur(ms))));
+    box.append(el("div", { class: "bar-row", title: "from " + from + " to " + name },
+      el("span", {}, name), el("div", {}, bar), el("span", { class: "muted" }, dur(ms))));
   }
   return box;
 }
@@ -361,13 +383,20 @@ function egress(events, all) {
   return box;
 }
 
-function usage(manifest, events) {
-  let u = manifest && manifest.usage;
+// @unfinished: the attempt ended without word (its worker died): the
+// figures are its last usage event's, and the page says so.
+function usage(manifest, events, unfinished) {
+  let u = manifest && manifest.usage, last;
   if (!u) {
-    const last = events.filter((e) => e.type === "usage" || e.type === "result").pop();
+    last = events.filter((e) => (e.type === "usage" || e.type === "result" ||
+      e.type === "phase") && e.payload.usage).pop();
     u = last && last.payload.usage;
   }
-  if (!u) return el("p", { class: "muted" }, "No figures yet.");
+  const note = unfinished ? el("p", { class: "muted", id: "usage-unfinished" }, u
+    ? "What it had used at its last figures (" + when(last.ts) + "): the attempt ended " +
+      "without word after them."
+    : "No figures: the attempt ended without word before its first usage event.") : "";
+  if (!u) return unfinished ? note : el("p", { class: "muted" }, "No figures yet.");
   // the accounting, as a person reads it (schemas/manifest.md, "usage");
   // a figure the kernel did not give is absent, and so is its row
   const cpu = (c) => c && (c.user_ms !== undefined || c.system_ms !== undefined)
@@ -402,7 +431,7 @@ function usage(manifest, events) {
         el("td", {}, dur(e.upstream_ms)),
         el("td", {}, e.input_tokens !== undefined ? String(e.input_tokens) + " / " +
           String(e.output_tokens ?? 0) : "")))));
-  return el("div", {}, ...parts);
+  return el("div", {}, note, ...parts);
 }
 
 async function taskPage(id) {
@@ -419,7 +448,7 @@ async function taskPage(id) {
   const head = el("div", {});
   const pick = el("div", { class: "attempts" });
   const body = el("div", {});
-  const liveNote = el("span", { class: "live" });
+  const liveNote = el("span", { class: "live", id: "live" });
   main.replaceChildren(head, pick, body);
 
   function header(t) {
@@ -445,11 +474,29 @@ async function taskPage(id) {
   // A browser keeps six connections to a host (HTTP/1.1), each stream one
   // of them: a page out of sight closes its stream, and opens it again,
   // reading what it missed, when it is looked at.
-  let src = null, opened = 0, firstResolve;
+  let src = null, opened = 0, firstResolve, over = false, overTimer = 0;
   const firstOpen = new Promise((resolve) => {
     firstResolve = resolve;
     setTimeout(resolve, 3000); // no stream (too many pages watching): the history alone
   });
+  // A finished task changes no more: it says so and holds no stream (a
+  // browser has six connections to give). One seen ending live keeps its
+  // stream for the attempt's last events (torn-down, acknowledged), at
+  // most a few seconds, then reads the history once more.
+  function finish(now) {
+    over = true;
+    liveNote.textContent = "finished";
+    liveNote.className = "done";
+    if (!src) return;
+    if (!now) {
+      if (!overTimer) overTimer = setTimeout(() => finish(true), 5000);
+      return;
+    }
+    clearTimeout(overTimer);
+    src.close();
+    src = null;
+    refetch();
+  }
   function connect() {
     src = new EventSource("/api/live?id=" + encodeURIComponent(id));
     src.onopen = () => {
@@ -469,6 +516,7 @@ async function taskPage(id) {
     };
   }
   function onVisibility() {
+    if (over) return;
     if (document.hidden && src) {
       src.close();
       src = null;
@@ -477,10 +525,14 @@ async function taskPage(id) {
       connect();
     }
   }
-  connect();
+  if (finished(info.status)) {
+    finish(true);
+    firstResolve();
+  } else connect();
   document.addEventListener("visibilitychange", onVisibility);
   leaving.push(() => {
     document.removeEventListener("visibilitychange", onVisibility);
+    clearTimeout(overTimer);
     if (src) src.close();
   });
   async function refetch() {
@@ -512,12 +564,13 @@ async function taskPage(id) {
     if (["phase", "verdict", "egress", "artifact", "usage", "result"].includes(ev.type)) {
       draw(); // the sections beside the conversation
       if (ev.type === "result") refreshHeader();
+      if (over && ev.type === "phase" && ev.payload.phase === "acknowledged") finish(true);
       return;
     }
     if (queue.length) queue.push(ev); // after what is still to be drawn
     else {
       const node = renderEvent(ev, calls);
-      if (node) conv.append(node);
+      if (node) place(conv, node);
     }
   }
 
@@ -526,6 +579,7 @@ async function taskPage(id) {
       info = await api("/api/task?id=" + encodeURIComponent(id) + "&attempt=" + chosen);
       header(info);
       draw();
+      if (finished(info.status) && !over) finish(false);
     } catch (e) { /* kept as it was */ }
   }
 
@@ -541,11 +595,19 @@ async function taskPage(id) {
   // loop, so a conversation of 10,000 events never freezes the page.
   const FIRST = 200, CHUNK = 1000;
   let queue = [], drawing = 0;
+  // The worker records a turn's prompt, then its turn-started (schemas/
+  // event.md, agent.md): the divider goes above the prompt just before it.
+  function place(into, node) {
+    const last = into.lastElementChild || conv.lastElementChild;
+    if (node.classList.contains("turn") && last && last.dataset.prompt !== undefined)
+      last.before(node);
+    else into.append(node);
+  }
   function drawSome(n) {
     const frag = document.createDocumentFragment();
     for (const ev of queue.splice(0, n)) {
       const node = renderEvent(ev, calls);
-      if (node) frag.append(node);
+      if (node) place(frag, node);
     }
     conv.append(frag);
   }
@@ -570,8 +632,21 @@ async function taskPage(id) {
     const open = info.kind === "interactive" &&
       ["running", "queued", "retrying"].includes(info.status);
     if (open && !session) session = sessionBox(id); // built once: what is typed stays
+    // an attempt with no end, when a later one exists or the task is over:
+    // its worker died (nothing more will come of it), and the page says so
+    const later = attempts.filter((a) => a > chosen);
+    const unfinished = mine.length > 0 && !ended(mine) &&
+      (later.length > 0 || finished(info.status));
+    const lastPhase = mine.filter((e) => e.type === "phase").pop();
+    const worker = (info.attempt_list.find((a) => a.attempt === chosen) || {}).worker;
     // what people look for first above the conversation, which may be long
     body.replaceChildren(
+      unfinished ? el("p", { class: "ev error", id: "unfinished" },
+        "Attempt " + chosen + " ended without word" +
+        (lastPhase ? " after \u201c" + String(lastPhase.payload.phase) + "\u201d" : "") +
+        ", its last event at " + when(mine[mine.length - 1].ts) + ": its worker" +
+        (worker ? " (" + String(worker) + ")" : "") + " died, and nothing more came of it" +
+        (later.length ? "; attempt " + Math.min(...later) + " took the task over." : ".")) : "",
       el("div", { class: "grid2" },
         el("div", {}, el("h2", {}, "Verdicts"), verdicts(mine)),
         el("div", {}, el("h2", {}, "Where the time went"), timeline(mine))),
@@ -579,7 +654,7 @@ async function taskPage(id) {
       el("h2", {}, "Conversation"), conv,
       open ? session : "",
       el("h2", {}, "Egress"), egress(mine),
-      el("h2", {}, "Usage"), usage(manifest, mine));
+      el("h2", {}, "Usage"), usage(manifest, mine, unfinished));
   }
 
   drawAttempts();
@@ -675,13 +750,16 @@ async function fleetPage() {
         el("td", { title: when(w.heartbeat_ms) }, ago(w.heartbeat_ms)))))
       : el("p", { class: "muted" }, f.workers_error ? "Workers unknown: " + f.workers_error
         : "No worker alive.");
+    // the dead letters first, where an operator looks: each one is a task
+    // that needs a person (the table scrolls in its own box)
     main.replaceChildren(el("h1", {}, "Fleet"),
+      el("h2", {}, "Dead letters" + (dead.length ? " (" + dead.length + ")" : "")),
+      el("div", { class: "dlq-box" }, dlq),
       el("h2", {}, "Workers"), workers,
       el("h2", {}, "Results per minute, the last hour"), chart,
       el("p", { class: "muted" }, done + " results, " + failed + " not succeeded (" +
         (done ? (100 * failed / done).toFixed(1) : "0") + "%)"),
       el("h2", {}, "Consumer lag (tasks topic)"), lag,
-      el("h2", {}, "Dead letters"), dlq,
       el("p", { class: "muted" }, "read " + f.feed.messages + " messages" +
         (f.feed.skipped ? ", skipped " + f.feed.skipped + " unreadable" : "")));
   }
