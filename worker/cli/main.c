@@ -32,7 +32,99 @@ static void usage(FILE *out)
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 	fprintf(out, "\n'taskbox <command> --help' describes each one; 'taskbox --version' says\n"
-		     "which taskbox this is and the libraries it runs with.\n");
+		     "which taskbox this is and the libraries it runs with. --config FILE,\n"
+		     "--json and -v may come before the command as well as after it.\n");
+}
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+/* Edits that turn @p a into @p b (Levenshtein), up to 3: a typo's size. */
+static size_t distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), row[32];
+
+	if (la >= 31 || lb >= 31)
+		return 99;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j];
+			size_t best = diag + (a[i - 1] != b[j - 1]);
+			best = up + 1 < best ? up + 1 : best;
+			best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+/* The option @p a is a global one: --config FILE (-c FILE, -cFILE,
+ * --config=FILE), --json (-j), -v/--verbose. @return how many arguments
+ * it takes (1 or 2), or 0 when it is not one. */
+static int global_option(const char *a)
+{
+	if (!strcmp(a, "--config") || !strcmp(a, "-c"))
+		return 2;
+	return !strncmp(a, "--config=", 9) || (!strncmp(a, "-c", 2) && a[2]) ||
+		       !strcmp(a, "--json") || !strcmp(a, "-j") || !strcmp(a, "-v") ||
+		       !strcmp(a, "--verbose")
+		   ? 1
+		   : 0;
+}
+
+/* Global options given before the command are moved after it, where each
+ * command reads them ("taskbox --config F status T" is "taskbox status
+ * --config F T"). @return 0, or -1 with the reason said. */
+static int command_first(int argc, char **argv)
+{
+	int k = 1;
+
+	while (k < argc && argv[k][0] == '-') {
+		int n = global_option(argv[k]);
+		if (!n) {
+			fprintf(stderr,
+				"taskbox: '%s' is not an option to give before the command (those "
+				"are --config FILE, --json, -v and their short forms); give it "
+				"after the command\n",
+				argv[k]);
+			return -1;
+		}
+		if (k + n > argc) {
+			fprintf(stderr, "taskbox: %s wants a value\n", argv[k]);
+			return -1;
+		}
+		k += n;
+	}
+	if (k == 1 || k >= argc)
+		return k >= argc && k > 1
+			   ? (fprintf(stderr, "taskbox: no command after %s\n", argv[k - 1]), -1)
+			   : 0;
+	char *cmd = argv[k];
+	memmove(argv + 2, argv + 1, (size_t)(k - 1) * sizeof(char *));
+	argv[1] = cmd;
+	return 0;
+}
+
+/* An unknown command: said, with the nearest one when it is near. */
+static int unknown(const char *name)
+{
+	size_t best = 99, at = 0;
+
+	for (size_t i = 0; i < NCOMMANDS; i++) {
+		size_t d = distance(name, commands[i].name);
+		if (d < best)
+			best = d, at = i;
+	}
+	fprintf(stderr, "taskbox: unknown command '%s'", name);
+	if (best <= 2)
+		fprintf(stderr, "; did you mean '%s'?", commands[at].name);
+	fprintf(stderr, "\n");
+	usage(stderr);
+	return TB_EXIT_USAGE;
 }
 
 int main(int argc, char **argv)
@@ -41,20 +133,28 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return TB_EXIT_USAGE;
 	}
-	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-	    strcmp(argv[1], "help") == 0) {
+	int help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help");
+	int version =
+	    !strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version");
+	if ((help || version) && argc > 2) {
+		fprintf(stderr,
+			"taskbox: %s takes nothing after it ('%s'); for a command's own, "
+			"'taskbox <command> %s'\n",
+			argv[1], argv[2], help ? "--help" : "--version");
+		return TB_EXIT_USAGE;
+	}
+	if (help) {
 		usage(stdout);
 		return TB_EXIT_OK;
 	}
-	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0 ||
-	    strcmp(argv[1], "version") == 0) {
+	if (version) {
 		tb_cmd_print_version(stdout);
 		return TB_EXIT_OK;
 	}
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+	if (command_first(argc, argv) < 0)
+		return TB_EXIT_USAGE;
+	for (size_t i = 0; i < NCOMMANDS; i++)
 		if (strcmp(argv[1], commands[i].name) == 0)
 			return commands[i].run(argc - 1, argv + 1);
-	fprintf(stderr, "taskbox: unknown command '%s'\n", argv[1]);
-	usage(stderr);
-	return TB_EXIT_USAGE;
+	return unknown(argv[1]);
 }

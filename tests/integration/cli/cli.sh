@@ -124,5 +124,15 @@ contains "a sandbox init others can write is refused" "(writable by group or oth
   --recipe "$root/examples/recipes/hello" --chat "$root/examples/recipes/chat"
 check "schema help" 0 "$tb" schema --help
 check "unknown command" 2 "$tb" frobnicate
+contains "a near one is suggested" "did you mean 'status'?" "$tb" statsu
+# global options before the command reach it
+contains "--config before the command is the command's" "taskbox status: /nope" \
+  "$tb" --config=/nope status some-task
+contains "-c FILE before it too" "taskbox status: /nope" "$tb" -c /nope status some-task
+check "an option only a command knows, before it, is refused" 2 "$tb" --since 5 watch
+contains "... saying where it goes" "give it after the command" "$tb" --since 5 watch
+check "--version takes nothing after it" 2 "$tb" --version --frob
+contains "... and says so" "takes nothing after it ('--frob')" "$tb" --version --frob
+check "no command after the options" 2 "$tb" --json
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
