@@ -59,6 +59,11 @@ int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)
  * @p word is neither (a verb to dispatch). */
 int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out));
 
+/** A usage error: "taskbox @p cmd: <what is wrong>" on stderr, then
+ * @p usage. @return TB_EXIT_USAGE. */
+int tb_cmd_usage_error(const char *cmd, void (*usage)(FILE *out), const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /**
  * Loads the worker configuration the command is to use (schemas/config.md,
  * "Which file"): @p given (--config), else $TASKBOX_CONFIG, else

@@ -229,10 +229,9 @@ static int put(int argc, char **argv)
 
 	if ((rc = tb_cmd_options(&o, argc, argv, 2, usage)) >= 0)
 		return rc;
-	if (!o.npos) {
-		usage(stderr);
-		return TB_EXIT_USAGE;
-	}
+	if (!o.npos)
+		return tb_cmd_usage_error("artifacts put", usage,
+					  "name a file or directory to put");
 	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox artifacts: %s\n", err.msg);
 		return TB_EXIT_CONFIG;
@@ -274,10 +273,9 @@ int tb_cmd_artifacts(int argc, char **argv)
 	int want = !strcmp(what, "list")                            ? 1
 		   : !strcmp(what, "get") || !strcmp(what, "share") ? 2
 								    : 0;
-	if (!want) {
-		usage(stderr);
-		return TB_EXIT_USAGE;
-	}
+	if (!want)
+		return tb_cmd_usage_error("artifacts", usage,
+					  "'%s' is not one of list, get, share, put", what);
 	uint64_t expires = DEFAULT_SHARE_SECONDS;
 	/* each verb's own options: the rest are unknown to it */
 	const tb_opt_t opts[] = {
@@ -296,10 +294,10 @@ int tb_cmd_artifacts(int argc, char **argv)
 	rc = TB_EXIT_CONFIG;
 	nargs = o.npos;
 	seconds = (unsigned)expires;
-	if (nargs != want) {
-		usage(stderr);
-		return TB_EXIT_USAGE;
-	}
+	if (nargs != want)
+		return tb_cmd_usage_error("artifacts", usage, "%s wants %s, got %d argument%s",
+					  what, want == 1 ? "TASK_ID" : "TASK_ID and PATH", nargs,
+					  nargs == 1 ? "" : "s");
 	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox artifacts: %s\n", err.msg);
 		return TB_EXIT_CONFIG;

@@ -7,6 +7,7 @@
 #include "tb/schema_task.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,19 @@ static void print_short_forms(FILE *out, const tb_opt_t *opts)
 	if (col > 40)
 		fprintf(out, "\n");
 	fprintf(out, " -h --help, -V --version; letters combine (-ab is -a -b).\n");
+}
+
+int tb_cmd_usage_error(const char *cmd, void (*usage)(FILE *out), const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "taskbox %s: ", cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n\n");
+	usage(stderr);
+	return TB_EXIT_USAGE;
 }
 
 int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out))

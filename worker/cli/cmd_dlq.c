@@ -92,14 +92,20 @@ int tb_cmd_dlq(int argc, char **argv)
 	int partition = -1;
 	long long offset = -1;
 	int n = 0;
-	if (!what || (strcmp(what, "list") && strcmp(what, "send")) ||
-	    (!strcmp(what, "list") && where) ||
-	    (!strcmp(what, "send") &&
-	     (!where || sscanf(where, "%d:%lld%n", &partition, &offset, &n) != 2 || where[n] ||
-	      partition < 0 || offset < 0))) {
-		usage(stderr);
-		return TB_EXIT_USAGE;
-	}
+	if (!what || (strcmp(what, "list") && strcmp(what, "send")))
+		return tb_cmd_usage_error("dlq", usage,
+					  what ? "'%s' is not list or send" : "say list or send%s",
+					  what ? what : "");
+	if (!strcmp(what, "list") && where)
+		return tb_cmd_usage_error("dlq", usage, "list takes no argument ('%s')", where);
+	if (!strcmp(what, "send") &&
+	    (!where || sscanf(where, "%d:%lld%n", &partition, &offset, &n) != 2 || where[n] ||
+	     partition < 0 || offset < 0))
+		return tb_cmd_usage_error("dlq", usage,
+					  "send wants the dead letter's PARTITION:OFFSET, as `dlq "
+					  "list` prints it%s%s%s",
+					  where ? " (not '" : "", where ? where : "",
+					  where ? "')" : "");
 	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
 		fprintf(stderr, "taskbox dlq: %s\n", err.msg);
 		return TB_EXIT_CONFIG;

@@ -294,8 +294,15 @@ static int run_verb(const char *verb, int n, const char **files, int hex, int as
 		return do_file(verb, n ? files[0] : NULL);
 	if ((strcmp(verb, "runtime") == 0 || strcmp(verb, "recipe") == 0) && n == 1)
 		return do_file(verb, files[0]);
-	usage(stderr);
-	return TB_EXIT_USAGE;
+	static const char *const verbs[] = { "encode", "decode",  "check",
+					     "config", "runtime", "recipe" };
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+		if (!strcmp(verb, verbs[i]))
+			return tb_cmd_usage_error("schema", usage, "%s: %d file%s given", verb, n,
+						  n == 1 ? "" : "s");
+	return tb_cmd_usage_error(
+	    "schema", usage, "'%s' is not one of encode, decode, check, config, runtime, recipe",
+	    verb);
 }
 
 int tb_cmd_schema(int argc, char **argv)
@@ -305,10 +312,10 @@ int tb_cmd_schema(int argc, char **argv)
 	const char *verb = argc > 1 ? argv[1] : NULL;
 	int hex = 0, as_json = 0, rc;
 
-	if (!verb) {
-		usage(stderr);
-		return TB_EXIT_USAGE;
-	}
+	if (!verb)
+		return tb_cmd_usage_error("schema", usage,
+					  "say what to do (encode, decode, check, "
+					  "config, runtime, recipe)");
 	if ((rc = tb_cmd_verb_option(verb, usage)) >= 0)
 		return rc;
 	/* --hex is for the verbs that read or write messages */

@@ -68,10 +68,12 @@ static int send_followup(int argc, char **argv, const char *cmd)
 	if ((rc = tb_cmd_options(&o, argc, argv, 1, is_end ? usage_end : usage_send)) >= 0)
 		return rc;
 	task = pos[0], text = pos[1];
-	if (!task || (!is_end && !text == !file)) {
-		usage(stderr, cmd);
-		return TB_EXIT_USAGE;
-	}
+	if (!task || (!is_end && !text == !file))
+		return tb_cmd_usage_error(cmd, is_end ? usage_end : usage_send, "%s",
+					  !task ? "name the task (TASK_ID)"
+					  : text
+					      ? "give the prompt as TEXT or --file FILE, not both"
+					      : "give the prompt: TEXT, or --file FILE");
 	if (file && !(text = loaded = tb_cmd_read_prompt(cmd, file)))
 		return TB_EXIT_FAILURE;
 	if (tb_cmd_load_config(&cfg, path, &err) < 0) {

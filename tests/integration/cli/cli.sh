@@ -134,5 +134,14 @@ contains "... saying where it goes" "give it after the command" "$tb" --since 5 
 check "--version takes nothing after it" 2 "$tb" --version --frob
 contains "... and says so" "takes nothing after it ('--frob')" "$tb" --version --frob
 check "no command after the options" 2 "$tb" --json
+# a usage error says what is wrong before the usage
+contains "schema names a verb it lacks" "'bogus' is not one of encode" "$tb" schema bogus
+contains "dlq names a verb it lacks" "'frob' is not list or send" "$tb" dlq frob
+contains "dlq send says what it wants" "PARTITION:OFFSET, as \`dlq list\` prints it (not '3')" \
+  "$tb" dlq send 3
+contains "send says the prompt is missing" "give the prompt: TEXT, or --file FILE" "$tb" send t-1
+contains "artifacts get counts its arguments" "get wants TASK_ID and PATH, got 1 argument" \
+  "$tb" artifacts get t-1
+check "... as a usage error" 2 "$tb" artifacts get t-1
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
