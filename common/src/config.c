@@ -4,6 +4,7 @@
  * reads it.
  */
 #include "tb/config.h"
+#include "tb/log.h"
 
 #include "tb/jsonconf.h"
 
@@ -218,10 +219,33 @@ static int resolve_paths(tb_config_t *cfg, const char *path, tb_error_t *err)
 	return 0;
 }
 
+/* TASKBOX_* variables that are not configuration keys but are read
+ * elsewhere (the CLI, tests, the sandbox's own environment). */
+static const char *const other_variables[] = {
+	"TASKBOX_CONFIG",
+	"TASKBOX_FAULT",
+	"TASKBOX_SANDBOX_INIT",
+	"TASKBOX_VIEW_TOKEN",
+	"TASKBOX_TEST_*",
+	"TASKBOX_TOKEN",
+	"TASKBOX_EVENTS_URL",
+	"TASKBOX_ENDPOINT_*",
+	"TASKBOX_TASK_ID",
+	"TASKBOX_ATTEMPT",
+	NULL,
+};
+
 int tb_config_load(tb_config_t *out, const char *path, tb_error_t *err)
 {
 	json_t *doc = NULL;
+	char unknown[1024];
 	int rc;
+
+	/* a misspelled variable would otherwise be ignored without a word */
+	tb_jsonconf_env_unknown(&tb_schema_config, "TASKBOX", other_variables, unknown,
+				sizeof(unknown));
+	if (unknown[0])
+		tb_warn(NULL, "environment: no configuration key is named %s: ignored", unknown);
 
 	if (!path) {
 		doc = json_object();

@@ -7,6 +7,7 @@
  * tb_obj_decode so configuration and messages share one set of rules.
  */
 #include "tb/jsonconf.h"
+#include "tb/encoding.h"
 
 #include "tb/json_mpack.h"
 
@@ -107,8 +108,20 @@ static int env_value(json_t **out, const tb_field_t *f, const char *var, const c
 	return 0;
 }
 
+/* The variables that applied, for errors: "TASKBOX_SLOTS, TASKBOX_..." */
+typedef struct applied {
+	char names[256];
+} applied_t;
+
+static void note_applied(applied_t *a, const char *var)
+{
+	size_t n = strlen(a->names);
+	if (n + strlen(var) + 3 < sizeof(a->names))
+		snprintf(a->names + n, sizeof(a->names) - n, "%s%s", n ? ", " : "", var);
+}
+
 static int apply_env(json_t *doc, const tb_schema_t *s, const char *prefix, const char *path,
-		     tb_error_t *err)
+		     applied_t *applied, tb_error_t *err)
 {
 	char sub[256], var[300];
 	int rc;
@@ -124,7 +137,7 @@ static int apply_env(json_t *doc, const tb_schema_t *s, const char *prefix, cons
 			}
 			if (!json_is_object(child))
 				continue; /* the decoder reports the wrong type */
-			if ((rc = apply_env(child, f->sub, prefix, sub, err)) < 0)
+			if ((rc = apply_env(child, f->sub, prefix, sub, applied, err)) < 0)
 				return rc;
 			if (json_object_size(child) == 0)
 				json_object_del(doc, f->name);
@@ -137,8 +150,10 @@ static int apply_env(json_t *doc, const tb_schema_t *s, const char *prefix, cons
 			continue;
 		if ((rc = env_value(&v, f, var, text, err)) < 0)
 			return rc;
-		if (v)
+		if (v) {
 			json_object_set_new(doc, f->name, v);
+			note_applied(applied, var);
+		}
 	}
 	return 0;
 }
@@ -148,6 +163,7 @@ int tb_jsonconf_decode(const tb_schema_t *schema, void *out, const json_t *doc,
 		       tb_error_t *err)
 {
 	json_t *merged = NULL, *file = NULL;
+	applied_t applied = { "" };
 	msgpack_sbuffer sb;
 	msgpack_unpacked up;
 	size_t off = 0;
@@ -175,7 +191,7 @@ int tb_jsonconf_decode(const tb_schema_t *schema, void *out, const json_t *doc,
 	}
 	json_object_del(file, "v");
 	json_object_update_recursive(merged, file);
-	if (env_prefix && (rc = apply_env(merged, schema, env_prefix, "", err)) < 0)
+	if (env_prefix && (rc = apply_env(merged, schema, env_prefix, "", &applied, err)) < 0)
 		goto cleanup;
 	if ((rc = tb_json_to_mpack(&sb, merged, err)) < 0 ||
 	    msgpack_unpack_next(&up, sb.data, sb.size, &off) != MSGPACK_UNPACK_SUCCESS) {
@@ -185,8 +201,8 @@ int tb_jsonconf_decode(const tb_schema_t *schema, void *out, const json_t *doc,
 		goto cleanup;
 	}
 	if ((rc = tb_obj_decode(schema, out, &up.data, "", err)) < 0)
-		tb_error_prefix(err, "%s%s", origin,
-				env_prefix ? " (with TASKBOX_* overrides)" : "");
+		tb_error_prefix(err, "%s%s%s%s", origin, applied.names[0] ? " (with " : "",
+				applied.names, applied.names[0] ? " from the environment)" : "");
 cleanup:
 	json_decref(merged);
 	json_decref(file);
@@ -227,4 +243,66 @@ int tb_jsonconf_load(const tb_schema_t *schema, void *out, const char *path, con
 		rc = tb_jsonconf_decode(schema, out, doc, defaults, env_prefix, path, err);
 	json_decref(doc);
 	return rc;
+}
+
+/* Every variable name @p s's keys have under @p prefix, into @p names
+ * (a NUL-separated list of at most @p cap bytes); its length. */
+static size_t env_names(const tb_schema_t *s, const char *prefix, const char *path, char *names,
+			size_t used, size_t cap)
+{
+	char sub[256], var[300];
+
+	for (size_t i = 0; i < s->nfields; i++) {
+		const tb_field_t *f = &s->fields[i];
+		snprintf(sub, sizeof(sub), "%s%s%s", path, *path ? "." : "", f->name);
+		if (f->type == TB_FT_OBJ) {
+			used = env_names(f->sub, prefix, sub, names, used, cap);
+			continue;
+		}
+		env_name(var, sizeof(var), prefix, sub);
+		if (used + strlen(var) + 1 < cap) {
+			memcpy(names + used, var, strlen(var) + 1);
+			used += strlen(var) + 1;
+		}
+	}
+	return used;
+}
+
+void tb_jsonconf_env_unknown(const tb_schema_t *schema, const char *prefix,
+			     const char *const *others, char *out, size_t len)
+{
+	extern char **environ;
+	char names[8192], head[64];
+	size_t used = env_names(schema, prefix, "", names, 0, sizeof(names));
+	size_t plen = (size_t)snprintf(head, sizeof(head), "%s_", prefix), o = 0;
+
+	out[0] = '\0';
+	for (char **e = environ; e && *e && o + 1 < len; e++) {
+		char var[128];
+		size_t n = strcspn(*e, "=");
+		if (strncmp(*e, head, plen) || n >= sizeof(var))
+			continue;
+		snprintf(var, sizeof(var), "%.*s", (int)n, *e);
+		int known = 0;
+		size_t best = 99;
+		const char *near = NULL;
+		for (size_t at = 0; at < used && !known; at += strlen(names + at) + 1) {
+			size_t d = tb_edit_distance(var, names + at);
+			known = d == 0;
+			if (d < best)
+				best = d, near = names + at;
+		}
+		for (size_t i = 0; others && others[i] && !known; i++) {
+			size_t k = strlen(others[i]);
+			known = others[i][k - 1] == '*' ? !strncmp(var, others[i], k - 1)
+							: !strcmp(var, others[i]);
+		}
+		if (known)
+			continue;
+		o += (size_t)snprintf(out + o, len - o, "%s%s", o ? "; " : "", var);
+		if (near && best <= 2 && o + 1 < len)
+			o += (size_t)snprintf(out + o, len - o, " (did you mean %s?)", near);
+		if (o >= len)
+			o = len - 1;
+	}
 }

@@ -90,6 +90,9 @@ static int preflight(const tb_worker_deps_t *d, int quiet, tb_error_t *err)
 	char names[512];
 	int rc;
 
+	if (!quiet) /* the first thing it says: what it was told */
+		tb_info(NULL, "configuration: %s (and TASKBOX_* variables over it)",
+			file ? file : "no file: the built-in defaults");
 	for (int i = 0; tb_config_path_keys[i]; i++)
 		if (cfg->relative & (1u << i))
 			tb_info(NULL, "%s is relative: resolved against %s to %s",

@@ -3,6 +3,7 @@
  * it the rest of the arguments. Owns nothing else.
  */
 #include "cmd.h"
+#include "tb/encoding.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -37,30 +38,6 @@ static void usage(FILE *out)
 }
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
-
-/* Edits that turn @p a into @p b (Levenshtein), up to 3: a typo's size. */
-static size_t distance(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b), row[32];
-
-	if (la >= 31 || lb >= 31)
-		return 99;
-	for (size_t j = 0; j <= lb; j++)
-		row[j] = j;
-	for (size_t i = 1; i <= la; i++) {
-		size_t diag = row[0];
-		row[0] = i;
-		for (size_t j = 1; j <= lb; j++) {
-			size_t up = row[j];
-			size_t best = diag + (a[i - 1] != b[j - 1]);
-			best = up + 1 < best ? up + 1 : best;
-			best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
-			row[j] = best;
-			diag = up;
-		}
-	}
-	return row[lb];
-}
 
 /* The option @p a is a global one: --config FILE (-c FILE, -cFILE,
  * --config=FILE), --json (-j), -v/--verbose. @return how many arguments
@@ -115,7 +92,7 @@ static int unknown(const char *name)
 	size_t best = 99, at = 0;
 
 	for (size_t i = 0; i < NCOMMANDS; i++) {
-		size_t d = distance(name, commands[i].name);
+		size_t d = tb_edit_distance(name, commands[i].name);
 		if (d < best)
 			best = d, at = i;
 	}

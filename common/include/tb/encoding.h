@@ -11,6 +11,11 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/** The edits (insertions, deletions, substitutions) that turn @p a into
+ * @p b, counted up to names of 63 bytes (longer ones: 99): how near a
+ * typo is to the name meant, for "did you mean" hints. */
+size_t tb_edit_distance(const char *a, const char *b);
+
 /** The value of hex digit @p c (either case), or -1. */
 int tb_hex_digit(char c);
 

@@ -40,6 +40,16 @@ int tb_jsonconf_load(const tb_schema_t *schema, void *out, const char *path, con
 		     const char *env_prefix, unsigned version, tb_error_t *err);
 
 /**
+ * The variables @p prefix_* in the environment that name no key of
+ * @p schema and are none of @p others (NULL-ended names; one ending in
+ * '*' stands for every name it starts), each with the key's name it is
+ * nearest to when a typo away ("TASKBOX_SLOTZ (did you mean
+ * TASKBOX_SLOTS?)"), "; "-separated into @p out ("" when none).
+ */
+void tb_jsonconf_env_unknown(const tb_schema_t *schema, const char *prefix,
+			     const char *const *others, char *out, size_t len);
+
+/**
  * Parses JSON text of at most @p max bytes, with errors naming @p origin
  * and the line and column. @param[out] out a new reference.
  */

@@ -50,6 +50,12 @@ check "check refuses junk" 4 "$tb" schema check "$tmp/junk.bin"
 check "runtime example is valid" 0 "$tb" schema runtime "$root/examples/runtimes/default.json"
 check "recipe example is valid" 0 "$tb" schema recipe "$root/examples/recipes/hello/taskbox.json"
 check "config example is valid" 0 "$tb" schema config "$root/examples/worker.json"
+# a misspelled TASKBOX_* variable is named, with the key it is nearest
+contains "a misspelled variable is named" "TASKBOX_SLOTZ (did you mean TASKBOX_SLOTS?): ignored" \
+  env TASKBOX_SLOTZ=3 "$tb" schema config "$root/examples/worker.json"
+contains "an override a key refuses is named as the environment's" \
+  "(with TASKBOX_SLOTS from the environment): field 'slots'" \
+  env TASKBOX_SLOTS=99999 "$tb" schema config "$root/examples/worker.json"
 
 # --version: the version project() sets (the one place it is set), the
 # commit and build, and the libraries the program runs with; from every

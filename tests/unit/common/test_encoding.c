@@ -115,9 +115,24 @@ static void test_base64__url_safe_unpadded_and_exact(void **state)
 	assert_int_equal(tb_base64_decode(raw, sizeof(raw), "+/8", 3, TB_BASE64_URL), -1);
 }
 
+static void test_edit_distance__counts_a_typos_edits(void **state)
+{
+	(void)state;
+	assert_int_equal(tb_edit_distance("status", "status"), 0);
+	assert_int_equal(tb_edit_distance("statsu", "status"), 2); /* a swap: two edits */
+	assert_int_equal(tb_edit_distance("SLOTZ", "SLOTS"), 1);
+	assert_int_equal(tb_edit_distance("", "abc"), 3);
+	assert_int_equal(tb_edit_distance("kitten", "sitting"), 3);
+	char longer[80];
+	memset(longer, 'a', sizeof(longer) - 1);
+	longer[sizeof(longer) - 1] = '\0';
+	assert_int_equal(tb_edit_distance(longer, "a"), 99); /* past what it counts */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_edit_distance__counts_a_typos_edits),
 		cmocka_unit_test(test_hex__digits_of_either_case),
 		cmocka_unit_test(test_percent__encodes_what_is_not_unreserved),
 		cmocka_unit_test(test_percent__decodes_escapes_and_keeps_the_rest),
