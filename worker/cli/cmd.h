@@ -54,10 +54,11 @@ void tb_cmd_close_caches(tb_recipe_cache_t *recipes, tb_image_cache_t *images);
 int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)(FILE *out));
 
 /** For commands whose first word is a verb (artifacts, schema): --help
- * or -h there prints @p usage, --version or -V the version, as the
- * option table does after a verb. @return TB_EXIT_OK when it did; -1 when
- * @p word is neither (a verb to dispatch). */
-int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out));
+ * or -h there prints @p usage and the short forms of @p opts (every
+ * verb's options together; NULL-named last), --version or -V the
+ * version, as the option table does after a verb. @return TB_EXIT_OK when
+ * it did; -1 when @p word is neither (a verb to dispatch). */
+int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out), const tb_opt_t *opts);
 
 /** A usage error: "taskbox @p cmd: <what is wrong>" on stderr, then
  * @p usage. @return TB_EXIT_USAGE. */

@@ -266,7 +266,14 @@ int tb_cmd_artifacts(int argc, char **argv)
 	tb_config_t cfg;
 	tb_error_t err;
 
-	if ((rc = tb_cmd_verb_option(what, usage)) >= 0)
+	/* every verb's options together, for --help's short forms */
+	static const tb_opt_t all[] = {
+		{ "--config", TB_OPT_STRING, NULL, 0, 0, NULL, 'c' },
+		{ "--json", TB_OPT_FLAG, NULL, 0, 0, NULL, 'j' },
+		{ "--output", TB_OPT_STRING, NULL, 0, 0, NULL, 'o' },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
+	};
+	if ((rc = tb_cmd_verb_option(what, usage, all)) >= 0)
 		return rc;
 	if (!strcmp(what, "put"))
 		return put(argc, argv);

@@ -101,10 +101,11 @@ int tb_cmd_usage_error(const char *cmd, void (*usage)(FILE *out), const char *fm
 	return TB_EXIT_USAGE;
 }
 
-int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out))
+int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out), const tb_opt_t *opts)
 {
 	if (!strcmp(word, "--help") || !strcmp(word, "-h")) {
 		usage(stdout);
+		print_short_forms(stdout, opts);
 		return TB_EXIT_OK;
 	}
 	if (!strcmp(word, "--version") || !strcmp(word, "-V")) {

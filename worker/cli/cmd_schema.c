@@ -316,7 +316,12 @@ int tb_cmd_schema(int argc, char **argv)
 		return tb_cmd_usage_error("schema", usage,
 					  "say what to do (encode, decode, check, "
 					  "config, runtime, recipe)");
-	if ((rc = tb_cmd_verb_option(verb, usage)) >= 0)
+	static const tb_opt_t all[] = {
+		/* for --help's short forms */
+		{ "--json", TB_OPT_FLAG, NULL, 0, 0, NULL, 'j' },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
+	};
+	if ((rc = tb_cmd_verb_option(verb, usage, all)) >= 0)
 		return rc;
 	/* --hex is for the verbs that read or write messages */
 	int messages = !strcmp(verb, "encode") || !strcmp(verb, "decode") || !strcmp(verb, "check");

@@ -129,6 +129,9 @@ contains "a sandbox init others can write is refused" "(writable by group or oth
   env TASKBOX_SANDBOX_INIT="$tmp/init" "$tb" demo \
   --recipe "$root/examples/recipes/hello" --chat "$root/examples/recipes/chat"
 check "schema help" 0 "$tb" schema --help
+contains "schema --help ends with its short forms" "Short forms: -j --json" "$tb" schema --help
+contains "artifacts --help too" "Short forms: -c --config, -j --json, -o --output" \
+  "$tb" artifacts --help
 check "unknown command" 2 "$tb" frobnicate
 contains "a near one is suggested" "did you mean 'status'?" "$tb" statsu
 # global options before the command reach it
