@@ -27,6 +27,7 @@ static void usage(FILE *out)
 		     "       taskbox schema decode [--hex] [FILE]   MessagePack -> JSON\n"
 		     "       taskbox schema check  [--hex] [--json] FILE...  validate messages\n"
 		     "       taskbox schema config [FILE]           validate worker configuration\n"
+		     "                                              (no FILE: the one found)\n"
 		     "       taskbox schema runtime FILE            validate a runtime file\n"
 		     "       taskbox schema recipe FILE             validate a recipe manifest\n"
 		     "\n"
@@ -256,9 +257,13 @@ static int do_file(const char *kind, const char *path)
 	int rc;
 
 	if (strcmp(kind, "config") == 0) {
+		/* no FILE: the one the worker would read (schemas/config.md,
+		 * "Which file"), found as every command finds it */
 		tb_config_t cfg;
-		rc = tb_config_load(&cfg, path, &err);
-		tb_config_free(&cfg);
+		rc = tb_cmd_load_config(&cfg, path, &err);
+		if (rc == 0)
+			tb_config_free(&cfg);
+		path = tb_cmd_config_file();
 	} else if (strcmp(kind, "runtime") == 0) {
 		tb_runtime_t rt;
 		rc = tb_runtime_load(&rt, path, &err);
@@ -277,7 +282,7 @@ static int do_file(const char *kind, const char *path)
 		fprintf(stderr, "taskbox schema %s: %s\n", kind, err.msg);
 		return rc == TB_ENOTFOUND || rc == TB_EIO ? TB_EXIT_FAILURE : TB_EXIT_INVALID;
 	}
-	printf("%s: ok\n", path ? path : "configuration (defaults and environment)");
+	printf("%s: ok\n", path ? path : "no file: the defaults and environment");
 	return TB_EXIT_OK;
 }
 

@@ -50,6 +50,8 @@ check "check refuses junk" 4 "$tb" schema check "$tmp/junk.bin"
 check "runtime example is valid" 0 "$tb" schema runtime "$root/examples/runtimes/default.json"
 check "recipe example is valid" 0 "$tb" schema recipe "$root/examples/recipes/hello/taskbox.json"
 check "config example is valid" 0 "$tb" schema config "$root/examples/worker.json"
+contains "schema config with no FILE checks the file a command would read" \
+  "$root/examples/worker.json: ok" env TASKBOX_CONFIG="$root/examples/worker.json" "$tb" schema config
 # a misspelled TASKBOX_* variable is named, with the key it is nearest
 contains "a misspelled variable is named" "TASKBOX_SLOTZ (did you mean TASKBOX_SLOTS?): ignored" \
   env TASKBOX_SLOTZ=3 "$tb" schema config "$root/examples/worker.json"
