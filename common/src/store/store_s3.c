@@ -936,7 +936,8 @@ int tb_store_s3_open(tb_store_t **out, const char *bucket, const char *prefix, c
 		return tb_error_set(
 		    err, TB_EINVAL,
 		    "s3 store: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set "
-		    "in the worker's environment");
+		    "in the environment of the process that opens the store (the "
+		    "worker, or this command)");
 	if (strlen(prefix) > 400)
 		return tb_error_set(err, TB_EINVAL, "s3 store: prefix too long");
 	pthread_once(&curl_once, curl_init_once);

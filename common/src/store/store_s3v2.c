@@ -647,7 +647,8 @@ int tb_store_s3v2_open(tb_store_t **out, const char *bucket, const char *prefix,
 		return tb_error_set(
 		    err, TB_EINVAL,
 		    "s3v2 store: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be "
-		    "set in the worker's environment");
+		    "set in the environment of the process that opens the store (the "
+		    "worker, or this command)");
 	if (token && *token)
 		return tb_error_set(
 		    err, TB_EINVAL,
