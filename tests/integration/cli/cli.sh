@@ -154,5 +154,18 @@ contains "send says the prompt is missing" "give the prompt: TEXT, or --file FIL
 contains "artifacts get counts its arguments" "get wants TASK_ID and PATH, got 1 argument" \
   "$tb" artifacts get t-1
 check "... as a usage error" 2 "$tb" artifacts get t-1
+# the man pages: real sections, dated, and clean by man's and lexgrog's checks
+man=$(dirname "$tb")/cli/man
+for page in "$man"/taskbox.1 "$man"/taskbox-*.1; do
+  p=$(basename "$page")
+  if grep -q '^\.SH SYNOPSIS' "$page" && grep -q '^\.SH OPTIONS' "$page" &&
+    grep -q '^\.SH ENVIRONMENT' "$page" && grep -Eq '^\.TH [A-Z-]+ 1 "[0-9]{4}-[0-9]{2}-[0-9]{2}"' "$page"
+  then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $p: sections or date missing"; fi
+  w=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l "$page" 2>&1 >/dev/null)
+  if [ -z "$w" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $p: $w"; fi
+  if lexgrog "$page" >/dev/null; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL lexgrog $p"; fi
+done
+grep -q '^\.SH EXIT STATUS' "$man/taskbox-status.1" && pass=$((pass + 1)) ||
+  { fail=$((fail + 1)); echo "FAIL taskbox-status.1 has no EXIT STATUS"; }
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
