@@ -5,6 +5,7 @@
  * 200 or 503 with a short JSON body saying what is wrong (tb/health.h).
  */
 #include "metrics_http.h"
+#include "tb/listen.h"
 
 #include "tb/health.h"
 #include "tb/metrics.h"
@@ -75,23 +76,13 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
 int tb_metrics_serve(tb_metrics_server_t **out, const char *listen, tb_error_t *err)
 {
 	char host[256];
-	const char *colon = strrchr(listen, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
+	struct addrinfo *ai = NULL;
+	int rc;
 
 	*out = NULL;
-	if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(host) || !colon[1])
-		return tb_error_set(err, TB_EINVAL,
-				    "metrics_listen '%s': expected host:port (e.g. 0.0.0.0:9464)",
-				    listen);
-	size_t hl = (size_t)(colon - listen);
-	if (listen[0] == '[' && listen[hl - 1] == ']') /* [::1]:9464 */
-		memcpy(host, listen + 1, hl - 2), host[hl - 2] = '\0';
-	else
-		memcpy(host, listen, hl), host[hl] = '\0';
-	int gai = getaddrinfo(host, colon + 1, &hints, &ai);
-	if (gai)
-		return tb_error_set(err, TB_EINVAL, "metrics_listen '%s': %s", listen,
-				    gai_strerror(gai));
+	if ((rc = tb_listen_resolve(&ai, host, sizeof(host), "metrics_listen", listen,
+				    "0.0.0.0:9464", err)) < 0)
+		return rc;
 	tb_metrics_server_t *s = calloc(1, sizeof(*s));
 	if (!s) {
 		freeaddrinfo(ai);

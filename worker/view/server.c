@@ -2,6 +2,7 @@
  * server.c: `taskbox view`'s web server (server.h).
  */
 #include "server.h"
+#include "tb/listen.h"
 
 #include "actions.h"
 #include "assets.h"
@@ -702,22 +703,15 @@ static void set_url(tb_view_server_t *s, const char *host, int wildcard)
 
 int tb_view_server_start(tb_view_server_t **out, const tb_view_server_conf_t *conf, tb_error_t *err)
 {
-	const char *listen = conf->listen, *colon = strrchr(listen, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
+	const char *listen = conf->listen;
+	struct addrinfo *ai = NULL;
 	char host[256];
 	uint8_t raw[32];
+	int rc;
 
 	*out = NULL;
-	if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(host) || !colon[1])
-		return tb_error_set(err, TB_EINVAL, "--listen '%s': expected host:port", listen);
-	size_t hl = (size_t)(colon - listen);
-	if (listen[0] == '[' && listen[hl - 1] == ']')
-		memcpy(host, listen + 1, hl - 2), host[hl - 2] = '\0';
-	else
-		memcpy(host, listen, hl), host[hl] = '\0';
-	int gai = getaddrinfo(host, colon + 1, &hints, &ai);
-	if (gai)
-		return tb_error_set(err, TB_EINVAL, "--listen '%s': %s", listen, gai_strerror(gai));
+	if ((rc = tb_listen_resolve(&ai, host, sizeof(host), "--listen", listen, NULL, err)) < 0)
+		return rc;
 	tb_view_server_t *s = calloc(1, sizeof(*s));
 	if (!s) {
 		freeaddrinfo(ai);
