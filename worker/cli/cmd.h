@@ -13,6 +13,7 @@
 #include "tb/ledger.h"
 #include "tb/store.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -59,6 +60,13 @@ int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)
  * version, as the option table does after a verb. @return TB_EXIT_OK when
  * it did; -1 when @p word is neither (a verb to dispatch). */
 int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out), const tb_opt_t *opts);
+
+/** Set by SIGINT or SIGTERM once tb_cmd_stop_on_signals() was called: a
+ * command that waits or follows ends its loop on it. */
+extern volatile sig_atomic_t tb_cmd_stop;
+
+/** SIGINT and SIGTERM set tb_cmd_stop from now on (and end nothing else). */
+void tb_cmd_stop_on_signals(void);
 
 /** A usage error: "taskbox @p cmd: <what is wrong>" on stderr, then
  * @p usage. @return TB_EXIT_USAGE. */

@@ -88,6 +88,20 @@ static void print_short_forms(FILE *out, const tb_opt_t *opts)
 	fprintf(out, " -h --help, -V --version; letters combine (-ab is -a -b).\n");
 }
 
+volatile sig_atomic_t tb_cmd_stop;
+
+static void on_stop_signal(int sig)
+{
+	(void)sig;
+	tb_cmd_stop = 1;
+}
+
+void tb_cmd_stop_on_signals(void)
+{
+	signal(SIGINT, on_stop_signal);
+	signal(SIGTERM, on_stop_signal);
+}
+
 int tb_cmd_usage_error(const char *cmd, void (*usage)(FILE *out), const char *fmt, ...)
 {
 	va_list ap;

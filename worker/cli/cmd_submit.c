@@ -25,14 +25,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
-
 static void usage(FILE *out)
 {
 	fprintf(
@@ -415,7 +407,7 @@ static int wait_for(const tb_config_t *cfg, const submit_args_t *a, const char *
 			       .out = stdout,
 			       .ledger = l,
 			       .store = store,
-			       .stop = &stop };
+			       .stop = &tb_cmd_stop };
 	int rc = tb_follow(cfg, &o, &res, &err);
 	if (l)
 		tb_ledger_close(l);
@@ -507,8 +499,7 @@ int tb_cmd_submit(int argc, char **argv)
 	printf("%s\n", id);
 	fflush(stdout);
 	if (a.wait) {
-		signal(SIGINT, on_signal);
-		signal(SIGTERM, on_signal);
+		tb_cmd_stop_on_signals();
 		rc = wait_for(&cfg, &a, id, since);
 	}
 out:

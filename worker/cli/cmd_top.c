@@ -34,14 +34,6 @@
 #define MAX_RECENT 8       /* settlements listed */
 #define SLOW_EVERY_MS 5000 /* lag and DLQ size: each costs Kafka round trips */
 
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
-
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: taskbox top [--config FILE] [--interval SECONDS] [--once] [--json]\n\n"
@@ -408,8 +400,7 @@ int tb_cmd_top(int argc, char **argv)
 	int tty = !once && !as_json && isatty(STDOUT_FILENO);
 	void (*frame)(FILE *, const top_t *, const tb_config_t *, json_t *, int, const char *) =
 	    as_json ? draw_json : draw;
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cmd_stop_on_signals();
 	if (tty && isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved) == 0) {
 		struct termios r = saved;
 		r.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
@@ -417,9 +408,9 @@ int tb_cmd_top(int argc, char **argv)
 	}
 	if (tty)
 		fputs("\033[?1049h\033[?25l", stdout); /* alternate screen, no cursor */
-	while (!stop) {
+	while (!tb_cmd_stop) {
 		uint64_t until = tb_mono_ms() + (uint64_t)interval * 1000;
-		while (!stop && tb_mono_ms() < until) { /* events, for one interval */
+		while (!tb_cmd_stop && tb_mono_ms() < until) { /* events, for one interval */
 			rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
 			tb_event_t ev;
 			if (m && !m->err &&
@@ -433,7 +424,7 @@ int tb_cmd_top(int argc, char **argv)
 			char ch;
 			if (raw && poll(&k, 1, 0) == 1 && read(STDIN_FILENO, &ch, 1) == 1 &&
 			    (ch == 'q' || ch == 'Q'))
-				stop = 1;
+				tb_cmd_stop = 1;
 		}
 		int lrc;
 		json_t *workers = live_workers(l, &lrc, &err);

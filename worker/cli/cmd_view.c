@@ -21,14 +21,6 @@
 
 #define MAX_WATCHING 256 /* pages following a task live, at once */
 
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
-
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: taskbox view [--config FILE] [--listen HOST:PORT] [--token TOKEN]\n"
@@ -129,9 +121,8 @@ int tb_cmd_view(int argc, char **argv)
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
 	sigprocmask(SIG_BLOCK, &mask, &old);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	while (!stop)
+	tb_cmd_stop_on_signals();
+	while (!tb_cmd_stop)
 		sigsuspend(&old);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	rc = TB_EXIT_OK;

@@ -15,14 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
-
 static void usage(FILE *out)
 {
 	fprintf(
@@ -93,8 +85,7 @@ int tb_cmd_watch(int argc, char **argv)
 	 * event (see follow.h); watching works without it. */
 	if (task && !follow && tb_cmd_open_fleet("watch", &cfg, &l, &store, &err) != TB_EXIT_OK)
 		fprintf(stderr, "taskbox watch: %s (going by the events alone)\n", err.msg);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cmd_stop_on_signals();
 	tb_follow_opts_t o = { .task = task,
 			       .since_ms = since,
 			       .until_settled = task && !follow,
@@ -103,7 +94,7 @@ int tb_cmd_watch(int argc, char **argv)
 			       .out = stdout,
 			       .ledger = l,
 			       .store = store,
-			       .stop = &stop };
+			       .stop = &tb_cmd_stop };
 	tb_follow_result_t res;
 	int got = tb_follow(&cfg, &o, &res, &err);
 	if (got == TB_ETIMEOUT && !o.until_settled) {
