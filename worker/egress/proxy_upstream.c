@@ -12,6 +12,7 @@
 #include <openssl/crypto.h>
 
 #include "tb/clock.h"
+#include "tb/encoding.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -647,6 +648,18 @@ static int no_answer(tb_proxy_exchange_t *x, CURLcode res, const char *errbuf, c
 	return status;
 }
 
+/* @p s percent-encoded, malloc'd (NULL without memory). */
+static char *escaped(const char *s)
+{
+	size_t cap = 3 * strlen(s) + 1; /* each byte at most %XX */
+	char *out = malloc(cap);
+	if (out && tb_percent_encode(out, cap, s, 0) < 0) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
 /* Makes the upstream request and streams its answer. Returns 1 when the
  * connection may carry another request. */
 int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint64_t t0)
@@ -668,7 +681,7 @@ int tb_proxy_forward(tb_proxy_exchange_t *x, const tb_proxy_decision_t *d, uint6
 	}
 	CURL *h = c->curl;
 	curl_easy_reset(h);
-	if (cr->query && x->sec && x->sec->value && !(qname = curl_easy_escape(h, cr->query, 0)))
+	if (cr->query && x->sec && x->sec->value && !(qname = escaped(cr->query)))
 		goto nomem;
 	if (!(url = upstream_url(x, d, qname)))
 		goto nomem;
@@ -725,7 +738,7 @@ done:
 		OPENSSL_cleanse(url, strlen(url));
 		free(url);
 	}
-	curl_free(qname);
+	free(qname);
 	free(x->rhead);
 	x->rhead = NULL;
 	return keep;
