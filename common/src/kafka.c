@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 struct tb_kafka_mock {
@@ -497,6 +498,21 @@ int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
 		return rc;
 	rd_kafka_poll_set_consumer(*out);
 	return 0;
+}
+
+int tb_kafka_reader_new(rd_kafka_t **out, const char *brokers, const tb_strmap_t *props,
+			const char *name, tb_error_t *err)
+{
+	tb_kv_t items[64 + 1];
+	tb_strmap_t all = { 0, items };
+	char group[96];
+
+	items[all.n++] = (tb_kv_t){ "queued.max.messages.kbytes", "4096" };
+	for (size_t i = 0; props && i < props->n && i < 63; i++)
+		items[all.n++] = props->items[i];
+	items[all.n++] = (tb_kv_t){ "enable.partition.eof", "true" };
+	snprintf(group, sizeof(group), "%.64s-%d", name, (int)getpid());
+	return tb_kafka_consumer_new(out, brokers, group, NULL, NULL, &all, NULL, NULL, err);
 }
 
 int tb_kafka_produce(rd_kafka_t *producer, const char *topic, const char *key, const void *value,

@@ -420,24 +420,12 @@ static int all_eof(const follow_t *f)
 int tb_follow_open_topics(const tb_config_t *cfg, const char *const *topics, size_t ntopics,
 			  int64_t since_ms, rd_kafka_t **out, int *partitions, tb_error_t *err)
 {
-	tb_kv_t items[64 + 1];
-	tb_strmap_t props = { 0, items };
 	rd_kafka_topic_partition_list_t *all = rd_kafka_topic_partition_list_new(16);
-	char group[64];
 	rd_kafka_t *c;
 	int rc;
 
-	/* a reader's prefetch of 4 MiB, not librdkafka's 64: enough to read
-	 * at the broker's pace, and a reader that runs for days (taskbox
-	 * view, top) holds no more; the fleet's settings may say otherwise */
-	items[props.n++] = (tb_kv_t){ "queued.max.messages.kbytes", "4096" };
-	for (size_t i = 0; i < cfg->kafka.properties.n && i < 63; i++)
-		items[props.n++] = cfg->kafka.properties.items[i];
-	items[props.n++] = (tb_kv_t){ "enable.partition.eof", "true" };
-	/* Assigned by hand: the group is never joined and nothing committed. */
-	snprintf(group, sizeof(group), "taskbox-follow-%d", (int)getpid());
-	if ((rc = tb_kafka_consumer_new(&c, cfg->kafka.brokers, group, NULL, NULL, &props, NULL,
-					NULL, err)) < 0) {
+	if ((rc = tb_kafka_reader_new(&c, cfg->kafka.brokers, &cfg->kafka.properties,
+				      "taskbox-follow", err)) < 0) {
 		rd_kafka_topic_partition_list_destroy(all);
 		return rc;
 	}

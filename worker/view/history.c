@@ -71,19 +71,11 @@ void tb_view_reader_free(tb_view_reader_t *r)
 static int open_at(tb_view_reader_t *r, const tb_view_span_t *span, int64_t *end, tb_error_t *err)
 {
 	const tb_config_t *cfg = r->cfg;
-	tb_kv_t items[64 + 1];
-	tb_strmap_t props = { 0, items };
 	const char *topic = cfg->kafka.events_topic;
-	char group[64];
 	int64_t lo = 0;
 
-	items[props.n++] = (tb_kv_t){ "queued.max.messages.kbytes", "4096" }; /* as follow.c */
-	for (size_t i = 0; i < cfg->kafka.properties.n && i < 63; i++)
-		items[props.n++] = cfg->kafka.properties.items[i];
-	items[props.n++] = (tb_kv_t){ "enable.partition.eof", "true" };
-	snprintf(group, sizeof(group), "taskbox-view-%d", (int)getpid());
-	if (!r->c && tb_kafka_consumer_new(&r->c, cfg->kafka.brokers, group, NULL, NULL, &props,
-					   NULL, NULL, err) < 0) {
+	if (!r->c && tb_kafka_reader_new(&r->c, cfg->kafka.brokers, &cfg->kafka.properties,
+					 "taskbox-view", err) < 0) {
 		r->c = NULL;
 		return -1;
 	}

@@ -149,6 +149,19 @@ int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
 			  tb_rebalance_fn rebalance, void *opaque, tb_error_t *err);
 
 /**
+ * A consumer that reads topics by hand (assigned, its group never joined,
+ * nothing committed), for the commands and taskbox view: a reader's
+ * prefetch of 4 MiB rather than librdkafka's 64 (enough at the broker's
+ * pace; a reader that runs for days holds no more), then the fleet's
+ * @p props over it (the configuration's kafka.properties), partition ends
+ * reported. Its group is named @p name and the pid.
+ * @param[out] out destroyed with rd_kafka_destroy()
+ * @return 0; what tb_kafka_consumer_new() returns
+ */
+int tb_kafka_reader_new(rd_kafka_t **out, const char *brokers, const tb_strmap_t *props,
+			const char *name, tb_error_t *err);
+
+/**
  * Queues one message (copied) for @p topic keyed by @p key (may be NULL).
  * @return 0, TB_ERETRY when the local queue is full, TB_EIO otherwise.
  */
