@@ -254,7 +254,15 @@ def main():
     try:
         sh("mount", "-t", "tmpfs", "-o", "mode=0700", "tb-dockerfile", work)
         text = open(os.path.join(src, DOCKERFILE)).read()
-        all_stages, _ = stages(instructions(text))
+        all_stages, before = stages(instructions(text))
+        # the ARGs before the first FROM, by their defaults (the pinned
+        # base, which this machine's root stands in for)
+        global_args = {}
+        for i, a in before:
+            if i == "ARG":
+                k, _, v = a.partition("=")
+                global_args[k] = v
+        all_stages = [(n, substitute(image, global_args), ins) for n, image, ins in all_stages]
         ctx = {"work": work, "src": src, "done": {},
                "build_args": {"TASKBOX_REVISION": revision},
                "ignore": ignore_patterns(open(os.path.join(src, IGNORE)).read())}
