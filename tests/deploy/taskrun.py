@@ -1,0 +1,124 @@
+"""The task side of the deploy tests: a run's own topics, group, ledger
+prefix and bucket on the test services (so that no other test's worker
+takes its tasks), recipe repositories, and tasks submitted and followed
+from the host with the host's taskbox.
+
+A run is named tb<what>-<pid>: its topics <name>.tasks/.events/.dlq,
+its bucket <name> (tests/tools/drop-test-buckets drops it after the
+suite), its ledger prefix <name>.
+"""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from podman import log, sh
+
+
+class Run:
+    def __init__(self, src, taskbox, svc, what):
+        self.src, self.taskbox, self.svc = src, taskbox, svc
+        self.name = f"tb{what}-{os.getpid()}"
+        # under /tmp, reachable by the sandboxes' users (they pass through)
+        self.dir = tempfile.mkdtemp(prefix=f"tb-{what}-")
+        os.chmod(self.dir, 0o711)
+        self.env = dict(os.environ, AWS_ACCESS_KEY_ID=svc["TASKBOX_TEST_S3_ACCESS_KEY"],
+                        AWS_SECRET_ACCESS_KEY=svc["TASKBOX_TEST_S3_SECRET_KEY"],
+                        LSAN_OPTIONS="detect_leaks=0")
+        sh(f"{src}/deploy/local/services topic {self.name}.tasks:2 {self.name}.events:1 "
+           f"{self.name}.dlq:1 >/dev/null")
+        sh(f"curl -sf --max-time 30 -X PUT --aws-sigv4 'aws:amz:{svc['TASKBOX_TEST_S3_REGION']}:s3' "
+           f"--user \"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" "
+           f"{svc['TASKBOX_TEST_S3_ENDPOINT']}/{self.name}", env=self.env)
+        self.client = self.config(os.path.join(self.dir, "client.json"))
+
+    def settings(self):
+        """The configuration keys that point a worker at this run, as
+        TASKBOX_* variables (schemas/config.md)."""
+        s = self.svc
+        return {
+            "TASKBOX_KAFKA_BROKERS": s["TASKBOX_TEST_KAFKA"],
+            "TASKBOX_KAFKA_GROUP": self.name,
+            "TASKBOX_KAFKA_TASKS_TOPIC": f"{self.name}.tasks",
+            "TASKBOX_KAFKA_EVENTS_TOPIC": f"{self.name}.events",
+            "TASKBOX_KAFKA_DLQ_TOPIC": f"{self.name}.dlq",
+            "TASKBOX_LEDGER_URL": s["TASKBOX_TEST_REDIS"],
+            "TASKBOX_LEDGER_PREFIX": self.name,
+            "TASKBOX_STORE_URL": f"s3://{self.name}",
+            "TASKBOX_STORE_ENDPOINT": s["TASKBOX_TEST_S3_ENDPOINT"],
+            "TASKBOX_STORE_REGION": s["TASKBOX_TEST_S3_REGION"],
+        }
+
+    def config(self, path):
+        """A client's configuration file for this run (submit, artifacts)."""
+        s = self.svc
+        with open(path, "w") as f:
+            json.dump({"v": 1,
+                       "kafka": {"brokers": s["TASKBOX_TEST_KAFKA"], "group": self.name,
+                                 "tasks_topic": f"{self.name}.tasks",
+                                 "events_topic": f"{self.name}.events",
+                                 "dlq_topic": f"{self.name}.dlq"},
+                       "ledger": {"url": s["TASKBOX_TEST_REDIS"], "prefix": self.name},
+                       "store": {"url": f"s3://{self.name}", "endpoint": s["TASKBOX_TEST_S3_ENDPOINT"],
+                                 "region": s["TASKBOX_TEST_S3_REGION"]}}, f)
+        return path
+
+    def recipe(self, name, files=None, copy=None):
+        """A git repository of a recipe: @p copy (a directory of the
+        sources' examples/recipes) and @p files {path: text}; @return
+        (file:// URL, commit)."""
+        repo = os.path.join(self.dir, "recipes", name)
+        if copy:
+            shutil.copytree(os.path.join(self.src, "examples/recipes", copy), repo)
+        else:
+            os.makedirs(repo)
+        for p, text in (files or {}).items():
+            os.makedirs(os.path.dirname(os.path.join(repo, p)), exist_ok=True)
+            with open(os.path.join(repo, p), "w") as f:
+                f.write(text)
+        git = f"git -C {repo} -c user.name=t -c user.email=t@t"
+        sh(f"git init -q {repo} && {git} add -A && {git} commit -qm {name}")
+        return "file://" + repo, sh(f"git -C {repo} rev-parse HEAD").strip()
+
+    def submit(self, task_id, recipe, *extra, timeout=180):
+        """Submits a task and follows it to its end; @return (exit status,
+        the events as dicts, the output)."""
+        url, commit = recipe
+        argv = [self.taskbox, "submit", "-c", self.client, "--wait", "--json", "--timeout",
+                str(timeout), "--id", task_id, "--recipe", url, "--commit", commit,
+                "--prompt", f"task {task_id}", *extra]
+        r = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout + 60)
+        events = []
+        for line in r.stdout.splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass
+        return r.returncode, events, r.stdout + r.stderr
+
+    def artifact(self, task_id, path):
+        """The text of a done task's output @p path."""
+        out = os.path.join(self.dir, f"{task_id}-{os.path.basename(path)}")
+        r = subprocess.run([self.taskbox, "artifacts", "get", "-c", self.client, "--output", out,
+                            task_id, path], capture_output=True, text=True, env=self.env,
+                           timeout=120)
+        if r.returncode != 0:
+            return None
+        with open(out) as f:
+            return f.read()
+
+    def close(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def result_of(events):
+    """The payload of a task's `result` event, or {}."""
+    for e in events:
+        if e.get("type") == "result":
+            return e.get("payload", {})
+    return {}
+
+
+def report(what, rc, out):
+    log(f"{what}: exit {rc}\n" + "\n".join(out.splitlines()[-25:]))
