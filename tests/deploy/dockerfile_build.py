@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The worker image's Dockerfile, carried out without a container engine
-(none runs on this machine): every stage's instructions, as written, in
-a scratch root of its own, and the image that results checked.
+(container_worker.py builds it with podman; this test needs none): every
+stage's instructions, as written, in a scratch root of its own, and the
+image that results checked.
 
 Each stage's root is an overlay whose lower layer is this machine's own
 root and whose upper layer is a tmpfs, in a private mount namespace with
