@@ -166,17 +166,29 @@ def worker_base():
 def worker_image(src):
     """deploy/container/Dockerfile built from @p src on worker_base(), as
     deploy/README.md says; podman's layer cache keeps what did not
-    change. @return (tag, seconds the build took)."""
+    change. @return (tag, seconds the build took).
+
+    Each build for a new commit leaves the last one's images untagged
+    (the build stage's among them, 1 GB of which only the compile is its
+    own). The build stage is tagged too, so that its package layers stay
+    cached, and the untagged images of this tree's earlier builds (by
+    their label) are removed after each build; other images are left
+    alone."""
     base = worker_base()
     rev = subprocess.run(["git", "-C", src, "rev-parse", "--short=12", "HEAD"],
                          capture_output=True, text=True).stdout.strip() or "unknown"
-    tag = "localhost/taskbox-test/worker:" + hashlib.sha256(src.encode()).hexdigest()[:12]
-    with _lock("worker-" + tag.rsplit(":", 1)[1]):
+    key = hashlib.sha256(src.encode()).hexdigest()[:12]
+    tag = f"localhost/taskbox-test/worker:{key}"
+    label = f"org.taskbox.test.worker={key}"
+    args = [*limits(), "--label", label, "--build-arg", f"BASE={base}",
+            "--build-arg", f"TASKBOX_REVISION={rev}", "-f", "deploy/container/Dockerfile"]
+    with _lock("worker-" + key):
         t0 = time.monotonic()
-        podman("build", *limits(), "--build-arg", f"BASE={base}",
-               "--build-arg", f"TASKBOX_REVISION={rev}", "-f", "deploy/container/Dockerfile",
-               "-t", tag, ".", cwd=src, timeout=1800)
+        podman("build", *args, "--target", "build", "-t", f"localhost/taskbox-test/worker-build:{key}",
+               ".", cwd=src, timeout=1800)
+        podman("build", *args, "-t", tag, ".", cwd=src, timeout=1800)
         took = time.monotonic() - t0
+        podman("image", "prune", "-f", "--filter", f"label={label}", check=False)
     log(f"image {tag}: built in {took:.0f} s (from {base}, revision {rev})")
     return tag, took
 
