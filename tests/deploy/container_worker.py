@@ -37,6 +37,7 @@ Usage: container_worker.py SOURCE_DIR TASKBOX (the host's, to submit).
 Skips (77) without root, podman, runc, mmdebstrap, FUSE or user
 namespaces (podman.require), or without the services' addresses.
 """
+import hashlib
 import json
 import os
 import shutil
@@ -208,7 +209,6 @@ def task_checks(run, hello, image, lazy, big, tag):
     check(inputs and inputs[0].get("lazy") is True, f"{tag}: its input was read on demand ({inputs})")
     with open(big, "rb") as f:
         f.seek(5 << 20)
-        import hashlib
         want = hashlib.sha256(f.read(1 << 20)).hexdigest()
     text = (run.artifact(f"{tag}-lazy", "block.sha") or "").strip()
     check(text == want, f"{tag}: the block it read is the input's", f"{text} != {want}")

@@ -31,9 +31,9 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -200,6 +200,9 @@ class Containers:
     def __init__(self, what):
         self.prefix, self.names = f"tbtest-{what}-{os.getpid()}", []
         self.reap()
+        # SIGTERM unwinds like an exception, so that the containers go
+        # (ctest's timeout kills outright: reap() in the next run is for that)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     @staticmethod
     def reap():
@@ -292,6 +295,3 @@ def sh(cmd, **kw):
         raise RuntimeError(f"{cmd[:200]}: exit {r.returncode}\n{r.stdout[-1500:]}{r.stderr[-1500:]}")
     return r.stdout
 
-
-def run_id(what):
-    return re.sub(r"[^a-z0-9-]", "-", f"tb{what}-{os.getpid()}")

@@ -144,7 +144,7 @@ def drain(c, run, tag):
     t.start()
 
     def running():
-        return p.poll() is not None or any('"running"' in l for l in list(lines))
+        return p.poll() is not None or any('"phase":"running"' in l for l in list(lines))
     try:
         pm.wait_for(f"{tag}: the slow task running", running, 90, 0.05)
         if p.poll() is not None:
