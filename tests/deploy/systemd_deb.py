@@ -28,25 +28,15 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import podman as pm  # noqa: E402
-from taskrun import Run, report, result_of  # noqa: E402
+from taskrun import Run, drain_check, report, slow_recipe  # noqa: E402
 
 check = pm.check
 SYSTEMD = ["systemd", "systemd-sysv", "dbus"]
 RECIPES = "/srv/tb-recipes"
-
-SLOW_AGENT = """#!/bin/sh
-# takes its time, so that a stop finds it running
-read -r prompt
-printf '{"type":"message","role":"assistant","text":"working"}\\n' >&3
-sleep 6
-echo slept > /outputs/slept.txt
-"""
-
 
 def build_packages(src):
     """deploy/local/install-deps's build_pkgs."""
@@ -134,49 +124,11 @@ def hello(run, tag):
 def drain(c, run, tag):
     """A slow task running when `systemctl stop` comes: the stop waits for
     it, it succeeds in its first attempt, the worker exits 0."""
-    url, commit = run.slow
-    argv = [run.taskbox, "submit", "-c", run.client, "--wait", "--json", "--timeout", "150",
-            "--id", f"{tag}-slow", "--recipe", url, "--commit", commit, "--prompt", "slow"]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env=run.env)
-    lines = []
-    t = threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True)
-    t.start()
-
-    def running():
-        return p.poll() is not None or any('"phase":"running"' in l for l in list(lines))
-    try:
-        pm.wait_for(f"{tag}: the slow task running", running, 90, 0.05)
-        if p.poll() is not None:
-            raise TimeoutError("it ended")
-    except TimeoutError:
-        p.kill()
-        check(False, f"{tag}: the slow task started", "".join(lines[-20:]))
+    def stop():
+        r = ex(c, "systemctl stop taskbox-worker", timeout=200)
+        return r.returncode == 0, r.stderr
+    if not drain_check(run, run.slow, f"{tag}-slow", tag, "systemctl stop", stop):
         return
-    t0 = time.monotonic()
-    r = ex(c, "systemctl stop taskbox-worker", timeout=200)
-    took = time.monotonic() - t0
-    check(r.returncode == 0, f"{tag}: systemctl stop returned in {took:.1f} s", r.stderr)
-    try:
-        rc = p.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        rc = -1
-    t.join(5)
-    events = []
-    for l in lines:
-        try:
-            events.append(json.loads(l))
-        except ValueError:
-            pass
-    res = result_of(events)
-    received = [e for e in events if e.get("type") == "phase"
-                and e.get("payload", {}).get("phase") == "received"]
-    check(rc == 0 and res.get("outcome") == "succeeded",
-          f"{tag}: the running task finished during the stop ({res.get('outcome')})",
-          f"submit exit {rc}\n{''.join(lines[-15:])}")
-    check(len(received) == 1, f"{tag}: in one attempt ({len(received)} received)")
-    check(took >= 2, f"{tag}: the stop waited for it ({took:.1f} s)")
     show = ex(c, "systemctl show -p ActiveState -p ExecMainStatus taskbox-worker").stdout.split()
     check("ActiveState=inactive" in show and "ExecMainStatus=0" in show,
           f"{tag}: the worker drained and exited 0 ({' '.join(show)})",
@@ -277,10 +229,7 @@ def main():
     pm.log(f"bases ready in {time.monotonic() - t0:.0f} s")
     run = Run(src, taskbox, svc, "sysd")
     run.hello = (f"file://{RECIPES}/hello", run.recipe("hello", copy="hello")[1])
-    run.slow = (f"file://{RECIPES}/slow", run.recipe("slow", {
-        "taskbox.json": json.dumps({"v": 1, "name": "slow",
-                                    "agent": {"command": ["/bin/sh", "agent.sh"]}}),
-        "agent.sh": SLOW_AGENT})[1])
+    run.slow = (f"file://{RECIPES}/slow", slow_recipe(run)[1])
     with pm.Containers("sysd") as cs:
         try:
             t0 = time.monotonic()

@@ -12,8 +12,18 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 
-from podman import log, sh
+from podman import check, log, sh, wait_for
+
+SLOW_AGENT = """#!/bin/sh
+# takes its time, so that a stop finds it running
+read -r prompt
+printf '{"type":"message","role":"assistant","text":"working"}\\n' >&3
+sleep 6
+echo slept > /outputs/slept.txt
+"""
 
 
 class Run:
@@ -122,3 +132,61 @@ def result_of(events):
 
 def report(what, rc, out):
     log(f"{what}: exit {rc}\n" + "\n".join(out.splitlines()[-25:]))
+
+
+def slow_recipe(run):
+    """A recipe whose agent takes 6 s (SLOW_AGENT)."""
+    return run.recipe("slow", {
+        "taskbox.json": json.dumps({"v": 1, "name": "slow",
+                                    "agent": {"command": ["/bin/sh", "agent.sh"]}}),
+        "agent.sh": SLOW_AGENT})
+
+
+def drain_check(run, recipe, task_id, tag, how, stop):
+    """Submits a slow task, and once it runs calls @p stop (named @p how;
+    it returns (ok, why)): the stop must wait for the task, which must
+    succeed in its first attempt. @return whether the stop returned."""
+    url, commit = recipe
+    argv = [run.taskbox, "submit", "-c", run.client, "--wait", "--json", "--timeout", "150",
+            "--id", task_id, "--recipe", url, "--commit", commit, "--prompt", "slow"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=run.env)
+    lines = []
+    t = threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True)
+    t.start()
+
+    def running():
+        return p.poll() is not None or any('"phase":"running"' in l for l in list(lines))
+    try:
+        wait_for(f"{tag}: the slow task running", running, 90, 0.05)
+        if p.poll() is not None:
+            raise TimeoutError("it ended")
+    except TimeoutError:
+        p.kill()
+        check(False, f"{tag}: the slow task started", "".join(lines[-20:]))
+        return False
+    t0 = time.monotonic()
+    ok, why = stop()
+    took = time.monotonic() - t0
+    check(ok, f"{tag}: {how} returned in {took:.1f} s", why)
+    try:
+        rc = p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = -1
+    t.join(5)
+    events = []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    res = result_of(events)
+    received = [e for e in events if e.get("type") == "phase"
+                and e.get("payload", {}).get("phase") == "received"]
+    check(rc == 0 and res.get("outcome") == "succeeded",
+          f"{tag}: the running task finished during the stop ({res.get('outcome')})",
+          f"submit exit {rc}\n{''.join(lines[-15:])}")
+    check(len(received) == 1, f"{tag}: in one attempt ({len(received)} received)")
+    check(took >= 2, f"{tag}: the stop waited for it ({took:.1f} s)")
+    return ok
