@@ -321,10 +321,18 @@ def check_dockerfile(defaults):
     ins = dockerfile_instructions(read(path))
     stages = []  # [(name, image)]
     stage_ins = []  # per stage, its instructions
+    global_args = {}  # ARGs before the first FROM: their defaults, usable in FROM
     for i, a in ins:
+        if i == "ARG" and not stages:
+            k, _, v = a.partition("=")
+            global_args[k.strip()] = v.strip()
         if i == "FROM":
             words = a.split()
-            image = words[0]
+            image = re.sub(r"\$\{(\w+)\}|\$(\w+)",
+                           lambda m: global_args.get(m.group(1) or m.group(2), ""), words[0])
+            if image != words[0]:
+                C.check(bool(image), path, f"FROM {words[0]}: the build argument's default is {image}",
+                        "no default before the first FROM")
             name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
             stages.append((name, image))
             stage_ins.append([])

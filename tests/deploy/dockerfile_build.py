@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The worker image's Dockerfile, carried out without a container engine
-(none runs on this machine): every stage's instructions, as written, in
-a scratch root of its own, and the image that results checked.
+(container_worker.py builds it with podman; this test needs none): every
+stage's instructions, as written, in a scratch root of its own, and the
+image that results checked.
 
 Each stage's root is an overlay whose lower layer is this machine's own
 root and whose upper layer is a tmpfs, in a private mount namespace with
@@ -254,7 +255,15 @@ def main():
     try:
         sh("mount", "-t", "tmpfs", "-o", "mode=0700", "tb-dockerfile", work)
         text = open(os.path.join(src, DOCKERFILE)).read()
-        all_stages, _ = stages(instructions(text))
+        all_stages, before = stages(instructions(text))
+        # the ARGs before the first FROM, by their defaults (the pinned
+        # base, which this machine's root stands in for)
+        global_args = {}
+        for i, a in before:
+            if i == "ARG":
+                k, _, v = a.partition("=")
+                global_args[k] = v
+        all_stages = [(n, substitute(image, global_args), ins) for n, image, ins in all_stages]
         ctx = {"work": work, "src": src, "done": {},
                "build_args": {"TASKBOX_REVISION": revision},
                "ignore": ignore_patterns(open(os.path.join(src, IGNORE)).read())}
