@@ -12,7 +12,7 @@
 #include <strings.h>
 
 const char tb_runtime_defaults[] =
-    "{\"max_attempts\": 3, \"max_worker_deaths\": 10,"
+    "{\"max_attempts\": 3, \"max_worker_deaths\": 25,"
     " \"limits\": {\"wall_seconds\": 600, \"memory_mb\": 512, \"pids\": 256,"
     "  \"cpu_millis\": 1000, \"outputs_mb\": 64},"
     " \"max_limits\": {\"wall_seconds\": 3600, \"memory_mb\": 4096, \"pids\": 4096,"

@@ -235,7 +235,7 @@ static int setup(void **state)
 	}
 	/* Runtimes: "killable" has worker deaths enough for a task hit by
 	 * every fault point in turn (each death spends one of its
-	 * max_worker_deaths); "standard" has the defaults (3 attempts, 10
+	 * max_worker_deaths); "standard" has the defaults (3 attempts, 25
 	 * deaths: service outages and outside kills must not spend the
 	 * attempts), "metered" the same with a usage event every second
 	 * of an agent's run; "twice" has 2 attempts; "fragile" 2 worker deaths. */
@@ -1086,7 +1086,7 @@ static void test_replay__outside_kills_never_convict_a_healthy_task(void **state
 		int after, before, crashed;
 		most_deaths(sc, &after, &before, &crashed);
 		printf("outside kills: seed %u: most deaths of one task: %d after it said a phase "
-		       "(max_worker_deaths 10), %d before, %d crashes\n",
+		       "(max_worker_deaths 25), %d before, %d crashes\n",
 		       seed, after, before, crashed);
 		assert_int_equal(crashed, 0);
 	}
