@@ -44,9 +44,33 @@ install(CODE "
 set(tb_conffiles "")
 if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
   install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/worker.json DESTINATION /etc/taskbox)
-  # Debian's place for the licence (the README's "Licence" says which)
-  install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR}
-          RENAME copyright)
+  # Debian's place for the licence, machine-readable (DEP-5), naming the
+  # licence Debian keeps in common-licenses rather than copying it
+  install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
+  # the package's own changelog (the upstream one is changelog.gz), dated
+  # by the last commit (SOURCE_DATE_EPOCH wins) so a rebuild is the same
+  if(DEFINED ENV{SOURCE_DATE_EPOCH})
+    execute_process(COMMAND date -u -R -d @$ENV{SOURCE_DATE_EPOCH} OUTPUT_VARIABLE tb_deb_date
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+  else()
+    execute_process(COMMAND git -C ${PROJECT_SOURCE_DIR} log -1 --format=%cD
+                    OUTPUT_VARIABLE tb_deb_date OUTPUT_STRIP_TRAILING_WHITESPACE
+                    ERROR_QUIET RESULT_VARIABLE tb_git_rc)
+    if(NOT tb_git_rc EQUAL 0 OR tb_deb_date STREQUAL "")
+      execute_process(COMMAND date -u -R OUTPUT_VARIABLE tb_deb_date
+                      OUTPUT_STRIP_TRAILING_WHITESPACE)
+    endif()
+  endif()
+  file(WRITE ${PROJECT_BINARY_DIR}/debian/changelog.Debian
+       "taskbox (${PROJECT_VERSION}-1) unstable; urgency=medium\n\n\
+  * taskbox ${PROJECT_VERSION}, built from its sources with CPack\n\
+    (changelog.gz is the upstream changelog).\n\n\
+ -- The taskbox developers <taskbox@example.org>  ${tb_deb_date}\n")
+  execute_process(COMMAND gzip -9nf ${PROJECT_BINARY_DIR}/debian/changelog.Debian)
+  install(FILES ${PROJECT_BINARY_DIR}/debian/changelog.Debian.gz DESTINATION ${CMAKE_INSTALL_DOCDIR})
+  # what lintian would say of choices made on purpose, each with its reason
+  install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/lintian-overrides
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/lintian/overrides RENAME taskbox)
   install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/worker.env.example
           DESTINATION /etc/taskbox RENAME worker.env
           PERMISSIONS OWNER_READ OWNER_WRITE)

@@ -88,6 +88,12 @@ else bad "the unit's ExecStart: $(grep ExecStart= "$unit" 2>&1)"; fi
 if [ ! -e /etc/systemd/system/multi-user.target.wants/taskbox-worker.service ]; then ok; else
   bad "the unit was enabled by the package"; fi
 if [ -f /usr/share/doc/taskbox/copyright ]; then ok; else bad "no /usr/share/doc/taskbox/copyright"; fi
+# lintian, as a Debian maintainer would run it: clean at --pedantic, each
+# choice made on purpose overridden with its reason (deploy/debian/lintian-overrides)
+if command -v lintian >/dev/null; then
+  if lintian --pedantic --fail-on error,warning,pedantic "$deb" >"$tmp/lintian.txt" 2>&1; then ok; else
+    bad "lintian --pedantic"; grep -v 'root privileges' "$tmp/lintian.txt"; fi
+fi
 # the demo, from the package alone: the source and build trees out of reach
 # (a private mount namespace), run from /
 unshare -m --propagation private sh -c '
@@ -147,6 +153,7 @@ while read -r f; do
   [ "$f" = / ] || [ "$f" = /. ] && continue
   case $f in /etc|/usr|/usr/*/|/usr/bin|/usr/lib|/usr/lib/systemd|/usr/lib/systemd/system|\
     /usr/libexec|/usr/share|/usr/share/doc|/usr/share/man|/usr/share/man/man1|\
+    /usr/share/lintian|/usr/share/lintian/overrides|\
     /usr/share/bash-completion|/usr/share/bash-completion/completions|/usr/share/zsh|\
     /usr/share/zsh/site-functions) continue;; esac
   [ -e "$f" ] && left="$left $f"

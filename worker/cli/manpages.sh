@@ -106,3 +106,6 @@ printf '%s\n' "$commands" | while IFS="$(printf '\t')" read -r name summary; do
   [ -n "$name" ] || continue
   page "taskbox-$name" "$summary" '\fBtaskbox\fR(1)' "$name"
 done
+# installed compressed, as Debian's policy has it (-n: no name or time
+# inside, so a rebuild gives the same bytes); the .1 stay for the tests
+for f in "$out"/*.1; do gzip -9n -c "$f" >"$f.gz"; done

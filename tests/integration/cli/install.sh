@@ -26,7 +26,8 @@ for f in bin/taskbox libexec/taskbox/taskbox-sandbox-init libexec/taskbox/taskbo
          share/doc/taskbox/examples/worker.json share/doc/taskbox/examples/runtimes/default.json \
          lib/systemd/system/taskbox-worker.service share/doc/taskbox/LICENSE \
          share/doc/taskbox/README.md share/doc/taskbox/schemas/task.md \
-         share/man/man1/taskbox.1 share/man/man1/taskbox-worker.1 share/man/man1/taskbox-submit.1 \
+         share/man/man1/taskbox.1.gz share/man/man1/taskbox-worker.1.gz \
+         share/man/man1/taskbox-submit.1.gz share/doc/taskbox/changelog.gz \
          share/bash-completion/completions/taskbox share/zsh/site-functions/_taskbox; do
   if [ -e "$prefix/$f" ]; then ok; else bad "not installed: $f"; fi
 done
@@ -37,11 +38,11 @@ if grep -qx "ExecStart=$prefix/bin/taskbox worker --config /etc/taskbox/worker.j
   bad "the installed unit's ExecStart: $(grep ExecStart= "$prefix/lib/systemd/system/taskbox-worker.service")"; fi
 # every command has its page, and the pages render without a warning
 for c in $("$prefix/bin/taskbox" --help | sed -n '/^commands:/,/^$/s/^  \([a-z]*\) .*/\1/p'); do
-  if grep -q "^\.TH TASKBOX-$(printf '%s' "$c" | tr a-z A-Z) 1" "$prefix/share/man/man1/taskbox-$c.1" 2>/dev/null
+  if zgrep -q "^\.TH TASKBOX-$(printf '%s' "$c" | tr a-z A-Z) 1" "$prefix/share/man/man1/taskbox-$c.1.gz" 2>/dev/null
   then ok; else bad "no man page for taskbox $c"; fi
 done
 if command -v man >/dev/null; then
-  warn=$(MANWIDTH=80 man --warnings -l "$prefix"/share/man/man1/*.1 2>&1 >/dev/null)
+  warn=$(MANWIDTH=80 man --warnings -l "$prefix"/share/man/man1/*.1.gz 2>&1 >/dev/null)
   if [ -z "$warn" ]; then ok; else bad "man pages warn: $warn"; fi
 fi
 # bash completes the commands and each command's options
