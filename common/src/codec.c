@@ -972,7 +972,7 @@ static int encode_fields(msgpack_packer *pk, const tb_schema_t *s, const void *o
 }
 
 /* msgpack-c reports a failed realloc as -1 from every pack call; rather
- * than check each one, out-of-memory aborts, as STYLE.md allows. */
+ * than check each one, out-of-memory aborts, as docs/architecture.md's conventions allow. */
 static int sbuffer_write(void *data, const char *buf, size_t len)
 {
 	if (msgpack_sbuffer_write(data, buf, len) != 0)

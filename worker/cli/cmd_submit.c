@@ -248,7 +248,7 @@ static void uploaded(void *ud, const tb_upload_t *u)
 	const char *below = in->dir ? u->rel : "";
 	char *name = NULL;
 	if (asprintf(&name, "%s%s%s", in->name, below[0] ? "/" : "", below) < 0)
-		abort(); /* out of memory: STYLE.md */
+		abort(); /* out of memory: docs/architecture.md, "Conventions" */
 	/* the block list too: read on demand, every block is checked against it */
 	json_array_append_new(in->inputs,
 			      json_pack("{s:s,s:s,s:s,s:s}", "name", name, "artifact", u->key,

@@ -136,7 +136,7 @@ static int walk_dir(walk_t *w, int dfd, const char *name, int depth)
 		char *child = NULL;
 		if (rc == 0 && strcmp(e, ".") && strcmp(e, "..")) {
 			if (asprintf(&child, "%s%s%s", name, name[0] ? "/" : "", e) < 0)
-				abort(); /* out of memory: STYLE.md */
+				abort(); /* out of memory: docs/architecture.md, "Conventions" */
 			rc = walk_entry(w, dfd, e, child, depth);
 			free(child);
 		}
@@ -155,7 +155,7 @@ int tb_uploads_put(tb_store_t *s, const char *path, size_t max,
 	int fd, rc;
 
 	if (!copy)
-		abort(); /* out of memory: STYLE.md */
+		abort(); /* out of memory: docs/architecture.md, "Conventions" */
 	for (size_t n = strlen(copy); n > 1 && copy[n - 1] == '/'; n--)
 		copy[n - 1] = '\0';
 	const char *base = strrchr(copy, '/') ? strrchr(copy, '/') + 1 : copy;

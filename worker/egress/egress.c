@@ -676,7 +676,7 @@ int tb_egress_usage(tb_egress_t *e, tb_list_t *out)
 		*u = e->tally[i];
 		u->endpoint = strdup(i < n ? eps[i].name : "-");
 		if (!u->endpoint)
-			abort(); /* out of memory: STYLE.md */
+			abort(); /* out of memory: docs/architecture.md, "Conventions" */
 	}
 	pthread_mutex_unlock(&e->lock);
 	if (out->n)

@@ -1,6 +1,6 @@
 /*
  * egress.h: a sandbox's network boundary as the task lifecycle uses it
- * (DESIGN.md invariant 5): the task token, the egress proxy listening on
+ * (docs/architecture.md, invariant 5): the task token, the egress proxy listening on
  * 127.0.0.1:TB_EGRESS_PORT inside the sandbox's network namespace, the
  * variables that tell the agent where it is, and what the proxy hands
  * the lifecycle from its threads, queued in order for the lifecycle to

@@ -259,7 +259,7 @@ static void rate_bucket(char *out, const tb_endpoint_t *ep, const char *raw)
 			       (unsigned long long)ep->port);
 
 	if (n < 0)
-		abort(); /* out of memory: STYLE.md */
+		abort(); /* out of memory: docs/architecture.md, "Conventions" */
 	SHA256((const unsigned char *)text, (size_t)n, md);
 	OPENSSL_cleanse(text, (size_t)n);
 	free(text);

@@ -1,5 +1,5 @@
 /*
- * proxy.h: the worker's egress proxy, one per sandbox (DESIGN.md
+ * proxy.h: the worker's egress proxy, one per sandbox (docs/architecture.md
  * invariant 5: the only way out of a sandbox).
  *
  * The sandbox's network namespace has loopback only. The worker makes a

@@ -32,7 +32,7 @@ static uint64_t u64(const msgpack_object *o, const char *key)
 }
 
 /* A str or bin value as a NUL-terminated copy ("" when absent); aborts
- * without memory (STYLE.md). */
+ * without memory (docs/architecture.md, "Conventions"). */
 static char *text(const msgpack_object *v)
 {
 	const char *p = "";

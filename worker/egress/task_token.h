@@ -1,5 +1,5 @@
 /*
- * task_token.h: the task-scoped credential (DESIGN.md invariant 5).
+ * task_token.h: the task-scoped credential (docs/architecture.md, invariant 5).
  *
  * A task token binds a task id, an attempt and an expiry (ms since the
  * epoch) under an HMAC-SHA256 made with a key only the worker holds. The

@@ -160,7 +160,7 @@ int tb_run_recording_item(tb_run_t *r, const char *conversation_key, tb_store_pu
 	if (!r->recorder)
 		return 0;
 	if (asprintf(&key, "%.*segress.msgpack", dir, conversation_key) < 0)
-		abort(); /* out of memory: STYLE.md */
+		abort(); /* out of memory: docs/architecture.md, "Conventions" */
 	free(r->m.recording_key);
 	r->m.recording_key = key;
 	*item = (tb_store_put_item_t){ key, r->rec_fd, NULL, 0 };

@@ -1,6 +1,6 @@
 /*
  * lifecycle.h: one attempt of one task, one-shot or interactive, in
- * order, and the only place that knows the order (DESIGN.md):
+ * order, and the only place that knows the order (docs/architecture.md):
  *
  *   validated -> prepared (runtime, recipe at its commit, inputs, sandbox)
  *   -> running (the agent; its events streamed; an interactive agent's
