@@ -76,10 +76,12 @@ static int command_first(int argc, char **argv)
 		}
 		k += n;
 	}
-	if (k == 1 || k >= argc)
-		return k >= argc && k > 1
-			   ? (fprintf(stderr, "taskbox: no command after %s\n", argv[k - 1]), -1)
-			   : 0;
+	if (k == 1)
+		return 0; /* the command first already */
+	if (k >= argc) {
+		fprintf(stderr, "taskbox: no command after %s\n", argv[k - 1]);
+		return -1;
+	}
 	char *cmd = argv[k];
 	memmove(argv + 2, argv + 1, (size_t)(k - 1) * sizeof(char *));
 	argv[1] = cmd;
