@@ -478,6 +478,15 @@ int tb_kafka_consumer_new(rd_kafka_t **out, const char *brokers, const char *gro
 	    (rc = set(conf, "log_level", "4", err)) < 0 ||
 	    /* as the producer's: back within a second of the brokers */
 	    (rc = set(conf, "reconnect.backoff.max.ms", "1000", err)) < 0 ||
+	    /* A member that died (SIGKILL, a node lost) keeps its partitions
+	     * until its session expires, and every rebalance meanwhile (a
+	     * restarted worker joining) waits for it: librdkafka's 45 s would
+	     * hold a killed worker's tasks three times ledger.lease_ms's
+	     * default. 10 s (Kafka's own default before 3.0) is above the
+	     * brokers' minimum (group.min.session.timeout.ms, 6 s); heartbeats
+	     * come from librdkafka's own thread every 3 s, so a busy worker
+	     * does not miss them. kafka.properties may set another. */
+	    (rc = set(conf, "session.timeout.ms", "10000", err)) < 0 ||
 	    (instance_id && (rc = set(conf, "group.instance.id", instance_id, err)) < 0) ||
 	    (rc = set_props(conf, props, err)) < 0) {
 		rd_kafka_conf_destroy(conf);

@@ -50,6 +50,8 @@ static void test_kafka__consumer_commits_only_by_hand_with_range(void **state)
 	/* a reader alone in its group: no stickiness needed */
 	assert_setting(c, "partition.assignment.strategy", "range");
 	assert_setting(c, "group.instance.id", "worker-a");
+	/* a dead member's partitions wait this long: within ledger.lease_ms */
+	assert_setting(c, "session.timeout.ms", "10000");
 	rd_kafka_destroy(c);
 	/* the worker's: its configuration's kafka.assignor */
 	assert_int_equal(tb_kafka_consumer_new(&c, "127.0.0.1:1", "g", NULL, "cooperative-sticky",
@@ -65,13 +67,20 @@ static void test_kafka__extra_properties_apply_and_bad_ones_are_explained(void *
 	tb_strmap_t props = { 1, kv };
 	tb_kv_t bad_kv[] = { { (char *)"no.such.setting", (char *)"1" } };
 	tb_strmap_t bad = { 1, bad_kv };
-	rd_kafka_t *p;
+	tb_kv_t session_kv[] = { { (char *)"session.timeout.ms", (char *)"30000" } };
+	tb_strmap_t session = { 1, session_kv };
+	rd_kafka_t *p, *c;
 	tb_error_t err;
 
 	(void)state;
 	assert_int_equal(tb_kafka_producer_new(&p, "127.0.0.1:1", &props, &err), 0);
 	assert_setting(p, "linger.ms", "42");
 	rd_kafka_destroy(p);
+	assert_int_equal(
+	    tb_kafka_consumer_new(&c, "127.0.0.1:1", "g", NULL, NULL, &session, NULL, NULL, &err),
+	    0);
+	assert_setting(c, "session.timeout.ms", "30000");
+	rd_kafka_destroy(c);
 	assert_int_equal(tb_kafka_producer_new(&p, "127.0.0.1:1", &bad, &err), TB_EINVAL);
 	assert_non_null(strstr(err.msg, "no.such.setting"));
 	assert_null(p);
