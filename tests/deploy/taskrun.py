@@ -27,8 +27,9 @@ echo slept > /outputs/slept.txt
 
 
 class Run:
-    def __init__(self, src, taskbox, svc, what):
+    def __init__(self, src, taskbox, svc, what, partitions=2):
         self.src, self.taskbox, self.svc = src, taskbox, svc
+        self.partitions = partitions
         self.name = f"tb{what}-{os.getpid()}"
         # under /tmp, reachable by the sandboxes' users (they pass through)
         self.dir = tempfile.mkdtemp(prefix=f"tb-{what}-")
@@ -36,7 +37,8 @@ class Run:
         self.env = dict(os.environ, AWS_ACCESS_KEY_ID=svc["TASKBOX_TEST_S3_ACCESS_KEY"],
                         AWS_SECRET_ACCESS_KEY=svc["TASKBOX_TEST_S3_SECRET_KEY"],
                         LSAN_OPTIONS="detect_leaks=0")
-        sh(f"{src}/deploy/local/services topic {self.name}.tasks:2 {self.name}.events:1 "
+        sh(f"{src}/deploy/local/services topic {self.name}.tasks:{partitions} "
+           f"{self.name}.events:1 "
            f"{self.name}.dlq:1 >/dev/null")
         sh(f"curl -sf --max-time 30 -X PUT --aws-sigv4 'aws:amz:{svc['TASKBOX_TEST_S3_REGION']}:s3' "
            f"--user \"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" "
