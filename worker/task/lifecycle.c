@@ -171,192 +171,243 @@ static void settle_outcome(tb_run_t *r, const tb_sandbox_exit_t *end, const char
 
 /* ---------------------------------------------------------------- run */
 
-int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint64_t attempt,
-		     tb_lifecycle_result_t *out, tb_error_t *err)
-{
-	char recipe_dir[4096], inputs_dir[4096] = "", prefix[512], key[600], outputs[128];
-	char tail[AGENT_OUTPUT_TAIL];
-	tb_sandbox_exit_t end;
+/* What one attempt's phases hand each other, beside its tb_run_t. */
+typedef struct attempt {
+	char recipe_dir[4096], inputs_dir[4096]; /* the checkout; the eager inputs */
+	char prefix[512];                        /* tasks/<id>/<attempt>/ in the store */
+	char record_key[600];                    /* the manifest points into it */
 	tb_limits_t lim;
-	tb_run_t r = { 0 };
-	int rc;
+} attempt_t;
 
-	memset(out, 0, sizeof(*out));
-	r.ctx = ctx, r.task = task, r.attempt = attempt;
-	r.phase_ms = tb_wall_ms();
-	r.m.started_at = r.phase_ms;
-	r.m.runtime = task->runtime;
-	r.record_fd = memfd_create("taskbox-conversation", MFD_CLOEXEC);
-	r.jsonl_fd = memfd_create("taskbox-conversation-jsonl", MFD_CLOEXEC);
+/* @p rc, after the error event of phase @p ph when it is an error. */
+static int failed_in(tb_run_t *r, tb_phase_t ph, int rc, const tb_error_t *err)
+{
+	if (rc < 0)
+		tb_run_error_event(r, rc, ph, err->msg);
+	return rc;
+}
+
+/* The attempt's own files and the phases the worker went through before
+ * this slot started (they carry the worker's times). */
+static int begin(tb_run_t *r, attempt_t *a, tb_error_t *err)
+{
+	const tb_lifecycle_ctx_t *ctx = r->ctx;
+
+	r->phase_ms = tb_wall_ms();
+	r->m.started_at = r->phase_ms;
+	r->m.runtime = r->task->runtime;
+	r->record_fd = memfd_create("taskbox-conversation", MFD_CLOEXEC);
+	r->jsonl_fd = memfd_create("taskbox-conversation-jsonl", MFD_CLOEXEC);
 	/* The JSONL is appended to as events go; each judge reads a sealed
 	 * copy of it (judge_input). */
-	if (r.record_fd < 0 || r.jsonl_fd < 0 || fcntl(r.jsonl_fd, F_SETFL, O_APPEND) < 0) {
-		rc = tb_error_errno(err, TB_EIO, errno, "lifecycle: memfd");
-		goto done;
-	}
-	if (!(r.m.phases.items = calloc(TB_RUN_MAX_PHASES, sizeof(tb_phase_time_t)))) {
-		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
-		goto done;
-	}
-	snprintf(prefix, sizeof(prefix), "tasks/%s/%llu/", task->id, (unsigned long long)attempt);
-	/* The worker took, validated and claimed the message before this
-	 * slot started: those phases carry the worker's times. */
-	uint64_t got = ctx->received_ms ? ctx->received_ms : r.phase_ms;
-	r.phase_ms = got;
-	tb_run_phase_at(&r, TB_PHASE_RECEIVED, got, ctx->worker);
-	tb_run_phase_at(&r, TB_PHASE_VALIDATED, got, NULL);
-	tb_run_phase_at(&r, TB_PHASE_CLAIMED, ctx->claimed_ms ? ctx->claimed_ms : tb_wall_ms(),
+	if (r->record_fd < 0 || r->jsonl_fd < 0 || fcntl(r->jsonl_fd, F_SETFL, O_APPEND) < 0)
+		return tb_error_errno(err, TB_EIO, errno, "lifecycle: memfd");
+	if (!(r->m.phases.items = calloc(TB_RUN_MAX_PHASES, sizeof(tb_phase_time_t))))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	snprintf(a->prefix, sizeof(a->prefix), "tasks/%s/%llu/", r->task->id,
+		 (unsigned long long)r->attempt);
+	uint64_t got = ctx->received_ms ? ctx->received_ms : r->phase_ms;
+	r->phase_ms = got;
+	tb_run_phase_at(r, TB_PHASE_RECEIVED, got, ctx->worker);
+	tb_run_phase_at(r, TB_PHASE_VALIDATED, got, NULL);
+	tb_run_phase_at(r, TB_PHASE_CLAIMED, ctx->claimed_ms ? ctx->claimed_ms : tb_wall_ms(),
 			NULL);
+	return 0;
+}
 
-	if ((rc = tb_run_prepare(&r, recipe_dir, sizeof(recipe_dir), inputs_dir, sizeof(inputs_dir),
-				 &lim, err)) < 0) {
-		tb_run_error_event(&r, rc, TB_PHASE_PREPARED, err->msg);
-		goto done;
-	}
-	/* The sandbox's one way out, for the agent only (judges get no token). */
-	if ((rc = tb_run_egress_start(&r, &lim, err)) < 0) {
-		tb_run_error_event(&r, rc, TB_PHASE_PREPARED, err->msg);
-		goto done;
-	}
-	tb_rate_init(&r.rate, r.rt.agent.max_events_per_second, tb_wall_ms());
-	tb_run_phase(&r, TB_PHASE_PREPARED);
-	if ((rc = tb_run_cancelled(&r, err)) < 0) {
-		tb_run_error_event(&r, rc, TB_PHASE_PREPARED, err->msg);
-		goto done;
-	}
+/* prepared: the recipe, the inputs, the sandbox and its way out. */
+static int prepare(tb_run_t *r, attempt_t *a, tb_error_t *err)
+{
+	int rc;
 
-	tb_run_phase(&r, TB_PHASE_RUNNING);
-	tb_run_usage_mark(&r, TB_USAGE_AT_AGENT_START);
-	rc = tb_run_agent(&r, &end, tail, sizeof(tail), err);
-	tb_sandbox_disarm_deadline(r.sb); /* the judges have timeouts of their own */
+	if ((rc = tb_run_prepare(r, a->recipe_dir, sizeof(a->recipe_dir), a->inputs_dir,
+				 sizeof(a->inputs_dir), &a->lim, err)) < 0 ||
+	    /* The sandbox's one way out, for the agent only (judges get no token). */
+	    (rc = tb_run_egress_start(r, &a->lim, err)) < 0)
+		return failed_in(r, TB_PHASE_PREPARED, rc, err);
+	tb_rate_init(&r->rate, r->rt.agent.max_events_per_second, tb_wall_ms());
+	tb_run_phase(r, TB_PHASE_PREPARED);
+	return failed_in(r, TB_PHASE_PREPARED, tb_run_cancelled(r, err), err);
+}
+
+/* running, to settled: the agent's run and how it ended. */
+static int run_agent(tb_run_t *r, tb_lifecycle_result_t *out, tb_error_t *err)
+{
+	char tail[AGENT_OUTPUT_TAIL];
+	tb_sandbox_exit_t end;
+	int rc;
+
+	tb_run_phase(r, TB_PHASE_RUNNING);
+	tb_run_usage_mark(r, TB_USAGE_AT_AGENT_START);
+	rc = tb_run_agent(r, &end, tail, sizeof(tail), err);
+	tb_sandbox_disarm_deadline(r->sb); /* the judges have timeouts of their own */
 	/* The agent and everything it started are gone: so is its way out,
 	 * and its last egress records are events before it settles. */
-	tb_egress_stop(r.egress);
-	tb_run_egress_flush(&r, TB_PHASE_RUNNING, 1);
-	rc = lazy_refused(&r, rc, err);
-	if (rc < 0) {
-		tb_run_error_event(&r, rc, TB_PHASE_RUNNING, err->msg);
-		goto done;
+	tb_egress_stop(r->egress);
+	tb_run_egress_flush(r, TB_PHASE_RUNNING, 1);
+	if ((rc = lazy_refused(r, rc, err)) < 0)
+		return failed_in(r, TB_PHASE_RUNNING, rc, err);
+	settle_outcome(r, &end, tail, out);
+	if (r->ctx->session && r->task->kind == TB_TASK_INTERACTIVE) {
+		r->m.turns = r->turns_ended;
+		r->m.followups = tb_session_taken(r->ctx->session);
+		TB_SET_HAS(&r->m, TB_MANIFEST_TURNS);
+		TB_SET_HAS(&r->m, TB_MANIFEST_FOLLOWUPS);
 	}
-	settle_outcome(&r, &end, tail, out);
-	if (ctx->session && task->kind == TB_TASK_INTERACTIVE) {
-		r.m.turns = r.turns_ended;
-		r.m.followups = tb_session_taken(ctx->session);
-		TB_SET_HAS(&r.m, TB_MANIFEST_TURNS);
-		TB_SET_HAS(&r.m, TB_MANIFEST_FOLLOWUPS);
-	}
-	tb_run_phase(&r, TB_PHASE_SETTLED);
-
+	tb_run_phase(r, TB_PHASE_SETTLED);
 	/* Whatever the agent left running ends before anything is read. */
-	if ((rc = tb_sandbox_kill_all(r.sb, err)) < 0) {
+	if ((rc = tb_sandbox_kill_all(r->sb, err)) < 0) {
 		tb_error_prefix(err, "ending what the agent left running");
-		tb_run_error_event(&r, rc, TB_PHASE_SETTLED, err->msg);
-		goto done;
+		return failed_in(r, TB_PHASE_SETTLED, rc, err);
 	}
-	tb_run_usage_mark(&r, TB_USAGE_AT_AGENT_END);
-	if ((rc = tb_run_cancelled(&r, err)) < 0) {
-		tb_run_error_event(&r, rc, TB_PHASE_SETTLED, err->msg);
-		goto done;
-	}
-	snprintf(outputs, sizeof(outputs), "/proc/%d/root/outputs", (int)tb_sandbox_init_pid(r.sb));
-	snprintf(key, sizeof(key), "%soutputs/", prefix);
-	tb_collect_limits_t cl = { r.rt.sandbox.max_output_files, lim.outputs_mb << 20 };
-	if ((rc = tb_collect_outputs(&r.m, ctx->store, outputs, key, &cl, err)) < 0) {
-		tb_run_error_event(&r, rc, TB_PHASE_COLLECTED, err->msg);
-		goto done;
-	}
-	for (size_t i = 0; i < r.m.artifacts.n; i++) {
-		const tb_artifact_t *a = (const tb_artifact_t *)r.m.artifacts.items + i;
-		tb_run_emit_json(&r, TB_EV_ARTIFACT,
-				 json_pack("{s:s,s:s,s:I,s:s}", "path", a->path, "key", a->key,
-					   "size", (json_int_t)a->size, "sha256", a->sha256));
-	}
-	tb_run_phase(&r, TB_PHASE_COLLECTED);
+	tb_run_usage_mark(r, TB_USAGE_AT_AGENT_END);
+	return failed_in(r, TB_PHASE_SETTLED, tb_run_cancelled(r, err), err);
+}
 
-	for (size_t i = 0; i < r.recipe.judges.n; i++)
-		if ((rc = tb_run_cancelled(&r, err)) < 0 ||
-		    (rc = tb_run_judge(&r, i, prefix, err)) < 0) {
-			tb_run_error_event(&r, rc, TB_PHASE_JUDGED, err->msg);
-			goto done;
-		}
-	tb_run_phase(&r, TB_PHASE_JUDGED);
-	if ((rc = judged(&r, err)) < 0) {
-		tb_run_error_event(&r, rc, TB_PHASE_JUDGED, err->msg);
-		goto done;
+/* collected: the outputs to the store, an event for each. */
+static int collect(tb_run_t *r, const attempt_t *a, tb_error_t *err)
+{
+	char outputs[128], key[600];
+	int rc;
+
+	snprintf(outputs, sizeof(outputs), "/proc/%d/root/outputs",
+		 (int)tb_sandbox_init_pid(r->sb));
+	snprintf(key, sizeof(key), "%soutputs/", a->prefix);
+	tb_collect_limits_t cl = { r->rt.sandbox.max_output_files, a->lim.outputs_mb << 20 };
+	if ((rc = tb_collect_outputs(&r->m, r->ctx->store, outputs, key, &cl, err)) < 0)
+		return failed_in(r, TB_PHASE_COLLECTED, rc, err);
+	for (size_t i = 0; i < r->m.artifacts.n; i++) {
+		const tb_artifact_t *art = (const tb_artifact_t *)r->m.artifacts.items + i;
+		tb_run_emit_json(r, TB_EV_ARTIFACT,
+				 json_pack("{s:s,s:s,s:I,s:s}", "path", art->path, "key", art->key,
+					   "size", (json_int_t)art->size, "sha256", art->sha256));
 	}
+	tb_run_phase(r, TB_PHASE_COLLECTED);
+	return 0;
+}
+
+/* judged: each judge in turn, on the finished conversation. */
+static int judge_all(tb_run_t *r, const attempt_t *a, tb_error_t *err)
+{
+	int rc;
+
+	for (size_t i = 0; i < r->recipe.judges.n; i++)
+		if ((rc = tb_run_cancelled(r, err)) < 0 ||
+		    (rc = tb_run_judge(r, i, a->prefix, err)) < 0)
+			return failed_in(r, TB_PHASE_JUDGED, rc, err);
+	tb_run_phase(r, TB_PHASE_JUDGED);
+	return failed_in(r, TB_PHASE_JUDGED, judged(r, err), err);
+}
+
+/* The manifest, last: it names only objects that exist. */
+static int put_manifest(tb_run_t *r, const attempt_t *a, tb_lifecycle_result_t *out,
+			tb_error_t *err)
+{
+	msgpack_sbuffer sb;
+	int rc;
+
+	msgpack_sbuffer_init(&sb);
+	snprintf(out->manifest_key, sizeof(out->manifest_key), "%smanifest.msgpack", a->prefix);
+	if ((rc = tb_msg_encode(&sb, &tb_schema_manifest, &r->m, err)) == 0)
+		rc = tb_store_put_bytes(r->ctx->store, out->manifest_key, sb.data, sb.size, NULL,
+					err);
+	msgpack_sbuffer_destroy(&sb);
+	return rc;
+}
+
+/* recorded: the sandbox goes while the record and then the manifest are
+ * stored; the result and every event delivered; the done-marker. */
+static int record(tb_run_t *r, attempt_t *a, tb_lifecycle_result_t *out, tb_error_t *err)
+{
+	int rc;
+
 	/* Nothing runs in the sandbox any more: it goes while the record is
 	 * stored (its phase, torn-down, still comes after recorded). */
-	start_teardown(&r);
-	tb_run_phase(&r, TB_PHASE_RECORDED); /* the record's last events, then the record */
-
-	snprintf(key, sizeof(key), "%sconversation.msgpack", prefix);
-	if ((rc = tb_run_put_record(&r, key, err)) < 0) {
-		tb_run_error_event(&r, rc, TB_PHASE_RECORDED, err->msg);
-		goto done;
-	}
-	fill_manifest(&r, key);
-	if (r.failed) { /* the events are the record: incomplete, not recorded */
-		rc = tb_error_set(err, TB_ERETRY, "events: %s",
-				  r.sink_err.msg[0] ? r.sink_err.msg : "could not be recorded");
-		goto done;
-	}
-	/* Manifest last: it names only objects that exist. */
-	msgpack_sbuffer sb;
-	msgpack_sbuffer_init(&sb);
-	snprintf(out->manifest_key, sizeof(out->manifest_key), "%smanifest.msgpack", prefix);
-	if ((rc = tb_msg_encode(&sb, &tb_schema_manifest, &r.m, err)) == 0)
-		rc = tb_store_put_bytes(ctx->store, out->manifest_key, sb.data, sb.size, NULL, err);
-	msgpack_sbuffer_destroy(&sb);
-	if (rc < 0) {
-		tb_run_error_event(&r, rc, TB_PHASE_RECORDED, err->msg);
-		goto done;
-	}
+	start_teardown(r);
+	tb_run_phase(r, TB_PHASE_RECORDED); /* the record's last events, then the record */
+	snprintf(a->record_key, sizeof(a->record_key), "%sconversation.msgpack", a->prefix);
+	if ((rc = tb_run_put_record(r, a->record_key, err)) < 0)
+		return failed_in(r, TB_PHASE_RECORDED, rc, err);
+	fill_manifest(r, a->record_key);
+	if (r->failed) /* the events are the record: incomplete, not recorded */
+		return tb_error_set(err, TB_ERETRY, "events: %s",
+				    r->sink_err.msg[0] ? r->sink_err.msg : "could not be recorded");
+	if ((rc = put_manifest(r, a, out, err)) < 0)
+		return failed_in(r, TB_PHASE_RECORDED, rc, err);
 	tb_fault_point("manifest-durable");
 	/* The result, and every event delivered, before the done-marker: a
 	 * worker that dies after it leaves the attempt's events whole up to
 	 * the result (only torn-down and acknowledged may be missing). */
-	emit_result(&r, out);
-	if (r.failed || (ctx->sink.flush && ctx->sink.flush(ctx->sink.ud, &r.sink_err) < 0)) {
-		rc = tb_error_set(err, TB_ERETRY, "events: %s",
-				  r.sink_err.msg[0] ? r.sink_err.msg : "could not be delivered");
-		goto done;
-	}
+	emit_result(r, out);
+	const tb_lifecycle_ctx_t *ctx = r->ctx;
+	if (r->failed || (ctx->sink.flush && ctx->sink.flush(ctx->sink.ud, &r->sink_err) < 0))
+		return tb_error_set(err, TB_ERETRY, "events: %s",
+				    r->sink_err.msg[0] ? r->sink_err.msg
+						       : "could not be delivered");
 	/* The done-marker only after the record is durable (invariant 2);
 	 * the ledger refuses it (TB_EFENCED) if a newer attempt began. */
-	if (ctx->recorded &&
-	    (rc = ctx->recorded(ctx->recorded_ud, task->id, attempt, out->manifest_key, err)) < 0) {
-		tb_run_error_event(&r, rc, TB_PHASE_RECORDED, err->msg);
-		goto done;
-	}
+	if (ctx->recorded && (rc = ctx->recorded(ctx->recorded_ud, r->task->id, r->attempt,
+						 out->manifest_key, err)) < 0)
+		return failed_in(r, TB_PHASE_RECORDED, rc, err);
 	tb_fault_point("done-marked");
-done:
-	/* Once recorded (rc == 0 here) the attempt stands: what fails after
-	 * it is logged, and the worker's sweep removes what is left. The
-	 * proxy goes before the sandbox (already, when the agent ran). */
-	tb_egress_stop(r.egress);
-	tb_run_egress_flush(&r, TB_PHASE_TORN_DOWN, 1);
-	usage_unfinished(&r);
-	tb_run_egress_free(&r);
-	finish_teardown(&r);
-	if (r.task->inputs.n && inputs_dir[0])
-		tb_remove_tree(AT_FDCWD, inputs_dir);
-	out->outcome = r.m.outcome;
-	out->followups = ctx->session ? tb_session_taken(ctx->session) : 0;
-	out->last_ms = r.phase_ms;
-	out->events = r.seq;
+	return 0;
+}
+
+/* However the attempt ended: once recorded it stands, and what fails
+ * after is logged (the worker's sweep removes what is left). The proxy
+ * goes before the sandbox (already, when the agent ran). */
+static void finish(tb_run_t *r, const attempt_t *a, tb_lifecycle_result_t *out)
+{
+	tb_egress_stop(r->egress);
+	tb_run_egress_flush(r, TB_PHASE_TORN_DOWN, 1);
+	usage_unfinished(r);
+	tb_run_egress_free(r);
+	finish_teardown(r);
+	if (r->task->inputs.n && a->inputs_dir[0])
+		tb_remove_tree(AT_FDCWD, a->inputs_dir);
+	out->outcome = r->m.outcome;
+	out->followups = r->ctx->session ? tb_session_taken(r->ctx->session) : 0;
+	out->last_ms = r->phase_ms;
+	out->events = r->seq;
 	/* Borrowed pointers out of the manifest before freeing what it owns. */
-	r.m.task_id = NULL, r.m.reason = NULL, r.m.conversation_key = NULL, r.m.runtime = NULL;
-	r.m.recipe.url = NULL, r.m.recipe.commit = NULL;
-	for (size_t i = 0; r.verdicts && i < r.m.verdicts.n; i++)
-		msgpack_sbuffer_destroy(&r.verdicts[i]);
-	free(r.verdicts);
-	tb_msg_free(&tb_schema_manifest, &r.m);
-	tb_recipe_manifest_free(&r.recipe);
-	tb_runtime_free(&r.rt);
-	if (r.record_fd >= 0)
-		close(r.record_fd);
-	if (r.jsonl_fd >= 0)
-		close(r.jsonl_fd);
+	r->m.task_id = NULL, r->m.reason = NULL, r->m.conversation_key = NULL, r->m.runtime = NULL;
+	r->m.recipe.url = NULL, r->m.recipe.commit = NULL;
+	for (size_t i = 0; r->verdicts && i < r->m.verdicts.n; i++)
+		msgpack_sbuffer_destroy(&r->verdicts[i]);
+	free(r->verdicts);
+	tb_msg_free(&tb_schema_manifest, &r->m);
+	tb_recipe_manifest_free(&r->recipe);
+	tb_runtime_free(&r->rt);
+	if (r->record_fd >= 0)
+		close(r->record_fd);
+	if (r->jsonl_fd >= 0)
+		close(r->jsonl_fd);
+}
+
+int tb_lifecycle_run(const tb_lifecycle_ctx_t *ctx, const tb_task_t *task, uint64_t attempt,
+		     tb_lifecycle_result_t *out, tb_error_t *err)
+{
+	tb_run_t r = { 0 };
+	attempt_t a;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	r.ctx = ctx, r.task = task, r.attempt = attempt;
+	a.inputs_dir[0] = '\0';
+	/* The phases in order, each to the first that fails (with its error
+	 * event); finish() runs either way. */
+	rc = begin(&r, &a, err);
+	if (rc == 0)
+		rc = prepare(&r, &a, err);
+	if (rc == 0)
+		rc = run_agent(&r, out, err);
+	if (rc == 0)
+		rc = collect(&r, &a, err);
+	if (rc == 0)
+		rc = judge_all(&r, &a, err);
+	if (rc == 0)
+		rc = record(&r, &a, out, err);
+	finish(&r, &a, out);
 	return rc;
 }
 
