@@ -42,8 +42,46 @@ class StoreError(TaskboxError):
     """The artifact store did not give an object."""
 
 
-class NotFound(StoreError):
-    """The store has no object under the key asked for."""
+class NotFound(StoreError, LookupError):
+    """The store has no object under the key asked for (or a task's
+    record names no such artifact)."""
+
+
+class ChecksumMismatch(StoreError):
+    """What arrived is not what the store or the manifest says it is
+    (its size, CRC-32C or SHA-256): nothing was kept."""
+
+
+class UsageError(TaskboxError, ValueError):
+    """An argument that cannot work (a share's lifetime out of range,
+    replay_from with a recipe, a path that is not a file or a
+    directory)."""
+
+
+class TaskNotDone(TaskboxError, LookupError):
+    """The task has no record to read: unknown to the ledger, not done
+    yet, or dead-lettered (``state``: "unknown", "running" or
+    "dead-lettered")."""
+
+    def __init__(self, message: str, state: str) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class UploadError(TaskboxError):
+    """A file could not be uploaded: it is not there, not a file or a
+    directory, changed as it was read, or too many."""
+
+
+class DeadLetterError(TaskboxError):
+    """A dead letter that cannot be sent back: none at that place, it
+    holds no task (fix it at its producer), or the ledger holds no dead
+    letter for its task (``retry``: True when that may change in a
+    moment, as a worker writes its marker just after the record)."""
+
+    def __init__(self, message: str, retry: bool = False) -> None:
+        super().__init__(message)
+        self.retry = retry
 
 
 class TaskTimeout(TaskboxError, TimeoutError):
