@@ -15,6 +15,7 @@ it leaves no ``acknowledged``): then the outcome is the done attempt's
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -203,16 +204,18 @@ class Follower:
         self._track(a, ev)
         return ev
 
-    def run(self, timeout: Optional[float] = None) -> Iterator[Event]:
-        """The task's events until it is settled (``self.settled``);
-        raises TaskTimeout when ``timeout`` seconds pass first."""
+    def run(self, timeout: Optional[float] = None,
+            stop: Optional[threading.Event] = None) -> Iterator[Event]:
+        """The task's events until it is settled (``self.settled``), or
+        until ``stop`` is set (within a poll, 0.2 s); raises TaskTimeout
+        when ``timeout`` seconds pass first."""
         from confluent_kafka import KafkaError
 
         consumer, nparts = self._consumer()
         eof: Dict[int, bool] = {}
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            while self.settled is None:
+            while self.settled is None and not (stop is not None and stop.is_set()):
                 if deadline is not None and time.monotonic() > deadline:
                     raise TaskTimeout(f"task {self.task_id}: not settled after {timeout:g} s; "
                                       "it goes on")

@@ -1,12 +1,16 @@
-"""The two things a producer asks the ledger (schemas/keys.md): whether a
-task is done, and the next follow-up number. Redis's protocol (RESP) is
-spoken directly over a socket, for two commands, rather than adding a
-dependency: ``GET <prefix>:task:{<id>}:done`` and ``INCR
-<prefix>:task:{<id>}:followups``, each as the C ledger does them.
+"""What a producer asks of the ledger (schemas/keys.md): whether a task
+is done and how many attempts it has had, the next follow-up number, and
+a dead letter's revival for `send_back`. Redis's protocol (RESP) is
+spoken directly over a socket, for four commands, rather than adding a
+dependency: ``GET <prefix>:task:{<id>}:done`` (and ``:attempts``),
+``INCR <prefix>:task:{<id>}:followups`` and the revive script, each as
+the C ledger does them.
 
 ``redis://host:port[/db]`` and ``redis-sentinel://h:p[,h:p...]/MASTER[/db]``
 (the master the first answering sentinel names), as ledger.url allows.
 Not here: writing anything else; the ledger is the workers'.
+Calls to a master a failover demoted (``READONLY``) fail: the connection
+is dropped, and the next call finds the new master.
 """
 from __future__ import annotations
 
@@ -17,6 +21,13 @@ from typing import List, Optional, Tuple, Union
 from .errors import ConfigError, LedgerError
 
 Reply = Union[None, int, bytes, List["Reply"]]
+# ledger_redis.c's REVIVE_LUA, to the byte: KEYS attempts, done, base
+REVIVE_LUA = ("local d = redis.call('GET', KEYS[2]) "
+              "if not d then return 0 end "
+              "if not string.match(d, '^%d+ $') then return -1 end "
+              "redis.call('DEL', KEYS[2]) "
+              "redis.call('SET', KEYS[3], redis.call('GET', KEYS[1]) or '0') "
+              "return 1")
 TIMEOUT_S = 5.0
 
 
@@ -172,6 +183,26 @@ class Ledger:
             raise LedgerError(f"ledger {self.url}: unexpected reply to GET: {r!r}")
         attempt, _, manifest = r.decode(errors="replace").partition(" ")
         return Done(int(attempt) if attempt.isdigit() else 0, manifest)
+
+    def attempts(self, task: str) -> int:
+        """The attempts begun on the task so far (0: unknown to the ledger)."""
+        r = self._call("GET", self._key(task, "attempts"))
+        if r is None:
+            return 0
+        if not isinstance(r, bytes) or not r.isdigit():
+            raise LedgerError(f"ledger {self.url}: unexpected reply to GET: {r!r}")
+        return int(r)
+
+    def revive(self, task: str) -> int:
+        """`taskbox dlq send`'s revive (keys.md): a dead letter's marker
+        ("<attempt> ", no manifest) removed and ``base`` set to
+        ``attempts``, in one script. 1 revived, 0 no marker (not dead
+        yet, or sent back already), -1 done with a record."""
+        keys = [self._key(task, k) for k in ("attempts", "done", "base")]
+        r = self._call("EVAL", REVIVE_LUA, "3", *keys)
+        if not isinstance(r, int):
+            raise LedgerError(f"ledger {self.url}: unexpected reply to the revive: {r!r}")
+        return r
 
     def next_followup(self, task: str) -> int:
         """The next follow-up number of the task, as `taskbox send` takes it."""
