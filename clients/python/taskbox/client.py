@@ -1,23 +1,35 @@
-"""The producer's API: a Client from the fleet's configuration, Tasks
-submitted or named, their events followed, their results awaited, and
-follow-ups sent to interactive sessions. Each call mirrors a command:
-``submit`` is ``taskbox submit``, ``Task.events`` ``taskbox watch TASK``,
-``Task.wait`` ``taskbox submit --wait``, ``Task.send``/``end`` ``taskbox
-send``/``end``.
+"""The producer's API: a Client from the fleet's configuration, files
+uploaded as inputs, Tasks submitted (or replayed, or named), their events
+followed (also with asyncio), their results awaited, their artifacts
+downloaded or shared, follow-ups sent to interactive sessions, and dead
+letters read and sent back. Each call mirrors a command: ``submit`` is
+``taskbox submit`` (``replay_from``: ``--replay-from``), ``upload``
+``taskbox artifacts put``, ``Task.events`` ``taskbox watch TASK``,
+``Task.wait`` ``taskbox submit --wait``, ``Task.artifacts`` ``taskbox
+artifacts list`` (``Artifact.download``/``share``: ``get``/``share``),
+``Task.send``/``end`` ``taskbox send``/``end``, ``dlq`` ``taskbox dlq
+list`` and ``send_back`` ``taskbox dlq send``.
 """
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import (Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
 
-from . import codec
+from . import codec, dlq, replay, uploads
+from .artifacts import Artifact
 from .config import Config, load
-from .errors import ConfigError, InvalidMessage, KafkaFailure, StoreError
+from .dlq import DeadLetter
+from .errors import (ConfigError, DeadLetterError, InvalidMessage, KafkaFailure, NotFound,
+                     StoreError, TaskNotDone, UsageError)
 from .events import BEGINNING, Event, Follower, Settled
 from .ledger import Ledger
 from .store import Store
+from .uploads import Upload
 
 MANIFEST_MAX = 8 << 20
 VERDICT_MAX = 16 << 10
@@ -139,25 +151,107 @@ class Client:
 
     # -- tasks
 
-    def submit(self, *, recipe: str, commit: str, prompt: str, runtime: str = "default",
-               kind: str = "one-shot", inputs: Optional[Sequence[Mapping[str, str]]] = None,
+    def ledger_required(self, what: str) -> Ledger:
+        """The fleet's ledger, or ConfigError saying why ``what`` needs it."""
+        if self.config.ledger_url == "memory:":
+            raise ConfigError(f"ledger.url is 'memory:', which lives inside one worker: {what} "
+                              "needs the fleet's Redis (TASKBOX_LEDGER_URL)")
+        return self.ledger()
+
+    # -- uploads
+
+    def upload(self, path: "str | os.PathLike[str]", name: Optional[str] = None,
+               on_file: Optional[Callable[[Upload], None]] = None) -> List[Upload]:
+        """Uploads a file, or each regular file under a directory, to the
+        store under its content's name (``uploads/<sha256>``, with its
+        block list at ``blocks/<sha256>``), exactly as `taskbox artifacts
+        put` does, sending nothing for content that is there already.
+        Returns an Upload a file, in name order: give them to ``submit``
+        as ``inputs``. Each is named, as the task will see it under
+        /inputs, by the file's name (a directory: its name and the path
+        below it), or with ``name`` as `taskbox submit --input NAME=@PATH`
+        names it: ``name`` for a file, ``name/<path below>`` for a
+        directory's files. Symbolic links and other kinds of file under
+        a directory are skipped (a warning on the ``taskbox`` logger).
+        ``on_file`` is called after each file. Raises UploadError (no
+        such path, not a file or a directory, a file that changed as it
+        was read), StoreError."""
+        is_dir = os.path.isdir(path)
+        found = uploads.put(self.store(), path, uploads.MAX_FILES, None)
+        out: List[Upload] = []
+        for u in found:
+            if name is not None:
+                u = Upload(f"{name}/{u.rel}" if is_dir else name, u.rel, u.path, u.key,
+                           u.sha256, u.blocks, u.size, u.uploaded)
+            out.append(u)
+            if on_file is not None:
+                on_file(u)
+        return out
+
+    # -- tasks
+
+    def submit(self, *, recipe: Optional[str] = None, commit: Optional[str] = None,
+               prompt: Optional[str] = None, runtime: Optional[str] = None,
+               kind: Optional[str] = None,
+               inputs: Optional[Sequence[Union[Mapping[str, str], Upload]]] = None,
                labels: Optional[Mapping[str, str]] = None,
-               limits: Optional[Mapping[str, int]] = None, id: Optional[str] = None) -> "Task":
+               limits: Optional[Mapping[str, int]] = None, id: Optional[str] = None,
+               replay_from: Optional[str] = None, replay_attempt: Optional[int] = None,
+               replay_mode: Optional[str] = None,
+               replay_pace: Optional[str] = None) -> "Task":
         """Puts one task on the tasks topic, keyed by its id, and returns
         it. ``recipe``: the git URL, ``commit``: its 40 hex digits;
-        ``inputs``: dicts as schemas/task.md has them ({"name",
-        "artifact"[, "sha256"]} or {"name", "task", "path"}); ``limits``:
-        task.md's names to integers; ``kind``: "one-shot" or
-        "interactive". The task is checked as the C codec checks it and
-        refused, naming the field (InvalidMessage), before anything is
-        sent."""
-        doc: Dict[str, Any] = {
-            "id": id if id is not None else new_id(), "kind": kind,
-            "recipe": {"url": recipe, "commit": commit}, "prompt": prompt,
-            "inputs": list(inputs or []), "runtime": runtime, "limits": dict(limits or {}),
-            "labels": dict(labels or {}), "submitted_at": _now_ms(),
-        }
-        message = codec.canonical("task", doc)
+        ``prompt``; ``runtime`` ("default"); ``kind``: "one-shot" (the
+        default) or "interactive"; ``inputs``: Uploads (``upload``'s)
+        and dicts as schemas/task.md has them ({"name", "artifact"[,
+        "sha256", "blocks"]} or {"name", "task", "path"}); ``limits``:
+        task.md's names to integers; ``labels``; ``id`` (else one like
+        the command makes).
+
+        ``replay_from``: an earlier, done task, sent again as its egress
+        recording keeps it, its providers answered from that recording
+        at no cost (task.md, "Replay"), as `taskbox submit --replay-from`:
+        only ``id``, ``commit`` (another recipe commit),
+        ``replay_attempt`` (default: the attempt that counted),
+        ``replay_mode`` ("strict" or "fill") and ``replay_pace``
+        ("instant" or "recorded") go with it.
+
+        The task is checked as the C codec checks it and refused, naming
+        the field (InvalidMessage), before anything is sent."""
+        if replay_from is not None:
+            given = [n for n, v in (("recipe", recipe), ("prompt", prompt), ("runtime", runtime),
+                                    ("kind", kind), ("inputs", inputs), ("labels", labels),
+                                    ("limits", limits)) if v is not None]
+            if given:
+                raise UsageError(f"submit: replay_from takes the task from its recording: "
+                                 f"{', '.join(given)} cannot go with it (only id, commit and "
+                                 "the replay_* arguments)")
+            why = codec.check_id(replay_from) if replay_from else "required"
+            if why:
+                raise InvalidMessage(f"field 'replay_from': {why}", "replay_from")
+            ledger = None if replay_attempt else self.ledger_required("replay_from")
+            doc = replay.doc(ledger, self.store(), replay_from, replay_attempt, replay_mode,
+                             replay_pace, commit)
+            doc["id"] = id if id is not None else new_id()
+            doc["submitted_at"] = _now_ms()
+            # a recording from a newer build may hold fields this one drops
+            message = codec.canonical("task", doc, strict=False)
+        else:
+            if replay_attempt is not None or replay_mode is not None or replay_pace is not None:
+                raise UsageError("submit: replay_attempt, replay_mode and replay_pace go with "
+                                 "replay_from")
+            missing = [n for n, v in (("recipe", recipe), ("commit", commit), ("prompt", prompt))
+                       if v is None]
+            if missing:
+                raise UsageError(f"submit: {', '.join(missing)} needed (or replay_from)")
+            doc = {
+                "id": id if id is not None else new_id(), "kind": kind or "one-shot",
+                "recipe": {"url": recipe, "commit": commit}, "prompt": prompt,
+                "inputs": [i.input() if isinstance(i, Upload) else i for i in inputs or []],
+                "runtime": runtime or "default", "limits": dict(limits or {}),
+                "labels": dict(labels or {}), "submitted_at": _now_ms(),
+            }
+            message = codec.canonical("task", doc)
         # events are stamped by the workers' clocks: a little slack
         since = _now_ms() - 2000
         self._produce(message["id"], codec.encode(message))
@@ -170,6 +264,72 @@ class Client:
         if why:
             raise InvalidMessage(f"task id '{task_id}': {why}", "id")
         return Task(self, task_id, BEGINNING, None)
+
+    # -- dead letters (schemas/dlq.md)
+
+    def dlq(self) -> List[DeadLetter]:
+        """Every record of the DLQ topic, oldest first per partition, as
+        `taskbox dlq list` reads them. Raises KafkaFailure (the topic
+        unknown, or not read to its end in 60 s)."""
+        return dlq.read(self.config)
+
+    def send_back(self, letter: "DeadLetter | str | Tuple[int, int]") -> "Task":
+        """Sends the task of a dead letter (a DeadLetter, its
+        "PARTITION:OFFSET" or (partition, offset)) back to the tasks
+        topic, unchanged, after a fix (a runtime added, a commit pushed),
+        as `taskbox dlq send` does: the ledger forgets its dead letter
+        and its attempts count afresh. Returns the task, followed from
+        now. Raises DeadLetterError: no record there; it holds no task
+        (malformed: fix it at its producer); the ledger holds no dead
+        letter for it (``retry``: a worker may still be writing it, or
+        it was sent back already), or it is done with a record."""
+        if isinstance(letter, DeadLetter):
+            rec: Optional[DeadLetter] = letter
+            partition, offset = letter.partition, letter.offset
+        else:
+            if isinstance(letter, str):
+                p, sep, o = letter.partition(":")
+                if not sep or not p.isdigit() or not o.isdigit():
+                    raise UsageError(f"send_back: a dead letter's PARTITION:OFFSET, as dlq() "
+                                     f"gives it, not '{letter}'")
+                partition, offset = int(p), int(o)
+            else:
+                partition, offset = letter
+            if partition < 0 or offset < 0:
+                raise UsageError(f"send_back: no place {partition}:{offset}")
+            ledger = self.ledger_required("send_back")  # before the topic is read
+            found = dlq.read(self.config, partition, offset, first_only=True)
+            rec = found[0] if found and found[0].offset == offset else None
+        topic = self.config.dlq_topic
+        if rec is None:
+            raise DeadLetterError(f"no record at {partition}:{offset} in {topic}")
+        task = rec.task()
+        if task is None or rec.task_id is None:
+            raise DeadLetterError(f"{rec.where} holds no task to send back ({rec.cause}): fix "
+                                  "it at its producer")
+        ledger = self.ledger_required("send_back")
+        # Only a task the ledger holds dead: a worker writes that marker
+        # just after the DLQ record, and a task sent back before it would
+        # be found done and not run.
+        revived = ledger.revive(rec.task_id)
+        if revived == 0:
+            raise DeadLetterError(
+                f"the ledger ({self.config.ledger_url}, prefix {self.config.ledger_prefix}) "
+                f"holds no dead letter for task {rec.task_id}: a worker may still be writing "
+                "it, or it was sent back already; try again in a moment", retry=True)
+        if revived < 0:
+            raise DeadLetterError(f"task {rec.task_id} is done with a record: nothing to send "
+                                  "back")
+        since = _now_ms() - 2000
+        try:
+            self._produce(rec.task_id, rec.original)
+        except KafkaFailure as e:
+            # the dead letter is forgotten: a second try says "sent back
+            # already", so say here what to do
+            raise KafkaFailure(f"the ledger forgot the dead letter of task {rec.task_id} but "
+                               f"it did not reach {self.config.tasks_topic} (submit it "
+                               f"again): {e}") from None
+        return Task(self, rec.task_id, since, task)
 
 
 class Task:
@@ -184,6 +344,7 @@ class Task:
         self._since = since_ms
         self._settled: Optional[Settled] = None
         self._verdicts: Dict[int, List[Verdict]] = {}
+        self._record: Optional[Tuple[Mapping[str, Any], str]] = None
 
     def __repr__(self) -> str:
         return f"Task({self.id!r})"
@@ -201,8 +362,12 @@ class Task:
         ``torn-down`` and ``acknowledged`` (or fewer, when its worker died
         after its done-marker). Raises TaskTimeout when ``timeout``
         seconds pass first; KafkaFailure when the topic cannot be read."""
+        return self._events(timeout, None)
+
+    def _events(self, timeout: Optional[float],
+                stop: Optional[threading.Event]) -> Iterator[Event]:
         f = self._follower()
-        for ev in f.run(timeout):
+        for ev in f.run(timeout, stop):
             if ev.type == "verdict":
                 p = ev.payload
                 score = p.get("score")
@@ -233,6 +398,106 @@ class Task:
             usage = manifest["usage"]
         verdicts = self._verdicts.get(s.attempt) or self._stored_verdicts(manifest)
         return Result(self.id, s.attempt, s.outcome, s.reason, tuple(verdicts), usage, manifest)
+
+    # -- asyncio
+
+    async def aevents(self, timeout: Optional[float] = None) -> AsyncIterator[Event]:
+        """``events`` for asyncio: ``async for ev in task.aevents():``.
+        The events are read on a thread of their own (confluent-kafka's
+        consumer blocks) and handed to the loop as they come; leaving the
+        loop early (``break``, a cancellation) stops that thread within
+        0.2 s. Raises as ``events`` does."""
+        loop = asyncio.get_running_loop()
+        queue: "asyncio.Queue[Tuple[str, Any]]" = asyncio.Queue()
+        stop = threading.Event()
+
+        def hand(kind: str, v: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, v))
+            except RuntimeError:  # the loop is closed: nobody is listening
+                stop.set()
+
+        def pump() -> None:
+            try:
+                for ev in self._events(timeout, stop):
+                    hand("event", ev)
+                hand("end", None)
+            except BaseException as e:  # raised where the caller awaits
+                hand("error", e)
+
+        thread = threading.Thread(target=pump, name=f"taskbox-events-{self.id}", daemon=True)
+        thread.start()
+        try:
+            while True:
+                kind, v = await queue.get()
+                if kind == "event":
+                    yield v
+                elif kind == "error":
+                    raise v
+                else:
+                    return
+        finally:
+            stop.set()
+            await asyncio.get_running_loop().run_in_executor(None, thread.join)
+
+    async def await_result(self, timeout: Optional[float] = None) -> Result:
+        """``wait`` for asyncio: ``result = await task.await_result()``,
+        the events read as ``aevents`` reads them."""
+        if self._settled is None:
+            async for _ in self.aevents(timeout):
+                pass
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.wait, 0)
+
+    # -- the record: artifacts
+
+    def record(self) -> Tuple[Mapping[str, Any], str]:
+        """The manifest of the task's done attempt (the one its
+        done-marker names) and its key, read once. Raises TaskNotDone
+        (unknown to the ledger, not done yet, or dead-lettered: no
+        record), StoreError, ConfigError (no ledger)."""
+        if self._record is None:
+            ledger = self.client.ledger_required("a task's record")
+            done = ledger.done(self.id)
+            if done is None:
+                if ledger.attempts(self.id):
+                    raise TaskNotDone(f"task {self.id} is not done yet (see taskbox status)",
+                                      "running")
+                raise TaskNotDone(f"task {self.id} is unknown to the ledger", "unknown")
+            if not done.manifest:
+                raise TaskNotDone(f"task {self.id} was dead-lettered: it has no record",
+                                  "dead-lettered")
+            try:
+                m = codec.decode(self.client.store().get(done.manifest, MANIFEST_MAX),
+                                 "manifest")
+            except InvalidMessage as e:
+                raise InvalidMessage(f"manifest {done.manifest}: {e}", e.field) from None
+            self._record = (m, done.manifest)
+        return self._record
+
+    def artifacts(self) -> List[Artifact]:
+        """The files the task's agent wrote under /outputs, as its done
+        attempt's manifest records them, in its order. Raises as
+        ``record``."""
+        m, _ = self.record()
+        store = self.client.store()
+        return [Artifact(store, m["task_id"], m["attempt"], a["path"], a["key"], a["size"],
+                         a["sha256"]) for a in m.get("artifacts", [])]
+
+    def artifact(self, path: str) -> Artifact:
+        """One of ``artifacts`` by its path under /outputs; or
+        ``"conversation"`` and ``"manifest"``, the record's own objects.
+        Raises NotFound when the record has no such file."""
+        m, key = self.record()
+        store = self.client.store()
+        if path == "conversation":
+            return Artifact(store, m["task_id"], m["attempt"], path, m["conversation_key"])
+        if path == "manifest":
+            return Artifact(store, m["task_id"], m["attempt"], path, key)
+        for a in self.artifacts():
+            if a.path == path:
+                return a
+        raise NotFound(f"task {self.id} has no artifact {path}")
 
     def _manifest(self, s: Settled) -> Optional[Mapping[str, Any]]:
         if not s.manifest_key:
