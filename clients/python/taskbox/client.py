@@ -80,13 +80,15 @@ class Client:
     """A producer of one fleet. ``config``: a configuration file, as
     ``--config`` names it (else found as the command finds it, with the
     ``TASKBOX_*`` variables over it); or a ``Config`` already made.
-    Close it (or use ``with``) to flush and let go of its connections."""
+    Kafka is needed for tasks and the DLQ, the ledger for follow-ups,
+    records and sending back, the store for uploads and artifacts: each
+    is reached on first use, and one the configuration cannot reach
+    (kafka.brokers 'mock', ledger.url 'memory:') is refused then, with
+    ConfigError. Close it (or use ``with``) to flush and let go of its
+    connections."""
 
     def __init__(self, config: "str | Config | None" = None) -> None:
         self.config = config if isinstance(config, Config) else load(config)
-        if self.config.brokers == "mock":
-            raise ConfigError("kafka.brokers is 'mock', which lives inside one process: point it "
-                              "at the cluster (TASKBOX_KAFKA_BROKERS)")
         self._producer: Any = None
         self._ledger: Optional[Ledger] = None
         self._store: Optional[Store] = None
@@ -107,6 +109,13 @@ class Client:
 
     # -- what the fleet is reached through, each made on first use
 
+    def kafka_required(self) -> None:
+        """ConfigError unless kafka.brokers names a cluster (uploads and
+        artifacts need only the store; tasks and the DLQ need Kafka)."""
+        if self.config.brokers == "mock":
+            raise ConfigError("kafka.brokers is 'mock', which lives inside one process: point it "
+                              "at the cluster (TASKBOX_KAFKA_BROKERS)")
+
     def ledger(self) -> Ledger:
         if self._ledger is None:
             self._ledger = Ledger(self.config.ledger_url, self.config.ledger_prefix)
@@ -121,6 +130,7 @@ class Client:
         """``value`` on the tasks topic under ``key``, delivery awaited."""
         from confluent_kafka import KafkaException, Producer
 
+        self.kafka_required()
         if self._producer is None:
             conf: Dict[str, Any] = dict(self.config.kafka_properties)
             # as tb_kafka_producer_new: in order, once each; librdkafka's
@@ -271,6 +281,7 @@ class Client:
         """Every record of the DLQ topic, oldest first per partition, as
         `taskbox dlq list` reads them. Raises KafkaFailure (the topic
         unknown, or not read to its end in 60 s)."""
+        self.kafka_required()
         return dlq.read(self.config)
 
     def send_back(self, letter: "DeadLetter | str | Tuple[int, int]") -> "Task":
@@ -297,7 +308,8 @@ class Client:
                 partition, offset = letter
             if partition < 0 or offset < 0:
                 raise UsageError(f"send_back: no place {partition}:{offset}")
-            ledger = self.ledger_required("send_back")  # before the topic is read
+            self.kafka_required()
+            self.ledger_required("send_back")  # before the topic is read
             found = dlq.read(self.config, partition, offset, first_only=True)
             rec = found[0] if found and found[0].offset == offset else None
         topic = self.config.dlq_topic
@@ -351,6 +363,7 @@ class Task:
 
     def _follower(self) -> Follower:
         c = self.client
+        c.kafka_required()
         ledger: Optional[Ledger] = None
         if c.config.ledger_url != "memory:":
             ledger = c.ledger()

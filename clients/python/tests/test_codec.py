@@ -223,9 +223,14 @@ class Configuration(unittest.TestCase):
             load(str(self.dir / "missing.json"), {})
 
     def test_a_client_refuses_the_mock_cluster(self) -> None:
-        with self.assertRaises(taskbox.ConfigError) as e:
-            taskbox.Client(load(None, {"HOME": str(self.dir)}))
-        self.assertIn("'mock'", str(e.exception))
+        # made (uploads and artifacts need only the store), refused at
+        # the first call that needs Kafka, before anything is sent
+        client = taskbox.Client(load(None, {"HOME": str(self.dir)}))
+        for call in (lambda: client.submit(recipe="r", commit="a" * 40, prompt="p"),
+                     lambda: list(client.task("t-1").events()), client.dlq):
+            with self.assertRaises(taskbox.ConfigError) as e:
+                call()
+            self.assertIn("'mock'", str(e.exception))
 
 
 class Version(unittest.TestCase):
