@@ -97,16 +97,21 @@ done
   bad "metrics: the judged phase timed once"
 [ "$(metric 'taskbox_events_total')" -ge 20 ] 2>/dev/null && ok || bad "metrics: events counted"
 
-# A producer in another language, from schemas/ alone: Python submits a
-# task and follows its events to the outcome.
-if python3 -c 'import confluent_kafka, msgpack' 2>/dev/null; then
+# A producer in Python, on the taskbox package (clients/python), run from
+# the repository: submits a task with an uploaded input, follows its
+# events to the outcome, and saves its artifacts.
+if python3 -c 'import confluent_kafka, msgpack, botocore' 2>/dev/null; then
+  printf 'a note\n' >"$tmp/note.txt"
   expect "examples/producer.py --wait" 0 "$tmp/py.out" python3 "$root/examples/producer.py" \
-    --brokers "$TASKBOX_TEST_KAFKA" --tasks-topic "$run.tasks" --events-topic "$run.events" \
-    --recipe "file://$tmp/hello" --commit "$commit" --prompt "from python" --wait --timeout 120
+    --config "$cfg" --recipe "file://$tmp/hello" --commit "$commit" --prompt "from python" \
+    --input "note.txt=@$tmp/note.txt" --wait --timeout 120 --download "$tmp/py-out"
   has "python sees the conversation" "assistant: hello, queue!" "$tmp/py.out"
   has "python sees the outcome" ": succeeded" "$tmp/py.out"
+  has "python uploaded its input" "uploaded note.txt (uploads/" "$tmp/py.out"
+  if grep -qF "hello, queue!" "$tmp/py-out/hello.txt" 2>/dev/null; then ok; else
+    bad "python saved the artifact"; fi
 else
-  bad "python3 has no confluent_kafka or msgpack (tests/run installs them)"
+  bad "python3 has no confluent_kafka, msgpack or botocore (tests/run installs them)"
 fi
 
 # watch: the same task's events again, as JSON lines, in order.
