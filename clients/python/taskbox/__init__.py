@@ -11,7 +11,7 @@ sessions, read the dead letters and send them back.
         result = task.wait(timeout=600)
         print(result.outcome, [v.outcome for v in result.verdicts])
         for artifact in task.artifacts():
-            artifact.download("out/")
+            artifact.download("out/")         # out/hello.txt ...
 
 docs/python.md is the tour; schemas/ the wire formats it speaks.
 """

@@ -48,11 +48,14 @@ class Artifact:
 
     def download(self, path: "str | os.PathLike[str] | None" = None) -> pathlib.Path:
         """Saves it at ``path`` (default: the last part of its own path,
-        here; a directory: that name in it), replacing what is there in
+        here; a directory, or a path ending in "/", made if need be: that
+        name in it), replacing what is there in
         one step, and only when its SHA-256 is the manifest's: else
         ChecksumMismatch and nothing is written. Returns where it is."""
         name = SPECIAL.get(self.path, self.path.rsplit("/", 1)[-1])
         out = pathlib.Path(path) if path is not None else pathlib.Path(name)
+        if path is not None and os.fspath(path).endswith(os.sep):
+            out.mkdir(parents=True, exist_ok=True)  # "out/": a directory, made
         if out.is_dir():
             out = out / name
         try:

@@ -26,7 +26,7 @@ import traceback
 NEEDED = ("TASKBOX_TEST_KAFKA", "TASKBOX_TEST_REDIS", "TASKBOX_TEST_S3_ENDPOINT",
           "TASKBOX_TEST_S3_ACCESS_KEY", "TASKBOX_TEST_S3_SECRET_KEY", "TASKBOX_TEST_S3_REGION")
 PROMISED = ["succeeded", "wrote-greeting pass 1.0", "('notes.txt', True)", "hello.txt",
-            "/hello.txt", "True", "turn 1: you said first",
+            "/tmp/tour/out/hello.txt", "True", "turn 1: you said first",
             "the session ended: ended by its producer", "dead-lettered", "poison",
             "unknown runtime 'later'", "names no egress recording",
             "['succeeded', 'succeeded']", "recipe.commit"]
