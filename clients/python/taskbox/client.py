@@ -187,15 +187,16 @@ class Client:
         such path, not a file or a directory, a file that changed as it
         was read), StoreError."""
         is_dir = os.path.isdir(path)
-        found = uploads.put(self.store(), path, uploads.MAX_FILES, None)
         out: List[Upload] = []
-        for u in found:
+
+        def each(u: Upload) -> None:
             if name is not None:
                 u = Upload(f"{name}/{u.rel}" if is_dir else name, u.rel, u.path, u.key,
                            u.sha256, u.blocks, u.size, u.uploaded)
             out.append(u)
             if on_file is not None:
                 on_file(u)
+        uploads.put(self.store(), path, uploads.MAX_FILES, each)
         return out
 
     # -- tasks

@@ -107,8 +107,10 @@ def main() -> int:
         assert len(tree(tmp / "py")) == 4 * 6, sorted(tree(tmp / "py"))  # objects, lists, .meta
         again = client.upload(src / "data")
         assert [u.uploaded for u in again] == [False] * 5, again
-        named = client.upload(src / "data", name="in")
+        told: list[str] = []
+        named = client.upload(src / "data", name="in", on_file=lambda u: told.append(u.name))
         assert [u.input()["name"] for u in named][:2] == ["in/.hidden/h", "in/B-upper"], named
+        assert told == [u.name for u in named], told  # each as it goes, by its given name
         one = client.upload(src / "notes.txt", name="words.txt")[0]
         assert one.input() == {"name": "words.txt", "artifact": one.key, "sha256": one.sha256,
                                "blocks": one.blocks}, one.input()
