@@ -18,7 +18,7 @@ implementation computes it fast (checksums.FAST) or no SHA-256 is
 recorded. A put never replaces an object: one already there with the
 same content is fine, with other content an error. Objects of 64 MiB
 or more go up in parts of 16 MiB, four at a time, as the C store sends
-them; memory stays flat whatever the size.
+them (each part read into memory as it goes: 64 MiB at most).
 """
 from __future__ import annotations
 

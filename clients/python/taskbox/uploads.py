@@ -7,7 +7,7 @@ same names, and nothing sent for content that is there already.
 
 A file is read once to name it (its SHA-256 and block list) and, when
 its content is not there yet, again to checksum it (with its CRC-32C)
-and a last time to send it; memory stays flat whatever the size.
+and a last time to send it; memory stays bounded whatever the size.
 """
 from __future__ import annotations
 
