@@ -53,9 +53,11 @@ static int global_option(const char *a)
 		   : 0;
 }
 
-/* Global options given before the command are moved after it, where each
- * command reads them ("taskbox --config F status T" is "taskbox status
- * --config F T"). @return 0, or -1 with the reason said. */
+/* Global options given before the command are moved after it, and after
+ * the word that follows it when that is no option (a verb: "taskbox -j
+ * artifacts list T" is "taskbox artifacts list -j T", where a command
+ * with verbs reads them; for the others a positional, and options and
+ * positionals come in any order). @return 0, or -1 with the reason said. */
 static int command_first(int argc, char **argv)
 {
 	int k = 1;
@@ -82,9 +84,12 @@ static int command_first(int argc, char **argv)
 		fprintf(stderr, "taskbox: no command after %s\n", argv[k - 1]);
 		return -1;
 	}
-	char *cmd = argv[k];
-	memmove(argv + 2, argv + 1, (size_t)(k - 1) * sizeof(char *));
-	argv[1] = cmd;
+	int words = k + 1 < argc && argv[k + 1][0] != '-' ? 2 : 1; /* the command, a verb */
+	for (int j = 0; j < words; j++) {
+		char *w = argv[k + j];
+		memmove(argv + 2 + j, argv + 1 + j, (size_t)(k - 1) * sizeof(char *));
+		argv[1 + j] = w;
+	}
 	return 0;
 }
 

@@ -140,6 +140,9 @@ contains "a near one is suggested" "did you mean 'status'?" "$tb" statsu
 contains "--config before the command is the command's" "taskbox status: /nope" \
   "$tb" --config=/nope status some-task
 contains "-c FILE before it too" "taskbox status: /nope" "$tb" -c /nope status some-task
+contains "before a command with verbs, after its verb" "taskbox artifacts: /nope" \
+  "$tb" -c /nope artifacts list some-task
+contains "--json before it too" '"ok": true' "$tb" --json schema check "$tmp/task.bin"
 check "an option only a command knows, before it, is refused" 2 "$tb" --since 5 watch
 contains "... saying where it goes" "give it after the command" "$tb" --since 5 watch
 check "--version takes nothing after it" 2 "$tb" --version --frob
