@@ -50,8 +50,7 @@ int tb_jsonconf_check_version(const json_t *doc, unsigned version, const char *o
 	return 0;
 }
 
-/* Builds TASKBOX_KAFKA_BROKERS from prefix "TASKBOX" and path "kafka.brokers". */
-static void env_name(char *buf, size_t cap, const char *prefix, const char *path)
+void tb_jsonconf_env_name(char *buf, size_t cap, const char *prefix, const char *path)
 {
 	size_t n = (size_t)snprintf(buf, cap, "%s_", prefix);
 	for (; *path && n + 1 < cap; path++)
@@ -143,7 +142,7 @@ static int apply_env(json_t *doc, const tb_schema_t *s, const char *prefix, cons
 				json_object_del(doc, f->name);
 			continue;
 		}
-		env_name(var, sizeof(var), prefix, sub);
+		tb_jsonconf_env_name(var, sizeof(var), prefix, sub);
 		const char *text = getenv(var);
 		json_t *v = NULL;
 		if (!text)
@@ -211,31 +210,51 @@ cleanup:
 	return rc;
 }
 
+int tb_jsonconf_read(char **text, size_t *len, const char *path, tb_error_t *err)
+{
+	FILE *f = fopen(path, "rb");
+	int rc = 0;
+
+	*text = NULL;
+	*len = 0;
+	if (!f)
+		return tb_error_errno(err, errno == ENOENT ? TB_ENOTFOUND : TB_EIO, errno, "%s",
+				      path);
+	*text = malloc(CONF_MAX_BYTES + 1);
+	if (!*text) {
+		fclose(f);
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	}
+	*len = fread(*text, 1, CONF_MAX_BYTES + 1, f);
+	if (ferror(f))
+		rc = tb_error_errno(err, TB_EIO, errno, "%s: read", path);
+	else if (*len > CONF_MAX_BYTES)
+		rc = tb_error_set(err, TB_ETOOBIG,
+				  "%s: over %u bytes, the most a configuration file may have", path,
+				  CONF_MAX_BYTES);
+	else
+		(*text)[*len] = '\0';
+	fclose(f);
+	if (rc < 0) {
+		free(*text);
+		*text = NULL;
+		*len = 0;
+	}
+	return rc;
+}
+
 int tb_jsonconf_load(const tb_schema_t *schema, void *out, const char *path, const char *defaults,
 		     const char *env_prefix, unsigned version, tb_error_t *err)
 {
 	json_t *doc = NULL;
 	char *text = NULL;
 	size_t len = 0;
-	FILE *f;
 	int rc;
 
 	memset(out, 0, schema->size);
-	f = fopen(path, "rb");
-	if (!f)
-		return tb_error_errno(err, errno == ENOENT ? TB_ENOTFOUND : TB_EIO, errno, "%s",
-				      path);
-	text = malloc(CONF_MAX_BYTES + 1);
-	if (!text) {
-		fclose(f);
-		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	}
-	len = fread(text, 1, CONF_MAX_BYTES + 1, f);
-	if (ferror(f))
-		rc = tb_error_errno(err, TB_EIO, errno, "%s: read", path);
-	else
-		rc = tb_jsonconf_parse(&doc, text, len, CONF_MAX_BYTES, path, err);
-	fclose(f);
+	if ((rc = tb_jsonconf_read(&text, &len, path, err)) < 0)
+		return rc;
+	rc = tb_jsonconf_parse(&doc, text, len, CONF_MAX_BYTES, path, err);
 	free(text);
 	if (rc < 0)
 		return rc;
@@ -259,7 +278,7 @@ static size_t env_names(const tb_schema_t *s, const char *prefix, const char *pa
 			used = env_names(f->sub, prefix, sub, names, used, cap);
 			continue;
 		}
-		env_name(var, sizeof(var), prefix, sub);
+		tb_jsonconf_env_name(var, sizeof(var), prefix, sub);
 		if (used + strlen(var) + 1 < cap) {
 			memcpy(names + used, var, strlen(var) + 1);
 			used += strlen(var) + 1;

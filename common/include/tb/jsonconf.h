@@ -56,6 +56,27 @@ void tb_jsonconf_env_unknown(const tb_schema_t *schema, const char *prefix,
 int tb_jsonconf_parse(json_t **out, const char *text, size_t len, size_t max, const char *origin,
 		      tb_error_t *err);
 
+/**
+ * Reads the configuration file @p path whole (at most 1 MiB).
+ * @param[out] text its bytes (NUL-terminated past @p len), the caller frees
+ * @return 0; TB_ENOTFOUND, TB_EIO, TB_ETOOBIG naming @p path; TB_ENOMEM
+ */
+int tb_jsonconf_read(char **text, size_t *len, const char *path, tb_error_t *err);
+
+/**
+ * The line (from 1) where the key @p path[0] . @p path[1] ... (@p depth
+ * names, each an object's key, decoded: "\u0073lots" is slots) is in
+ * @p text, JSON that jansson has parsed (jansson keeps no positions of
+ * its own); the first such key when a file has two (a file loaded with
+ * JSON_REJECT_DUPLICATES has none). @return the line, or 0 when it is
+ * not there.
+ */
+int tb_jsonconf_key_line(const char *text, size_t len, const char *const *path, size_t depth);
+
+/** The variable for key @p path under @p prefix: TASKBOX_KAFKA_BROKERS
+ * for "TASKBOX" and "kafka.brokers"; cut to @p cap bytes. */
+void tb_jsonconf_env_name(char *buf, size_t cap, const char *prefix, const char *path);
+
 /** Checks a "v" key of @p doc against @p version ("unknown version"). */
 int tb_jsonconf_check_version(const json_t *doc, unsigned version, const char *origin,
 			      tb_error_t *err);

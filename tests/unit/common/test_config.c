@@ -16,6 +16,7 @@
 
 #include "helpers.h"
 #include "tb/config.h"
+#include "tb/jsonconf.h"
 #include "tb/recipe_manifest.h"
 #include "tb/runtime.h"
 
@@ -447,6 +448,48 @@ static void test_recipe__bad_manifests_are_explained(void **state)
 	tb_recipe_manifest_free(&m);
 }
 
+/* `taskbox config show` names each key's line: found by the key path
+ * alone, never in a string value, an array or another object, with keys
+ * compared decoded; 0 when it is not there. */
+static void test_jsonconf__key_lines(void **state)
+{
+	const char *text = "{\n"
+			   "  \"v\": 1, \"slots\": 2,\n"
+			   "  \"worker_id\": \"kafka { \\\"brokers\\\": [\",\n"
+			   "  \"list\": [{\"brokers\": 1}, \"}\"],\n"
+			   "  \"ledger\": {\"brokers\": \"no\"},\n"
+			   "  \"kafka\": {\n"
+			   "    \"group\": \"g\",\n"
+			   "    \"properties\": {\"sasl.password\": \"x\",\n"
+			   "                   \"a\": {}},\n"
+			   "    \"bro\\u006bers\":\n"
+			   "      \"h:1\"\n"
+			   "  },\n"
+			   "  \"drain_seconds\":3}\n";
+	const char *const v[] = { "v" }, *const slots[] = { "slots" };
+	const char *const brokers[] = { "kafka", "brokers" };
+	const char *const pw[] = { "kafka", "properties", "sasl.password" };
+	const char *const drain[] = { "drain_seconds" }, *const none[] = { "kafka", "nope" };
+	const char *const scalar[] = { "slots", "x" }, *const group[] = { "kafka", "group" };
+	size_t n = strlen(text);
+
+	(void)state;
+	json_error_t jerr; /* what the finder is given: text jansson accepts */
+	json_t *doc = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+	assert_non_null(doc);
+	json_decref(doc);
+	assert_int_equal(tb_jsonconf_key_line(text, n, v, 1), 2);
+	assert_int_equal(tb_jsonconf_key_line(text, n, slots, 1), 2);
+	assert_int_equal(tb_jsonconf_key_line(text, n, group, 2), 7);
+	assert_int_equal(tb_jsonconf_key_line(text, n, pw, 3), 8);
+	assert_int_equal(tb_jsonconf_key_line(text, n, brokers, 2), 10);
+	assert_int_equal(tb_jsonconf_key_line(text, n, drain, 1), 13);
+	assert_int_equal(tb_jsonconf_key_line(text, n, none, 2), 0);
+	assert_int_equal(tb_jsonconf_key_line(text, n, scalar, 2), 0);
+	const char *const top_brokers[] = { "brokers" };
+	assert_int_equal(tb_jsonconf_key_line(text, n, top_brokers, 1), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -463,6 +506,7 @@ int main(void)
 		cmocka_unit_test(test_runtime__budgets_are_capped_and_default_to_the_cap),
 		cmocka_unit_test(test_recipe__example_manifest_parses),
 		cmocka_unit_test(test_recipe__bad_manifests_are_explained),
+		cmocka_unit_test(test_jsonconf__key_lines),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
