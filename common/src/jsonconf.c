@@ -58,6 +58,12 @@ void tb_jsonconf_env_name(char *buf, size_t cap, const char *prefix, const char 
 	buf[n < cap ? n : cap - 1] = '\0';
 }
 
+bool tb_jsonconf_env_settable(const tb_field_t *f)
+{
+	return f->type == TB_FT_STR || f->type == TB_FT_ENUM || f->type == TB_FT_U64 ||
+	       f->type == TB_FT_BOOL || f->type == TB_FT_STRLIST;
+}
+
 static int env_value(json_t **out, const tb_field_t *f, const char *var, const char *text,
 		     tb_error_t *err)
 {
@@ -145,7 +151,7 @@ static int apply_env(json_t *doc, const tb_schema_t *s, const char *prefix, cons
 		tb_jsonconf_env_name(var, sizeof(var), prefix, sub);
 		const char *text = getenv(var);
 		json_t *v = NULL;
-		if (!text)
+		if (!text || !tb_jsonconf_env_settable(f))
 			continue;
 		if ((rc = env_value(&v, f, var, text, err)) < 0)
 			return rc;

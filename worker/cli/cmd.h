@@ -103,6 +103,17 @@ static inline int tb_cmd_outcome_exit(const char *outcome)
 						   : TB_EXIT_TASK_FAILED;
 }
 
+/**
+ * `taskbox worker --check`, for command @p cmd ("config check", named in
+ * its messages): the configuration found as tb_cmd_load_config() finds it
+ * from @p path (--config, or NULL), refused as the worker refuses one
+ * (kafka.brokers 'mock', not root, runtimes_dir, a sandbox under
+ * work_dir), then Kafka, the ledger and the store asked, one line each on
+ * stdout. @return TB_EXIT_OK all well, TB_EXIT_FAILURE a service does not
+ * answer, TB_EXIT_CONFIG refused
+ */
+int tb_cmd_worker_check(const char *cmd, const char *path);
+
 int tb_cmd_demo(int argc, char **argv);
 int tb_cmd_end(int argc, char **argv);
 int tb_cmd_send(int argc, char **argv);

@@ -29,7 +29,8 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t stop;
-static const char *tasks_topic; /* for on_lag */
+static const char *tasks_topic;   /* for on_lag */
+static const char *me = "worker"; /* the command, in messages: "worker", "config check" */
 
 /* The consumer's statistics: the tasks topic's lag, to the metrics. */
 static void on_lag(const char *topic, const int64_t *lag, int n)
@@ -160,7 +161,7 @@ static int before_joining(tb_worker_deps_t *d, int check, char *group, size_t gr
 	else
 		sweep(cfg->work_dir, group, d->worker_id);
 	if (preflight(d, check, &err) < 0) {
-		fprintf(stderr, "taskbox worker: refused: %s\n", err.msg);
+		fprintf(stderr, "taskbox %s: refused: %s\n", me, err.msg);
 		rc = TB_EXIT_CONFIG;
 	} else if (check) {
 		printf("ok configuration %s: runtimes, a sandbox under %s\n",
@@ -269,10 +270,11 @@ static int finished(int rc, const tb_worker_stats_t *stats, tb_error_t *err, con
 	return rc;
 }
 
-int tb_cmd_worker(int argc, char **argv)
+/* The worker from its configuration on (@p path: --config, or NULL),
+ * or with @p check its checks alone (--check, `taskbox config check`).
+ * @return the exit code. */
+static int run(const char *path, int check)
 {
-	const char *path = NULL;
-	int check = 0;
 	tb_worker_deps_t d = { 0 };
 	tb_worker_stats_t stats;
 	char id[160], group[200];
@@ -282,18 +284,8 @@ int tb_cmd_worker(int argc, char **argv)
 	tb_error_t err;
 	int rc = TB_EXIT_CONFIG;
 
-	const tb_opt_t opts[] = {
-		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL, 'c' },
-		{ "--check", TB_OPT_FLAG, &check, 0, 0, NULL, 0 },
-		{ NULL, 0, NULL, 0, 0, NULL, 0 },
-	};
-	tb_opts_t o = { "worker", opts, NULL, 0, 0 };
-
-	if ((rc = tb_cmd_options(&o, argc, argv, 1, usage)) >= 0)
-		return rc;
-	rc = TB_EXIT_CONFIG;
 	if (tb_cmd_load_config(&cfg, path, &err) < 0) {
-		fprintf(stderr, "taskbox worker: %s\n", err.msg);
+		fprintf(stderr, "taskbox %s: %s\n", me, err.msg);
 		return TB_EXIT_CONFIG;
 	}
 	tb_log_set_level((tb_log_level_t)cfg.log_level);
@@ -303,19 +295,20 @@ int tb_cmd_worker(int argc, char **argv)
 		tb_warn(NULL, "TASKBOX_FAULT is set: fault point '%s' is armed (a test)", fault);
 	if (!strcmp(cfg.kafka.brokers, "mock")) {
 		fprintf(stderr,
-			"taskbox worker: kafka.brokers is 'mock', a cluster that lives inside "
+			"taskbox %s: kafka.brokers is 'mock', a cluster that lives inside "
 			"one process: run `taskbox demo`, or set kafka.brokers "
-			"(TASKBOX_KAFKA_BROKERS)\n");
+			"(TASKBOX_KAFKA_BROKERS)\n",
+			me);
 		goto out;
 	}
 	if (geteuid() != 0) {
-		fprintf(stderr, "taskbox worker: building sandboxes needs root\n");
+		fprintf(stderr, "taskbox %s: building sandboxes needs root\n", me);
 		goto out;
 	}
 	names(&cfg, id, sizeof(id), group, sizeof(group));
 	if ((mkdir(cfg.work_dir, 0711) < 0 && errno != EEXIST) ||
 	    (mkdir(cfg.cache_dir, 0755) < 0 && errno != EEXIST)) {
-		fprintf(stderr, "taskbox worker: cannot create %s or %s: %s\n", cfg.work_dir,
+		fprintf(stderr, "taskbox %s: cannot create %s or %s: %s\n", me, cfg.work_dir,
 			cfg.cache_dir, strerror(errno));
 		goto out;
 	}
@@ -323,7 +316,7 @@ int tb_cmd_worker(int argc, char **argv)
 	tasks_topic = cfg.kafka.tasks_topic;
 	tb_kafka_on_lag(on_lag);
 	if (cfg.metrics_listen[0] && tb_metrics_serve(&metrics, cfg.metrics_listen, &err) < 0) {
-		fprintf(stderr, "taskbox worker: %s\n", err.msg);
+		fprintf(stderr, "taskbox %s: %s\n", me, err.msg);
 		goto out;
 	}
 	if (metrics)
@@ -336,7 +329,7 @@ int tb_cmd_worker(int argc, char **argv)
 			       &err) < 0 ||
 	    tb_seccomp_compile((tb_seccomp_t **)&d.policy, &err) < 0 ||
 	    tb_sandbox_find_init(&init_path, &err) < 0 || check_id_registry(&err) < 0) {
-		fprintf(stderr, "taskbox worker: %s\n", err.msg);
+		fprintf(stderr, "taskbox %s: %s\n", me, err.msg);
 		goto cleanup;
 	}
 	d.cfg = &cfg;
@@ -366,4 +359,26 @@ out:
 	tb_metrics_stop(metrics);
 	tb_config_free(&cfg);
 	return rc;
+}
+
+int tb_cmd_worker_check(const char *cmd, const char *path)
+{
+	me = cmd;
+	return run(path, 1);
+}
+
+int tb_cmd_worker(int argc, char **argv)
+{
+	const char *path = NULL;
+	int check = 0, rc;
+	const tb_opt_t opts[] = {
+		{ "--config", TB_OPT_STRING, &path, 0, 0, NULL, 'c' },
+		{ "--check", TB_OPT_FLAG, &check, 0, 0, NULL, 0 },
+		{ NULL, 0, NULL, 0, 0, NULL, 0 },
+	};
+	tb_opts_t o = { "worker", opts, NULL, 0, 0 };
+
+	if ((rc = tb_cmd_options(&o, argc, argv, 1, usage)) >= 0)
+		return rc;
+	return run(path, check);
 }

@@ -77,6 +77,10 @@ int tb_jsonconf_key_line(const char *text, size_t len, const char *const *path, 
  * for "TASKBOX" and "kafka.brokers"; cut to @p cap bytes. */
 void tb_jsonconf_env_name(char *buf, size_t cap, const char *prefix, const char *path);
 
+/** Whether a variable sets field @p f (a scalar, or a list of strings
+ * as comma-separated text); maps and lists of objects are file-only. */
+bool tb_jsonconf_env_settable(const tb_field_t *f);
+
 /** Checks a "v" key of @p doc against @p version ("unknown version"). */
 int tb_jsonconf_check_version(const json_t *doc, unsigned version, const char *origin,
 			      tb_error_t *err);
