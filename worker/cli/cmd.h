@@ -114,6 +114,7 @@ static inline int tb_cmd_outcome_exit(const char *outcome)
  */
 int tb_cmd_worker_check(const char *cmd, const char *path);
 
+int tb_cmd_config(int argc, char **argv);
 int tb_cmd_demo(int argc, char **argv);
 int tb_cmd_end(int argc, char **argv);
 int tb_cmd_send(int argc, char **argv);

@@ -14,6 +14,7 @@ static const struct {
 	const char *summary;
 } commands[] = {
 	{ "artifacts", tb_cmd_artifacts, "list, download or share a done task's files" },
+	{ "config", tb_cmd_config, "the configuration in effect, with sources; check it" },
 	{ "demo", tb_cmd_demo, "run the embedded demo (no external services)" },
 	{ "dlq", tb_cmd_dlq, "list dead letters; send a task back after a fix" },
 	{ "end", tb_cmd_end, "end an interactive task's session" },
