@@ -88,7 +88,7 @@ static int preflight(const tb_worker_deps_t *d, int quiet, tb_error_t *err)
 	const tb_config_t *cfg = d->cfg;
 	const char *file = tb_cmd_config_file();
 	const char *const dirs[] = { cfg->runtimes_dir, cfg->work_dir, cfg->cache_dir };
-	char names[512];
+	char names[512], where[4200];
 	int rc;
 
 	if (!quiet) /* the first thing it says: what it was told */
@@ -107,9 +107,10 @@ static int preflight(const tb_worker_deps_t *d, int quiet, tb_error_t *err)
 		tb_info(NULL, "runtimes in %s: %s", cfg->runtimes_dir, names);
 	if ((rc = tb_worker_probe_sandbox(d, err)) < 0)
 		return tb_error_prefix(err,
-				       "no sandbox can be built under work_dir %s (in %s; every "
+				       "no sandbox can be built under work_dir %s (from %s; every "
 				       "directory above it must be searchable by others, 0711)",
-				       cfg->work_dir, file ? file : "the environment and defaults");
+				       cfg->work_dir,
+				       tb_preflight_origin(where, sizeof(where), "work_dir", file));
 	return 0;
 }
 

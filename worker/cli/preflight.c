@@ -6,17 +6,29 @@
  */
 #include "preflight.h"
 
+#include "tb/jsonconf.h"
 #include "tb/runtime.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+const char *tb_preflight_origin(char *buf, size_t len, const char *key, const char *file)
+{
+	char var[128];
+
+	tb_jsonconf_env_name(var, sizeof(var), "TASKBOX", key);
+	snprintf(buf, len, "%s", getenv(var) ? var : file ? file : "the defaults");
+	return buf;
+}
 
 int tb_preflight_runtimes(char *out, size_t len, const tb_config_t *cfg, const char *file,
 			  tb_error_t *err)
 {
-	const char *from = file ? file : "the environment and defaults";
+	char where[4200];
+	const char *from = tb_preflight_origin(where, sizeof(where), "runtimes_dir", file);
 	char first[TB_ERROR_MSG_MAX] = "", path[4400];
 	size_t pos = 0;
 	int valid = 0;
@@ -25,8 +37,8 @@ int tb_preflight_runtimes(char *out, size_t len, const tb_config_t *cfg, const c
 	out[0] = '\0';
 	if (!d)
 		return tb_error_errno(err, errno == ENOENT ? TB_ENOTFOUND : TB_EINVAL, errno,
-				      "runtimes_dir %s (in %s): cannot read it", cfg->runtimes_dir,
-				      from);
+				      "runtimes_dir %s (from %s): cannot read it",
+				      cfg->runtimes_dir, from);
 	for (struct dirent *e; (e = readdir(d));) {
 		size_t n = strlen(e->d_name);
 		if (n <= 5 || strcmp(e->d_name + n - 5, ".json"))
@@ -49,7 +61,7 @@ int tb_preflight_runtimes(char *out, size_t len, const tb_config_t *cfg, const c
 	if (!valid)
 		return tb_error_set(
 		    err, TB_EINVAL,
-		    "runtimes_dir %s (in %s) holds no valid runtime (<name>.json)%s%s",
+		    "runtimes_dir %s (from %s) holds no valid runtime (<name>.json)%s%s",
 		    cfg->runtimes_dir, from, first[0] ? ": " : "", first);
 	return 0;
 }

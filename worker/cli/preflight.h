@@ -13,6 +13,13 @@
 #include <stddef.h>
 
 /**
+ * Where the configuration's @p key came from, for a message that names
+ * it: "TASKBOX_WORK_DIR" when that variable is set (it wins), else
+ * @p file, else "the defaults" (no file). @return @p buf
+ */
+const char *tb_preflight_origin(char *buf, size_t len, const char *key, const char *file);
+
+/**
  * Whether runtimes_dir exists and holds at least one valid runtime
  * (`<name>.json`). @p file names the configuration file (NULL: none),
  * for the message.
