@@ -94,6 +94,79 @@ check "TASKBOX_CONFIG naming no file" 3 env TASKBOX_CONFIG="$tmp/none.json" "$tb
 contains "a variable over the file" "127.0.0.1:5" env XDG_CONFIG_HOME="$tmp/xdg" \
   TASKBOX_LEDGER_URL=redis://127.0.0.1:5 "$tb" status some-task
 contains "worker --version" "taskbox $version" "$tb" worker --version
+# config show: every key, its value and where it came from (the file and
+# the key's line, the variable that won over it, the default); credentials
+# masked; --json for machines; the file found as every command finds it
+cat >"$tmp/show.json" <<'EOF'
+{
+  "v": 1,
+  "slots": 3,
+  "kafka": {"brokers": "127.0.0.1:9",
+            "properties": {"sasl.password": "hunter2", "socket.timeout.ms": "9000"}},
+  "ledger": {"url": "redis://taskbox:s3cret@127.0.0.1:6/0"},
+  "runtimes_dir": "runtimes"
+}
+EOF
+show=("$tb" config show --config "$tmp/show.json")
+check "config show" 0 "${show[@]}"
+shown() { # shown NAME REGEX [VAR=VALUE...]: a line of config show matches
+  local name=$1 re=$2; shift 2
+  if env "$@" "${show[@]}" | grep -Eq -- "$re"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL config show: $name"; env "$@" "${show[@]}" | head -40; fi
+}
+shown "a value from the file, with its line" "^slots +3 +$tmp/show\.json:3$"
+shown "a nested key's line" "^kafka\.brokers +\"127\.0\.0\.1:9\" +$tmp/show\.json:4$"
+shown "a variable wins over the file" '^slots +5 +env TASKBOX_SLOTS$' TASKBOX_SLOTS=5
+shown "a default" '^drain_seconds +120 +default$'
+shown "an optional key unset" '^store\.endpoint +\(none\) +default$'
+shown "a relative directory, resolved, with what was given" \
+  "^runtimes_dir +\"$tmp/runtimes\" +$tmp/show\.json:7 \(given as \"runtimes\"\)$"
+shown "kafka.properties' credentials masked" \
+  '^kafka\.properties +\{"sasl\.password":"\*\*\*\*\*\*\*\*","socket\.timeout\.ms":"9000"\} '
+shown "a URL's password masked" '^ledger\.url +"redis://taskbox:\*\*\*\*\*\*\*\*@127\.0\.0\.1:6/0" '
+if "${show[@]}" --json 2>&1 | grep -q 'hunter2\|s3cret'; then fail=$((fail + 1))
+  echo "FAIL config show --json prints a credential"; else pass=$((pass + 1)); fi
+env TASKBOX_STORE_REGION=eu-west-1 "$tb" --json config show -c "$tmp/show.json" >"$tmp/show.out"
+if python3 - "$tmp/show.out" "$tmp/show.json" "$root/schemas/config.md" <<'EOF'
+import json, re, sys
+shown = json.load(open(sys.argv[1]))
+keys = shown["keys"]
+assert shown["file"] == sys.argv[2], shown["file"]
+assert keys["slots"] == {"value": 3, "source": "file", "file": sys.argv[2], "line": 3}, keys["slots"]
+assert keys["store.region"] == {"value": "eu-west-1", "source": "env",
+                                "variable": "TASKBOX_STORE_REGION"}, keys["store.region"]
+assert keys["kafka.group"] == {"value": "taskbox-workers", "source": "default"}, keys["kafka.group"]
+assert keys["kafka.group_instance_id"]["value"] is None
+p = keys["kafka.properties"]
+assert p["value"] == {"sasl.password": "********", "socket.timeout.ms": "9000"} and p["masked"], p
+assert p["line"] == 5 and keys["kafka.brokers"]["line"] == 4, p
+assert keys["runtimes_dir"]["given"] == "runtimes", keys["runtimes_dir"]
+# every key of schemas/config.md's table, and no other
+table = re.findall(r"^\| `([a-z_.]+)` \|", open(sys.argv[3]).read(), re.M)
+assert sorted(table) == sorted(keys), sorted(set(table) ^ set(keys))
+EOF
+then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL config show --json"; cat "$tmp/show.out"; fi
+contains "with no file, it says so" "configuration file: none (the built-in defaults)" \
+  env -u TASKBOX_CONFIG XDG_CONFIG_HOME="$tmp/none" HOME="$tmp/none" "$tb" config show
+contains "the file found as every command finds it" "configuration file: $tmp/show.json" \
+  env TASKBOX_CONFIG="$tmp/show.json" "$tb" config show
+contains "-c before the command reaches show" "configuration file: $tmp/show.json" \
+  "$tb" -c "$tmp/show.json" config show
+check "config show of a missing --config file" 3 "$tb" config show --config "$tmp/nope.json"
+contains "... names it" "taskbox config show: $tmp/nope.json: No such file or directory" \
+  "$tb" config show --config "$tmp/nope.json"
+printf '{"v": 1,\n "slots": 2,\n "slots": 3}\n' >"$tmp/twice.json"
+check "a key given twice is refused" 3 "$tb" config show --config "$tmp/twice.json"
+contains "... naming where" "$tmp/twice.json:3:" "$tb" config show --config "$tmp/twice.json"
+check "config --help" 0 "$tb" config --help
+contains "config --help ends with its short forms" "Short forms: -c --config, -j --json" \
+  "$tb" config --help
+contains "an unknown config verb is named, with the nearest" \
+  "'shwo' is not show or check; did you mean 'show'?" "$tb" config shwo
+check "... as a usage error" 2 "$tb" config shwo
+check "config with no verb" 2 "$tb" config
+check "check takes no --json" 2 "$tb" config check --json
+check "config check of a missing --config file" 3 "$tb" config check --config "$tmp/nope.json"
 check "missing config file" 1 "$tb" schema config "$tmp/nope.json"
 contains "bad env override is explained" "TASKBOX_SLOTS" env TASKBOX_SLOTS=x "$tb" schema config
 # Every command's options the same way (worker/cli/opts.h).
