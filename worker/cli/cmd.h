@@ -54,11 +54,12 @@ void tb_cmd_close_caches(tb_recipe_cache_t *recipes, tb_image_cache_t *images);
  * help on stdout; TB_EXIT_USAGE once what was wrong was said. */
 int tb_cmd_options(tb_opts_t *o, int argc, char **argv, int first, void (*usage)(FILE *out));
 
-/** For commands whose first word is a verb (artifacts, schema): --help
- * or -h there prints @p usage and the short forms of @p opts (every
- * verb's options together; NULL-named last), --version or -V the
- * version, as the option table does after a verb. @return TB_EXIT_OK when
- * it did; -1 when @p word is neither (a verb to dispatch). */
+/** For commands whose first word is a verb (artifacts, schema, config):
+ * --help or -h there prints @p usage and the short forms of @p opts
+ * (every verb's options together; NULL-named last), --version or -V the
+ * version, --list-options @p opts (for the man page's OPTIONS), as the
+ * option table does after a verb. @return TB_EXIT_OK when it did; -1
+ * when @p word is none of them (a verb to dispatch). */
 int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out), const tb_opt_t *opts);
 
 /** Set by SIGINT or SIGTERM once tb_cmd_stop_on_signals() was called: a

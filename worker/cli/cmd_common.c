@@ -126,6 +126,10 @@ int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out), const tb_opt_
 		tb_cmd_print_version(stdout);
 		return TB_EXIT_OK;
 	}
+	if (!strcmp(word, "--list-options")) {
+		tb_opts_list(opts);
+		return TB_EXIT_OK;
+	}
 	return -1;
 }
 

@@ -64,8 +64,7 @@ static const tb_opt_t *find_letter(const tb_opt_t *opts, char c)
 	return NULL;
 }
 
-/* Prints the table for the completions: built-ins first. */
-static void list_options(const tb_opt_t *opts)
+void tb_opts_list(const tb_opt_t *opts)
 {
 	printf("--help\t-h\tflag\n--version\t-V\tflag\n");
 	for (const tb_opt_t *o = opts; o->name; o++) {
@@ -99,7 +98,7 @@ static int parse_long(tb_opts_t *p, int argc, char **argv, int *i)
 	if (!strcmp(a, "--version"))
 		return TB_OPTS_VERSION;
 	if (!strcmp(a, "--list-options")) {
-		list_options(p->opts);
+		tb_opts_list(p->opts);
 		return TB_OPTS_LISTED;
 	}
 	char *eq = strchr(a, '=');

@@ -67,6 +67,10 @@ enum {
 	TB_OPTS_LISTED = 4,  /* --list-options: printed on stdout, exit 0 */
 };
 
+/** Prints @p opts as --list-options does, the built-ins (--help,
+ * --version) first: one option a line, "--config\t-c\tvalue". */
+void tb_opts_list(const tb_opt_t *opts);
+
 /** Parses argv[first..argc) by @p o's table. @return TB_OPTS_* */
 int tb_opts_parse(tb_opts_t *o, int argc, char **argv, int first);
 
