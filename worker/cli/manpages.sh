@@ -93,6 +93,7 @@ page() {
     printf '.TP\n\\fI$XDG_CONFIG_HOME/taskbox/config.json\\fR (\\fI~/.config/taskbox/config.json\\fR)\n'
     printf 'The configuration, when neither \\-\\-config nor TASKBOX_CONFIG names one.\n'
     printf '.TP\n\\fI/etc/taskbox/worker.json\\fR\nThe configuration, when none of those is there.\n'
+    printf 'Its keys: \\fBtaskbox-config\\fR(5).\n'
     printf '.SH SEE ALSO\n%s\n' "$see"
     printf '.PP\nThe README and schemas/ in share/doc/taskbox say the rest.\n'
   } >"$out/$name.1"
@@ -101,10 +102,11 @@ page() {
 
 commands=$("$tb" --help | sed -n '/^commands:/,/^$/p' | sed -n 's/^  \([a-z]*\)  *\(.*\)$/\1\t\2/p')
 see=$(printf '%s\n' "$commands" | cut -f1 | sed 's/^\(.*\)$/\\fBtaskbox-\1\\fR(1)/' | paste -sd, - | sed 's/,/, /g')
-page taskbox "sandboxed agent tasks from Kafka, one namespaced sandbox each" "$see"
+page taskbox "sandboxed agent tasks from Kafka, one namespaced sandbox each" \
+  "$see, \\fBtaskbox-config\\fR(5)"
 printf '%s\n' "$commands" | while IFS="$(printf '\t')" read -r name summary; do
   [ -n "$name" ] || continue
-  page "taskbox-$name" "$summary" '\fBtaskbox\fR(1)' "$name"
+  page "taskbox-$name" "$summary" '\fBtaskbox\fR(1), \fBtaskbox-config\fR(5)' "$name"
 done
 # installed compressed, as Debian's policy has it (-n: no name or time
 # inside, so a rebuild gives the same bytes); the .1 stay for the tests
