@@ -152,7 +152,7 @@ left=""
 while read -r f; do
   [ "$f" = / ] || [ "$f" = /. ] && continue
   case $f in /etc|/usr|/usr/*/|/usr/bin|/usr/lib|/usr/lib/systemd|/usr/lib/systemd/system|\
-    /usr/libexec|/usr/share|/usr/share/doc|/usr/share/man|/usr/share/man/man1|\
+    /usr/libexec|/usr/share|/usr/share/doc|/usr/share/man|/usr/share/man/man1|/usr/share/man/man5|\
     /usr/share/lintian|/usr/share/lintian/overrides|\
     /usr/share/bash-completion|/usr/share/bash-completion/completions|/usr/share/zsh|\
     /usr/share/zsh/site-functions) continue;; esac

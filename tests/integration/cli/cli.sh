@@ -241,6 +241,18 @@ for page in "$man"/taskbox.1 "$man"/taskbox-*.1; do
   if [ -z "$w" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $p: $w"; fi
   if lexgrog "$page" >/dev/null; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL lexgrog $p"; fi
 done
+# ... and the configuration file's, in section 5 (check_config_page.py
+# reads what it says against schemas/config.md)
+page=$man/taskbox-config.5
+if grep -Eq '^\.TH TASKBOX-CONFIG 5 "[0-9]{4}-[0-9]{2}-[0-9]{2}"' "$page" &&
+  (for s in NAME SYNOPSIS DESCRIPTION KEYS EXAMPLE ENVIRONMENT FILES "SEE ALSO"; do
+    grep -q "^\.SH $s\$" "$page" || exit 1; done)
+then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL taskbox-config.5: sections or date missing"; fi
+w=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l "$page" 2>&1 >/dev/null)
+if [ -z "$w" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL taskbox-config.5: $w"; fi
+if lexgrog "$page" >/dev/null; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL lexgrog taskbox-config.5"; fi
+if grep -q 'taskbox-config\\fR(5)' "$man/taskbox-worker.1"; then pass=$((pass + 1)); else
+  fail=$((fail + 1)); echo "FAIL taskbox-worker.1 does not name taskbox-config(5)"; fi
 grep -q '^\.SH EXIT STATUS' "$man/taskbox-status.1" && pass=$((pass + 1)) ||
   { fail=$((fail + 1)); echo "FAIL taskbox-status.1 has no EXIT STATUS"; }
 echo "$pass passed, $fail failed"

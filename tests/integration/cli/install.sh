@@ -27,7 +27,8 @@ for f in bin/taskbox libexec/taskbox/taskbox-sandbox-init libexec/taskbox/taskbo
          lib/systemd/system/taskbox-worker.service share/doc/taskbox/LICENSE \
          share/doc/taskbox/README.md share/doc/taskbox/schemas/task.md \
          share/man/man1/taskbox.1.gz share/man/man1/taskbox-worker.1.gz \
-         share/man/man1/taskbox-submit.1.gz share/doc/taskbox/changelog.gz \
+         share/man/man1/taskbox-submit.1.gz share/man/man1/taskbox-config.1.gz \
+         share/man/man5/taskbox-config.5.gz share/doc/taskbox/changelog.gz \
          share/bash-completion/completions/taskbox share/zsh/site-functions/_taskbox; do
   if [ -e "$prefix/$f" ]; then ok; else bad "not installed: $f"; fi
 done
@@ -42,7 +43,8 @@ for c in $("$prefix/bin/taskbox" --help | sed -n '/^commands:/,/^$/s/^  \([a-z]*
   then ok; else bad "no man page for taskbox $c"; fi
 done
 if command -v man >/dev/null; then
-  warn=$(MANWIDTH=80 man --warnings -l "$prefix"/share/man/man1/*.1.gz 2>&1 >/dev/null)
+  warn=$(MANWIDTH=80 man --warnings -l "$prefix"/share/man/man1/*.1.gz \
+    "$prefix"/share/man/man5/*.5.gz 2>&1 >/dev/null)
   if [ -z "$warn" ]; then ok; else bad "man pages warn: $warn"; fi
 fi
 # bash completes the commands and each command's options
@@ -57,6 +59,12 @@ if complete_words taskbox submit --re | grep -qw -- --recipe; then ok; else
 # files after a value, nothing after a number
 if complete_words taskbox submit - | grep -qw -- -i; then ok; else
   bad "completion of 'taskbox submit -': $(complete_words taskbox submit -)"; fi
+if [ "$(complete_words taskbox config s)" = show ]; then ok; else
+  bad "completion of 'taskbox config s': $(complete_words taskbox config s)"; fi
+if [ "$(complete_words taskbox config show --j)" = --json ]; then ok; else
+  bad "completion of 'taskbox config show --j': $(complete_words taskbox config show --j)"; fi
+if [ "$(complete_words taskbox config check --j)" = "" ]; then ok; else
+  bad "'config check' offers show's --json: $(complete_words taskbox config check --j)"; fi
 if [ "$(complete_words taskbox artifacts g)" = get ]; then ok; else
   bad "completion of 'taskbox artifacts g': $(complete_words taskbox artifacts g)"; fi
 if [ "$(complete_words taskbox artifacts get --ou)" = --output ]; then ok; else
