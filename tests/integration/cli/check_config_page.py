@@ -30,10 +30,13 @@ BAR = "\x01"  # an escaped | inside a table cell, while the row is split
 
 
 def md_text(s):
-    """Markdown inline text as a reader sees it: no backticks, no **, a
-    link's text for the link, the pipe unescaped."""
-    s = s.replace("\\|", "|").replace("`", "").replace("**", "")
-    return re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", s)
+    """Markdown inline text as a reader sees it: code spans as they are,
+    without their backticks; elsewhere no **, a link's text for the link;
+    the pipe unescaped."""
+    parts = s.replace("\\|", "|").split("`")
+    for i in range(0, len(parts), 2):  # outside the code spans
+        parts[i] = re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", parts[i].replace("**", ""))
+    return "".join(parts)
 
 
 def squeezed(s):
