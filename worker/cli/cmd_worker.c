@@ -194,6 +194,7 @@ static void usage(FILE *out)
 		     "  --check   run those checks and ask Kafka, the ledger and the store\n"
 		     "            (5 s each), one line each, then exit: 0 all well, 1 a\n"
 		     "            service does not answer, 3 a configuration refused\n"
+		     "            (`taskbox config check` is the same)\n"
 		     "Exit: 0 stopped, 1 failed, 2 usage, 3 configuration refused.\n");
 }
 
