@@ -18,6 +18,10 @@
 
 #define MAX_PARTITIONS 1024
 #define LEDGER_CHECK_MS 1000
+/* How long an acknowledged attempt waits for a ledger that cannot be
+ * asked (a Redis failover takes some seconds) before its events alone
+ * settle the task, as they do when no ledger is given. */
+#define LEDGER_PATIENCE_MS 15000
 /* A done-marker is written only after the attempt's result event was
  * delivered; this long for it to arrive before the manifest is asked. */
 #define RESULT_GRACE_MS 1500
@@ -26,6 +30,7 @@ typedef struct seen {
 	uint64_t attempt;
 	int64_t last_seq; /* duplicates (producer retries) are skipped */
 	int has_result, acknowledged;
+	uint64_t asking_since; /* acknowledged, the ledger unanswered since */
 	char outcome[32];
 	char reason[512]; /* the result's, else the last error's */
 } seen_t;
@@ -37,7 +42,7 @@ typedef struct follow {
 	size_t nseen;
 	int np;
 	unsigned char eof[MAX_PARTITIONS];
-	uint64_t ledger_at, done_since;
+	uint64_t ledger_at, done_since, asked_at;
 } follow_t;
 
 static const char *str(const json_t *p, const char *k)
@@ -204,17 +209,56 @@ static void settle(follow_t *f, uint64_t attempt, const char *outcome, const cha
 
 /* Whether the acknowledged @p attempt still settles the task: not if the
  * ledger shows it was sent back from the DLQ since, or a newer attempt is
- * done. Without a ledger the events alone decide. */
-static int settles(const follow_t *f, uint64_t attempt)
+ * done. Without a ledger the events alone decide. @return 1 or 0; -1
+ * when the ledger could not be asked (why in @p err). */
+static int settles(const follow_t *f, uint64_t attempt, tb_error_t *err)
 {
 	tb_ledger_t *l = f->o->ledger;
 	tb_ledger_task_t t;
-	tb_error_t err;
 
 	if (!l)
 		return 1;
-	return tb_ledger_inspect(l, f->o->task, &t, &err) == 0 && t.done &&
-	       t.done_attempt == attempt;
+	if (tb_ledger_inspect(l, f->o->task, &t, err) < 0)
+		return -1;
+	return t.done && t.done_attempt == attempt;
+}
+
+/* Asks the ledger whether acknowledged @p s settles the task, and settles
+ * it if so. A ledger that cannot be asked is asked again (confirm_again)
+ * for LEDGER_PATIENCE_MS; after that the events alone settle it, and
+ * stderr says so: the acknowledgement is the worker's word that the
+ * attempt is over, and waiting out the whole timeout would say nothing. */
+static void confirm(follow_t *f, seen_t *s)
+{
+	tb_error_t err;
+	uint64_t now = tb_mono_ms();
+	int yes = settles(f, s->attempt, &err);
+
+	f->asked_at = now;
+	if (yes < 0) {
+		if (!s->asking_since)
+			s->asking_since = now;
+		if (now - s->asking_since < LEDGER_PATIENCE_MS)
+			return;
+		fprintf(stderr,
+			"taskbox: the ledger could not be asked for %d s (%s): task %s is settled "
+			"by its events alone\n",
+			LEDGER_PATIENCE_MS / 1000, err.msg, f->o->task);
+	}
+	s->asking_since = 0;
+	if (yes)
+		settle(f, s->attempt, s->has_result ? s->outcome : "dead-lettered", s->reason);
+}
+
+/* The acknowledged attempts the ledger did not answer for: asked again,
+ * once every LEDGER_CHECK_MS. */
+static void confirm_again(follow_t *f)
+{
+	if (tb_mono_ms() - f->asked_at < LEDGER_CHECK_MS)
+		return;
+	for (size_t i = 0; i < f->nseen && !f->res->settled; i++)
+		if (f->seen[i].acknowledged && f->seen[i].asking_since)
+			confirm(f, &f->seen[i]);
 }
 
 /* What one task's event tells: results, errors, the acknowledgement. */
@@ -234,9 +278,7 @@ static void track(follow_t *f, seen_t *s, const tb_event_t *ev)
 	} else if (ev->type == TB_EV_PHASE &&
 		   !strcmp(str(p, "phase"), tb_phase_name(TB_PHASE_ACKNOWLEDGED))) {
 		s->acknowledged = 1;
-		if (settles(f, s->attempt))
-			settle(f, s->attempt, s->has_result ? s->outcome : "dead-lettered",
-			       s->reason);
+		confirm(f, s);
 	}
 	json_decref(p);
 }
@@ -333,6 +375,24 @@ static void ask_ledger(follow_t *f)
 		       s && s->reason[0] ? s->reason : "see `taskbox dlq list`");
 }
 
+static int all_eof(const follow_t *f)
+{
+	for (int p = 0; p < f->np; p++)
+		if (!f->eof[p])
+			return 0;
+	return 1;
+}
+
+/* A wait for one task, with a ledger: the acknowledged attempts it did
+ * not answer for asked again, and at the end of the topic whether the
+ * task is done. */
+static void consult_ledger(follow_t *f)
+{
+	confirm_again(f);
+	if (!f->res->settled && all_eof(f))
+		ask_ledger(f);
+}
+
 /* Where each partition starts, per o->since_ms. */
 static int start_offsets(rd_kafka_t *c, const char *topic, int np, int64_t since,
 			 rd_kafka_topic_partition_list_t **out, tb_error_t *err)
@@ -407,14 +467,6 @@ static int partitions_of(rd_kafka_t *c, const char *topic, int *np, tb_error_t *
 	if (t)
 		rd_kafka_topic_destroy(t);
 	return rc;
-}
-
-static int all_eof(const follow_t *f)
-{
-	for (int p = 0; p < f->np; p++)
-		if (!f->eof[p])
-			return 0;
-	return 1;
 }
 
 int tb_follow_open_topics(const tb_config_t *cfg, const char *const *topics, size_t ntopics,
@@ -502,8 +554,8 @@ int tb_follow(const tb_config_t *cfg, const tb_follow_opts_t *o, tb_follow_resul
 		} /* other errors are transient: librdkafka retries them */
 		if (m)
 			rd_kafka_message_destroy(m);
-		if (o->task && o->until_settled && o->ledger && !res->settled && all_eof(&f))
-			ask_ledger(&f);
+		if (o->task && o->until_settled && o->ledger && !res->settled)
+			consult_ledger(&f);
 	}
 	free(f.seen);
 	rd_kafka_consumer_close(c);

@@ -10,7 +10,10 @@
  * `acknowledged`; a task submitted again after it was done runs no new
  * attempt at all). The outcome is that of the attempt the done-marker
  * names: its `result` event, else its manifest, else "dead-lettered" when
- * the task was given up with no record.
+ * the task was given up with no record. A ledger that cannot be asked
+ * when the acknowledgement comes (its Redis away, a failover) is asked
+ * again for 15 s; then the events alone settle the task, and stderr
+ * says so.
  */
 #ifndef TB_FOLLOW_H
 #define TB_FOLLOW_H

@@ -462,6 +462,21 @@ expect "replay a task that recorded nothing" 4 "$tmp/norec.out" \
   "$tb" submit --config "$cfg" --replay-from "$id"
 has "and says why" "names no egress recording" "$tmp/norec.out"
 
+# A ledger that cannot be asked (its Redis stopped, a failover under way,
+# a client that reaches only the old master's port): the acknowledged
+# attempt settles the task on its events alone once the ledger has not
+# answered for 15 s, and stderr says so, instead of --wait running out
+# its timeout with a task long done.
+start=$SECONDS
+expect "submit --wait with the ledger unreachable" 0 "$tmp/noledger.out" \
+  env TASKBOX_LEDGER_URL=redis://127.0.0.1:1 "${submit[@]}" --prompt unreachable --wait \
+  --timeout 120
+took=$((SECONDS - start))
+[ "$took" -ge 14 ] && [ "$took" -le 60 ] && ok ||
+  bad "settled without the ledger in $took s, not 15 to 60"
+has "and says the events alone settled it" "is settled by its events alone" "$tmp/noledger.out"
+has "with the task's outcome" "succeeded" "$tmp/noledger.out"
+
 # With no worker, --wait gives up at its timeout and says the task goes on.
 kill "$worker" && wait "$worker"
 expect "submit --wait --timeout with no worker" 8 "$tmp/timeout.out" \
