@@ -829,12 +829,57 @@ def check_kustomization(docs):
 
 # ------------------------------------------------------------------ compose
 
+COMPOSE_VAR = re.compile(r"^\$\{(TASKBOX_\w+):-([^}]+)\}$")
+
+
+def compose_default(v):
+    """A compose value ${TASKBOX_X:-default}: (TASKBOX_X, default); any
+    other value: (None, itself)."""
+    m = COMPOSE_VAR.match(str(v))
+    return (m.group(1), m.group(2)) if m else (None, str(v))
+
+
+def dockerfile_base():
+    """The Dockerfile's default for its BASE build argument."""
+    for i, a in dockerfile_instructions(read("deploy/container/Dockerfile")):
+        if i == "ARG" and a.partition("=")[0].strip() == "BASE":
+            return a.partition("=")[2].strip()
+    return None
+
+
+def check_compose_images(path, svcs):
+    """Every image (and the worker's BASE) may be named by a TASKBOX_*
+    variable that deploy/README.md documents, defaulting to the upstream
+    image, fully qualified (podman resolves no short name without a
+    search registry): the README's way to run the stack where no
+    registry is reachable (tests/deploy/compose_stack.py does so)."""
+    readme, seen = read("deploy/README.md"), set()
+    for n, s in svcs.items():
+        var, image = compose_default(s.get("image", ""))
+        if C.check(var is not None, path, f"service {n}'s image is ${{TASKBOX_..._IMAGE:-...}}",
+                   f"image {s.get('image')}") and var not in seen:
+            seen.add(var)
+            C.check(f"`{var}`" in readme, path, f"{var} is documented in deploy/README.md")
+        if "build" not in s:
+            C.check("." in image.split("/")[0] and "/" in image, path,
+                    f"service {n}'s default image {image} names its registry")
+    for n, s in svcs.items():
+        if "build" not in s:
+            continue
+        var, base = compose_default(s["build"].get("args", {}).get("BASE", ""))
+        C.check(var is not None and f"`{var}`" in readme, path,
+                f"service {n}'s build argument BASE is a documented variable ({var})")
+        C.check(base == dockerfile_base(), path,
+                f"service {n}'s BASE defaults to the Dockerfile's own", f"{base} != {dockerfile_base()}")
+
+
 def check_compose(docs, defaults, drain, version):
     path = "deploy/compose/compose.yaml"
     d = docs.get(path, [None])[0]
     if not C.check(isinstance(d, dict) and "services" in d, path, "has services"):
         return
     svcs = d["services"]
+    check_compose_images(path, svcs)
     workers = {n: s for n, s in svcs.items() if "build" in s}
     if not C.check(len(workers) >= 1, path, "a worker service built from the Dockerfile"):
         return
@@ -851,8 +896,9 @@ def check_compose(docs, defaults, drain, version):
             g = timespan_seconds(str(s.get("stop_grace_period", "10s")))
             C.check(g > drain, path, f"service {n} stop_grace_period ({g:g} s) > the drain timeout ({drain:g} s)")
         if version:
-            C.check(str(s.get("image", "")).endswith(":" + version), path,
-                    f"service {n} image {s.get('image')} is tagged with the project version {version}")
+            image = compose_default(s.get("image", ""))[1]
+            C.check(image.endswith(":" + version), path,
+                    f"service {n} image {image} is tagged with the project version {version}")
         reg = id_registry_dir()
         vols = [v if isinstance(v, str) else f"{v.get('source')}:{v.get('target')}" for v in s.get("volumes", [])]
         C.check(f"{reg}:{reg}" in vols, path, f"service {n} shares the host's id registry {reg} (2 replicas, one host)",
