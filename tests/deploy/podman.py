@@ -123,16 +123,18 @@ def _lock(name):
     return f
 
 
-def base_image(kind, packages=(), hooks=(), change=()):
+def base_image(kind, packages=(), hooks=(), change=(), before=()):
     """A Debian 12 image from the archive: minbase plus @p packages, made
-    once per key. @p change: `podman import --change` instructions
-    (CMD, ...). @return its tag."""
+    once per key. @p hooks: mmdebstrap customize hooks (after the
+    packages), @p before: essential hooks (before them). @p change:
+    `podman import --change` instructions (CMD, ...). @return its tag."""
     hookdir = "/usr/share/mmdebstrap/hooks/merged-usr"
     argv = ["mmdebstrap", "--variant=minbase", "--format=tar", f"--hook-dir={hookdir}",
             "--aptopt=APT::Install-Recommends \"false\""]
     argv += [f"--dpkgopt={o}" for o in DPKG_OPTS]
     if packages:
         argv.append("--include=" + ",".join(sorted(packages)))
+    argv += [f"--essential-hook={h}" for h in before]
     argv += [f"--customize-hook={h}" for h in hooks]
     recipe = json.dumps({"argv": argv, "suite": SUITE, "mirrors": MIRRORS, "change": list(change)})
     key = hashlib.sha256(recipe.encode()).hexdigest()[:16]
