@@ -6,10 +6,9 @@
 #include "proxy_policy.h"
 
 #include "tb/encoding.h"
+#include "tb/fsutil.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -367,28 +366,12 @@ int tb_proxy_secret_load(char **out, const tb_credential_t *cred, tb_error_t *er
 		if (!(buf = strdup(v)))
 			return tb_error_set(err, TB_ENOMEM, "out of memory");
 	} else if (cred->file) {
-		int fd = open(cred->file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-		if (fd < 0)
-			return tb_error_errno(err, errno == ENOENT ? TB_ENOTFOUND : TB_EIO, errno,
-					      "credential: open %s", cred->file);
-		if (!(buf = malloc(TB_PROXY_SECRET_MAX + 2))) {
-			close(fd);
-			return tb_error_set(err, TB_ENOMEM, "out of memory");
-		}
-		while (len < TB_PROXY_SECRET_MAX + 2) {
-			ssize_t got = read(fd, buf + len, TB_PROXY_SECRET_MAX + 2 - len);
-			if (got < 0 && errno == EINTR)
-				continue;
-			if (got < 0) {
-				rc = tb_error_errno(err, TB_EIO, errno, "credential: read %s",
-						    cred->file);
-				break;
-			}
-			if (got == 0)
-				break;
-			len += (size_t)got;
-		}
-		close(fd);
+		/* a newline past the bound is allowed, and taken off below */
+		if ((rc = tb_read_file(cred->file, TB_PROXY_SECRET_MAX + 2, &buf, &len, err)) < 0)
+			return rc == TB_ETOOBIG ? tb_error_set(err, TB_ETOOBIG,
+							       "credential: %s is over %d bytes",
+							       cred->file, TB_PROXY_SECRET_MAX)
+						: tb_error_prefix(err, "credential");
 		if (rc == 0 && len && buf[len - 1] == '\n')
 			len--;
 		if (rc == 0 && len && buf[len - 1] == '\r')
