@@ -9,6 +9,7 @@
 #include "tb/fsutil.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -27,7 +28,6 @@ static int unreserved(unsigned char c)
  * unreserved escapes decoded; *sp then at the '?' or the end. */
 static int path_part(char *path, const char **sp, tb_error_t *err)
 {
-	static const char hex[] = "0123456789ABCDEF";
 	const char *s = *sp;
 	size_t o = 0;
 
@@ -54,6 +54,9 @@ static int path_part(char *path, const char **sp, tb_error_t *err)
 		if (hi < 0 || lo < 0)
 			return tb_error_set(err, TB_EINVAL, "the path holds a bad %%-escape");
 		unsigned char v = (unsigned char)(hi << 4 | lo);
+		/* the escape's digits, in upper case, as said and kept */
+		char h1 = (char)toupper((unsigned char)s[1]),
+		     h2 = (char)toupper((unsigned char)s[2]);
 		/* What a server may decode into a separator or a dot segment
 		 * after the prefix was checked: refused, never guessed at.
 		 * '%' itself ("%252e" is "%2e" once, "." twice), ';' (see
@@ -64,13 +67,13 @@ static int path_part(char *path, const char **sp, tb_error_t *err)
 			return tb_error_set(err, TB_EINVAL,
 					    "the path holds an encoded '/', '\\', '.', '%%', ';', "
 					    "control character or byte above 0x7e (%%%c%c)",
-					    hex[hi], hex[lo]);
+					    h1, h2);
 		if (unreserved(v)) {
 			path[o++] = (char)v;
 		} else {
 			path[o++] = '%';
-			path[o++] = hex[hi];
-			path[o++] = hex[lo];
+			path[o++] = h1;
+			path[o++] = h2;
 		}
 		s += 2;
 	}
