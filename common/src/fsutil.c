@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -65,4 +66,63 @@ int tb_write_all(int fd, const void *data, size_t len)
 		done += (size_t)n;
 	}
 	return 0;
+}
+
+int tb_read_fd(int fd, const char *name, size_t max_bytes, char **buf, size_t *len, tb_error_t *err)
+{
+	/* room for max_bytes + 1 at most, to tell a file over the bound */
+	size_t cap = max_bytes < 4096 ? max_bytes + 1 : 4096, n = 0;
+	char *b = malloc(cap + 1);
+
+	*buf = NULL;
+	*len = 0;
+	while (b) {
+		if (n == cap) {
+			if (n > max_bytes)
+				break;
+			size_t more = cap > (max_bytes + 1) / 2 ? max_bytes + 1 : cap * 2;
+			char *bigger = realloc(b, more + 1);
+			if (!bigger) {
+				free(b);
+				b = NULL;
+				break;
+			}
+			b = bigger, cap = more;
+		}
+		ssize_t got = read(fd, b + n, cap - n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			int e = errno;
+			free(b);
+			return tb_error_errno(err, TB_EIO, e, "%s: read", name);
+		}
+		if (got == 0)
+			break;
+		n += (size_t)got;
+	}
+	if (!b)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	if (n > max_bytes) {
+		free(b);
+		return tb_error_set(err, TB_ETOOBIG, "%s: over %zu bytes", name, max_bytes);
+	}
+	b[n] = '\0';
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
+int tb_read_file(const char *path, size_t max_bytes, char **buf, size_t *len, tb_error_t *err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), rc;
+
+	*buf = NULL;
+	*len = 0;
+	if (fd < 0)
+		return tb_error_errno(err, errno == ENOENT ? TB_ENOTFOUND : TB_EIO, errno, "%s",
+				      path);
+	rc = tb_read_fd(fd, path, max_bytes, buf, len, err);
+	close(fd);
+	return rc;
 }

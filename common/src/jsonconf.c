@@ -8,6 +8,7 @@
  */
 #include "tb/jsonconf.h"
 #include "tb/encoding.h"
+#include "tb/fsutil.h"
 
 #include "tb/json_mpack.h"
 
@@ -218,34 +219,12 @@ cleanup:
 
 int tb_jsonconf_read(char **text, size_t *len, const char *path, tb_error_t *err)
 {
-	FILE *f = fopen(path, "rb");
-	int rc = 0;
+	int rc = tb_read_file(path, CONF_MAX_BYTES, text, len, err);
 
-	*text = NULL;
-	*len = 0;
-	if (!f)
-		return tb_error_errno(err, errno == ENOENT ? TB_ENOTFOUND : TB_EIO, errno, "%s",
-				      path);
-	*text = malloc(CONF_MAX_BYTES + 1);
-	if (!*text) {
-		fclose(f);
-		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	}
-	*len = fread(*text, 1, CONF_MAX_BYTES + 1, f);
-	if (ferror(f))
-		rc = tb_error_errno(err, TB_EIO, errno, "%s: read", path);
-	else if (*len > CONF_MAX_BYTES)
-		rc = tb_error_set(err, TB_ETOOBIG,
-				  "%s: over %u bytes, the most a configuration file may have", path,
-				  CONF_MAX_BYTES);
-	else
-		(*text)[*len] = '\0';
-	fclose(f);
-	if (rc < 0) {
-		free(*text);
-		*text = NULL;
-		*len = 0;
-	}
+	if (rc == TB_ETOOBIG)
+		tb_error_set(err, TB_ETOOBIG,
+			     "%s: over %u bytes, the most a configuration file may have", path,
+			     CONF_MAX_BYTES);
 	return rc;
 }
 

@@ -6,9 +6,7 @@
 #ifndef TB_CMD_H
 #define TB_CMD_H
 
-#include "image.h"
 #include "opts.h"
-#include "recipe.h"
 #include "tb/config.h"
 #include "tb/ledger.h"
 #include "tb/store.h"
@@ -39,15 +37,6 @@ enum {
  */
 int tb_cmd_open_fleet(const char *cmd, const tb_config_t *cfg, tb_ledger_t **ledger,
 		      tb_store_t **store, tb_error_t *err);
-
-/** Opens the recipe cache and the image cache (@p image_bytes at most,
- * giving up on a registry silent for @p stall_seconds) under
- * @p cache_dir. @return 0, or the error (nothing left open). */
-int tb_cmd_open_caches(const char *cache_dir, uint64_t image_bytes, unsigned stall_seconds,
-		       tb_recipe_cache_t **recipes, tb_image_cache_t **images, tb_error_t *err);
-
-/** Closes what tb_cmd_open_caches() opened (either may be NULL). */
-void tb_cmd_close_caches(tb_recipe_cache_t *recipes, tb_image_cache_t *images);
 
 /** Parses a command's arguments from argv[@p first] by @p o's table
  * (opts.h). @return -1 to go on; TB_EXIT_OK once @p usage printed the

@@ -13,28 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-int tb_cmd_open_caches(const char *cache_dir, uint64_t image_bytes, unsigned stall_seconds,
-		       tb_recipe_cache_t **recipes, tb_image_cache_t **images, tb_error_t *err)
-{
-	*recipes = NULL;
-	*images = NULL;
-	if (tb_recipe_cache_open(recipes, cache_dir, err) < 0 ||
-	    tb_image_cache_open(images, cache_dir, image_bytes, err) < 0) {
-		tb_cmd_close_caches(*recipes, *images);
-		*recipes = NULL;
-		*images = NULL;
-		return err->code;
-	}
-	tb_image_cache_set_stall(*images, stall_seconds);
-	return 0;
-}
-
-void tb_cmd_close_caches(tb_recipe_cache_t *recipes, tb_image_cache_t *images)
-{
-	tb_recipe_cache_close(recipes);
-	tb_image_cache_close(images);
-}
-
 static char config_file[4096];
 
 /* Loads @p file (NULL: none), remembering which for tb_cmd_config_file. */

@@ -466,7 +466,6 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 	tb_config_t cfg;
 	tb_store_config_t scfg = { 0 };
 	pthread_t thread;
-	const char *init_path;
 	int rc = TB_EXIT_FAILURE;
 
 	tb_log_set_level(TB_LOG_WARN);
@@ -528,17 +527,21 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 	}
 	free(cfg.runtimes_dir);
 	free(cfg.work_dir);
+	free(cfg.cache_dir);
 	cfg.runtimes_dir = strdup(runtimes);
 	cfg.work_dir = strdup(work);
+	cfg.cache_dir = strdup(cache);
+	cfg.image_cache_mb = 1024;
+	cfg.image_stall_seconds = 30;
 	cfg.slots = 2;
 	scfg.url = store_url;
+	d.deps.cfg = &cfg;
+	d.deps.worker_id = "demo-worker";
+	d.deps.group = "tbdemo";
 	if (tb_kafka_mock_start(&mock, 1, topics, 3, &d.err) < 0 ||
 	    tb_store_open(&d.deps.store, &scfg, &d.err) < 0 ||
 	    tb_ledger_memory_open(&d.deps.ledger, "demo", &d.err) < 0 ||
-	    tb_cmd_open_caches(cache, 1ull << 30, 30, &d.deps.recipes, &d.deps.images, &d.err) <
-		0 ||
-	    tb_seccomp_compile((tb_seccomp_t **)&d.deps.policy, &d.err) < 0 ||
-	    tb_sandbox_find_init(&init_path, &d.err) < 0 ||
+	    tb_worker_open(&d.deps, TB_WORKER_OPEN_SWEEP, &d.err) < 0 ||
 	    tb_kafka_producer_new(&producer, tb_kafka_mock_bootstraps(mock), NULL, &d.err) < 0) {
 		fprintf(stderr, "taskbox demo: %s\n", d.err.msg);
 		goto cleanup;
@@ -571,12 +574,8 @@ static int demo_full(const char *recipe_src, const char *chat_src, int keep)
 	}
 	rd_kafka_flush(producer, 10000);
 
-	d.deps.cfg = &cfg;
 	d.deps.brokers = tb_kafka_mock_bootstraps(mock);
-	d.deps.worker_id = "demo-worker";
-	d.deps.group = "tbdemo";
 	d.expect = (uint64_t)nmsgs;
-	tb_sandbox_sweep(work, "tbdemo", &d.err);
 	printf("\nA worker with %llu slots runs them; the events topic, live:\n",
 	       (unsigned long long)cfg.slots);
 	pthread_create(&thread, NULL, demo_worker, &d);
@@ -607,8 +606,7 @@ cleanup:
 	tb_store_close(d.deps.store);
 	if (d.deps.ledger)
 		tb_ledger_close(d.deps.ledger);
-	tb_cmd_close_caches(d.deps.recipes, d.deps.images);
-	tb_seccomp_free((tb_seccomp_t *)d.deps.policy);
+	tb_worker_close(&d.deps);
 out:
 	for (int i = 0; i < DEMO_MSGS; i++)
 		msgpack_sbuffer_destroy(&v[i]);

@@ -7,6 +7,7 @@
 #include "cmd.h"
 
 #include "tb/encoding.h"
+#include "tb/fsutil.h"
 #include "tb/codec.h"
 #include "tb/config.h"
 #include "tb/json_mpack.h"
@@ -14,10 +15,10 @@
 #include "tb/recipe_manifest.h"
 #include "tb/runtime.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define INPUT_MAX (32u << 20)
 
@@ -40,37 +41,14 @@ static void usage(FILE *out)
 /* Reads all of @p path ("-" or NULL: stdin), at most INPUT_MAX bytes. */
 static int slurp(char **out, size_t *len, const char *path)
 {
-	FILE *f = (!path || strcmp(path, "-") == 0) ? stdin : fopen(path, "rb");
-	size_t cap = 1 << 16, n = 0;
-	char *buf;
+	tb_error_t err;
+	int rc = (!path || strcmp(path, "-") == 0)
+		     ? tb_read_fd(STDIN_FILENO, "stdin", INPUT_MAX, out, len, &err)
+		     : tb_read_file(path, INPUT_MAX, out, len, &err);
 
-	if (!f) {
-		fprintf(stderr, "taskbox schema: %s: %s\n", path, strerror(errno));
-		return -1;
-	}
-	buf = malloc(cap);
-	while (buf) {
-		n += fread(buf + n, 1, cap - n, f);
-		if (n < cap || cap >= INPUT_MAX)
-			break;
-		char *bigger = realloc(buf, cap * 2);
-		if (!bigger) {
-			free(buf);
-			buf = NULL;
-			break;
-		}
-		buf = bigger, cap *= 2;
-	}
-	if (f != stdin)
-		fclose(f);
-	if (!buf || n >= INPUT_MAX) {
-		fprintf(stderr, "taskbox schema: %s: input too large or out of memory\n",
-			path ? path : "stdin");
-		free(buf);
-		return -1;
-	}
-	*out = buf, *len = n;
-	return 0;
+	if (rc < 0)
+		fprintf(stderr, "taskbox schema: %s\n", err.msg);
+	return rc < 0 ? -1 : 0;
 }
 
 /* Turns hexadecimal text (whitespace ignored) into bytes, in place. */

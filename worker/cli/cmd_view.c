@@ -10,6 +10,7 @@
 #include "index.h"
 #include "live.h"
 #include "server.h"
+#include "tb/clock.h"
 
 #include <malloc.h>
 #include <signal.h>
@@ -89,7 +90,7 @@ int tb_cmd_view(int argc, char **argv)
 	if (tb_cmd_open_fleet("view", &cfg, &ledger, &store, &err) != TB_EXIT_OK)
 		fprintf(stderr, "taskbox view: %s (no manifests or downloads)\n", err.msg);
 	int64_t since =
-	    since_s ? (int64_t)time(NULL) * 1000 - (int64_t)since_s * 1000 : TB_FOLLOW_BEGINNING;
+	    since_s ? (int64_t)tb_wall_ms() - (int64_t)since_s * 1000 : TB_FOLLOW_BEGINNING;
 	if (tb_view_index_new(&index, (size_t)max_tasks, &err) < 0 ||
 	    !(live = tb_view_live_new(MAX_WATCHING)) ||
 	    tb_view_feed_start(&feed, &cfg, since, index, live, &err) < 0) {

@@ -1,26 +1,22 @@
 /*
- * cmd_worker.c: `taskbox worker`: load the configuration, open what the
- * worker uses (artifact store, ledger, recipe cache, seccomp policy),
- * remove what a dead worker of the same id left behind, and run the loop
- * until SIGTERM or SIGINT, which let running attempts finish first.
+ * cmd_worker.c: `taskbox worker`: load the configuration, open the
+ * artifact store and the ledger, then the worker itself (tb_worker_open:
+ * caches, seccomp policy, init, what a dead worker of the same id left
+ * behind removed), check what it was given, and run the loop until
+ * SIGTERM or SIGINT, which let running attempts finish first.
  */
 #include "cmd.h"
-
-#include "block_cache.h"
-#include "lazy_fs.h"
 
 #include "tb/fault.h"
 #include "metrics_http.h"
 #include "preflight.h"
 #include "tb/metrics.h"
 #include "sandbox.h"
-#include "sandbox_ids.h"
 #include "tb/kafka.h"
 #include "tb/log.h"
 #include "worker.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,36 +43,6 @@ static void on_signal(int sig)
 	if (stop)
 		_exit(TB_EXIT_FAILURE);
 	stop = 1;
-}
-
-/* Every sandbox needs a range of host ids from the host's registry
- * (sandbox_ids.h): one that cannot be taken at start is said now, naming
- * the path, not at the first task. */
-static int check_id_registry(tb_error_t *err)
-{
-	tb_idrange_t probe;
-	int rc = tb_idrange_claim(&probe, err);
-
-	if (rc < 0)
-		return tb_error_prefix(err,
-				       "sandbox id registry (the host's %s, shared by "
-				       "every worker on the host; see deploy/README.md)",
-				       TB_SANDBOX_ID_REGISTRY);
-	tb_idrange_release(&probe);
-	return 0;
-}
-
-/* What a dead worker with this id left (sandboxes, cgroups, mounts). */
-static void sweep(const char *work_dir, const char *group, const char *id)
-{
-	tb_error_t err;
-	int swept = tb_sandbox_sweep(work_dir, group, &err);
-
-	if (swept > 0)
-		tb_warn(NULL, "removed %d sandboxes a dead worker %s left behind", swept, id);
-	else if (swept < 0)
-		tb_warn(NULL, "could not remove all that a dead worker %s left behind: %s", id,
-			err.msg);
 }
 
 /* What a worker checks before it joins its group, whatever follows: the
@@ -148,19 +114,15 @@ static int check_services(const tb_worker_deps_t *d)
 	return bad ? TB_EXIT_FAILURE : TB_EXIT_OK;
 }
 
-/* What comes before the group is joined: what a dead worker of this id
- * left swept, then preflight(); with --check, the services asked.
- * @return an exit code to end with, or -1 to go on. */
-static int before_joining(tb_worker_deps_t *d, int check, char *group, size_t grouplen)
+/* What comes before the group is joined, once tb_worker_open() swept
+ * what a dead worker of this id left: preflight(); with --check, the
+ * services asked. @return an exit code to end with, or -1 to go on. */
+static int before_joining(tb_worker_deps_t *d, int check)
 {
 	const tb_config_t *cfg = d->cfg;
 	tb_error_t err;
 	int rc = -1;
 
-	if (check) /* a group of its own: a live worker of this id is not ours to sweep */
-		snprintf(group, grouplen, "tb-check-%d", (int)getpid());
-	else
-		sweep(cfg->work_dir, group, d->worker_id);
 	if (preflight(d, check, &err) < 0) {
 		fprintf(stderr, "taskbox %s: refused: %s\n", me, err.msg);
 		rc = TB_EXIT_CONFIG;
@@ -170,7 +132,7 @@ static int before_joining(tb_worker_deps_t *d, int check, char *group, size_t gr
 		       cfg->work_dir);
 		rc = check_services(d);
 	}
-	if (check && tb_sandbox_sweep(cfg->work_dir, group, &err) < 0)
+	if (check && tb_sandbox_sweep(cfg->work_dir, d->group, &err) < 0)
 		tb_warn(NULL, "cleaning up after the check: %s", err.msg);
 	return rc;
 }
@@ -216,36 +178,6 @@ static void names(const tb_config_t *cfg, char *id, size_t idlen, char *group, s
 			*c = '_';
 }
 
-/* The cache of lazy inputs' blocks (cache_dir/inputs), where this worker
- * can serve FUSE (it opens /dev/fuse: the fuse module, root); without it
- * every input is downloaded whole, and the log says why. */
-static void open_input_cache(const tb_config_t *cfg, tb_block_cache_t **out)
-{
-	char dir[4200];
-	tb_error_t err;
-	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
-
-	*out = NULL;
-	if (fd < 0) {
-		tb_warn(NULL, "inputs are downloaded whole here: /dev/fuse: %s", strerror(errno));
-		return;
-	}
-	close(fd);
-	/* the whole way once: a kernel or container may refuse the mount */
-	tb_lazy_fs_conf_t probe = { 0 };
-	tb_lazy_fs_t *fs;
-	int mfd;
-	if (tb_lazy_fs_start(&fs, &probe, &mfd, &err) < 0) {
-		tb_warn(NULL, "inputs are downloaded whole here: %s", err.msg);
-		return;
-	}
-	close(mfd);
-	tb_lazy_fs_stop(fs);
-	snprintf(dir, sizeof(dir), "%s/inputs", cfg->cache_dir);
-	if (tb_block_cache_open(out, dir, cfg->input_cache_mb << 20, &err) < 0)
-		tb_warn(NULL, "inputs are downloaded whole here: %s", err.msg);
-}
-
 /* The worker's end: what tb_worker_run() returned (@p rc) said, its own
  * cgroup directories removed once every sandbox is gone. @return the
  * exit code. */
@@ -281,7 +213,6 @@ static int run(const char *path, int check)
 	tb_worker_stats_t stats;
 	char id[160], group[200];
 	tb_metrics_server_t *metrics = NULL;
-	const char *init_path;
 	tb_config_t cfg;
 	tb_error_t err;
 	int rc = TB_EXIT_CONFIG;
@@ -324,24 +255,22 @@ static int run(const char *path, int check)
 	if (metrics)
 		tb_info(NULL, "metrics on %s, port %u: GET /metrics", cfg.metrics_listen,
 			tb_metrics_port(metrics));
-	if (tb_store_open(&d.store, &cfg.store, &err) < 0 ||
-	    tb_ledger_open(&d.ledger, cfg.ledger.url, cfg.ledger.prefix, id, &err) < 0 ||
-	    tb_cmd_open_caches(cfg.cache_dir, cfg.image_cache_mb << 20,
-			       (unsigned)cfg.image_stall_seconds, &d.recipes, &d.images,
-			       &err) < 0 ||
-	    tb_seccomp_compile((tb_seccomp_t **)&d.policy, &err) < 0 ||
-	    tb_sandbox_find_init(&init_path, &err) < 0 || check_id_registry(&err) < 0) {
-		fprintf(stderr, "taskbox %s: %s\n", me, err.msg);
-		goto cleanup;
-	}
+	if (check) /* a group of its own: a live worker of this id is not ours to sweep */
+		snprintf(group, sizeof(group), "tb-check-%d", (int)getpid());
 	d.cfg = &cfg;
 	d.brokers = cfg.kafka.brokers;
 	d.worker_id = id;
 	d.group = group;
 	d.drain_ms = cfg.drain_seconds * 1000;
-	if ((rc = before_joining(&d, check, group, sizeof(group))) >= 0)
+	if (tb_store_open(&d.store, &cfg.store, &err) < 0 ||
+	    tb_ledger_open(&d.ledger, cfg.ledger.url, cfg.ledger.prefix, id, &err) < 0 ||
+	    tb_worker_open(&d, check ? 0 : TB_WORKER_OPEN_SWEEP | TB_WORKER_OPEN_INPUTS, &err) <
+		0) {
+		fprintf(stderr, "taskbox %s: %s\n", me, err.msg);
 		goto cleanup;
-	open_input_cache(&cfg, &d.input_cache);
+	}
+	if ((rc = before_joining(&d, check)) >= 0)
+		goto cleanup;
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
 	tb_info(NULL, "worker %s: store %s, ledger %s", id, tb_store_describe(d.store),
@@ -353,9 +282,7 @@ cleanup:
 	tb_store_close(d.store);
 	if (d.ledger)
 		tb_ledger_close(d.ledger);
-	tb_cmd_close_caches(d.recipes, d.images);
-	tb_block_cache_close(d.input_cache);
-	tb_seccomp_free((tb_seccomp_t *)d.policy);
+	tb_worker_close(&d);
 out:
 	tb_kafka_on_lag(NULL);
 	tb_metrics_stop(metrics);

@@ -91,24 +91,22 @@ static void entry(struct archive *a, const char *name, const void *data, size_t 
 static int layer(const char *program, char **out, size_t *len, tb_error_t *err)
 {
 	static const char name[] = "the taskbox demo image\n";
-	size_t cap = AGENT_MAX + (1u << 20), used = 0;
-	char *bin = malloc(AGENT_MAX), *buf = malloc(cap);
-	int fd = open(program, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 && bin ? read(fd, bin, AGENT_MAX) : -1;
+	size_t cap = AGENT_MAX + (1u << 20), used = 0, n;
+	char *bin, *buf;
 
-	if (fd >= 0)
-		close(fd);
-	if (n <= 0 || n == (ssize_t)AGENT_MAX || !buf) {
+	if (tb_read_file(program, AGENT_MAX - 1, &bin, &n, err) < 0)
+		return tb_error_prefix(err, "demo image");
+	if (!n || !(buf = malloc(cap))) {
 		free(bin);
-		free(buf);
-		return tb_error_errno(err, TB_EIO, errno, "demo image: reading %s", program);
+		return tb_error_set(err, TB_EIO, "demo image: %s: %s", program,
+				    n ? "out of memory" : "empty");
 	}
 	struct archive *a = archive_write_new();
 	archive_write_set_format_pax_restricted(a);
 	archive_write_add_filter_gzip(a);
 	archive_write_open_memory(a, buf, cap, &used);
 	entry(a, "bin/", NULL, 0, 0755);
-	entry(a, "bin/demo", bin, (size_t)n, 0755);
+	entry(a, "bin/demo", bin, n, 0755);
 	entry(a, "etc/", NULL, 0, 0755);
 	entry(a, "etc/image-name", name, sizeof(name) - 1, 0644);
 	entry(a, "tmp/", NULL, 0, 01777);

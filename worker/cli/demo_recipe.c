@@ -5,6 +5,8 @@
  */
 #include "demo_recipe.h"
 
+#include "tb/fsutil.h"
+
 #include <ftw.h>
 #include <git2.h>
 #include <stdio.h>
@@ -16,26 +18,23 @@ static git_index *walk_index;
 static git_repository *walk_repo;
 static size_t walk_root_len;
 static int walk_failed;
+static tb_error_t walk_err; /* a file that could not be read */
 
 static int add_file(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
 	git_index_entry e;
-	FILE *f;
 	char *buf;
+	size_t n;
 
 	(void)ftw;
 	if (type == FTW_D && strstr(path + walk_root_len, "/.git") == path + walk_root_len)
 		return FTW_SKIP_SUBTREE;
 	if (type != FTW_F || st->st_size > (8 << 20))
 		return 0;
-	if (!(f = fopen(path, "rb")) || !(buf = malloc((size_t)st->st_size + 1))) {
-		if (f)
-			fclose(f);
+	if (tb_read_file(path, 8 << 20, &buf, &n, &walk_err) < 0) {
 		walk_failed = 1;
 		return FTW_STOP;
 	}
-	size_t n = fread(buf, 1, (size_t)st->st_size, f);
-	fclose(f);
 	memset(&e, 0, sizeof(e));
 	e.mode = st->st_mode & 0111 ? GIT_FILEMODE_BLOB_EXECUTABLE : GIT_FILEMODE_BLOB;
 	e.path = path + walk_root_len + 1;
@@ -73,8 +72,12 @@ int tb_demo_recipe_commit(const char *src_dir, const char *git_dir, char *url, s
 	walk_repo = repo;
 	walk_root_len = strlen(src_dir);
 	walk_failed = 0;
+	walk_err.msg[0] = '\0';
 	if (nftw(src_dir, add_file, 16, FTW_PHYS | FTW_ACTIONRETVAL) < 0 || walk_failed) {
-		rc = tb_error_set(err, TB_EIO, "demo recipe: cannot read %s", src_dir);
+		if (walk_err.msg[0])
+			rc = tb_error_set(err, TB_EIO, "demo recipe: %s", walk_err.msg);
+		else
+			rc = tb_error_set(err, TB_EIO, "demo recipe: cannot read %s", src_dir);
 		goto out;
 	}
 	if (git_index_write_tree_to(&tree_id, walk_index, repo) < 0 ||

@@ -6,10 +6,10 @@
 #include "proxy_policy.h"
 
 #include "tb/encoding.h"
+#include "tb/fsutil.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
+#include <ctype.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -28,7 +28,6 @@ static int unreserved(unsigned char c)
  * unreserved escapes decoded; *sp then at the '?' or the end. */
 static int path_part(char *path, const char **sp, tb_error_t *err)
 {
-	static const char hex[] = "0123456789ABCDEF";
 	const char *s = *sp;
 	size_t o = 0;
 
@@ -55,6 +54,9 @@ static int path_part(char *path, const char **sp, tb_error_t *err)
 		if (hi < 0 || lo < 0)
 			return tb_error_set(err, TB_EINVAL, "the path holds a bad %%-escape");
 		unsigned char v = (unsigned char)(hi << 4 | lo);
+		/* the escape's digits, in upper case, as said and kept */
+		char h1 = (char)toupper((unsigned char)s[1]),
+		     h2 = (char)toupper((unsigned char)s[2]);
 		/* What a server may decode into a separator or a dot segment
 		 * after the prefix was checked: refused, never guessed at.
 		 * '%' itself ("%252e" is "%2e" once, "." twice), ';' (see
@@ -65,13 +67,13 @@ static int path_part(char *path, const char **sp, tb_error_t *err)
 			return tb_error_set(err, TB_EINVAL,
 					    "the path holds an encoded '/', '\\', '.', '%%', ';', "
 					    "control character or byte above 0x7e (%%%c%c)",
-					    hex[hi], hex[lo]);
+					    h1, h2);
 		if (unreserved(v)) {
 			path[o++] = (char)v;
 		} else {
 			path[o++] = '%';
-			path[o++] = hex[hi];
-			path[o++] = hex[lo];
+			path[o++] = h1;
+			path[o++] = h2;
 		}
 		s += 2;
 	}
@@ -367,28 +369,12 @@ int tb_proxy_secret_load(char **out, const tb_credential_t *cred, tb_error_t *er
 		if (!(buf = strdup(v)))
 			return tb_error_set(err, TB_ENOMEM, "out of memory");
 	} else if (cred->file) {
-		int fd = open(cred->file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-		if (fd < 0)
-			return tb_error_errno(err, errno == ENOENT ? TB_ENOTFOUND : TB_EIO, errno,
-					      "credential: open %s", cred->file);
-		if (!(buf = malloc(TB_PROXY_SECRET_MAX + 2))) {
-			close(fd);
-			return tb_error_set(err, TB_ENOMEM, "out of memory");
-		}
-		while (len < TB_PROXY_SECRET_MAX + 2) {
-			ssize_t got = read(fd, buf + len, TB_PROXY_SECRET_MAX + 2 - len);
-			if (got < 0 && errno == EINTR)
-				continue;
-			if (got < 0) {
-				rc = tb_error_errno(err, TB_EIO, errno, "credential: read %s",
-						    cred->file);
-				break;
-			}
-			if (got == 0)
-				break;
-			len += (size_t)got;
-		}
-		close(fd);
+		/* a newline past the bound is allowed, and taken off below */
+		if ((rc = tb_read_file(cred->file, TB_PROXY_SECRET_MAX + 2, &buf, &len, err)) < 0)
+			return rc == TB_ETOOBIG ? tb_error_set(err, TB_ETOOBIG,
+							       "credential: %s is over %d bytes",
+							       cred->file, TB_PROXY_SECRET_MAX)
+						: tb_error_prefix(err, "credential");
 		if (rc == 0 && len && buf[len - 1] == '\n')
 			len--;
 		if (rc == 0 && len && buf[len - 1] == '\r')

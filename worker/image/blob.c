@@ -4,11 +4,13 @@
 #include "blob.h"
 
 #include "tb/encoding.h"
+#include "tb/fsutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,30 +167,16 @@ int tb_blob_have(int dir, const char *digest)
 int tb_blob_read(int dir, const char *digest, uint64_t max, char **out, size_t *len,
 		 tb_error_t *err)
 {
-	int fd = openat(dir, digest + 7, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	struct stat st;
-	char *buf;
+	int fd = openat(dir, digest + 7, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc;
+	char name[64];
 
-	if (fd < 0 || fstat(fd, &st) < 0) {
-		int e = errno;
-		if (fd >= 0)
-			close(fd);
-		return tb_error_errno(err, TB_EIO, e, "image cache: blob %.20s", digest);
-	}
-	if ((uint64_t)st.st_size > max || !(buf = malloc((size_t)st.st_size + 1))) {
-		close(fd);
-		return tb_error_set(err, TB_ETOOBIG, "image cache: blob %.20s is over %llu bytes",
-				    digest, (unsigned long long)max);
-	}
-	ssize_t n = pread(fd, buf, (size_t)st.st_size, 0);
+	if (fd < 0)
+		return tb_error_errno(err, TB_EIO, errno, "image cache: blob %.20s", digest);
+	snprintf(name, sizeof(name), "image cache: blob %.20s", digest);
+	rc = tb_read_fd(fd, name, max > SIZE_MAX - 1 ? SIZE_MAX - 1 : (size_t)max, out, len, err);
 	close(fd);
-	if (n != st.st_size) {
-		free(buf);
-		return tb_error_errno(err, TB_EIO, errno, "image cache: reading blob %.20s",
-				      digest);
-	}
-	buf[n] = '\0';
-	*out = buf;
-	*len = (size_t)n;
-	return 0;
+	if (rc == TB_ETOOBIG)
+		tb_error_set(err, TB_ETOOBIG, "image cache: blob %.20s is over %llu bytes", digest,
+			     (unsigned long long)max);
+	return rc;
 }

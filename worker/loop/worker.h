@@ -64,6 +64,33 @@ typedef struct tb_worker_stats {
 int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64_t max_finished,
 		  tb_worker_stats_t *stats, tb_error_t *err);
 
+/* What tb_worker_open() does besides what every worker needs. */
+enum {
+	TB_WORKER_OPEN_SWEEP = 1u << 0,  /* first remove what a dead worker of d->group left */
+	TB_WORKER_OPEN_INPUTS = 1u << 1, /* the lazy inputs' block cache, where FUSE serves */
+};
+
+/**
+ * Opens what a worker runs with, from its configuration (@p d->cfg; the
+ * caller has set cfg, brokers, worker_id, group, and opened the store and
+ * the ledger): the recipe and image caches under cfg->cache_dir (bounded
+ * by image_cache_mb, image_stall_seconds), the seccomp policy, the
+ * sandbox's init program found, one range of the host's ids claimed and
+ * given back (a registry that cannot give one is said now, not at the
+ * first task); with @p what's TB_WORKER_OPEN_SWEEP what a dead worker of
+ * the same group left removed (said in the log), with
+ * TB_WORKER_OPEN_INPUTS the lazy inputs' cache under cache_dir/inputs
+ * where FUSE can be served (else the log says why inputs are downloaded
+ * whole). `taskbox worker`, its checks and `taskbox demo` all open a
+ * worker this way.
+ * @return 0, or < 0 with why in @p err (nothing left open)
+ */
+int tb_worker_open(tb_worker_deps_t *d, unsigned what, tb_error_t *err);
+
+/** Closes what tb_worker_open() opened (not the store or the ledger);
+ * again, or after a failed open, does nothing. */
+void tb_worker_close(tb_worker_deps_t *d);
+
 /**
  * Builds one throwaway sandbox as a task's would be built (under
  * cfg->work_dir, in the worker's cgroup @p d->group, with @p d->policy)

@@ -1,5 +1,5 @@
 /*
- * agent.c: the "running" phase (run.h): the agent started in the sandbox
+ * agent.c: the "running" phase (run_int.h): the agent started in the sandbox
  * with its environment, its prompt (or, interactive, its turns: turns.h),
  * each line it writes on fd 3 made an event, and its end.
  */

@@ -1,5 +1,5 @@
 /*
- * egress_run.c: the attempt's way out (run.h): its proxy, started with
+ * egress_run.c: the attempt's way out (run_int.h): its proxy, started with
  * the attempt's budgets and the worker's rate limits; when one of the
  * runtime's endpoints records, the egress recording (recording.h,
  * schemas/recording.md) it keeps in memory until it is stored beside the
@@ -9,7 +9,7 @@
 #include "inputs.h"
 #include "recording.h"
 #include "replay.h"
-#include "run.h"
+#include "run_int.h"
 
 #include "tb/clock.h"
 

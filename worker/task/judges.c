@@ -1,10 +1,10 @@
 /*
- * judges.c: the "judged" phase, one judge at a time (run.h): its own
+ * judges.c: the "judged" phase, one judge at a time (run_int.h): its own
  * sealed copy of the conversation, its own uid and view of the sandbox,
  * nothing of it left running when its output is read, and its verdict
  * kept to be put beside the record.
  */
-#include "run.h"
+#include "run_int.h"
 
 #include "tb/clock.h"
 #include "tb/fsutil.h"

@@ -1,9 +1,9 @@
 /*
  * lifecycle.c: the phases of one attempt, in order (lifecycle.h); each
- * phase's work is in the file run.h names for it. The sandbox's teardown
+ * phase's work is in the file run_int.h names for it. The sandbox's teardown
  * runs on a thread of its own beside the record's puts.
  */
-#include "run.h"
+#include "run_int.h"
 
 #include "collect.h"
 #include "tb/clock.h"

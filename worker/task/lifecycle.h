@@ -13,7 +13,7 @@
  * every event goes to the sink with (task, attempt, seq, ts, source)
  * stamped. Receiving, claiming (the ledger) and acknowledging (the
  * watermark) are the caller's: this module runs a task it was given and
- * says how it ended. Its files are listed in run.h.
+ * says how it ended. Its files are listed in run_int.h.
  */
 #ifndef TB_LIFECYCLE_H
 #define TB_LIFECYCLE_H

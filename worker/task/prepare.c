@@ -1,10 +1,10 @@
 /*
- * prepare.c: the "prepared" phase (run.h): the runtime by name, the recipe
+ * prepare.c: the "prepared" phase (run_int.h): the runtime by name, the recipe
  * at its pinned commit, the limits, the inputs, the environment's image
  * when one is named, and the sandbox, from the pool when the worker keeps
  * one (keyed by image: sandbox_pool.h).
  */
-#include "run.h"
+#include "run_int.h"
 
 #include "inputs.h"
 #include "tb/clock.h"

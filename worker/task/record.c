@@ -1,11 +1,11 @@
 /*
  * record.c: a run's events, as the worker stamps, records and sends them
- * (run.h). The conversation is kept twice while the attempt runs, both in
+ * (run_int.h). The conversation is kept twice while the attempt runs, both in
  * memfds: as the MessagePack record saved to the store (schemas/keys.md),
  * and as JSON lines for the judges' standard input. Nothing grows in the
  * worker's heap with the conversation's length.
  */
-#include "run.h"
+#include "run_int.h"
 
 #include "tb/clock.h"
 #include "tb/fault.h"

@@ -4,7 +4,7 @@
 #ifndef TB_TURNS_H
 #define TB_TURNS_H
 
-#include "run.h"
+#include "run_int.h"
 
 /*
  * An interactive task's side of the agent: the prompts go to its input one

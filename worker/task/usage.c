@@ -8,7 +8,7 @@
  * while the agent runs, usage events say them so far (agent.c), so that
  * an attempt whose worker is killed leaves its figures up to its last one.
  */
-#include "run.h"
+#include "run_int.h"
 
 #include "tb/clock.h"
 #include "tb/json_mpack.h"

@@ -8,6 +8,7 @@
 #include "assets.h"
 #include "fleet.h"
 #include "history.h"
+#include "tb/clock.h"
 
 #include "tb/codec.h"
 #include "tb/encoding.h"
@@ -351,8 +352,7 @@ static enum MHD_Result fleet(tb_view_server_t *s, struct MHD_Connection *c)
 
 	tb_view_feed_state(s->c.feed, &caught_up, &messages, &skipped);
 	json_t *j = json_object();
-	json_object_set_new(j, "rates",
-			    tb_view_index_rates(s->c.index, (int64_t)time(NULL) * 1000, 60));
+	json_object_set_new(j, "rates", tb_view_index_rates(s->c.index, (int64_t)tb_wall_ms(), 60));
 	json_t *workers = json_array();
 	if (s->c.ledger) {
 		char **infos = NULL;

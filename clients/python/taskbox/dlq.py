@@ -1,5 +1,5 @@
 """The dead-letter topic (schemas/dlq.md), read as `taskbox dlq list`
-reads it (worker/cli/actions.c, tb_dlq_each; keep the two in step):
+reads it (worker/client/actions.c, tb_dlq_each; keep the two in step):
 without joining a group, every partition from its oldest record (or one
 partition from one offset) to its end, each record decoded and checked.
 Sending one back is Client.send_back (`taskbox dlq send`).

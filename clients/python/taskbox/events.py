@@ -1,5 +1,5 @@
 """Following one task's events, as ``taskbox watch TASK`` does
-(worker/cli/follow.c; keep the two in step).
+(worker/client/follow.c; keep the two in step).
 
 The events topic is read without joining a group (every partition
 assigned by hand, nothing committed) from a point in time or its start.

@@ -1,6 +1,6 @@
 """The task a replay sends (schemas/task.md, "Replay"), as `taskbox
-submit --replay-from` builds it (worker/cli/submit_replay.c; keep the two
-in step): the earlier task as its egress recording keeps it (the
+submit --replay-from` builds it (worker/client/submit_replay.c; keep the
+two in step): the earlier task as its egress recording keeps it (the
 recording's header, schemas/recording.md), with no id or submitted_at,
 ``replay_from`` naming it and ``replay.attempt`` pinning the attempt
 whose recording answers, on another recipe commit when one is given.

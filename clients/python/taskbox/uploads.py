@@ -1,6 +1,6 @@
 """Files from this machine into the store under keys named by their
 content (schemas/keys.md, "Uploads"), exactly as `taskbox artifacts put`
-and `taskbox submit --input NAME=@PATH` put them (worker/cli/uploads.c;
+and `taskbox submit --input NAME=@PATH` put them (worker/client/uploads.c;
 keep the two in step): the same keys (``uploads/<sha256>``), the same
 checksums as metadata, the same block list at ``blocks/<sha256>``, the
 same names, and nothing sent for content that is there already.

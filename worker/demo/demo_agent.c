@@ -1,6 +1,6 @@
 /*
  * demo_agent.c: taskbox-demo-agent, the one program in the image the demo
- * builds (demo_image.c): an image root holds nothing the host has, so its
+ * builds (cli/demo_image.c): an image root holds nothing the host has, so its
  * agent and judge are this static, libc-only program.
  *
  *   demo-agent          the agent: reads its prompt, writes

@@ -1,7 +1,8 @@
 /*
  * follow.h: reading the events topic as a person or a script does: every
  * task's events from some point on, or one task's until it is settled.
- * Used by `taskbox watch`, `taskbox submit --wait` and the demo.
+ * Used by `taskbox watch`, `taskbox submit --wait`, the demo and
+ * `taskbox view` (its feed, a task's history read again).
  *
  * A task is settled when the attempt that settles its message says so
  * (its `acknowledged` phase event), or, when a ledger is given, when the

@@ -1,7 +1,7 @@
 /*
  * fleet.c: what the whole fleet looks like from outside: the consumer
  * group's progress on the tasks topic, and the DLQ's size. Read by
- * `taskbox status` and `taskbox top`; changes nothing.
+ * `taskbox status`, `taskbox top` and `taskbox view`; changes nothing.
  */
 #include "fleet.h"
 

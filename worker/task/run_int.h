@@ -1,5 +1,5 @@
 /*
- * run.h: one attempt as it runs, shared by the files that do its phases
+ * run_int.h: one attempt as it runs, shared by the files that do its phases
  * (private to worker/task/; lifecycle.h is the public face):
  *
  *   record.c    events: stamped, recorded, sent; phases; the judges'
@@ -15,8 +15,8 @@
  * Everything here runs on the attempt's own thread; a tb_run_t lives on
  * tb_lifecycle_run()'s stack.
  */
-#ifndef TB_RUN_H
-#define TB_RUN_H
+#ifndef TB_RUN_INT_H
+#define TB_RUN_INT_H
 
 #include "egress.h"
 #include "inputs.h"

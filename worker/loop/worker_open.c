@@ -1,0 +1,138 @@
+/*
+ * worker_open.c: what a worker runs with, opened from its configuration
+ * in one call (worker.h, tb_worker_open): the recipe and image caches,
+ * the seccomp policy, the sandbox's init program found, the host's id
+ * registry tried, what a dead worker of the same group left swept, and
+ * the lazy inputs' block cache where FUSE serves. `taskbox worker`, its
+ * --check (`taskbox config check`) and `taskbox demo` all open a worker
+ * here; the sandbox pool is tb_worker_run()'s.
+ */
+#include "worker.h"
+
+#include "block_cache.h"
+#include "lazy_fs.h"
+#include "sandbox.h"
+#include "sandbox_ids.h"
+#include "sandbox_seccomp.h"
+#include "tb/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Opens the recipe cache and the image cache (@p image_bytes at most,
+ * giving up on a registry silent for @p stall_seconds) under
+ * @p cache_dir. @return 0, or the error (nothing left open). */
+static int open_caches(const char *cache_dir, uint64_t image_bytes, unsigned stall_seconds,
+		       tb_recipe_cache_t **recipes, tb_image_cache_t **images, tb_error_t *err)
+{
+	*recipes = NULL;
+	*images = NULL;
+	if (tb_recipe_cache_open(recipes, cache_dir, err) < 0 ||
+	    tb_image_cache_open(images, cache_dir, image_bytes, err) < 0) {
+		tb_recipe_cache_close(*recipes);
+		tb_image_cache_close(*images);
+		*recipes = NULL;
+		*images = NULL;
+		return err->code;
+	}
+	tb_image_cache_set_stall(*images, stall_seconds);
+	return 0;
+}
+
+/* Every sandbox needs a range of host ids from the host's registry
+ * (sandbox_ids.h): one that cannot be taken at start is said now, naming
+ * the path, not at the first task. */
+static int check_id_registry(tb_error_t *err)
+{
+	tb_idrange_t probe;
+	int rc = tb_idrange_claim(&probe, err);
+
+	if (rc < 0)
+		return tb_error_prefix(err,
+				       "sandbox id registry (the host's %s, shared by "
+				       "every worker on the host; see deploy/README.md)",
+				       TB_SANDBOX_ID_REGISTRY);
+	tb_idrange_release(&probe);
+	return 0;
+}
+
+/* What a dead worker with this id left (sandboxes, cgroups, mounts). */
+static void sweep(const char *work_dir, const char *group, const char *id)
+{
+	tb_error_t err;
+	int swept = tb_sandbox_sweep(work_dir, group, &err);
+
+	if (swept > 0)
+		tb_warn(NULL, "removed %d sandboxes a dead worker %s left behind", swept, id);
+	else if (swept < 0)
+		tb_warn(NULL, "could not remove all that a dead worker %s left behind: %s", id,
+			err.msg);
+}
+
+/* The cache of lazy inputs' blocks (cache_dir/inputs), where this worker
+ * can serve FUSE (it opens /dev/fuse: the fuse module, root); without it
+ * every input is downloaded whole, and the log says why. */
+static void open_input_cache(const tb_config_t *cfg, tb_block_cache_t **out)
+{
+	char dir[4200];
+	tb_error_t err;
+	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+
+	*out = NULL;
+	if (fd < 0) {
+		tb_warn(NULL, "inputs are downloaded whole here: /dev/fuse: %s", strerror(errno));
+		return;
+	}
+	close(fd);
+	/* the whole way once: a kernel or container may refuse the mount */
+	tb_lazy_fs_conf_t probe = { 0 };
+	tb_lazy_fs_t *fs;
+	int mfd;
+	if (tb_lazy_fs_start(&fs, &probe, &mfd, &err) < 0) {
+		tb_warn(NULL, "inputs are downloaded whole here: %s", err.msg);
+		return;
+	}
+	close(mfd);
+	tb_lazy_fs_stop(fs);
+	snprintf(dir, sizeof(dir), "%s/inputs", cfg->cache_dir);
+	if (tb_block_cache_open(out, dir, cfg->input_cache_mb << 20, &err) < 0)
+		tb_warn(NULL, "inputs are downloaded whole here: %s", err.msg);
+}
+
+int tb_worker_open(tb_worker_deps_t *d, unsigned what, tb_error_t *err)
+{
+	const tb_config_t *cfg = d->cfg;
+	const char *init_path;
+
+	d->recipes = NULL;
+	d->images = NULL;
+	d->input_cache = NULL;
+	d->policy = NULL;
+	if (open_caches(cfg->cache_dir, cfg->image_cache_mb << 20,
+			(unsigned)cfg->image_stall_seconds, &d->recipes, &d->images, err) < 0 ||
+	    tb_seccomp_compile((tb_seccomp_t **)&d->policy, err) < 0 ||
+	    tb_sandbox_find_init(&init_path, err) < 0 || check_id_registry(err) < 0) {
+		tb_worker_close(d);
+		return err->code;
+	}
+	if (what & TB_WORKER_OPEN_SWEEP)
+		sweep(cfg->work_dir, d->group, d->worker_id);
+	if (what & TB_WORKER_OPEN_INPUTS)
+		open_input_cache(cfg, &d->input_cache);
+	return 0;
+}
+
+void tb_worker_close(tb_worker_deps_t *d)
+{
+	tb_recipe_cache_close(d->recipes);
+	tb_image_cache_close(d->images);
+	tb_block_cache_close(d->input_cache);
+	tb_seccomp_free((tb_seccomp_t *)d->policy);
+	d->recipes = NULL;
+	d->images = NULL;
+	d->input_cache = NULL;
+	d->policy = NULL;
+}
