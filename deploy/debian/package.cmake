@@ -1,5 +1,5 @@
-# The Debian package, built by CPack from the install rules (README,
-# "Releasing"):
+# The Debian package, built by CPack from the install rules
+# (docs/releasing.md):
 #
 #   cmake -S . -B build-deb -G Ninja -DCMAKE_BUILD_TYPE=Release \
 #         -DCMAKE_INSTALL_PREFIX=/usr -DBUILD_TESTING=OFF
@@ -10,8 +10,8 @@
 # the configuration in /etc/taskbox, each file a conffile: worker.json
 # (this directory's, for services on the host), runtimes/*.json (the
 # examples) and worker.env (mode 0600: it is where the S3 keys go).
-# No system user: the worker runs as root on purpose (README, "The
-# sandbox": it maps each slot onto host ids and writes cgroup limits),
+# No system user: the worker runs as root on purpose (docs/concepts.md,
+# "The sandbox": it maps each slot onto host ids and writes cgroup limits),
 # and every task runs as the unprivileged ids of its own sandbox.
 # tests/deploy/package_deb.sh builds it, installs it with dpkg, runs it
 # and removes it.

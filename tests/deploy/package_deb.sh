@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Debian package as an operator meets it: built exactly as README
-# "Releasing" says (CPack, deploy/debian/package.cmake), its control data
+# The Debian package as an operator meets it: built exactly as
+# docs/releasing.md says (CPack, deploy/debian/package.cmake), its control data
 # checked (Depends from the shared libraries, conffiles, maintainer
 # scripts), installed with dpkg -i into this machine's root, run (its
 # --version, its configuration validated, the demo from / with the source
@@ -32,7 +32,7 @@ cleanup() {
 trap cleanup EXIT
 export LSAN_OPTIONS=detect_leaks=0
 
-# 1. Build it (README "Releasing").
+# 1. Build it (docs/releasing.md).
 if cmake -S "$root" -B "$tmp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
      -DCMAKE_INSTALL_PREFIX=/usr -DBUILD_TESTING=OFF >"$tmp/build.log" 2>&1 &&
    cmake --build "$tmp/build" --target package >>"$tmp/build.log" 2>&1; then ok; else

@@ -3,7 +3,7 @@
 containers with systemd as PID 1 (`podman run --systemd=always`,
 privileged, on the host's network to reach the test services):
 
-1. The Debian package: built as README "Releasing" says, installed with
+1. The Debian package: built as docs/releasing.md says, installed with
    `apt-get install ./taskbox_*.deb` (its dependencies from Debian's
    archive), then deploy/README.md "systemd" step by step: the edits it
    lists to /etc/taskbox/worker.json and worker.env, its `--check` line
@@ -142,7 +142,7 @@ def deb(cs, run, base, src):
                        f"-DCMAKE_INSTALL_PREFIX=/usr -DBUILD_TESTING=OFF >/dev/null && "
                        f"cmake --build {bdir} --target package -j2 >/dev/null",
                        shell=True, capture_output=True, text=True, timeout=900)
-    if not check(r.returncode == 0, f"deb: built as README \"Releasing\" says "
+    if not check(r.returncode == 0, f"deb: built as docs/releasing.md says "
                  f"({time.monotonic() - t0:.0f} s)", r.stderr[-2000:]):
         return
     debs = [f for f in os.listdir(bdir) if f.endswith(".deb")]

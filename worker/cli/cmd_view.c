@@ -1,6 +1,6 @@
 /*
- * cmd_view.c: `taskbox view`: a web page of the runs (README "See a
- * run"): the feed, the index, the live hub and the server (worker/view)
+ * cmd_view.c: `taskbox view`: a web page of the runs (docs/view.md):
+ * the feed, the index, the live hub and the server (worker/view)
  * started from the same configuration as the other client commands, run
  * until interrupted.
  */
@@ -111,7 +111,7 @@ int tb_cmd_view(int argc, char **argv)
 		goto out;
 	}
 	printf("taskbox view: %s/\n", tb_view_server_url(server));
-	if (sc.token) /* a browser needs it once, as a cookie (README "See a run") */
+	if (sc.token) /* a browser needs it once, as a cookie (docs/view.md) */
 		printf("taskbox view: log in once at %s/login?token=%s\n",
 		       tb_view_server_url(server), sc.token);
 	fflush(stdout);

@@ -95,7 +95,7 @@ page() {
     printf '.TP\n\\fI/etc/taskbox/worker.json\\fR\nThe configuration, when none of those is there.\n'
     printf 'Its keys: \\fBtaskbox-config\\fR(5).\n'
     printf '.SH SEE ALSO\n%s\n' "$see"
-    printf '.PP\nThe README and schemas/ in share/doc/taskbox say the rest.\n'
+    printf '.PP\nThe README, docs/ and schemas/ in share/doc/taskbox say the rest.\n'
   } >"$out/$name.1"
   rm -rf "$(dirname "$tmp")"
 }

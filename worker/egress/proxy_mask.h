@@ -5,7 +5,7 @@
  * need no escape escaped too, or any mix of these. The proxy (proxy.c)
  * masks what it finds and holds back a tail that may be the start of an
  * echo until the next bytes decide. It does not know JSON, base64 or any
- * other encoding: README, "The network boundary", says so.
+ * other encoding: docs/egress.md, "The network boundary", says so.
  */
 #ifndef TB_PROXY_MASK_H
 #define TB_PROXY_MASK_H

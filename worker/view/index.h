@@ -1,5 +1,5 @@
 /*
- * index.h: what `taskbox view` knows of the runs (README "See a run"): a
+ * index.h: what `taskbox view` knows of the runs (docs/view.md): a
  * summary of each task seen on the tasks, events and DLQ topics, kept in
  * memory and answered as JSON. Not the events themselves: a task's
  * events are read again from its partition when its page asks

@@ -1,5 +1,5 @@
-"""The checksums every stored object carries (schemas/keys.md, README
-"The artifact store"), as the C store computes them: the SHA-256 that
+"""The checksums every stored object carries (schemas/keys.md,
+docs/inputs-and-artifacts.md), as the C store computes them: the SHA-256 that
 names the content, the CRC-32C (Castagnoli, reflected; 8 lowercase hex
 digits) that checks a transfer, and the block list of 1 MiB blocks'
 SHA-256s that lets a range be checked (keys.md, "Block digests").

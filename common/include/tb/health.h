@@ -1,6 +1,6 @@
 /*
  * health.h: what a worker says of its health at /healthz and /readyz, and
- * as the taskbox_up gauges (README, "Metrics"). Alive: the main loop has
+ * as the taskbox_up gauges (docs/operating.md, "Metrics"). Alive: the main loop has
  * turned in the last TB_HEALTH_STALL_MS. Ready: alive, and every service
  * it depends on answered the last time it was asked: Kafka (the consumer
  * is in its group, and a broker answered the last probe, every second),

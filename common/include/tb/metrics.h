@@ -3,7 +3,7 @@
  * (a worker is one process), written from any thread by the functions
  * below, and rendered as Prometheus text (the worker serves it on
  * `metrics_listen`: worker/loop/metrics_http.h). It sits in common, below
- * every layer that counts something, as the log does. Every name is listed in the README's "Metrics" table; the deploy/
+ * every layer that counts something, as the log does. Every name is listed in docs/operating.md's "Metrics" table; the deploy/
  * dashboards and alert rules use them, and tests/deploy checks they agree.
  *
  *   taskbox_worker_info{worker}             1
