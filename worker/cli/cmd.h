@@ -63,6 +63,12 @@ void tb_cmd_stop_on_signals(void);
 int tb_cmd_usage_error(const char *cmd, void (*usage)(FILE *out), const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/** A verb of @p cmd that is none of @p verbs (@p n of them): a usage
+ * error naming them, with the nearest when it is near ("did you mean").
+ * @return TB_EXIT_USAGE. */
+int tb_cmd_unknown_verb(const char *cmd, void (*usage)(FILE *out), const char *verb,
+			const char *const *verbs, size_t n);
+
 /**
  * Loads the worker configuration the command is to use (schemas/config.md,
  * "Which file"): @p given (--config), else $TASKBOX_CONFIG, else

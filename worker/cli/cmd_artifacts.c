@@ -280,9 +280,10 @@ int tb_cmd_artifacts(int argc, char **argv)
 	int want = !strcmp(what, "list")                            ? 1
 		   : !strcmp(what, "get") || !strcmp(what, "share") ? 2
 								    : 0;
+	static const char *const verbs[] = { "list", "get", "share", "put" };
 	if (!want)
-		return tb_cmd_usage_error("artifacts", usage,
-					  "'%s' is not one of list, get, share, put", what);
+		return tb_cmd_unknown_verb("artifacts", usage, what, verbs,
+					   sizeof(verbs) / sizeof(verbs[0]));
 	uint64_t expires = DEFAULT_SHARE_SECONDS;
 	/* each verb's own options: the rest are unknown to it */
 	const tb_opt_t opts[] = {

@@ -4,6 +4,7 @@
  */
 #include "cmd.h"
 
+#include "tb/encoding.h"
 #include "tb/schema_task.h"
 
 #include <errno.h>
@@ -91,6 +92,29 @@ int tb_cmd_usage_error(const char *cmd, void (*usage)(FILE *out), const char *fm
 	fprintf(stderr, "\n\n");
 	usage(stderr);
 	return TB_EXIT_USAGE;
+}
+
+int tb_cmd_unknown_verb(const char *cmd, void (*usage)(FILE *out), const char *verb,
+			const char *const *verbs, size_t n)
+{
+	char list[256] = "";
+	size_t best = 99, at = 0, len = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t d = tb_edit_distance(verb, verbs[i]);
+		if (d < best)
+			best = d, at = i;
+		if (len < sizeof(list))
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
+						i == 0       ? ""
+						: i + 1 == n ? " or "
+							     : ", ",
+						verbs[i]);
+	}
+	if (best <= 2)
+		return tb_cmd_usage_error(cmd, usage, "'%s' is not %s; did you mean '%s'?", verb,
+					  list, verbs[at]);
+	return tb_cmd_usage_error(cmd, usage, "'%s' is not %s", verb, list);
 }
 
 int tb_cmd_verb_option(const char *word, void (*usage)(FILE *out), const tb_opt_t *opts)

@@ -46,21 +46,10 @@ static void usage(FILE *out)
 /* A verb that is neither: said, with the nearest when it is near. */
 static int unknown_verb(const char *verb)
 {
-	size_t best = 99, at = 0;
-
 	if (verb[0] == '-')
 		return tb_cmd_usage_error("config", usage,
 					  "say show or check first, then the options ('%s')", verb);
-	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
-		size_t d = tb_edit_distance(verb, verbs[i]);
-		if (d < best)
-			best = d, at = i;
-	}
-	if (best <= 2)
-		return tb_cmd_usage_error("config", usage,
-					  "'%s' is not show or check; did you mean '%s'?", verb,
-					  verbs[at]);
-	return tb_cmd_usage_error("config", usage, "'%s' is not show or check", verb);
+	return tb_cmd_unknown_verb("config", usage, verb, verbs, sizeof(verbs) / sizeof(verbs[0]));
 }
 
 /* Where @p row's value came from, as text: FILE:LINE, env VAR, default;

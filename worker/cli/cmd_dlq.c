@@ -92,10 +92,11 @@ int tb_cmd_dlq(int argc, char **argv)
 	int partition = -1;
 	long long offset = -1;
 	int n = 0;
-	if (!what || (strcmp(what, "list") && strcmp(what, "send")))
-		return tb_cmd_usage_error("dlq", usage,
-					  what ? "'%s' is not list or send" : "say list or send%s",
-					  what ? what : "");
+	static const char *const verbs[] = { "list", "send" };
+	if (!what)
+		return tb_cmd_usage_error("dlq", usage, "say list or send");
+	if (strcmp(what, "list") && strcmp(what, "send"))
+		return tb_cmd_unknown_verb("dlq", usage, what, verbs, 2);
 	if (!strcmp(what, "list") && where)
 		return tb_cmd_usage_error("dlq", usage, "list takes no argument ('%s')", where);
 	if (!strcmp(what, "send") &&

@@ -283,9 +283,7 @@ static int run_verb(const char *verb, int n, const char **files, int hex, int as
 		if (!strcmp(verb, verbs[i]))
 			return tb_cmd_usage_error("schema", usage, "%s: %d file%s given", verb, n,
 						  n == 1 ? "" : "s");
-	return tb_cmd_usage_error(
-	    "schema", usage, "'%s' is not one of encode, decode, check, config, runtime, recipe",
-	    verb);
+	return tb_cmd_unknown_verb("schema", usage, verb, verbs, sizeof(verbs) / sizeof(verbs[0]));
 }
 
 int tb_cmd_schema(int argc, char **argv)

@@ -13,6 +13,7 @@
 #include "tb/metrics.h"
 #include "sandbox.h"
 #include "tb/kafka.h"
+#include "tb/listen.h"
 #include "tb/log.h"
 #include "worker.h"
 
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -112,6 +114,43 @@ static int check_services(const tb_worker_deps_t *d)
 	printf("%s store %s%s%s\n", rc < 0 ? "FAIL" : "ok", tb_store_describe(d->store),
 	       rc < 0 ? ": " : "", rc < 0 ? err.msg : "");
 	return bad ? TB_EXIT_FAILURE : TB_EXIT_OK;
+}
+
+/* `--check`: metrics_listen read and its address tried, not served: one
+ * line on stdout. A worker running on this host holds it, and a check
+ * beside it is not refused for that: the line says so. @return 0, or -1
+ * refused (said on stderr). */
+static int check_metrics_listen(const char *listen)
+{
+	struct addrinfo *ai;
+	char host[256];
+	tb_error_t err;
+	int one = 1, e = 0;
+
+	if (!listen[0])
+		return 0;
+	if (tb_listen_resolve(&ai, host, sizeof(host), "metrics_listen", listen, "0.0.0.0:9464",
+			      &err) < 0) {
+		fprintf(stderr, "taskbox %s: refused: %s\n", me, err.msg);
+		return -1;
+	}
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0)
+		e = errno;
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(ai);
+	if (e && e != EADDRINUSE) {
+		fprintf(stderr, "taskbox %s: refused: metrics_listen '%s': %s\n", me, listen,
+			strerror(e));
+		return -1;
+	}
+	printf("ok metrics_listen %s%s\n", listen,
+	       e ? ": in use now (by a worker running here?); a worker started beside it "
+		   "could not listen there"
+		 : "");
+	return 0;
 }
 
 /* What comes before the group is joined, once tb_worker_open() swept
@@ -248,7 +287,11 @@ static int run(const char *path, int check)
 	tb_metrics_init(id, (unsigned)cfg.slots);
 	tasks_topic = cfg.kafka.tasks_topic;
 	tb_kafka_on_lag(on_lag);
-	if (cfg.metrics_listen[0] && tb_metrics_serve(&metrics, cfg.metrics_listen, &err) < 0) {
+	if (check) { /* beside a running worker too, which holds the port */
+		if (check_metrics_listen(cfg.metrics_listen) < 0)
+			goto out;
+	} else if (cfg.metrics_listen[0] &&
+		   tb_metrics_serve(&metrics, cfg.metrics_listen, &err) < 0) {
 		fprintf(stderr, "taskbox %s: %s\n", me, err.msg);
 		goto out;
 	}

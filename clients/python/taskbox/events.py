@@ -14,6 +14,7 @@ it leaves no ``acknowledged``): then the outcome is the done attempt's
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -26,8 +27,14 @@ from .config import Config
 from .errors import InvalidMessage, KafkaFailure, LedgerError, TaskTimeout
 from .ledger import Ledger
 
+log = logging.getLogger("taskbox")
+
 BEGINNING = -1  # since_ms: the oldest event the topic keeps
 LEDGER_CHECK_S = 1.0
+# How long an acknowledged attempt waits for a ledger that cannot be asked
+# (a Redis failover takes some seconds) before its events alone settle
+# the task, as they do with no ledger (follow.c's LEDGER_PATIENCE_MS).
+LEDGER_PATIENCE_S = 15.0
 # A done-marker is written only after the attempt's result event was
 # delivered; this long for it to arrive before the manifest is asked.
 RESULT_GRACE_S = 1.5
@@ -71,6 +78,7 @@ class _Attempt:
     result: Optional[Mapping[str, Any]] = None
     reason: str = ""  # the result's, else the last error's
     acknowledged: bool = False
+    asking_since: float = 0.0  # acknowledged, the ledger unanswered since
 
 
 @dataclass
@@ -88,6 +96,8 @@ class Follower:
     skipped: List[str] = field(default_factory=list)  # unreadable events, why
     _ledger_at: float = 0.0
     _done_since: float = 0.0
+    _asked_at: float = 0.0
+    _ledger_error: str = ""
 
     def _consumer(self) -> Any:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
@@ -132,14 +142,44 @@ class Follower:
             c.close()
             raise
 
-    def _settles(self, attempt: int) -> bool:
+    def _settles(self, attempt: int) -> Optional[bool]:
+        """Whether the acknowledged ``attempt`` settles the task (the
+        ledger names it done); None when the ledger cannot be asked."""
         if self.ledger is None:
             return True
         try:
             done = self.ledger.done(self.task_id)
-        except LedgerError:
-            return False  # as follow.c: unsure is not settled; the ledger is asked again
+        except LedgerError as e:
+            self._ledger_error = str(e)
+            return None
         return done is not None and done.attempt == attempt
+
+    def _confirm(self, attempt: int, a: _Attempt) -> None:
+        """Settles the task on acknowledged ``attempt`` if the ledger
+        agrees. A ledger that cannot be asked is asked again each second
+        for LEDGER_PATIENCE_S; then the events alone settle the task and
+        the "taskbox" logger says so (as follow.c on stderr): the
+        acknowledgement is the worker's word that the attempt is over."""
+        now = time.monotonic()
+        yes = self._settles(attempt)
+        self._asked_at = now
+        if yes is None:
+            if not a.asking_since:
+                a.asking_since = now
+            if now - a.asking_since < LEDGER_PATIENCE_S:
+                return
+            log.warning("the ledger could not be asked for %g s (%s): task %s is settled by "
+                        "its events alone", LEDGER_PATIENCE_S, self._ledger_error, self.task_id)
+        a.asking_since = 0.0
+        if yes is not False:
+            self._settle(attempt, a)
+
+    def _confirm_again(self) -> None:
+        if time.monotonic() - self._asked_at < LEDGER_CHECK_S:
+            return
+        for attempt, a in list(self.attempts.items()):
+            if self.settled is None and a.acknowledged and a.asking_since:
+                self._confirm(attempt, a)
 
     def _track(self, a: _Attempt, ev: Event) -> None:
         p = ev.payload
@@ -150,8 +190,7 @@ class Follower:
             a.reason = f"[{p.get('code', '')}] {p.get('reason', '')}"
         elif ev.type == "phase" and p.get("phase") == "acknowledged":
             a.acknowledged = True
-            if self._settles(ev.attempt):
-                self._settle(ev.attempt, a)
+            self._confirm(ev.attempt, a)
 
     def _settle(self, attempt: int, a: Optional[_Attempt]) -> None:
         if a is not None and a.result is not None:
@@ -232,6 +271,8 @@ class Follower:
                     ev = self._event(msg)
                     if ev is not None:
                         yield ev
+                if self.settled is None:
+                    self._confirm_again()
                 if (self.settled is None and self.ledger is not None and len(eof) >= nparts
                         and all(eof.values())):
                     try:

@@ -14,7 +14,9 @@ services): what needs no Kafka, Redis or S3 server.
 - SigV4 query-string signing against a URL worked by hand from keys.md;
 - the errors: a path that is not there, a share of a dir:// store, a
   share's lifetime, submit's arguments (replay_from with a recipe, a
-  missing prompt), a bad DLQ place.
+  missing prompt), a bad DLQ place;
+- following a task whose ledger cannot be asked: its acknowledged
+  attempt settles it on its events once the ledger's patience is out.
 
 Usage: test_local.py TASKBOX
 """
@@ -227,6 +229,55 @@ def main() -> int:
             else:
                 raise AssertionError(f"no {kind.__name__} ({words})")
     r.check("each error says what went wrong", errors)
+
+    def settled_on_events_when_the_ledger_is_away() -> None:
+        # as follow.c: an acknowledged attempt waits LEDGER_PATIENCE_S for
+        # a ledger that cannot be asked, then its events settle the task
+        from taskbox import events
+        from taskbox.errors import LedgerError
+        from taskbox.ledger import Done
+
+        class Away:
+            def done(self, task: str) -> None:
+                raise LedgerError("ledger redis://127.0.0.1:1 unreachable: refused")
+
+        class DoneBy:
+            def __init__(self, attempt: int) -> None:
+                self.attempt = attempt
+
+            def done(self, task: str) -> Done:
+                return Done(self.attempt, "tasks/t-1/2/manifest.msgpack")
+
+        saved = events.LEDGER_PATIENCE_S
+        events.LEDGER_PATIENCE_S = 0.2
+        try:
+            f = events.Follower(cfg=None, task_id="t-1", since_ms=0,  # type: ignore[arg-type]
+                                ledger=Away())  # type: ignore[arg-type]
+            a = f.attempts.setdefault(1, events._Attempt())
+            a.result, a.acknowledged = {"outcome": "succeeded", "manifest_key": "k"}, True
+            f._confirm(1, a)
+            assert f.settled is None, "settled before the ledger's patience ran out"
+            with Captured() as c:
+                for _ in range(50):  # bounded: 50 x 0.05 s
+                    f._asked_at = 0.0  # as if a second had passed
+                    f._confirm_again()
+                    if f.settled:
+                        break
+                    import time
+                    time.sleep(0.05)
+            assert f.settled is not None and f.settled.outcome == "succeeded", f.settled
+            assert any("settled by its events alone" in x for x in c.lines), c.lines
+            # a ledger that answers still decides: another attempt is done
+            g = events.Follower(cfg=None, task_id="t-1", since_ms=0,  # type: ignore[arg-type]
+                                ledger=DoneBy(2))  # type: ignore[arg-type]
+            b = g.attempts.setdefault(1, events._Attempt())
+            b.result, b.acknowledged = {"outcome": "failed"}, True
+            g._confirm(1, b)
+            assert g.settled is None, g.settled
+        finally:
+            events.LEDGER_PATIENCE_S = saved
+    r.check("a ledger that cannot be asked: the events settle the task after its patience",
+            settled_on_events_when_the_ledger_is_away)
 
     print(f"{r.passed} passed, {len(r.failed)} failed")
     if r.failed:

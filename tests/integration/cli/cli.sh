@@ -222,8 +222,11 @@ check "--version takes nothing after it" 2 "$tb" --version --frob
 contains "... and says so" "takes nothing after it ('--frob')" "$tb" --version --frob
 check "no command after the options" 2 "$tb" --json
 # a usage error says what is wrong before the usage
-contains "schema names a verb it lacks" "'bogus' is not one of encode" "$tb" schema bogus
+contains "schema names a verb it lacks" "'bogus' is not encode, decode, check, config, runtime or recipe" "$tb" schema bogus
+contains "schema says the nearest verb" "'decod' is not encode, decode, check, config, runtime or recipe; did you mean 'decode'?" "$tb" schema decod
+contains "artifacts says the nearest verb" "'lst' is not list, get, share or put; did you mean 'list'?" "$tb" artifacts lst
 contains "dlq names a verb it lacks" "'frob' is not list or send" "$tb" dlq frob
+contains "dlq says the nearest verb" "'snd' is not list or send; did you mean 'send'?" "$tb" dlq snd
 contains "dlq send says what it wants" "PARTITION:OFFSET, as \`dlq list\` prints it (not '3')" \
   "$tb" dlq send 3
 contains "send says the prompt is missing" "give the prompt: TEXT, or --file FILE" "$tb" send t-1

@@ -96,6 +96,24 @@ has "Kafka named" "FAIL kafka 127.0.0.1:$port: " "$tmp/down.out"
 has "the ledger named" "FAIL ledger redis://127.0.0.1:$port: " "$tmp/down.out"
 has "the store still asked" "ok store s3 " "$tmp/down.out"
 
+# metrics_listen: held by a running worker (here a listener of the test's
+# own) is said and not refused, so a check runs beside a live worker; a
+# value that is not HOST:PORT is refused
+python3 -c 'import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(120)' >"$tmp/held.port" &
+holder=$!
+for _ in $(seq 1 100); do [ -s "$tmp/held.port" ] && break; sleep 0.1; done
+held=$(cat "$tmp/held.port")
+expect "metrics_listen in use" 0 "$tmp/held.out" env TASKBOX_METRICS_LISTEN="127.0.0.1:$held" \
+  "$tb" config check --config "$tmp/worker.json"
+has "says it is in use" "ok metrics_listen 127.0.0.1:$held: in use now (by a worker running here?)" \
+  "$tmp/held.out"
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+expect "metrics_listen not HOST:PORT" 3 "$tmp/badlisten.out" env TASKBOX_METRICS_LISTEN=nowhere \
+  "$tb" config check --config "$tmp/worker.json"
+has "refuses it" "taskbox config check: refused: metrics_listen" "$tmp/badlisten.out"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ] || echo "files kept in $tmp"
 [ "$fail" = 0 ]
