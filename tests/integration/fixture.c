@@ -94,31 +94,3 @@ void tb_fixture_sh(const char *fmt, ...)
 	if (system(cmd) != 0)
 		fail_msg("command failed: %s", cmd);
 }
-
-int tb_fixture_head(const char *repo, char *commit, size_t len)
-{
-	char cmd[300];
-	FILE *p;
-
-	snprintf(cmd, sizeof(cmd), "git -C %s rev-parse HEAD", repo);
-	if (!(p = popen(cmd, "r")))
-		return -1;
-	int got = fgets(commit, (int)len, p) != NULL;
-	if (pclose(p) != 0 || !got)
-		return -1;
-	commit[strcspn(commit, "\n")] = '\0';
-	return 0;
-}
-
-int tb_fixture_commit(const char *repo, const char *copy_from, char *commit, size_t len)
-{
-	char cmd[2048], copy[600] = "";
-
-	if (copy_from)
-		snprintf(copy, sizeof(copy), "cp -r %s/. %s; ", copy_from, repo);
-	snprintf(cmd, sizeof(cmd),
-		 "set -e; mkdir -p %s; [ -d %s/.git ] || git init -q %s; %sgit -C %s add -A; "
-		 "git -C %s -c user.name=t -c user.email=t@t commit -q --allow-empty -m fixture",
-		 repo, repo, repo, copy, repo, repo);
-	return run(cmd) < 0 ? -1 : tb_fixture_head(repo, commit, len);
-}

@@ -4,11 +4,13 @@
  * the host (mode 0711, removed at the end), the sandboxes' work root in
  * it, the seccomp policy, and, as a test asks, a directory store, a
  * recipe cache, a runtimes directory holding "test" (the default
- * runtime, renamed), and recipe repositories committed with git.
+ * runtime, renamed); and (fixture_repo.h) recipe repositories committed
+ * with git.
  */
 #ifndef TB_TEST_FIXTURE_H
 #define TB_TEST_FIXTURE_H
 
+#include "fixture_repo.h"
 #include "image.h"
 #include "recipe.h"
 #include "sandbox.h"
@@ -48,13 +50,5 @@ int tb_fixture_teardown(tb_fixture_t *f);
 
 /** Runs a shell command; the test fails if it does. */
 void tb_fixture_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/** The commit id of @p repo's HEAD into @p commit. @return 0 or -1. */
-int tb_fixture_head(const char *repo, char *commit, size_t len);
-
-/** Commits everything in git repository @p repo (made if missing, with
- * the files of @p copy_from if not NULL); its commit id into @p commit.
- * @return 0 or -1. */
-int tb_fixture_commit(const char *repo, const char *copy_from, char *commit, size_t len);
 
 #endif
