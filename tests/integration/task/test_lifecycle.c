@@ -177,16 +177,6 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 	return 0;
 }
 
-static void write_repo_file(const char *name, const char *text)
-{
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s", repo, name);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
-}
-
 /* The record under @p key, decoded by @p schema into @p out; the test
  * fails if it is missing or unreadable. */
 static void get_record(const char *key, const tb_schema_t *schema, void *out)
@@ -207,6 +197,22 @@ static char *head_commit(void)
 	static char id[64];
 	if (tb_fixture_head(repo, id, sizeof(id)) < 0)
 		fail_msg("cannot read the head of %s", repo);
+	return id;
+}
+
+/* Writes the files given two by two (name, text), NULL-terminated, into
+ * the recipe repository and commits it; @return the commit (the test
+ * fails if it cannot be made). */
+static char *commit_files(const char *name, ...)
+{
+	static char id[64];
+	va_list ap;
+
+	va_start(ap, name);
+	int rc = tb_fixture_vrecipe(repo, id, sizeof(id), name, ap);
+	va_end(ap);
+	if (rc < 0)
+		fail_msg("cannot commit a recipe into %s", repo);
 	return id;
 }
 
@@ -453,12 +459,12 @@ static void test_lifecycle__inputs_are_there_before_the_agent_starts(void **stat
 	assert_int_equal(tb_store_put_bytes(F.store, "tasks/life-src/1/outputs/other.txt",
 					    "not named\n", 10, NULL, &err),
 			 0);
-	tb_fixture_sh("cd %s && printf '%%s\\n' 'read -r prompt' "
-		      "'(cd /inputs && find . -type f | sort) > /outputs/listing.txt' "
-		      "'cp /inputs/notes.txt /outputs/copy.txt' > agent.sh && git add -A && "
-		      "git -c user.name=t -c user.email=t@t commit -qm inputs",
-		      repo);
-	tb_task_t t = task("life-in", head_commit(), "test");
+	char *commit = commit_files("agent.sh",
+				    "read -r prompt\n"
+				    "(cd /inputs && find . -type f | sort) > /outputs/listing.txt\n"
+				    "cp /inputs/notes.txt /outputs/copy.txt\n",
+				    NULL);
+	tb_task_t t = task("life-in", commit, "test");
 	t.inputs.n = 1;
 	t.inputs.items = in;
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
@@ -503,16 +509,14 @@ static void test_lifecycle__a_task_past_its_deadline_is_recorded_as_timed_out(vo
 	tb_error_t err;
 
 	(void)state;
-	tb_fixture_sh(
-	    "cd %s && printf '%%s\\n' '{\"v\": 1, \"name\": \"late\", \"agent\": {\"command\": "
+	char *commit = commit_files(
+	    "taskbox.json",
+	    "{\"v\": 1, \"name\": \"late\", \"agent\": {\"command\": "
 	    "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"looked\", \"command\": "
-	    "[\"/bin/sh\", \"judge.sh\"]}]}' > taskbox.json && "
-	    "printf '%%s\\n' 'read -r prompt' 'echo partial > /outputs/partial.txt' "
-	    "'sleep 60' > agent.sh && "
-	    "printf '%%s\\n' 'cat >/dev/null; echo \"{\\\"outcome\\\":\\\"fail\\\"}\"' "
-	    "> judge.sh && git add -A && git -c user.name=t -c user.email=t@t commit -qm slow",
-	    repo);
-	tb_task_t t = task("life-late", head_commit(), "test");
+	    "[\"/bin/sh\", \"judge.sh\"]}]}\n",
+	    "agent.sh", "read -r prompt\necho partial > /outputs/partial.txt\nsleep 60\n",
+	    "judge.sh", "cat >/dev/null; echo \"{\\\"outcome\\\":\\\"fail\\\"}\"\n", NULL);
+	tb_task_t t = task("life-late", commit, "test");
 	t.limits.wall_seconds = 2;
 	TB_SET_HAS(&t.limits, TB_LIMIT_WALL_SECONDS);
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
@@ -545,7 +549,7 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	size_t len;
 
 	(void)state;
-	write_repo_file(
+	char *commit = commit_files(
 	    "taskbox.json",
 	    "{\"v\": 1, \"name\": \"bytes\", \"agent\": {\"command\": [\"/bin/sh\", "
 	    "\"agent.sh\"], \"env\": {\"PATH\": \"/usr/bin:/bin:/recipe\", \"TB_GREETING\": "
@@ -553,27 +557,27 @@ static void test_lifecycle__bytes_that_are_not_text_still_make_a_record(void **s
 	    "\"command\": [\"/bin/sh\", "
 	    "\"judge.sh\"]}, {\"name\": \"crashes\", \"command\": [\"/bin/sh\", "
 	    "\"judge2.sh\"]}, {\"name\": \"windy\", \"command\": [\"/bin/sh\", "
-	    "\"judge3.sh\"]}]}\n");
-	/* its environment as exec'd (a shell would tidy duplicates away),
-	 * then Latin-1 and binary */
-	write_repo_file("agent.sh", "read -r prompt\n"
-				    "tr '\\000' '\\n' < /proc/$$/environ > /outputs/env.txt\n"
-				    "printf 'caf\\351 \\377\\376 end\\n'\n"
-				    "exit 1\n");
-	/* a reason of 601 bytes: "x" and 300 "é" */
-	write_repo_file("judge.sh",
-			"cat >/dev/null\n"
-			"r=$(printf '\\303\\251%.0s' $(seq 300))\n"
-			"echo \"{\\\"outcome\\\":\\\"fail\\\",\\\"reason\\\":\\\"x$r\\\"}\"\n");
-	write_repo_file("judge2.sh", "cat >/dev/null\necho '{\"outcome\":\"pass\"}'\nexit 3\n");
-	/* a reason of 5001 bytes: "x" and 2500 "é" */
-	write_repo_file("judge3.sh",
-			"cat >/dev/null\n"
-			"r=$(printf '\\303\\251%.0s' $(seq 2500))\n"
-			"echo \"{\\\"outcome\\\":\\\"pass\\\",\\\"reason\\\":\\\"x$r\\\"}\"\n");
-	tb_fixture_sh(
-	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm bytes", repo);
-	tb_task_t t = task("life-bytes", head_commit(), "test");
+	    "\"judge3.sh\"]}]}\n",
+	    /* its environment as exec'd (a shell would tidy duplicates away),
+	     * then Latin-1 and binary */
+	    "agent.sh",
+	    "read -r prompt\n"
+	    "tr '\\000' '\\n' < /proc/$$/environ > /outputs/env.txt\n"
+	    "printf 'caf\\351 \\377\\376 end\\n'\n"
+	    "exit 1\n",
+	    /* a reason of 601 bytes: "x" and 300 "é" */
+	    "judge.sh",
+	    "cat >/dev/null\n"
+	    "r=$(printf '\\303\\251%.0s' $(seq 300))\n"
+	    "echo \"{\\\"outcome\\\":\\\"fail\\\",\\\"reason\\\":\\\"x$r\\\"}\"\n",
+	    "judge2.sh", "cat >/dev/null\necho '{\"outcome\":\"pass\"}'\nexit 3\n",
+	    /* a reason of 5001 bytes: "x" and 2500 "é" */
+	    "judge3.sh",
+	    "cat >/dev/null\n"
+	    "r=$(printf '\\303\\251%.0s' $(seq 2500))\n"
+	    "echo \"{\\\"outcome\\\":\\\"pass\\\",\\\"reason\\\":\\\"x$r\\\"}\"\n",
+	    NULL);
+	tb_task_t t = task("life-bytes", commit, "test");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
 	printf("not text: %s\n", res.reason);
@@ -625,16 +629,14 @@ static void test_lifecycle__judges_are_not_held_to_the_agents_deadline(void **st
 	tb_error_t err;
 
 	(void)state;
-	write_repo_file("taskbox.json",
-			"{\"v\": 1, \"name\": \"slow-judge\", \"agent\": {\"command\": "
-			"[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"slow\", "
-			"\"command\": [\"/bin/sh\", \"judge.sh\"]}]}\n");
-	write_repo_file("agent.sh", "read -r prompt\nsleep 1\n");
-	write_repo_file("judge.sh", "cat >/dev/null\nsleep 2\necho '{\"outcome\":\"pass\"}'\n");
-	tb_fixture_sh(
-	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm slow-judge",
-	    repo);
-	tb_task_t t = task("life-slow-judge", head_commit(), "test");
+	char *commit =
+	    commit_files("taskbox.json",
+			 "{\"v\": 1, \"name\": \"slow-judge\", \"agent\": {\"command\": "
+			 "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"slow\", "
+			 "\"command\": [\"/bin/sh\", \"judge.sh\"]}]}\n",
+			 "agent.sh", "read -r prompt\nsleep 1\n", "judge.sh",
+			 "cat >/dev/null\nsleep 2\necho '{\"outcome\":\"pass\"}'\n", NULL);
+	tb_task_t t = task("life-slow-judge", commit, "test");
 	t.limits.wall_seconds = 2;
 	TB_SET_HAS(&t.limits, TB_LIMIT_WALL_SECONDS);
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
@@ -658,18 +660,15 @@ static void test_lifecycle__a_hung_judge_is_stopped_at_its_timeout(void **state)
 	tb_verdict_t v;
 
 	(void)state;
-	write_repo_file("taskbox.json",
-			"{\"v\": 1, \"name\": \"hung-judge\", \"agent\": {\"command\": "
-			"[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"hangs\", "
-			"\"command\": [\"/bin/sh\", \"judge.sh\"], \"timeout_seconds\": 1}, "
-			"{\"name\": \"answers\", \"command\": [\"/bin/sh\", \"answer.sh\"]}]}\n");
-	write_repo_file("agent.sh", "read -r prompt\n");
-	write_repo_file("judge.sh", "cat >/dev/null\nsleep 600\n");
-	write_repo_file("answer.sh", "cat >/dev/null\necho '{\"outcome\":\"pass\"}'\n");
-	tb_fixture_sh(
-	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm hung-judge",
-	    repo);
-	tb_task_t t = task("life-hung-judge", head_commit(), "test");
+	char *commit =
+	    commit_files("taskbox.json",
+			 "{\"v\": 1, \"name\": \"hung-judge\", \"agent\": {\"command\": "
+			 "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"hangs\", "
+			 "\"command\": [\"/bin/sh\", \"judge.sh\"], \"timeout_seconds\": 1}, "
+			 "{\"name\": \"answers\", \"command\": [\"/bin/sh\", \"answer.sh\"]}]}\n",
+			 "agent.sh", "read -r prompt\n", "judge.sh", "cat >/dev/null\nsleep 600\n",
+			 "answer.sh", "cat >/dev/null\necho '{\"outcome\":\"pass\"}'\n", NULL);
+	tb_task_t t = task("life-hung-judge", commit, "test");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
 	get_record("tasks/life-hung-judge/1/verdicts/hangs.msgpack", &tb_schema_verdict, &v);
@@ -701,13 +700,12 @@ static void test_lifecycle__the_prompt_reaches_a_one_shot_agent(void **state)
 	const char *prompt = "Say \"hi\" to Zo\xc3\xab,\nthen a \\ and a tab:\t. \xe2\x9c\x93";
 
 	(void)state;
-	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"prompt\", \"agent\": {\"command\": "
-					"[\"/bin/sh\", \"agent.sh\"]}, \"judges\": []}\n");
-	write_repo_file("agent.sh",
-			"IFS= read -r line\nprintf '%s' \"$line\" > /outputs/first-line\n");
-	tb_fixture_sh(
-	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm prompt", repo);
-	tb_task_t t = task("life-prompt", head_commit(), "test");
+	char *commit = commit_files(
+	    "taskbox.json",
+	    "{\"v\": 1, \"name\": \"prompt\", \"agent\": {\"command\": "
+	    "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": []}\n",
+	    "agent.sh", "IFS= read -r line\nprintf '%s' \"$line\" > /outputs/first-line\n", NULL);
+	tb_task_t t = task("life-prompt", commit, "test");
 	t.prompt = (char *)prompt;
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
@@ -723,23 +721,6 @@ static void test_lifecycle__the_prompt_reaches_a_one_shot_agent(void **state)
 	assert_int_equal(json_integer_value(json_object_get(line, "turn")), 1);
 	assert_string_equal(json_string_value(json_object_get(line, "text")), prompt);
 	json_decref(line);
-}
-
-/* Commits taskbox.json (@p manifest) and the other files given, two by
- * two (name, text), NULL-terminated; @return the commit. */
-static char *commit_recipe(const char *manifest, ...)
-{
-	va_list ap;
-	const char *name;
-
-	write_repo_file("taskbox.json", manifest);
-	va_start(ap, manifest);
-	while ((name = va_arg(ap, const char *)))
-		write_repo_file(name, va_arg(ap, const char *));
-	va_end(ap);
-	tb_fixture_sh(
-	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm recipe", repo);
-	return head_commit();
 }
 
 /* The verdict of @p judge in attempt 1 of @p task: its outcome, and its
@@ -780,7 +761,8 @@ static void test_lifecycle__a_judge_cannot_rewrite_what_the_next_reads(void **st
 {
 	char why[600];
 	(void)state;
-	char *commit = commit_recipe(
+	char *commit = commit_files(
+	    "taskbox.json",
 	    "{\"v\": 1, \"name\": \"rewrite\", \"agent\": {\"command\": [\"/bin/sh\", "
 	    "\"agent.sh\"]}, "
 	    "\"judges\": [{\"name\": \"rewrites\", \"command\": [\"/bin/sh\", \"rewrite.sh\"]}, "
@@ -817,7 +799,8 @@ static void test_lifecycle__a_judges_leftover_cannot_forge_the_next_verdict(void
 {
 	char why[600];
 	(void)state;
-	char *commit = commit_recipe(
+	char *commit = commit_files(
+	    "taskbox.json",
 	    "{\"v\": 1, \"name\": \"leftover\", \"agent\": {\"command\": [\"/bin/sh\", "
 	    "\"agent.sh\"]}, \"judges\": [{\"name\": \"leaves\", \"command\": [\"/bin/sh\", "
 	    "\"leave.sh\"]}, {\"name\": \"honest\", \"command\": [\"/bin/sh\", \"honest.sh\"]}]}\n",
@@ -844,7 +827,8 @@ static void test_lifecycle__code_the_agent_plants_never_runs_in_a_judge(void **s
 {
 	char why[600];
 	(void)state;
-	char *commit = commit_recipe(
+	char *commit = commit_files(
+	    "taskbox.json",
 	    "{\"v\": 1, \"name\": \"plant\", \"agent\": {\"command\": [\"/bin/sh\", "
 	    "\"agent.sh\"]}, "
 	    "\"judges\": [{\"name\": \"first\", \"command\": [\"/bin/sh\", \"first.sh\"]}, "
@@ -914,7 +898,8 @@ static void test_lifecycle__the_agent_cannot_pass_for_the_user(void **state)
 {
 	char why[600];
 	(void)state;
-	char *commit = commit_recipe(
+	char *commit = commit_files(
+	    "taskbox.json",
 	    "{\"v\": 1, \"name\": \"claims\", \"agent\": {\"command\": [\"/bin/sh\", "
 	    "\"agent.sh\"]}, "
 	    "\"judges\": [{\"name\": \"who\", \"command\": [\"/usr/bin/python3\", \"who.py\"]}]}\n",
@@ -950,10 +935,8 @@ static void test_lifecycle__failing_agent_is_a_recorded_failure(void **state)
 	tb_error_t err;
 
 	(void)state;
-	tb_fixture_sh("cd %s && printf 'echo broken >&2; exit 3\\n' > agent.sh && git add -A && "
-		      "git -c user.name=t -c user.email=t@t commit -qm fail",
-		      repo);
-	tb_task_t t = task("life-fail", head_commit(), "test");
+	char *commit = commit_files("agent.sh", "echo broken >&2; exit 3\n", NULL);
+	tb_task_t t = task("life-fail", commit, "test");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
 	assert_int_equal(res.outcome, TB_OUTCOME_FAILED);
@@ -970,11 +953,12 @@ static void test_lifecycle__misbehaving_recipe_is_recorded_with_reasons(void **s
 	tb_error_t err;
 
 	(void)state;
-	tb_fixture_sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./* && cp -r "
-		      "%s/examples/recipes/misbehave/. . && "
-		      "git add -A && git -c user.name=t -c user.email=t@t commit -qm misbehave",
-		      repo, TB_SOURCE_DIR);
-	tb_task_t t = task("life-misbehave", head_commit(), "test");
+	char commit[64];
+	tb_fixture_sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
+	if (tb_fixture_commit(repo, TB_SOURCE_DIR "/examples/recipes/misbehave", commit,
+			      sizeof(commit)) < 0)
+		fail_msg("cannot commit the misbehave recipe into %s", repo);
+	tb_task_t t = task("life-misbehave", commit, "test");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s", err.msg);
 	assert_int_equal(res.outcome, TB_OUTCOME_FAILED);
@@ -1285,43 +1269,39 @@ static void test_lifecycle__agent_reaches_its_provider_only_through_the_proxy(vo
 	 * a host outside the policy and goes without its token; then shows
 	 * everything it can see of its environment and processes. */
 	tb_fixture_sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
-	snprintf(path, sizeof(path), "%s/taskbox.json", repo);
-	assert_non_null(f = fopen(path, "w"));
-	fprintf(f, "{\"v\": 1, \"name\": \"net\", \"agent\": {\"command\": [\"/bin/sh\", "
-		   "\"agent.sh\"]}}\n");
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/agent.sh", repo);
-	assert_non_null(f = fopen(path, "w"));
-	fprintf(f,
-		"read -r prompt\n"
-		"o=/outputs\n"
-		"curl -sS -m 10 -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{\"q\":1}' "
-		"\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" > $o/resp.txt 2>&1; echo \"via-proxy=$?\" "
-		">> $o/codes.txt\n"
-		"curl -sS -m 10 -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{\"s\":1}' "
-		"\"$TASKBOX_ENDPOINT_PROVIDER/v1/stream\" > $o/stream.txt 2>&1; echo \"stream=$?\" "
-		">> $o/codes.txt\n"
-		"curl -s -m 5 -o /dev/null http://127.0.0.1:%u/v1/echo; echo \"direct=$?\" >> "
-		"$o/codes.txt\n"
-		"curl -s -m 5 -o /dev/null -w 'forbidden=%%{http_code}\\n' -H "
-		"\"Proxy-Authorization: Bearer $TASKBOX_TOKEN\" http://other.example.test/v1/x "
-		">> $o/codes.txt\n"
-		"curl -s -m 5 -o /dev/null -w 'notoken=%%{http_code}\\n' -d x "
-		"\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" >> $o/codes.txt\n"
-		"curl -s -m 5 -o /dev/null -w 'proxy-alone=%%{http_code}\\n' --noproxy '' -d x "
-		"http://localhost:%u/v1/echo >> $o/codes.txt\n"
-		"env > $o/env.txt\n"
-		"i=0; while [ $i -lt 150000 ]; do i=$((i + 1)); done\n" /* CPU to account */
-		"cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline > $o/proc.txt 2>/dev/null\n"
-		"cat /workspace/* /tmp/* > $o/files.txt 2>/dev/null\n"
-		"printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' "
-		">&3\n",
-		provider.port, provider.port);
-	fclose(f);
-	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm net",
-		      repo);
+	char agent[4096];
+	snprintf(
+	    agent, sizeof(agent),
+	    "read -r prompt\n"
+	    "o=/outputs\n"
+	    "curl -sS -m 10 -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{\"q\":1}' "
+	    "\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" > $o/resp.txt 2>&1; echo \"via-proxy=$?\" "
+	    ">> $o/codes.txt\n"
+	    "curl -sS -m 10 -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{\"s\":1}' "
+	    "\"$TASKBOX_ENDPOINT_PROVIDER/v1/stream\" > $o/stream.txt 2>&1; echo \"stream=$?\" "
+	    ">> $o/codes.txt\n"
+	    "curl -s -m 5 -o /dev/null http://127.0.0.1:%u/v1/echo; echo \"direct=$?\" >> "
+	    "$o/codes.txt\n"
+	    "curl -s -m 5 -o /dev/null -w 'forbidden=%%{http_code}\\n' -H "
+	    "\"Proxy-Authorization: Bearer $TASKBOX_TOKEN\" http://other.example.test/v1/x "
+	    ">> $o/codes.txt\n"
+	    "curl -s -m 5 -o /dev/null -w 'notoken=%%{http_code}\\n' -d x "
+	    "\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" >> $o/codes.txt\n"
+	    "curl -s -m 5 -o /dev/null -w 'proxy-alone=%%{http_code}\\n' --noproxy '' -d x "
+	    "http://localhost:%u/v1/echo >> $o/codes.txt\n"
+	    "env > $o/env.txt\n"
+	    "i=0; while [ $i -lt 150000 ]; do i=$((i + 1)); done\n" /* CPU to account */
+	    "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline > $o/proc.txt 2>/dev/null\n"
+	    "cat /workspace/* /tmp/* > $o/files.txt 2>/dev/null\n"
+	    "printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' "
+	    ">&3\n",
+	    provider.port, provider.port);
+	char *commit = commit_files("taskbox.json",
+				    "{\"v\": 1, \"name\": \"net\", \"agent\": {\"command\": "
+				    "[\"/bin/sh\", \"agent.sh\"]}}\n",
+				    "agent.sh", agent, NULL);
 
-	tb_task_t t = task("life-net", head_commit(), "net");
+	tb_task_t t = task("life-net", commit, "net");
 	int rc = tb_lifecycle_run(&c, &t, 1, &res, &err);
 	provider_stop();
 	if (rc != 0)
@@ -1390,8 +1370,6 @@ static void run_spender(const char *id, const tb_limits_t *lim, size_t body_byte
 	tb_error_t err;
 
 	provider_runtime("budget", "\"agent\": {\"budget_grace_seconds\": 1}, ", "");
-	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"spender\", \"agent\": "
-					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
 	/* at most 200 requests, each bounded: the budget ends it long before */
 	snprintf(agent, sizeof(agent),
 		 "trap '' TERM INT HUP\nread -r prompt\n"
@@ -1403,11 +1381,11 @@ static void run_spender(const char *id, const tb_limits_t *lim, size_t body_byte
 		 "\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" >> /outputs/answers.txt\n"
 		 "  i=$((i + 1))\n  sleep 0.05\ndone\n",
 		 body_bytes, body_bytes);
-	write_repo_file("agent.sh", agent);
-	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
-		      "--allow-empty -m spend",
-		      repo);
-	tb_task_t t = task(id, head_commit(), "budget");
+	char *commit = commit_files("taskbox.json",
+				    "{\"v\": 1, \"name\": \"spender\", \"agent\": "
+				    "{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n",
+				    "agent.sh", agent, NULL);
+	tb_task_t t = task(id, commit, "budget");
 	t.limits = *lim;
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run %s: %s (first error event: %s)", id, err.msg, e->first_error);
@@ -1588,11 +1566,8 @@ static void replays(const tb_manifest_t *orig, const char *commit)
 	tb_msg_free(&tb_schema_manifest, &m);
 
 	/* the agent asks another question: no recorded answer */
-	write_repo_file("question.txt", "two\n");
-	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
-		      "-m two",
-		      repo);
-	run_replay("life-replay-strict", head_commit(), NULL, &m, &e2);
+	const char *two = commit_files("question.txt", "two\n", NULL);
+	run_replay("life-replay-strict", two, NULL, &m, &e2);
 	assert_int_equal(provider.requests, 0);
 	assert_int_equal(m.outcome, TB_OUTCOME_FAILED);
 	if (!strstr(m.reason, "replay of task life-recorded attempt 1: the first request with "
@@ -1622,20 +1597,18 @@ static void replays(const tb_manifest_t *orig, const char *commit)
 	/* a judge fixed later grades the recorded conversation: the same
 	 * question again, a new commit with another judge, the same answers */
 	struct events e4 = { .seq_ok = 1 };
-	write_repo_file("question.txt", "one\n");
-	write_repo_file("judge2.sh",
-			"if grep -q '\"auth\":\"Bearer \\*' /outputs/echo.txt; then\n"
-			"  echo '{\"outcome\":\"pass\",\"reason\":\"masked\"}'\n"
-			"else echo '{\"outcome\":\"fail\",\"reason\":\"not masked\"}'; fi\n");
-	write_repo_file("taskbox.json",
-			"{\"v\": 1, \"name\": \"recorded\", \"agent\": {\"command\": [\"/bin/sh\", "
-			"\"agent.sh\"]}, \"judges\": [{\"name\": \"masked\", \"command\": "
-			"[\"/bin/sh\", \"judge2.sh\"]}]}\n");
-	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
-		      "-m judged",
-		      repo);
+	const char *judged = commit_files(
+	    "question.txt", "one\n", "judge2.sh",
+	    "if grep -q '\"auth\":\"Bearer \\*' /outputs/echo.txt; then\n"
+	    "  echo '{\"outcome\":\"pass\",\"reason\":\"masked\"}'\n"
+	    "else echo '{\"outcome\":\"fail\",\"reason\":\"not masked\"}'; fi\n",
+	    "taskbox.json",
+	    "{\"v\": 1, \"name\": \"recorded\", \"agent\": {\"command\": [\"/bin/sh\", "
+	    "\"agent.sh\"]}, \"judges\": [{\"name\": \"masked\", \"command\": "
+	    "[\"/bin/sh\", \"judge2.sh\"]}]}\n",
+	    NULL);
 	provider.requests = 0;
-	run_replay("life-replay-judged", head_commit(), NULL, &m, &e4);
+	run_replay("life-replay-judged", judged, NULL, &m, &e4);
 	assert_int_equal(provider.requests, 0);
 	assert_int_equal(m.outcome, TB_OUTCOME_SUCCEEDED);
 	assert_int_equal(m.verdicts.n, 1);
@@ -1668,28 +1641,26 @@ static void test_lifecycle__a_recording_keeps_every_exchange_and_no_key(void **s
 	provider_start();
 	provider_runtime("recorded", "", ", \"record\": true, \"secret_headers\": [\"X-Session\"]");
 	/* a judge of the answer: a replay's verdict must be the same */
-	write_repo_file("judge.sh",
-			"if grep -q '\"usage\"' /outputs/echo.txt; then\n"
-			"  echo '{\"outcome\":\"pass\",\"reason\":\"answered\"}'\n"
-			"else echo '{\"outcome\":\"fail\",\"reason\":\"no answer\"}'; fi\n");
-	write_repo_file("taskbox.json",
-			"{\"v\": 1, \"name\": \"recorded\", \"agent\": {\"command\": [\"/bin/sh\", "
-			"\"agent.sh\"]}, \"judges\": [{\"name\": \"answered\", \"command\": "
-			"[\"/bin/sh\", \"judge.sh\"]}]}\n");
-	/* its question from the recipe: a later commit may change it */
-	write_repo_file("question.txt", "one\n");
-	write_repo_file("agent.sh",
-			"read -r prompt\nq=$(cat question.txt)\n"
-			"curl -s -w ' %{http_code}\\n' -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" "
-			"-H 'X-Session: sess-77aa' -d \"{\\\"q\\\":\\\"$q\\\"}\" "
-			"\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo?n=1\" > /outputs/echo.txt\n"
-			"curl -s -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" "
-			"\"$TASKBOX_ENDPOINT_PROVIDER/v1/stream\" > /outputs/stream.txt\n");
-	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
-		      "--allow-empty -m recorded",
-		      repo);
+	char *commit = commit_files(
+	    "judge.sh",
+	    "if grep -q '\"usage\"' /outputs/echo.txt; then\n"
+	    "  echo '{\"outcome\":\"pass\",\"reason\":\"answered\"}'\n"
+	    "else echo '{\"outcome\":\"fail\",\"reason\":\"no answer\"}'; fi\n",
+	    "taskbox.json",
+	    "{\"v\": 1, \"name\": \"recorded\", \"agent\": {\"command\": [\"/bin/sh\", "
+	    "\"agent.sh\"]}, \"judges\": [{\"name\": \"answered\", \"command\": "
+	    "[\"/bin/sh\", \"judge.sh\"]}]}\n",
+	    /* its question from the recipe: a later commit may change it */
+	    "question.txt", "one\n", "agent.sh",
+	    "read -r prompt\nq=$(cat question.txt)\n"
+	    "curl -s -w ' %{http_code}\\n' -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" "
+	    "-H 'X-Session: sess-77aa' -d \"{\\\"q\\\":\\\"$q\\\"}\" "
+	    "\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo?n=1\" > /outputs/echo.txt\n"
+	    "curl -s -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" "
+	    "\"$TASKBOX_ENDPOINT_PROVIDER/v1/stream\" > /outputs/stream.txt\n",
+	    NULL);
 	char recorded_commit[64];
-	snprintf(recorded_commit, sizeof(recorded_commit), "%s", head_commit());
+	snprintf(recorded_commit, sizeof(recorded_commit), "%s", commit);
 	tb_task_t t = task("life-recorded", recorded_commit, "recorded");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
@@ -1745,18 +1716,18 @@ static void test_lifecycle__usage_events_say_the_figures_so_far(void **state)
 		skip();
 	provider_start();
 	provider_runtime("metered", "\"agent\": {\"usage_interval_seconds\": 1}, ", "");
-	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"metered\", \"agent\": "
-					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
-	/* two answers at once, then 2.5 s of the agent's run: two usage
-	 * events or three, the last after both answers */
-	write_repo_file("agent.sh",
-			"read -r prompt\nfor i in 1 2; do\n"
-			"  curl -s -m 5 -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{}' "
-			"\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" > /dev/null\ndone\nsleep 2.5\n");
-	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
-		      "--allow-empty -m metered",
-		      repo);
-	tb_task_t t = task("life-usage-events", head_commit(), "metered");
+	char *commit =
+	    commit_files("taskbox.json",
+			 "{\"v\": 1, \"name\": \"metered\", \"agent\": "
+			 "{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n",
+			 /* two answers at once, then 2.5 s of the agent's run: two
+			  * usage events or three, the last after both answers */
+			 "agent.sh",
+			 "read -r prompt\nfor i in 1 2; do\n"
+			 "  curl -s -m 5 -H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{}' "
+			 "\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" > /dev/null\ndone\nsleep 2.5\n",
+			 NULL);
+	tb_task_t t = task("life-usage-events", commit, "metered");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
 	provider_stop();
@@ -1831,19 +1802,19 @@ static void test_lifecycle__two_workers_share_a_rate_limit_and_a_pause(void **st
 		"{\"requests_per_second\": 5, \"max_wait_seconds\": 30}}]}}\n",
 		provider.port);
 	fclose(f);
-	write_repo_file("taskbox.json", "{\"v\": 1, \"name\": \"paced\", \"agent\": "
-					"{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n");
-	/* as fast as it is let, for 16 s, at most 400 requests */
-	write_repo_file("agent.sh", "read -r prompt\nend=$(($(date +%s) + 16))\ni=0\n"
-				    "while [ $i -lt 400 ] && [ $(date +%s) -lt $end ]; do\n"
-				    "  curl -s -m 20 -o /dev/null -w '%{http_code}\\n' "
-				    "-H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{\"q\":1}' "
-				    "\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" >> /outputs/codes.txt\n"
-				    "  i=$((i + 1))\ndone\n");
-	tb_fixture_sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -q "
-		      "--allow-empty -m paced",
-		      repo);
-	snprintf(commit, sizeof(commit), "%s", head_commit());
+	snprintf(commit, sizeof(commit), "%s",
+		 commit_files("taskbox.json",
+			      "{\"v\": 1, \"name\": \"paced\", \"agent\": "
+			      "{\"command\": [\"/bin/sh\", \"agent.sh\"]}}\n",
+			      /* as fast as it is let, for 16 s, at most 400 requests */
+			      "agent.sh",
+			      "read -r prompt\nend=$(($(date +%s) + 16))\ni=0\n"
+			      "while [ $i -lt 400 ] && [ $(date +%s) -lt $end ]; do\n"
+			      "  curl -s -m 20 -o /dev/null -w '%{http_code}\\n' "
+			      "-H \"X-Taskbox-Token: $TASKBOX_TOKEN\" -d '{\"q\":1}' "
+			      "\"$TASKBOX_ENDPOINT_PROVIDER/v1/echo\" >> /outputs/codes.txt\n"
+			      "  i=$((i + 1))\ndone\n",
+			      NULL));
 	snprintf(prefix, sizeof(prefix), "tb-life-rate-%d", getpid());
 	for (int i = 0; i < 2; i++) {
 		char worker[32], id[64];
@@ -1940,24 +1911,20 @@ static void test_lifecycle__a_loop_of_refused_requests_does_not_flood_the_events
 		   "\"localhost\", \"port\": 9, \"scheme\": \"http\"}]}}\n");
 	fclose(f);
 	tb_fixture_sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
-	snprintf(path, sizeof(path), "%s/taskbox.json", repo);
-	assert_non_null(f = fopen(path, "w"));
-	fprintf(f, "{\"v\": 1, \"name\": \"flood\", \"agent\": {\"command\": [\"/bin/sh\", "
-		   "\"agent.sh\"]}}\n");
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/agent.sh", repo);
-	assert_non_null(f = fopen(path, "w"));
-	fprintf(f,
-		"read -r prompt\n"
-		"curl -s -m 60 -H \"Proxy-Authorization: Bearer $TASKBOX_TOKEN\" "
-		"'http://other.example.test/x[1-200]' > /dev/null\n"
-		"printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' "
-		">&3\n");
-	fclose(f);
-	tb_fixture_sh(
-	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm flood", repo);
+	char agent[4096];
+	snprintf(
+	    agent, sizeof(agent),
+	    "read -r prompt\n"
+	    "curl -s -m 60 -H \"Proxy-Authorization: Bearer $TASKBOX_TOKEN\" "
+	    "'http://other.example.test/x[1-200]' > /dev/null\n"
+	    "printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' "
+	    ">&3\n");
+	char *commit = commit_files("taskbox.json",
+				    "{\"v\": 1, \"name\": \"flood\", \"agent\": {\"command\": "
+				    "[\"/bin/sh\", \"agent.sh\"]}}\n",
+				    "agent.sh", agent, NULL);
 
-	tb_task_t t = task("life-flood", head_commit(), "flood");
+	tb_task_t t = task("life-flood", commit, "flood");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
@@ -1994,15 +1961,9 @@ static void test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own(
 	/* A message on fd 3, a thought through the route (and a turn-ended,
 	 * which the route refuses), then a message on fd 3 again. */
 	tb_fixture_sh("cd %s && git rm -qr --cached . >/dev/null && rm -rf ./*", repo);
-	snprintf(path, sizeof(path), "%s/taskbox.json", repo);
-	assert_non_null(f = fopen(path, "w"));
-	fprintf(f, "{\"v\": 1, \"name\": \"route\", \"agent\": {\"command\": [\"/bin/sh\", "
-		   "\"agent.sh\"]}}\n");
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/agent.sh", repo);
-	assert_non_null(f = fopen(path, "w"));
-	fprintf(
-	    f,
+	char agent[4096];
+	snprintf(
+	    agent, sizeof(agent),
 	    "read -r prompt\n"
 	    "o=/outputs\n"
 	    "post() { curl -sS -m 10 -o $o/$1.txt -w \"$1=%%{http_code}\\n\" "
@@ -2015,11 +1976,12 @@ static void test_lifecycle__an_event_posted_through_the_proxy_is_the_agents_own(
 	    "printf '%%s\\n' '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"after\"}' "
 	    ">&3\n"
 	    "echo \"$TASKBOX_EVENTS_URL\" > $o/url.txt\n");
-	fclose(f);
-	tb_fixture_sh(
-	    "cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm route", repo);
+	char *commit = commit_files("taskbox.json",
+				    "{\"v\": 1, \"name\": \"route\", \"agent\": {\"command\": "
+				    "[\"/bin/sh\", \"agent.sh\"]}}\n",
+				    "agent.sh", agent, NULL);
 
-	tb_task_t t = task("life-route", head_commit(), "route");
+	tb_task_t t = task("life-route", commit, "route");
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s (first error event: %s)", err.msg, e.first_error);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
@@ -2110,8 +2072,8 @@ static void test_lifecycle__a_recipe_runs_in_its_pinned_image(void **state)
 		 "\"/recipe/agent.sh\"]}, "
 		 "\"judges\": [{\"name\": \"saw\", \"command\": [\"/bin/sh\", \"judge.sh\"]}]}\n",
 		 layout, digest);
-	char *commit = commit_recipe(
-	    manifest, "agent.sh",
+	char *commit = commit_files(
+	    "taskbox.json", manifest, "agent.sh",
 	    "read -r prompt\n"
 	    "cat /usr/share/marker > /outputs/marker\n"
 	    "echo \"$IMAGE_SAYS $(id -u) $PWD\" > /outputs/env\n"
@@ -2193,17 +2155,18 @@ static void test_lifecycle__large_inputs_are_read_on_demand(void **state)
 	snprintf(path, sizeof(path), "blocks/%s", sha);
 	assert_int_equal(tb_store_put_bytes(F.store, path, b.sha, b.n * 32, NULL, &err), 0);
 	tb_sha256_hex(part, data + 2 * TB_BLOCK_SIZE, TB_BLOCK_SIZE);
-	tb_fixture_sh(
-	    "cd %s && printf '%%s\n' 'read -r prompt' "
-	    "'stat -c %%s /inputs/big.bin > /outputs/size.txt' "
-	    "'dd if=/inputs/big.bin bs=1048576 skip=2 count=1 2>/dev/null | sha256sum "
-	    "| cut -c1-64 > /outputs/part.txt' "
-	    "'[ \"$(cat /outputs/part.txt)\" = %s ] || cat /inputs/big.bin > /dev/null || "
-	    "exit 3' "
-	    "'printf \"%%s\\n\" \"{\\\"type\\\":\\\"message\\\",\\\"role\\\":"
-	    "\\\"assistant\\\",\\\"text\\\":\\\"done\\\"}\" >&3' > agent.sh && "
-	    "git add -A && git -c user.name=t -c user.email=t@t commit -qm lazy",
-	    repo, part);
+	char agent[1024];
+	snprintf(agent, sizeof(agent),
+		 "read -r prompt\n"
+		 "stat -c %%s /inputs/big.bin > /outputs/size.txt\n"
+		 "dd if=/inputs/big.bin bs=1048576 skip=2 count=1 2>/dev/null | sha256sum "
+		 "| cut -c1-64 > /outputs/part.txt\n"
+		 "[ \"$(cat /outputs/part.txt)\" = %s ] || cat /inputs/big.bin > /dev/null || "
+		 "exit 3\n"
+		 "printf \"%%s\\n\" \"{\\\"type\\\":\\\"message\\\",\\\"role\\\":"
+		 "\\\"assistant\\\",\\\"text\\\":\\\"done\\\"}\" >&3\n",
+		 part);
+	char *commit = commit_files("agent.sh", agent, NULL);
 	snprintf(path, sizeof(path), "%s/inputs-cache", F.root);
 	assert_int_equal(tb_block_cache_open(&cache, path, 64u << 20, &err), 0);
 	c.input_cache = cache;
@@ -2211,7 +2174,7 @@ static void test_lifecycle__large_inputs_are_read_on_demand(void **state)
 			       .artifact = "uploads/lazy-big",
 			       .sha256 = sha,
 			       .blocks = b.digest } };
-	tb_task_t t = task("life-lazy", head_commit(), "lazy");
+	tb_task_t t = task("life-lazy", commit, "lazy");
 	t.inputs.n = 1;
 	t.inputs.items = in;
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
@@ -2264,32 +2227,30 @@ static int setup(void **state)
 	snprintf(repo, sizeof(repo), "%s/repo", F.root);
 	snprintf(url, sizeof(url), "file://%s", repo);
 	/* the hello recipe: an agent that says done, a judge that checks */
-	char cmd[4096];
-	snprintf(
-	    cmd, sizeof(cmd),
-	    "set -e; mkdir -p %s && git init -q %s && cd %s && "
-	    "printf '%%s\\n' '{\"v\": 1, \"name\": \"hello\", \"agent\": {\"command\": "
+	char commit[64];
+	return tb_fixture_recipe(
+	    repo, commit, sizeof(commit), "taskbox.json",
+	    "{\"v\": 1, \"name\": \"hello\", \"agent\": {\"command\": "
 	    "[\"/bin/sh\", \"agent.sh\"]}, \"judges\": [{\"name\": \"said-done\", \"command\": "
-	    "[\"/bin/sh\", \"judge.sh\"]}]}' > taskbox.json && "
-	    "printf '%%s\\n' 'read -r prompt' "
-	    "'printf \"%%s\\\\n\" "
+	    "[\"/bin/sh\", \"judge.sh\"]}]}\n",
+	    "agent.sh",
+	    "read -r prompt\n"
+	    "printf \"%s\\\\n\" "
 	    "\"{\\\"type\\\":\\\"message\\\",\\\"role\\\":\\\"user\\\",\\\"text\\\":\\\"got "
-	    "it\\\"}\" >&3' "
-	    "'printf \"%%s\\\\n\" "
+	    "it\\\"}\" >&3\n"
+	    "printf \"%s\\\\n\" "
 	    "\"{\\\"type\\\":\\\"tool-call\\\",\\\"id\\\":\\\"1\\\",\\\"name\\\":\\\"write\\\","
-	    "\\\"input\\\":{}}\" >&3' "
-	    "'echo \"hello from $TASKBOX_TASK_ID\" > /outputs/hello.txt' "
-	    "'echo not json >&3' "
-	    "'printf \"%%s\\\\n\" "
+	    "\\\"input\\\":{}}\" >&3\n"
+	    "echo \"hello from $TASKBOX_TASK_ID\" > /outputs/hello.txt\n"
+	    "echo not json >&3\n"
+	    "printf \"%s\\\\n\" "
 	    "\"{\\\"type\\\":\\\"message\\\",\\\"role\\\":\\\"assistant\\\",\\\"text\\\":"
-	    "\\\"done\\\"}\" >&3' "
-	    "> agent.sh && "
-	    "printf '%%s\\n' 'if grep -q done; then echo "
+	    "\\\"done\\\"}\" >&3\n",
+	    "judge.sh",
+	    "if grep -q done; then echo "
 	    "\"{\\\"outcome\\\":\\\"pass\\\",\\\"score\\\":1}\"; "
-	    "else echo \"{\\\"outcome\\\":\\\"fail\\\"}\"; fi' > judge.sh && "
-	    "git add -A && git -c user.name=t -c user.email=t@t commit -qm hello",
-	    repo, repo, repo);
-	return system(cmd) == 0 ? 0 : -1;
+	    "else echo \"{\\\"outcome\\\":\\\"fail\\\"}\"; fi\n",
+	    NULL);
 }
 
 static int teardown(void **state)
