@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixture_repo.h"
 #include "tb/kafka.h"
 #include "tb/ledger.h"
 #include "tb/schema_dlq.h"
@@ -162,19 +163,12 @@ static void sh(const char *fmt, ...)
 /* The hello recipe committed into a repository of the test's own. */
 static void make_recipe(void)
 {
-	char cmd[256];
-
 	if (commit[0])
 		return;
 	snprintf(repo, sizeof(repo), "%s/hello", root);
-	sh("git init -q %s && cp -r %s/examples/recipes/hello/. %s/ && cd %s && git add -A && "
-	   "git -c user.name=t -c user.email=t@t commit -qm hello",
-	   repo, TB_SOURCE_DIR, repo, repo);
-	snprintf(cmd, sizeof(cmd), "cd %s && git rev-parse HEAD", repo);
-	FILE *f = popen(cmd, "r");
-	assert_non_null(fgets(commit, sizeof(commit), f));
-	pclose(f);
-	commit[strcspn(commit, "\n")] = '\0';
+	if (tb_fixture_commit(repo, TB_SOURCE_DIR "/examples/recipes/hello", commit,
+			      sizeof(commit)) < 0)
+		fail_msg("cannot commit the hello recipe into %s", repo);
 	snprintf(rt, sizeof(rt), "%s/runtimes", root);
 	sh("mkdir -p %s && echo '{\"v\": 1, \"name\": \"default\"}' > %s/default.json", rt, rt);
 }
@@ -193,28 +187,21 @@ static void write_file(const char *dir, const char *name, const char *text)
  * number), committed once. */
 static void make_slow_recipe(void)
 {
-	char cmd[256];
-
 	if (slow_commit[0])
 		return;
 	snprintf(slow_repo, sizeof(slow_repo), "%s/slow", root);
-	sh("mkdir -p %s && cd %s && git init -q", slow_repo, slow_repo);
-	write_file(slow_repo, "taskbox.json",
-		   "{\"v\": 1, \"name\": \"slow\", \"agent\": {\"command\": [\"/bin/sh\", "
-		   "\"agent.sh\"]}, \"judges\": []}\n");
-	/* the prompt's line: {"type":"prompt","turn":1,"text":"61.5"} */
-	write_file(
-	    slow_repo, "agent.sh",
-	    "read -r prompt\n"
-	    "secs=$(printf '%s' \"$prompt\" | sed -n 's/.*\"text\": *\"\\([0-9.]*\\)\".*/\\1/p')\n"
-	    "sleep \"$secs\"\n");
-	sh("cd %s && git add -A && git -c user.name=t -c user.email=t@t commit -qm slow",
-	   slow_repo);
-	snprintf(cmd, sizeof(cmd), "cd %s && git rev-parse HEAD", slow_repo);
-	FILE *f = popen(cmd, "r");
-	assert_non_null(fgets(slow_commit, sizeof(slow_commit), f));
-	pclose(f);
-	slow_commit[strcspn(slow_commit, "\n")] = '\0';
+	if (tb_fixture_recipe(
+		slow_repo, slow_commit, sizeof(slow_commit), "taskbox.json",
+		"{\"v\": 1, \"name\": \"slow\", \"agent\": {\"command\": [\"/bin/sh\", "
+		"\"agent.sh\"]}, \"judges\": []}\n",
+		/* the prompt's line: {"type":"prompt","turn":1,"text":"61.5"} */
+		"agent.sh",
+		"read -r prompt\n"
+		"secs=$(printf '%s' \"$prompt\" | sed -n 's/.*\"text\": "
+		"*\"\\([0-9.]*\\)\".*/\\1/p')\n"
+		"sleep \"$secs\"\n",
+		NULL) < 0)
+		fail_msg("cannot commit the slow recipe into %s", slow_repo);
 }
 
 /* `taskbox worker` as an operator starts it; stderr to @p log if given. */

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fixture_repo.h"
 #include "recipe.h"
 
 static char root[64] = "/tmp/tb-recipe-test-XXXXXX";
@@ -36,29 +37,17 @@ static void sh(const char *fmt, ...)
 }
 
 /* Commits @p manifest (NULL: none) and an agent; returns the commit id. */
-static const char *commit(const char *manifest, const char *msg)
+static const char *commit(const char *manifest)
 {
 	static char id[64];
-	char path[256];
-	FILE *f;
 
-	if (manifest) {
-		snprintf(path, sizeof(path), "%s/taskbox.json", repo);
-		f = fopen(path, "w");
-		fputs(manifest, f);
-		fclose(f);
-	} else {
+	if (!manifest)
 		sh("cd %s && git rm -q --cached taskbox.json >/dev/null 2>&1; rm -f taskbox.json",
 		   repo);
-	}
-	sh("cd %s && echo 'echo hello' > agent.sh && git add -A && "
-	   "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m '%s'",
-	   repo, msg);
-	snprintf(path, sizeof(path), "cd %s && git rev-parse HEAD", repo);
-	f = popen(path, "r");
-	assert_non_null(fgets(id, sizeof(id), f));
-	pclose(f);
-	id[strcspn(id, "\n")] = '\0';
+	/* without a manifest, the list ends after agent.sh */
+	if (tb_fixture_recipe(repo, id, sizeof(id), "agent.sh", "echo hello\n",
+			      manifest ? "taskbox.json" : NULL, manifest, NULL) < 0)
+		fail_msg("cannot commit into %s", repo);
 	return id;
 }
 
@@ -73,7 +62,7 @@ static void test_recipe__checks_out_the_pinned_commit_and_reads_the_manifest(voi
 	struct stat st;
 
 	(void)state;
-	const char *id = commit(GOOD, "first");
+	const char *id = commit(GOOD);
 	if (tb_recipe_checkout(rc_cache, url, id, dir, sizeof(dir), &m, &err) != 0)
 		fail_msg("%s", err.msg);
 	assert_string_equal(m.name, "hello");
@@ -97,7 +86,7 @@ static void test_recipe__a_later_commit_is_fetched(void **state)
 
 	(void)state;
 	const char *id =
-	    commit("{\"v\": 1, \"name\": \"second\", \"agent\": {\"command\": [\"x\"]}}", "second");
+	    commit("{\"v\": 1, \"name\": \"second\", \"agent\": {\"command\": [\"x\"]}}");
 	if (tb_recipe_checkout(rc_cache, url, id, dir, sizeof(dir), &m, &err) != 0)
 		fail_msg("%s", err.msg);
 	assert_string_equal(m.name, "second");
@@ -126,11 +115,11 @@ static void test_recipe__missing_or_bad_manifest_is_poison(void **state)
 	tb_error_t err;
 
 	(void)state;
-	const char *none = commit(NULL, "no manifest");
+	const char *none = commit(NULL);
 	assert_int_equal(tb_recipe_checkout(rc_cache, url, none, dir, sizeof(dir), &m, &err),
 			 TB_EPOISON);
 	assert_non_null(strstr(err.msg, "no taskbox.json"));
-	const char *bad = commit("{\"v\": 1, \"name\": \"x\"}", "bad manifest");
+	const char *bad = commit("{\"v\": 1, \"name\": \"x\"}");
 	assert_int_equal(tb_recipe_checkout(rc_cache, url, bad, dir, sizeof(dir), &m, &err),
 			 TB_EPOISON);
 	assert_non_null(strstr(err.msg, "field 'agent': required but missing"));
