@@ -51,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixture_repo.h"
 #include "tb/blocks.h"
 #include "tb/json_mpack.h"
 #include "tb/kafka.h"
@@ -94,16 +95,26 @@ typedef struct scenario {
 /* ------------------------------------------------------------ set-up */
 
 /* Recipe repository @p name: examples/recipes/hello with an agent that
- * first sleeps @p seconds. @return 0, or -1. */
-static int sleepy_hello(const char *name, int seconds)
+ * first sleeps @p seconds; its commit into @p into. @return 0, or -1. */
+static int sleepy_hello(const char *name, int seconds, char into[64])
 {
-	char cmd[1024];
+	char cmd[1024], dir[128];
+	snprintf(dir, sizeof(dir), "%s/%s", root, name);
 	snprintf(cmd, sizeof(cmd),
-		 "git init -q %s/%s && cp -r %s/examples/recipes/hello/. %s/%s/ && "
-		 "cd %s/%s && printf 'sleep %d\\n' | cat - agent.sh > a && mv a agent.sh && "
-		 "git add -A && git -c user.name=t -c user.email=t@t commit -qm %s",
-		 root, name, TB_SOURCE_DIR, root, name, root, name, seconds, name);
-	return system(cmd) == 0 ? 0 : -1;
+		 "mkdir -p %s && cp -r %s/examples/recipes/hello/. %s/ && "
+		 "cd %s && printf 'sleep %d\\n' | cat - agent.sh > a && mv a agent.sh",
+		 dir, TB_SOURCE_DIR, dir, dir, seconds);
+	return system(cmd) == 0 ? tb_fixture_commit(dir, NULL, into, 64) : -1;
+}
+
+/* Example recipe @p name copied into a repository of its own, its
+ * commit into @p into. @return 0, or -1. */
+static int example(const char *name, char into[64])
+{
+	char dir[128], from[600];
+	snprintf(dir, sizeof(dir), "%s/%s", root, name);
+	snprintf(from, sizeof(from), "%s/examples/recipes/%s", TB_SOURCE_DIR, name);
+	return tb_fixture_commit(dir, from, into, 64);
 }
 
 static int setup(void **state)
@@ -125,52 +136,22 @@ static int setup(void **state)
 
 	/* The hello recipe in a repository of our own, pinned. */
 	snprintf(repo, sizeof(repo), "%s/hello", root);
-	char cmd[1024];
-	snprintf(cmd, sizeof(cmd),
-		 "git init -q %s && cp -r %s/examples/recipes/hello/. %s/ && cd %s && "
-		 "git add -A && git -c user.name=t -c user.email=t@t commit -qm hello",
-		 repo, TB_SOURCE_DIR, repo, repo);
-	if (system(cmd) != 0)
+	if (example("hello", commit) < 0)
 		return -1;
-	snprintf(cmd, sizeof(cmd), "cd %s && git rev-parse HEAD", repo);
-	FILE *f = popen(cmd, "r");
-	if (!f || !fgets(commit, sizeof(commit), f))
-		return -1;
-	pclose(f);
-	commit[strcspn(commit, "\n")] = '\0';
 	/* The misbehaving example recipe, and a repository without a
 	 * taskbox.json, each at a commit. */
-	snprintf(
-	    cmd, sizeof(cmd),
-	    "git init -q %s/misbehave && cp -r %s/examples/recipes/misbehave/. %s/misbehave/ && "
-	    "cd %s/misbehave && git add -A && "
-	    "git -c user.name=t -c user.email=t@t commit -qm misbehave && "
-	    "git init -q %s/bare && cd %s/bare && echo hi > README && git add -A && "
-	    "git -c user.name=t -c user.email=t@t commit -qm bare",
-	    root, TB_SOURCE_DIR, root, root, root, root);
-	if (system(cmd) != 0)
+	char cmd[1024], path[300];
+	snprintf(path, sizeof(path), "%s/bare", root);
+	if (example("misbehave", misbehave_commit) < 0 ||
+	    tb_fixture_recipe(path, bare_commit, sizeof(bare_commit), "README", "hi\n", NULL) < 0)
 		return -1;
 	/* the interactive chat recipe */
-	snprintf(cmd, sizeof(cmd),
-		 "git init -q %s/chat && cp -r %s/examples/recipes/chat/. %s/chat/ && "
-		 "cd %s/chat && git add -A && git -c user.name=t -c user.email=t@t commit -qm chat",
-		 root, TB_SOURCE_DIR, root, root);
-	if (system(cmd) != 0)
+	if (example("chat", chat_commit) < 0)
 		return -1;
 	/* hello, with an agent that outlasts two leases; and one that takes
 	 * 2 s (a batch of them lasts a minute) */
-	if (sleepy_hello("slow", 7) < 0 || sleepy_hello("pause", 2) < 0)
+	if (sleepy_hello("slow", 7, slow_commit) < 0 || sleepy_hello("pause", 2, pause_commit) < 0)
 		return -1;
-	const char *which[] = { "misbehave", "bare", "slow", "chat", "pause" };
-	char *into[] = { misbehave_commit, bare_commit, slow_commit, chat_commit, pause_commit };
-	for (int i = 0; i < 5; i++) {
-		snprintf(cmd, sizeof(cmd), "cd %s/%s && git rev-parse HEAD", root, which[i]);
-		f = popen(cmd, "r");
-		if (!f || !fgets(into[i], 64, f))
-			return -1;
-		pclose(f);
-		into[i][strcspn(into[i], "\n")] = '\0';
-	}
 	/* A recipe whose environment is an image (a busybox-static root, built
 	 * with umoci): its agent and judges pass only on the image's files. */
 	snprintf(
@@ -181,9 +162,9 @@ static int setup(void **state)
 	    "mkdir -p $L.b/rootfs/bin $L.b/rootfs/usr/share; cp /bin/busybox $L.b/rootfs/bin/; "
 	    "for t in sh cat grep; do ln -s busybox $L.b/rootfs/bin/$t; done; "
 	    "echo from-the-image > $L.b/rootfs/usr/share/marker; "
-	    "umoci repack --image $L:t $L.b; rm -rf $L.b; git init -q %s/imaged; "
+	    "umoci repack --image $L:t $L.b; rm -rf $L.b; "
 	    "grep -o 'sha256:[0-9a-f]*' $L/index.json | head -1 > %s/imaged.digest",
-	    root, root, root);
+	    root, root);
 	int made = system(cmd);
 	if (made == 0) {
 		static const char agent[] =
@@ -192,44 +173,26 @@ static int setup(void **state)
 		static const char judge[] =
 		    "cat >/dev/null\nif grep -q from-the-image /outputs/marker; then "
 		    "echo '{\"outcome\":\"pass\"}'; else echo '{\"outcome\":\"fail\"}'; fi\n";
-		char digest[100] = "", path[300];
+		char digest[100] = "", manifest[1024];
 		snprintf(path, sizeof(path), "%s/imaged.digest", root);
-		f = fopen(path, "r");
+		FILE *f = fopen(path, "r");
 		if (!f || !fgets(digest, sizeof(digest), f))
 			return -1;
 		fclose(f);
 		digest[strcspn(digest, "\n")] = '\0';
-		const char *const files[][2] = { { "agent.sh", agent }, { "judge.sh", judge } };
-		for (int i = 0; i < 2; i++) {
-			snprintf(path, sizeof(path), "%s/imaged/%s", root, files[i][0]);
-			if (!(f = fopen(path, "w")))
-				return -1;
-			fputs(files[i][1], f);
-			fclose(f);
-		}
-		snprintf(path, sizeof(path), "%s/imaged/taskbox.json", root);
-		if (!(f = fopen(path, "w")))
-			return -1;
-		fprintf(
-		    f,
+		/* the image's root layout and digest in its manifest */
+		snprintf(
+		    manifest, sizeof(manifest),
 		    "{\"v\": 1, \"name\": \"imaged\", \"environment\": {\"image\": "
 		    "\"oci-layout:%s/layouts/bb@%s\"}, \"agent\": {\"command\": [\"/bin/sh\", "
 		    "\"agent.sh\"]}, \"judges\": [{\"name\": \"one\", \"command\": [\"/bin/sh\", "
 		    "\"judge.sh\"]}, {\"name\": \"two\", \"command\": [\"/bin/sh\", "
 		    "\"judge.sh\"]}]}\n",
 		    root, digest);
-		fclose(f);
-		snprintf(
-		    cmd, sizeof(cmd),
-		    "cd %s/imaged && git add -A && git -c user.name=t -c user.email=t@t commit "
-		    "-qm imaged && git rev-parse HEAD > %s/imaged.commit",
-		    root, root);
-		snprintf(path, sizeof(path), "%s/imaged.commit", root);
-		if (system(cmd) != 0 || !(f = fopen(path, "r")) ||
-		    !fgets(image_commit, sizeof(image_commit), f))
+		snprintf(path, sizeof(path), "%s/imaged", root);
+		if (tb_fixture_recipe(path, image_commit, sizeof(image_commit), "agent.sh", agent,
+				      "judge.sh", judge, "taskbox.json", manifest, NULL) < 0)
 			return -1;
-		fclose(f);
-		image_commit[strcspn(image_commit, "\n")] = '\0';
 	} else if (!WIFEXITED(made) || WEXITSTATUS(made) != 3) {
 		return -1;
 	}
