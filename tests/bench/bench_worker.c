@@ -34,6 +34,7 @@
  * ratio. Timing figures are for reading, never for asserting.
  */
 #include "bench_util.h"
+#include "fixture_repo.h"
 #include "follow.h"
 
 #include "tb/config.h"
@@ -86,22 +87,11 @@ static int sh(const char *fmt, ...)
 
 /* ------------------------------------------------------------ set-up */
 
-static int write_file(const char *dir, const char *name, const char *text)
-{
-	char path[300];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	FILE *f = fopen(path, "w");
-	if (!f)
-		return -1;
-	fputs(text, f);
-	return fclose(f) == 0 ? 0 : -1;
-}
-
 /* A recipe repository named @p name whose agent is the sh script @p agent,
  * with one judge that passes. */
 static int recipe(const char *name, const char *agent, char *url, char *commit)
 {
-	char dir[200], manifest[512], cmd[300];
+	char dir[200], manifest[512];
 
 	snprintf(dir, sizeof(dir), "%s/%s", root, name);
 	snprintf(manifest, sizeof(manifest),
@@ -109,20 +99,10 @@ static int recipe(const char *name, const char *agent, char *url, char *commit)
 		 "\"agent.sh\"]}, \"judges\": [{\"name\": \"ok\", \"command\": [\"/bin/sh\", "
 		 "\"judge.sh\"]}]}\n",
 		 name);
-	if (mkdir(dir, 0755) < 0 || write_file(dir, "taskbox.json", manifest) < 0 ||
-	    write_file(dir, "agent.sh", agent) < 0 ||
-	    write_file(dir, "judge.sh", "echo '{\"outcome\":\"pass\"}'\n") < 0 ||
-	    sh("cd %s && git init -q . && git add -A && "
-	       "git -c user.name=b -c user.email=b@b commit -qm %s",
-	       dir, name) < 0)
+	if (tb_fixture_recipe(dir, commit, 64, "taskbox.json", manifest, "agent.sh", agent,
+			      "judge.sh", "echo '{\"outcome\":\"pass\"}'\n", NULL) < 0)
 		return -1;
 	snprintf(url, 160, "file://%.150s", dir);
-	snprintf(cmd, sizeof(cmd), "cd %s && git rev-parse HEAD", dir);
-	FILE *f = popen(cmd, "r");
-	if (!f || !fgets(commit, 64, f))
-		return -1;
-	pclose(f);
-	commit[strcspn(commit, "\n")] = '\0';
 	return 0;
 }
 
