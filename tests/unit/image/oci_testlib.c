@@ -13,9 +13,20 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
+
+int oci_layout_init(const char *layout)
+{
+	char cmd[800];
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s && mkdir -p %s/blobs/sha256 && echo "
+		 "'{\"imageLayoutVersion\":\"1.0.0\"}' > %s/oci-layout",
+		 layout, layout, layout);
+	return system(cmd) == 0 ? 0 : -1;
+}
 
 /* Writes @p len bytes as a blob of the layout; its digest into @p d. */
 void oci_blob(const char *layout, const void *data, size_t len, char d[72])
@@ -66,8 +77,6 @@ size_t oci_layer(const char *const *files, char *out, size_t cap)
 	return used;
 }
 
-#define GZ "application/vnd.oci.image.layer.v1.tar+gzip"
-
 /* An image of the given layers (each NULL-ended file list); its manifest's
  * digest into @p d. @p layer_type: NULL for gzip layers. */
 void oci_image(const char *layout, const char *const *const *layers, size_t n,
@@ -92,7 +101,7 @@ void oci_image(const char *layout, const char *const *const *layers, size_t n,
 	for (size_t i = 0; i < n; i++)
 		o += snprintf(text + o, sizeof(text) - (size_t)o,
 			      "%s{\"mediaType\":\"%s\",\"digest\":\"%s\",\"size\":%zu}",
-			      i ? "," : "", layer_type ? layer_type : GZ, layer_d[i], sizes[i]);
+			      i ? "," : "", layer_type ? layer_type : OCI_GZ, layer_d[i], sizes[i]);
 	snprintf(text + o, sizeof(text) - (size_t)o, "]}");
 	oci_blob(layout, text, strlen(text), d);
 }
@@ -110,4 +119,33 @@ void oci_index(const char *layout, const char *manifest, const char *arch, char 
 		 "\"%s\"}}]}",
 		 manifest, manifest, arch);
 	oci_blob(layout, text, strlen(text), d);
+}
+
+void oci_first_layer(const char *layout, const char *manifest, char layer[80])
+{
+	char path[300], text[4096];
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, manifest + 7);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	char *doc = strstr(text, "\"layers\":[");
+	char *l = doc ? strstr(doc, "sha256:") : NULL;
+	assert_non_null(l);
+	snprintf(layer, 80, "%.71s", l);
+}
+
+char *oci_tree_read(const char *dir, const char *rel)
+{
+	static char buf[256];
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
 }

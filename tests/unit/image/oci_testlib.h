@@ -1,8 +1,9 @@
 /*
- * oci_testlib.h: OCI image layouts written by the image tests: blobs by
- * digest, gzip layers of "path=content" files ("dir/" for a directory,
- * "c:path" a character device, "u:path=content" a set-user-ID file; all
- * owned by 1000), manifests and indexes.
+ * oci_testlib.h: OCI image layouts written by the image tests: the
+ * layout itself, blobs by digest, gzip layers of "path=content" files
+ * ("dir/" for a directory, "c:path" a character device, "u:path=content"
+ * a set-user-ID file; all owned by 1000), manifests and indexes; a
+ * manifest's first layer; and a file of an unpacked tree, read back.
  */
 #ifndef TB_OCI_TESTLIB_H
 #define TB_OCI_TESTLIB_H
@@ -10,6 +11,10 @@
 #include <stddef.h>
 
 #define OCI_GZ "application/vnd.oci.image.layer.v1.tar+gzip"
+
+/** An empty OCI layout at @p layout (what was there removed): its
+ * oci-layout file and blobs/sha256. @return 0, or -1 (the shell said why). */
+int oci_layout_init(const char *layout);
 
 /** Writes @p len bytes as a blob of @p layout; its digest into @p d. */
 void oci_blob(const char *layout, const void *data, size_t len, char d[72]);
@@ -25,5 +30,13 @@ void oci_image(const char *layout, const char *const *const *layers, size_t n,
 
 /** An index naming @p manifest for linux/@p arch (and for linux/s390x). */
 void oci_index(const char *layout, const char *manifest, const char *arch, char d[72]);
+
+/** The digest of the first layer of manifest @p manifest (a digest) of
+ * @p layout into @p layer; the test fails if it names none. */
+void oci_first_layer(const char *layout, const char *manifest, char layer[80]);
+
+/** File @p rel of directory @p dir (the first 255 bytes, in a static
+ * buffer), or NULL when it cannot be opened. */
+char *oci_tree_read(const char *dir, const char *rel);
 
 #endif

@@ -45,20 +45,6 @@ static tb_image_ref_t ref_of(const char *digest)
 	return r;
 }
 
-static char *read_file(const char *dir, const char *rel)
-{
-	static char buf[256];
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/%s", dir, rel);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return NULL;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = '\0';
-	fclose(f);
-	return buf;
-}
-
 static int present(const char *rel)
 {
 	char path[1024];
@@ -93,8 +79,8 @@ static void test_image__made_once_then_cached(void **state)
 	assert_int_equal(max, 1 << 30);
 	assert_string_equal(img.digest, d);
 	assert_int_equal(img.layers.n, 2);
-	assert_string_equal(read_file(img.tree, "bin/tool"), "v2");
-	assert_null(read_file(img.tree, "etc/old"));
+	assert_string_equal(oci_tree_read(img.tree, "bin/tool"), "v2");
+	assert_null(oci_tree_read(img.tree, "etc/old"));
 	assert_int_equal(stat(img.tree, &st), 0);
 	assert_int_equal(img.config.nenv, 2);
 	assert_string_equal(img.config.env[1], "LANG=C.UTF-8");
@@ -168,19 +154,10 @@ static void test_image__what_is_wrong_with_an_image_is_said(void **state)
 	static const char *const changed[] = { "only/here=x", NULL };
 	const char *const *clayers[] = { changed };
 	oci_image(layout, clayers, 1, NULL, d);
-	char *doc;
-	size_t len;
-	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, d + 7);
-	FILE *f = fopen(path, "r");
-	static char text[4096];
-	len = fread(text, 1, sizeof(text) - 1, f);
-	text[len] = '\0';
-	fclose(f);
-	doc = strstr(text, "\"layers\":[");
-	char *layer = doc ? strstr(doc, "sha256:") : NULL;
-	assert_non_null(layer);
+	char layer[80];
+	oci_first_layer(layout, d, layer);
 	snprintf(path, sizeof(path), "%s/blobs/sha256/%.64s", layout, layer + 7);
-	f = fopen(path, "r+"); /* the same length, other bytes */
+	FILE *f = fopen(path, "r+"); /* the same length, other bytes */
 	fputs("tampered", f);
 	fclose(f);
 	r = ref_of(d);
@@ -229,11 +206,7 @@ static void test_image__a_layout_must_hold_a_cached_image_itself(void **state)
 	tb_image_release(&img);
 	/* another layout, without that manifest */
 	snprintf(other, sizeof(other), "%s/other", base);
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s && mkdir -p %s/blobs/sha256 && echo "
-		 "'{\"imageLayoutVersion\":\"1.0.0\"}' > %s/oci-layout",
-		 other, other, other);
-	assert_int_equal(system(cmd), 0);
+	assert_int_equal(oci_layout_init(other), 0);
 	snprintf(text, sizeof(text), "oci-layout:%s@%s", other, d);
 	assert_int_equal(tb_image_ref_parse(&r, text, &err), 0);
 	assert_int_equal(tb_image_get(c, &r, MAX_UNPACKED, NULL, &img, &err), TB_EPOISON);
@@ -354,7 +327,7 @@ static void test_image__two_slots_at_once_make_it_once(void **state)
 	assert_int_equal(r[0].rc, 0);
 	assert_int_equal(r[1].rc, 0);
 	assert_int_equal(r[0].img.cached + r[1].img.cached, 1); /* one made it, one waited */
-	assert_string_equal(read_file(r[0].img.tree, "shared"), "1");
+	assert_string_equal(oci_tree_read(r[0].img.tree, "shared"), "1");
 	tb_image_release(&r[0].img);
 	tb_image_release(&r[1].img);
 	tb_image_cache_close(c);
@@ -392,17 +365,12 @@ static int fresh_cache(void **state)
 
 static int setup(void **state)
 {
-	char cmd[400];
 	(void)state;
 	if (!mkdtemp(base))
 		return -1;
 	snprintf(layout, sizeof(layout), "%s/layout", base);
 	snprintf(cache_dir, sizeof(cache_dir), "%s/cache", base);
-	snprintf(cmd, sizeof(cmd),
-		 "mkdir -p %s/blobs/sha256 && echo '{\"imageLayoutVersion\":\"1.0.0\"}' > "
-		 "%s/oci-layout",
-		 layout, layout);
-	return system(cmd) == 0 ? 0 : -1;
+	return oci_layout_init(layout);
 }
 
 static int teardown(void **state)

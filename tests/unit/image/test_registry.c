@@ -374,21 +374,14 @@ static void test_registry__what_a_registry_gets_wrong_is_said(void **state)
 {
 	static const char *const other[] = { "etc/other=1", NULL };
 	const char *const *layers[] = { other };
-	char d[72], text[4096], layer[80];
+	char d[72], layer[80];
 	tb_image_t img;
 	tb_error_t err;
 	(void)state;
 	fake.auth = OPEN;
 	oci_image(layout, layers, 1, NULL, d);
 	/* the layer's digest, from the manifest */
-	char path[300];
-	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, d + 7);
-	FILE *f = fopen(path, "r");
-	size_t n = fread(text, 1, sizeof(text) - 1, f);
-	fclose(f);
-	text[n] = '\0';
-	char *l = strstr(strstr(text, "\"layers\""), "sha256:");
-	snprintf(layer, sizeof(layer), "%.71s", l);
+	oci_first_layer(layout, d, layer);
 	snprintf(fake.tamper, sizeof(fake.tamper), "%s", layer);
 	assert_int_equal(pull(d, NULL, &img, &err), TB_ERETRY);
 	assert_non_null(strstr(err.msg, "the bytes received are"));
@@ -414,20 +407,6 @@ static void test_registry__what_a_registry_gets_wrong_is_said(void **state)
 	tb_image_release(&img);
 }
 
-/* The layer digest of the manifest @p d in the layout, into @p layer. */
-static void first_layer(const char *d, char layer[80])
-{
-	char path[300], text[4096];
-	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, d + 7);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	size_t n = fread(text, 1, sizeof(text) - 1, f);
-	fclose(f);
-	text[n] = '\0';
-	char *l = strstr(strstr(text, "\"layers\""), "sha256:");
-	snprintf(layer, 80, "%.71s", l);
-}
-
 /*
  * A registry that stops sending in the middle of a layer is given up on
  * after image_stall_seconds (here 1 s; each of the three tries), the
@@ -449,7 +428,7 @@ static void test_registry__a_stall_and_a_bomb_end_in_reasons(void **state)
 	memset(bomb, 'z', sizeof(bomb) - 1);
 	snprintf(entry, sizeof(entry), "big=%s", bomb);
 	oci_image(layout, layers, 1, NULL, d);
-	first_layer(d, layer);
+	oci_first_layer(layout, d, layer);
 
 	snprintf(fake.stall, sizeof(fake.stall), "%s", layer);
 	assert_int_equal(pull_at_most(d, 64 << 20, &img, &err), TB_ERETRY);
@@ -639,7 +618,7 @@ static void test_registry__a_stalled_pull_ends_when_the_worker_stops(void **stat
 	(void)state;
 	fake.auth = OPEN;
 	oci_image(layout, layers, 1, NULL, d);
-	first_layer(d, layer);
+	oci_first_layer(layout, d, layer);
 	snprintf(fake.stall, sizeof(fake.stall), "%s", layer);
 	assert_int_equal(tb_image_cache_open(&j.c, cache_dir, 1 << 30, &j.err), 0);
 	tb_image_cache_set_stall(j.c, 30);
@@ -695,7 +674,7 @@ static void test_registry__a_cut_layer_is_resumed_where_it_stopped(void **state)
 	for (size_t i = 6; i < sizeof(noise) - 1; i++)
 		noise[i] = (char)('!' + rand() % 90);
 	oci_image(layout, layers, 1, NULL, d);
-	first_layer(d, layer);
+	oci_first_layer(layout, d, layer);
 	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, layer + 7);
 	assert_int_equal(stat(path, &st), 0);
 	size_t size = (size_t)st.st_size;
@@ -751,10 +730,10 @@ static int setup(void **state)
 	registry = serve("127.0.0.1", on_registry, &registry_port);
 	storage = serve("127.0.0.2", on_storage, &storage_port);
 	tb_base64_encode(b64, sizeof(b64), USER_PASS, strlen(USER_PASS), 0);
-	snprintf(cmd, sizeof(cmd),
-		 "mkdir -p %s/blobs/sha256 && echo '{\"imageLayoutVersion\":\"1.0.0\"}' > "
-		 "%s/oci-layout && echo '{\"auths\":{\"127.0.0.1:%u\":{\"auth\":\"%s\"}}}' > %s",
-		 layout, layout, registry_port, b64, creds);
+	if (oci_layout_init(layout) < 0)
+		return -1;
+	snprintf(cmd, sizeof(cmd), "echo '{\"auths\":{\"127.0.0.1:%u\":{\"auth\":\"%s\"}}}' > %s",
+		 registry_port, b64, creds);
 	if (system(cmd) != 0)
 		return -1;
 	tb_base64_encode(b64, sizeof(b64), WRONG_PASS, strlen(WRONG_PASS), 0);

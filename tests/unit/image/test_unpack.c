@@ -4,6 +4,7 @@
  * the tree or is refused, and nothing outside it changes. As root (the
  * tree keeps the layer's owners); skips otherwise.
  */
+#include "oci_testlib.h"
 #include "unpack.h"
 
 #include <archive.h>
@@ -111,18 +112,10 @@ static int apply(const entry_t *e, size_t n, int filter, const tb_unpack_limits_
 	return rc;
 }
 
+/* File @p rel of the tree (its first 255 bytes), or NULL. */
 static char *read_in(const char *rel)
 {
-	static char buf[256];
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s", tree, rel);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return NULL;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = '\0';
-	fclose(f);
-	return buf;
+	return oci_tree_read(tree, rel);
 }
 
 static int exists_in(const char *rel)
