@@ -78,7 +78,10 @@ static int write_file(const char *repo, const char *name, const char *text)
 	if (make_dirs(path) < 0)
 		return -1;
 	FILE *f = fopen(path, "w");
-	if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+	int ok = f && fputs(text, f) >= 0;
+	if (f && fclose(f) != 0)
+		ok = 0;
+	if (!ok) {
 		fprintf(stderr, "fixture: cannot write %s: %s\n", path, strerror(errno));
 		return -1;
 	}
