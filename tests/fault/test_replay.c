@@ -1817,40 +1817,24 @@ static void make_lazy_recipe(const char *key, size_t size, char sha[65], char at
 	    "{\"v\": 1, \"name\": \"lazy\", \"agent\": {\"command\": [\"/bin/sh\", "
 	    "\"agent.sh\"]}, \"judges\": [{\"name\": \"one\", \"command\": [\"/bin/sh\", "
 	    "\"judge.sh\"]}, {\"name\": \"two\", \"command\": [\"/bin/sh\", \"judge.sh\"]}]}\n";
-	char cmd[512];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s/lazy && git init -q %s/lazy", root, root);
+	char cmd[512], judge[512];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s/lazy", root);
 	assert_int_equal(system(cmd), 0);
-	const char *const files[] = { "agent.sh", "judge.sh", "taskbox.json" };
-	for (int i = 0; i < 3; i++) {
-		snprintf(path, sizeof(path), "%s/lazy/%s", root, files[i]);
-		assert_non_null(f = fopen(path, "we"));
-		if (i == 1)
-			fprintf(
-			    f,
-			    "cat >/dev/null\nif [ \"$(cat /outputs/sum.txt)\" = %s ]; then "
-			    "echo '{\"outcome\":\"pass\"}'; else echo '{\"outcome\":\"fail\"}'; "
-			    "fi\n",
-			    sha);
-		else
-			fputs(i == 0 ? agent : recipe, f);
-		fclose(f);
-	}
+	snprintf(judge, sizeof(judge),
+		 "cat >/dev/null\nif [ \"$(cat /outputs/sum.txt)\" = %s ]; then "
+		 "echo '{\"outcome\":\"pass\"}'; else echo '{\"outcome\":\"fail\"}'; "
+		 "fi\n",
+		 sha);
+	snprintf(path, sizeof(path), "%s/lazy", root);
+	assert_int_equal(tb_fixture_recipe(path, at, 64, "agent.sh", agent, "judge.sh", judge,
+					   "taskbox.json", recipe, NULL),
+			 0);
 	snprintf(path, sizeof(path), "%s/lazy.json", runtimes);
 	assert_non_null(f = fopen(path, "we"));
 	fputs("{\"v\": 1, \"name\": \"lazy\", \"max_attempts\": 20, \"max_worker_deaths\": 20, "
 	      "\"sandbox\": {\"lazy_inputs_mb\": 8}}\n",
 	      f);
 	fclose(f);
-	snprintf(cmd, sizeof(cmd),
-		 "cd %s/lazy && git add -A && git -c user.name=t -c user.email=t@t commit -qm "
-		 "lazy && git rev-parse HEAD > %s/lazy.commit",
-		 root, root);
-	assert_int_equal(system(cmd), 0);
-	snprintf(path, sizeof(path), "%s/lazy.commit", root);
-	assert_non_null(f = fopen(path, "re"));
-	assert_non_null(fgets(at, 64, f));
-	fclose(f);
-	at[strcspn(at, "\n")] = '\0';
 }
 
 /* A task reading an input on demand, its worker killed in the middle of
