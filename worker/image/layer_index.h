@@ -1,0 +1,155 @@
+/*
+ * layer_index.h: a gzip layer made seekable (issue 49's first step).
+ *
+ * A gzip layer can only be read from its start. Its index, built once
+ * from the whole blob (zran-style, after zlib's examples/zran.c), holds
+ * access points every `span` bytes of the uncompressed tar stream: where
+ * a deflate block starts in the blob (to the bit), where in the tar
+ * stream, and the 32 KiB of output before it (the window a deflate
+ * stream may refer back into, kept deflated). With them a byte range of
+ * the tar stream is read by fetching and inflating only the compressed
+ * bytes from the access point before it.
+ *
+ * What is trusted, and how:
+ *  - building reads the whole blob and checks its SHA-256 against the
+ *    layer's digest: an index is only ever made from the layer it names;
+ *  - the index's encoding (tb_layer_index_encode) is addressed by its
+ *    own SHA-256, which a consumer pins; the decoder checks that pin,
+ *    the layer digest the index names, and every length and offset
+ *    against the others (hostile input: refused with a reason);
+ *  - each span's compressed bytes (from one access point to the next)
+ *    carry their SHA-256 in the index: a span fetched later by range,
+ *    from wherever, is checked before a byte of it is inflated. A span
+ *    that does not match is an error naming the span and the layer,
+ *    never wrong bytes.
+ *
+ * The index also lists the layer's tar entries (path, type, mode, ids,
+ * size, link target, and where the entry's data starts in the tar
+ * stream), whiteouts among them, as the layer names them: a consumer
+ * applies unpack.h's rules to them as it would to the layer.
+ *
+ * Not yet used to start sandboxes: the root read on demand through FUSE
+ * is the next step.
+ */
+#ifndef TB_LAYER_INDEX_H
+#define TB_LAYER_INDEX_H
+
+#include "tb/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TB_LAYER_INDEX_SPAN_DEFAULT (4u << 20) /* 4 MiB of tar stream */
+#define TB_LAYER_INDEX_SPAN_MIN (64u << 10)
+#define TB_LAYER_INDEX_SPAN_MAX (64u << 20)
+/* A span's compressed bytes, at most (it is fetched and held whole). */
+#define TB_LAYER_INDEX_SPAN_BYTES_MAX (128u << 20)
+#define TB_LAYER_INDEX_WINDOW 32768u          /* deflate's window */
+#define TB_LAYER_INDEX_NAME_MAX 4096          /* a path or link target: shorter */
+#define TB_LAYER_INDEX_BYTES_MAX (256u << 20) /* an encoded index, at most */
+
+typedef enum tb_layer_entry_type {
+	TB_LAYER_FILE = 0,
+	TB_LAYER_DIR,
+	TB_LAYER_SYMLINK,
+	TB_LAYER_HARDLINK,
+	TB_LAYER_CHAR,
+	TB_LAYER_BLOCK,
+	TB_LAYER_FIFO,
+	TB_LAYER_TYPES /* how many */
+} tb_layer_entry_type_t;
+
+/* Where inflating can start. */
+typedef struct tb_layer_point {
+	uint64_t in;          /* the blob's offset of the first whole byte after the point */
+	uint64_t out;         /* the tar stream's offset there */
+	uint8_t bits;         /* 0..7 bits of the byte at in - 1 still to be read */
+	uint32_t wsize;       /* the window's size: min(out, 32 KiB) */
+	uint32_t wlen;        /* the window's size deflated (raw) */
+	uint8_t *window;      /* wlen bytes, raw deflate of the wsize before out */
+	uint8_t span_sha[32]; /* SHA-256 of the span's compressed bytes */
+} tb_layer_point_t;
+
+typedef struct tb_layer_entry {
+	char *path;      /* as the layer names it (whiteouts included) */
+	char *link;      /* a link's target; "" for others */
+	uint64_t size;   /* the data's size in the tar stream */
+	uint64_t offset; /* the tar stream's offset of the data */
+	uint32_t mode;   /* permission bits (07777) */
+	uint32_t uid, gid;
+	uint8_t type; /* tb_layer_entry_type_t */
+} tb_layer_entry_t;
+
+typedef struct tb_layer_index {
+	char layer[72];      /* "sha256:<hex>": the layer's digest */
+	uint64_t layer_size; /* the blob's bytes */
+	uint64_t total_out;  /* the tar stream's bytes */
+	uint64_t span;       /* the access points' spacing asked for */
+	size_t npoints, nentries;
+	tb_layer_point_t *points;
+	tb_layer_entry_t *entries;
+} tb_layer_index_t;
+
+/** Reads up to @p len bytes of the blob into @p buf. @return the bytes
+ * read (0 at its end), or a negative TB_E* with @p err set. */
+typedef int64_t (*tb_layer_read_fn)(void *arg, void *buf, size_t len, tb_error_t *err);
+
+/** Fetches @p len bytes of the blob from offset @p off (a range). @return
+ * the bytes fetched (fewer than asked is an error to the reader), or a
+ * negative TB_E* with @p err set. */
+typedef int64_t (*tb_layer_fetch_fn)(void *arg, uint64_t off, void *buf, size_t len,
+				     tb_error_t *err);
+
+/**
+ * Builds the index of gzip layer @p digest ("sha256:<hex>") from its whole
+ * blob, read in order through @p read, with an access point every @p span
+ * bytes of the tar stream (0: the default; else within SPAN_MIN..MAX).
+ * Concatenated gzip members are one layer.
+ * @return 0 and a new index in @p out; TB_EINVAL for a blob that is not
+ *         the layer named, not gzip, or not a tar this index can describe
+ *         (a sparse file, a span past SPAN_BYTES_MAX: the layer is then
+ *         pulled whole), naming why; TB_ENOMEM; or what @p read returned
+ */
+int tb_layer_index_build(const char *digest, uint64_t span, tb_layer_read_fn read, void *arg,
+			 tb_layer_index_t **out, tb_error_t *err);
+
+/** Frees @p ix (NULL is fine). */
+void tb_layer_index_free(tb_layer_index_t *ix);
+
+/**
+ * Encodes @p ix (a versioned binary, layer_index_codec.c) into a malloc'd
+ * @p data of @p len bytes, and its digest ("sha256:<hex>") into
+ * @p digest: the name a consumer pins the index by.
+ * @return 0; TB_ENOMEM
+ */
+int tb_layer_index_encode(const tb_layer_index_t *ix, uint8_t **data, size_t *len, char digest[72],
+			  tb_error_t *err);
+
+/**
+ * Decodes an index of layer @p layer (NULL: any layer, for tools) whose
+ * digest must be @p want (NULL: not pinned, for tools and the fuzzer).
+ * @return 0 and a new index in @p out; TB_EINVAL naming what is wrong (a
+ *         digest that differs, a layer not the one asked for, a
+ *         truncated or malformed encoding, an offset out of place);
+ *         TB_EVERSION for an encoding of a later version; TB_ENOMEM
+ */
+int tb_layer_index_decode(const uint8_t *data, size_t len, const char *layer, const char *want,
+			  tb_layer_index_t **out, tb_error_t *err);
+
+/**
+ * Reads @p len bytes of the tar stream from @p off into @p buf, fetching
+ * the blob's compressed bytes through @p fetch, a span at a time, each
+ * checked against its SHA-256 before it is inflated.
+ * @return 0; TB_EINVAL for a range past the stream, a span whose bytes do
+ *         not match (naming the span and the layer) or that does not
+ *         inflate, a fetch that comes back short; or what @p fetch
+ *         returned (its message prefixed)
+ */
+int tb_layer_index_read(const tb_layer_index_t *ix, tb_layer_fetch_fn fetch, void *arg,
+			uint64_t off, void *buf, size_t len, tb_error_t *err);
+
+/** The compressed range [*from, *to) of span @p i of @p ix: what a
+ * reader fetches for it. */
+void tb_layer_index_span(const tb_layer_index_t *ix, size_t i, uint64_t *from, uint64_t *to);
+
+#endif

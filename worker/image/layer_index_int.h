@@ -1,0 +1,47 @@
+/*
+ * layer_index_int.h: what the layer index's files share (layer_index.h
+ * is the interface): the tar stream's scanner, fed the tar stream as it
+ * is inflated, that lists its entries into the index.
+ */
+#ifndef TB_LAYER_INDEX_INT_H
+#define TB_LAYER_INDEX_INT_H
+
+#include "layer_index.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A pax or GNU long-name record's data, at most (a longer one is refused). */
+#define TB_TAR_META_MAX (1u << 20)
+
+typedef struct tb_tar_scan {
+	tb_layer_index_t *ix; /* the entries go to ix->entries */
+	size_t cap;           /* room in ix->entries */
+	uint64_t pos;         /* tar stream bytes seen */
+	uint8_t hdr[512];
+	size_t hlen;   /* header bytes so far */
+	uint64_t skip; /* data (and padding) bytes still to pass */
+	char *meta;    /* an 'L', 'K' or 'x' entry's data being read */
+	size_t mlen, mwant;
+	char kind;         /* that entry's type flag */
+	char *path, *link; /* a name the next entry takes (L/K, pax) */
+	int has_size;      /* pax size for the next entry */
+	uint64_t size;
+	int zeros; /* zero blocks in a row */
+	int ended; /* the two zero blocks came: the rest is padding */
+} tb_tar_scan_t;
+
+/** Feeds @p n bytes of the tar stream. @return 0; TB_EINVAL naming the
+ * entry for what is not a tar the index can list; TB_ENOMEM. */
+int tb_tar_scan_feed(tb_tar_scan_t *t, const uint8_t *p, size_t n, tb_error_t *err);
+
+/** The stream ended: @return 0 if it ended between entries; TB_EINVAL. */
+int tb_tar_scan_end(tb_tar_scan_t *t, tb_error_t *err);
+
+/** Frees what the scanner holds (not the index). */
+void tb_tar_scan_free(tb_tar_scan_t *t);
+
+/** Frees the strings of @p n entries. */
+void tb_layer_entries_free(tb_layer_entry_t *e, size_t n);
+
+#endif
