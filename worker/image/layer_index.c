@@ -100,7 +100,7 @@ static int keep_window(builder_t *b, tb_layer_point_t *p)
 	} else {
 		memcpy(flat, b->window, p->wsize);
 	}
-	if (deflateInit2(&z, 9, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY) != Z_OK)
+	if (deflateInit2(&z, 6, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY) != Z_OK)
 		return tb_error_set(b->err, TB_ENOMEM, "layer index: deflate: out of memory");
 	uLong cap = deflateBound(&z, p->wsize);
 	p->window = malloc(cap);
