@@ -25,10 +25,10 @@ typedef struct tb_tar_scan {
 	size_t mlen, mwant;
 	char kind;         /* that entry's type flag */
 	char *path, *link; /* a name the next entry takes (L/K, pax) */
-	int has_size;      /* pax size for the next entry */
-	uint64_t size;
-	int zeros; /* zero blocks in a row */
-	int ended; /* the two zero blocks came: the rest is padding */
+	uint64_t pax[3];   /* pax size, uid, gid for the next entry ... */
+	unsigned has_pax;  /* ... bit i set: pax[i] given */
+	int zeros;         /* zero blocks in a row */
+	int ended;         /* the two zero blocks came: the rest is padding */
 } tb_tar_scan_t;
 
 /** Feeds @p n bytes of the tar stream. @return 0; TB_EINVAL naming the

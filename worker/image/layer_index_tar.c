@@ -180,11 +180,14 @@ static int add_entry(tb_tar_scan_t *t, const uint8_t *h, int type, tb_error_t *e
 		return err->code;
 	e.type = (uint8_t)type;
 	e.mode = (uint32_t)(mode & 07777);
+	size = t->has_pax & 1 ? t->pax[0] : size;
+	uid = t->has_pax & 2 ? t->pax[1] : uid;
+	gid = t->has_pax & 4 ? t->pax[2] : gid;
 	e.uid = uid > UINT32_MAX ? UINT32_MAX : (uint32_t)uid;
 	e.gid = gid > UINT32_MAX ? UINT32_MAX : (uint32_t)gid;
-	e.size = t->has_size ? t->size : size;
+	e.size = size;
 	e.offset = t->pos;
-	t->has_size = 0;
+	t->has_pax = 0;
 	t->ix->entries[t->ix->nentries++] = e; /* freed with the index from here */
 	if (check_entry(t, &e, err) < 0)
 		return err->code;
@@ -192,10 +195,27 @@ static int add_entry(tb_tar_scan_t *t, const uint8_t *h, int type, tb_error_t *e
 	return 0;
 }
 
-/* One pax record's key and value. */
+/* A pax record's decimal value into t->pax[@p i]. */
+static int pax_number(tb_tar_scan_t *t, int i, const char *v, size_t vl, tb_error_t *err)
+{
+	char num[24];
+	char *end;
+	if (!vl || vl >= sizeof(num) || v[0] < '0' || v[0] > '9')
+		return fail(t, "(pax)", "a number that does not parse", err);
+	memcpy(num, v, vl);
+	num[vl] = '\0';
+	t->pax[i] = strtoull(num, &end, 10);
+	if (*end)
+		return fail(t, "(pax)", "a number that does not parse", err);
+	t->has_pax |= 1u << i;
+	return 0;
+}
+
+/* One pax record's key and value (the others are not the index's). */
 static int pax_record(tb_tar_scan_t *t, const char *k, size_t kl, const char *v, size_t vl,
 		      tb_error_t *err)
 {
+	static const char *const numbers[] = { "size", "uid", "gid" };
 	char **to = kl == 4 && !memcmp(k, "path", 4)       ? &t->path
 		    : kl == 8 && !memcmp(k, "linkpath", 8) ? &t->link
 							   : NULL;
@@ -205,18 +225,11 @@ static int pax_record(tb_tar_scan_t *t, const char *k, size_t kl, const char *v,
 		free(*to);
 		if (!(*to = dup_n(v, vl)))
 			return tb_error_set(err, TB_ENOMEM, "tar entries: out of memory");
-	} else if (kl == 4 && !memcmp(k, "size", 4)) {
-		char num[24];
-		char *end;
-		if (!vl || vl >= sizeof(num))
-			return fail(t, "(pax)", "a size that does not parse", err);
-		memcpy(num, v, vl);
-		num[vl] = '\0';
-		t->size = strtoull(num, &end, 10);
-		if (*end || num[0] < '0' || num[0] > '9')
-			return fail(t, "(pax)", "a size that does not parse", err);
-		t->has_size = 1;
+		return 0;
 	}
+	for (int i = 0; i < 3; i++)
+		if (kl == strlen(numbers[i]) && !memcmp(k, numbers[i], kl))
+			return pax_number(t, i, v, vl, err);
 	return 0;
 }
 

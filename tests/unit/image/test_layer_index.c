@@ -77,7 +77,9 @@ static uint8_t *make_tar(const spec_t *s, size_t n, int format, size_t *len)
 	for (size_t i = 0; i < n; i++) {
 		struct archive_entry *e = archive_entry_new();
 		archive_entry_set_pathname(e, s[i].path);
-		archive_entry_set_uid(e, 1000 + (la_int64_t)i);
+		/* past ustar's 7 octal digits: pax records it, GNU base-256 */
+		archive_entry_set_uid(e,
+				      strstr(s[i].path, "bigid") ? 3000000 : 1000 + (la_int64_t)i);
 		archive_entry_set_gid(e, 2000);
 		archive_entry_set_perm(e, s[i].type == 'd' ? 0755 : 0640);
 		archive_entry_set_mtime(e, 1700000000, 0);
@@ -280,6 +282,8 @@ static const spec_t *typical(size_t *n)
 	s[k++] = (spec_t){ "etc/.wh.removed", 'f', 0, 0, NULL };
 	s[k++] = (spec_t){ "deep/.wh..wh..opq", 'f', 0, 0, NULL };
 	s[k++] = (spec_t){ "empty", 'f', 0, 0, NULL };
+	if (!ustar_names)
+		s[k++] = (spec_t){ "bigid", 'f', 10, 0, NULL };
 	for (int i = 0; i < 300; i++) { /* many small files */
 		snprintf(names[i], sizeof(names[i]), "small/f%03d", i);
 		s[k++] = (spec_t){ names[i], 'f', (size_t)(i * 37 % 3000), i % 7 == 0, NULL };
@@ -642,6 +646,33 @@ static void test_not_layers(void **state)
 	assert_int_equal(tb_layer_index_build(b.digest, 1000, blob_read, &b, &ix, &err), TB_EINVAL);
 }
 
+/* A sparse file (pax's GNU.sparse records): not indexed, pulled whole. */
+static void test_sparse_refused(void **state)
+{
+	(void)state;
+	size_t cap = 1 << 20, len;
+	uint8_t *tar = malloc(cap);
+	struct archive *a = archive_write_new();
+	struct archive_entry *e = archive_entry_new();
+	archive_write_set_format_pax(a);
+	archive_write_open_memory(a, tar, cap, &len);
+	archive_entry_set_pathname(e, "holes");
+	archive_entry_set_filetype(e, AE_IFREG);
+	archive_entry_set_perm(e, 0644);
+	archive_entry_set_size(e, 1 << 20);
+	archive_entry_sparse_add_entry(e, 0, 4096);
+	assert_true(archive_write_header(a, e) >= ARCHIVE_WARN);
+	archive_write_data(a, tar, 4096);
+	archive_entry_free(e);
+	archive_write_close(a);
+	archive_write_free(a);
+	blob_t b = { 0 };
+	gzip_into(&b, tar, len, 1);
+	build_fails(&b, "sparse");
+	free(b.p);
+	free(tar);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -660,6 +691,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_entry_past_stream, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_range_past_stream, setup, teardown),
 		cmocka_unit_test(test_not_layers),
+		cmocka_unit_test(test_sparse_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
