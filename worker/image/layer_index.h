@@ -47,6 +47,7 @@
 #define TB_LAYER_INDEX_WINDOW 32768u          /* deflate's window */
 #define TB_LAYER_INDEX_NAME_MAX 4096          /* a path or link target: shorter */
 #define TB_LAYER_INDEX_BYTES_MAX (256u << 20) /* an encoded index, at most */
+#define TB_LAYER_INDEX_ENTRIES_MAX (1u << 22) /* tar entries listed, at most */
 
 typedef enum tb_layer_entry_type {
 	TB_LAYER_FILE = 0,
@@ -107,8 +108,9 @@ typedef int64_t (*tb_layer_fetch_fn)(void *arg, uint64_t off, void *buf, size_t 
  * Concatenated gzip members are one layer.
  * @return 0 and a new index in @p out; TB_EINVAL for a blob that is not
  *         the layer named, not gzip, or not a tar this index can describe
- *         (a sparse file, a span past SPAN_BYTES_MAX: the layer is then
- *         pulled whole), naming why; TB_ENOMEM; or what @p read returned
+ *         (a sparse file, a span past SPAN_BYTES_MAX, more than
+ *         ENTRIES_MAX entries: the layer is then pulled whole), naming
+ *         why; TB_ENOMEM; or what @p read returned
  */
 int tb_layer_index_build(const char *digest, uint64_t span, tb_layer_read_fn read, void *arg,
 			 tb_layer_index_t **out, tb_error_t *err);
@@ -120,7 +122,8 @@ void tb_layer_index_free(tb_layer_index_t *ix);
  * Encodes @p ix (a versioned binary, layer_index_codec.c) into a malloc'd
  * @p data of @p len bytes, and its digest ("sha256:<hex>") into
  * @p digest: the name a consumer pins the index by.
- * @return 0; TB_ENOMEM
+ * @return 0; TB_ETOOBIG past TB_LAYER_INDEX_BYTES_MAX (which the decoder
+ *         refuses); TB_ENOMEM
  */
 int tb_layer_index_encode(const tb_layer_index_t *ix, uint8_t **data, size_t *len, char digest[72],
 			  tb_error_t *err);

@@ -128,9 +128,12 @@ int tb_layer_index_encode(const tb_layer_index_t *ix, uint8_t **data, size_t *le
 		put_point(&w, &ix->points[i]);
 	for (size_t i = 0; i < ix->nentries; i++)
 		put_entry(&w, &ix->entries[i]);
-	if (w.oom) {
+	if (w.oom || w.n > TB_LAYER_INDEX_BYTES_MAX) {
 		free(w.p);
-		return tb_error_set(err, TB_ENOMEM, "encode layer index: out of memory");
+		return w.oom ? tb_error_set(err, TB_ENOMEM, "encode layer index: out of memory")
+			     : tb_error_set(err, TB_ETOOBIG,
+					    "layer index of %s: %zu bytes (at most %u)", ix->layer,
+					    w.n, TB_LAYER_INDEX_BYTES_MAX);
 	}
 	digest_of(w.p, w.n, digest);
 	*data = w.p;
@@ -256,6 +259,9 @@ static int check_head(rbuf_t *r, const tb_layer_index_t *ix, uint64_t np, uint64
 		return bad(r, "an empty layer");
 	if (!np)
 		return bad(r, "no access point");
+	if (ne > TB_LAYER_INDEX_ENTRIES_MAX)
+		return bad(r, "%llu entries (at most %u)", (unsigned long long)ne,
+			   TB_LAYER_INDEX_ENTRIES_MAX);
 	if (np > (r->n - r->at) / POINT_MIN || ne > (r->n - r->at - np * POINT_MIN) / ENTRY_MIN)
 		return bad(r, "%llu points and %llu entries in %zu bytes", (unsigned long long)np,
 			   (unsigned long long)ne, r->n - r->at);

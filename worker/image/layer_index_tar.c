@@ -131,6 +131,9 @@ static int grow(tb_tar_scan_t *t, tb_error_t *err)
 	tb_layer_index_t *ix = t->ix;
 	if (ix->nentries < t->cap)
 		return 0;
+	if (ix->nentries >= TB_LAYER_INDEX_ENTRIES_MAX)
+		return tb_error_set(err, TB_EINVAL, "more than %u tar entries: not indexed",
+				    TB_LAYER_INDEX_ENTRIES_MAX);
 	size_t cap = t->cap ? 2 * t->cap : 64;
 	tb_layer_entry_t *e = realloc(ix->entries, cap * sizeof(*e));
 	if (!e)
