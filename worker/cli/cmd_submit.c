@@ -5,14 +5,12 @@
  */
 #include "cmd.h"
 #include "follow.h"
+#include "submit.h"
 #include "submit_replay.h"
 #include "uploads.h"
 
 #include "tb/clock.h"
 #include "tb/config.h"
-#include "tb/json_mpack.h"
-#include "tb/kafka.h"
-#include "tb/schema_task.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -349,22 +347,11 @@ static json_t *build_replay(submit_args_t *a, int *code)
 }
 
 /* The canonical bytes of a valid task; TB_EXIT_* on failure. */
-static int encode(json_t *doc, msgpack_sbuffer *out, char *id, size_t idlen)
+static int encode(const json_t *doc, msgpack_sbuffer *out, char *id, size_t idlen)
 {
-	msgpack_sbuffer raw;
-	tb_task_t task;
 	tb_error_t err;
-	int rc;
 
-	msgpack_sbuffer_init(&raw);
-	if ((rc = tb_json_to_mpack(&raw, doc, &err)) == 0 &&
-	    (rc = tb_msg_decode(&tb_schema_task, &task, raw.data, raw.size, &err)) == 0) {
-		rc = tb_msg_encode(out, &tb_schema_task, &task, &err);
-		snprintf(id, idlen, "%s", task.id);
-		tb_msg_free(&tb_schema_task, &task);
-	}
-	msgpack_sbuffer_destroy(&raw);
-	if (rc < 0) {
+	if (tb_submit_encode(doc, out, id, idlen, &err) < 0) {
 		fprintf(stderr, "taskbox submit: not a valid task: %s\n", err.msg);
 		return TB_EXIT_INVALID;
 	}
@@ -373,20 +360,13 @@ static int encode(json_t *doc, msgpack_sbuffer *out, char *id, size_t idlen)
 
 static int produce(const tb_config_t *cfg, const char *id, const msgpack_sbuffer *bytes)
 {
-	rd_kafka_t *p;
 	tb_error_t err;
-	int rc = -1;
 
-	if (tb_kafka_producer_new(&p, cfg->kafka.brokers, &cfg->kafka.properties, &err) == 0) {
-		uint64_t since = tb_kafka_undelivered();
-		if ((rc = tb_kafka_produce(p, cfg->kafka.tasks_topic, id, bytes->data, bytes->size,
-					   &err)) == 0)
-			rc = tb_kafka_flush(p, 30000, since, &err);
-		rd_kafka_destroy(p);
-	}
-	if (rc < 0)
+	if (tb_submit_send(cfg, id, bytes->data, bytes->size, &err) < 0) {
 		fprintf(stderr, "taskbox submit: %s\n", err.msg);
-	return rc < 0 ? TB_EXIT_FAILURE : TB_EXIT_OK;
+		return TB_EXIT_FAILURE;
+	}
+	return TB_EXIT_OK;
 }
 
 /* --wait: the task's events from just before it was submitted. */

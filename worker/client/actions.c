@@ -2,6 +2,7 @@
  * actions.c: the DLQ read and sent back, follow-ups sent (actions.h).
  */
 #include "actions.h"
+#include "client_int.h"
 
 #include "tb/clock.h"
 #include "tb/kafka.h"
@@ -12,31 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* @p len bytes to @p topic keyed @p key, and their delivery awaited:
- * counted on a tracker of their own, not the process's count, which
- * another thread's message (the view serves many at once) would move.
- * 0, or TB_EIO. */
-static int produce_one(const tb_config_t *cfg, const char *topic, const char *key, const void *data,
-		       size_t len, tb_error_t *err)
-{
-	tb_kafka_tracker_t *t = tb_kafka_tracker_new();
-	rd_kafka_t *p = NULL;
-	int rc = TB_EIO;
-
-	if (!t)
-		return tb_error_set(err, TB_ENOMEM, "out of memory");
-	if (tb_kafka_producer_new(&p, cfg->kafka.brokers, &cfg->kafka.properties, err) == 0 &&
-	    tb_kafka_produce_tracked(p, topic, key, data, len, t, err) == 0 &&
-	    tb_kafka_await(p, t, 30000, err) == 0)
-		rc = 0;
-	if (p)
-		rd_kafka_destroy(p);
-	tb_kafka_tracker_release(t);
-	if (rc < 0)
-		err->code = TB_EIO;
-	return rc;
-}
 
 /* The partitions of DLQ topic @p topic to read (@p only, or all when
  * -1), each from @p from (or its oldest record). 0, or TB_EIO. */
@@ -203,8 +179,8 @@ int tb_dlq_send_back(const tb_config_t *cfg, int32_t partition, int64_t offset, 
 		err->code = rc = TB_EIO;
 		goto out;
 	}
-	if ((rc = produce_one(cfg, cfg->kafka.tasks_topic, f.rec.task_id, f.rec.original.data,
-			      f.rec.original.len, err)) < 0) {
+	if ((rc = tb_client_produce(cfg, cfg->kafka.tasks_topic, f.rec.task_id, f.rec.original.data,
+				    f.rec.original.len, err)) < 0) {
 		/* the dead letter is forgotten: a second try says "sent back
 		 * already", so say here what to do */
 		tb_error_prefix(err,
@@ -256,7 +232,7 @@ int tb_followup_send(const tb_config_t *cfg, const char *task, const char *text,
 		msgpack_sbuffer_destroy(&sb);
 		return rc;
 	}
-	rc = produce_one(cfg, cfg->kafka.tasks_topic, task, sb.data, sb.size, err);
+	rc = tb_client_produce(cfg, cfg->kafka.tasks_topic, task, sb.data, sb.size, err);
 	msgpack_sbuffer_destroy(&sb);
 	*seq = f.seq;
 	return rc;
