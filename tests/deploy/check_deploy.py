@@ -459,7 +459,7 @@ def check_runtime_libraries(path, final_text):
         m = re.match(r"\s*(\S+)\s+=>\s+(\S+)", line)
         if m:
             where[m.group(1)] = m.group(2)
-    installed = set(re.findall(r"\b(lib[\w.+-]+|ca-certificates)\b", final_text))
+    installed = set(re.findall(r"\b(lib[\w.+-]+|zlib1g|ca-certificates)\b", final_text))
     for lib in needed:
         if re.match(r"lib(asan|ubsan|tsan|lsan|hwasan)\.", lib):
             C.note(f"{lib}: a sanitizer runtime (this build has TB_SANITIZE; the image's has not)")
