@@ -56,7 +56,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import podman as pm  # noqa: E402
-from taskrun import report, result_of  # noqa: E402
+from taskrun import artifact_get, report, result_of, submit_wait  # noqa: E402
 
 check = pm.check
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -359,27 +359,10 @@ class Client:
                        "store": dict(w["store"], endpoint="http://127.0.0.1:28333")}, f)
 
     def submit(self, task_id, recipe, timeout=180):
-        url, commit = recipe
-        argv = [self.taskbox, "submit", "-c", self.config, "--wait", "--json", "--timeout",
-                str(timeout), "--id", task_id, "--recipe", url, "--commit", commit,
-                "--prompt", f"task {task_id}"]
-        r = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout + 60)
-        events = []
-        for line in r.stdout.splitlines():
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                pass
-        return r.returncode, events, r.stdout + r.stderr
+        return submit_wait(self.taskbox, self.config, self.env, task_id, recipe, timeout=timeout)
 
     def artifact(self, task_id, path):
-        out = os.path.join(self.dir, f"{task_id}-{os.path.basename(path)}")
-        r = subprocess.run([self.taskbox, "artifacts", "get", "-c", self.config, "--output", out,
-                            task_id, path], capture_output=True, text=True, env=self.env,
-                           timeout=120)
-        if r.returncode != 0:
-            return None, r.stdout + r.stderr
-        return open(out).read(), ""
+        return artifact_get(self.taskbox, self.config, self.env, self.dir, task_id, path)
 
 
 def recipe(src, d, stack):

@@ -96,32 +96,45 @@ class Run:
     def submit(self, task_id, recipe, *extra, timeout=180):
         """Submits a task and follows it to its end; @return (exit status,
         the events as dicts, the output)."""
-        url, commit = recipe
-        argv = [self.taskbox, "submit", "-c", self.client, "--wait", "--json", "--timeout",
-                str(timeout), "--id", task_id, "--recipe", url, "--commit", commit,
-                "--prompt", f"task {task_id}", *extra]
-        r = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout + 60)
-        events = []
-        for line in r.stdout.splitlines():
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                pass
-        return r.returncode, events, r.stdout + r.stderr
+        return submit_wait(self.taskbox, self.client, self.env, task_id, recipe, *extra,
+                           timeout=timeout)
 
     def artifact(self, task_id, path):
         """The text of a done task's output @p path."""
-        out = os.path.join(self.dir, f"{task_id}-{os.path.basename(path)}")
-        r = subprocess.run([self.taskbox, "artifacts", "get", "-c", self.client, "--output", out,
-                            task_id, path], capture_output=True, text=True, env=self.env,
-                           timeout=120)
-        if r.returncode != 0:
-            return None
-        with open(out) as f:
-            return f.read()
+        return artifact_get(self.taskbox, self.client, self.env, self.dir, task_id, path)[0]
 
     def close(self):
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def submit_wait(taskbox, config, env, task_id, recipe, *extra, timeout=180):
+    """`taskbox submit --wait --json` of @p recipe (url, commit) with
+    client configuration @p config; @return (exit status, the events as
+    dicts, the output)."""
+    url, commit = recipe
+    argv = [taskbox, "submit", "-c", config, "--wait", "--json", "--timeout", str(timeout),
+            "--id", task_id, "--recipe", url, "--commit", commit, "--prompt", f"task {task_id}",
+            *extra]
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout + 60)
+    events = []
+    for line in r.stdout.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    return r.returncode, events, r.stdout + r.stderr
+
+
+def artifact_get(taskbox, config, env, where, task_id, path):
+    """`taskbox artifacts get` of a done task's output @p path into
+    directory @p where; @return (its text, "") or (None, the output)."""
+    out = os.path.join(where, f"{task_id}-{os.path.basename(path)}")
+    r = subprocess.run([taskbox, "artifacts", "get", "-c", config, "--output", out, task_id,
+                        path], capture_output=True, text=True, env=env, timeout=120)
+    if r.returncode != 0:
+        return None, r.stdout + r.stderr
+    with open(out) as f:
+        return f.read(), ""
 
 
 def result_of(events):
