@@ -1,5 +1,6 @@
 /*
  * oci_testlib.c: OCI image layouts written by the tests (oci_testlib.h).
+ * The test fails (cmocka) when a file here cannot be written or read.
  */
 #include "oci_testlib.h"
 
@@ -106,30 +107,74 @@ void oci_image(const char *layout, const char *const *const *layers, size_t n,
 	oci_blob(layout, text, strlen(text), d);
 }
 
-/* An index naming @p manifest for @p arch (and one for s390x). */
+/* Blob @p digest of @p layout into @p out (NUL-ended, at most @p cap - 1
+ * bytes); @return its size. */
+static size_t read_blob(const char *layout, const char *digest, char *out, size_t cap)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, digest + 7);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	size_t n = fread(out, 1, cap - 1, f);
+	fclose(f);
+	out[n] = '\0';
+	return n;
+}
+
+/* An index naming @p manifest for s390x and for @p arch. */
 void oci_index(const char *layout, const char *manifest, const char *arch, char d[72])
 {
+	static char blob[1 << 16];
 	char text[1024];
+	size_t size = read_blob(layout, manifest, blob, sizeof(blob));
 	snprintf(text, sizeof(text),
 		 "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\","
 		 "\"manifests\":[{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
-		 "\"digest\":\"%s\",\"size\":100,\"platform\":{\"os\":\"linux\",\"architecture\":"
+		 "\"digest\":\"%s\",\"size\":%zu,\"platform\":{\"os\":\"linux\",\"architecture\":"
 		 "\"s390x\"}},{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
-		 "\"digest\":\"%s\",\"size\":100,\"platform\":{\"os\":\"linux\",\"architecture\":"
+		 "\"digest\":\"%s\",\"size\":%zu,\"platform\":{\"os\":\"linux\",\"architecture\":"
 		 "\"%s\"}}]}",
-		 manifest, manifest, arch);
+		 manifest, size, manifest, size, arch);
 	oci_blob(layout, text, strlen(text), d);
+}
+
+void oci_tag(const char *layout, const char *digest, const char *name)
+{
+	static char blob[1 << 16], index[1 << 16];
+	char path[300], entry[512];
+	size_t size = read_blob(layout, digest, blob, sizeof(blob));
+	const char *type = strstr(blob, "\"mediaType\":\"");
+	assert_non_null(type);
+	type += strlen("\"mediaType\":\"");
+	snprintf(entry, sizeof(entry),
+		 "{\"mediaType\":\"%.*s\",\"digest\":\"%s\",\"size\":%zu,\"annotations\":"
+		 "{\"org.opencontainers.image.ref.name\":\"%s\"}}",
+		 (int)strcspn(type, "\""), type, digest, size, name);
+	snprintf(path, sizeof(path), "%s/index.json", layout);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(index, 1, sizeof(index) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	index[n] = '\0';
+	/* the index as this function writes it: its manifests end in "]}" */
+	char *end = strstr(index, "]}");
+	if (end)
+		snprintf(end, sizeof(index) - (size_t)(end - index), ",%s]}", entry);
+	else
+		snprintf(index, sizeof(index),
+			 "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+"
+			 "json\",\"manifests\":[%s]}",
+			 entry);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	assert_true(fputs(index, f) >= 0);
+	fclose(f);
 }
 
 void oci_first_layer(const char *layout, const char *manifest, char layer[80])
 {
-	char path[300], text[4096];
-	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, manifest + 7);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	size_t n = fread(text, 1, sizeof(text) - 1, f);
-	fclose(f);
-	text[n] = '\0';
+	char text[4096];
+	read_blob(layout, manifest, text, sizeof(text));
 	char *doc = strstr(text, "\"layers\":[");
 	char *l = doc ? strstr(doc, "sha256:") : NULL;
 	assert_non_null(l);
@@ -148,4 +193,14 @@ char *oci_tree_read(const char *dir, const char *rel)
 	buf[n] = '\0';
 	fclose(f);
 	return buf;
+}
+
+void oci_auth_file(const char *path, const char *registry, const char *user_pass)
+{
+	char b64[256];
+	assert_true(tb_base64_encode(b64, sizeof(b64), user_pass, strlen(user_pass), 0) > 0);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "{\"auths\":{\"%s\":{\"auth\":\"%s\"}}}\n", registry, b64);
+	fclose(f);
 }

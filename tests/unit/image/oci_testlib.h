@@ -2,8 +2,10 @@
  * oci_testlib.h: OCI image layouts written by the image tests: the
  * layout itself, blobs by digest, gzip layers of "path=content" files
  * ("dir/" for a directory, "c:path" a character device, "u:path=content"
- * a set-user-ID file; all owned by 1000), manifests and indexes; a
- * manifest's first layer; and a file of an unpacked tree, read back.
+ * a set-user-ID file; all owned by 1000), manifests and indexes, tags
+ * (index.json, for tools such as skopeo that read a layout by tag); a
+ * manifest's first layer; a file of an unpacked tree, read back; and a
+ * registry login file (auth.json).
  */
 #ifndef TB_OCI_TESTLIB_H
 #define TB_OCI_TESTLIB_H
@@ -28,8 +30,14 @@ size_t oci_layer(const char *const *files, char *out, size_t cap);
 void oci_image(const char *layout, const char *const *const *layers, size_t n,
 	       const char *layer_type, char d[72]);
 
-/** An index naming @p manifest for linux/@p arch (and for linux/s390x). */
+/** An index naming @p manifest (a digest of @p layout, its real size)
+ * for linux/s390x and linux/@p arch; its digest into @p d. */
 void oci_index(const char *layout, const char *manifest, const char *arch, char d[72]);
+
+/** Tags manifest or index @p digest of @p layout as @p name in the
+ * layout's index.json (made on the first tag): its media type is the
+ * blob's first "mediaType", as this library writes it. */
+void oci_tag(const char *layout, const char *digest, const char *name);
 
 /** The digest of the first layer of manifest @p manifest (a digest) of
  * @p layout into @p layer; the test fails if it names none. */
@@ -38,5 +46,9 @@ void oci_first_layer(const char *layout, const char *manifest, char layer[80]);
 /** File @p rel of directory @p dir (the first 255 bytes, in a static
  * buffer), or NULL when it cannot be opened. */
 char *oci_tree_read(const char *dir, const char *rel);
+
+/** A registry login file at @p path, as tb_image_get() reads one:
+ * @p registry ("host:port") with @p user_pass ("user:password"). */
+void oci_auth_file(const char *path, const char *registry, const char *user_pass);
 
 #endif

@@ -719,7 +719,7 @@ static void test_registry__a_cut_layer_is_resumed_where_it_stopped(void **state)
 
 static int setup(void **state)
 {
-	char cmd[1200], b64[100];
+	char host[40];
 	(void)state;
 	if (!mkdtemp(base))
 		return -1;
@@ -729,17 +729,12 @@ static int setup(void **state)
 	snprintf(wrong_creds, sizeof(wrong_creds), "%s/wrong.json", base);
 	registry = serve("127.0.0.1", on_registry, &registry_port);
 	storage = serve("127.0.0.2", on_storage, &storage_port);
-	tb_base64_encode(b64, sizeof(b64), USER_PASS, strlen(USER_PASS), 0);
 	if (oci_layout_init(layout) < 0)
 		return -1;
-	snprintf(cmd, sizeof(cmd), "echo '{\"auths\":{\"127.0.0.1:%u\":{\"auth\":\"%s\"}}}' > %s",
-		 registry_port, b64, creds);
-	if (system(cmd) != 0)
-		return -1;
-	tb_base64_encode(b64, sizeof(b64), WRONG_PASS, strlen(WRONG_PASS), 0);
-	snprintf(cmd, sizeof(cmd), "echo '{\"auths\":{\"127.0.0.1:%u\":{\"auth\":\"%s\"}}}' > %s",
-		 registry_port, b64, wrong_creds);
-	return system(cmd) == 0 ? 0 : -1;
+	snprintf(host, sizeof(host), "127.0.0.1:%u", registry_port);
+	oci_auth_file(creds, host, USER_PASS);
+	oci_auth_file(wrong_creds, host, WRONG_PASS);
+	return 0;
 }
 
 static int teardown(void **state)
