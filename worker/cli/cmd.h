@@ -1,7 +1,8 @@
 /*
  * cmd.h: the taskbox command's subcommands. Each lives in its own
  * cmd_<name>.c, parses its own arguments, and returns the process exit
- * code (see TB_EXIT_* below and the README's "Exit codes").
+ * code (see TB_EXIT_* below: the README and docs/commands.md name each,
+ * tests/tools/check-readme-commands holds them to it).
  */
 #ifndef TB_CMD_H
 #define TB_CMD_H
@@ -22,7 +23,7 @@ enum {
 	TB_EXIT_CONFIG = 3,    /* configuration could not be loaded */
 	TB_EXIT_INVALID = 4,   /* an input failed its schema */
 	TB_EXIT_NOT_FOUND = 5, /* the thing named does not exist */
-	/* --wait (submit) and --until-settled (watch): */
+	/* waiting for a task (submit --wait, watch TASK_ID): */
 	TB_EXIT_TASK_FAILED = 6, /* the task ended and did not succeed */
 	TB_EXIT_DEAD = 7,        /* the task was dead-lettered */
 	TB_EXIT_TIMEOUT = 8,     /* gave up waiting, or interrupted */

@@ -20,7 +20,8 @@
 #define LEDGER_CHECK_MS 1000
 /* How long an acknowledged attempt waits for a ledger that cannot be
  * asked (a Redis failover takes some seconds) before its events alone
- * settle the task, as they do when no ledger is given. */
+ * settle the task, as they do when no ledger is given. The README and
+ * docs/commands.md say it in seconds (tests/tools/check-readme-commands). */
 #define LEDGER_PATIENCE_MS 15000
 /* A done-marker is written only after the attempt's result event was
  * delivered; this long for it to arrive before the manifest is asked. */
