@@ -27,6 +27,25 @@ static const double buckets[] = { 0.001, 0.0025, 0.005, 0.01,  0.025, 0.05,   0.
 				  1,     2.5,    5,     10,    30,    60,     300,   900,  1800,
 				  3600,  7200,   14400, 43200, 86400, 259200, 604800 };
 #define NBUCKETS (sizeof(buckets) / sizeof(buckets[0]))
+/* A step inside a phase (tb_step_t) spans tenths of a millisecond (a
+ * ledger call) to seconds (a teardown under load). */
+static const double step_buckets[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+				       0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+				       1,      2.5,     5,      10,    30,     60 };
+#define NSTEP_BUCKETS (sizeof(step_buckets) / sizeof(step_buckets[0]))
+_Static_assert(NSTEP_BUCKETS <= NBUCKETS, "a histogram holds either set of buckets");
+
+static const char *const step_names[TB_STEP__COUNT] = {
+	[TB_STEP_LEDGER_BEGIN] = "ledger_begin",
+	[TB_STEP_RECIPE] = "recipe",
+	[TB_STEP_EGRESS_START] = "egress_start",
+	[TB_STEP_STORE_RECORD] = "store_record",
+	[TB_STEP_STORE_MANIFEST] = "store_manifest",
+	[TB_STEP_EVENTS_DELIVERED] = "events_delivered",
+	[TB_STEP_DONE_MARKER] = "done_marker",
+	[TB_STEP_TEARDOWN] = "teardown",
+	[TB_STEP_TEARDOWN_WAIT] = "teardown_wait",
+};
 
 typedef struct histogram {
 	uint64_t counts[NBUCKETS]; /* per bucket, not cumulative */
@@ -58,6 +77,7 @@ static struct {
 	unsigned slots, busy, waiting;
 	family_t tasks, failures, dlq, phase, images;
 	histogram_t launch;
+	histogram_t step[TB_STEP__COUNT];
 	int64_t lag[MAX_LAG_PARTITIONS];
 	int nlag;
 	uint64_t egress[5];
@@ -80,15 +100,20 @@ static size_t slot(family_t *f, const char *name)
 	return slot(f, "other");
 }
 
-static void observe(histogram_t *h, double v)
+static void observe_in(histogram_t *h, double v, const double *bk, size_t nb)
 {
 	size_t b = 0;
-	while (b < NBUCKETS && v > buckets[b])
+	while (b < nb && v > bk[b])
 		b++;
-	if (b < NBUCKETS)
+	if (b < nb)
 		h->counts[b]++;
 	h->count++;
 	h->sum += v;
+}
+
+static void observe(histogram_t *h, double v)
+{
+	observe_in(h, v, buckets, NBUCKETS);
 }
 
 /* Every known label value appears from the start, at 0, so rates and
@@ -160,6 +185,15 @@ void tb_metrics_launch(uint64_t duration_us)
 {
 	pthread_mutex_lock(&lock);
 	observe(&R.launch, (double)duration_us / 1e6);
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_metrics_step(tb_step_t step, uint64_t duration_us)
+{
+	if ((int)step < 0 || step >= TB_STEP__COUNT)
+		return;
+	pthread_mutex_lock(&lock);
+	observe_in(&R.step[step], (double)duration_us / 1e6, step_buckets, NSTEP_BUCKETS);
 	pthread_mutex_unlock(&lock);
 }
 
@@ -347,17 +381,17 @@ static void counters(FILE *f, const char *name, const char *key, const family_t 
 }
 
 /* One histogram's series; @p key/@p value: its label, or NULL. */
-static void histogram(FILE *f, const char *name, const char *key, const char *value,
-		      const histogram_t *h)
+static void histogram_in(FILE *f, const char *name, const char *key, const char *value,
+			 const histogram_t *h, const double *bk, size_t nb)
 {
 	char lbl[128] = "";
 	uint64_t cum = 0;
 
 	if (key)
 		snprintf(lbl, sizeof(lbl), "%s=\"%s\",", key, value); /* known names only */
-	for (size_t b = 0; b < NBUCKETS; b++) {
+	for (size_t b = 0; b < nb; b++) {
 		cum += h->counts[b];
-		fprintf(f, "%s_bucket{%sle=\"%g\"} %llu\n", name, lbl, buckets[b],
+		fprintf(f, "%s_bucket{%sle=\"%g\"} %llu\n", name, lbl, bk[b],
 			(unsigned long long)cum);
 	}
 	fprintf(f, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, lbl, (unsigned long long)h->count);
@@ -366,6 +400,12 @@ static void histogram(FILE *f, const char *name, const char *key, const char *va
 	fprintf(f, "%s_sum%s%s%s %.6f\n", name, key ? "{" : "", lbl, key ? "}" : "", h->sum);
 	fprintf(f, "%s_count%s%s%s %llu\n", name, key ? "{" : "", lbl, key ? "}" : "",
 		(unsigned long long)h->count);
+}
+
+static void histogram(FILE *f, const char *name, const char *key, const char *value,
+		      const histogram_t *h)
+{
+	histogram_in(f, name, key, value, h, buckets, NBUCKETS);
 }
 
 char *tb_metrics_render(size_t *len)
@@ -410,6 +450,11 @@ char *tb_metrics_render(size_t *len)
 	head(f, "taskbox_sandbox_launch_seconds", "histogram",
 	     "Time to create a task's sandbox (namespaces, mounts, cgroup, seccomp).");
 	histogram(f, "taskbox_sandbox_launch_seconds", NULL, NULL, &R.launch);
+	head(f, "taskbox_step_duration_seconds", "histogram",
+	     "Time of a step inside a task's phases (ledger, store, events, teardown).");
+	for (int i = 0; i < TB_STEP__COUNT; i++)
+		histogram_in(f, "taskbox_step_duration_seconds", "step", step_names[i], &R.step[i],
+			     step_buckets, NSTEP_BUCKETS);
 	head(f, "taskbox_consumer_lag", "gauge",
 	     "Tasks on a partition this worker holds not yet committed.");
 	for (int p = 0; p < R.nlag; p++)

@@ -55,6 +55,7 @@ CONTRACT = {
     "taskbox_attempt_failures_total": ("counter", {"code"}),
     "taskbox_phase_duration_seconds": ("histogram", {"phase"}),
     "taskbox_sandbox_launch_seconds": ("histogram", set()),
+    "taskbox_step_duration_seconds": ("histogram", {"step"}),
     "taskbox_consumer_lag": ("gauge", {"partition"}),
     "taskbox_egress_requests_total": ("counter", {"status"}),
     "taskbox_dlq_messages_total": ("counter", {"cause"}),
@@ -76,6 +77,8 @@ LABEL_VALUES = {
     "phase": {"received", "validated", "claimed", "prepared", "running", "settled", "collected",
               "judged", "recorded", "torn-down", "acknowledged"},
     "status": {"2xx", "3xx", "4xx", "5xx", "refused"},
+    "step": {"ledger_begin", "recipe", "egress_start", "store_record", "store_manifest",
+             "events_delivered", "done_marker", "teardown", "teardown_wait"},
     "result": {"cached", "made", "refused", "failed", "sent"},  # image gets; egress requests
 }
 # Series Prometheus makes itself for every target, and labels its service

@@ -5,6 +5,7 @@
 
 #include "inputs.h"
 #include "tb/clock.h"
+#include "tb/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,8 +252,10 @@ static admission_t admit(tb_loop_t *w, tb_job_t *j, int *cause, char *why, size_
 		tb_error_set(err, TB_EBUSY, "%s", why);
 		return ADMIT_WAIT_INPUT;
 	}
+	uint64_t t0 = tb_mono_us();
 	rc = tb_ledger_begin_task(l, j->key, j->content[0] ? j->content : NULL, w->lease_ms,
 				  &j->attempt, err);
+	tb_metrics_step(TB_STEP_LEDGER_BEGIN, tb_mono_us() - t0);
 	if (rc == TB_ECONFLICT) {
 		snprintf(why, len,
 			 "%.480s: a task id names one task for good; send this one under a new id",

@@ -23,12 +23,23 @@
 
 #define AGENT_OUTPUT_TAIL 400
 
+/* Step @p s ended now: its time since *@p t (tb_mono_us), which becomes
+ * now, the next step's start. */
+static void step_done(tb_step_t s, uint64_t *t)
+{
+	uint64_t now = tb_mono_us();
+	tb_metrics_step(s, now - *t);
+	*t = now;
+}
+
 /* The sandbox's teardown, on its own thread once nothing runs in it: the
  * record's puts go on meanwhile. */
 static void *teardown_main(void *arg)
 {
 	tb_run_t *r = arg;
+	uint64_t t0 = tb_mono_us();
 	r->teardown_rc = tb_sandbox_destroy(r->sb, &r->teardown_err);
+	tb_metrics_step(TB_STEP_TEARDOWN, tb_mono_us() - t0);
 	return NULL;
 }
 
@@ -65,10 +76,13 @@ static int judged(tb_run_t *r, tb_error_t *err)
 static void finish_teardown(tb_run_t *r)
 {
 	if (r->tearing_down || r->sb) {
-		if (r->tearing_down)
+		uint64_t t0 = tb_mono_us();
+		if (r->tearing_down) {
 			pthread_join(r->teardown, NULL);
-		else
+			tb_metrics_step(TB_STEP_TEARDOWN_WAIT, tb_mono_us() - t0);
+		} else {
 			r->teardown_rc = tb_sandbox_destroy(r->sb, &r->teardown_err);
+		}
 		r->sb = NULL;
 		r->tearing_down = 0;
 		if (r->teardown_rc < 0)
@@ -221,10 +235,13 @@ static int prepare(tb_run_t *r, attempt_t *a, tb_error_t *err)
 	int rc;
 
 	if ((rc = tb_run_prepare(r, a->recipe_dir, sizeof(a->recipe_dir), a->inputs_dir,
-				 sizeof(a->inputs_dir), &a->lim, err)) < 0 ||
-	    /* The sandbox's one way out, for the agent only (judges get no token). */
-	    (rc = tb_run_egress_start(r, &a->lim, err)) < 0)
+				 sizeof(a->inputs_dir), &a->lim, err)) < 0)
 		return failed_in(r, TB_PHASE_PREPARED, rc, err);
+	/* The sandbox's one way out, for the agent only (judges get no token). */
+	uint64_t t0 = tb_mono_us();
+	if ((rc = tb_run_egress_start(r, &a->lim, err)) < 0)
+		return failed_in(r, TB_PHASE_PREPARED, rc, err);
+	tb_metrics_step(TB_STEP_EGRESS_START, tb_mono_us() - t0);
 	tb_rate_init(&r->rate, r->rt.agent.max_events_per_second, tb_wall_ms());
 	tb_run_phase(r, TB_PHASE_PREPARED);
 	return failed_in(r, TB_PHASE_PREPARED, tb_run_cancelled(r, err), err);
@@ -326,14 +343,17 @@ static int record(tb_run_t *r, attempt_t *a, tb_lifecycle_result_t *out, tb_erro
 	start_teardown(r);
 	tb_run_phase(r, TB_PHASE_RECORDED); /* the record's last events, then the record */
 	snprintf(a->record_key, sizeof(a->record_key), "%sconversation.msgpack", a->prefix);
+	uint64_t t = tb_mono_us();
 	if ((rc = tb_run_put_record(r, a->record_key, err)) < 0)
 		return failed_in(r, TB_PHASE_RECORDED, rc, err);
+	step_done(TB_STEP_STORE_RECORD, &t);
 	fill_manifest(r, a->record_key);
 	if (r->failed) /* the events are the record: incomplete, not recorded */
 		return tb_error_set(err, TB_ERETRY, "events: %s",
 				    r->sink_err.msg[0] ? r->sink_err.msg : "could not be recorded");
 	if ((rc = put_manifest(r, a, out, err)) < 0)
 		return failed_in(r, TB_PHASE_RECORDED, rc, err);
+	step_done(TB_STEP_STORE_MANIFEST, &t);
 	tb_fault_point("manifest-durable");
 	/* The result, and every event delivered, before the done-marker: a
 	 * worker that dies after it leaves the attempt's events whole up to
@@ -344,11 +364,13 @@ static int record(tb_run_t *r, attempt_t *a, tb_lifecycle_result_t *out, tb_erro
 		return tb_error_set(err, TB_ERETRY, "events: %s",
 				    r->sink_err.msg[0] ? r->sink_err.msg
 						       : "could not be delivered");
+	step_done(TB_STEP_EVENTS_DELIVERED, &t);
 	/* The done-marker only after the record is durable (invariant 2);
 	 * the ledger refuses it (TB_EFENCED) if a newer attempt began. */
 	if (ctx->recorded && (rc = ctx->recorded(ctx->recorded_ud, r->task->id, r->attempt,
 						 out->manifest_key, err)) < 0)
 		return failed_in(r, TB_PHASE_RECORDED, rc, err);
+	step_done(TB_STEP_DONE_MARKER, &t);
 	tb_fault_point("done-marked");
 	return 0;
 }

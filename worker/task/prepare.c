@@ -100,9 +100,11 @@ int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, 
 		return rc == TB_ENOTFOUND
 			   ? tb_error_set(err, TB_EPOISON, "unknown runtime '%s'", r->task->runtime)
 			   : rc;
+	uint64_t t0 = tb_mono_us();
 	if ((rc = tb_recipe_checkout(ctx->recipes, r->task->recipe.url, r->task->recipe.commit,
 				     recipe_dir, len, &r->recipe, err)) < 0)
 		return rc;
+	tb_metrics_step(TB_STEP_RECIPE, tb_mono_us() - t0);
 	if ((rc = tb_runtime_limits(lim, &r->rt, &r->recipe.limits, &r->task->limits, err)) < 0)
 		return rc;
 	inputs_dir[0] = '\0';
@@ -146,7 +148,7 @@ int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, 
 	};
 	if ((rc = environment(r, err)) < 0)
 		return rc;
-	uint64_t t0 = tb_mono_us();
+	t0 = tb_mono_us();
 	spec.image_tree = r->has_image ? r->image.tree : NULL;
 	spec.writable_mb = r->rt.sandbox.images.writable_mb;
 	spec.image_hold = r->has_image && r->image.lock > 0 ? r->image.lock : 0;

@@ -15,6 +15,8 @@
  *                                           tried again, by error code
  *   taskbox_phase_duration_seconds{phase}   histogram: time to reach a phase
  *   taskbox_sandbox_launch_seconds          histogram: sandbox creation
+ *   taskbox_step_duration_seconds{step}     histogram: a step inside the
+ *                                           phases (tb_step_t)
  *   taskbox_consumer_lag{partition}         tasks not yet committed, per
  *                                           partition this worker holds
  *   taskbox_egress_requests_total{status}   proxy requests: 2xx .. 5xx, refused
@@ -49,6 +51,26 @@ void tb_metrics_task(const char *outcome);
 void tb_metrics_failure(const char *code);
 void tb_metrics_phase(tb_phase_t phase, uint64_t duration_ms);
 void tb_metrics_launch(uint64_t duration_us);
+
+/* The steps inside a task's phases that wait on something other than the
+ * agent and the judges: where a phase's time goes (docs/performance.md
+ * reads them). */
+typedef enum tb_step {
+	TB_STEP_LEDGER_BEGIN,     /* claimed: the ledger's begin (attempt, lease) */
+	TB_STEP_RECIPE,           /* prepared: the recipe at its commit (the
+				   * sandbox: taskbox_sandbox_launch_seconds) */
+	TB_STEP_EGRESS_START,     /* prepared: the egress proxy */
+	TB_STEP_STORE_RECORD,     /* recorded: the record and verdicts stored */
+	TB_STEP_STORE_MANIFEST,   /* recorded: the manifest stored */
+	TB_STEP_EVENTS_DELIVERED, /* recorded: the result and every event delivered */
+	TB_STEP_DONE_MARKER,      /* recorded: the ledger's done-marker */
+	TB_STEP_TEARDOWN,         /* the sandbox torn down (on its own thread) */
+	TB_STEP_TEARDOWN_WAIT,    /* torn-down: what the task waited for it after that */
+	TB_STEP__COUNT
+} tb_step_t;
+
+/** Step @p step took @p duration_us microseconds. */
+void tb_metrics_step(tb_step_t step, uint64_t duration_us);
 void tb_metrics_busy(unsigned slots_busy, unsigned waiting);
 /** The lags of one stats round (lag[p] < 0: not held): replaces the last. */
 void tb_metrics_lag(const int64_t *lag, int n);

@@ -106,9 +106,11 @@ static void renders_what_was_recorded(void **state)
 	tb_metrics_task("dead-lettered");
 	tb_metrics_failure("retryable");
 	tb_metrics_dlq("poison");
-	tb_metrics_phase(TB_PHASE_RUNNING, 40);   /* 0.04 s: bucket 0.05 */
-	tb_metrics_phase(TB_PHASE_RUNNING, 2000); /* 2 s: bucket 2.5 */
-	tb_metrics_launch(3000);                  /* 3 ms */
+	tb_metrics_phase(TB_PHASE_RUNNING, 40);       /* 0.04 s: bucket 0.05 */
+	tb_metrics_phase(TB_PHASE_RUNNING, 2000);     /* 2 s: bucket 2.5 */
+	tb_metrics_launch(3000);                      /* 3 ms */
+	tb_metrics_step(TB_STEP_STORE_MANIFEST, 400); /* 0.4 ms: bucket 0.0005 */
+	tb_metrics_step(TB_STEP_STORE_MANIFEST, 2000);
 	tb_metrics_busy(3, 1);
 	int64_t lag[] = { 5, -1, 0 };
 	tb_metrics_lag(lag, 3);
@@ -139,6 +141,14 @@ static void renders_what_was_recorded(void **state)
 		"taskbox_sandbox_launch_seconds_bucket{le=\"0.0025\"} 0",
 		"taskbox_sandbox_launch_seconds_bucket{le=\"0.005\"} 1",
 		"taskbox_sandbox_launch_seconds_count 1",
+		"taskbox_step_duration_seconds_bucket{step=\"store_manifest\",le=\"0.00025\"} 0",
+		"taskbox_step_duration_seconds_bucket{step=\"store_manifest\",le=\"0.0005\"} 1",
+		"taskbox_step_duration_seconds_bucket{step=\"store_manifest\",le=\"0.0025\"} 2",
+		"taskbox_step_duration_seconds_sum{step=\"store_manifest\"} 0.002400",
+		"taskbox_step_duration_seconds_count{step=\"store_manifest\"} 2",
+		"taskbox_step_duration_seconds_count{step=\"ledger_begin\"} 0", /* every step, from 0 */
+		"taskbox_step_duration_seconds_count{step=\"teardown_wait\"} 0",
+		"# TYPE taskbox_step_duration_seconds histogram",
 		"taskbox_consumer_lag{partition=\"0\"} 5",
 		"taskbox_consumer_lag{partition=\"2\"} 0",
 		"taskbox_egress_requests_total{status=\"2xx\"} 1",
