@@ -210,21 +210,34 @@ int tb_kafka_produce_tracked(rd_kafka_t *producer, const char *topic, const char
 	return 0;
 }
 
+/* The producer's linger.ms (tb_kafka_producer_new): how long a message
+ * may wait for others to join its batch. */
+#define PRODUCER_LINGER_MS 5
+
 int tb_kafka_await(rd_kafka_t *producer, tb_kafka_tracker_t *t, int timeout_ms, tb_error_t *err)
 {
 	char why[256];
-	uint64_t until = tb_mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+	uint64_t now = tb_mono_ms(), nudge = now;
+	uint64_t until = now + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
 
 	while (atomic_load(&t->pending) > 0) {
-		if (tb_mono_ms() >= until)
+		if ((now = tb_mono_ms()) >= until)
 			return tb_error_set(err, TB_ERETRY,
 					    "kafka: %ld messages not delivered in %d ms",
 					    (long)atomic_load(&t->pending), timeout_ms);
-		/* Delivery reports, whoever's; and while a flush is under way
-		 * librdkafka sends at once instead of lingering, so the task's
-		 * last events go now. Its other messages are not waited for:
-		 * ~1 ms per call, then this task's count is looked at again. */
-		rd_kafka_flush(producer, 1);
+		/* While a flush is under way librdkafka sends at once instead
+		 * of lingering, so the task's last events go now. A flush
+		 * wakes every broker thread, though, and every slot awaits
+		 * its own events: once a linger is enough (a message not
+		 * sent by then goes when its linger ends). In between,
+		 * delivery reports, whoever's, in waits of 1 ms; then this
+		 * task's count is looked at again. */
+		if (now >= nudge) {
+			rd_kafka_flush(producer, 1);
+			nudge = tb_mono_ms() + PRODUCER_LINGER_MS;
+		} else {
+			rd_kafka_poll(producer, 1);
+		}
 	}
 	if (rd_kafka_fatal_error(producer, why, sizeof(why)))
 		return tb_error_set(err, TB_EIO, "kafka producer failed for good: %s", why);
@@ -300,7 +313,7 @@ int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap
 	    (rc = set(conf, "enable.idempotence", "true", err)) < 0 ||
 	    /* Batch events for a few ms: many small events per task (a
 	     * task's last ones do not wait: see tb_kafka_await). */
-	    (rc = set(conf, "linger.ms", "5", err)) < 0 ||
+	    (rc = set(conf, "linger.ms", "5", err)) < 0 || /* PRODUCER_LINGER_MS */
 	    /* Brokers back after an outage are found within a second (the
 	     * default backs off to 10 s): readiness promises 5. */
 	    (rc = set(conf, "reconnect.backoff.max.ms", "1000", err)) < 0 ||
