@@ -30,10 +30,10 @@ int tb_loop_produce(tb_loop_t *w, const char *topic, const char *key, const void
 
 /* The phase a job reached (read by liveness() and the heartbeats); the
  * sink's ud is the job. The short steps after the agent, where the
- * worker handles what the task left, are said to the ledger as they
+ * worker handles what the task left, are noted in the ledger as they
  * begin: a worker that dies in one of them every time is told apart from
  * one killed from outside (admit.c); the long ones (the agent, the
- * judges) are said by the heartbeats. */
+ * judges) are said by the heartbeats. A note is sent, not waited for. */
 static void note_phase(void *ud, tb_phase_t phase)
 {
 	tb_job_t *j = ud;
@@ -43,8 +43,7 @@ static void note_phase(void *ud, tb_phase_t phase)
 	tb_blackbox_phase(tb_phase_name(phase));
 	if ((phase == TB_PHASE_SETTLED || phase == TB_PHASE_COLLECTED ||
 	     phase == TB_PHASE_RECORDED) &&
-	    tb_ledger_renew_at(j->w->d->ledger, j->key, j->attempt, j->w->lease_ms,
-			       tb_phase_name(phase), &err) < 0)
+	    tb_ledger_note(j->w->d->ledger, j->key, j->attempt, tb_phase_name(phase), &err) < 0)
 		tb_info(j->key, "phase %s not said to the ledger: %s", tb_phase_name(phase),
 			err.msg);
 }

@@ -90,6 +90,17 @@ int tb_ledger_renew_at(tb_ledger_t *l, const char *task, uint64_t attempt, uint6
 int tb_ledger_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
 		    tb_error_t *err);
 
+/**
+ * Says where @p attempt is (@p phase), as tb_ledger_renew_at() does for
+ * the next begin, without renewing the lease (the heartbeats do) and
+ * without waiting for the ledger's answer: the note is on its way before
+ * the phase's work begins, and a slot does not wait a round trip at each
+ * phase (a fenced attempt is the heartbeats' to find). @return 0; an
+ * error (TB_ERETRY) when it could not be sent: nothing is noted
+ */
+int tb_ledger_note(tb_ledger_t *l, const char *task, uint64_t attempt, const char *phase,
+		   tb_error_t *err);
+
 /** Lets the lease go (the attempt is over and nothing will run it here):
  * another worker may begin at once. A no-op if fenced. */
 int tb_ledger_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err);

@@ -46,6 +46,12 @@ int tb_ledger_renew_at(tb_ledger_t *l, const char *task, uint64_t attempt, uint6
 	return l->ops->renew(l, task, attempt, lease_ms, phase, err);
 }
 
+int tb_ledger_note(tb_ledger_t *l, const char *task, uint64_t attempt, const char *phase,
+		   tb_error_t *err)
+{
+	return l->ops->note ? l->ops->note(l, task, attempt, phase, err) : 0;
+}
+
 int tb_ledger_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err)
 {
 	return l->ops->release(l, task, attempt, err);

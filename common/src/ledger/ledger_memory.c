@@ -158,6 +158,15 @@ static int mem_renew(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_
 	return rc;
 }
 
+/* Nothing to wait for here: the renewal's progress, the lease untouched
+ * (this ledger keeps none); a fenced note is dropped unsaid, as Redis's. */
+static int mem_note(tb_ledger_t *l, const char *task, uint64_t attempt, const char *phase,
+		    tb_error_t *err)
+{
+	int rc = mem_renew(l, task, attempt, 0, phase, err);
+	return rc == TB_EFENCED ? 0 : rc;
+}
+
 static int mem_release(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err)
 {
 	mem_ledger_t *m = (mem_ledger_t *)l;
@@ -338,6 +347,7 @@ static int mem_next_followup(tb_ledger_t *l, const char *task, uint64_t *seq, tb
 static const struct tb_ledger_ops mem_ops = {
 	.begin = mem_begin,
 	.renew = mem_renew,
+	.note = mem_note,
 	.release = mem_release,
 	.failed = mem_failed,
 	.done = mem_done,

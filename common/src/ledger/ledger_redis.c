@@ -127,6 +127,11 @@ static const char RENEW_LUA[] =
     "if ARGV[4] ~= '' then "
     "  redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[4]) end "
     "return 1";
+/* KEYS attempts, progress; ARGV attempt, worker, phase. 1, or 0 fenced. */
+static const char NOTE_LUA[] =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3]) "
+    "return 1";
 /* KEYS attempts, lease, progress; ARGV attempt, worker. Let go of, it
  * is no death (BEGIN_LUA). */
 static const char RELEASE_LUA[] =
@@ -903,38 +908,71 @@ static int redis_rate_take(tb_ledger_t *l, const tb_ledger_rate_t *q, tb_ledger_
 	return 0;
 }
 
-/* Sent, not waited for: the reply is read before the connection's next
- * command (settle_owed). */
+/*
+ * Sends a command on @p k without waiting for its reply, which is read
+ * (and dropped) before the connection's next command (settle_owed): the
+ * bytes are written before it returns, so the command is on its way.
+ * Caller holds the connection's lock.
+ */
+static int send_unawaited(redis_ledger_t *r, conn_t *k, tb_error_t *err, const char *fmt, ...)
+{
+	va_list ap;
+	int rc, done = 0;
+
+	if ((rc = dial(r, k, err)) == 0 && k->owed >= 64) /* never more than a few */
+		rc = settle_owed(k, err);
+	if (rc < 0)
+		return rc;
+	va_start(ap, fmt);
+	rc = redisvAppendCommand(k->c, fmt, ap) == REDIS_OK ? 0 : broken(k, err);
+	va_end(ap);
+	while (rc == 0 && !done)
+		if (redisBufferWrite(k->c, &done) != REDIS_OK)
+			rc = broken(k, err);
+	if (rc == 0)
+		k->owed++;
+	return rc;
+}
+
 static int redis_rate_spend(tb_ledger_t *l, const tb_ledger_rate_t *q, uint64_t tokens,
 			    uint64_t pause_ms, tb_error_t *err)
 {
 	redis_ledger_t *r = (redis_ledger_t *)l;
 	conn_t *k = &r->rates;
 	char kb[160], kw[160];
-	int rc, done = 0;
+	int rc;
 
 	if ((rc = rate_keys(r, q, kb, kw, sizeof(kb), err)) < 0)
 		return rc;
 	pthread_mutex_lock(&k->lock);
-	if ((rc = dial(r, k, err)) == 0 && k->owed >= 64) /* never more than a few */
-		rc = settle_owed(k, err);
-	if (rc == 0 &&
-	    redisAppendCommand(k->c, "EVAL %s 1 %s %llu %llu %llu", RATE_SPEND_LUA, kb,
-			       (unsigned long long)tokens, (unsigned long long)q->tokens_per_minute,
-			       (unsigned long long)pause_ms) != REDIS_OK)
-		rc = broken(k, err);
-	while (rc == 0 && !done)
-		if (redisBufferWrite(k->c, &done) != REDIS_OK)
-			rc = broken(k, err);
-	if (rc == 0)
-		k->owed++;
+	rc = send_unawaited(r, k, err, "EVAL %s 1 %s %llu %llu %llu", RATE_SPEND_LUA, kb,
+			    (unsigned long long)tokens, (unsigned long long)q->tokens_per_minute,
+			    (unsigned long long)pause_ms);
 	pthread_mutex_unlock(&k->lock);
+	return rc;
+}
+
+/* The phase a slot reached, on the main connection (the renewals' own,
+ * so a note is never overtaken by the renewal after it). */
+static int redis_note(tb_ledger_t *l, const char *task, uint64_t attempt, const char *phase,
+		      tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+	task_keys_t k;
+	int rc;
+
+	task_keys(&k, r, task);
+	pthread_mutex_lock(&r->main.lock);
+	rc = send_unawaited(r, &r->main, err, "EVAL %s 2 %s %s %llu %s %s", NOTE_LUA, k.att,
+			    k.progress, (unsigned long long)attempt, r->worker, phase);
+	pthread_mutex_unlock(&r->main.lock);
 	return rc;
 }
 
 static const struct tb_ledger_ops redis_ops = {
 	.begin = redis_begin,
 	.renew = redis_renew,
+	.note = redis_note,
 	.release = redis_release,
 	.failed = redis_failed,
 	.done = redis_done,

@@ -162,7 +162,11 @@ static void contract(tb_ledger_t *l)
 	assert_int_equal(tb_ledger_begin(l, silent, LEASE, &attempt, &err), 0);
 	assert_int_equal(tb_ledger_renew_at(l, silent, 1, LEASE, "running", &err), 0);
 	assert_int_equal(tb_ledger_renew_at(l, silent, 1, LEASE, "collected", &err), 0);
+	/* a note says the phase as a renewal does, unawaited */
+	assert_int_equal(tb_ledger_note(l, silent, 1, "recorded", &err), 0);
 	assert_int_equal(tb_ledger_begin(l, silent, LEASE, &attempt, &err), 0); /* 2 */
+	/* a fenced attempt's note is dropped: attempt 2 said nothing */
+	assert_int_equal(tb_ledger_note(l, silent, 1, "judged", &err), 0);
 	assert_int_equal(tb_ledger_begin(l, silent, LEASE, &attempt, &err), 0); /* 3 */
 	assert_int_equal(tb_ledger_failed(l, silent, 3, TB_EIO, "store away", &err), 0);
 	assert_int_equal(tb_ledger_begin(l, silent, LEASE, &attempt, &err), 0); /* 4 */
@@ -171,7 +175,7 @@ static void contract(tb_ledger_t *l)
 	assert_int_equal(n, 3);
 	assert_int_equal(hist[0].attempt, 1);
 	assert_string_equal(hist[0].code, "died");
-	assert_string_equal(hist[0].reason, "its worker died in phase collected");
+	assert_string_equal(hist[0].reason, "its worker died in phase recorded");
 	assert_int_equal(hist[1].attempt, 2);
 	assert_string_equal(hist[1].code, "died");
 	assert_string_equal(hist[1].reason, "its worker died before it reported a phase");

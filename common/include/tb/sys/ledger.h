@@ -14,6 +14,9 @@ struct tb_ledger_ops {
 		     uint64_t *attempt, tb_error_t *err);
 	int (*renew)(tb_ledger_t *l, const char *task, uint64_t attempt, uint64_t lease_ms,
 		     const char *phase, tb_error_t *err);
+	/* NULL: the phase goes with the heartbeats' renewals only */
+	int (*note)(tb_ledger_t *l, const char *task, uint64_t attempt, const char *phase,
+		    tb_error_t *err);
 	int (*release)(tb_ledger_t *l, const char *task, uint64_t attempt, tb_error_t *err);
 	int (*failed)(tb_ledger_t *l, const char *task, uint64_t attempt, int code,
 		      const char *reason, tb_error_t *err);
