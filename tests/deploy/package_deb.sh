@@ -74,7 +74,13 @@ if command -v hardening-check >/dev/null; then
   if hardening-check --nocfprotection /usr/bin/taskbox >"$tmp/hardening.txt" 2>&1; then ok; else
     bad "hardening-check /usr/bin/taskbox"; cat "$tmp/hardening.txt"; fi
 fi
-if [ -x /usr/libexec/taskbox/taskbox-sandbox-init ]; then ok; else bad "no sandbox init"; fi
+init=/usr/libexec/taskbox/taskbox-sandbox-init
+if [ -x $init ]; then ok; else bad "no sandbox init"; fi
+# static, with musl (worker/sandbox/init/CMakeLists.txt): glibc's start-up,
+# whose messages say "glibc", probes the CPU's caches with CPUID at every
+# sandbox's start
+if file -L $init | grep -q 'statically linked' && ! grep -qa 'glibc' $init; then ok; else
+  bad "the sandbox's init is not static with musl: $(file -L $init)"; fi
 if [ "$(stat -c %a /etc/taskbox/worker.env)" = 600 ]; then ok; else
   bad "worker.env is mode $(stat -c %a /etc/taskbox/worker.env), not 600"; fi
 if /usr/bin/taskbox schema config /etc/taskbox/worker.json >"$tmp/cfg.log" 2>&1; then ok; else

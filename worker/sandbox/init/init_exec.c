@@ -8,6 +8,7 @@
 #include "init_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/seccomp.h>
 #include <sched.h>
@@ -17,6 +18,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static struct {
 	int32_t id;

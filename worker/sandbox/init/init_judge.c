@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* Replaces whatever is mounted at @p path with an empty tmpfs. What was
  * there is detached (no process is left to hold it open) and freed. */

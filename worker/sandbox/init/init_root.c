@@ -9,6 +9,7 @@
 #include "init_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <net/if.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -16,6 +17,9 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#ifndef __GLIBC__ /* glibc's sys/mount.h has the mount API's; musl's not */
+#include <linux/mount.h>
+#endif
 
 /* Mounts a tmpfs of @p mb MiB at @p path, mode @p mode, owned by @p owner
  * (uid and gid inside; 0 is the sandbox's root). @return 0 or -1. */

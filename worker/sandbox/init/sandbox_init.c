@@ -28,6 +28,7 @@
 #include "init_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <string.h>
@@ -37,6 +38,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* From SETUP, never changed afterwards. */
 tb_sbp_setup_t S;
