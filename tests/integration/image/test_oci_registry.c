@@ -8,12 +8,15 @@
  * multi-platform index and once as an index with no manifest for this
  * platform; and to a registry behind HTTP Basic, with and without its
  * login; once pulled there with the login, not served from the cache
- * without it. Skips without TASKBOX_TEST_REGISTRY (deploy/local/services
- * env) or skopeo; as root (the tree keeps the layers' owners).
+ * without it; a layer of 60 KB of noise read by ranges, in both, the
+ * same bytes as whole. Skips without TASKBOX_TEST_REGISTRY
+ * (deploy/local/services env) or skopeo; as root (the tree keeps the
+ * layers' owners).
  */
 #include "image.h"
 #include "oci.h"
 #include "oci_testlib.h"
+#include "source.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -186,6 +190,72 @@ static void test_oci_registry__a_cached_image_asks_for_the_login_again(void **st
 	tb_image_release(&img);
 }
 
+/* The ranges of blob @p layer that @p registry serves (with @p
+ * credentials) match the whole blob the pull kept, at random offsets: a
+ * 206 with the range asked each time (anything else is refused). */
+static void ranges_match(const char *registry, const char *digest, const char *layer,
+			 const char *credentials)
+{
+	char path[400], text[400], buf[20000];
+	tb_image_source_t *src;
+	tb_image_ref_t r;
+	tb_error_t err;
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/images/blobs/%s", cache_dir, layer + 7);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fstat(fileno(f), &st), 0);
+	size_t size = (size_t)st.st_size;
+	char *whole = malloc(size);
+	assert_int_equal(fread(whole, 1, size, f), size);
+	fclose(f);
+	snprintf(text, sizeof(text), "%s/test/app@%s", registry, digest);
+	if (tb_image_ref_parse(&r, text, &err) < 0)
+		fail_msg("%s", err.msg);
+	assert_int_equal(tb_registry_open(&src, &r, credentials, 10, NULL, &err), 0);
+	tb_source_blob_t b = { .src = src };
+	snprintf(b.digest, sizeof(b.digest), "%.71s", layer);
+	unsigned seed = 42;
+	for (int i = 0; i < 64; i++) {
+		uint64_t off = i == 0 ? 0 : (uint64_t)rand_r(&seed) % size;
+		size_t len = 1 + (size_t)rand_r(&seed) % sizeof(buf);
+		size_t expect = off + len > size ? size - off : len;
+		int64_t got = tb_image_source_fetch(&b, off, buf, len, &err);
+		if (got < 0)
+			fail_msg("%s: %s", registry, err.msg);
+		assert_int_equal(got, expect);
+		assert_memory_equal(buf, whole + off, expect);
+	}
+	src->close(src);
+	free(whole);
+}
+
+/*
+ * A real registry serves a layer by ranges (206, the range asked) with
+ * the same bytes as the whole blob, at random offsets: open, and behind
+ * its Basic login.
+ */
+static void test_oci_registry__a_layer_read_by_ranges_is_the_whole_blobs(void **state)
+{
+	tb_image_t img;
+	tb_error_t err;
+	char d[200];
+	(void)state;
+	snprintf(d, sizeof(d), "%s", push(reg, "noise", NULL));
+	if (pull(reg, d, NULL, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	for (size_t i = 0; i < img.layers.n; i++)
+		ranges_match(reg, d, img.layers.items[i], NULL);
+	tb_image_release(&img);
+	snprintf(d, sizeof(d), "%s", push(reg_auth, "noise", reg_creds));
+	if (pull(reg_auth, d, creds, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	for (size_t i = 0; i < img.layers.n; i++)
+		ranges_match(reg_auth, d, img.layers.items[i], creds);
+	tb_image_release(&img);
+}
+
 static int fresh_cache(void **state)
 {
 	char cmd[300];
@@ -195,14 +265,22 @@ static int fresh_cache(void **state)
 }
 
 /* The layout: the image tagged "one", an index naming it for this
- * platform "multi", one naming it for others only "foreign"; and the
+ * platform "multi", one naming it for others only "foreign", one whose
+ * layer is 60 KB of noise (gzip cannot shrink it much) "noise"; and the
  * login to the registry behind one. */
 static int setup(void **state)
 {
 	const char *const *layers[] = { lower, upper };
+	static char noise[60000]; /* its layer within oci_layer()'s 64 KiB */
+	const char *noisy[] = { noise, NULL };
+	const char *const *noise_layers[] = { noisy };
 	const char *os, *arch, *variant;
-	char here[72], foreign[72];
+	char here[72], foreign[72], noisy_image[72];
 	(void)state;
+	srand(7);
+	memcpy(noise, "noise=", 6);
+	for (size_t i = 6; i < sizeof(noise) - 1; i++)
+		noise[i] = (char)('!' + rand() % 90);
 	if (!mkdtemp(base))
 		return -1;
 	snprintf(layout, sizeof(layout), "%s/layout", base);
@@ -217,6 +295,8 @@ static int setup(void **state)
 	oci_tag(layout, manifest, "one");
 	oci_tag(layout, here, "multi");
 	oci_tag(layout, foreign, "foreign");
+	oci_image(layout, noise_layers, 1, NULL, noisy_image);
+	oci_tag(layout, noisy_image, "noise");
 	oci_auth_file(creds, reg_auth, reg_creds);
 	return 0;
 }
@@ -237,6 +317,8 @@ int main(void)
 		cmocka_unit_test_setup(test_oci_registry__a_multi_platform_index, fresh_cache),
 		cmocka_unit_test_setup(test_oci_registry__a_registry_behind_a_login, fresh_cache),
 		cmocka_unit_test_setup(test_oci_registry__a_cached_image_asks_for_the_login_again,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_oci_registry__a_layer_read_by_ranges_is_the_whole_blobs,
 				       fresh_cache),
 	};
 	reg = getenv("TASKBOX_TEST_REGISTRY");
