@@ -8,6 +8,7 @@
 #include "image.h"
 
 #include "blob.h"
+#include "layer_index_store.h"
 #include "source.h"
 #include "tb/clock.h"
 #include "tb/fault.h"
@@ -55,6 +56,7 @@ struct tb_image_cache {
 	pthread_mutex_t auth_lock;
 	auth_memo_t auth[AUTH_SLOTS];
 	atomic_uint_fast64_t auth_ttl_ms;
+	tb_layer_indexes_t indexes; /* where layer indexes go; store NULL: nowhere */
 };
 
 static atomic_uint tmp_counter;
@@ -361,6 +363,8 @@ typedef struct fetch_job {
 	const tb_oci_manifest_t *m;
 	atomic_size_t next;
 	atomic_uint_fast64_t fetched;
+	atomic_uint_fast64_t index_ms; /* spent building indexes (layer_index_store.h) */
+	atomic_uint indexed;           /* ... of this many layers */
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* a layer fetched, or a failure */
 	unsigned char done[TB_OCI_MAX_LAYERS];
@@ -369,6 +373,33 @@ typedef struct fetch_job {
 	pthread_t threads[FETCHERS];
 	int started;
 } fetch_job_t;
+
+/* A gzip layer a whole pull fetched: its index built and published
+ * unless the fleet has it (layer_index_store.h), beside the unpacking of
+ * the layers before it. A failure is said and the pull goes on. */
+static void index_layer(fetch_job_t *j, const tb_oci_desc_t *d)
+{
+	tb_image_cache_t *c = j->c;
+	tb_error_t err;
+	uint64_t t0 = tb_mono_ms();
+	int fd = openat(c->blobs, d->digest + 7, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int rc = fd < 0 ? tb_error_errno(&err, TB_EIO, errno, "layer %s", d->digest)
+			: tb_layer_index_at_pull(&c->indexes, fd, d->digest, NULL, &err);
+
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0) {
+		tb_warn(NULL, "image cache: layer %.19s... is not indexed: %s", d->digest, err.msg);
+		return;
+	}
+	if (rc == 0)
+		return; /* the fleet has it */
+	uint64_t ms = tb_mono_ms() - t0;
+	atomic_fetch_add(&j->index_ms, ms);
+	atomic_fetch_add(&j->indexed, 1);
+	tb_info(NULL, "image cache: layer %.19s... (%llu bytes) indexed and published in %llu ms",
+		d->digest, (unsigned long long)d->size, (unsigned long long)ms);
+}
 
 static void *fetcher(void *arg)
 {
@@ -389,6 +420,8 @@ static void *fetcher(void *arg)
 		j->done[i] = rc == 0;
 		pthread_cond_broadcast(&j->cond);
 		pthread_mutex_unlock(&j->lock);
+		if (rc == 0 && j->c->indexes.store && d->compression == TB_OCI_GZIP)
+			index_layer(j, d);
 	}
 	return NULL;
 }
@@ -566,6 +599,8 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 	}
 	tb_error_t ferr;
 	int frc = fetch_finish(j, &img->fetched, &ferr);
+	img->index_ms = atomic_load(&j->index_ms);
+	img->indexed = atomic_load(&j->indexed);
 	free(j);
 	if (rc == 0 && frc < 0) {
 		*err = ferr;
@@ -912,6 +947,26 @@ void tb_image_cache_interrupt(tb_image_cache_t *c)
 {
 	if (c)
 		atomic_store(&c->stopping, 1);
+}
+
+void tb_image_cache_set_indexes(tb_image_cache_t *c, const tb_layer_indexes_t *where)
+{
+	if (where && where->store && where->pins.get && where->pins.put)
+		c->indexes = *where;
+	else
+		memset(&c->indexes, 0, sizeof(c->indexes));
+}
+
+int tb_image_cache_find_index(tb_image_cache_t *c, const char *layer, tb_layer_index_t **out,
+			      tb_error_t *err)
+{
+	*out = NULL;
+	if (!c->indexes.store)
+		return tb_error_set(err, TB_ENOTFOUND, "layer %s: no store of indexes here", layer);
+	int rc = tb_layer_index_find(&c->indexes, layer, out, err);
+	if (rc < 0 && rc != TB_ENOTFOUND)
+		tb_warn(NULL, "image cache: layer %.19s... is pulled whole: %s", layer, err->msg);
+	return rc;
 }
 
 void tb_image_cache_set_authorization_ms(tb_image_cache_t *c, uint64_t ms)

@@ -41,6 +41,7 @@
 #ifndef TB_IMAGE_H
 #define TB_IMAGE_H
 
+#include "layer_index_store.h"
 #include "oci.h"
 #include "tb/codec.h"
 #include "tb/image_ref.h"
@@ -59,6 +60,9 @@ typedef struct tb_image {
 	int cached;                  /* 1: it was ready; 0: made now */
 	uint64_t fetched;            /* bytes fetched now (0 when cached) */
 	uint64_t ms;                 /* how long it took to make ready */
+	uint64_t index_ms;           /* of which building layer indexes (in the fetch
+				      * threads, beside unpacking), summed over layers */
+	unsigned indexed;            /* layers indexed and published now */
 	int lock;                    /* held shared while in use */
 } tb_image_t;
 
@@ -88,6 +92,23 @@ void tb_image_cache_interrupt(tb_image_cache_t *c);
 /** How long a registry's yes to one asker for one image is remembered
  * (60000 until set; 0: asked on every cache hit). */
 void tb_image_cache_set_authorization_ms(tb_image_cache_t *c, uint64_t ms);
+
+/** Where the layers' indexes are published and found (layer_index_store.h;
+ * NULL, or no store: nowhere, the default). Set before the cache is used.
+ * Each gzip layer a pull fetches whole then gets its index built from the
+ * verified blob and published, unless the fleet has it already; a layer
+ * that cannot be indexed is said in the log, and the pull goes on. */
+void tb_image_cache_set_indexes(tb_image_cache_t *c, const tb_layer_indexes_t *where);
+
+/**
+ * Layer @p layer's index, for a worker with no copy of the layer
+ * (tb_layer_index_find): found by its pin, checked against it.
+ * @return 0 and a new index in @p out; TB_ENOTFOUND (none published, or
+ *         no store set); TB_EINVAL refused (the reason in @p err and in
+ *         the log); TB_ERETRY or TB_EIO. On any failure: pull it whole.
+ */
+int tb_image_cache_find_index(tb_image_cache_t *c, const char *layer, tb_layer_index_t **out,
+			      tb_error_t *err);
 
 /**
  * Makes @p ref ready (fetched, verified, unpacked; or found in the cache,
