@@ -56,7 +56,8 @@ struct tb_image_cache {
 	pthread_mutex_t auth_lock;
 	auth_memo_t auth[AUTH_SLOTS];
 	atomic_uint_fast64_t auth_ttl_ms;
-	tb_layer_indexes_t indexes; /* where layer indexes go; store NULL: nowhere */
+	tb_layer_indexes_t indexes;      /* where layer indexes go; store NULL: nowhere */
+	tb_layer_index_queue_t *indexer; /* ... and who puts them there */
 };
 
 static atomic_uint tmp_counter;
@@ -197,6 +198,7 @@ void tb_image_cache_close(tb_image_cache_t *c)
 {
 	if (!c)
 		return;
+	tb_layer_index_queue_stop(c->indexer); /* reads from blobs: first */
 	int fds[] = { c->root, c->blobs, c->trees, c->tmp, c->locks };
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
@@ -363,8 +365,6 @@ typedef struct fetch_job {
 	const tb_oci_manifest_t *m;
 	atomic_size_t next;
 	atomic_uint_fast64_t fetched;
-	atomic_uint_fast64_t index_ms; /* spent building indexes (layer_index_store.h) */
-	atomic_uint indexed;           /* ... of this many layers */
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* a layer fetched, or a failure */
 	unsigned char done[TB_OCI_MAX_LAYERS];
@@ -373,33 +373,6 @@ typedef struct fetch_job {
 	pthread_t threads[FETCHERS];
 	int started;
 } fetch_job_t;
-
-/* A gzip layer a whole pull fetched: its index built and published
- * unless the fleet has it (layer_index_store.h), beside the unpacking of
- * the layers before it. A failure is said and the pull goes on. */
-static void index_layer(fetch_job_t *j, const tb_oci_desc_t *d)
-{
-	tb_image_cache_t *c = j->c;
-	tb_error_t err;
-	uint64_t t0 = tb_mono_ms();
-	int fd = openat(c->blobs, d->digest + 7, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	int rc = fd < 0 ? tb_error_errno(&err, TB_EIO, errno, "layer %s", d->digest)
-			: tb_layer_index_at_pull(&c->indexes, fd, d->digest, NULL, &err);
-
-	if (fd >= 0)
-		close(fd);
-	if (rc < 0) {
-		tb_warn(NULL, "image cache: layer %.19s... is not indexed: %s", d->digest, err.msg);
-		return;
-	}
-	if (rc == 0)
-		return; /* the fleet has it */
-	uint64_t ms = tb_mono_ms() - t0;
-	atomic_fetch_add(&j->index_ms, ms);
-	atomic_fetch_add(&j->indexed, 1);
-	tb_info(NULL, "image cache: layer %.19s... (%llu bytes) indexed and published in %llu ms",
-		d->digest, (unsigned long long)d->size, (unsigned long long)ms);
-}
 
 static void *fetcher(void *arg)
 {
@@ -420,8 +393,6 @@ static void *fetcher(void *arg)
 		j->done[i] = rc == 0;
 		pthread_cond_broadcast(&j->cond);
 		pthread_mutex_unlock(&j->lock);
-		if (rc == 0 && j->c->indexes.store && d->compression == TB_OCI_GZIP)
-			index_layer(j, d);
 	}
 	return NULL;
 }
@@ -548,6 +519,15 @@ static void say_altered(const char *hex, const tb_unpack_altered_t *a)
 			hex, (unsigned long long)a->ids, a->ids_path);
 }
 
+/* @p m's gzip layers, pulled whole: their indexes built and published
+ * for the fleet after the pull, unless it has them (layer_index_store.h). */
+static void queue_indexes(tb_image_cache_t *c, const tb_oci_manifest_t *m)
+{
+	for (size_t i = 0; c->indexer && i < m->nlayers; i++)
+		if (m->layers[i].compression == TB_OCI_GZIP)
+			tb_layer_index_queue_add(c->indexer, m->layers[i].digest);
+}
+
 /* Fetches the config and every layer, unpacks them in order as they
  * arrive into a temporary tree and renames it into trees/<hex>; the
  * record last. */
@@ -599,8 +579,6 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 	}
 	tb_error_t ferr;
 	int frc = fetch_finish(j, &img->fetched, &ferr);
-	img->index_ms = atomic_load(&j->index_ms);
-	img->indexed = atomic_load(&j->indexed);
 	free(j);
 	if (rc == 0 && frc < 0) {
 		*err = ferr;
@@ -618,7 +596,8 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 		goto out;
 	}
 	tmp[0] = '\0';
-	rc = write_meta(c, hex, top, m, img, err);
+	if ((rc = write_meta(c, hex, top, m, img, err)) == 0)
+		queue_indexes(c, m);
 	tb_oci_config_free(&img->config); /* read back with the rest: read_meta() */
 out:
 	if (rc < 0 && tmp[0] && dir >= 0)
@@ -949,12 +928,30 @@ void tb_image_cache_interrupt(tb_image_cache_t *c)
 		atomic_store(&c->stopping, 1);
 }
 
-void tb_image_cache_set_indexes(tb_image_cache_t *c, const tb_layer_indexes_t *where)
+int tb_image_cache_set_indexes(tb_image_cache_t *c, const tb_layer_indexes_t *where,
+			       tb_error_t *err)
 {
-	if (where && where->store && where->pins.get && where->pins.put)
+	tb_layer_index_queue_stop(c->indexer);
+	c->indexer = NULL;
+	memset(&c->indexes, 0, sizeof(c->indexes));
+	if (!where || !where->store || !where->pins.get || !where->pins.put)
+		return 0;
+	int rc = tb_layer_index_queue_open(&c->indexer, c->blobs, where, err);
+	if (rc == 0)
 		c->indexes = *where;
-	else
-		memset(&c->indexes, 0, sizeof(c->indexes));
+	return rc;
+}
+
+void tb_image_cache_index_wait(tb_image_cache_t *c, uint64_t *built, uint64_t *ms)
+{
+	if (c->indexer) {
+		tb_layer_index_queue_wait(c->indexer, built, ms);
+		return;
+	}
+	if (built)
+		*built = 0;
+	if (ms)
+		*ms = 0;
 }
 
 int tb_image_cache_find_index(tb_image_cache_t *c, const char *layer, tb_layer_index_t **out,

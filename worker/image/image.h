@@ -60,9 +60,6 @@ typedef struct tb_image {
 	int cached;                  /* 1: it was ready; 0: made now */
 	uint64_t fetched;            /* bytes fetched now (0 when cached) */
 	uint64_t ms;                 /* how long it took to make ready */
-	uint64_t index_ms;           /* of which building layer indexes (in the fetch
-				      * threads, beside unpacking), summed over layers */
-	unsigned indexed;            /* layers indexed and published now */
 	int lock;                    /* held shared while in use */
 } tb_image_t;
 
@@ -93,12 +90,24 @@ void tb_image_cache_interrupt(tb_image_cache_t *c);
  * (60000 until set; 0: asked on every cache hit). */
 void tb_image_cache_set_authorization_ms(tb_image_cache_t *c, uint64_t ms);
 
-/** Where the layers' indexes are published and found (layer_index_store.h;
- * NULL, or no store: nowhere, the default). Set before the cache is used.
- * Each gzip layer a pull fetches whole then gets its index built from the
- * verified blob and published, unless the fleet has it already; a layer
- * that cannot be indexed is said in the log, and the pull goes on. */
-void tb_image_cache_set_indexes(tb_image_cache_t *c, const tb_layer_indexes_t *where);
+/**
+ * Where the layers' indexes are published and found (layer_index_store.h;
+ * NULL, or no store: nowhere, the default). Set once, before the cache is
+ * used. After each image made from a whole pull, its gzip layers are
+ * queued, and a thread of the cache's, at a low priority, builds each
+ * one's index from the verified blob and publishes it, unless the fleet
+ * has it already (a layer that cannot be indexed is said in the log):
+ * the pull itself does not wait for it.
+ * @return 0; TB_ENOMEM
+ */
+int tb_image_cache_set_indexes(tb_image_cache_t *c, const tb_layer_indexes_t *where,
+			       tb_error_t *err);
+
+/** Waits until the layers queued are indexed (or given up on); how many
+ * were indexed and published since the indexes were set, and the time it
+ * took them, into @p built and @p ms (each may be NULL). For tests and
+ * benchmarks. */
+void tb_image_cache_index_wait(tb_image_cache_t *c, uint64_t *built, uint64_t *ms);
 
 /**
  * Layer @p layer's index, for a worker with no copy of the layer

@@ -8,11 +8,9 @@
 
 #include "tb/image_ref.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 void tb_layer_index_key(char *out, size_t cap, const char *layer, const char *digest)
 {
@@ -109,36 +107,17 @@ int tb_layer_index_find(const tb_layer_indexes_t *where, const char *layer, tb_l
 	return rc;
 }
 
-/* Reads the blob from its descriptor, in order. */
-static int64_t fd_read(void *arg, void *buf, size_t len, tb_error_t *err)
-{
-	int fd = *(int *)arg;
-	for (;;) {
-		ssize_t n = read(fd, buf, len);
-		if (n >= 0)
-			return n;
-		if (errno != EINTR)
-			return tb_error_errno(err, TB_EIO, errno, "reading the blob");
-	}
-}
-
-int tb_layer_index_at_pull(const tb_layer_indexes_t *where, int fd, const char *layer,
-			   tb_layer_index_t **built, tb_error_t *err)
+int tb_layer_index_at_pull(const tb_layer_indexes_t *where, const char *layer,
+			   tb_layer_read_fn read, void *arg, tb_error_t *err)
 {
 	tb_layer_index_t *ix = NULL;
 	int rc;
 
-	if (built)
-		*built = NULL;
 	if ((rc = tb_layer_index_published(where, layer, err)) != 0)
 		return rc < 0 ? rc : 0;
-	if (lseek(fd, 0, SEEK_SET) < 0)
-		return tb_error_errno(err, TB_EIO, errno, "layer %s", layer);
-	if ((rc = tb_layer_index_build(layer, 0, fd_read, &fd, &ix, err)) < 0)
-		return tb_error_prefix(err, "no index");
-	if ((rc = tb_layer_index_publish(where, ix, NULL, NULL, err)) < 0 || !built)
-		tb_layer_index_free(ix);
-	else
-		*built = ix;
+	if ((rc = tb_layer_index_build(layer, 0, read, arg, &ix, err)) < 0)
+		return rc;
+	rc = tb_layer_index_publish(where, ix, NULL, NULL, err);
+	tb_layer_index_free(ix);
 	return rc < 0 ? rc : 1;
 }

@@ -88,16 +88,37 @@ int tb_layer_index_find(const tb_layer_indexes_t *where, const char *layer, tb_l
 			tb_error_t *err);
 
 /**
- * What a whole pull does for gzip layer @p layer, its verified blob open
- * at @p fd: unless it is published already (tb_layer_index_published),
- * builds its index from the blob (read from its start) and publishes it.
- * @param[out] built the index built (may be NULL: freed), for the caller
- *             to measure or keep; NULL when none was built
+ * What a whole pull leads to for gzip layer @p layer, its verified blob
+ * read from its start through @p read: unless it is published already
+ * (tb_layer_index_published), its index built and published.
  * @return 1 built and published; 0 published already; a negative TB_E*
  *         naming why not (a layer the index cannot describe, the store or
- *         the pins away): the pull goes on all the same
+ *         the pins away, what @p read returned)
  */
-int tb_layer_index_at_pull(const tb_layer_indexes_t *where, int fd, const char *layer,
-			   tb_layer_index_t **built, tb_error_t *err);
+int tb_layer_index_at_pull(const tb_layer_indexes_t *where, const char *layer,
+			   tb_layer_read_fn read, void *arg, tb_error_t *err);
+
+/* The layers a cache pulled whole, indexed after the pull by a thread of
+ * their own at a low priority (layer_index_queue.c). */
+typedef struct tb_layer_index_queue tb_layer_index_queue_t;
+
+/** A queue over the blobs in directory @p blobs (not owned), publishing
+ * to @p where (copied; its store and pins must outlive the queue).
+ * @return 0; TB_ENOMEM. */
+int tb_layer_index_queue_open(tb_layer_index_queue_t **out, int blobs,
+			      const tb_layer_indexes_t *where, tb_error_t *err);
+
+/** Queues @p layer (its blob complete in the directory) unless queued;
+ * starts the thread with the first. Never waits for the work. */
+void tb_layer_index_queue_add(tb_layer_index_queue_t *q, const char *layer);
+
+/** Waits until nothing is queued or being indexed; how many layers were
+ * indexed and published so far, and the time it took them, into
+ * @p built and @p ms (each may be NULL). For tests and benchmarks. */
+void tb_layer_index_queue_wait(tb_layer_index_queue_t *q, uint64_t *built, uint64_t *ms);
+
+/** Ends the thread (a build under way stops at its next read: nothing is
+ * published) and frees @p q. NULL is fine. */
+void tb_layer_index_queue_stop(tb_layer_index_queue_t *q);
 
 #endif

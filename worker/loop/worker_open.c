@@ -76,7 +76,9 @@ static void open_indexes(tb_worker_deps_t *d)
 		.store = d->store,
 		.pins = { .get = pins_get, .put = pins_put, .arg = d->ledger },
 	};
-	tb_image_cache_set_indexes(d->images, &where);
+	tb_error_t err;
+	if (tb_image_cache_set_indexes(d->images, &where, &err) < 0)
+		tb_warn(NULL, "layer indexes are not published from here: %s", err.msg);
 }
 
 /* Every sandbox needs a range of host ids from the host's registry

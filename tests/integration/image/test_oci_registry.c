@@ -308,9 +308,9 @@ static tb_image_cache_t *cache_at(const char *name, const tb_layer_indexes_t *w)
 	tb_error_t err;
 	snprintf(dir, sizeof(dir), "%s/%s", base, name);
 	sh("rm -rf %s", dir);
-	if (tb_image_cache_open(&c, dir, 1 << 30, &err) < 0)
+	if (tb_image_cache_open(&c, dir, 1 << 30, &err) < 0 ||
+	    tb_image_cache_set_indexes(c, w, &err) < 0)
 		fail_msg("%s", err.msg);
-	tb_image_cache_set_indexes(c, w);
 	return c;
 }
 
@@ -372,7 +372,9 @@ static void test_oci_registry__an_index_published_to_the_fleet_is_found(void **s
 	tb_image_cache_t *first = cache_at("first", &w);
 	if (tb_image_get(first, &r, 256 << 20, creds, &img, &err) < 0)
 		fail_msg("%s", err.msg);
-	assert_int_equal(img.indexed, img.layers.n);
+	uint64_t built;
+	tb_image_cache_index_wait(first, &built, NULL);
+	assert_int_equal(built, img.layers.n);
 	tb_image_cache_t *second = cache_at("second", &w);
 	assert_int_equal(tb_registry_open(&src, &r, creds, 10, NULL, &err), 0);
 	if (tb_image_cache_find_index(second, img.layers.items[0], &ix, &err) < 0)
