@@ -963,6 +963,10 @@ int tb_image_cache_find_index(tb_image_cache_t *c, const char *layer, tb_layer_i
 	int rc = tb_layer_index_find(&c->indexes, layer, out, err);
 	if (rc < 0 && rc != TB_ENOTFOUND)
 		tb_warn(NULL, "image cache: layer %.19s... is pulled whole: %s", layer, err->msg);
+	tb_metrics_layer_index(rc == 0              ? "found"
+			       : rc == TB_ENOTFOUND ? "none"
+			       : rc == TB_EINVAL    ? "refused"
+						    : "failed");
 	return rc;
 }
 

@@ -12,6 +12,7 @@
 
 #include "tb/clock.h"
 #include "tb/log.h"
+#include "tb/metrics.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -92,10 +93,13 @@ static void index_one(tb_layer_index_queue_t *q, const char *layer)
 
 	if (r.fd >= 0)
 		close(r.fd);
-	if (rc < 0 && !stopping(q))
+	if (rc < 0 && !stopping(q)) {
 		tb_warn(NULL, "image cache: layer %.19s... is not indexed: %s", layer, err.msg);
+		tb_metrics_layer_index("unpublished");
+	}
 	if (rc <= 0)
 		return;
+	tb_metrics_layer_index("published");
 	uint64_t ms = tb_mono_ms() - t0;
 	pthread_mutex_lock(&q->lock);
 	q->built++;

@@ -8,12 +8,13 @@
  * through the index from the layer's ranges; not built again when
  * published; a store object that lies (other bytes, another layer's
  * index, a truncated one, none) refused with the reason, and a whole
- * pull then putting the right one back. As root (the tree keeps the
+ * pull then putting the right one back; each outcome counted. As root (the tree keeps the
  * layers' owners); skips otherwise.
  */
 #include "image.h"
 #include "oci_testlib.h"
 #include "source.h"
+#include "tb/metrics.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -236,6 +237,7 @@ static void test_layer_index_store__a_lying_store_is_refused(void **state)
 	tb_error_t err;
 	size_t len0, len1;
 	(void)state;
+	tb_metrics_reset();
 	two_layers(d, l0, l1);
 	assert_int_equal(pull_whole(d, "first"), 2);
 	char *good = pinned_object(l0, key0, &len0);
@@ -273,6 +275,18 @@ static void test_layer_index_store__a_lying_store_is_refused(void **state)
 	tb_image_cache_close(c);
 	free(good);
 	free(other);
+	/* each outcome counted for the operator */
+	size_t n;
+	char *text = tb_metrics_render(&n);
+	static const char *const counted[] = {
+		"taskbox_image_layer_indexes_total{result=\"published\"} 6",
+		"taskbox_image_layer_indexes_total{result=\"refused\"} 4",
+		"taskbox_image_layer_indexes_total{result=\"found\"} 4",
+	};
+	for (size_t i = 0; i < sizeof(counted) / sizeof(counted[0]); i++)
+		if (!text || !strstr(text, counted[i]))
+			fail_msg("no '%s' in:\n%s", counted[i], text ? text : "(null)");
+	free(text);
 }
 
 static int reset(void **state)
