@@ -75,7 +75,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	char worker[128];
 	unsigned slots, busy, waiting;
-	family_t tasks, failures, dlq, phase, images;
+	family_t tasks, failures, dlq, phase, images, layer_indexes;
 	histogram_t launch;
 	histogram_t step[TB_STEP__COUNT];
 	int64_t lag[MAX_LAG_PARTITIONS];
@@ -280,6 +280,13 @@ void tb_metrics_usage(const char *runtime, const char *recipe, const tb_usage_t 
 	pthread_mutex_unlock(&lock);
 }
 
+void tb_metrics_layer_index(const char *result)
+{
+	pthread_mutex_lock(&lock);
+	R.layer_indexes.counts[slot(&R.layer_indexes, result)]++;
+	pthread_mutex_unlock(&lock);
+}
+
 void tb_metrics_image_evicted(void)
 {
 	pthread_mutex_lock(&lock);
@@ -474,6 +481,8 @@ char *tb_metrics_render(size_t *len)
 	fprintf(f, "taskbox_image_fetched_bytes_total %llu\n", (unsigned long long)R.image_bytes);
 	head(f, "taskbox_image_evictions_total", "counter", "Images evicted from the cache.");
 	fprintf(f, "taskbox_image_evictions_total %llu\n", (unsigned long long)R.image_evictions);
+	counters(f, "taskbox_image_layer_indexes_total", "result", &R.layer_indexes,
+		 "Layer indexes: published, unpublished, found, none, refused, failed.");
 	usage_sums(f);
 	pthread_mutex_unlock(&lock);
 	if (fclose(f) != 0) {

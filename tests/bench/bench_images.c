@@ -18,6 +18,11 @@
  *                   against big's
  *   pull RSS        this process's peak resident memory while pulling
  *                   "big", against "small"
+ *   indexed pull    a fresh cache that indexes and publishes each gzip
+ *                   layer it pulls whole (to a store in a directory, the
+ *                   pins in memory: layer_index_store.h), against the
+ *                   same pull without, alternated; and how long after
+ *                   the pull its indexes are published
  *
  * Usage: bench_images --registry HOST:PORT --big DIGEST --second DIGEST
  *                     --small DIGEST [--repo NAME] [-n ROUNDS] [--json]
@@ -25,6 +30,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +198,112 @@ out:
 	free(theirs);
 	free(pull);
 	free(unpack);
+	return rc;
+}
+
+/* The pins of the indexed pulls: in memory, cleared each round. */
+static struct {
+	pthread_mutex_t lock;
+	char layer[TB_OCI_MAX_LAYERS][72], digest[TB_OCI_MAX_LAYERS][72];
+	int n;
+} pins = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int pins_get(void *arg, const char *layer, char out[72], tb_error_t *err)
+{
+	int rc = TB_ENOTFOUND;
+	(void)arg;
+	pthread_mutex_lock(&pins.lock);
+	for (int i = 0; i < pins.n && rc; i++)
+		if (!strcmp(pins.layer[i], layer)) {
+			memcpy(out, pins.digest[i], 72);
+			rc = 0;
+		}
+	pthread_mutex_unlock(&pins.lock);
+	return rc ? tb_error_set(err, rc, "no pin") : 0;
+}
+
+static int pins_put(void *arg, const char *layer, const char *digest, char out[72], tb_error_t *err)
+{
+	if (pins_get(arg, layer, out, err) == 0)
+		return 0;
+	pthread_mutex_lock(&pins.lock);
+	if (pins.n < TB_OCI_MAX_LAYERS) {
+		snprintf(pins.layer[pins.n], 72, "%s", layer);
+		snprintf(pins.digest[pins.n++], 72, "%s", digest);
+	}
+	pthread_mutex_unlock(&pins.lock);
+	memcpy(out, digest, 72);
+	return 0;
+}
+
+/* One pull of @p big into a fresh cache, indexing with @p store (NULL:
+ * not): its time, then how long until its layers were indexed and
+ * published (the cache's thread, after the pull). */
+static int pull_once(const char *big, tb_store_t *store, double *ms, double *after)
+{
+	tb_image_cache_t *c = fresh_cache();
+	tb_layer_indexes_t w = { .store = store, .pins = { pins_get, pins_put, NULL } };
+	tb_image_t img;
+	tb_error_t err;
+	uint64_t built = 0;
+	pins.n = 0;
+	if (store && tb_image_cache_set_indexes(c, &w, &err) < 0)
+		return -1;
+	double t0 = tb_bench_mono_ms();
+	int rc = get(c, big, &img);
+	*ms = tb_bench_mono_ms() - t0;
+	if (rc == 0)
+		tb_image_release(&img);
+	t0 = tb_bench_mono_ms();
+	tb_image_cache_index_wait(c, &built, NULL);
+	*after = tb_bench_mono_ms() - t0;
+	if (store && !built)
+		rc = -1; /* (the log says why) */
+	tb_image_cache_close(c);
+	return rc;
+}
+
+/* Whole pulls that index and publish each layer, against whole pulls
+ * that do not, alternated. */
+static int indexed(const char *big, int rounds)
+{
+	double *plain = calloc((size_t)rounds, sizeof(double));
+	double *with = calloc((size_t)rounds, sizeof(double));
+	double *after = calloc((size_t)rounds, sizeof(double));
+	tb_store_t *store = NULL;
+	tb_error_t err;
+	char path[128], cmd[200];
+	int rc = -1;
+
+	snprintf(path, sizeof(path), "%s/store", dir);
+	for (int i = 0; i < rounds; i++) {
+		double unused;
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", path);
+		tb_store_close(store);
+		store = NULL;
+		if (system(cmd) != 0 || tb_store_dir_open(&store, path, &err) < 0 ||
+		    pull_once(big, NULL, &plain[i], &unused) < 0 ||
+		    pull_once(big, store, &with[i], &after[i]) < 0) {
+			fprintf(stderr,
+				"bench_images: an indexed pull failed (the log says why)\n");
+			goto out;
+		}
+	}
+	double pm, pp, wm, wp, bm, bp; /* plain, with indexing, the indexing after */
+	tb_bench_stats(plain, rounds, &pm, &pp);
+	tb_bench_stats(with, rounds, &wm, &wp);
+	tb_bench_stats(after, rounds, &bm, &bp);
+	tb_bench_row("images", "pull + verify + unpack (big, again)", "ms", pm, pp, NULL, 0);
+	tb_bench_row("images", "  the same, indexing on (the pull alone)", "ms", wm, wp, "pull",
+		     pm);
+	tb_bench_row("images", "  then its layers indexed + published (nice 10)", "ms", bm, bp,
+		     "pull", pm);
+	rc = 0;
+out:
+	tb_store_close(store);
+	free(plain);
+	free(with);
+	free(after);
 	return rc;
 }
 
@@ -367,7 +479,8 @@ int main(int argc, char **argv)
 	if (!tb_bench_json)
 		printf("images: %d cold starts each way, %d launches each way, from %s\n", rounds,
 		       LAUNCHES, registry);
-	int rc = cold(policy, big, rounds) || warm(policy, big) || shared(big, second);
+	int rc = cold(policy, big, rounds) || indexed(big, rounds) || warm(policy, big) ||
+		 shared(big, second);
 	if (!rc)
 		rss(small, big);
 	tb_bench_end();

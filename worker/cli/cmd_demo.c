@@ -603,10 +603,10 @@ cleanup:
 	if (producer)
 		rd_kafka_destroy(producer);
 	tb_kafka_mock_free(mock);
+	tb_worker_close(&d.deps); /* first: its image cache may use both */
 	tb_store_close(d.deps.store);
 	if (d.deps.ledger)
 		tb_ledger_close(d.deps.ledger);
-	tb_worker_close(&d.deps);
 out:
 	for (int i = 0; i < DEMO_MSGS; i++)
 		msgpack_sbuffer_destroy(&v[i]);

@@ -322,10 +322,10 @@ static int run(const char *path, int check)
 cleanup:
 	tb_metrics_stop(metrics);
 	metrics = NULL;
+	tb_worker_close(&d); /* first: its image cache publishes through both */
 	tb_store_close(d.store);
 	if (d.ledger)
 		tb_ledger_close(d.ledger);
-	tb_worker_close(&d);
 out:
 	tb_kafka_on_lag(NULL);
 	tb_metrics_stop(metrics);

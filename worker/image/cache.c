@@ -8,6 +8,7 @@
 #include "image.h"
 
 #include "blob.h"
+#include "layer_index_store.h"
 #include "source.h"
 #include "tb/clock.h"
 #include "tb/fault.h"
@@ -55,6 +56,8 @@ struct tb_image_cache {
 	pthread_mutex_t auth_lock;
 	auth_memo_t auth[AUTH_SLOTS];
 	atomic_uint_fast64_t auth_ttl_ms;
+	tb_layer_indexes_t indexes;      /* where layer indexes go; store NULL: nowhere */
+	tb_layer_index_queue_t *indexer; /* ... and who puts them there */
 };
 
 static atomic_uint tmp_counter;
@@ -195,6 +198,7 @@ void tb_image_cache_close(tb_image_cache_t *c)
 {
 	if (!c)
 		return;
+	tb_layer_index_queue_stop(c->indexer); /* reads from blobs: first */
 	int fds[] = { c->root, c->blobs, c->trees, c->tmp, c->locks };
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
@@ -515,6 +519,15 @@ static void say_altered(const char *hex, const tb_unpack_altered_t *a)
 			hex, (unsigned long long)a->ids, a->ids_path);
 }
 
+/* @p m's gzip layers, pulled whole: their indexes built and published
+ * for the fleet after the pull, unless it has them (layer_index_store.h). */
+static void queue_indexes(tb_image_cache_t *c, const tb_oci_manifest_t *m)
+{
+	for (size_t i = 0; c->indexer && i < m->nlayers; i++)
+		if (m->layers[i].compression == TB_OCI_GZIP)
+			tb_layer_index_queue_add(c->indexer, m->layers[i].digest);
+}
+
 /* Fetches the config and every layer, unpacks them in order as they
  * arrive into a temporary tree and renames it into trees/<hex>; the
  * record last. */
@@ -583,7 +596,8 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 		goto out;
 	}
 	tmp[0] = '\0';
-	rc = write_meta(c, hex, top, m, img, err);
+	if ((rc = write_meta(c, hex, top, m, img, err)) == 0)
+		queue_indexes(c, m);
 	tb_oci_config_free(&img->config); /* read back with the rest: read_meta() */
 out:
 	if (rc < 0 && tmp[0] && dir >= 0)
@@ -912,6 +926,48 @@ void tb_image_cache_interrupt(tb_image_cache_t *c)
 {
 	if (c)
 		atomic_store(&c->stopping, 1);
+}
+
+int tb_image_cache_set_indexes(tb_image_cache_t *c, const tb_layer_indexes_t *where,
+			       tb_error_t *err)
+{
+	tb_layer_index_queue_stop(c->indexer);
+	c->indexer = NULL;
+	memset(&c->indexes, 0, sizeof(c->indexes));
+	if (!where || !where->store || !where->pins.get || !where->pins.put)
+		return 0;
+	int rc = tb_layer_index_queue_open(&c->indexer, c->blobs, where, err);
+	if (rc == 0)
+		c->indexes = *where;
+	return rc;
+}
+
+void tb_image_cache_index_wait(tb_image_cache_t *c, uint64_t *built, uint64_t *ms)
+{
+	if (c->indexer) {
+		tb_layer_index_queue_wait(c->indexer, built, ms);
+		return;
+	}
+	if (built)
+		*built = 0;
+	if (ms)
+		*ms = 0;
+}
+
+int tb_image_cache_find_index(tb_image_cache_t *c, const char *layer, tb_layer_index_t **out,
+			      tb_error_t *err)
+{
+	*out = NULL;
+	if (!c->indexes.store)
+		return tb_error_set(err, TB_ENOTFOUND, "layer %s: no store of indexes here", layer);
+	int rc = tb_layer_index_find(&c->indexes, layer, out, err);
+	if (rc < 0 && rc != TB_ENOTFOUND)
+		tb_warn(NULL, "image cache: layer %.19s... is pulled whole: %s", layer, err->msg);
+	tb_metrics_layer_index(rc == 0              ? "found"
+			       : rc == TB_ENOTFOUND ? "none"
+			       : rc == TB_EINVAL    ? "refused"
+						    : "failed");
+	return rc;
 }
 
 void tb_image_cache_set_authorization_ms(tb_image_cache_t *c, uint64_t ms)

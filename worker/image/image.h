@@ -41,6 +41,7 @@
 #ifndef TB_IMAGE_H
 #define TB_IMAGE_H
 
+#include "layer_index_store.h"
 #include "oci.h"
 #include "tb/codec.h"
 #include "tb/image_ref.h"
@@ -88,6 +89,35 @@ void tb_image_cache_interrupt(tb_image_cache_t *c);
 /** How long a registry's yes to one asker for one image is remembered
  * (60000 until set; 0: asked on every cache hit). */
 void tb_image_cache_set_authorization_ms(tb_image_cache_t *c, uint64_t ms);
+
+/**
+ * Where the layers' indexes are published and found (layer_index_store.h;
+ * NULL, or no store: nowhere, the default). Set once, before the cache is
+ * used. After each image made from a whole pull, its gzip layers are
+ * queued, and a thread of the cache's, at a low priority, builds each
+ * one's index from the verified blob and publishes it, unless the fleet
+ * has it already (a layer that cannot be indexed is said in the log):
+ * the pull itself does not wait for it.
+ * @return 0; TB_ENOMEM
+ */
+int tb_image_cache_set_indexes(tb_image_cache_t *c, const tb_layer_indexes_t *where,
+			       tb_error_t *err);
+
+/** Waits until the layers queued are indexed (or given up on); how many
+ * were indexed and published since the indexes were set, and the time it
+ * took them, into @p built and @p ms (each may be NULL). For tests and
+ * benchmarks. */
+void tb_image_cache_index_wait(tb_image_cache_t *c, uint64_t *built, uint64_t *ms);
+
+/**
+ * Layer @p layer's index, for a worker with no copy of the layer
+ * (tb_layer_index_find): found by its pin, checked against it.
+ * @return 0 and a new index in @p out; TB_ENOTFOUND (none published, or
+ *         no store set); TB_EINVAL refused (the reason in @p err and in
+ *         the log); TB_ERETRY or TB_EIO. On any failure: pull it whole.
+ */
+int tb_image_cache_find_index(tb_image_cache_t *c, const char *layer, tb_layer_index_t **out,
+			      tb_error_t *err);
 
 /**
  * Makes @p ref ready (fetched, verified, unpacked; or found in the cache,

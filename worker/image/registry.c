@@ -8,7 +8,19 @@
  * scope=...), the token kept for the source's later requests. Asked
  * whether it would serve an image (authorize, for a cache hit: source.h),
  * it is sent HEAD /v2/<repository>/manifests/<digest> through the same
- * logins.
+ * logins. A blob is also read by ranges (read_range, for a layer read
+ * through its index: layer_index.h): the same GET with `Range:
+ * bytes=a-b`, the same logins and redirects, and nothing but a 206
+ * whose Content-Range is the range asked (or its part before the blob's
+ * end) with as many bytes is taken: a 200 (the whole blob), another
+ * range or a short body is an error naming it.
+ *
+ * Several threads may use one source at once (a file system serving a
+ * root reads from several): every request has a curl handle of its own,
+ * made for it and cleaned up after, and the source's handles share one
+ * pool of connections, DNS answers and TLS sessions (a CURLSH, locked by
+ * the source's mutexes), so that ranged reads do not each connect anew.
+ * The Bearer token is kept under the source's lock.
  *
  * Registries are spoken to over https, except one on loopback
  * (localhost, 127.0.0.0/8, [::1]), which is spoken to over http: a test
@@ -49,13 +61,25 @@ typedef struct registry {
 	char basic[900]; /* "Authorization: Basic ...", "" without credentials */
 	pthread_mutex_t lock;
 	char bearer[TOKEN_MAX + 32]; /* "Authorization: Bearer ...", once one is got */
+	CURLSH *share;               /* connections, DNS, TLS sessions: every request's */
+	pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
 } registry_t;
+
+/* Where a ranged read's bytes go (read_range). */
+typedef struct range_want {
+	uint8_t *buf;
+	size_t len; /* asked for: bytes off .. off + len - 1 */
+	uint64_t off;
+	size_t got;
+} range_want_t;
 
 /* One response: its status, content type and challenge, and where its
  * body goes (the blob on a 200, a small buffer otherwise). */
 typedef struct reply {
 	long stall;             /* seconds under a byte a second: given up on */
 	const atomic_int *stop; /* the source's (may be NULL) */
+	CURLSH *share;          /* the source's connections (may be NULL) */
+	range_want_t *range;    /* a ranged read: its bytes go there, not to blob */
 	long status;
 	char where[600]; /* the URL that answered (after redirects) */
 	char type[160];
@@ -64,6 +88,7 @@ typedef struct reply {
 	int blob_rc;
 	int began;            /* the blob's first bytes of this response came */
 	long long range_from; /* its Content-Range's first byte; -1: none */
+	long long range_to;   /* ... and last */
 	tb_error_t *err;
 	char body[ERROR_BODY_MAX];
 	size_t nbody;
@@ -101,11 +126,13 @@ static size_t on_header(char *b, size_t size, size_t n, void *ud)
 		r->type[0] = r->challenge[0] = '\0';
 		r->nbody = 0;
 		r->began = 0;
-		r->range_from = -1;
+		r->range_from = r->range_to = -1;
 	} else if (len > 14 && !strncasecmp(b, "Content-Range:", 14)) {
-		long long from;
-		if (sscanf(b + 14, " bytes %lld-", &from) == 1)
+		long long from, to = -1;
+		if (sscanf(b + 14, " bytes %lld-%lld", &from, &to) >= 1) {
 			r->range_from = from;
+			r->range_to = to;
+		}
 	} else if (len > 13 && !strncasecmp(b, "Content-Type:", 13)) {
 		snprintf(r->type, sizeof(r->type), "%.*s", (int)(len - 13), b + 13);
 	} else if (len > 17 && !strncasecmp(b, "WWW-Authenticate:", 17)) {
@@ -136,11 +163,57 @@ static int resumed_as_asked(reply_t *r)
 	return 0;
 }
 
+/* The first bytes of a ranged read's answer: a 206 for the range asked
+ * (its last byte may be the blob's, before the range's end). @return 0,
+ * or -1 with r->blob_rc set. */
+static int range_as_asked(reply_t *r)
+{
+	const range_want_t *w = r->range;
+	unsigned long long a = w->off, b = w->off + w->len - 1;
+
+	if (r->status == 200)
+		r->blob_rc = tb_error_set(r->err, TB_EIO,
+					  "the registry answered 200 (the whole blob) to a "
+					  "request for bytes %llu-%llu: it serves no ranges",
+					  a, b);
+	else if (r->range_from != (long long)a || r->range_to < r->range_from ||
+		 (unsigned long long)r->range_to > b)
+		r->blob_rc = tb_error_set(r->err, TB_EIO,
+					  "the registry sent bytes %lld-%lld (Content-Range) "
+					  "where %llu-%llu were asked",
+					  r->range_from, r->range_to, a, b);
+	else
+		return 0;
+	return -1;
+}
+
+/* A ranged read's bytes, at most those of its Content-Range. */
+static size_t range_body(reply_t *r, const char *data, size_t len)
+{
+	range_want_t *w = r->range;
+
+	if (!r->began && range_as_asked(r) < 0)
+		return 0; /* stops the transfer */
+	r->began = 1;
+	if (len > (size_t)(r->range_to - r->range_from + 1) - w->got) {
+		r->blob_rc = tb_error_set(r->err, TB_EIO,
+					  "the registry sent more than the %lld bytes its "
+					  "Content-Range says",
+					  r->range_to - r->range_from + 1);
+		return 0;
+	}
+	memcpy(w->buf + w->got, data, len);
+	w->got += len;
+	return len;
+}
+
 static size_t on_body(char *data, size_t size, size_t n, void *ud)
 {
 	reply_t *r = ud;
 	size_t len = size * n;
 
+	if ((r->status == 200 || r->status == 206) && r->range)
+		return range_body(r, data, len);
 	if ((r->status == 200 || r->status == 206) && r->blob) {
 		if (!r->began && resumed_as_asked(r) < 0)
 			return 0; /* stops the transfer */
@@ -181,11 +254,18 @@ static int request(const char *url, int head, const char *auth, const char *acce
 	if (accept)
 		h = curl_slist_append(h, accept);
 	char range[64];
-	if (!head && r->blob && r->blob->n) { /* the rest of a layer a fetch began */
+	if (!head && r->range) { /* a ranged read */
+		snprintf(range, sizeof(range), "Range: bytes=%llu-%llu",
+			 (unsigned long long)r->range->off,
+			 (unsigned long long)(r->range->off + r->range->len - 1));
+		h = curl_slist_append(h, range);
+	} else if (!head && r->blob && r->blob->n) { /* the rest of a layer a fetch began */
 		snprintf(range, sizeof(range), "Range: bytes=%llu-",
 			 (unsigned long long)r->blob->n);
 		h = curl_slist_append(h, range);
 	}
+	if (r->share)
+		curl_easy_setopt(c, CURLOPT_SHARE, r->share);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	if (head)
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
@@ -297,11 +377,69 @@ static int get_token(registry_t *g, const char *challenge, tb_error_t *err)
 	return 0;
 }
 
-/* GET (or HEAD, with @p head and no @p b) manifest or blob @p digest,
- * with the source's login: Basic as given, or the token a Bearer
- * challenge leads to. */
-static int ask(registry_t *g, const char *digest, int manifest, int head, tb_blob_t *b, char *ct,
-	       size_t ctlen, tb_error_t *err)
+/* What is asked of the registry: a manifest or a blob, whole (into
+ * blob, or nothing with head) or a range of it. */
+typedef struct asked {
+	const char *digest;
+	int manifest, head;
+	tb_blob_t *blob;
+	range_want_t *range;
+	char *ct; /* a manifest's content type, when ctlen */
+	size_t ctlen;
+} asked_t;
+
+/* An answer that is what was asked: the content type kept; a ranged
+ * read's bytes counted against its Content-Range. @return 1 taken, 0 not
+ * an answer of that kind, or a negative TB_E* with @p err set. */
+static int taken(registry_t *g, const asked_t *q, const reply_t *r, tb_error_t *err)
+{
+	if (q->range) {
+		if (r->status != 206 && r->status != 200)
+			return 0;
+		if (r->status == 200 || r->range_from < 0) /* 200 with no body, or no range */
+			return tb_error_set(err, TB_EIO,
+					    "registry %s: blob %s: answered %ld with no "
+					    "Content-Range to a request for a range",
+					    g->registry, q->digest, r->status);
+		if (q->range->got != (size_t)(r->range_to - r->range_from + 1))
+			return tb_error_set(err, TB_EIO,
+					    "registry %s: blob %s: a short answer, %zu of the "
+					    "%lld bytes its Content-Range says",
+					    g->registry, q->digest, q->range->got,
+					    r->range_to - r->range_from + 1);
+		return 1;
+	}
+	if (!(r->status == 200 || (r->status == 206 && q->blob && q->blob->partial)))
+		return 0;
+	if (q->ctlen)
+		snprintf(q->ct, q->ctlen, "%.*s", (int)strcspn(r->type, "\r\n"), r->type);
+	while (q->ctlen && q->ct[0] == ' ')
+		memmove(q->ct, q->ct + 1, strlen(q->ct));
+	return 1;
+}
+
+/* Why a registry's answer @p status is not what was asked. */
+static int refused(registry_t *g, const asked_t *q, long status, tb_error_t *err)
+{
+	/* 403: a login the registry knows, without this repository */
+	if (status == 401 || status == 403)
+		return tb_error_set(err, TB_EPOISON, "registry %s refused %s: it wants a login%s",
+				    g->registry, g->repository,
+				    g->basic[0]
+					? ": the credentials given do not pass"
+					: " (sandbox.images.credentials names none for it)");
+	if (status == 404)
+		return tb_error_set(err, TB_ENOTFOUND, "registry %s has no %s %s in %s",
+				    g->registry, q->manifest ? "manifest" : "blob", q->digest,
+				    g->repository);
+	return tb_error_set(err, status >= 500 || status == 429 ? TB_ERETRY : TB_EPOISON,
+			    "registry %s answered %ld for %s%s", g->registry, status, q->digest,
+			    status == 416 ? " (a range past the blob's end)" : "");
+}
+
+/* GET (or HEAD) what @p q asks, with the source's login: Basic as given,
+ * or the token a Bearer challenge leads to. */
+static int ask(registry_t *g, const asked_t *q, tb_error_t *err)
 {
 	static const char accept[] = "Accept: application/vnd.oci.image.index.v1+json, "
 				     "application/vnd.oci.image.manifest.v1+json, "
@@ -310,48 +448,38 @@ static int ask(registry_t *g, const char *digest, int manifest, int head, tb_blo
 	char url[800], auth[sizeof(g->bearer)];
 	int rc;
 
-	snprintf(url, sizeof(url), "%s/%s/%s", g->url, manifest ? "manifests" : "blobs", digest);
+	snprintf(url, sizeof(url), "%s/%s/%s", g->url, q->manifest ? "manifests" : "blobs",
+		 q->digest);
 	for (int round = 0; round < 2; round++) {
-		reply_t r = {
-			.blob = b, .err = err, .stall = g->stall, .stop = g->stop, .range_from = -1
-		};
+		reply_t r = { .blob = q->blob,
+			      .range = q->range,
+			      .err = err,
+			      .stall = g->stall,
+			      .stop = g->stop,
+			      .share = g->share,
+			      .range_from = -1,
+			      .range_to = -1 };
+		if (q->range)
+			q->range->got = 0;
 		pthread_mutex_lock(&g->lock);
 		snprintf(auth, sizeof(auth), "%s", g->bearer[0] ? g->bearer : g->basic);
 		pthread_mutex_unlock(&g->lock);
-		if ((rc = request(url, head, auth, manifest ? accept : NULL, &r, err)) < 0)
+		if ((rc = request(url, q->head, auth, q->manifest ? accept : NULL, &r, err)) < 0)
 			return rc;
-		if (r.status == 200 || (r.status == 206 && b && b->partial)) {
-			if (ctlen)
-				snprintf(ct, ctlen, "%.*s", (int)strcspn(r.type, "\r\n"), r.type);
-			while (ctlen && ct[0] == ' ')
-				memmove(ct, ct + 1, strlen(ct));
-			return 0;
-		}
+		if ((rc = taken(g, q, &r, err)) != 0)
+			return rc < 0 ? rc : 0;
 		/* an answer counts only from the registry itself, not from the
 		 * storage a blob was redirected to (its challenge least of all) */
 		if (strncmp(r.where, g->base_url, strlen(g->base_url)) != 0)
 			return tb_error_set(err, TB_ERETRY,
 					    "registry %s: its blob storage answered %ld for %s",
-					    g->registry, r.status, digest);
+					    g->registry, r.status, q->digest);
 		if (r.status == 401 && round == 0 && strcasestr(r.challenge, "bearer")) {
 			if ((rc = get_token(g, r.challenge, err)) < 0)
 				return rc;
 			continue;
 		}
-		/* 403: a login the registry knows, without this repository */
-		if (r.status == 401 || r.status == 403)
-			return tb_error_set(
-			    err, TB_EPOISON, "registry %s refused %s: it wants a login%s",
-			    g->registry, g->repository,
-			    g->basic[0] ? ": the credentials given do not pass"
-					: " (sandbox.images.credentials names none for it)");
-		if (r.status == 404)
-			return tb_error_set(err, TB_ENOTFOUND, "registry %s has no %s %s in %s",
-					    g->registry, manifest ? "manifest" : "blob", digest,
-					    g->repository);
-		return tb_error_set(
-		    err, r.status >= 500 || r.status == 429 ? TB_ERETRY : TB_EPOISON,
-		    "registry %s answered %ld for %s", g->registry, r.status, digest);
+		return refused(g, q, r.status, err);
 	}
 	return tb_error_set(err, TB_EPOISON, "registry %s: the token it gave does not pass",
 			    g->registry);
@@ -360,12 +488,60 @@ static int ask(registry_t *g, const char *digest, int manifest, int head, tb_blo
 static int registry_fetch(tb_image_source_t *s, const char *digest, int manifest, tb_blob_t *b,
 			  char *ct, size_t ctlen, tb_error_t *err)
 {
-	return ask((registry_t *)s, digest, manifest, 0, b, ct, ctlen, err);
+	asked_t q = { .digest = digest, .manifest = manifest, .blob = b, .ct = ct, .ctlen = ctlen };
+	return ask((registry_t *)s, &q, err);
 }
 
 static int registry_authorize(tb_image_source_t *s, const char *digest, tb_error_t *err)
 {
-	return ask((registry_t *)s, digest, 1, 1, NULL, NULL, 0, err);
+	asked_t q = { .digest = digest, .manifest = 1, .head = 1 };
+	return ask((registry_t *)s, &q, err);
+}
+
+static int64_t registry_read_range(tb_image_source_t *s, const char *digest, uint64_t off,
+				   void *buf, size_t len, tb_error_t *err)
+{
+	range_want_t w = { .buf = buf, .len = len, .off = off };
+	asked_t q = { .digest = digest, .range = &w };
+	int rc;
+
+	if (!len || off + len < off)
+		return tb_error_set(err, TB_EINVAL, "blob %.80s: an empty range", digest);
+	if ((rc = ask((registry_t *)s, &q, err)) < 0)
+		return tb_error_prefix(err, "bytes %llu-%llu", (unsigned long long)off,
+				       (unsigned long long)(off + len - 1));
+	return (int64_t)w.got;
+}
+
+/* The share's locks, one mutex for each kind of data it shares. */
+static void share_lock(CURL *c, curl_lock_data data, curl_lock_access access, void *ud)
+{
+	registry_t *g = ud;
+	(void)c, (void)access;
+	pthread_mutex_lock(&g->share_lock[data]);
+}
+
+static void share_unlock(CURL *c, curl_lock_data data, void *ud)
+{
+	registry_t *g = ud;
+	(void)c;
+	pthread_mutex_unlock(&g->share_lock[data]);
+}
+
+/* Every request's pool of connections, DNS answers and TLS sessions.
+ * Without one (out of memory), each request connects on its own. */
+static void share_open(registry_t *g)
+{
+	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_init(&g->share_lock[i], NULL);
+	if (!(g->share = curl_share_init()))
+		return;
+	curl_share_setopt(g->share, CURLSHOPT_LOCKFUNC, share_lock);
+	curl_share_setopt(g->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+	curl_share_setopt(g->share, CURLSHOPT_USERDATA, g);
+	curl_share_setopt(g->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+	curl_share_setopt(g->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+	curl_share_setopt(g->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
 }
 
 static void registry_close(tb_image_source_t *s)
@@ -373,6 +549,10 @@ static void registry_close(tb_image_source_t *s)
 	registry_t *g = (registry_t *)s;
 	if (!g)
 		return;
+	if (g->share)
+		curl_share_cleanup(g->share); /* no request left: the source is closed */
+	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_destroy(&g->share_lock[i]);
 	pthread_mutex_destroy(&g->lock);
 	explicit_bzero(g->basic, sizeof(g->basic));
 	explicit_bzero(g->bearer, sizeof(g->bearer));
@@ -445,10 +625,12 @@ int tb_registry_open(tb_image_source_t **out, const tb_image_ref_t *ref, const c
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	pthread_once(&curl_once, curl_init_once);
 	pthread_mutex_init(&g->lock, NULL);
+	share_open(g);
 	g->stall = stall_seconds ? stall_seconds : 30;
 	g->stop = stop;
 	g->base.fetch = registry_fetch;
 	g->base.authorize = registry_authorize;
+	g->base.read_range = registry_read_range;
 	g->base.close = registry_close;
 	snprintf(g->registry, sizeof(g->registry), "%s", ref->registry);
 	snprintf(g->repository, sizeof(g->repository), "%s", ref->repository);

@@ -38,6 +38,22 @@ struct tb_image_source {
 	 *         TB_ERETRY or TB_EIO (the source away)
 	 */
 	int (*authorize)(tb_image_source_t *s, const char *digest, tb_error_t *err);
+	/**
+	 * Reads @p len (> 0) bytes of blob @p digest from byte @p off into
+	 * @p buf: a layer read by ranges through its index (layer_index.h).
+	 * Not checked here (a range cannot be checked against the blob's
+	 * digest): its reader checks it against the index's span hashes. A
+	 * registry is sent `Range: bytes=off-(off+len-1)` with the login and
+	 * redirects of fetch, and must answer 206 with that Content-Range (or
+	 * its part before the blob's end); a layout reads its file there.
+	 * Safe from several threads at once on one source.
+	 * @return the bytes read: @p len, or fewer only where the blob ends;
+	 *         TB_ENOTFOUND; TB_EPOISON refused; TB_EIO for an answer
+	 *         that is not the range (a 200, another Content-Range, a
+	 *         short body: named); TB_ERETRY (the source away)
+	 */
+	int64_t (*read_range)(tb_image_source_t *s, const char *digest, uint64_t off, void *buf,
+			      size_t len, tb_error_t *err);
 	void (*close)(tb_image_source_t *s);
 	/* Who asks, as far as a registry can tell: a SHA-256 (hex) of the
 	 * registry, repository and credentials ("" for none), so an answer
@@ -46,6 +62,17 @@ struct tb_image_source {
 	 * local, and cheap to ask). */
 	char principal[65];
 };
+
+/* A blob of a source, read by ranges: the argument of
+ * tb_image_source_fetch(). */
+typedef struct tb_source_blob {
+	tb_image_source_t *src;
+	char digest[72];
+} tb_source_blob_t;
+
+/** A tb_layer_fetch_fn (layer_index.h) over a source's read_range: @p arg
+ * is a tb_source_blob_t. As safe from several threads as read_range. */
+int64_t tb_image_source_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_error_t *err);
 
 /** The registry @p ref names; @p credentials: a docker config.json whose
  * "auths" may hold its login (NULL: anonymous); a response that sends

@@ -87,8 +87,9 @@ enum {
  */
 int tb_worker_open(tb_worker_deps_t *d, unsigned what, tb_error_t *err);
 
-/** Closes what tb_worker_open() opened (not the store or the ledger);
- * again, or after a failed open, does nothing. */
+/** Closes what tb_worker_open() opened (not the store or the ledger,
+ * which must outlive it: the image cache publishes layer indexes through
+ * them until it is closed); again, or after a failed open, does nothing. */
 void tb_worker_close(tb_worker_deps_t *d);
 
 /**

@@ -3,7 +3,9 @@
  * in one call (worker.h, tb_worker_open): the recipe and image caches,
  * the seccomp policy, the sandbox's init program found, the host's id
  * registry tried, what a dead worker of the same group left swept, and
- * the lazy inputs' block cache where FUSE serves. `taskbox worker`, its
+ * the lazy inputs' block cache where FUSE serves, and where the image
+ * cache publishes and finds layer indexes (the store, pinned in the
+ * ledger). `taskbox worker`, its
  * --check (`taskbox config check`) and `taskbox demo` all open a worker
  * here; the sandbox pool is tb_worker_run()'s.
  */
@@ -40,6 +42,43 @@ static int open_caches(const char *cache_dir, uint64_t image_bytes, unsigned sta
 	}
 	tb_image_cache_set_stall(*images, stall_seconds);
 	return 0;
+}
+
+/* A layer index's pin: the ledger's, under "layer-index:<layer hex>"
+ * (layer_index_store.h; image/ knows nothing of the ledger). */
+static int pin_name(char *out, size_t cap, const char *layer)
+{
+	return snprintf(out, cap, "layer-index:%.64s", layer + 7) < 0 ? -1 : 0;
+}
+
+static int pins_get(void *arg, const char *layer, char out[72], tb_error_t *err)
+{
+	char name[96];
+	pin_name(name, sizeof(name), layer);
+	return tb_ledger_pinned(arg, name, out, 72, err);
+}
+
+static int pins_put(void *arg, const char *layer, const char *digest, char out[72], tb_error_t *err)
+{
+	char name[96];
+	pin_name(name, sizeof(name), layer);
+	return tb_ledger_pin(arg, name, digest, TB_LAYER_INDEX_PIN_TTL_MS, out, 72, err);
+}
+
+/* Layer indexes are published and found where the fleet shares a store
+ * and a ledger that keeps pins (Redis): written there by workers only.
+ * The in-process ledger keeps none: no index (every image pulled whole). */
+static void open_indexes(tb_worker_deps_t *d)
+{
+	if (!d->store || !d->ledger || !tb_ledger_keeps_pins(d->ledger))
+		return;
+	tb_layer_indexes_t where = {
+		.store = d->store,
+		.pins = { .get = pins_get, .put = pins_put, .arg = d->ledger },
+	};
+	tb_error_t err;
+	if (tb_image_cache_set_indexes(d->images, &where, &err) < 0)
+		tb_warn(NULL, "layer indexes are not published from here: %s", err.msg);
 }
 
 /* Every sandbox needs a range of host ids from the host's registry
@@ -118,6 +157,7 @@ int tb_worker_open(tb_worker_deps_t *d, unsigned what, tb_error_t *err)
 		tb_worker_close(d);
 		return err->code;
 	}
+	open_indexes(d);
 	if (what & TB_WORKER_OPEN_SWEEP)
 		sweep(cfg->work_dir, d->group, d->worker_id);
 	if (what & TB_WORKER_OPEN_INPUTS)

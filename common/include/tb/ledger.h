@@ -187,6 +187,32 @@ int tb_ledger_rate_take(tb_ledger_t *l, const tb_ledger_rate_t *r, tb_ledger_tur
 int tb_ledger_rate_spend(tb_ledger_t *l, const tb_ledger_rate_t *r, uint64_t tokens,
 			 uint64_t pause_ms, tb_error_t *err);
 
+/*
+ * Pins: a value a fleet's workers agree on under a name, set once by
+ * whichever worker comes first and kept for @p ttl_ms, in the ledger
+ * because only workers write it (a producer that may write the store
+ * cannot): the digest a layer's index is pinned by (worker/image/
+ * layer_index_store.h). A backend that keeps none (the in-process one)
+ * says TB_EINVAL: ask tb_ledger_keeps_pins() first.
+ */
+
+/** Whether @p l keeps pins (a Redis ledger does). */
+int tb_ledger_keeps_pins(const tb_ledger_t *l);
+
+/**
+ * Pins @p value (at most 255 bytes, printable) under @p name unless a
+ * value is pinned there already; the one pinned after the call, ours or
+ * the earlier one, into @p out (@p cap bytes).
+ * @return 0; TB_EINVAL for a name or value out of bounds, or a ledger
+ *         that keeps no pins; TB_ERETRY when the ledger cannot be reached
+ */
+int tb_ledger_pin(tb_ledger_t *l, const char *name, const char *value, uint64_t ttl_ms, char *out,
+		  size_t cap, tb_error_t *err);
+
+/** The value pinned under @p name into @p out. @return 0; TB_ENOTFOUND;
+ * TB_EINVAL; TB_ERETRY. */
+int tb_ledger_pinned(tb_ledger_t *l, const char *name, char *out, size_t cap, tb_error_t *err);
+
 /** Closes the ledger and frees @p l; NULL is fine. */
 void tb_ledger_close(tb_ledger_t *l);
 

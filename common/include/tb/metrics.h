@@ -83,6 +83,12 @@ void tb_metrics_events(uint64_t n);
  * bytes fetched for it. */
 void tb_metrics_image(const char *result, uint64_t fetched);
 void tb_metrics_image_evicted(void);
+/** A layer index (worker/image/layer_index_store.h): @p result
+ * "published" (built after a whole pull and published), "unpublished"
+ * (could not be built or published), "found", "none" (no index pinned),
+ * "refused" (a check failed) or "failed" (the store or the pins away);
+ * after the last three the layer is pulled whole. */
+void tb_metrics_layer_index(const char *result);
 /** An attempt's usage (schemas/manifest.md), added to the sums of its
  * runtime and recipe (the recipe's name); once per attempt. */
 void tb_metrics_usage(const char *runtime, const char *recipe, const tb_usage_t *usage);

@@ -122,6 +122,44 @@ int tb_ledger_workers(tb_ledger_t *l, char ***infos, size_t *n, tb_error_t *err)
 	return l->ops->workers(l, infos, n, err);
 }
 
+int tb_ledger_keeps_pins(const tb_ledger_t *l)
+{
+	return l->ops->pin && l->ops->pinned;
+}
+
+/* A pin's name and value: printable, no space, bounded. */
+static int pin_text_ok(const char *s, size_t max)
+{
+	size_t n = strlen(s);
+	if (!n || n > max)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 0x7f)
+			return 0;
+	return 1;
+}
+
+int tb_ledger_pin(tb_ledger_t *l, const char *name, const char *value, uint64_t ttl_ms, char *out,
+		  size_t cap, tb_error_t *err)
+{
+	if (!tb_ledger_keeps_pins(l))
+		return tb_error_set(err, TB_EINVAL, "this ledger keeps no pins");
+	if (!pin_text_ok(name, 200) || !pin_text_ok(value, 255) || !ttl_ms)
+		return tb_error_set(err, TB_EINVAL,
+				    "ledger pin '%.80s': a name or value out of bounds", name);
+	return l->ops->pin(l, name, value, ttl_ms, out, cap, err);
+}
+
+int tb_ledger_pinned(tb_ledger_t *l, const char *name, char *out, size_t cap, tb_error_t *err)
+{
+	if (!tb_ledger_keeps_pins(l))
+		return tb_error_set(err, TB_EINVAL, "this ledger keeps no pins");
+	if (!pin_text_ok(name, 200))
+		return tb_error_set(err, TB_EINVAL, "ledger pin '%.80s': a name out of bounds",
+				    name);
+	return l->ops->pinned(l, name, out, cap, err);
+}
+
 void tb_ledger_close(tb_ledger_t *l)
 {
 	if (l)

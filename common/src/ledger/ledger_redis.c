@@ -14,6 +14,7 @@
  *   <prefix>:workers                sorted set: worker id by last heartbeat (ms)
  *   <prefix>:rate:{<bucket>}        a credential's rate bucket (hash)
  *   <prefix>:rate:{<bucket>}:workers  sorted set: who drew from it, by time
+ *   <prefix>:pin:{<name>}           a pin's value, set once (NX), PX its time
  *
  * Each operation that reads and writes is one Lua script, so it is atomic:
  * two workers never see the same attempt number, and a fenced attempt
@@ -969,6 +970,50 @@ static int redis_note(tb_ledger_t *l, const char *task, uint64_t attempt, const 
 	return rc;
 }
 
+/* The value of pin @p name into @p out. Under the connection's lock. */
+static int pin_get(redis_ledger_t *r, const char *name, char *out, size_t cap, tb_error_t *err)
+{
+	redisReply *rep;
+	int rc = run(r, &r->main, &rep, ANY, err, "GET %s:pin:{%s}", r->prefix, name);
+
+	if (rc == 0 && rep->type == REDIS_REPLY_NIL)
+		rc = tb_error_set(err, TB_ENOTFOUND, "no pin %s", name);
+	else if (rc == 0 && rep->type != REDIS_REPLY_STRING)
+		rc = tb_error_set(err, TB_EIO, "ledger: pin %s is not a string", name);
+	else if (rc == 0 && (size_t)rep->len >= cap)
+		rc = tb_error_set(err, TB_EIO, "ledger: pin %s is too long", name);
+	else if (rc == 0)
+		snprintf(out, cap, "%s", rep->str);
+	freeReplyObject(rep);
+	return rc;
+}
+
+static int redis_pin(tb_ledger_t *l, const char *name, const char *value, uint64_t ttl_ms,
+		     char *out, size_t cap, tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+	redisReply *rep;
+
+	pthread_mutex_lock(&r->main.lock);
+	int rc = run(r, &r->main, &rep, ANY, err, "SET %s:pin:{%s} %s NX PX %llu", r->prefix, name,
+		     value, (unsigned long long)ttl_ms);
+	freeReplyObject(rep);
+	if (rc == 0) /* ours, or the one set first: set once, never changed */
+		rc = pin_get(r, name, out, cap, err);
+	pthread_mutex_unlock(&r->main.lock);
+	return rc;
+}
+
+static int redis_pinned(tb_ledger_t *l, const char *name, char *out, size_t cap, tb_error_t *err)
+{
+	redis_ledger_t *r = (redis_ledger_t *)l;
+
+	pthread_mutex_lock(&r->main.lock);
+	int rc = pin_get(r, name, out, cap, err);
+	pthread_mutex_unlock(&r->main.lock);
+	return rc;
+}
+
 static const struct tb_ledger_ops redis_ops = {
 	.begin = redis_begin,
 	.renew = redis_renew,
@@ -984,6 +1029,8 @@ static const struct tb_ledger_ops redis_ops = {
 	.next_followup = redis_next_followup,
 	.rate_take = redis_rate_take,
 	.rate_spend = redis_rate_spend,
+	.pin = redis_pin,
+	.pinned = redis_pinned,
 	.close = redis_close,
 };
 

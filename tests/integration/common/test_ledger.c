@@ -251,6 +251,39 @@ static void test_ledger__redis_contract(void **state)
  * done-marker: while one holds the lease the other waits; once it is let
  * go the other begins, and the first is fenced out.
  */
+/*
+ * A pin is set once, by whichever worker comes first: a second worker's
+ * other value leaves it, and is told the first; it lapses after its
+ * time. The in-process ledger keeps none, and says so.
+ */
+static void test_ledger__redis_a_pin_is_set_once(void **state)
+{
+	tb_ledger_t *a = open_or_skip("redis", "worker-a");
+	tb_ledger_t *b = open_or_skip("redis", "worker-b");
+	tb_ledger_t *m = open_or_skip("memory", "worker-m");
+	char name[64], out[80];
+	tb_error_t err;
+
+	(void)state;
+	snprintf(name, sizeof(name), "layer-index:%d", (int)getpid());
+	assert_true(tb_ledger_keeps_pins(a));
+	assert_int_equal(tb_ledger_pinned(a, name, out, sizeof(out), &err), TB_ENOTFOUND);
+	assert_int_equal(tb_ledger_pin(a, name, "sha256:first", 1000, out, sizeof(out), &err), 0);
+	assert_string_equal(out, "sha256:first");
+	assert_int_equal(tb_ledger_pin(b, name, "sha256:second", 1000, out, sizeof(out), &err), 0);
+	assert_string_equal(out, "sha256:first");
+	assert_int_equal(tb_ledger_pinned(b, name, out, sizeof(out), &err), 0);
+	assert_string_equal(out, "sha256:first");
+	assert_int_equal(tb_ledger_pin(a, "a name", "v", 1000, out, sizeof(out), &err), TB_EINVAL);
+	usleep(1200 * 1000);
+	assert_int_equal(tb_ledger_pinned(b, name, out, sizeof(out), &err), TB_ENOTFOUND);
+	assert_false(tb_ledger_keeps_pins(m));
+	assert_int_equal(tb_ledger_pin(m, name, "v", 1000, out, sizeof(out), &err), TB_EINVAL);
+	tb_ledger_close(a);
+	tb_ledger_close(b);
+	tb_ledger_close(m);
+}
+
 static void test_ledger__redis_leases_are_shared_between_workers(void **state)
 {
 	tb_ledger_t *a = open_or_skip("redis", "worker-a");
@@ -714,6 +747,7 @@ int main(void)
 		cmocka_unit_test(test_ledger__memory_liveness),
 		cmocka_unit_test(test_ledger__redis_liveness),
 		cmocka_unit_test(test_ledger__redis_leases_are_shared_between_workers),
+		cmocka_unit_test(test_ledger__redis_a_pin_is_set_once),
 		cmocka_unit_test(test_ledger__redis_lease_expires_without_heartbeats),
 		cmocka_unit_test(test_ledger__redis_a_restarted_worker_takes_its_lease_over),
 		cmocka_unit_test(test_ledger__memory_keeps_the_newest_failures),

@@ -8,12 +8,18 @@
  * multi-platform index and once as an index with no manifest for this
  * platform; and to a registry behind HTTP Basic, with and without its
  * login; once pulled there with the login, not served from the cache
- * without it. Skips without TASKBOX_TEST_REGISTRY (deploy/local/services
- * env) or skopeo; as root (the tree keeps the layers' owners).
+ * without it; a layer of 60 KB of noise read by ranges, in both, the
+ * same bytes as whole; the layers' indexes published to the services'
+ * S3, pinned in their Redis and found by another cache (skipped without
+ * TASKBOX_TEST_S3_* and _REDIS). Skips without TASKBOX_TEST_REGISTRY
+ * (deploy/local/services env) or skopeo; as root (the tree keeps the
+ * layers' owners).
  */
 #include "image.h"
 #include "oci.h"
 #include "oci_testlib.h"
+#include "source.h"
+#include "tb/ledger.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -186,6 +193,217 @@ static void test_oci_registry__a_cached_image_asks_for_the_login_again(void **st
 	tb_image_release(&img);
 }
 
+/* The ranges of blob @p layer that @p registry serves (with @p
+ * credentials) match the whole blob the pull kept, at random offsets: a
+ * 206 with the range asked each time (anything else is refused). */
+static void ranges_match(const char *registry, const char *digest, const char *layer,
+			 const char *credentials)
+{
+	char path[400], text[400], buf[20000];
+	tb_image_source_t *src;
+	tb_image_ref_t r;
+	tb_error_t err;
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/images/blobs/%s", cache_dir, layer + 7);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fstat(fileno(f), &st), 0);
+	size_t size = (size_t)st.st_size;
+	char *whole = malloc(size);
+	assert_int_equal(fread(whole, 1, size, f), size);
+	fclose(f);
+	snprintf(text, sizeof(text), "%s/test/app@%s", registry, digest);
+	if (tb_image_ref_parse(&r, text, &err) < 0)
+		fail_msg("%s", err.msg);
+	assert_int_equal(tb_registry_open(&src, &r, credentials, 10, NULL, &err), 0);
+	tb_source_blob_t b = { .src = src };
+	snprintf(b.digest, sizeof(b.digest), "%.71s", layer);
+	unsigned seed = 42;
+	for (int i = 0; i < 64; i++) {
+		uint64_t off = i == 0 ? 0 : (uint64_t)rand_r(&seed) % size;
+		size_t len = 1 + (size_t)rand_r(&seed) % sizeof(buf);
+		size_t expect = off + len > size ? size - off : len;
+		int64_t got = tb_image_source_fetch(&b, off, buf, len, &err);
+		if (got < 0)
+			fail_msg("%s: %s", registry, err.msg);
+		assert_int_equal(got, expect);
+		assert_memory_equal(buf, whole + off, expect);
+	}
+	src->close(src);
+	free(whole);
+}
+
+/*
+ * A real registry serves a layer by ranges (206, the range asked) with
+ * the same bytes as the whole blob, at random offsets: open, and behind
+ * its Basic login.
+ */
+static void test_oci_registry__a_layer_read_by_ranges_is_the_whole_blobs(void **state)
+{
+	tb_image_t img;
+	tb_error_t err;
+	char d[200];
+	(void)state;
+	snprintf(d, sizeof(d), "%s", push(reg, "noise", NULL));
+	if (pull(reg, d, NULL, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	for (size_t i = 0; i < img.layers.n; i++)
+		ranges_match(reg, d, img.layers.items[i], NULL);
+	tb_image_release(&img);
+	snprintf(d, sizeof(d), "%s", push(reg_auth, "noise", reg_creds));
+	if (pull(reg_auth, d, creds, &img, &err) != 0)
+		fail_msg("%s", err.msg);
+	for (size_t i = 0; i < img.layers.n; i++)
+		ranges_match(reg_auth, d, img.layers.items[i], creds);
+	tb_image_release(&img);
+}
+
+/* Layer index pins over the ledger, as the loop keeps them
+ * (worker/loop/worker_open.c). */
+static int pins_get(void *arg, const char *layer, char out[72], tb_error_t *err)
+{
+	char name[96];
+	snprintf(name, sizeof(name), "layer-index:%.64s", layer + 7);
+	return tb_ledger_pinned(arg, name, out, 72, err);
+}
+
+static int pins_put(void *arg, const char *layer, const char *digest, char out[72], tb_error_t *err)
+{
+	char name[96];
+	snprintf(name, sizeof(name), "layer-index:%.64s", layer + 7);
+	return tb_ledger_pin(arg, name, digest, 60000, out, 72, err);
+}
+
+/* The fleet's store (the services' S3, a bucket of this run's) and
+ * ledger (their Redis, a prefix of this run's); NULL when not running. */
+static int fleet(tb_store_t **store, tb_ledger_t **ledger)
+{
+	const char *endpoint = getenv("TASKBOX_TEST_S3_ENDPOINT"),
+		   *redis = getenv("TASKBOX_TEST_REDIS");
+	tb_store_config_t cfg = { 0 };
+	char url[128], prefix[64];
+	tb_error_t err;
+
+	if (!endpoint || !redis)
+		return -1;
+	setenv("AWS_ACCESS_KEY_ID", getenv("TASKBOX_TEST_S3_ACCESS_KEY"), 1);
+	setenv("AWS_SECRET_ACCESS_KEY", getenv("TASKBOX_TEST_S3_SECRET_KEY"), 1);
+	snprintf(url, sizeof(url), "s3://tb-layer-index-%d/fleet", (int)getpid());
+	cfg.url = url;
+	cfg.endpoint = (char *)endpoint;
+	cfg.region = getenv("TASKBOX_TEST_S3_REGION");
+	snprintf(prefix, sizeof(prefix), "tbidx%d", (int)getpid());
+	if (tb_store_open(store, &cfg, &err) < 0 || tb_store_create_bucket(*store, &err) < 0 ||
+	    tb_ledger_open(ledger, redis, prefix, "w-index", &err) < 0)
+		fail_msg("%s", err.msg);
+	return 0;
+}
+
+/* A cache of its own under base, publishing to @p w. */
+static tb_image_cache_t *cache_at(const char *name, const tb_layer_indexes_t *w)
+{
+	char dir[200];
+	tb_image_cache_t *c;
+	tb_error_t err;
+	snprintf(dir, sizeof(dir), "%s/%s", base, name);
+	sh("rm -rf %s", dir);
+	if (tb_image_cache_open(&c, dir, 1 << 30, &err) < 0 ||
+	    tb_image_cache_set_indexes(c, w, &err) < 0)
+		fail_msg("%s", err.msg);
+	return c;
+}
+
+/* Entry @p path of @p ix, read through the index from the registry's
+ * ranges of its layer, matches file @p path of @p tree. */
+static void read_through(const tb_layer_index_t *ix, tb_image_source_t *src, const char *tree,
+			 const char *path)
+{
+	char file[4400];
+	tb_error_t err;
+	snprintf(file, sizeof(file), "%s/%s", tree, path);
+	for (size_t i = 0; i < ix->nentries; i++) {
+		const tb_layer_entry_t *e = &ix->entries[i];
+		if (strcmp(e->path, path))
+			continue;
+		FILE *f = fopen(file, "rb");
+		assert_non_null(f);
+		char *want = malloc(e->size + 1), *got = malloc(e->size + 1);
+		assert_int_equal(fread(want, 1, e->size + 1, f), e->size);
+		fclose(f);
+		tb_source_blob_t b = { .src = src };
+		snprintf(b.digest, sizeof(b.digest), "%s", ix->layer);
+		if (tb_layer_index_read(ix, tb_image_source_fetch, &b, e->offset, got, e->size,
+					&err) < 0)
+			fail_msg("%s", err.msg);
+		assert_memory_equal(got, want, e->size);
+		free(want);
+		free(got);
+		return;
+	}
+	fail_msg("%s: no entry %s", ix->layer, path);
+}
+
+/*
+ * The fleet end to end: a worker pulls the image whole from the registry
+ * behind its login, indexing each layer into the services' S3 and
+ * pinning it in their Redis; another, with a fresh cache, finds both
+ * indexes and reads a file through one from the registry's ranges,
+ * the bytes the first worker unpacked. An index forged in the store
+ * (another layer's, put in its place) is refused with the reason.
+ */
+static void test_oci_registry__an_index_published_to_the_fleet_is_found(void **state)
+{
+	tb_store_t *store = NULL;
+	tb_ledger_t *ledger = NULL;
+	tb_layer_index_t *ix;
+	tb_image_source_t *src;
+	tb_image_ref_t r;
+	tb_image_t img;
+	tb_error_t err;
+	char d[200], text[400];
+	(void)state;
+	if (fleet(&store, &ledger) < 0)
+		skip(); /* no S3 or Redis: deploy/local/services env */
+	tb_layer_indexes_t w = { .store = store, .pins = { pins_get, pins_put, ledger } };
+	snprintf(d, sizeof(d), "%s", push(reg_auth, "one", reg_creds));
+	snprintf(text, sizeof(text), "%s/test/app@%s", reg_auth, d);
+	assert_int_equal(tb_image_ref_parse(&r, text, &err), 0);
+	tb_image_cache_t *first = cache_at("first", &w);
+	if (tb_image_get(first, &r, 256 << 20, creds, &img, &err) < 0)
+		fail_msg("%s", err.msg);
+	uint64_t built;
+	tb_image_cache_index_wait(first, &built, NULL);
+	assert_int_equal(built, img.layers.n);
+	tb_image_cache_t *second = cache_at("second", &w);
+	assert_int_equal(tb_registry_open(&src, &r, creds, 10, NULL, &err), 0);
+	if (tb_image_cache_find_index(second, img.layers.items[0], &ix, &err) < 0)
+		fail_msg("%s", err.msg);
+	read_through(ix, src, img.tree, "etc/kept");
+	tb_layer_index_free(ix);
+	/* the second layer's index put in the first's place */
+	char pin0[72], pin1[72], key0[200], key1[200], *other;
+	size_t len;
+	assert_int_equal(pins_get(ledger, img.layers.items[0], pin0, &err), 0);
+	assert_int_equal(pins_get(ledger, img.layers.items[1], pin1, &err), 0);
+	tb_layer_index_key(key0, sizeof(key0), img.layers.items[0], pin0);
+	tb_layer_index_key(key1, sizeof(key1), img.layers.items[1], pin1);
+	assert_int_equal(tb_store_get_bytes(store, key1, 1 << 26, &other, &len, &err), 0);
+	assert_int_equal(tb_store_delete(store, key0, &err), 0);
+	assert_int_equal(tb_store_put_bytes(store, key0, other, len, NULL, &err), 0);
+	free(other);
+	assert_int_equal(tb_image_cache_find_index(second, img.layers.items[0], &ix, &err),
+			 TB_EINVAL);
+	if (!strstr(err.msg, "the store's index refused"))
+		fail_msg("a forged index said: %s", err.msg);
+	src->close(src);
+	tb_image_release(&img);
+	tb_image_cache_close(first);
+	tb_image_cache_close(second);
+	tb_ledger_close(ledger);
+	tb_store_close(store);
+}
+
 static int fresh_cache(void **state)
 {
 	char cmd[300];
@@ -195,14 +413,22 @@ static int fresh_cache(void **state)
 }
 
 /* The layout: the image tagged "one", an index naming it for this
- * platform "multi", one naming it for others only "foreign"; and the
+ * platform "multi", one naming it for others only "foreign", one whose
+ * layer is 60 KB of noise (gzip cannot shrink it much) "noise"; and the
  * login to the registry behind one. */
 static int setup(void **state)
 {
 	const char *const *layers[] = { lower, upper };
+	static char noise[60000]; /* its layer within oci_layer()'s 64 KiB */
+	const char *noisy[] = { noise, NULL };
+	const char *const *noise_layers[] = { noisy };
 	const char *os, *arch, *variant;
-	char here[72], foreign[72];
+	char here[72], foreign[72], noisy_image[72];
 	(void)state;
+	srand(7);
+	memcpy(noise, "noise=", 6);
+	for (size_t i = 6; i < sizeof(noise) - 1; i++)
+		noise[i] = (char)('!' + rand() % 90);
 	if (!mkdtemp(base))
 		return -1;
 	snprintf(layout, sizeof(layout), "%s/layout", base);
@@ -217,6 +443,8 @@ static int setup(void **state)
 	oci_tag(layout, manifest, "one");
 	oci_tag(layout, here, "multi");
 	oci_tag(layout, foreign, "foreign");
+	oci_image(layout, noise_layers, 1, NULL, noisy_image);
+	oci_tag(layout, noisy_image, "noise");
 	oci_auth_file(creds, reg_auth, reg_creds);
 	return 0;
 }
@@ -237,6 +465,10 @@ int main(void)
 		cmocka_unit_test_setup(test_oci_registry__a_multi_platform_index, fresh_cache),
 		cmocka_unit_test_setup(test_oci_registry__a_registry_behind_a_login, fresh_cache),
 		cmocka_unit_test_setup(test_oci_registry__a_cached_image_asks_for_the_login_again,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_oci_registry__a_layer_read_by_ranges_is_the_whole_blobs,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_oci_registry__an_index_published_to_the_fleet_is_found,
 				       fresh_cache),
 	};
 	reg = getenv("TASKBOX_TEST_REGISTRY");

@@ -10,11 +10,13 @@
  * sharing all but its top layer fetches only that layer; a cached image
  * served only to a runtime whose own login the registry takes (asked with
  * a HEAD, the answer remembered a while); a stalled pull interrupted by a
- * worker that stops. As root (the tree keeps the
+ * worker that stops; a blob read by ranges, and registries that answer a
+ * range wrong. As root (the tree keeps the
  * layers' owners); skips otherwise.
  */
 #include "image.h"
 #include "oci_testlib.h"
+#include "source.h"
 
 #include "tb/encoding.h"
 
@@ -62,7 +64,9 @@ static struct {
 	int head_status;    /* not 0: every HEAD answered this */
 	char cut[80];       /* this digest's blob: each answer ends after cut_after bytes */
 	size_t cut_after;
-	int no_range;       /* Range is ignored: the whole blob every time */
+	int no_range; /* Range is ignored: the whole blob every time */
+	/* a ranged read (Range: bytes=a-b) answered wrong: */
+	enum { RANGE_RIGHT, RANGE_WHOLE, RANGE_SHIFTED, RANGE_SHORT } range_lie;
 	atomic_long served; /* blob bytes sent of the digest below (not manifests) */
 	char counted[80];   /* ... "": of every blob */
 } fake;
@@ -157,15 +161,22 @@ static enum MHD_Result send_blob(struct MHD_Connection *c, const char *digest, i
 	/* a layer's rest from where it was asked (a 206), unless ranges are
 	 * ignored; cut part-way when asked to */
 	const char *range = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range");
-	unsigned long long from = 0;
-	if (!manifest && range && !fake.no_range && sscanf(range, "bytes=%llu-", &from) == 1 &&
+	unsigned long long from = 0, to = (unsigned long long)st.st_size - 1;
+	if (!manifest && range && !fake.no_range && fake.range_lie != RANGE_WHOLE &&
+	    sscanf(range, "bytes=%llu-%llu", &from, &to) >= 1 &&
 	    from < (unsigned long long)st.st_size) {
 		char cr[100];
-		memmove(buf, buf + from, (size_t)st.st_size - from);
-		snprintf(cr, sizeof(cr), "bytes %llu-%lld/%lld", from, (long long)st.st_size - 1,
-			 (long long)st.st_size);
+		if (to >= (unsigned long long)st.st_size)
+			to = (unsigned long long)st.st_size - 1;
+		size_t n = (size_t)(to - from + 1);
+		memmove(buf, buf + from, n);
+		if (fake.range_lie == RANGE_SHIFTED)
+			from++, to++; /* the bytes asked, said to be others */
+		snprintf(cr, sizeof(cr), "bytes %llu-%llu/%lld", from, to, (long long)st.st_size);
+		if (fake.range_lie == RANGE_SHORT && n > 1)
+			n /= 2; /* half the bytes its Content-Range says, and no more */
 		cut_body_t *cb = malloc(sizeof(*cb));
-		*cb = (cut_body_t){ buf, (size_t)st.st_size - from };
+		*cb = (cut_body_t){ buf, n };
 		if (strcmp(fake.cut, digest))
 			fake.cut_after = (size_t)-1 / 2;
 		struct MHD_Response *r =
@@ -717,6 +728,150 @@ static void test_registry__a_cut_layer_is_resumed_where_it_stopped(void **state)
 	fake.counted[0] = '\0';
 }
 
+/* The bytes of blob @p digest in the layout, malloc'd; its size in *@p n. */
+static char *layout_blob(const char *digest, size_t *n)
+{
+	char path[300];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, digest + 7);
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0 && fstat(fd, &st) == 0);
+	char *buf = malloc((size_t)st.st_size);
+	assert_int_equal(read(fd, buf, (size_t)st.st_size), st.st_size);
+	close(fd);
+	*n = (size_t)st.st_size;
+	return buf;
+}
+
+/* A layer of about 50 KiB that gzip cannot shrink much; its digest into
+ * @p layer, the image's into @p d. */
+static void noisy_image(char d[72], char layer[80], unsigned seed)
+{
+	static char noise[60000]; /* its layer within oci_layer()'s 64 KiB */
+	const char *files[] = { noise, NULL };
+	const char *const *layers[] = { files };
+	srand(seed);
+	memcpy(noise, "noise=", 6);
+	for (size_t i = 6; i < sizeof(noise) - 1; i++)
+		noise[i] = (char)('!' + rand() % 90);
+	oci_image(layout, layers, 1, NULL, d);
+	oci_first_layer(layout, d, layer);
+}
+
+/* Ranges read by several threads at once through one source. */
+typedef struct range_job {
+	tb_source_blob_t blob;
+	const char *want;
+	size_t size;
+	unsigned seed;
+	int bad;
+	tb_error_t err;
+} range_job_t;
+
+static void *range_thread(void *arg)
+{
+	range_job_t *j = arg;
+	char buf[9000];
+	for (int i = 0; i < 40 && !j->bad; i++) {
+		uint64_t off = (uint64_t)rand_r(&j->seed) % j->size;
+		size_t len = 1 + (size_t)rand_r(&j->seed) % sizeof(buf);
+		size_t expect = off + len > j->size ? j->size - off : len;
+		int64_t got = tb_image_source_fetch(&j->blob, off, buf, len, &j->err);
+		if (got != (int64_t)expect || memcmp(buf, j->want + off, expect))
+			j->bad = 1 + (got < 0);
+	}
+	return NULL;
+}
+
+/*
+ * A blob is read by ranges (a layer read through its index) with the
+ * logins and redirects of a whole GET: anonymous, Basic, Bearer with
+ * blobs in storage elsewhere (which sees no login), by four threads at
+ * once through one source, each range the blob's own bytes, and fewer at
+ * its end. What a registry gets wrong is refused, naming it: a 200 (the
+ * whole blob), another Content-Range, a body shorter than its
+ * Content-Range, one cut off; a layout reads its file at the offset.
+ */
+static void test_registry__a_blob_is_read_by_ranges(void **state)
+{
+	char d[72], layer[80], buf[4096];
+	tb_image_source_t *src;
+	tb_error_t err;
+	size_t size;
+	(void)state;
+	noisy_image(d, layer, 11);
+	char *want = layout_blob(layer, &size);
+	tb_image_ref_t r = ref_of(d);
+	static const struct {
+		int auth, redirect;
+	} ways[] = { { OPEN, 0 }, { BASIC, 0 }, { BEARER, 1 } };
+	for (size_t w = 0; w < sizeof(ways) / sizeof(ways[0]); w++) {
+		fake.auth = ways[w].auth;
+		fake.redirect = ways[w].redirect;
+		assert_int_equal(tb_registry_open(&src, &r, creds, 2, NULL, &err), 0);
+		range_job_t jobs[4];
+		pthread_t t[4];
+		for (unsigned i = 0; i < 4; i++) {
+			jobs[i] = (range_job_t){ .want = want, .size = size, .seed = 7 * i + 1 };
+			jobs[i].blob.src = src;
+			snprintf(jobs[i].blob.digest, sizeof(jobs[i].blob.digest), "%.71s", layer);
+			assert_int_equal(pthread_create(&t[i], NULL, range_thread, &jobs[i]), 0);
+		}
+		for (unsigned i = 0; i < 4; i++) {
+			pthread_join(t[i], NULL);
+			if (jobs[i].bad)
+				fail_msg("ranges, auth %d: %s", ways[w].auth,
+					 jobs[i].bad > 1 ? jobs[i].err.msg : "other bytes");
+		}
+		/* the last bytes, asked past the end: fewer */
+		assert_int_equal(src->read_range(src, layer, size - 10, buf, 100, &err), 10);
+		assert_memory_equal(buf, want + size - 10, 10);
+		assert_false(atomic_load(&fake.leaked));
+		src->close(src);
+	}
+	fake.redirect = 0;
+	fake.auth = OPEN;
+	assert_int_equal(tb_registry_open(&src, &r, NULL, 2, NULL, &err), 0);
+	static const struct {
+		int lie;
+		const char *said;
+	} lies[] = {
+		{ RANGE_WHOLE, "answered 200 (the whole blob) to a request for bytes 100-1099" },
+		{ RANGE_SHIFTED, "sent bytes 101-1100 (Content-Range) where 100-1099 were asked" },
+		{ RANGE_SHORT, "a short answer, 500 of the 1000 bytes its Content-Range says" },
+	};
+	for (size_t i = 0; i < sizeof(lies) / sizeof(lies[0]); i++) {
+		fake.range_lie = lies[i].lie;
+		assert_true(src->read_range(src, layer, 100, buf, 1000, &err) < 0);
+		if (!strstr(err.msg, lies[i].said))
+			fail_msg("lie %d said: %s", lies[i].lie, err.msg);
+	}
+	fake.range_lie = RANGE_RIGHT;
+	snprintf(fake.cut, sizeof(fake.cut), "%s", layer); /* the connection dropped */
+	fake.cut_after = 300;
+	assert_true(src->read_range(src, layer, 100, buf, 1000, &err) < 0);
+	fake.cut[0] = '\0';
+	assert_int_equal(src->read_range(src,
+					 "sha256:"
+					 "0123456789abcdef0123456789abcdef"
+					 "0123456789abcdef0123456789abcdef",
+					 0, buf, 10, &err),
+			 TB_ENOTFOUND);
+	src->close(src);
+	/* a layout: the file at the offset */
+	tb_image_ref_t lr;
+	char text[300];
+	snprintf(text, sizeof(text), "oci-layout:%s@%s", layout, d);
+	if (tb_image_ref_parse(&lr, text, &err) < 0)
+		fail_msg("%s", err.msg);
+	assert_int_equal(tb_layout_open(&src, &lr, &err), 0);
+	assert_int_equal(src->read_range(src, layer, 5, buf, 2000, &err), 2000);
+	assert_memory_equal(buf, want + 5, 2000);
+	assert_int_equal(src->read_range(src, layer, size - 3, buf, 2000, &err), 3);
+	src->close(src);
+	free(want);
+}
+
 static int setup(void **state)
 {
 	char host[40];
@@ -767,6 +922,7 @@ int main(void)
 				       fresh_cache),
 		cmocka_unit_test_setup(test_registry__a_cut_layer_is_resumed_where_it_stopped,
 				       fresh_cache),
+		cmocka_unit_test_setup(test_registry__a_blob_is_read_by_ranges, fresh_cache),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: the tree keeps the layers' owners: needs root\n");

@@ -34,6 +34,10 @@ struct tb_ledger_ops {
 			 tb_error_t *err);
 	int (*rate_spend)(tb_ledger_t *l, const tb_ledger_rate_t *r, uint64_t tokens,
 			  uint64_t pause_ms, tb_error_t *err);
+	/* Pins; both NULL in a backend that keeps none. */
+	int (*pin)(tb_ledger_t *l, const char *name, const char *value, uint64_t ttl_ms, char *out,
+		   size_t cap, tb_error_t *err);
+	int (*pinned)(tb_ledger_t *l, const char *name, char *out, size_t cap, tb_error_t *err);
 	void (*close)(tb_ledger_t *l);
 };
 
