@@ -690,13 +690,20 @@ static double cpu_seconds(pid_t pid)
 
 /* CPU seconds of the local services this machine also runs (Kafka, the
  * S3 server, Redis), found by their command lines. */
-static double services_cpu_seconds(void)
+/* The services' processes, by a word of their command lines. */
+static const char *const service_names[] = { "Kafka", "S3 server", "Redis" };
+static const char *const service_words[] = { "kafka.Kafka", "weed", "redis-server" };
+#define NSERVICES 3
+
+/* CPU seconds of each service so far, into @p out; @return their sum. */
+static double services_cpu_seconds(double out[NSERVICES])
 {
-	static const char *const names[] = { "kafka.Kafka", "weed", "redis-server" };
 	DIR *d = opendir("/proc");
 	struct dirent *de;
 	double total = 0;
 
+	for (int i = 0; i < NSERVICES; i++)
+		out[i] = 0;
 	while (d && (de = readdir(d))) {
 		char path[300], cmd[4096];
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
@@ -709,9 +716,11 @@ static double services_cpu_seconds(void)
 		for (size_t i = 0; i < n; i++) /* arguments joined by spaces */
 			cmd[i] = cmd[i] ? cmd[i] : ' ';
 		cmd[n] = '\0';
-		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-			if (strstr(cmd, names[i])) {
-				total += cpu_seconds((pid_t)strtol(de->d_name, NULL, 10));
+		for (int i = 0; i < NSERVICES; i++)
+			if (strstr(cmd, service_words[i])) {
+				double c = cpu_seconds((pid_t)strtol(de->d_name, NULL, 10));
+				out[i] += c;
+				total += c;
 				break;
 			}
 	}
@@ -909,7 +918,8 @@ static int suite_task(int n)
 	if (bulk > 0)
 		total = (int)(bulk < MAX_TASKS ? bulk : MAX_TASKS);
 	steps_ok = steps_read(&r, 0, &st0) == 0;
-	double cpu0 = cpu_seconds(r.pids[0]), svc0 = services_cpu_seconds(), busy0, all0;
+	double each0[NSERVICES], each1[NSERVICES];
+	double cpu0 = cpu_seconds(r.pids[0]), svc0 = services_cpu_seconds(each0), busy0, all0;
 	machine_cpu(&busy0, &all0);
 	double t0 = tb_bench_mono_ms();
 	for (int i = 0; i < total; i++) {
@@ -919,7 +929,7 @@ static int suite_task(int n)
 	rd_kafka_flush(r.producer, 10000);
 	int ok = await_acks(&r, s, total, NULL, 600) == 0;
 	double secs = (tb_bench_mono_ms() - t0) / 1000, cpu = cpu_seconds(r.pids[0]) - cpu0;
-	double svc = services_cpu_seconds() - svc0, busy1, all1;
+	double svc = services_cpu_seconds(each1) - svc0, busy1, all1;
 	machine_cpu(&busy1, &all1);
 	double busy_pct = all1 > all0 ? 100 * (busy1 - busy0) / (all1 - all0) : 0;
 	if (ok) {
@@ -930,6 +940,12 @@ static int suite_task(int n)
 		/* The services share the machine's cores with the worker: */
 		tb_bench_row("task", "CPU per task (Kafka + S3 server + Redis)", "ms",
 			     svc * 1000 / total, svc * 1000 / total, NULL, 0);
+		for (int i = 0; i < NSERVICES; i++) {
+			char name[64];
+			double ms = (each1[i] - each0[i]) * 1000 / total;
+			snprintf(name, sizeof(name), "  of which %s", service_names[i]);
+			tb_bench_row("task", name, "ms", ms, ms, NULL, 0);
+		}
 		tb_bench_row("task", "machine CPU busy during the run", "%", busy_pct, busy_pct,
 			     NULL, 0);
 		if (steps_ok && steps_read(&r, 0, &st1) == 0)
