@@ -35,6 +35,7 @@
 #include "tb/clock.h"
 
 #include "tb/codec.h"
+#include "tb/log.h"
 
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
@@ -352,17 +353,48 @@ static int broken(conn_t *k, tb_error_t *err)
 	return rc;
 }
 
-/* Reads the replies owed to commands sent without waiting. */
+/* Reads the replies owed to commands sent without waiting (a phase's
+ * note, a rate spend): an error among them is logged, as its caller
+ * would have; a master demoted by a failover (READONLY) drops the
+ * connection, as run() does, so the next command finds the new one. */
 static int settle_owed(conn_t *k, tb_error_t *err)
 {
 	while (k->owed) {
-		void *rep = NULL;
-		if (redisGetReply(k->c, &rep) != REDIS_OK || !rep)
+		redisReply *rep = NULL;
+		if (redisGetReply(k->c, (void **)&rep) != REDIS_OK || !rep)
 			return broken(k, err);
-		freeReplyObject(rep);
 		k->owed--;
+		int demoted = rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "READONLY", 8);
+		if (rep->type == REDIS_REPLY_ERROR)
+			tb_info(NULL,
+				"ledger redis://%s:%d: a command sent unawaited failed: %.200s",
+				k->host, k->port, rep->str);
+		freeReplyObject(rep);
+		if (demoted) {
+			redisFree(k->c);
+			k->c = NULL;
+			return tb_error_set(err, TB_ERETRY,
+					    "ledger redis://%s:%d: no longer the master", k->host,
+					    k->port);
+		}
 	}
 	return 0;
+}
+
+/* Connected, with no reply owed. A connection that broke, or stopped
+ * being the master, under an owed reply is dialled again once: the
+ * command about to go was never sent, so sending it on the new one is
+ * safe (else a note's lost connection would fail the done-marker after
+ * it). Caller holds the connection's lock. */
+static int ready(redis_ledger_t *r, conn_t *k, tb_error_t *err)
+{
+	int rc;
+
+	if ((rc = dial(r, k, err)) < 0)
+		return rc;
+	if (settle_owed(k, err) == 0)
+		return 0;
+	return (rc = dial(r, k, err)) < 0 ? rc : settle_owed(k, err);
 }
 
 /*
@@ -378,7 +410,7 @@ static int run(redis_ledger_t *r, conn_t *k, redisReply **out, int want, tb_erro
 	int rc;
 
 	*out = NULL;
-	if ((rc = dial(r, k, err)) < 0 || (rc = settle_owed(k, err)) < 0)
+	if ((rc = ready(r, k, err)) < 0)
 		return rc;
 	va_start(ap, fmt);
 	rep = redisvCommand(k->c, fmt, ap);
@@ -921,7 +953,7 @@ static int send_unawaited(redis_ledger_t *r, conn_t *k, tb_error_t *err, const c
 	int rc, done = 0;
 
 	if ((rc = dial(r, k, err)) == 0 && k->owed >= 64) /* never more than a few */
-		rc = settle_owed(k, err);
+		rc = ready(r, k, err);
 	if (rc < 0)
 		return rc;
 	va_start(ap, fmt);
