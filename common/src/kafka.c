@@ -213,6 +213,8 @@ int tb_kafka_produce_tracked(rd_kafka_t *producer, const char *topic, const char
 /* The producer's linger.ms (tb_kafka_producer_new): how long a message
  * may wait for others to join its batch. */
 #define PRODUCER_LINGER_MS 5
+#define TB_LINGER_STR_(n) #n
+#define TB_LINGER_STR(n) TB_LINGER_STR_(n)
 
 int tb_kafka_await(rd_kafka_t *producer, tb_kafka_tracker_t *t, int timeout_ms, tb_error_t *err)
 {
@@ -313,7 +315,7 @@ int tb_kafka_producer_new(rd_kafka_t **out, const char *brokers, const tb_strmap
 	    (rc = set(conf, "enable.idempotence", "true", err)) < 0 ||
 	    /* Batch events for a few ms: many small events per task (a
 	     * task's last ones do not wait: see tb_kafka_await). */
-	    (rc = set(conf, "linger.ms", "5", err)) < 0 || /* PRODUCER_LINGER_MS */
+	    (rc = set(conf, "linger.ms", TB_LINGER_STR(PRODUCER_LINGER_MS), err)) < 0 ||
 	    /* Brokers back after an outage are found within a second (the
 	     * default backs off to 10 s): readiness promises 5. */
 	    (rc = set(conf, "reconnect.backoff.max.ms", "1000", err)) < 0 ||

@@ -96,6 +96,12 @@ done
 [ "$(metric 'taskbox_phase_duration_seconds_count{phase="judged"}')" = 1 ] && ok ||
   bad "metrics: the judged phase timed once"
 [ "$(metric 'taskbox_events_total')" -ge 20 ] 2>/dev/null && ok || bad "metrics: events counted"
+# ... and each step inside its phases, once (docs/operating.md)
+for step in ledger_begin recipe egress_start store_record store_manifest events_delivered \
+  done_marker teardown teardown_wait; do
+  [ "$(metric "taskbox_step_duration_seconds_count{step=\"$step\"}")" = 1 ] && ok ||
+    bad "metrics: the step $step timed once"
+done
 
 # A producer in Python, on the taskbox package (clients/python), run from
 # the repository: submits a task with an uploaded input, follows its
