@@ -7,6 +7,7 @@
  */
 #include "unpack.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,7 +21,8 @@ static int fail(const char *entry, tb_error_t *err, int code, const char *why)
 }
 
 /* "./a//b/" -> "a/b", "/etc" -> "etc", "./" -> "". @return 0; -1 for a
- * ".." component or a name too long. */
+ * ".." component or a name too long (a component past NAME_MAX too: no
+ * file system makes it). */
 static int clean_path(const char *in, char *out, size_t cap)
 {
 	size_t o = 0;
@@ -30,7 +32,7 @@ static int clean_path(const char *in, char *out, size_t cap)
 			p++;
 		const char *e = p + strcspn(p, "/");
 		size_t n = (size_t)(e - p);
-		if (n == 2 && p[0] == '.' && p[1] == '.')
+		if ((n == 2 && p[0] == '.' && p[1] == '.') || n > NAME_MAX)
 			return -1;
 		if (n && !(n == 1 && p[0] == '.')) {
 			if (o + (o > 0) + n + 1 > cap)
