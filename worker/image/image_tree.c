@@ -59,7 +59,7 @@ static uint32_t new_node(tb_image_tree_t *t, uint32_t mode, uint32_t uid, uint32
 {
 	if (charge(t, sizeof(tb_image_node_t)) < 0)
 		return 0;
-	if (t->n == t->cap) {
+	if (t->n >= t->cap) {
 		if (t->cap >= NODES_MAX / 2) {
 			tb_error_set(t->err, TB_ETOOBIG, "too many nodes");
 			return 0;
@@ -478,6 +478,11 @@ uint32_t tb_image_tree_lookup(const tb_image_tree_t *t, uint64_t dir, const char
 	if (!tb_image_tree_node(t, dir))
 		return 0;
 	return lookup(t, (uint32_t)dir, name);
+}
+
+uint32_t tb_image_tree_end(const tb_image_tree_t *t)
+{
+	return t->n;
 }
 
 uint64_t tb_image_tree_memory(const tb_image_tree_t *t)

@@ -80,6 +80,9 @@ const tb_image_node_t *tb_image_tree_node(const tb_image_tree_t *t, uint64_t ino
 /** The entry @p name of directory @p dir: its node number, or 0. */
 uint32_t tb_image_tree_lookup(const tb_image_tree_t *t, uint64_t dir, const char *name);
 
+/** The number past the last node's (nodes are 1 .. that - 1). */
+uint32_t tb_image_tree_end(const tb_image_tree_t *t);
+
 /** The bytes the tree takes in memory. */
 uint64_t tb_image_tree_memory(const tb_image_tree_t *t);
 
