@@ -51,6 +51,12 @@ struct tb_image_fs {
 	pthread_cond_t changed; /* a slot became READY or EMPTY, or unpinned */
 	char error[1600];       /* the first failure, under lock: */
 	int error_code;         /* its code; TB_EPOISON once a span failed */
+	/* fetching the rest ahead into the cache */
+	pthread_t prefetchers[TB_IMAGE_FS_PREFETCH_MAX];
+	unsigned nprefetchers;
+	_Atomic size_t next_span; /* over every layer's spans, in order */
+	_Atomic int stopping;
+	_Atomic size_t prefetched; /* spans done (kept, or given up) */
 };
 
 /* Keeps the first failure, and the first that is the layer's own over
@@ -459,6 +465,63 @@ static const struct fuse_lowlevel_ops ops = {
 	.readdir = op_readdir,
 };
 
+/* ------------------------------------------------------------ prefetch */
+
+/* Span number @p k over every layer's spans, in order: its layer into
+ * @p l and its number there into @p i. @return 0 past the last. */
+static int nth_span(const tb_image_fs_t *fs, size_t k, size_t *l, size_t *i)
+{
+	for (*l = 0; *l < fs->c.nlayers; (*l)++) {
+		if (k < fs->c.layers[*l].ix->npoints) {
+			*i = k;
+			return 1;
+		}
+		k -= fs->c.layers[*l].ix->npoints;
+	}
+	return 0;
+}
+
+/* Span @p i of layer @p l fetched into the cache if it is not there: a
+ * failure is left for a reader to meet (and report). */
+static void prefetch_one(tb_image_fs_t *fs, size_t l, size_t i, uint8_t **buf, size_t *cap)
+{
+	const tb_image_fs_layer_t *ly = &fs->c.layers[l];
+	uint64_t from, to;
+	tb_error_t err;
+
+	if (tb_span_cache_has(fs->c.cache, ly->ix, i))
+		return;
+	tb_layer_index_span(ly->ix, i, &from, &to);
+	if (to - from > *cap) {
+		uint8_t *b = realloc(*buf, to - from);
+		if (!b)
+			return;
+		*buf = b, *cap = to - from;
+	}
+	int64_t got = ly->fetch(ly->arg, from, *buf, to - from, &err);
+	if (got > 0)
+		atomic_fetch_add(&fs->fetched[l], (uint64_t)got);
+	if (got == (int64_t)(to - from))
+		tb_span_cache_put(fs->c.cache, ly->ix, i, *buf); /* checked there */
+}
+
+/* A thread fetching every span not cached yet, in order, into the cache
+ * (compressed, as they come: a reader inflates what it reads). */
+static void *prefetch(void *arg)
+{
+	tb_image_fs_t *fs = arg;
+	uint8_t *buf = NULL;
+	size_t cap = 0, l, i;
+
+	while (!atomic_load(&fs->stopping) &&
+	       nth_span(fs, atomic_fetch_add(&fs->next_span, 1), &l, &i)) {
+		prefetch_one(fs, l, i, &buf, &cap);
+		atomic_fetch_add(&fs->prefetched, 1);
+	}
+	free(buf);
+	return NULL;
+}
+
 /* ------------------------------------------------------------ life */
 
 /* The slots' memory: each the largest span's, inflated; refused past
@@ -543,11 +606,24 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 				    .threads = threads };
 	if ((rc = tb_fuse_serve_start(&fs->server, &sc, "image root", mount_fd, err)) < 0)
 		goto fail;
+	unsigned ahead = conf->cache ? conf->prefetch_threads : 0; /* needs somewhere to go */
+	for (; fs->nprefetchers < ahead && fs->nprefetchers < TB_IMAGE_FS_PREFETCH_MAX;
+	     fs->nprefetchers++)
+		if (pthread_create(&fs->prefetchers[fs->nprefetchers], NULL, prefetch, fs) != 0)
+			break;
 	*out = fs;
 	return 0;
 fail:
 	tb_image_fs_stop(fs);
 	return rc;
+}
+
+int tb_image_fs_prefetched(tb_image_fs_t *fs)
+{
+	size_t all = 0;
+	for (size_t l = 0; l < fs->c.nlayers; l++)
+		all += fs->c.layers[l].ix->npoints;
+	return fs->nprefetchers && atomic_load(&fs->prefetched) >= all;
 }
 
 uint64_t tb_image_fs_fetched(tb_image_fs_t *fs, size_t layer)
@@ -574,6 +650,9 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 	if (!fs)
 		return;
 	tb_fuse_serve_stop(fs->server); /* no request is served past here */
+	atomic_store(&fs->stopping, 1); /* each prefetcher ends its fetch */
+	for (unsigned i = 0; i < fs->nprefetchers; i++)
+		pthread_join(fs->prefetchers[i], NULL);
 	tb_image_tree_free(fs->tree);
 	for (size_t k = 0; fs->slots && k < fs->nslots; k++)
 		free(fs->slots[k].data);

@@ -26,6 +26,14 @@
  * (max_threads + 2), each the size of the layers' largest span, taken
  * when first used: a file system whose slots would pass max_memory is
  * refused at start. Readers of one span wait for its one fetch.
+ *
+ * With prefetch_threads, the spans no one has read yet are fetched into
+ * the cache in the background, compressed (each checked by the cache
+ * before it is kept; one that fails is left for a reader to meet and
+ * report), at most that many at a time, so a task that reads the whole
+ * image finds it on the host. A reader and a prefetcher may fetch one
+ * span at the same moment (then twice); stopping waits for the fetches
+ * under way.
  */
 #ifndef TB_IMAGE_FS_H
 #define TB_IMAGE_FS_H
@@ -39,6 +47,7 @@
 #include <stdint.h>
 
 #define TB_IMAGE_FS_MEMORY_DEFAULT (256u << 20)
+#define TB_IMAGE_FS_PREFETCH_MAX 8
 
 /* A layer, as tb_image_fs_start() takes it (the array is copied). */
 typedef struct tb_image_fs_layer {
@@ -58,6 +67,10 @@ typedef struct tb_image_fs_conf {
 	uint64_t max_tree_memory;  /* the tree's (0: image_tree.h's default) */
 	uint64_t max_memory;       /* spans inflated in memory (0: the default) */
 	unsigned max_threads;      /* 0: 4 */
+	unsigned prefetch_threads; /* with a cache: threads fetching every
+				    * span not cached yet into it, in the
+				    * layers' order, while the tree is served
+				    * (0: none; at most PREFETCH_MAX) */
 } tb_image_fs_conf_t;
 
 typedef struct tb_image_fs tb_image_fs_t;
@@ -76,6 +89,11 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 /** Compressed bytes of layer @p layer fetched so far (cache hits are not
  * fetched): what a bench counts before an agent's first instruction. */
 uint64_t tb_image_fs_fetched(tb_image_fs_t *fs, size_t layer);
+
+/** Whether the prefetchers have gone through every span (each kept in
+ * the cache, or left for a reader when its fetch failed or its bytes
+ * did not match); 0 without prefetchers. */
+int tb_image_fs_prefetched(tb_image_fs_t *fs);
 
 /** What the tree left out or changed, as the eager unpack counts it (the
  * manifest's environment.altered). */

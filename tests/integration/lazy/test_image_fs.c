@@ -8,7 +8,8 @@
  * types, modes, ids, sizes, links, link targets, contents byte for byte.
  * Then what is fetched: one small file fetches only the spans holding
  * it, a second file system on the same cache nothing; concurrent
- * readers of a span wait for its one fetch. And hostile: a span whose
+ * readers of a span wait for its one fetch; prefetching fills the cache
+ * so that reading everything fetches nothing more. And hostile: a span whose
  * bytes are altered fails only its file's reads, with the layer and
  * span kept; an index whose entries lie about where data is.
  */
@@ -116,6 +117,7 @@ static struct {
 	char unpacked[128];
 	tb_unpack_stats_t st;
 	int n;
+	unsigned prefetch; /* start(): prefetch_threads */
 } F;
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
@@ -328,9 +330,11 @@ static int start(mounted_t *m, tb_span_cache_t *cache, tb_layer_index_t *const *
 	for (int l = 0; l < NLAYERS; l++)
 		layers[l] =
 		    (tb_image_fs_layer_t){ ix ? ix[l] : F.b[l].ix, blob_fetch, &F.b[l], NULL };
-	tb_image_fs_conf_t conf = {
-		.layers = layers, .nlayers = NLAYERS, .cache = cache, .limits = { 1u << 30, 100000 }
-	};
+	tb_image_fs_conf_t conf = { .layers = layers,
+				    .nlayers = NLAYERS,
+				    .cache = cache,
+				    .limits = { 1u << 30, 100000 },
+				    .prefetch_threads = F.prefetch };
 	int rc = tb_image_fs_start(&m->fs, &conf, &mfd, err);
 	if (rc < 0)
 		return rc;
@@ -731,6 +735,38 @@ static void test_image_fs__a_tree_past_its_memory_cap_is_refused(void **state)
 	assert_int_equal(tb_image_fs_start(&fs, &conf, &mfd, &err), TB_ETOOBIG);
 }
 
+static void test_image_fs__prefetch_fills_the_cache_and_reads_fetch_nothing_more(void **state)
+{
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	mounted_t m;
+	char dir[128];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/spans-ahead", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	F.prefetch = 2;
+	mount_image(&m, cache);
+	F.prefetch = 0;
+	for (int i = 0; i < 2000 && !tb_image_fs_prefetched(m.fs); i++)
+		usleep(10000);
+	assert_true(tb_image_fs_prefetched(m.fs));
+	for (int l = 0; l < NLAYERS; l++) {
+		for (size_t i = 0; i < F.b[l].ix->npoints; i++)
+			assert_true(tb_span_cache_has(cache, F.b[l].ix, i));
+		assert_int_equal(F.b[l].nfetches, F.b[l].ix->npoints); /* once each */
+		uint64_t from, to; /* every span: all but the gzip header */
+		tb_layer_index_span(F.b[l].ix, 0, &from, &to);
+		assert_int_equal(tb_image_fs_fetched(m.fs, (size_t)l), F.b[l].n - from);
+	}
+	uint64_t before = total_fetches();
+	compare(F.unpacked, m.at, ""); /* every file read: from the cache */
+	assert_int_equal(total_fetches(), before);
+	unmount_image(&m);
+	tb_span_cache_close(cache);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -740,6 +776,8 @@ int main(void)
 		cmocka_unit_test(test_image_fs__an_altered_span_fails_its_file_only),
 		cmocka_unit_test(test_image_fs__an_index_that_lies_about_offsets),
 		cmocka_unit_test(test_image_fs__a_tree_past_its_memory_cap_is_refused),
+		cmocka_unit_test(
+		    test_image_fs__prefetch_fills_the_cache_and_reads_fetch_nothing_more),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
