@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #define SPARE_SLOTS 2
+#define SLOTS_MAX 64
 #define TIMEOUT 86400.0 /* nothing here ever changes */
 #define TAR_BLOCK 512
 
@@ -546,6 +547,11 @@ static int size_slots(tb_image_fs_t *fs, unsigned threads, tb_error_t *err)
 				    "in memory pass %llu",
 				    where_l, where_i, (unsigned long long)largest, fs->nslots,
 				    (unsigned long long)max);
+	/* as many more as max_memory holds: a reader walking the tree by name
+	 * goes back and forth between spans (the layer has them in its own
+	 * order), and each span dropped is inflated again */
+	size_t fit = largest ? (size_t)(max / largest) : 0;
+	fs->nslots = fit > SLOTS_MAX ? SLOTS_MAX : fit > fs->nslots ? fit : fs->nslots;
 	fs->slot_bytes = largest ? (size_t)largest : 1;
 	if (!(fs->slots = calloc(fs->nslots, sizeof(*fs->slots))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");

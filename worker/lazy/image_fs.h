@@ -22,10 +22,14 @@
  * max_threads threads of its own. allow_other and default_permissions:
  * the kernel checks each access against the tree's modes and ids, as it
  * would the unpacked tree's (the sandbox idmaps the mount as it does
- * the unpacked tree). Spans are inflated into slots of memory
- * (max_threads + 2), each the size of the layers' largest span, taken
- * when first used: a file system whose slots would pass max_memory is
- * refused at start. Readers of one span wait for its one fetch.
+ * the unpacked tree). Spans are inflated into slots of memory, each
+ * the size of the layers' largest span, taken when first used: as many
+ * as max_memory holds (64 at most), and never fewer than max_threads + 2
+ * (a file system whose slots would then pass max_memory is refused at
+ * start). A reader walking the tree by name goes back and forth between
+ * spans (the layer has its files in its own order): with 6 slots, every
+ * file of a 40 MB layer took 5.2 s to read, with 30 1.3 to 1.9 s. Readers
+ * of one span wait for its one fetch.
  *
  * With prefetch_threads, the spans no one has read yet are fetched into
  * the cache in the background, compressed (each checked by the cache
@@ -46,7 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TB_IMAGE_FS_MEMORY_DEFAULT (256u << 20)
+#define TB_IMAGE_FS_MEMORY_DEFAULT (128u << 20)
 #define TB_IMAGE_FS_PREFETCH_MAX 8
 
 /* A layer, as tb_image_fs_start() takes it (the array is copied). */
