@@ -5,7 +5,10 @@
  * opaque directory, a set-user-ID file, ids past the map, a device, a
  * FIFO, a file over many spans) indexed, served, and the mounted tree
  * walked against the tree tb_unpack_layer() makes of the same layers:
- * types, modes, ids, sizes, links, link targets, contents byte for byte.
+ * types, modes, ids, sizes, links, link targets, contents byte for byte;
+ * and layers at the corners of the rules (links in parents, loops,
+ * hard links to what is not there, things trading places) made, or
+ * refused, by both alike.
  * Then what is fetched: one small file fetches only the spans holding
  * it, a second file system on the same cache nothing; concurrent
  * readers of a span wait for its one fetch; prefetching fills the cache
@@ -767,6 +770,152 @@ static void test_image_fs__prefetch_fills_the_cache_and_reads_fetch_nothing_more
 	tb_span_cache_close(cache);
 }
 
+/* ------------------------------------------------------------ shapes */
+
+#define END                                                                                        \
+	{                                                                                          \
+		NULL, 0, 0, 0, NULL, 0, NULL                                                       \
+	}
+#define F_(path, text)                                                                             \
+	{                                                                                          \
+		path, 'f', 0644, 0, text, 0, NULL                                                  \
+	}
+#define D_(path)                                                                                   \
+	{                                                                                          \
+		path, 'd', 0755, 0, NULL, 0, NULL                                                  \
+	}
+#define L_(path, to)                                                                               \
+	{                                                                                          \
+		path, 'l', 0777, 0, NULL, 0, to                                                    \
+	}
+#define H_(path, to)                                                                               \
+	{                                                                                          \
+		path, 'h', 0, 0, NULL, 0, to                                                       \
+	}
+
+/* Layers whose tree is a corner of the rules: each must come out of the
+ * eager unpack and the index the same, or be refused by both. */
+typedef struct shape {
+	const char *what;
+	const spec_t *layers[3];
+	int ok;
+} shape_t;
+
+static const spec_t ABS1[] = { D_("b/"), L_("a", "/b"), END }, ABS2[] = { F_("a/f", "x\n"), END };
+static const spec_t DOTDOT[] = { L_("x", "../../.."), F_("x/etc/f", "up\n"), END };
+static const spec_t LOOP[] = { L_("l1", "l2"), L_("l2", "l1"), F_("l1/f", "x\n"), END };
+static const spec_t FILE_DIR[] = { F_("f", "x\n"), F_("f/g", "y\n"), END };
+static const spec_t HARD_DIR[] = { D_("d/"), H_("h", "d"), END };
+static const spec_t HARD_NONE[] = { H_("h", "nothing"), END };
+static const spec_t HARD_OUT[] = { F_("t", "x\n"), H_("h", "../t"), END };
+static const spec_t DANGLING[] = { L_("d", "nowhere"), F_("d/f", "x\n"), END };
+static const spec_t WHL1[] = { F_("real/x", "x\n"), F_("real/y", "y\n"), L_("lnk", "real"), END },
+		    WHL2[] = { F_("lnk/.wh.x", ""), END };
+static const spec_t REP1[] = { D_("a/"), F_("a/in", "in\n"), F_("b", "b\n"), END },
+		    REP2[] = { F_("a", "now a file\n"), D_("b/"), F_("b/in", "in b\n"), END };
+static const spec_t HREP1[] = { F_("t", "old\n"), H_("h", "t"), END },
+		    HREP2[] = { F_("t", "new\n"), END };
+static const spec_t ROOT1[] = { { "./", 'd', 0700, 0, NULL, 0, NULL },
+				F_(".wh..wh..plnk", ""),
+				F_("k", "k\n"),
+				END },
+		    ROOT2[] = { F_(".wh..wh..opq", ""), F_("new", "new\n"), END };
+static const spec_t DEV1[] = { F_("f", "kept\n"), END },
+		    DEV2[] = { { "f", 'c', 0666, 0, NULL, 0, NULL }, END };
+static const spec_t OPQ1[] = { F_("o/sub/lower", "l\n"), F_("o/top", "t\n"), END },
+		    OPQ2[] = { D_("o/sub/"), F_("o/.wh..wh..opq", ""), F_("o/sub/upper", "u\n"),
+			       END };
+static const spec_t HTHRU[] = { F_("real/t", "t\n"), L_("lnk", "real"), H_("h", "lnk/t"), END };
+static const spec_t HSYM[] = { L_("s", "anywhere"), H_("h", "s"), END };
+static const spec_t SELF[] = { F_("t", "t\n"), H_("t", "t"), END };
+
+static const shape_t SHAPES[] = {
+	{ "an absolute link followed within the root", { ABS1, ABS2 }, 1 },
+	{ "'..' stops at the root", { DOTDOT }, 1 },
+	{ "a loop of links", { LOOP }, 0 },
+	{ "a file where a directory should be", { FILE_DIR }, 0 },
+	{ "a hard link to a directory", { HARD_DIR }, 0 },
+	{ "a hard link to nothing", { HARD_NONE }, 0 },
+	{ "a hard link out of the tree", { HARD_OUT }, 0 },
+	{ "a parent that is a link to nowhere", { DANGLING }, 0 },
+	{ "a whiteout through a link", { WHL1, WHL2 }, 1 },
+	{ "a directory and a file trading places", { REP1, REP2 }, 1 },
+	{ "a hard link's target replaced", { HREP1, HREP2 }, 1 },
+	{ "the root's own entry, aufs's and an opaque root", { ROOT1, ROOT2 }, 1 },
+	{ "a device over a file", { DEV1, DEV2 }, 1 },
+	{ "an opaque directory over a directory named again", { OPQ1, OPQ2 }, 1 },
+	{ "a hard link through a link", { HTHRU }, 1 },
+	{ "a hard link to a symbolic link", { HSYM }, 1 },
+	{ "a hard link to itself", { SELF }, 0 },
+};
+
+/* Layers @p b unpacked into a fresh directory @p dir. */
+static int unpack_into(blob_t *b, size_t n, char *dir, size_t cap, tb_error_t *err)
+{
+	tb_unpack_limits_t lim = { 1u << 30, 100000 };
+	tb_unpack_stats_t st = { 0 };
+	int rc = 0;
+
+	snprintf(dir, cap, "%s/shape%d", F.tmp, F.n++);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	int root = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	for (size_t l = 0; l < n && rc == 0; l++) {
+		int fd = memfd_create("layer", MFD_CLOEXEC);
+		assert_int_equal(write(fd, b[l].p, b[l].n), (ssize_t)b[l].n);
+		lseek(fd, 0, SEEK_SET);
+		rc = tb_unpack_layer(root, fd, &lim, &st, err);
+		close(fd);
+	}
+	close(root);
+	return rc;
+}
+
+static void differ(const shape_t *sh)
+{
+	blob_t b[3];
+	tb_image_fs_layer_t layers[3];
+	tb_error_t eu = { 0 }, ef = { 0 };
+	tb_image_fs_t *fs;
+	char dir[160], at[160];
+	size_t n = 0;
+	int mfd;
+
+	memset(b, 0, sizeof(b));
+	for (; n < 3 && sh->layers[n]; n++) {
+		make_layer(&b[n], sh->layers[n]);
+		layers[n] = (tb_image_fs_layer_t){ index_of(&b[n]), blob_fetch, &b[n], NULL };
+	}
+	int ru = unpack_into(b, n, dir, sizeof(dir), &eu);
+	tb_image_fs_conf_t conf = { .layers = layers,
+				    .nlayers = n,
+				    .limits = { 1u << 30, 100000 } };
+	int rf = tb_image_fs_start(&fs, &conf, &mfd, &ef);
+	if ((ru == 0) != (rf == 0) || (ru == 0) != sh->ok)
+		fail_msg("%s: unpacked %d (%s), served %d (%s)", sh->what, ru, ru ? eu.msg : "", rf,
+			 rf ? ef.msg : "");
+	if (rf == 0) {
+		snprintf(at, sizeof(at), "%s/m%d", F.tmp, F.n++);
+		assert_int_equal(mkdir(at, 0755), 0);
+		assert_int_equal(move_mount(mfd, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH), 0);
+		close(mfd);
+		compare(dir, at, sh->what);
+		assert_int_equal(umount2(at, MNT_DETACH), 0);
+		tb_image_fs_stop(fs);
+	}
+	for (size_t l = 0; l < n; l++) {
+		tb_layer_index_free((tb_layer_index_t *)layers[l].ix);
+		free(b[l].p);
+		pthread_mutex_destroy(&b[l].lock);
+	}
+}
+
+static void test_image_fs__corners_of_the_rules_come_out_as_unpacked(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(SHAPES) / sizeof(SHAPES[0]); i++)
+		differ(&SHAPES[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -778,6 +927,7 @@ int main(void)
 		cmocka_unit_test(test_image_fs__a_tree_past_its_memory_cap_is_refused),
 		cmocka_unit_test(
 		    test_image_fs__prefetch_fills_the_cache_and_reads_fetch_nothing_more),
+		cmocka_unit_test(test_image_fs__corners_of_the_rules_come_out_as_unpacked),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
