@@ -23,9 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define SPARE_SLOTS 2
 #define SLOTS_MAX 64
+#define IDLE_S 2        /* seconds without a read after which slots are freed */
 #define TIMEOUT 86400.0 /* nothing here ever changes */
 #define TAR_BLOCK 512
 
@@ -58,6 +60,12 @@ struct tb_image_fs {
 	_Atomic size_t next_span; /* over every layer's spans, in order */
 	_Atomic int stopping;
 	_Atomic size_t prefetched; /* spans done (kept, or given up) */
+	/* giving memory back when idle, under lock */
+	uint64_t reads;      /* spans pinned so far */
+	int idle_stopping;   /* the idler is to end */
+	pthread_cond_t idle; /* signalled to stop it */
+	pthread_t idler;
+	int has_idler;
 };
 
 /* Keeps the first failure, and the first that is the layer's own over
@@ -212,6 +220,7 @@ static slot_t *pin_span(tb_image_fs_t *fs, size_t l, size_t i, size_t need)
 	for (;;) {
 		slot_t *free_slot, *s = find_slot(fs, l, i, &free_slot);
 		size_t len = load_len(ix, i, need);
+		fs->reads++;
 		if (s && s->state == READY && s->have >= need) {
 			s->pins++;
 			s->used = ++fs->tick;
@@ -523,6 +532,37 @@ static void *prefetch(void *arg)
 	return NULL;
 }
 
+/* ------------------------------------------------------------ idle */
+
+/* Gives the memory of every slot no one holds back, once IDLE_S seconds
+ * pass without a read (a sandbox that has started reads little more):
+ * its spans are in the cache, or fetched again. */
+static void *idler(void *arg)
+{
+	tb_image_fs_t *fs = arg;
+	uint64_t seen = 0;
+
+	pthread_mutex_lock(&fs->lock);
+	while (!fs->idle_stopping) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += IDLE_S;
+		if (pthread_cond_timedwait(&fs->idle, &fs->lock, &until) != ETIMEDOUT)
+			continue;
+		for (size_t k = 0; fs->reads == seen && k < fs->nslots; k++) {
+			slot_t *s = &fs->slots[k];
+			if (!s->pins && s->state != LOADING) {
+				free(s->data);
+				s->data = NULL;
+				s->state = EMPTY;
+			}
+		}
+		seen = fs->reads;
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return NULL;
+}
+
 /* ------------------------------------------------------------ life */
 
 /* The slots' memory: each the largest span's, inflated; refused past
@@ -594,6 +634,7 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 	fs->c.layers = NULL;
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_cond_init(&fs->changed, NULL);
+	pthread_cond_init(&fs->idle, NULL);
 	if (threads > TB_FUSE_THREADS_MAX)
 		threads = TB_FUSE_THREADS_MAX;
 	tb_image_fs_layer_t *layers = calloc(conf->nlayers ? conf->nlayers : 1, sizeof(*layers));
@@ -612,6 +653,7 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 				    .threads = threads };
 	if ((rc = tb_fuse_serve_start(&fs->server, &sc, "image root", mount_fd, err)) < 0)
 		goto fail;
+	fs->has_idler = pthread_create(&fs->idler, NULL, idler, fs) == 0; /* else kept */
 	unsigned ahead = conf->cache ? conf->prefetch_threads : 0; /* needs somewhere to go */
 	for (; fs->nprefetchers < ahead && fs->nprefetchers < TB_IMAGE_FS_PREFETCH_MAX;
 	     fs->nprefetchers++)
@@ -622,6 +664,16 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 fail:
 	tb_image_fs_stop(fs);
 	return rc;
+}
+
+uint64_t tb_image_fs_memory(tb_image_fs_t *fs)
+{
+	uint64_t held = 0;
+	pthread_mutex_lock(&fs->lock);
+	for (size_t k = 0; k < fs->nslots; k++)
+		held += fs->slots[k].data ? fs->slot_bytes : 0;
+	pthread_mutex_unlock(&fs->lock);
+	return held;
 }
 
 int tb_image_fs_prefetched(tb_image_fs_t *fs)
@@ -659,6 +711,13 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 	atomic_store(&fs->stopping, 1); /* each prefetcher ends its fetch */
 	for (unsigned i = 0; i < fs->nprefetchers; i++)
 		pthread_join(fs->prefetchers[i], NULL);
+	if (fs->has_idler) {
+		pthread_mutex_lock(&fs->lock);
+		fs->idle_stopping = 1;
+		pthread_cond_signal(&fs->idle);
+		pthread_mutex_unlock(&fs->lock);
+		pthread_join(fs->idler, NULL);
+	}
 	tb_image_tree_free(fs->tree);
 	for (size_t k = 0; fs->slots && k < fs->nslots; k++)
 		free(fs->slots[k].data);
@@ -668,5 +727,6 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 	free((void *)fs->c.layers);
 	pthread_mutex_destroy(&fs->lock);
 	pthread_cond_destroy(&fs->changed);
+	pthread_cond_destroy(&fs->idle);
 	free(fs);
 }

@@ -29,7 +29,9 @@
  * start). A reader walking the tree by name goes back and forth between
  * spans (the layer has its files in its own order): with 6 slots, every
  * file of a 40 MB layer took 5.2 s to read, with 30 1.3 to 1.9 s. Readers
- * of one span wait for its one fetch.
+ * of one span wait for its one fetch. After 2 s without a read (a
+ * sandbox that has started reads little more) the slots' memory is given
+ * back (a thread of its own does it).
  *
  * With prefetch_threads, the spans no one has read yet are fetched into
  * the cache in the background, compressed (each checked by the cache
@@ -93,6 +95,10 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 /** Compressed bytes of layer @p layer fetched so far (cache hits are not
  * fetched): what a bench counts before an agent's first instruction. */
 uint64_t tb_image_fs_fetched(tb_image_fs_t *fs, size_t layer);
+
+/** Bytes of memory the slots hold now (given back after 2 s without a
+ * read). */
+uint64_t tb_image_fs_memory(tb_image_fs_t *fs);
 
 /** Whether the prefetchers have gone through every span (each kept in
  * the cache, or left for a reader when its fetch failed or its bytes

@@ -770,6 +770,32 @@ static void test_image_fs__prefetch_fills_the_cache_and_reads_fetch_nothing_more
 	tb_span_cache_close(cache);
 }
 
+static void test_image_fs__memory_goes_back_when_reads_stop(void **state)
+{
+	mounted_t m;
+	char p[256];
+	size_t len;
+
+	(void)state;
+	reset_fetches();
+	mount_image(&m, NULL);
+	assert_int_equal(tb_image_fs_memory(m.fs), 0); /* taken when first used */
+	snprintf(p, sizeof(p), "%s/big/data", m.at);
+	uint8_t *d = slurp(p, &len);
+	assert_non_null(d);
+	free(d);
+	assert_true(tb_image_fs_memory(m.fs) > 0);
+	for (int i = 0; i < 100 && tb_image_fs_memory(m.fs); i++)
+		usleep(100000);
+	assert_int_equal(tb_image_fs_memory(m.fs), 0);
+	snprintf(p, sizeof(p), "%s/small/a", m.at); /* and taken again */
+	d = slurp(p, &len);
+	assert_non_null(d);
+	assert_memory_equal(d, "a small file\n", len);
+	free(d);
+	unmount_image(&m);
+}
+
 /* ------------------------------------------------------------ shapes */
 
 #define END                                                                                        \
@@ -928,6 +954,7 @@ int main(void)
 		cmocka_unit_test(
 		    test_image_fs__prefetch_fills_the_cache_and_reads_fetch_nothing_more),
 		cmocka_unit_test(test_image_fs__corners_of_the_rules_come_out_as_unpacked),
+		cmocka_unit_test(test_image_fs__memory_goes_back_when_reads_stop),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
