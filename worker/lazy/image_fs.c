@@ -66,6 +66,11 @@ struct tb_image_fs {
 	pthread_cond_t idle; /* signalled to stop it */
 	pthread_t idler;
 	int has_idler;
+	/* spans being fetched, one flag each, layer after layer */
+	_Atomic uint8_t *flying;
+	size_t *first_span; /* per layer: its first flag */
+	pthread_mutex_t flight_lock;
+	pthread_cond_t landed; /* a fetch ended */
 };
 
 /* Keeps the first failure, and the first that is the layer's own over
@@ -111,15 +116,48 @@ typedef struct fetch_ctx {
 	size_t layer;
 } fetch_ctx_t;
 
-/* tb_layer_index_read()'s fetch: a span, from the cache or the layer
- * (then kept, if it matches: the cache checks). It is checked again by
- * the reader before it is inflated. */
+/* The flag of span @p i of layer @p l: being got (get_span). */
+static _Atomic uint8_t *flying(tb_image_fs_t *fs, size_t l, size_t i)
+{
+	return &fs->flying[fs->first_span[l] + i];
+}
+
+/* Span @p i of layer @p l (@p len bytes from @p off) into @p buf: from
+ * the cache, or fetched from the layer and kept (if it matches: the
+ * cache checks). One at a time for a span, whoever asks (readers,
+ * prefetchers): a second waits for the first, then finds it cached. */
+static int64_t get_span(tb_image_fs_t *fs, size_t l, size_t i, uint64_t off, void *buf, size_t len,
+			tb_error_t *err)
+{
+	const tb_image_fs_layer_t *ly = &fs->c.layers[l];
+	int64_t got = (int64_t)len;
+
+	pthread_mutex_lock(&fs->flight_lock);
+	while (atomic_load(flying(fs, l, i)))
+		pthread_cond_wait(&fs->landed, &fs->flight_lock);
+	atomic_store(flying(fs, l, i), 1);
+	pthread_mutex_unlock(&fs->flight_lock);
+	if (!tb_span_cache_get(fs->c.cache, ly->ix, i, buf)) {
+		got = ly->fetch(ly->arg, off, buf, len, err);
+		if (got > 0)
+			atomic_fetch_add(&fs->fetched[l], (uint64_t)got);
+		if (got == (int64_t)len)
+			tb_span_cache_put(fs->c.cache, ly->ix, i, buf);
+	}
+	pthread_mutex_lock(&fs->flight_lock);
+	atomic_store(flying(fs, l, i), 0);
+	pthread_cond_broadcast(&fs->landed);
+	pthread_mutex_unlock(&fs->flight_lock);
+	return got;
+}
+
+/* tb_layer_index_read()'s fetch: a span (get_span). It is checked again
+ * by the reader before it is inflated. */
 static int64_t fetch_span(void *arg, uint64_t off, void *buf, size_t len, tb_error_t *err)
 {
 	fetch_ctx_t *f = arg;
-	const tb_image_fs_layer_t *ly = &f->fs->c.layers[f->layer];
-	const tb_layer_index_t *ix = ly->ix;
-	size_t lo = 0, hi = ix->npoints, i;
+	const tb_layer_index_t *ix = f->fs->c.layers[f->layer].ix;
+	size_t lo = 0, hi = ix->npoints;
 	uint64_t from, to;
 
 	while (hi - lo > 1) { /* the span starting at off */
@@ -130,17 +168,10 @@ static int64_t fetch_span(void *arg, uint64_t off, void *buf, size_t len, tb_err
 		else
 			hi = mid;
 	}
-	i = lo;
-	tb_layer_index_span(ix, i, &from, &to);
-	int known = from == off && to - from == len;
-	if (known && tb_span_cache_get(f->fs->c.cache, ix, i, buf))
-		return (int64_t)len;
-	int64_t got = ly->fetch(ly->arg, off, buf, len, err);
-	if (got > 0)
-		atomic_fetch_add(&f->fs->fetched[f->layer], (uint64_t)got);
-	if (known && got == (int64_t)len)
-		tb_span_cache_put(f->fs->c.cache, ix, i, buf);
-	return got;
+	tb_layer_index_span(ix, lo, &from, &to);
+	if (from != off || to - from != len) /* never: the reader asks for spans */
+		return tb_error_set(err, TB_EINVAL, "a range that is not a span");
+	return get_span(f->fs, f->layer, lo, off, buf, len, err);
 }
 
 /* Span @p i of layer @p l inflated into @p buf, its first @p len bytes.
@@ -508,11 +539,7 @@ static void prefetch_one(tb_image_fs_t *fs, size_t l, size_t i, uint8_t **buf, s
 			return;
 		*buf = b, *cap = to - from;
 	}
-	int64_t got = ly->fetch(ly->arg, from, *buf, to - from, &err);
-	if (got > 0)
-		atomic_fetch_add(&fs->fetched[l], (uint64_t)got);
-	if (got == (int64_t)(to - from))
-		tb_span_cache_put(fs->c.cache, ly->ix, i, *buf); /* checked there */
+	get_span(fs, l, i, from, *buf, to - from, &err); /* a failure: a reader's to meet */
 }
 
 /* A thread fetching every span not cached yet, in order, into the cache
@@ -613,8 +640,16 @@ static int build(tb_image_fs_t *fs, tb_error_t *err)
 	if (rc < 0)
 		return tb_error_prefix(err, "image root");
 	uint32_t n = tb_image_tree_end(fs->tree);
+	size_t spans = 0, nl = fs->c.nlayers ? fs->c.nlayers : 1;
 	if (!(fs->checked = calloc(n, sizeof(*fs->checked))) ||
-	    !(fs->fetched = calloc(fs->c.nlayers ? fs->c.nlayers : 1, sizeof(*fs->fetched))))
+	    !(fs->fetched = calloc(nl, sizeof(*fs->fetched))) ||
+	    !(fs->first_span = calloc(nl, sizeof(*fs->first_span))))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	for (size_t l = 0; l < fs->c.nlayers; l++) {
+		fs->first_span[l] = spans;
+		spans += fs->c.layers[l].ix->npoints;
+	}
+	if (!(fs->flying = calloc(spans ? spans : 1, sizeof(*fs->flying))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	return 0;
 }
@@ -635,6 +670,8 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_cond_init(&fs->changed, NULL);
 	pthread_cond_init(&fs->idle, NULL);
+	pthread_mutex_init(&fs->flight_lock, NULL);
+	pthread_cond_init(&fs->landed, NULL);
 	if (threads > TB_FUSE_THREADS_MAX)
 		threads = TB_FUSE_THREADS_MAX;
 	tb_image_fs_layer_t *layers = calloc(conf->nlayers ? conf->nlayers : 1, sizeof(*layers));
@@ -728,5 +765,9 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 	pthread_mutex_destroy(&fs->lock);
 	pthread_cond_destroy(&fs->changed);
 	pthread_cond_destroy(&fs->idle);
+	pthread_mutex_destroy(&fs->flight_lock);
+	pthread_cond_destroy(&fs->landed);
+	free((void *)fs->flying);
+	free(fs->first_span);
 	free(fs);
 }

@@ -37,9 +37,9 @@
  * the cache in the background, compressed (each checked by the cache
  * before it is kept; one that fails is left for a reader to meet and
  * report), at most that many at a time, so a task that reads the whole
- * image finds it on the host. A reader and a prefetcher may fetch one
- * span at the same moment (then twice); stopping waits for the fetches
- * under way.
+ * image finds it on the host. A span is fetched by one at a time,
+ * reader or prefetcher: a second asking waits for it, then reads it
+ * from the cache. Stopping waits for the fetches under way.
  */
 #ifndef TB_IMAGE_FS_H
 #define TB_IMAGE_FS_H

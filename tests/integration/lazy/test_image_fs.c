@@ -796,6 +796,37 @@ static void test_image_fs__memory_goes_back_when_reads_stop(void **state)
 	unmount_image(&m);
 }
 
+static void test_image_fs__readers_and_prefetchers_fetch_a_span_once(void **state)
+{
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	mounted_t m;
+	char dir[128];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/spans-met", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	for (int l = 0; l < NLAYERS; l++)
+		F.b[l].slow = 20; /* readers meet the prefetchers on the way */
+	F.prefetch = 3;
+	mount_image(&m, cache);
+	F.prefetch = 0;
+	compare(F.unpacked, m.at, "");
+	for (int i = 0; i < 2000 && !tb_image_fs_prefetched(m.fs); i++)
+		usleep(10000);
+	assert_true(tb_image_fs_prefetched(m.fs));
+	for (int l = 0; l < NLAYERS; l++) {
+		assert_int_equal(F.b[l].nfetches, F.b[l].ix->npoints);
+		for (size_t i = 0; i < F.b[l].nfetches; i++)
+			for (size_t j = i + 1; j < F.b[l].nfetches; j++)
+				assert_true(F.b[l].offs[i] != F.b[l].offs[j]);
+	}
+	unmount_image(&m);
+	tb_span_cache_close(cache);
+	reset_fetches();
+}
+
 /* ------------------------------------------------------------ shapes */
 
 #define END                                                                                        \
@@ -955,6 +986,7 @@ int main(void)
 		    test_image_fs__prefetch_fills_the_cache_and_reads_fetch_nothing_more),
 		cmocka_unit_test(test_image_fs__corners_of_the_rules_come_out_as_unpacked),
 		cmocka_unit_test(test_image_fs__memory_goes_back_when_reads_stop),
+		cmocka_unit_test(test_image_fs__readers_and_prefetchers_fetch_a_span_once),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
