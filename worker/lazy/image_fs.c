@@ -341,14 +341,15 @@ static int check_header(tb_image_fs_t *fs, uint32_t ino, const tb_image_node_t *
 
 /* ------------------------------------------------------------ operations */
 
-static void attr_of(const tb_image_node_t *nd, fuse_ino_t ino, struct stat *st)
+static void attr_of(const tb_image_fs_t *fs, const tb_image_node_t *nd, fuse_ino_t ino,
+		    struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
 	st->st_mode = nd->mode;
 	st->st_nlink = nd->nlink;
-	st->st_uid = nd->uid;
-	st->st_gid = nd->gid;
+	st->st_uid = fs->c.id_base + nd->uid; /* the tree's are below 65536 */
+	st->st_gid = fs->c.id_base + nd->gid;
 	st->st_size = S_ISREG(nd->mode) || S_ISLNK(nd->mode) ? (off_t)nd->size : 0;
 	st->st_blksize = 4096;
 	st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
@@ -373,7 +374,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	memset(&e, 0, sizeof(e));
 	e.ino = ino;
 	e.attr_timeout = e.entry_timeout = TIMEOUT;
-	attr_of(tb_image_tree_node(fs->tree, ino), ino, &e.attr);
+	attr_of(fs, tb_image_tree_node(fs->tree, ino), ino, &e.attr);
 	fuse_reply_entry(req, &e);
 }
 
@@ -388,7 +389,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	attr_of(nd, ino, &st);
+	attr_of(fs, nd, ino, &st);
 	fuse_reply_attr(req, &st, TIMEOUT);
 }
 
@@ -665,6 +666,11 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 	*mount_fd = -1;
 	if (!fs)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	if (conf->id_base > UINT32_MAX - 65536) {
+		free(fs);
+		return tb_error_set(err, TB_EINVAL, "image root: ids from %u pass 32 bits",
+				    conf->id_base);
+	}
 	fs->c = *conf;
 	fs->c.layers = NULL;
 	pthread_mutex_init(&fs->lock, NULL);

@@ -21,8 +21,11 @@
  * (read-only, nosuid, nodev) handed over as a mount fd, served by
  * max_threads threads of its own. allow_other and default_permissions:
  * the kernel checks each access against the tree's modes and ids, as it
- * would the unpacked tree's (the sandbox idmaps the mount as it does
- * the unpacked tree). Spans are inflated into slots of memory, each
+ * would the unpacked tree's. A FUSE mount is idmapped only when its
+ * server opts in (libfuse 3.17 and Linux 6.12 on): until then a file
+ * system made for one sandbox shows its ids in that sandbox's range of
+ * host ids (id_base), so that its uid 1000 owns what the image gave
+ * 1000. Spans are inflated into slots of memory, each
  * the size of the layers' largest span, taken when first used: as many
  * as max_memory holds (64 at most), and never fewer than max_threads + 2
  * (a file system whose slots would then pass max_memory is refused at
@@ -73,6 +76,11 @@ typedef struct tb_image_fs_conf {
 	uint64_t max_tree_memory;  /* the tree's (0: image_tree.h's default) */
 	uint64_t max_memory;       /* spans inflated in memory (0: the default) */
 	unsigned max_threads;      /* 0: 4 */
+	uint32_t id_base;          /* every owner and group shown past this:
+				    * the sandbox's range of host ids, for a
+				    * mount that cannot be idmapped (a FUSE
+				    * server opts in to that only from libfuse
+				    * 3.17); 0: as the tree has them */
 	unsigned prefetch_threads; /* with a cache: threads fetching every
 				    * span not cached yet into it, in the
 				    * layers' order, while the tree is served

@@ -121,6 +121,7 @@ static struct {
 	tb_unpack_stats_t st;
 	int n;
 	unsigned prefetch; /* start(): prefetch_threads */
+	uint32_t id_base;  /* start(): id_base */
 } F;
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
@@ -337,7 +338,8 @@ static int start(mounted_t *m, tb_span_cache_t *cache, tb_layer_index_t *const *
 				    .nlayers = NLAYERS,
 				    .cache = cache,
 				    .limits = { 1u << 30, 100000 },
-				    .prefetch_threads = F.prefetch };
+				    .prefetch_threads = F.prefetch,
+				    .id_base = F.id_base };
 	int rc = tb_image_fs_start(&m->fs, &conf, &mfd, err);
 	if (rc < 0)
 		return rc;
@@ -507,6 +509,20 @@ static void test_image_fs__the_served_tree_is_the_unpacked_tree(void **state)
 	assert_int_equal(lstat(p, &s), -1);
 	char msg[256];
 	assert_int_equal(tb_image_fs_error(m.fs, msg, sizeof(msg)), 0);
+	unmount_image(&m);
+	/* a sandbox's range of host ids, for a mount that is not idmapped */
+	F.id_base = 200000;
+	mount_image(&m, NULL);
+	F.id_base = 0;
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	assert_int_equal(stat(p, &s), 0);
+	assert_int_equal(s.st_uid, 200000 + 65534);
+	snprintf(p, sizeof(p), "%s/big/data", m.at);
+	assert_int_equal(stat(p, &s), 0);
+	assert_int_equal(s.st_uid, 201000);
+	assert_int_equal(s.st_gid, 201000);
+	assert_int_equal(stat(m.at, &s), 0);
+	assert_int_equal(s.st_uid, 200000);
 	unmount_image(&m);
 }
 
