@@ -26,10 +26,12 @@
  * The index also lists the layer's tar entries (path, type, mode, ids,
  * size, link target, and where the entry's data starts in the tar
  * stream), whiteouts among them, as the layer names them: a consumer
- * applies unpack.h's rules to them as it would to the layer.
+ * applies unpack.h's rules to them as it would to the layer
+ * (image_tree.h does, through unpack_rules.c).
  *
- * Not yet used to start sandboxes: the root read on demand through FUSE
- * is the next step.
+ * An image's root is served from its layers' indexes through FUSE by
+ * worker/lazy/image_fs.h (the tree: image_tree.h); nothing starts a
+ * sandbox from it yet.
  */
 #ifndef TB_LAYER_INDEX_H
 #define TB_LAYER_INDEX_H

@@ -5,9 +5,10 @@
  * with openat2(RESOLVE_IN_ROOT) from the tree's root, so a link in the
  * tree resolves as it would inside the sandbox, never outside; then the
  * entry is made in that directory by name with O_EXCL / O_NOFOLLOW
- * calls after what was there is removed. The set of inodes this layer
- * made (made_t) tells an opaque directory's own entries from the lower
- * layers'.
+ * calls after what was there is removed. What each entry becomes is
+ * unpack_rules.c's to decide (tb_unpack_plan_t); this file makes it so
+ * in the directory. The set of inodes this layer made (made_t) tells an
+ * opaque directory's own entries from the lower layers'.
  */
 #include "unpack.h"
 
@@ -27,10 +28,6 @@
 #include <unistd.h>
 
 #define PATH_MAX_LEN TB_UNPACK_NAME_MAX
-#define NOBODY 65534
-#define ID_LIMIT 65536 /* what a sandbox maps */
-#define WH ".wh."
-#define WH_OPAQUE ".wh..wh..opq"
 
 /* ------------------------------------------------ what a layer made */
 
@@ -108,7 +105,8 @@ typedef struct ctx {
 	struct stat root_st;       /* the tree's root: where a walk up stops */
 	char parent[PATH_MAX_LEN]; /* the last parent opened, and its fd */
 	int parent_fd;
-	const char *entry; /* the entry being placed, for errors */
+	const char *entry;     /* the entry being placed, for errors */
+	tb_unpack_plan_t plan; /* what it becomes */
 	tb_error_t *err;
 } ctx_t;
 
@@ -148,33 +146,6 @@ static int mark(ctx_t *c, int pfd, const char *name)
 	}
 	if (cur >= 0)
 		close(cur);
-	return 0;
-}
-
-/* "./a//b/" -> "a/b", "/etc" -> "etc", "./" -> "". @return 0; -1 for a
- * ".." component or a name too long. */
-static int clean_path(const char *in, char *out, size_t cap)
-{
-	size_t o = 0;
-
-	for (const char *p = in; *p;) {
-		while (*p == '/')
-			p++;
-		const char *e = p + strcspn(p, "/");
-		size_t n = (size_t)(e - p);
-		if (n == 2 && p[0] == '.' && p[1] == '.')
-			return -1;
-		if (n && !(n == 1 && p[0] == '.')) {
-			if (o + (o > 0) + n + 1 > cap)
-				return -1;
-			if (o)
-				out[o++] = '/';
-			memcpy(out + o, p, n);
-			o += n;
-		}
-		p = e;
-	}
-	out[o] = '\0';
 	return 0;
 }
 
@@ -266,7 +237,7 @@ static int make_parents(ctx_t *c, const char *rel)
 		snprintf(name, sizeof(name), "%.*s", (int)len, rel + at);
 		at += len;
 		int rc = 0, next = -1;
-		if (mkdirat(cur, name, 0755) < 0)
+		if (mkdirat(cur, name, TB_UNPACK_DIR_MODE) < 0)
 			/* EEXIST: a file, or a link to nowhere, where it should be */
 			rc = errno == EEXIST
 				 ? fail(c, TB_EINVAL, "its directory is not one in the tree")
@@ -274,11 +245,7 @@ static int make_parents(ctx_t *c, const char *rel)
 		else if ((next = openat(cur, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) <
 			 0)
 			rc = fail_errno(c, "cannot open the directory it made");
-		else if (++c->st->entries > c->lim->max_entries)
-			rc =
-			    tb_error_set(c->err, TB_ETOOBIG, "the image has more than %llu entries",
-					 (unsigned long long)c->lim->max_entries);
-		else
+		else if ((rc = tb_unpack_count_dir(c->lim, c->st, c->err)) == 0)
 			rc = mark(c, cur, name);
 		if (rc < 0) {
 			close(cur);
@@ -326,42 +293,6 @@ static int open_parent(ctx_t *c, const char *rel)
 	return fd;
 }
 
-/* The first entry of a kind altered: its name as the layer gave it, in
- * printable ASCII (a log line and the manifest take it as it is). */
-static void note(char *out, size_t cap, const char *entry)
-{
-	size_t i = 0;
-
-	if (out[0])
-		return;
-	for (; entry[i] && i + 1 < cap; i++)
-		out[i] = entry[i] >= 0x20 && entry[i] < 0x7f ? entry[i] : '?';
-	out[i] = '\0';
-}
-
-/* The ids the entry will have: past what a sandbox maps, nobody (said). */
-static void ids_of(ctx_t *c, struct archive_entry *e, uid_t *uid, gid_t *gid)
-{
-	int64_t u = archive_entry_uid(e), g = archive_entry_gid(e);
-	*uid = u >= 0 && u < ID_LIMIT ? (uid_t)u : NOBODY;
-	*gid = g >= 0 && g < ID_LIMIT ? (gid_t)g : NOBODY;
-	if ((int64_t)*uid != u || (int64_t)*gid != g) {
-		c->st->altered.ids++;
-		note(c->st->altered.ids_path, sizeof(c->st->altered.ids_path), c->entry);
-	}
-}
-
-/* The entry's permission bits, set-ID bits dropped (said). */
-static mode_t perm_of(ctx_t *c, struct archive_entry *e)
-{
-	mode_t m = archive_entry_perm(e) & 07777;
-	if (m & 06000) {
-		c->st->altered.setid++;
-		note(c->st->altered.setid_path, sizeof(c->st->altered.setid_path), c->entry);
-	}
-	return m & 01777;
-}
-
 /* Removes whatever is at @p name in @p pfd (a whole directory too),
  * unless it is a directory and @p keep_dir. */
 static int clear_place(ctx_t *c, int pfd, const char *name, int keep_dir)
@@ -382,32 +313,17 @@ static int clear_place(ctx_t *c, int pfd, const char *name, int keep_dir)
 
 static int put_file(ctx_t *c, struct archive *a, struct archive_entry *e, int pfd, const char *name)
 {
+	const tb_unpack_plan_t *p = &c->plan;
 	const void *buf;
 	size_t size;
 	la_int64_t offset;
-	uid_t uid;
-	gid_t gid;
-	la_int64_t declared = archive_entry_size(e);
 	int rc, fd;
 
-	/* its declared size, holes and all: what it takes once read, whatever
-	 * few bytes a sparse layer holds for it */
-	if (declared < 0)
-		return fail(c, TB_EINVAL, "a file of no size");
-	if ((uint64_t)declared > c->lim->max_bytes - c->st->bytes)
-		return tb_error_set(c->err, TB_ETOOBIG,
-				    "the image unpacks to more than %llu bytes, its cap "
-				    "(sandbox.images.max_unpacked_mb): file '%.300s' declares %lld "
-				    "bytes",
-				    (unsigned long long)c->lim->max_bytes, c->entry,
-				    (long long)declared);
-	c->st->bytes += (uint64_t)declared;
 	if ((fd = openat(pfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) <
 	    0)
 		return fail_errno(c, "cannot create it");
 	while ((rc = archive_read_data_block(a, &buf, &size, &offset)) == ARCHIVE_OK) {
-		if (offset < 0 || (uint64_t)offset > (uint64_t)declared ||
-		    size > (uint64_t)declared - (uint64_t)offset) {
+		if (offset < 0 || (uint64_t)offset > p->size || size > p->size - (uint64_t)offset) {
 			close(fd);
 			return fail(c, TB_EINVAL, "data past its declared size");
 		}
@@ -427,11 +343,10 @@ static int put_file(ctx_t *c, struct archive *a, struct archive_entry *e, int pf
 			    archive_error_string(a) ? archive_error_string(a)
 						    : "its data cannot be read");
 	}
-	ids_of(c, e, &uid, &gid);
 	/* a sparse file's size, then its owner and mode (set-ID bits dropped) */
 	struct timespec t[2] = { { archive_entry_atime(e), 0 }, { archive_entry_mtime(e), 0 } };
-	if (ftruncate(fd, (off_t)declared) < 0 || fchown(fd, uid, gid) < 0 ||
-	    fchmod(fd, perm_of(c, e)) < 0 || futimens(fd, t) < 0) {
+	if (ftruncate(fd, (off_t)p->size) < 0 || fchown(fd, p->uid, p->gid) < 0 ||
+	    fchmod(fd, p->mode) < 0 || futimens(fd, t) < 0) {
 		close(fd);
 		return fail_errno(c, "cannot set its size, owner, mode or time");
 	}
@@ -439,53 +354,38 @@ static int put_file(ctx_t *c, struct archive *a, struct archive_entry *e, int pf
 	return 0;
 }
 
-static int put_dir(ctx_t *c, struct archive_entry *e, int pfd, const char *name)
+static int put_dir(ctx_t *c, int pfd, const char *name)
 {
-	uid_t uid;
-	gid_t gid;
 	int rc = clear_place(c, pfd, name, 1);
 
 	if (rc < 0)
 		return rc;
 	if (rc == 0 && mkdirat(pfd, name, 0700) < 0)
 		return fail_errno(c, "cannot make it");
-	ids_of(c, e, &uid, &gid);
-	if (fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 ||
-	    fchmodat(pfd, name, perm_of(c, e), 0) < 0)
+	if (fchownat(pfd, name, c->plan.uid, c->plan.gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    fchmodat(pfd, name, c->plan.mode, 0) < 0)
 		return fail_errno(c, "cannot set its owner or mode");
 	return 0;
 }
 
-static int put_symlink(ctx_t *c, struct archive_entry *e, int pfd, const char *name)
+static int put_symlink(ctx_t *c, int pfd, const char *name)
 {
-	const char *target = archive_entry_symlink(e);
-	uid_t uid;
-	gid_t gid;
 	int rc;
 
-	if (!target || !target[0])
-		return fail(c, TB_EINVAL, "a symbolic link to nothing");
-	/* the kernel's PATH_MAX: longer, symlinkat fails, and that is the
-	 * layer's fault, not the worker's */
-	if (strlen(target) >= PATH_MAX_LEN)
-		return fail(c, TB_EINVAL, "a symbolic link's target of 4096 bytes or more");
 	if ((rc = clear_place(c, pfd, name, 0)) < 0)
 		return rc;
-	ids_of(c, e, &uid, &gid);
-	if (symlinkat(target, pfd, name) < 0 ||
-	    fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+	if (symlinkat(c->plan.link, pfd, name) < 0 ||
+	    fchownat(pfd, name, c->plan.uid, c->plan.gid, AT_SYMLINK_NOFOLLOW) < 0)
 		return fail_errno(c, "cannot make the link");
 	return 0;
 }
 
 /* A hard link to an entry already in the tree (never a directory). */
-static int put_hardlink(ctx_t *c, struct archive_entry *e, int pfd, const char *name)
+static int put_hardlink(ctx_t *c, int pfd, const char *name)
 {
-	char target[PATH_MAX_LEN];
+	char *target = c->plan.target;
 	int rc;
 
-	if (clean_path(archive_entry_hardlink(e), target, sizeof(target)) < 0 || !target[0])
-		return fail(c, TB_EINVAL, "a hard link out of the tree");
 	char *slash = strrchr(target, '/');
 	const char *tname = slash ? slash + 1 : target;
 	if (slash)
@@ -509,6 +409,16 @@ static int put_hardlink(ctx_t *c, struct archive_entry *e, int pfd, const char *
 						   : fail_errno(c, "cannot make the link");
 	}
 	return 0;
+}
+
+static int put_fifo(ctx_t *c, int pfd, const char *name)
+{
+	int rc = clear_place(c, pfd, name, 0);
+
+	if (rc == 0 &&
+	    (mkfifoat(pfd, name, c->plan.mode) < 0 || fchmodat(pfd, name, c->plan.mode, 0) < 0))
+		rc = fail_errno(c, "cannot make the fifo");
+	return rc;
 }
 
 /* An opaque directory (@p dfd): what a lower layer put under it is
@@ -551,85 +461,117 @@ static int make_opaque(ctx_t *c, int dfd)
 	return rc;
 }
 
-/* A whiteout: `.wh.NAME` removes NAME from the layers below; `.wh..wh..opq`
- * makes its directory opaque. */
-static int whiteout(ctx_t *c, int pfd, const char *parent, const char *name)
+/* `.wh..wh..opq`: the directory @p parent made opaque. */
+static int opaque(ctx_t *c, const char *parent)
 {
-	if (!strcmp(name, WH_OPAQUE)) {
-		forget_parent(c);
-		int fd = open_beneath(c->root, parent);
-		if (fd < 0)
-			return fail_errno(c, "cannot open the opaque directory");
-		int rc = make_opaque(c, fd);
-		close(fd);
-		return rc;
+	forget_parent(c);
+	int fd = open_beneath(c->root, parent);
+	if (fd < 0)
+		return fail_errno(c, "cannot open the opaque directory");
+	int rc = make_opaque(c, fd);
+	close(fd);
+	return rc;
+}
+
+/* Makes the entry planned, in @p pfd. */
+static int make(ctx_t *c, struct archive *a, struct archive_entry *e, int pfd)
+{
+	const char *name = c->plan.name;
+	int rc;
+
+	switch (c->plan.type) {
+	case TB_LAYER_FILE:
+		rc = clear_place(c, pfd, name, 0);
+		if (rc == 0)
+			rc = put_file(c, a, e, pfd, name);
+		break;
+	case TB_LAYER_DIR:
+		rc = put_dir(c, pfd, name);
+		break;
+	case TB_LAYER_SYMLINK:
+		rc = put_symlink(c, pfd, name);
+		break;
+	case TB_LAYER_HARDLINK:
+		rc = put_hardlink(c, pfd, name);
+		break;
+	default:
+		rc = put_fifo(c, pfd, name);
+		break;
 	}
-	const char *hidden = name + strlen(WH);
-	if (!hidden[0] || !strcmp(hidden, ".") || !strcmp(hidden, "..") ||
-	    !strncmp(hidden, WH, strlen(WH)))
-		return 0; /* .wh..wh..plnk and the like: aufs's, nothing to do */
-	c->st->removed++;
-	return clear_place(c, pfd, hidden, 0);
+	if (rc == 0)
+		rc = mark(c, open_parent(c, c->plan.parent), name);
+	return rc;
+}
+
+/* The entry as the layer names it, as unpack_rules.c takes it. */
+static int entry_of(ctx_t *c, struct archive_entry *e, tb_layer_entry_t *out)
+{
+	int64_t u = archive_entry_uid(e), g = archive_entry_gid(e);
+	la_int64_t size = archive_entry_size(e);
+	const char *hard = archive_entry_hardlink(e), *soft = archive_entry_symlink(e);
+
+	if (size < 0)
+		return fail(c, TB_EINVAL, "a file of no size");
+	memset(out, 0, sizeof(*out));
+	out->path = (char *)c->entry;
+	out->link = (char *)(hard ? hard : soft ? soft : "");
+	out->size = (uint64_t)size;
+	out->mode = archive_entry_perm(e) & 07777;
+	/* negative or past 32 bits: past the map either way */
+	out->uid = u >= 0 && u <= (int64_t)UINT32_MAX ? (uint32_t)u : UINT32_MAX;
+	out->gid = g >= 0 && g <= (int64_t)UINT32_MAX ? (uint32_t)g : UINT32_MAX;
+	switch (hard ? 0 : archive_entry_filetype(e)) {
+	case 0:
+		out->type = TB_LAYER_HARDLINK;
+		break;
+	case AE_IFREG:
+		out->type = TB_LAYER_FILE;
+		break;
+	case AE_IFDIR:
+		out->type = TB_LAYER_DIR;
+		break;
+	case AE_IFLNK:
+		out->type = TB_LAYER_SYMLINK;
+		break;
+	case AE_IFIFO:
+		out->type = TB_LAYER_FIFO;
+		break;
+	default: /* devices and sockets */
+		out->type = TB_LAYER_CHAR;
+		break;
+	}
+	return 0;
 }
 
 /* Places one entry. */
 static int place(ctx_t *c, struct archive *a, struct archive_entry *e)
 {
-	char rel[PATH_MAX_LEN], parent[PATH_MAX_LEN];
 	const char *path = archive_entry_pathname(e);
+	tb_unpack_plan_t *p = &c->plan;
+	tb_layer_entry_t le;
 	int rc;
 
 	c->entry = path ? path : "(no name)";
-	if (!path || clean_path(path, rel, sizeof(rel)) < 0)
+	if (!path)
 		return fail(c, TB_EINVAL, "a name with '..', or too long");
-	if (!rel[0])
-		return 0; /* the root itself: its mode is the tree's */
-	char *slash = strrchr(rel, '/');
-	const char *name = slash ? slash + 1 : rel;
-	snprintf(parent, sizeof(parent), "%.*s", slash ? (int)(slash - rel) : 0, rel);
-	int pfd = open_parent(c, parent);
+	if ((rc = tb_unpack_path(p, path, c->err)) != 0)
+		return rc < 0 ? rc : 0; /* 1: the root itself: its mode is the tree's */
+	int pfd = open_parent(c, p->parent);
 	if (pfd < 0)
 		return c->err->code;
-	/* whiteouts count too: each costs a walk of what it hides */
-	if (c->st->entries + c->st->whiteouts >= c->lim->max_entries)
-		return tb_error_set(c->err, TB_ETOOBIG, "the image has more than %llu entries",
-				    (unsigned long long)c->lim->max_entries);
-	if (!strncmp(name, WH, strlen(WH))) {
-		c->st->whiteouts++;
-		return whiteout(c, pfd, parent, name);
+	if ((rc = entry_of(c, e, &le)) < 0 ||
+	    (rc = tb_unpack_decide(p, &le, c->lim, c->st, c->err)) < 0)
+		return rc;
+	switch (p->what) {
+	case TB_UNPACK_WHITEOUT:
+		return clear_place(c, pfd, p->name, 0);
+	case TB_UNPACK_OPAQUE:
+		return opaque(c, p->parent);
+	case TB_UNPACK_MAKE:
+		return make(c, a, e, pfd);
+	default: /* skipped, dropped */
+		return 0;
 	}
-	c->st->entries++;
-	if (archive_entry_hardlink(e)) {
-		rc = put_hardlink(c, e, pfd, name);
-	} else {
-		switch (archive_entry_filetype(e)) {
-		case AE_IFREG:
-			rc = clear_place(c, pfd, name, 0);
-			if (rc == 0)
-				rc = put_file(c, a, e, pfd, name);
-			break;
-		case AE_IFDIR:
-			rc = put_dir(c, e, pfd, name);
-			break;
-		case AE_IFLNK:
-			rc = put_symlink(c, e, pfd, name);
-			break;
-		case AE_IFIFO:
-			rc = clear_place(c, pfd, name, 0);
-			if (rc == 0 && mkfifoat(pfd, name, 0600) < 0)
-				rc = fail_errno(c, "cannot make the fifo");
-			break;
-		default: /* devices and sockets: never in a sandbox's root */
-			c->st->altered.devices++;
-			note(c->st->altered.device_path, sizeof(c->st->altered.device_path),
-			     c->entry);
-			c->st->entries--;
-			return 0;
-		}
-	}
-	if (rc == 0)
-		rc = mark(c, open_parent(c, parent), name);
-	return rc;
 }
 
 int tb_unpack_layer(int rootfd, int fd, const tb_unpack_limits_t *lim, tb_unpack_stats_t *st,

@@ -2,37 +2,32 @@
  * lazy_fs.c: a task's lazy inputs as a read-only FUSE file system
  * (lazy_fs.h).
  *
- * Inode 1 is the directory, inode 2 + i file i. The threads are ours, not
- * libfuse's loop: each polls the device and an eventfd, so that stopping
- * wakes them all at once whatever the sandbox still holds, and their
- * number is fixed. A read is served block by block out of the slots in
+ * Inode 1 is the directory, inode 2 + i file i. The device, the mount
+ * and the threads serving it are fuse_serve.h's (ours, not libfuse's
+ * loop: stopping wakes them all at once whatever the sandbox still
+ * holds, and their number is fixed). A read is served block by block out of the slots in
  * memory; a block in none is loaded into the least recently used free
  * one, from the cache or with one ranged GET of the whole block, checked,
  * then kept in the cache by a thread of its own (the keeper), so that a
  * fetch does not wait for the disk to write it.
  */
-#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 #include "lazy_fs.h"
 
+#include "fuse_serve.h"
 #include "tb/fault.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <fuse3/fuse_lowlevel.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_THREADS 16
+#define MAX_THREADS TB_FUSE_THREADS_MAX
 #define SPARE_SLOTS 2 /* hot blocks beyond one per thread */
 #define AHEAD 64      /* blocks fetched ahead of a sequential reader */
 #define PREFETCHERS 2 /* threads fetching them (with a cache only) */
@@ -61,12 +56,8 @@ struct tb_lazy_fs {
 	slot_t *slots; /* nslots, under lock */
 	size_t nslots;
 	uint64_t tick;
-	pthread_cond_t changed; /* a slot became READY or unpinned */
-	struct fuse_session *se;
-	int dev; /* /dev/fuse: the session's once it took it (dev_taken) */
-	int dev_taken;
-	int stop; /* an eventfd: written once to stop */
-	pthread_t threads[MAX_THREADS];
+	pthread_cond_t changed;   /* a slot became READY or unpinned */
+	tb_fuse_server_t *server; /* the device, the mount, the serving threads */
 	unsigned nthreads;
 	_Atomic uint64_t *fetched; /* per file */
 	pthread_mutex_t lock;
@@ -652,59 +643,6 @@ static const struct fuse_lowlevel_ops ops = {
 
 /* ------------------------------------------------------------ serving */
 
-static void *serve(void *arg)
-{
-	tb_lazy_fs_t *fs = arg;
-	struct fuse_buf fbuf = { .mem = NULL };
-	struct pollfd p[2] = { { .fd = fs->dev, .events = POLLIN },
-			       { .fd = fs->stop, .events = POLLIN } };
-
-	while (!fuse_session_exited(fs->se)) {
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
-			break;
-		if (p[1].revents)
-			break; /* stopping */
-		if (!(p[0].revents & POLLIN)) {
-			if (p[0].revents & (POLLERR | POLLHUP))
-				break; /* the connection is gone */
-			continue;
-		}
-		int n = fuse_session_receive_buf(fs->se, &fbuf);
-		if (n == -EAGAIN || n == -EINTR)
-			continue; /* another thread took it */
-		if (n <= 0)
-			break; /* 0: unmounted; < 0: the device failed */
-		fuse_session_process_buf(fs->se, &fbuf);
-	}
-	free(fbuf.mem);
-	return NULL;
-}
-
-/* A detached FUSE mount on device fd @p dev. The mount fd, or -errno. */
-static int make_mount(int dev)
-{
-	char num[16];
-	int fsfd = fsopen("fuse", FSOPEN_CLOEXEC), mfd = -1, e = 0;
-
-	if (fsfd < 0)
-		return -errno;
-	snprintf(num, sizeof(num), "%d", dev);
-	if (fsconfig(fsfd, FSCONFIG_SET_STRING, "source", "taskbox-inputs", 0) < 0 ||
-	    fsconfig(fsfd, FSCONFIG_SET_STRING, "fd", num, 0) < 0 ||
-	    fsconfig(fsfd, FSCONFIG_SET_STRING, "rootmode", "40555", 0) < 0 ||
-	    fsconfig(fsfd, FSCONFIG_SET_STRING, "user_id", "0", 0) < 0 ||
-	    fsconfig(fsfd, FSCONFIG_SET_STRING, "group_id", "0", 0) < 0 ||
-	    fsconfig(fsfd, FSCONFIG_SET_FLAG, "allow_other", NULL, 0) < 0 ||
-	    fsconfig(fsfd, FSCONFIG_SET_FLAG, "default_permissions", NULL, 0) < 0 ||
-	    fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
-	    (mfd = fsmount(fsfd, FSMOUNT_CLOEXEC,
-			   MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-			       MOUNT_ATTR_NOEXEC)) < 0)
-		e = errno;
-	close(fsfd);
-	return mfd >= 0 ? mfd : -e;
-}
-
 static int check_names(const tb_lazy_fs_conf_t *c, tb_error_t *err)
 {
 	for (size_t i = 0; i < c->nfiles; i++) {
@@ -720,38 +658,9 @@ static int check_names(const tb_lazy_fs_conf_t *c, tb_error_t *err)
 	return 0;
 }
 
-/* The kernel reads a FUSE file ahead by 128 KiB at most, whatever the
- * file system asks for at init (it keeps the smaller). A sequential
- * reader then costs a request, two wakeups and a reply every 128 KiB:
- * on two cores a cold read went at two thirds of its speed with 1 MiB.
- * The mount's own read-ahead (sysfs, by its device) is raised to a block.
- * Best effort: without /sys, reads only stay small. Threads must be
- * serving: fstat asks the file system. */
-static void widen_readahead(int mount_fd)
-{
-	struct stat st;
-	char path[96];
-
-	if (fstat(mount_fd, &st) < 0)
-		return;
-	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev),
-		 minor(st.st_dev));
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	char kb[16];
-	int n = snprintf(kb, sizeof(kb), "%d", TB_BLOCK_SIZE / 1024);
-	if (write(fd, kb, (size_t)n) != n) { /* refused: reads stay small */
-	}
-	close(fd);
-}
-
 int tb_lazy_fs_start(tb_lazy_fs_t **out, const tb_lazy_fs_conf_t *conf, int *mount_fd,
 		     tb_error_t *err)
 {
-	char *argv[] = { (char *)"taskbox", NULL };
-	struct fuse_args args = FUSE_ARGS_INIT(1, argv);
-	char dev_path[32];
 	tb_lazy_fs_t *fs;
 	int rc;
 
@@ -765,7 +674,6 @@ int tb_lazy_fs_start(tb_lazy_fs_t **out, const tb_lazy_fs_conf_t *conf, int *mou
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	}
 	fs->c = *conf;
-	fs->dev = fs->stop = -1;
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_cond_init(&fs->changed, NULL);
 	pthread_cond_init(&fs->work, NULL);
@@ -786,48 +694,23 @@ int tb_lazy_fs_start(tb_lazy_fs_t **out, const tb_lazy_fs_conf_t *conf, int *mou
 		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
 		goto fail;
 	}
-	if ((fs->dev = open("/dev/fuse", O_RDWR | O_CLOEXEC | O_NONBLOCK)) < 0) {
-		rc = tb_error_errno(err, TB_EIO, errno, "lazy inputs: open /dev/fuse");
+	fs->nthreads = want;
+	tb_fuse_serve_conf_t sc = { .ops = &ops,
+				    .userdata = fs,
+				    .source = "taskbox-inputs",
+				    .rootmode = "40555",
+				    .noexec = 1,
+				    .threads = want,
+				    .readahead_kb = TB_BLOCK_SIZE / 1024 };
+	if ((rc = tb_fuse_serve_start(&fs->server, &sc, "lazy inputs", mount_fd, err)) < 0)
 		goto fail;
-	}
-	if ((fs->stop = eventfd(0, EFD_CLOEXEC)) < 0) {
-		rc = tb_error_errno(err, TB_EIO, errno, "lazy inputs: eventfd");
-		goto fail;
-	}
-	fs->se = fuse_session_new(&args, &ops, sizeof(ops), fs);
-	fuse_opt_free_args(&args); /* copied in, or added to */
-	if (!fs->se) {
-		rc = tb_error_set(err, TB_ENOMEM, "lazy inputs: a FUSE session");
-		goto fail;
-	}
-	/* "/dev/fd/N": libfuse takes the device as it is (and closes it) */
-	snprintf(dev_path, sizeof(dev_path), "/dev/fd/%d", fs->dev);
-	if (fuse_session_mount(fs->se, dev_path) != 0) {
-		rc = tb_error_set(err, TB_EIO, "lazy inputs: FUSE refused the device");
-		goto fail;
-	}
-	fs->dev_taken = 1;
-	if ((*mount_fd = make_mount(fs->dev)) < 0) {
-		rc = tb_error_errno(err, TB_EIO, -*mount_fd, "lazy inputs: mount FUSE");
-		*mount_fd = -1;
-		goto fail;
-	}
-	for (; fs->nthreads < want; fs->nthreads++)
-		if (pthread_create(&fs->threads[fs->nthreads], NULL, serve, fs) != 0)
-			break;
-	widen_readahead(*mount_fd);
+	fs->nthreads = tb_fuse_serve_threads(fs->server);
 	/* without a keeper, blocks are written where they were fetched */
 	fs->has_keeper = conf->cache && pthread_create(&fs->keeper, NULL, keeper, fs) == 0;
 	/* fetching ahead needs somewhere to put what it fetched */
 	for (; conf->cache && fs->nprefetchers < PREFETCHERS; fs->nprefetchers++)
 		if (pthread_create(&fs->prefetchers[fs->nprefetchers], NULL, prefetch, fs) != 0)
 			break;
-	if (!fs->nthreads) {
-		rc = tb_error_set(err, TB_EIO, "lazy inputs: no thread to serve them");
-		close(*mount_fd);
-		*mount_fd = -1;
-		goto fail;
-	}
 	*out = fs;
 	return 0;
 fail:
@@ -851,15 +734,9 @@ int tb_lazy_fs_error(tb_lazy_fs_t *fs, char *out, size_t cap)
 
 void tb_lazy_fs_stop(tb_lazy_fs_t *fs)
 {
-	uint64_t one = 1;
-
 	if (!fs)
 		return;
-	/* cannot fail: an eventfd written once */
-	if (fs->stop >= 0 && write(fs->stop, &one, sizeof(one)) != (ssize_t)sizeof(one))
-		abort();
-	for (unsigned i = 0; i < fs->nthreads; i++)
-		pthread_join(fs->threads[i], NULL);
+	tb_fuse_serve_stop(fs->server); /* no request is served past here */
 	pthread_mutex_lock(&fs->lock);
 	fs->stopping = 1;
 	pthread_cond_broadcast(&fs->work);
@@ -874,13 +751,6 @@ void tb_lazy_fs_stop(tb_lazy_fs_t *fs)
 		pthread_mutex_unlock(&fs->lock);
 		pthread_join(fs->keeper, NULL);
 	}
-	if (fs->se)
-		fuse_session_destroy(fs->se); /* closes a device it took: the
-					       * kernel fails what still waits */
-	if (!fs->dev_taken && fs->dev >= 0)
-		close(fs->dev);
-	if (fs->stop >= 0)
-		close(fs->stop);
 	pthread_mutex_destroy(&fs->lock);
 	pthread_cond_destroy(&fs->changed);
 	pthread_cond_destroy(&fs->work);

@@ -1,0 +1,1008 @@
+/*
+ * test_image_fs.c: an image's root read on demand (worker/lazy/
+ * image_fs.h), as root with /dev/fuse: three gzip layers (files,
+ * directories, links written through a link, a hard link, whiteouts, an
+ * opaque directory, a set-user-ID file, ids past the map, a device, a
+ * FIFO, a file over many spans) indexed, served, and the mounted tree
+ * walked against the tree tb_unpack_layer() makes of the same layers:
+ * types, modes, ids, sizes, links, link targets, contents byte for byte;
+ * and layers at the corners of the rules (links in parents, loops,
+ * hard links to what is not there, things trading places) made, or
+ * refused, by both alike.
+ * Then what is fetched: one small file fetches only the spans holding
+ * it, a second file system on the same cache nothing; concurrent
+ * readers of a span wait for its one fetch; prefetching fills the cache
+ * so that reading everything fetches nothing more. And hostile: a span whose
+ * bytes are altered fails only its file's reads, with the layer and
+ * span kept; an index whose entries lie about where data is.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "image_fs.h"
+#include "tb/encoding.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#define NLAYERS 3
+#define BIG (1536u << 10)
+#define MAX_FETCHES 4096
+
+/* One entry of a layer: f file, d dir, l symlink, h hard link, c char
+ * device, p FIFO. */
+typedef struct spec {
+	const char *path;
+	char type;
+	unsigned mode;
+	int64_t uid;
+	const char *text; /* a file's content; NULL: size bytes of fill() */
+	size_t size;
+	const char *link;
+} spec_t;
+
+/* past ustar's 100 bytes of a last component: pax records it */
+static const char LONG_NAME[] = "long/a-name-long-enough-that-ustar-cannot-hold-it-and-pax-"
+				"records-it-before-its-header-0123456789-0123456789.txt";
+
+static const spec_t L0[] = {
+	{ "etc/", 'd', 0755, 0, NULL, 0, NULL },
+	{ "etc/passwd", 'f', 0644, 0, "root:x:0:0::/root:/bin/sh\n", 0, NULL },
+	{ "usr/", 'd', 0755, 0, NULL, 0, NULL },
+	{ "usr/bin/", 'd', 0755, 0, NULL, 0, NULL },
+	{ "usr/bin/tool", 'f', 04755, 0, "#!/bin/sh\necho tool\n", 0, NULL },
+	{ "bin", 'l', 0777, 0, NULL, 0, "usr/bin" },
+	{ "big/data", 'f', 0640, 1000, NULL, BIG, NULL },
+	{ "small/a", 'f', 0600, 70000, "a small file\n", 0, NULL },
+	{ "dev/null", 'c', 0666, 0, NULL, 0, NULL },
+	{ "opq/lower1", 'f', 0644, 0, "lower 1\n", 0, NULL },
+	{ "opq/sub/", 'd', 0755, 0, NULL, 0, NULL },
+	{ "opq/sub/lower2", 'f', 0644, 0, "lower 2\n", 0, NULL },
+	{ "gone/x", 'f', 0644, 0, "whited out\n", 0, NULL },
+	{ "keep/y", 'f', 0644, 0, "whole dir whited out\n", 0, NULL },
+	{ "run/fifo", 'p', 0666, 1000, NULL, 0, NULL },
+	{ "linkme", 'f', 0644, 1000, "shared by a hard link\n", 0, NULL },
+	{ LONG_NAME, 'f', 0644, 0, "after a pax header\n", 0, NULL },
+	{ NULL, 0, 0, 0, NULL, 0, NULL },
+};
+static const spec_t L1[] = {
+	{ "hard", 'h', 0, 0, NULL, 0, "linkme" },
+	{ "gone/.wh.x", 'f', 0644, 0, "", 0, NULL },
+	{ "opq/.wh..wh..opq", 'f', 0644, 0, "", 0, NULL },
+	{ "opq/upper", 'f', 0644, 0, "upper\n", 0, NULL },
+	{ "bin/via-link", 'f', 0755, 0, "written through bin -> usr/bin\n", 0, NULL },
+	{ "etc/passwd", 'f', 0600, 0, "root:x:0:0::/root:/bin/bash\n", 0, NULL },
+	{ "etc/", 'd', 0750, 5, NULL, 0, NULL },
+	{ NULL, 0, 0, 0, NULL, 0, NULL },
+};
+static const spec_t L2[] = {
+	{ ".wh.keep", 'f', 0644, 0, "", 0, NULL },
+	{ "small/b", 'f', 02755, 1000, "b\n", 0, NULL },
+	{ "abs", 'l', 0777, 0, NULL, 0, "/etc/passwd" },
+	{ "big2", 'f', 0644, 0, NULL, 200000, NULL },
+	{ NULL, 0, 0, 0, NULL, 0, NULL },
+};
+
+/* A layer's blob in memory, fetched by range; what was fetched is noted. */
+typedef struct blob {
+	uint8_t *p;
+	size_t n, at;
+	char digest[72];
+	tb_layer_index_t *ix;
+	pthread_mutex_t lock;
+	uint64_t offs[MAX_FETCHES]; /* each fetch's offset */
+	size_t nfetches;
+	uint64_t alter_at; /* a fetch from here gets a byte flipped; 0: none */
+	int slow;          /* ms each fetch takes */
+} blob_t;
+
+static struct {
+	char tmp[64];
+	blob_t b[NLAYERS];
+	char unpacked[128];
+	tb_unpack_stats_t st;
+	int n;
+	unsigned prefetch; /* start(): prefetch_threads */
+	uint32_t id_base;  /* start(): id_base */
+} F;
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+	static const char *words[] = { "image ", "root ", "span ", "of ", "fuse\n", "layer " };
+	uint32_t x = seed * 2654435761u + 1;
+	for (size_t i = 0; i < n;) {
+		x = x * 1103515245u + 12345u;
+		if (x & 0x10000) { /* half noise: a few spans' worth compressed */
+			p[i++] = (uint8_t)(x >> 20);
+			continue;
+		}
+		for (const char *w = words[(x >> 17) % 6]; *w && i < n; w++)
+			p[i++] = (uint8_t)*w;
+	}
+}
+
+static void add_entry(struct archive *a, const spec_t *s, uint32_t seed)
+{
+	struct archive_entry *e = archive_entry_new();
+	size_t len = s->text ? strlen(s->text) : s->size;
+
+	archive_entry_set_pathname(e, s->path);
+	archive_entry_set_uid(e, s->uid);
+	archive_entry_set_gid(e, s->uid);
+	archive_entry_set_perm(e, s->mode);
+	archive_entry_set_mtime(e, 1700000000, 0);
+	switch (s->type) {
+	case 'd':
+		archive_entry_set_filetype(e, AE_IFDIR);
+		break;
+	case 'l':
+		archive_entry_set_filetype(e, AE_IFLNK);
+		archive_entry_set_symlink(e, s->link);
+		break;
+	case 'h':
+		archive_entry_set_filetype(e, AE_IFREG);
+		archive_entry_set_hardlink(e, s->link);
+		break;
+	case 'c':
+		archive_entry_set_filetype(e, AE_IFCHR);
+		archive_entry_set_rdev(e, makedev(1, 3));
+		break;
+	case 'p':
+		archive_entry_set_filetype(e, AE_IFIFO);
+		break;
+	default:
+		archive_entry_set_filetype(e, AE_IFREG);
+		archive_entry_set_size(e, (la_int64_t)len);
+	}
+	assert_int_equal(archive_write_header(a, e), ARCHIVE_OK);
+	if (s->type == 'f' && len) {
+		uint8_t *d = malloc(len);
+		assert_non_null(d);
+		if (s->text)
+			memcpy(d, s->text, len);
+		else
+			fill(d, len, seed);
+		assert_int_equal(archive_write_data(a, d, len), (la_ssize_t)len);
+		free(d);
+	}
+	archive_entry_free(e);
+}
+
+/* A gzip layer of @p s into @p b, its digest and its index (decoded from
+ * its encoding, pinned, as a consumer has it). */
+static void make_layer(blob_t *b, const spec_t *s)
+{
+	size_t cap = 8u << 20;
+	struct archive *a = archive_write_new();
+	unsigned char sum[32];
+
+	b->p = malloc(cap);
+	assert_non_null(b->p);
+	archive_write_set_format_pax_restricted(a);
+	archive_write_add_filter_gzip(a);
+	assert_int_equal(archive_write_open_memory(a, b->p, cap, &b->n), ARCHIVE_OK);
+	for (uint32_t i = 0; s[i].path; i++)
+		add_entry(a, &s[i], i + 1);
+	assert_int_equal(archive_write_close(a), ARCHIVE_OK);
+	archive_write_free(a);
+	EVP_Digest(b->p, b->n, sum, NULL, EVP_sha256(), NULL);
+	memcpy(b->digest, "sha256:", 7);
+	tb_hex(b->digest + 7, sum, sizeof(sum));
+	pthread_mutex_init(&b->lock, NULL);
+}
+
+static int64_t blob_read(void *arg, void *buf, size_t len, tb_error_t *err)
+{
+	blob_t *b = arg;
+	(void)err;
+	size_t n = b->n - b->at < len ? b->n - b->at : len;
+	memcpy(buf, b->p + b->at, n);
+	b->at += n;
+	return (int64_t)n;
+}
+
+static int64_t blob_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_error_t *err)
+{
+	blob_t *b = arg;
+	if (off > b->n || len > b->n - off)
+		return tb_error_set(err, TB_EINVAL, "a range past the blob");
+	if (b->slow)
+		usleep((useconds_t)b->slow * 1000);
+	memcpy(buf, b->p + off, len);
+	pthread_mutex_lock(&b->lock);
+	if (b->nfetches < MAX_FETCHES)
+		b->offs[b->nfetches++] = off;
+	if (b->alter_at && off == b->alter_at)
+		((uint8_t *)buf)[len / 2] ^= 0x40;
+	pthread_mutex_unlock(&b->lock);
+	return (int64_t)len;
+}
+
+static tb_layer_index_t *index_of(blob_t *b)
+{
+	tb_layer_index_t *ix, *back;
+	tb_error_t err;
+	uint8_t *enc;
+	size_t len;
+	char digest[72];
+
+	b->at = 0;
+	if (tb_layer_index_build(b->digest, TB_LAYER_INDEX_SPAN_MIN, blob_read, b, &ix, &err))
+		fail_msg("index: %s", err.msg);
+	assert_int_equal(tb_layer_index_encode(ix, &enc, &len, digest, &err), 0);
+	if (tb_layer_index_decode(enc, len, b->digest, digest, &back, &err))
+		fail_msg("decode: %s", err.msg);
+	free(enc);
+	tb_layer_index_free(ix);
+	return back;
+}
+
+static void unpack_all(void)
+{
+	tb_unpack_limits_t lim = { 1u << 30, 100000 };
+	tb_error_t err;
+
+	snprintf(F.unpacked, sizeof(F.unpacked), "%s/unpacked", F.tmp);
+	assert_int_equal(mkdir(F.unpacked, 0755), 0);
+	int root = open(F.unpacked, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	for (int l = 0; l < NLAYERS; l++) {
+		int fd = memfd_create("layer", MFD_CLOEXEC);
+		assert_int_equal(write(fd, F.b[l].p, F.b[l].n), (ssize_t)F.b[l].n);
+		lseek(fd, 0, SEEK_SET);
+		if (tb_unpack_layer(root, fd, &lim, &F.st, &err) != 0)
+			fail_msg("unpack: %s", err.msg);
+		close(fd);
+	}
+	close(root);
+}
+
+static int setup(void **state)
+{
+	const spec_t *specs[NLAYERS] = { L0, L1, L2 };
+
+	(void)state;
+	if (geteuid() != 0 || access("/dev/fuse", R_OK | W_OK) < 0) {
+		printf("SKIP: needs root and /dev/fuse\n");
+		exit(77);
+	}
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return -1;
+	umask(022);
+	snprintf(F.tmp, sizeof(F.tmp), "/tmp/tb-imgfs-XXXXXX");
+	if (!mkdtemp(F.tmp))
+		return -1;
+	for (int l = 0; l < NLAYERS; l++) {
+		make_layer(&F.b[l], specs[l]);
+		F.b[l].ix = index_of(&F.b[l]);
+	}
+	unpack_all();
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	for (int l = 0; l < NLAYERS; l++) {
+		tb_layer_index_free(F.b[l].ix);
+		free(F.b[l].p);
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", F.tmp);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------ mounting */
+
+typedef struct mounted {
+	tb_image_fs_t *fs;
+	char at[128];
+} mounted_t;
+
+static void reset_fetches(void)
+{
+	for (int l = 0; l < NLAYERS; l++) {
+		F.b[l].nfetches = 0;
+		F.b[l].alter_at = 0;
+		F.b[l].slow = 0;
+	}
+}
+
+static int start(mounted_t *m, tb_span_cache_t *cache, tb_layer_index_t *const *ix, tb_error_t *err)
+{
+	tb_image_fs_layer_t layers[NLAYERS];
+	int mfd;
+
+	for (int l = 0; l < NLAYERS; l++)
+		layers[l] =
+		    (tb_image_fs_layer_t){ ix ? ix[l] : F.b[l].ix, blob_fetch, &F.b[l], NULL };
+	tb_image_fs_conf_t conf = { .layers = layers,
+				    .nlayers = NLAYERS,
+				    .cache = cache,
+				    .limits = { 1u << 30, 100000 },
+				    .prefetch_threads = F.prefetch,
+				    .id_base = F.id_base };
+	int rc = tb_image_fs_start(&m->fs, &conf, &mfd, err);
+	if (rc < 0)
+		return rc;
+	snprintf(m->at, sizeof(m->at), "%s/m%d", F.tmp, F.n++);
+	assert_int_equal(mkdir(m->at, 0755), 0);
+	if (move_mount(mfd, "", AT_FDCWD, m->at, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		fail_msg("move_mount: %s", strerror(errno));
+	close(mfd);
+	return 0;
+}
+
+static void mount_image(mounted_t *m, tb_span_cache_t *cache)
+{
+	tb_error_t err;
+	if (start(m, cache, NULL, &err) < 0)
+		fail_msg("start: %s", err.msg);
+}
+
+static void unmount_image(mounted_t *m)
+{
+	assert_int_equal(umount2(m->at, MNT_DETACH), 0);
+	tb_image_fs_stop(m->fs);
+}
+
+/* The whole file @p path (malloc'd, its length in @p len), or NULL with
+ * errno set. */
+static uint8_t *slurp(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return NULL;
+	uint8_t *p = malloc((size_t)st.st_size + 1);
+	size_t done = 0;
+	ssize_t n = 1;
+	while (p && done < (size_t)st.st_size && (n = read(fd, p + done, 65536)) > 0)
+		done += (size_t)n;
+	int e = errno;
+	close(fd);
+	if (n < 0) {
+		free(p);
+		errno = e;
+		return NULL;
+	}
+	*len = done;
+	return p;
+}
+
+/* ------------------------------------------------------------ comparing */
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The names in directory @p path, sorted, NULL-ended. */
+static char **names_in(const char *path, size_t *n)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	char **v = calloc(256, sizeof(*v));
+	*n = 0;
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+			assert_true(*n < 255);
+			v[(*n)++] = strdup(de->d_name);
+		}
+	closedir(d);
+	qsort(v, *n, sizeof(*v), by_name);
+	return v;
+}
+
+static void compare(const char *a, const char *b, const char *rel);
+
+static void compare_dirs(const char *a, const char *b, const char *rel)
+{
+	size_t na, nb;
+	char **va = names_in(a, &na), **vb = names_in(b, &nb);
+
+	if (na != nb)
+		fail_msg("%s: %zu entries unpacked, %zu served", rel, na, nb);
+	for (size_t i = 0; i < na; i++) {
+		char pa[1024], pb[1024], r[1024];
+		if (strcmp(va[i], vb[i]))
+			fail_msg("%s: '%s' unpacked, '%s' served", rel, va[i], vb[i]);
+		snprintf(pa, sizeof(pa), "%s/%s", a, va[i]);
+		snprintf(pb, sizeof(pb), "%s/%s", b, vb[i]);
+		snprintf(r, sizeof(r), "%s/%s", rel, va[i]);
+		compare(pa, pb, r);
+		free(va[i]);
+		free(vb[i]);
+	}
+	free(va);
+	free(vb);
+}
+
+static void compare(const char *a, const char *b, const char *rel)
+{
+	struct stat sa, sb;
+
+	assert_int_equal(lstat(a, &sa), 0);
+	if (lstat(b, &sb) != 0)
+		fail_msg("%s: served: %s", rel, strerror(errno));
+	if (sa.st_mode != sb.st_mode || sa.st_uid != sb.st_uid || sa.st_gid != sb.st_gid)
+		fail_msg("%s: mode %o %u:%u unpacked, %o %u:%u served", rel, sa.st_mode, sa.st_uid,
+			 sa.st_gid, sb.st_mode, sb.st_uid, sb.st_gid);
+	if (S_ISDIR(sa.st_mode)) {
+		compare_dirs(a, b, rel);
+		return;
+	}
+	assert_int_equal(sa.st_nlink, sb.st_nlink);
+	assert_int_equal(sa.st_size, sb.st_size);
+	if (S_ISLNK(sa.st_mode)) {
+		char la[4096] = { 0 }, lb[4096] = { 0 };
+		assert_true(readlink(a, la, sizeof(la)) > 0);
+		assert_true(readlink(b, lb, sizeof(lb)) > 0);
+		assert_string_equal(la, lb);
+	} else if (S_ISREG(sa.st_mode)) {
+		size_t la, lb;
+		uint8_t *da = slurp(a, &la), *db = slurp(b, &lb);
+		if (!db)
+			fail_msg("%s: served: %s", rel, strerror(errno));
+		assert_int_equal(la, lb);
+		if (memcmp(da, db, la))
+			fail_msg("%s: contents differ", rel);
+		free(da);
+		free(db);
+	}
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_image_fs__the_served_tree_is_the_unpacked_tree(void **state)
+{
+	mounted_t m;
+
+	(void)state;
+	reset_fetches();
+	mount_image(&m, NULL);
+	compare(F.unpacked, m.at, "");
+	/* what the rules changed, counted the same */
+	const tb_unpack_stats_t *st = tb_image_fs_stats(m.fs);
+	assert_int_equal(st->altered.devices, F.st.altered.devices);
+	assert_int_equal(st->altered.setid, F.st.altered.setid);
+	assert_int_equal(st->altered.ids, F.st.altered.ids);
+	assert_int_equal(st->entries, F.st.entries);
+	assert_int_equal(st->bytes, F.st.bytes);
+	assert_int_equal(F.st.altered.devices, 1);
+	assert_int_equal(F.st.altered.setid, 2);
+	/* a few of the rules, spelled out */
+	char p[256];
+	struct stat s;
+	snprintf(p, sizeof(p), "%s/usr/bin/via-link", m.at);
+	assert_int_equal(stat(p, &s), 0);
+	snprintf(p, sizeof(p), "%s/hard", m.at);
+	assert_int_equal(stat(p, &s), 0);
+	assert_int_equal(s.st_nlink, 2);
+	snprintf(p, sizeof(p), "%s/opq/sub", m.at);
+	assert_int_equal(stat(p, &s), -1);
+	snprintf(p, sizeof(p), "%s/keep", m.at);
+	assert_int_equal(stat(p, &s), -1);
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	assert_int_equal(stat(p, &s), 0);
+	assert_int_equal(s.st_uid, 65534);
+	snprintf(p, sizeof(p), "%s/dev/null", m.at);
+	assert_int_equal(lstat(p, &s), -1);
+	char msg[256];
+	assert_int_equal(tb_image_fs_error(m.fs, msg, sizeof(msg)), 0);
+	unmount_image(&m);
+	/* a sandbox's range of host ids, for a mount that is not idmapped */
+	F.id_base = 200000;
+	mount_image(&m, NULL);
+	F.id_base = 0;
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	assert_int_equal(stat(p, &s), 0);
+	assert_int_equal(s.st_uid, 200000 + 65534);
+	snprintf(p, sizeof(p), "%s/big/data", m.at);
+	assert_int_equal(stat(p, &s), 0);
+	assert_int_equal(s.st_uid, 201000);
+	assert_int_equal(s.st_gid, 201000);
+	assert_int_equal(stat(m.at, &s), 0);
+	assert_int_equal(s.st_uid, 200000);
+	unmount_image(&m);
+}
+
+/* The spans of layer @p l that hold tar stream bytes [from, to). */
+static void spans_of(int l, uint64_t from, uint64_t to, size_t *first, size_t *last)
+{
+	const tb_layer_index_t *ix = F.b[l].ix;
+	*first = *last = 0;
+	for (size_t i = 0; i < ix->npoints; i++) {
+		if (ix->points[i].out <= from)
+			*first = i;
+		if (ix->points[i].out < to)
+			*last = i;
+	}
+}
+
+static const tb_layer_entry_t *entry_named(int l, const char *path)
+{
+	for (size_t i = 0; i < F.b[l].ix->nentries; i++)
+		if (!strcmp(F.b[l].ix->entries[i].path, path))
+			return &F.b[l].ix->entries[i];
+	fail_msg("no entry %s", path);
+	return NULL;
+}
+
+static uint64_t total_fetches(void)
+{
+	uint64_t n = 0;
+	for (int l = 0; l < NLAYERS; l++)
+		n += F.b[l].nfetches;
+	return n;
+}
+
+static void test_image_fs__one_file_fetches_its_spans_and_a_second_fs_nothing(void **state)
+{
+	mounted_t m, m2;
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	char dir[128], p[256];
+	size_t len, first, last;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/spans", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	mount_image(&m, cache);
+	assert_int_equal(total_fetches(), 0); /* the tree is the index's */
+	/* a small file inside big files' spans: its own, and its header's */
+	const tb_layer_entry_t *e = entry_named(0, "small/a");
+	spans_of(0, e->offset - 512, e->offset + e->size, &first, &last);
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	uint8_t *d = slurp(p, &len);
+	assert_non_null(d);
+	assert_memory_equal(d, "a small file\n", len);
+	free(d);
+	assert_true(F.b[0].nfetches >= 1);
+	for (size_t k = 0; k < F.b[0].nfetches; k++) {
+		uint64_t from, to;
+		size_t i = 0;
+		while (i + 1 < F.b[0].ix->npoints) {
+			tb_layer_index_span(F.b[0].ix, i, &from, &to);
+			if (from == F.b[0].offs[k])
+				break;
+			i++;
+		}
+		/* the span after the last only when they share a byte */
+		if (i < first || i > last + 1)
+			fail_msg("span %zu fetched for a file in spans %zu..%zu", i, first, last);
+	}
+	assert_int_equal(F.b[1].nfetches + F.b[2].nfetches, 0);
+	assert_true(F.b[0].nfetches < F.b[0].ix->npoints / 2);
+	assert_int_equal(tb_image_fs_fetched(m.fs, 0),
+			 tb_span_cache_bytes(cache)); /* each fetched span kept */
+	unmount_image(&m);
+
+	uint64_t before = total_fetches();
+	mount_image(&m2, cache);
+	snprintf(p, sizeof(p), "%s/small/a", m2.at);
+	d = slurp(p, &len);
+	assert_non_null(d);
+	free(d);
+	assert_int_equal(total_fetches(), before);
+	assert_int_equal(tb_image_fs_fetched(m2.fs, 0), 0);
+	unmount_image(&m2);
+	tb_span_cache_close(cache);
+}
+
+typedef struct reader_arg {
+	const char *path;
+	int ok;
+} reader_arg_t;
+
+static void *reader(void *arg)
+{
+	reader_arg_t *r = arg;
+	size_t len;
+	uint8_t *d = slurp(r->path, &len);
+	r->ok =
+	    d && len == strlen("after a pax header\n") && !memcmp(d, "after a pax header\n", len);
+	free(d);
+	return NULL;
+}
+
+static void test_image_fs__readers_of_one_span_wait_for_its_one_fetch(void **state)
+{
+	mounted_t m;
+	pthread_t t[8];
+	reader_arg_t r[8];
+	char p[512];
+
+	(void)state;
+	reset_fetches();
+	mount_image(&m, NULL);
+	F.b[0].slow = 200; /* every reader arrives while the span is fetched */
+	snprintf(p, sizeof(p), "%s/%s", m.at, LONG_NAME);
+	for (int i = 0; i < 8; i++) {
+		r[i] = (reader_arg_t){ p, 0 };
+		assert_int_equal(pthread_create(&t[i], NULL, reader, &r[i]), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		assert_true(r[i].ok);
+	}
+	/* its span, and the next if they share a byte: once each */
+	for (size_t i = 0; i < F.b[0].nfetches; i++)
+		for (size_t j = i + 1; j < F.b[0].nfetches; j++)
+			assert_true(F.b[0].offs[i] != F.b[0].offs[j]);
+	assert_true(F.b[0].nfetches >= 1 && F.b[0].nfetches <= 3);
+	unmount_image(&m);
+}
+
+static void test_image_fs__an_altered_span_fails_its_file_only(void **state)
+{
+	mounted_t m;
+	char p[256], msg[600], want[64];
+	size_t len, first, last;
+	uint64_t from, to;
+
+	(void)state;
+	reset_fetches();
+	const tb_layer_entry_t *e = entry_named(0, "big/data");
+	spans_of(0, e->offset + e->size / 2, e->offset + e->size / 2 + 1, &first, &last);
+	tb_layer_index_span(F.b[0].ix, first, &from, &to);
+	F.b[0].alter_at = from;
+	mount_image(&m, NULL);
+	snprintf(p, sizeof(p), "%s/big/data", m.at);
+	errno = 0;
+	assert_null(slurp(p, &len));
+	assert_int_equal(errno, EIO);
+	/* its first bytes, in spans before the altered one, still read */
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	uint8_t head[4096];
+	assert_int_equal(pread(fd, head, sizeof(head), 0), (ssize_t)sizeof(head));
+	close(fd);
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	uint8_t *d = slurp(p, &len);
+	assert_non_null(d);
+	free(d);
+	snprintf(p, sizeof(p), "%s/big2", m.at);
+	d = slurp(p, &len);
+	assert_non_null(d);
+	free(d);
+	assert_int_equal(tb_image_fs_error(m.fs, msg, sizeof(msg)), TB_EPOISON);
+	snprintf(want, sizeof(want), "span %zu ", first);
+	if (!strstr(msg, want) || !strstr(msg, F.b[0].digest))
+		fail_msg("the kept error: %s", msg);
+	unmount_image(&m);
+}
+
+static void test_image_fs__an_index_that_lies_about_offsets(void **state)
+{
+	tb_layer_index_t *ix[NLAYERS] = { F.b[0].ix, F.b[1].ix, F.b[2].ix };
+	mounted_t m;
+	tb_error_t err;
+	char p[512], msg[600];
+	size_t len;
+
+	(void)state;
+	reset_fetches();
+	/* data said to run over the next entry's header: refused at start */
+	tb_layer_entry_t *e = (tb_layer_entry_t *)entry_named(0, "etc/passwd");
+	uint64_t was = e->offset;
+	e->offset += 512;
+	assert_int_equal(start(&m, NULL, ix, &err), TB_EINVAL);
+	assert_non_null(strstr(err.msg, "etc/passwd"));
+	e->offset = was;
+	/* moved back into the pax records before its header: caught on read */
+	e = (tb_layer_entry_t *)entry_named(0, LONG_NAME);
+	was = e->offset;
+	e->offset -= 512;
+	if (start(&m, NULL, ix, &err) < 0)
+		fail_msg("start: %s", err.msg);
+	snprintf(p, sizeof(p), "%s/%s", m.at, LONG_NAME);
+	errno = 0;
+	assert_null(slurp(p, &len));
+	assert_int_equal(errno, EIO);
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	uint8_t *d = slurp(p, &len);
+	assert_non_null(d);
+	free(d);
+	assert_int_equal(tb_image_fs_error(m.fs, msg, sizeof(msg)), TB_EPOISON);
+	assert_non_null(strstr(msg, "no tar header"));
+	unmount_image(&m);
+	e->offset = was;
+}
+
+static void test_image_fs__a_tree_past_its_memory_cap_is_refused(void **state)
+{
+	tb_image_fs_layer_t layers[NLAYERS];
+	tb_image_fs_t *fs;
+	tb_error_t err;
+	int mfd;
+
+	(void)state;
+	for (int l = 0; l < NLAYERS; l++)
+		layers[l] = (tb_image_fs_layer_t){ F.b[l].ix, blob_fetch, &F.b[l], NULL };
+	tb_image_fs_conf_t conf = { .layers = layers,
+				    .nlayers = NLAYERS,
+				    .limits = { 1u << 30, 100000 },
+				    .max_tree_memory = 2048 };
+	assert_int_equal(tb_image_fs_start(&fs, &conf, &mfd, &err), TB_ETOOBIG);
+	assert_non_null(strstr(err.msg, "memory"));
+	conf.max_tree_memory = 0;
+	conf.max_memory = 64 << 10; /* not even one span per slot */
+	assert_int_equal(tb_image_fs_start(&fs, &conf, &mfd, &err), TB_ETOOBIG);
+	assert_non_null(strstr(err.msg, "span"));
+	conf.max_memory = 0;
+	conf.limits.max_entries = 5; /* the eager unpack's caps, the same */
+	assert_int_equal(tb_image_fs_start(&fs, &conf, &mfd, &err), TB_ETOOBIG);
+}
+
+static void test_image_fs__prefetch_fills_the_cache_and_reads_fetch_nothing_more(void **state)
+{
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	mounted_t m;
+	char dir[128];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/spans-ahead", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	F.prefetch = 2;
+	mount_image(&m, cache);
+	F.prefetch = 0;
+	for (int i = 0; i < 2000 && !tb_image_fs_prefetched(m.fs); i++)
+		usleep(10000);
+	assert_true(tb_image_fs_prefetched(m.fs));
+	for (int l = 0; l < NLAYERS; l++) {
+		for (size_t i = 0; i < F.b[l].ix->npoints; i++)
+			assert_true(tb_span_cache_has(cache, F.b[l].ix, i));
+		assert_int_equal(F.b[l].nfetches, F.b[l].ix->npoints); /* once each */
+		uint64_t from, to; /* every span: all but the gzip header */
+		tb_layer_index_span(F.b[l].ix, 0, &from, &to);
+		assert_int_equal(tb_image_fs_fetched(m.fs, (size_t)l), F.b[l].n - from);
+	}
+	uint64_t before = total_fetches();
+	compare(F.unpacked, m.at, ""); /* every file read: from the cache */
+	assert_int_equal(total_fetches(), before);
+	unmount_image(&m);
+	tb_span_cache_close(cache);
+}
+
+static void test_image_fs__memory_goes_back_when_reads_stop(void **state)
+{
+	mounted_t m;
+	char p[256];
+	size_t len;
+
+	(void)state;
+	reset_fetches();
+	mount_image(&m, NULL);
+	assert_int_equal(tb_image_fs_memory(m.fs), 0); /* taken when first used */
+	snprintf(p, sizeof(p), "%s/big/data", m.at);
+	uint8_t *d = slurp(p, &len);
+	assert_non_null(d);
+	free(d);
+	assert_true(tb_image_fs_memory(m.fs) > 0);
+	for (int i = 0; i < 100 && tb_image_fs_memory(m.fs); i++)
+		usleep(100000);
+	assert_int_equal(tb_image_fs_memory(m.fs), 0);
+	snprintf(p, sizeof(p), "%s/small/a", m.at); /* and taken again */
+	d = slurp(p, &len);
+	assert_non_null(d);
+	assert_memory_equal(d, "a small file\n", len);
+	free(d);
+	unmount_image(&m);
+}
+
+static void test_image_fs__readers_and_prefetchers_fetch_a_span_once(void **state)
+{
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	mounted_t m;
+	char dir[128];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/spans-met", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	for (int l = 0; l < NLAYERS; l++)
+		F.b[l].slow = 20; /* readers meet the prefetchers on the way */
+	F.prefetch = 3;
+	mount_image(&m, cache);
+	F.prefetch = 0;
+	compare(F.unpacked, m.at, "");
+	for (int i = 0; i < 2000 && !tb_image_fs_prefetched(m.fs); i++)
+		usleep(10000);
+	assert_true(tb_image_fs_prefetched(m.fs));
+	for (int l = 0; l < NLAYERS; l++) {
+		assert_int_equal(F.b[l].nfetches, F.b[l].ix->npoints);
+		for (size_t i = 0; i < F.b[l].nfetches; i++)
+			for (size_t j = i + 1; j < F.b[l].nfetches; j++)
+				assert_true(F.b[l].offs[i] != F.b[l].offs[j]);
+	}
+	unmount_image(&m);
+	tb_span_cache_close(cache);
+	reset_fetches();
+}
+
+/* ------------------------------------------------------------ shapes */
+
+#define END                                                                                        \
+	{                                                                                          \
+		NULL, 0, 0, 0, NULL, 0, NULL                                                       \
+	}
+#define F_(path, text)                                                                             \
+	{                                                                                          \
+		path, 'f', 0644, 0, text, 0, NULL                                                  \
+	}
+#define D_(path)                                                                                   \
+	{                                                                                          \
+		path, 'd', 0755, 0, NULL, 0, NULL                                                  \
+	}
+#define L_(path, to)                                                                               \
+	{                                                                                          \
+		path, 'l', 0777, 0, NULL, 0, to                                                    \
+	}
+#define H_(path, to)                                                                               \
+	{                                                                                          \
+		path, 'h', 0, 0, NULL, 0, to                                                       \
+	}
+
+/* Layers whose tree is a corner of the rules: each must come out of the
+ * eager unpack and the index the same, or be refused by both. */
+typedef struct shape {
+	const char *what;
+	const spec_t *layers[3];
+	int ok;
+} shape_t;
+
+static const spec_t ABS1[] = { D_("b/"), L_("a", "/b"), END }, ABS2[] = { F_("a/f", "x\n"), END };
+static const spec_t DOTDOT[] = { L_("x", "../../.."), F_("x/etc/f", "up\n"), END };
+static const spec_t LOOP[] = { L_("l1", "l2"), L_("l2", "l1"), F_("l1/f", "x\n"), END };
+static const spec_t FILE_DIR[] = { F_("f", "x\n"), F_("f/g", "y\n"), END };
+static const spec_t HARD_DIR[] = { D_("d/"), H_("h", "d"), END };
+static const spec_t HARD_NONE[] = { H_("h", "nothing"), END };
+static const spec_t HARD_OUT[] = { F_("t", "x\n"), H_("h", "../t"), END };
+static const spec_t DANGLING[] = { L_("d", "nowhere"), F_("d/f", "x\n"), END };
+static const spec_t WHL1[] = { F_("real/x", "x\n"), F_("real/y", "y\n"), L_("lnk", "real"), END },
+		    WHL2[] = { F_("lnk/.wh.x", ""), END };
+static const spec_t REP1[] = { D_("a/"), F_("a/in", "in\n"), F_("b", "b\n"), END },
+		    REP2[] = { F_("a", "now a file\n"), D_("b/"), F_("b/in", "in b\n"), END };
+static const spec_t HREP1[] = { F_("t", "old\n"), H_("h", "t"), END },
+		    HREP2[] = { F_("t", "new\n"), END };
+static const spec_t ROOT1[] = { { "./", 'd', 0700, 0, NULL, 0, NULL },
+				F_(".wh..wh..plnk", ""),
+				F_("k", "k\n"),
+				END },
+		    ROOT2[] = { F_(".wh..wh..opq", ""), F_("new", "new\n"), END };
+static const spec_t DEV1[] = { F_("f", "kept\n"), END },
+		    DEV2[] = { { "f", 'c', 0666, 0, NULL, 0, NULL }, END };
+static const spec_t OPQ1[] = { F_("o/sub/lower", "l\n"), F_("o/top", "t\n"), END },
+		    OPQ2[] = { D_("o/sub/"), F_("o/.wh..wh..opq", ""), F_("o/sub/upper", "u\n"),
+			       END };
+static const spec_t HTHRU[] = { F_("real/t", "t\n"), L_("lnk", "real"), H_("h", "lnk/t"), END };
+static const spec_t HSYM[] = { L_("s", "anywhere"), H_("h", "s"), END };
+static const spec_t SELF[] = { F_("t", "t\n"), H_("t", "t"), END };
+
+static const shape_t SHAPES[] = {
+	{ "an absolute link followed within the root", { ABS1, ABS2 }, 1 },
+	{ "'..' stops at the root", { DOTDOT }, 1 },
+	{ "a loop of links", { LOOP }, 0 },
+	{ "a file where a directory should be", { FILE_DIR }, 0 },
+	{ "a hard link to a directory", { HARD_DIR }, 0 },
+	{ "a hard link to nothing", { HARD_NONE }, 0 },
+	{ "a hard link out of the tree", { HARD_OUT }, 0 },
+	{ "a parent that is a link to nowhere", { DANGLING }, 0 },
+	{ "a whiteout through a link", { WHL1, WHL2 }, 1 },
+	{ "a directory and a file trading places", { REP1, REP2 }, 1 },
+	{ "a hard link's target replaced", { HREP1, HREP2 }, 1 },
+	{ "the root's own entry, aufs's and an opaque root", { ROOT1, ROOT2 }, 1 },
+	{ "a device over a file", { DEV1, DEV2 }, 1 },
+	{ "an opaque directory over a directory named again", { OPQ1, OPQ2 }, 1 },
+	{ "a hard link through a link", { HTHRU }, 1 },
+	{ "a hard link to a symbolic link", { HSYM }, 1 },
+	{ "a hard link to itself", { SELF }, 0 },
+};
+
+/* Layers @p b unpacked into a fresh directory @p dir. */
+static int unpack_into(blob_t *b, size_t n, char *dir, size_t cap, tb_error_t *err)
+{
+	tb_unpack_limits_t lim = { 1u << 30, 100000 };
+	tb_unpack_stats_t st = { 0 };
+	int rc = 0;
+
+	snprintf(dir, cap, "%s/shape%d", F.tmp, F.n++);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	int root = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	for (size_t l = 0; l < n && rc == 0; l++) {
+		int fd = memfd_create("layer", MFD_CLOEXEC);
+		assert_int_equal(write(fd, b[l].p, b[l].n), (ssize_t)b[l].n);
+		lseek(fd, 0, SEEK_SET);
+		rc = tb_unpack_layer(root, fd, &lim, &st, err);
+		close(fd);
+	}
+	close(root);
+	return rc;
+}
+
+static void differ(const shape_t *sh)
+{
+	blob_t b[3];
+	tb_image_fs_layer_t layers[3];
+	tb_error_t eu = { 0 }, ef = { 0 };
+	tb_image_fs_t *fs;
+	char dir[160], at[160];
+	size_t n = 0;
+	int mfd;
+
+	memset(b, 0, sizeof(b));
+	for (; n < 3 && sh->layers[n]; n++) {
+		make_layer(&b[n], sh->layers[n]);
+		layers[n] = (tb_image_fs_layer_t){ index_of(&b[n]), blob_fetch, &b[n], NULL };
+	}
+	int ru = unpack_into(b, n, dir, sizeof(dir), &eu);
+	tb_image_fs_conf_t conf = { .layers = layers,
+				    .nlayers = n,
+				    .limits = { 1u << 30, 100000 } };
+	int rf = tb_image_fs_start(&fs, &conf, &mfd, &ef);
+	if ((ru == 0) != (rf == 0) || (ru == 0) != sh->ok)
+		fail_msg("%s: unpacked %d (%s), served %d (%s)", sh->what, ru, ru ? eu.msg : "", rf,
+			 rf ? ef.msg : "");
+	if (rf == 0) {
+		snprintf(at, sizeof(at), "%s/m%d", F.tmp, F.n++);
+		assert_int_equal(mkdir(at, 0755), 0);
+		assert_int_equal(move_mount(mfd, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH), 0);
+		close(mfd);
+		compare(dir, at, sh->what);
+		assert_int_equal(umount2(at, MNT_DETACH), 0);
+		tb_image_fs_stop(fs);
+	}
+	for (size_t l = 0; l < n; l++) {
+		tb_layer_index_free((tb_layer_index_t *)layers[l].ix);
+		free(b[l].p);
+		pthread_mutex_destroy(&b[l].lock);
+	}
+}
+
+static void test_image_fs__corners_of_the_rules_come_out_as_unpacked(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(SHAPES) / sizeof(SHAPES[0]); i++)
+		differ(&SHAPES[i]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_image_fs__the_served_tree_is_the_unpacked_tree),
+		cmocka_unit_test(test_image_fs__one_file_fetches_its_spans_and_a_second_fs_nothing),
+		cmocka_unit_test(test_image_fs__readers_of_one_span_wait_for_its_one_fetch),
+		cmocka_unit_test(test_image_fs__an_altered_span_fails_its_file_only),
+		cmocka_unit_test(test_image_fs__an_index_that_lies_about_offsets),
+		cmocka_unit_test(test_image_fs__a_tree_past_its_memory_cap_is_refused),
+		cmocka_unit_test(
+		    test_image_fs__prefetch_fills_the_cache_and_reads_fetch_nothing_more),
+		cmocka_unit_test(test_image_fs__corners_of_the_rules_come_out_as_unpacked),
+		cmocka_unit_test(test_image_fs__memory_goes_back_when_reads_stop),
+		cmocka_unit_test(test_image_fs__readers_and_prefetchers_fetch_a_span_once),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
