@@ -171,7 +171,7 @@ static int get(rbuf_t *r, void *d, size_t n, const char *what)
 
 static int get_le(rbuf_t *r, uint64_t *v, size_t n, const char *what)
 {
-	uint8_t b[8];
+	uint8_t b[8] = { 0 };
 	if (get(r, b, n, what) < 0)
 		return -1;
 	*v = 0;

@@ -34,12 +34,14 @@ static void step_done(tb_step_t s, uint64_t *t)
 }
 
 /* The sandbox's teardown, on its own thread once nothing runs in it: the
- * record's puts go on meanwhile. At nice 10: the kernel's work of taking
- * namespaces, mounts and a cgroup apart (3 ms of CPU) waits for the
- * slots' and the services' work on a busy machine, which the tasks'
- * acknowledgements wait for, and fills its gaps (task bench, 8 slots:
- * 117-118 tasks/s against 79-106 at nice 0, the wait for the teardown
- * 0.3-0.5 ms a task). The thread starts no process: nothing inherits it. */
+ * record's puts go on meanwhile. At nice 10: nothing waits for it before
+ * the torn-down phase, and on a busy machine the slots' and services'
+ * work, which the acknowledgements wait for, goes first. Most of the
+ * teardown's CPU is the kernel's in the dying init's context (and a
+ * kernel worker's, for the network namespace), which this does not
+ * touch; the task bench measured 117-118 tasks/s at 8 slots against
+ * 79-99 without it, within the bench's spread (docs/performance.md).
+ * The thread starts no process: nothing inherits it. */
 static void *teardown_main(void *arg)
 {
 	tb_run_t *r = arg;
