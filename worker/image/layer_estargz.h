@@ -46,8 +46,12 @@
 #include "layer_index.h"
 
 #define TB_ESTARGZ_FOOTER 51
-/* The TOC's member, and its JSON inflated, at most. */
-#define TB_ESTARGZ_TOC_BYTES_MAX (64u << 20)
+/* The TOC's member, and its JSON inflated, at most; and the JSON values
+ * in it (its ',', ':', '[' and '{' counted before it is parsed: jansson
+ * holds each value in memory while the TOC is read). About 100,000
+ * files' TOC, which takes well under the bounds. */
+#define TB_ESTARGZ_TOC_BYTES_MAX (32u << 20)
+#define TB_ESTARGZ_TOC_VALUES_MAX (4u << 20)
 /* A chunk's uncompressed bytes, at most. */
 #define TB_ESTARGZ_CHUNK_MAX TB_LAYER_INDEX_SPAN_MAX
 #define TB_ESTARGZ_TOC_NAME "stargz.index.json"

@@ -241,6 +241,25 @@ static int parse_entries(parser_t *p, json_t *root)
 	return 0;
 }
 
+/* The values @p json can hold, over-counted (every value but the first
+ * follows a ',', ':', '[' or is an object), bounded before jansson
+ * builds its tree of them: memory in proportion to the TOC. */
+static int check_values(const char *layer, const uint8_t *json, size_t len, tb_error_t *err)
+{
+	size_t values = 0, objects = 0;
+	for (size_t i = 0; i < len; i++) {
+		uint8_t c = json[i];
+		values += c == ',' || c == ':' || c == '[' || c == '{';
+		objects += c == '{';
+	}
+	if (values > TB_ESTARGZ_TOC_VALUES_MAX || objects > TB_LAYER_INDEX_ENTRIES_MAX / 4)
+		return tb_error_set(err, TB_ETOOBIG,
+				    "layer %s: a TOC of %zu values, %zu objects (at most %u, %u)",
+				    layer, values, objects, TB_ESTARGZ_TOC_VALUES_MAX,
+				    TB_LAYER_INDEX_ENTRIES_MAX / 4);
+	return 0;
+}
+
 int tb_estargz_toc_parse(const char *layer, uint64_t layer_size, uint64_t toc_offset,
 			 const uint8_t *json, size_t len, tb_layer_index_t **out, tb_error_t *err)
 {
@@ -252,6 +271,8 @@ int tb_estargz_toc_parse(const char *layer, uint64_t layer_size, uint64_t toc_of
 	if (toc_offset >= layer_size)
 		return tb_error_set(err, TB_EINVAL, "layer %s: its TOC at %llu is past its end",
 				    layer, (unsigned long long)toc_offset);
+	if (check_values(layer, json, len, err) < 0)
+		return err->code;
 	tb_layer_index_t *ix = calloc(1, sizeof(*ix));
 	if (!ix)
 		return tb_error_set(err, TB_ENOMEM, "TOC: out of memory");

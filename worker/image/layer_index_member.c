@@ -29,8 +29,8 @@ static uint64_t chunk_len(const tb_layer_index_t *ix, size_t i)
 	return end - ix->points[i].out;
 }
 
-/* The file whose data holds stream offset @p out ("?" if none). */
-static const char *file_at(const tb_layer_index_t *ix, uint64_t out)
+/* The file whose data holds stream offset @p out, or NULL. */
+static const tb_layer_entry_t *file_at(const tb_layer_index_t *ix, uint64_t out)
 {
 	size_t lo = 0, hi = ix->nentries;
 	while (hi - lo > 1) {
@@ -43,19 +43,23 @@ static const char *file_at(const tb_layer_index_t *ix, uint64_t out)
 	for (size_t k = lo + 1; k-- > 0 && lo - k < 64;) {
 		const tb_layer_entry_t *e = &ix->entries[k];
 		if (e->size && e->offset <= out && out - e->offset < e->size)
-			return e->path;
+			return e;
 	}
-	return "?";
+	return NULL;
 }
 
+/* An error naming chunk @p i: its file, where in it, where in the blob. */
 static int chunk_error(const tb_layer_index_t *ix, size_t i, tb_error_t *err, const char *why)
 {
-	uint64_t from, to;
+	uint64_t from, to, out = ix->points[i].out;
+	const tb_layer_entry_t *e = file_at(ix, out);
 	tb_layer_index_span(ix, i, &from, &to);
 	return tb_error_set(err, TB_EINVAL,
-			    "layer %s: chunk %zu of '%.200s' (blob bytes %llu..%llu) %s", ix->layer,
-			    i, file_at(ix, ix->points[i].out), (unsigned long long)from,
-			    (unsigned long long)to, why);
+			    "layer %s: the chunk at byte %llu of '%.200s' (chunk %zu, blob bytes "
+			    "%llu..%llu) %s",
+			    ix->layer, (unsigned long long)(e ? out - e->offset : 0),
+			    e ? e->path : "?", i, (unsigned long long)from, (unsigned long long)to,
+			    why);
 }
 
 /* Inflates @p z until @p want bytes came into @p out (NULL: dropped).

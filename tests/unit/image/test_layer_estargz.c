@@ -603,6 +603,17 @@ static void test_toc_too_big(void **state)
 	assert_int_equal(tb_estargz_toc_parse(b.digest, 1 << 30, 0, footer,
 					      TB_ESTARGZ_TOC_BYTES_MAX + 1, &ix, &err),
 			 TB_ETOOBIG);
+	/* small, but of more values than jansson is let hold */
+	size_t n = 2 * (size_t)TB_ESTARGZ_TOC_VALUES_MAX + 2;
+	char *many = malloc(n + 1);
+	many[0] = '[';
+	for (size_t i = 1; i < n - 1; i += 2)
+		memcpy(many + i, "1,", 2);
+	memcpy(many + n - 1, "1", 2);
+	assert_int_equal(tb_estargz_toc_parse(b.digest, 1 << 30, 0, (uint8_t *)many, n, &ix, &err),
+			 TB_ETOOBIG);
+	assert_non_null(strstr(err.msg, "values"));
+	free(many);
 }
 
 /* A TOC member that inflates past the bound (zeros: a bomb). */
