@@ -12,6 +12,7 @@
  * footer; a TOC too big.
  */
 #include "layer_estargz.h"
+#include "oci.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -645,6 +646,44 @@ static void test_toc_bomb(void **state)
 	free(b.p);
 }
 
+/* The manifest's annotation reaches the layer's descriptor: only on a
+ * gzip layer, only a sha256 digest. */
+static void test_manifest_annotation(void **state)
+{
+	(void)state;
+	static const char doc[] =
+	    "{\"schemaVersion\": 2, \"mediaType\": \"application/vnd.oci.image.manifest.v1+json\","
+	    " \"config\": {\"mediaType\": \"application/vnd.oci.image.config.v1+json\", "
+	    "\"digest\": "
+	    "\"sha256:1111111111111111111111111111111111111111111111111111111111111111\", "
+	    "\"size\": 2},"
+	    " \"layers\": ["
+	    "{\"mediaType\": \"application/vnd.oci.image.layer.v1.tar+gzip\", \"size\": 9, "
+	    "\"digest\": "
+	    "\"sha256:2222222222222222222222222222222222222222222222222222222222222222\", "
+	    "\"annotations\": {\"containerd.io/snapshot/stargz/toc.digest\": "
+	    "\"sha256:3333333333333333333333333333333333333333333333333333333333333333\"}},"
+	    "{\"mediaType\": \"application/vnd.oci.image.layer.v1.tar+gzip\", \"size\": 9, "
+	    "\"digest\": "
+	    "\"sha256:2222222222222222222222222222222222222222222222222222222222222222\", "
+	    "\"annotations\": {\"containerd.io/snapshot/stargz/toc.digest\": \"md5:x\"}},"
+	    "{\"mediaType\": \"application/vnd.oci.image.layer.v1.tar\", \"size\": 9, \"digest\": "
+	    "\"sha256:2222222222222222222222222222222222222222222222222222222222222222\", "
+	    "\"annotations\": {\"containerd.io/snapshot/stargz/toc.digest\": "
+	    "\"sha256:3333333333333333333333333333333333333333333333333333333333333333\"}}]}";
+	tb_oci_manifest_t *m = malloc(sizeof(*m));
+	tb_error_t err;
+	if (tb_oci_manifest(m, doc, strlen(doc), &err))
+		fail_msg("manifest: %s", err.msg);
+	assert_int_equal(m->nlayers, 3);
+	assert_string_equal(
+	    m->layers[0].toc_digest,
+	    "sha256:3333333333333333333333333333333333333333333333333333333333333333");
+	assert_string_equal(m->layers[1].toc_digest, "");
+	assert_string_equal(m->layers[2].toc_digest, "");
+	free(m);
+}
+
 /* argv[1]: the reference's converter, instead of the test's own. */
 int main(int argc, char **argv)
 {
@@ -658,6 +697,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_footer_truncated),
 		cmocka_unit_test(test_toc_too_big),
 		cmocka_unit_test(test_toc_bomb),
+		cmocka_unit_test(test_manifest_annotation),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
