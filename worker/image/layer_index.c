@@ -307,5 +307,5 @@ void tb_layer_index_span(const tb_layer_index_t *ix, size_t i, uint64_t *from, u
 	if (i + 1 < ix->npoints)
 		*to = ix->points[i + 1].in - (ix->points[i + 1].bits ? 1 : 0);
 	else
-		*to = ix->layer_size;
+		*to = ix->end_in ? ix->end_in : ix->layer_size;
 }

@@ -29,9 +29,21 @@
  * applies unpack.h's rules to them as it would to the layer
  * (image_tree.h does, through unpack_rules.c).
  *
+ * An eStargz layer (layer_estargz.h) is described by an index of the
+ * same shape made from its table of contents instead: its kind is
+ * TB_LAYER_INDEX_ESTARGZ, its points are of kind TB_LAYER_POINT_MEMBER
+ * (a chunk of a file starting a gzip member of its own: inflated from
+ * the member's start, no window, and checked against the SHA-256 of its
+ * uncompressed bytes before a byte of it is returned), and its "stream"
+ * is not the tar stream but the files' contents one after the other:
+ * each point's chunk, in the layer's order, entry offsets pointing into
+ * it. Such an index is made from the layer's TOC each time (the TOC is
+ * pinned by the manifest) and is never encoded: the encoding below
+ * (version 1) is that of gzip indexes only, unchanged.
+ *
  * An image's root is served from its layers' indexes through FUSE by
- * worker/lazy/image_fs.h (the tree: image_tree.h); nothing starts a
- * sandbox from it yet.
+ * worker/lazy/image_fs.h (the tree: image_tree.h), gzip indexes only
+ * for now; nothing starts a sandbox from it yet.
  */
 #ifndef TB_LAYER_INDEX_H
 #define TB_LAYER_INDEX_H
@@ -62,6 +74,18 @@ typedef enum tb_layer_entry_type {
 	TB_LAYER_TYPES /* how many */
 } tb_layer_entry_type_t;
 
+typedef enum tb_layer_point_kind {
+	TB_LAYER_POINT_ZRAN = 0, /* inside a deflate stream: bits and window */
+	TB_LAYER_POINT_MEMBER,   /* a gzip member's start; span_sha is the
+				  * SHA-256 of the uncompressed chunk */
+} tb_layer_point_kind_t;
+
+typedef enum tb_layer_index_kind {
+	TB_LAYER_INDEX_GZIP = 0, /* zran points; the stream is the tar stream */
+	TB_LAYER_INDEX_ESTARGZ,  /* member points; the stream is the files'
+				  * chunks one after the other */
+} tb_layer_index_kind_t;
+
 /* Where inflating can start. */
 typedef struct tb_layer_point {
 	uint64_t in;          /* the blob's offset of the first whole byte after the point */
@@ -70,14 +94,17 @@ typedef struct tb_layer_point {
 	uint32_t wsize;       /* the window's size: min(out, 32 KiB) */
 	uint32_t wlen;        /* the window's size deflated (raw) */
 	uint8_t *window;      /* wlen bytes, raw deflate of the wsize before out */
-	uint8_t span_sha[32]; /* SHA-256 of the span's compressed bytes */
+	uint8_t span_sha[32]; /* ZRAN: SHA-256 of the span's compressed bytes;
+			       * MEMBER: of its uncompressed chunk */
+	uint8_t kind;         /* tb_layer_point_kind_t */
+	uint32_t skip;        /* MEMBER: the member's bytes before the chunk */
 } tb_layer_point_t;
 
 typedef struct tb_layer_entry {
 	char *path;      /* as the layer names it (whiteouts included) */
 	char *link;      /* a link's target; "" for others */
 	uint64_t size;   /* the data's size in the tar stream */
-	uint64_t offset; /* the tar stream's offset of the data */
+	uint64_t offset; /* the stream's offset of the data */
 	uint32_t mode;   /* permission bits (07777) */
 	uint32_t uid, gid;
 	uint8_t type; /* tb_layer_entry_type_t */
@@ -87,7 +114,11 @@ typedef struct tb_layer_index {
 	char layer[72];      /* "sha256:<hex>": the layer's digest */
 	uint64_t layer_size; /* the blob's bytes */
 	uint64_t total_out;  /* the tar stream's bytes */
-	uint64_t span;       /* the access points' spacing asked for */
+	uint64_t span;       /* the access points' spacing asked for (eStargz:
+			      * its largest chunk) */
+	uint64_t end_in;     /* where the last span ends in the blob (0: at its
+			      * end; eStargz: where the TOC's member starts) */
+	uint8_t kind;        /* tb_layer_index_kind_t */
 	size_t npoints, nentries;
 	tb_layer_point_t *points;
 	tb_layer_entry_t *entries;
@@ -125,7 +156,8 @@ void tb_layer_index_free(tb_layer_index_t *ix);
  * @p data of @p len bytes, and its digest ("sha256:<hex>") into
  * @p digest: the name a consumer pins the index by.
  * @return 0; TB_ETOOBIG past TB_LAYER_INDEX_BYTES_MAX (which the decoder
- *         refuses); TB_ENOMEM
+ *         refuses); TB_EINVAL for an eStargz index (never encoded);
+ *         TB_ENOMEM
  */
 int tb_layer_index_encode(const tb_layer_index_t *ix, uint8_t **data, size_t *len, char digest[72],
 			  tb_error_t *err);
@@ -142,9 +174,10 @@ int tb_layer_index_decode(const uint8_t *data, size_t len, const char *layer, co
 			  tb_layer_index_t **out, tb_error_t *err);
 
 /**
- * Reads @p len bytes of the tar stream from @p off into @p buf, fetching
+ * Reads @p len bytes of the stream from @p off into @p buf, fetching
  * the blob's compressed bytes through @p fetch, a span at a time, each
- * checked against its SHA-256 before it is inflated.
+ * checked against its SHA-256 before it is inflated (ZRAN), or inflated
+ * whole and its chunk checked before a byte of it is copied (MEMBER).
  * @return 0; TB_EINVAL for a range past the stream, a span whose bytes do
  *         not match (naming the span and the layer) or that does not
  *         inflate, a fetch that comes back short; or what @p fetch
@@ -156,5 +189,15 @@ int tb_layer_index_read(const tb_layer_index_t *ix, tb_layer_fetch_fn fetch, voi
 /** The compressed range [*from, *to) of span @p i of @p ix: what a
  * reader fetches for it. */
 void tb_layer_index_span(const tb_layer_index_t *ix, size_t i, uint64_t *from, uint64_t *to);
+
+/**
+ * Checks span @p i's compressed bytes @p data (@p len of them, its whole
+ * range) as a reader would before using them: a ZRAN span against its
+ * SHA-256; a MEMBER span inflated from its member's start, its chunk
+ * against the chunk's SHA-256. For a cache that keeps spans.
+ * @return 0; TB_EINVAL naming the span and the layer; TB_ENOMEM
+ */
+int tb_layer_index_check_span(const tb_layer_index_t *ix, size_t i, const void *data, size_t len,
+			      tb_error_t *err);
 
 #endif

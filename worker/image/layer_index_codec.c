@@ -116,6 +116,11 @@ int tb_layer_index_encode(const tb_layer_index_t *ix, uint8_t **data, size_t *le
 {
 	wbuf_t w = { 0 };
 
+	if (ix->kind != TB_LAYER_INDEX_GZIP)
+		return tb_error_set(err, TB_EINVAL,
+				    "layer index of %s: an eStargz layer's is made from its TOC, "
+				    "never encoded",
+				    ix->layer);
 	put(&w, MAGIC, 8);
 	put_le(&w, VERSION, 2);
 	put_str(&w, ix->layer);

@@ -1,7 +1,8 @@
 /*
  * layer_index_int.h: what the layer index's files share (layer_index.h
  * is the interface): the tar stream's scanner, fed the tar stream as it
- * is inflated, that lists its entries into the index.
+ * is inflated, that lists its entries into the index; the reading of an
+ * eStargz index's member points.
  */
 #ifndef TB_LAYER_INDEX_INT_H
 #define TB_LAYER_INDEX_INT_H
@@ -40,6 +41,14 @@ int tb_tar_scan_end(tb_tar_scan_t *t, tb_error_t *err);
 
 /** Frees what the scanner holds (not the index). */
 void tb_tar_scan_free(tb_tar_scan_t *t);
+
+/** The last point of @p ix at or before stream offset @p off. */
+size_t tb_layer_point_before(const tb_layer_index_t *ix, uint64_t off);
+
+/** tb_layer_index_read() of an eStargz index (its points all MEMBER):
+ * @p off and @p len checked against the stream already, @p len > 0. */
+int tb_layer_member_read(const tb_layer_index_t *ix, tb_layer_fetch_fn fetch, void *arg,
+			 uint64_t off, void *buf, size_t len, tb_error_t *err);
 
 /** Frees the strings of @p n entries. */
 void tb_layer_entries_free(tb_layer_entry_t *e, size_t n);

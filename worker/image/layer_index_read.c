@@ -8,7 +8,8 @@
  * stream), primed with the bits of the byte it starts within and the
  * window before it; the output before the range is dropped. When the
  * point's gzip member ends, its trailer is passed and the next members
- * are inflated as gzip (each header and CRC checked by zlib).
+ * are inflated as gzip (each header and CRC checked by zlib). An eStargz
+ * index's member points are read by layer_index_member.c.
  */
 #include "layer_index_int.h"
 
@@ -197,8 +198,7 @@ static int inflate_range(reader_t *r, uint64_t off, uint8_t *buf, size_t len)
 	return 0;
 }
 
-/* The last point at or before @p off. */
-static size_t point_before(const tb_layer_index_t *ix, uint64_t off)
+size_t tb_layer_point_before(const tb_layer_index_t *ix, uint64_t off)
 {
 	size_t lo = 0, hi = ix->npoints; /* points[lo].out <= off < points[hi].out */
 	while (hi - lo > 1) {
@@ -221,8 +221,10 @@ int tb_layer_index_read(const tb_layer_index_t *ix, tb_layer_fetch_fn fetch, voi
 		    (unsigned long long)ix->total_out);
 	if (!len)
 		return 0;
+	if (ix->kind == TB_LAYER_INDEX_ESTARGZ)
+		return tb_layer_member_read(ix, fetch, arg, off, buf, len, err);
 	reader_t r = { .ix = ix, .fetch = fetch, .arg = arg, .err = err };
-	int rc = start(&r, point_before(ix, off));
+	int rc = start(&r, tb_layer_point_before(ix, off));
 	if (rc == 0)
 		rc = inflate_range(&r, off, buf, len);
 	inflateEnd(&r.s);

@@ -2,6 +2,7 @@
  * oci.c: the image's JSON documents (oci.h), read with jansson.
  */
 #include "oci.h"
+#include "layer_estargz.h"
 
 #include "tb/image_ref.h"
 
@@ -159,6 +160,15 @@ int tb_oci_pick(tb_oci_desc_t *out, const char *doc, size_t len, tb_error_t *err
 	return rc;
 }
 
+/* A gzip layer's eStargz TOC digest annotation, kept if it is one. */
+static void toc_digest(tb_oci_desc_t *d, json_t *layer)
+{
+	json_t *notes = json_object_get(layer, "annotations");
+	const char *v = json_string_value(json_object_get(notes, TB_ESTARGZ_ANNOTATION_TOC));
+	if (d->compression == TB_OCI_GZIP && v && tb_digest_valid(v))
+		snprintf(d->toc_digest, sizeof(d->toc_digest), "%s", v);
+}
+
 int tb_oci_manifest(tb_oci_manifest_t *out, const char *doc, size_t len, tb_error_t *err)
 {
 	json_t *o = load(doc, len, "manifest", err), *l;
@@ -192,6 +202,7 @@ int tb_oci_manifest(tb_oci_manifest_t *out, const char *doc, size_t len, tb_erro
 		if ((rc = desc(&out->layers[i], l, "layer", err)) < 0)
 			goto out;
 		out->layers[i].compression = layer_types[k].how;
+		toc_digest(&out->layers[i], l);
 		out->nlayers = i + 1;
 	}
 out:

@@ -33,6 +33,9 @@ typedef struct tb_oci_desc {
 	char digest[72]; /* "sha256:<64 hex>" */
 	uint64_t size;
 	tb_oci_compression_t compression; /* layers only */
+	char toc_digest[72];              /* a gzip layer's eStargz TOC digest, as annotated
+			      * (layer_estargz.h); "" when none, or not a
+			      * sha256 digest (then it is pulled whole) */
 } tb_oci_desc_t;
 
 typedef struct tb_oci_manifest {
