@@ -8,7 +8,9 @@
  *            and 8 slots (waves of 8); the lifecycle phases' medians; the
  *            baseline is the same agent and judge run directly (fork+exec)
  *            throughput: 200 trivial tasks through one worker of 8 slots,
- *            tasks/s and CPU seconds per task (worker and sandboxes)
+ *            tasks/s and CPU seconds per task (worker and sandboxes; each
+ *            service); for both runs, the mean of each step inside the
+ *            phases (the worker's taskbox_step_duration_seconds)
  *   events   events/s from one chatty task (100,000 events) and from 8 at
  *            once, stamped by the worker; baseline: this process producing
  *            the same number of same-sized messages to the same topic
