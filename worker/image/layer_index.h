@@ -186,6 +186,10 @@ int tb_layer_index_decode(const uint8_t *data, size_t len, const char *layer, co
 int tb_layer_index_read(const tb_layer_index_t *ix, tb_layer_fetch_fn fetch, void *arg,
 			uint64_t off, void *buf, size_t len, tb_error_t *err);
 
+/** The last point of @p ix at or before stream offset @p off: the span
+ * holding that offset. */
+size_t tb_layer_point_before(const tb_layer_index_t *ix, uint64_t off);
+
 /** The compressed range [*from, *to) of span @p i of @p ix: what a
  * reader fetches for it. */
 void tb_layer_index_span(const tb_layer_index_t *ix, size_t i, uint64_t *from, uint64_t *to);

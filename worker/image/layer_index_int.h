@@ -42,9 +42,6 @@ int tb_tar_scan_end(tb_tar_scan_t *t, tb_error_t *err);
 /** Frees what the scanner holds (not the index). */
 void tb_tar_scan_free(tb_tar_scan_t *t);
 
-/** The last point of @p ix at or before stream offset @p off. */
-size_t tb_layer_point_before(const tb_layer_index_t *ix, uint64_t off);
-
 /** tb_layer_index_read() of an eStargz index (its points all MEMBER):
  * @p off and @p len checked against the stream already, @p len > 0. */
 int tb_layer_member_read(const tb_layer_index_t *ix, tb_layer_fetch_fn fetch, void *arg,

@@ -39,24 +39,36 @@ static int open_in(int dir, const char *rel)
 	return (int)syscall(SYS_openat2, dir, rel, &how, sizeof(how));
 }
 
+/* Blob @p digest of layout @p l opened (a descriptor of its own: readers
+ * at once share nothing). @return the descriptor, or a negative TB_E*
+ * (TB_ENOTFOUND: the layout has no such blob). */
+static int open_blob(const layout_t *l, const char *digest, tb_error_t *err)
+{
+	char rel[128];
+	int fd;
+
+	snprintf(rel, sizeof(rel), "blobs/sha256/%s", digest + 7);
+	if ((fd = open_in(l->dir, rel)) >= 0)
+		return fd;
+	return errno == ENOENT ? tb_error_set(err, TB_ENOTFOUND,
+					      "image layout %.200s has no blob %s", l->path, digest)
+			       : tb_error_errno(err, TB_EIO, errno, "image layout %.200s: blob %s",
+						l->path, digest);
+}
+
 static int layout_fetch(tb_image_source_t *s, const char *digest, int manifest, tb_blob_t *b,
 			char *ct, size_t ctlen, tb_error_t *err)
 {
 	layout_t *l = (layout_t *)s;
-	char rel[128], buf[1 << 16];
+	char buf[1 << 16];
 	int fd, rc = 0;
 	ssize_t n;
 
 	(void)manifest;
 	if (ctlen)
 		ct[0] = '\0';
-	snprintf(rel, sizeof(rel), "blobs/sha256/%s", digest + 7);
-	if ((fd = open_in(l->dir, rel)) < 0)
-		return errno == ENOENT
-			   ? tb_error_set(err, TB_ENOTFOUND, "image layout %.200s has no blob %s",
-					  l->path, digest)
-			   : tb_error_errno(err, TB_EIO, errno, "image layout %.200s: blob %s",
-					    l->path, digest);
+	if ((fd = open_blob(l, digest, err)) < 0)
+		return fd;
 	/* the rest of a layer a fetch began (tb_blob_resume) */
 	if (b->n && lseek(fd, (off_t)b->n, SEEK_SET) < 0)
 		rc = tb_blob_restart(b, err);
@@ -74,20 +86,13 @@ static int64_t layout_read_range(tb_image_source_t *s, const char *digest, uint6
 				 size_t len, tb_error_t *err)
 {
 	layout_t *l = (layout_t *)s;
-	char rel[128];
 	size_t got = 0;
 	int fd;
 
 	if (!len || off + len < off || off > INT64_MAX)
 		return tb_error_set(err, TB_EINVAL, "blob %.80s: an empty range", digest);
-	snprintf(rel, sizeof(rel), "blobs/sha256/%s", digest + 7);
-	/* a descriptor of its own: several readers at once share nothing */
-	if ((fd = open_in(l->dir, rel)) < 0)
-		return errno == ENOENT
-			   ? tb_error_set(err, TB_ENOTFOUND, "image layout %.200s has no blob %s",
-					  l->path, digest)
-			   : tb_error_errno(err, TB_EIO, errno, "image layout %.200s: blob %s",
-					    l->path, digest);
+	if ((fd = open_blob(l, digest, err)) < 0)
+		return fd;
 	while (got < len) {
 		ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
 		if (n < 0 && errno == EINTR)

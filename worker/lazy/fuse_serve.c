@@ -191,3 +191,28 @@ void tb_fuse_serve_stop(tb_fuse_server_t *s)
 		close(s->stop);
 	free(s);
 }
+
+void tb_fuse_reply_dir(fuse_req_t req, size_t size, off_t off, size_t n, tb_fuse_dirent_fn entry,
+		       void *arg)
+{
+	char *buf = malloc(size ? size : 1);
+	size_t used = 0;
+
+	if (!buf || off < 0) {
+		free(buf);
+		fuse_reply_err(req, !buf ? ENOMEM : EINVAL);
+		return;
+	}
+	for (size_t k = (size_t)off; k < n; k++) {
+		struct stat st = { 0 };
+		const char *name = k == 0 ? "." : "..";
+		entry(arg, k, &name, &st);
+		size_t need =
+		    fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(k + 1));
+		if (need > size - used)
+			break;
+		used += need;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}

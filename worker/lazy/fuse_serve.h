@@ -48,6 +48,18 @@ typedef struct tb_fuse_server tb_fuse_server_t;
 int tb_fuse_serve_start(tb_fuse_server_t **out, const tb_fuse_serve_conf_t *conf, const char *what,
 			int *mount_fd, tb_error_t *err);
 
+/* Entry @p k of a directory being listed (0 ".", 1 "..", then its
+ * own): its name, and in @p st what a listing shows (inode, mode). */
+typedef void (*tb_fuse_dirent_fn)(void *arg, size_t k, const char **name, struct stat *st);
+
+/**
+ * Answers a readdir of a directory of @p n entries, "." and ".."
+ * included, from entry @p off (each entry's offset is the next one's
+ * number) with as many as fit in @p size bytes.
+ */
+void tb_fuse_reply_dir(fuse_req_t req, size_t size, off_t off, size_t n, tb_fuse_dirent_fn entry,
+		       void *arg);
+
 /** The threads serving (fewer than asked if some could not start). */
 unsigned tb_fuse_serve_threads(const tb_fuse_server_t *s);
 

@@ -97,20 +97,6 @@ static void span_out(const tb_layer_index_t *ix, size_t i, uint64_t *from, uint6
 	*to = i + 1 < ix->npoints ? ix->points[i + 1].out : ix->total_out;
 }
 
-/* The span holding tar stream offset @p off. */
-static size_t span_at(const tb_layer_index_t *ix, uint64_t off)
-{
-	size_t lo = 0, hi = ix->npoints;
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (ix->points[mid].out <= off)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
 typedef struct fetch_ctx {
 	tb_image_fs_t *fs;
 	size_t layer;
@@ -288,7 +274,7 @@ static int read_tar(tb_image_fs_t *fs, size_t l, uint64_t off, uint8_t *out, siz
 	const tb_layer_index_t *ix = fs->c.layers[l].ix;
 
 	while (len) {
-		size_t i = span_at(ix, off);
+		size_t i = tb_layer_point_before(ix, off);
 		uint64_t from, to;
 		span_out(ix, i, &from, &to);
 		size_t at = (size_t)(off - from);
@@ -464,36 +450,36 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_open(req, fi);
 }
 
+typedef struct dir_list {
+	const tb_image_fs_t *fs;
+	fuse_ino_t ino;
+	const tb_image_node_t *nd;
+} dir_list_t;
+
+/* Entry k of a directory of the tree (tb_fuse_dirent_fn). */
+static void dirent_of(void *arg, size_t k, const char **name, struct stat *st)
+{
+	const dir_list_t *d = arg;
+	if (k >= 2)
+		*name = d->nd->kids[k - 2].name;
+	st->st_ino = k == 0   ? d->ino
+		     : k == 1 ? (d->ino == TB_IMAGE_TREE_ROOT ? d->ino : d->nd->parent)
+			      : d->nd->kids[k - 2].ino;
+	st->st_mode = tb_image_tree_node(d->fs->tree, st->st_ino)->mode;
+}
+
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
 	tb_image_fs_t *fs = fuse_req_userdata(req);
-	const tb_image_node_t *nd = tb_image_tree_node(fs->tree, ino);
-	char *buf = malloc(size ? size : 1);
-	size_t used = 0;
+	dir_list_t d = { fs, ino, tb_image_tree_node(fs->tree, ino) };
 
 	(void)fi;
-	if (!nd || !S_ISDIR(nd->mode) || !buf || off < 0) {
-		free(buf);
-		fuse_reply_err(req, !buf ? ENOMEM : ENOTDIR);
+	if (!d.nd || !S_ISDIR(d.nd->mode)) {
+		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	/* entry k: ".", "..", then the directory's; off is the next one's */
-	for (size_t k = (size_t)off; k < (size_t)nd->nkids + 2; k++) {
-		struct stat st = { 0 };
-		const char *name = k == 0 ? "." : k == 1 ? ".." : nd->kids[k - 2].name;
-		st.st_ino = k == 0   ? ino
-			    : k == 1 ? (ino == TB_IMAGE_TREE_ROOT ? ino : nd->parent)
-				     : nd->kids[k - 2].ino;
-		st.st_mode = tb_image_tree_node(fs->tree, st.st_ino)->mode;
-		size_t need =
-		    fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(k + 1));
-		if (need > size - used)
-			break;
-		used += need;
-	}
-	fuse_reply_buf(req, buf, used);
-	free(buf);
+	tb_fuse_reply_dir(req, size, off, (size_t)d.nd->nkids + 2, dirent_of, &d);
 }
 
 static const struct fuse_lowlevel_ops ops = {

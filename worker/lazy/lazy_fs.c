@@ -603,32 +603,26 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_open(req, fi);
 }
 
+/* Entry k of the one directory (tb_fuse_dirent_fn). */
+static void dirent_of(void *arg, size_t k, const char **name, struct stat *st)
+{
+	tb_lazy_fs_t *fs = arg;
+	if (k >= 2)
+		*name = fs->c.files[k - 2].name;
+	attr_of(fs, k < 2 ? ROOT_INO : 2 + (k - 2), st);
+}
+
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
 	tb_lazy_fs_t *fs = fuse_req_userdata(req);
-	char *buf = malloc(size ? size : 1);
-	size_t used = 0;
 
 	(void)fi;
-	if (ino != ROOT_INO || !buf) {
-		free(buf);
-		fuse_reply_err(req, ino != ROOT_INO ? ENOTDIR : ENOMEM);
+	if (ino != ROOT_INO) {
+		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	/* entry k: ".", "..", then the files; off is the next one's number */
-	for (size_t k = (size_t)off; k < fs->c.nfiles + 2; k++) {
-		struct stat st;
-		const char *name = k == 0 ? "." : k == 1 ? ".." : fs->c.files[k - 2].name;
-		attr_of(fs, k < 2 ? ROOT_INO : 2 + (k - 2), &st);
-		size_t need =
-		    fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(k + 1));
-		if (need > size - used)
-			break;
-		used += need;
-	}
-	fuse_reply_buf(req, buf, used);
-	free(buf);
+	tb_fuse_reply_dir(req, size, off, fs->c.nfiles + 2, dirent_of, fs);
 }
 
 static const struct fuse_lowlevel_ops ops = {
