@@ -30,6 +30,8 @@
 
 #include <cmocka.h>
 
+#include "layer_testlib.h"
+
 #include "tb/encoding.h"
 
 #define CHUNK 4096
@@ -247,33 +249,10 @@ static void check_against_gzip_index(blob_t *b, const tb_layer_index_t *ix)
 }
 
 /* Every entry as libarchive reads the layer as a plain gzip tar, its
- * data equal to the bytes read natively. */
+ * data equal to the bytes read natively (layer_testlib.h). */
 static void check_against_libarchive(blob_t *b, const tb_layer_index_t *ix)
 {
-	struct archive *a = archive_read_new();
-	struct archive_entry *e;
-	size_t i = 0;
-	archive_read_support_filter_gzip(a);
-	archive_read_support_format_tar(a);
-	assert_int_equal(archive_read_open_memory(a, b->p, b->n), ARCHIVE_OK);
-	for (; archive_read_next_header(a, &e) == ARCHIVE_OK; i++) {
-		assert_true(i < ix->nentries);
-		const tb_layer_entry_t *x = &ix->entries[i];
-		assert_string_equal(x->path, archive_entry_pathname(e));
-		assert_int_equal(x->mode, archive_entry_perm(e));
-		assert_int_equal(x->uid, archive_entry_uid(e));
-		assert_int_equal(x->size, archive_entry_size(e));
-		uint8_t *want = malloc(x->size + 1), *got = malloc(x->size + 1);
-		tb_error_t err;
-		assert_int_equal(archive_read_data(a, want, x->size), (la_ssize_t)x->size);
-		if (tb_layer_index_read(ix, blob_fetch, b, x->offset, got, x->size, &err))
-			fail_msg("read %s: %s", x->path, err.msg);
-		assert_memory_equal(got, want, x->size);
-		free(want);
-		free(got);
-	}
-	archive_read_free(a);
-	assert_int_equal(i, ix->nentries);
+	layer_check_against_tar(b->p, b->n, ix, blob_fetch, b);
 }
 
 static void test_read_natively(void **state)
