@@ -324,6 +324,7 @@ static int put_dir(tb_image_tree_t *t, uint32_t dir)
 	}
 	tb_image_node_t *nd = &t->nodes[d];
 	nd->mode = S_IFDIR | p->mode, nd->uid = p->uid, nd->gid = p->gid;
+	nd->mtime = p->mtime, nd->mtime_ns = p->mtime_ns;
 	mark(t, d, dir);
 	return 0;
 }
@@ -341,6 +342,7 @@ static int put_node(tb_image_tree_t *t, uint32_t dir)
 	if (!ino)
 		return t->err->code;
 	tb_image_node_t *nd = &t->nodes[ino];
+	nd->mtime = p->mtime, nd->mtime_ns = p->mtime_ns;
 	if (kind == S_IFREG) {
 		nd->size = p->size;
 		nd->offset = t->entry->offset;

@@ -5,7 +5,9 @@
  * entry (unpack_rules.c decides what each becomes, for both: whiteouts
  * and opaque directories across layers, hard links, set-ID bits
  * cleared, devices and sockets dropped, ids past the map made nobody,
- * the caps on declared bytes and entries), with each regular file's
+ * the caps on declared bytes and entries, times as unpack.h gives them:
+ * a node's entry's, a directory's from the last layer naming it), with
+ * each regular file's
  * data where its layer's tar stream holds it. Parents resolve as
  * unpack.c's do (RESOLVE_IN_ROOT: a link in the tree is followed within
  * it, 40 at most), so a layer that writes through a link lands where
@@ -53,6 +55,9 @@ typedef struct tb_image_node {
 	uint32_t made;        /* building: 1 + the layer that made it last */
 	uint64_t size;        /* a file's declared size; a link's target's length */
 	uint64_t offset;      /* a file's data: its offset in its layer's tar stream */
+	int64_t mtime;        /* modification time, seconds ... */
+	uint32_t mtime_ns;    /* ... and nanoseconds: the entry's (0 for a
+			       * directory no layer names, and the root) */
 	char *link;           /* a symbolic link's target */
 	tb_image_kid_t *kids; /* a directory's entries, sorted by name */
 	uint32_t nkids, cap;

@@ -23,11 +23,15 @@
  *    that does not match is an error naming the span and the layer,
  *    never wrong bytes.
  *
- * The index also lists the layer's tar entries (path, type, mode, ids,
- * size, link target, and where the entry's data starts in the tar
- * stream), whiteouts among them, as the layer names them: a consumer
- * applies unpack.h's rules to them as it would to the layer
- * (image_tree.h does, through unpack_rules.c).
+ * The index also lists the layer's tar entries, whiteouts among them,
+ * as the layer names them: path, type, permission bits, owner and group,
+ * size, link target, modification time (seconds and nanoseconds: a
+ * ustar header's octal seconds, or a pax `mtime` record with its
+ * fraction, which takes precedence), and where the entry's data starts
+ * in the tar stream. It records no access or change time, no extended
+ * attribute and no device number. A consumer applies unpack.h's rules to
+ * the entries as it would to the layer (image_tree.h does, through
+ * unpack_rules.c).
  *
  * An eStargz layer (layer_estargz.h) is described by an index of the
  * same shape made from its table of contents instead: its kind is
@@ -39,7 +43,9 @@
  * each point's chunk, in the layer's order, entry offsets pointing into
  * it. Such an index is made from the layer's TOC each time (the TOC is
  * pinned by the manifest) and is never encoded: the encoding below
- * (version 1) is that of gzip indexes only, unchanged.
+ * (version 2) is that of gzip indexes only. Its entries' times are 0
+ * for now: the TOC's `modtime` is whole seconds (rounded), so matching
+ * the unpacked tree's will take the tar headers' times.
  *
  * An image's root is served from its layers' indexes through FUSE by
  * worker/lazy/image_fs.h (the tree: image_tree.h), gzip indexes only
@@ -62,6 +68,10 @@
 #define TB_LAYER_INDEX_NAME_MAX 4096          /* a path or link target: shorter */
 #define TB_LAYER_INDEX_BYTES_MAX (256u << 20) /* an encoded index, at most */
 #define TB_LAYER_INDEX_ENTRIES_MAX (1u << 22) /* tar entries listed, at most */
+/* An entry's modification time, in seconds since the epoch, at most (the
+ * end of year 9999): a later one, or one before the epoch, is not
+ * indexed (the layer is pulled whole) and refused by the decoder. */
+#define TB_LAYER_INDEX_MTIME_MAX 253402300799ll
 
 typedef enum tb_layer_entry_type {
 	TB_LAYER_FILE = 0,
@@ -101,11 +111,13 @@ typedef struct tb_layer_point {
 } tb_layer_point_t;
 
 typedef struct tb_layer_entry {
-	char *path;      /* as the layer names it (whiteouts included) */
-	char *link;      /* a link's target; "" for others */
-	uint64_t size;   /* the data's size in the tar stream */
-	uint64_t offset; /* the stream's offset of the data */
-	uint32_t mode;   /* permission bits (07777) */
+	char *path;        /* as the layer names it (whiteouts included) */
+	char *link;        /* a link's target; "" for others */
+	uint64_t size;     /* the data's size in the tar stream */
+	uint64_t offset;   /* the stream's offset of the data */
+	int64_t mtime;     /* modification time: seconds (0 .. MTIME_MAX) ... */
+	uint32_t mtime_ns; /* ... and nanoseconds (below 1e9) */
+	uint32_t mode;     /* permission bits (07777) */
 	uint32_t uid, gid;
 	uint8_t type; /* tb_layer_entry_type_t */
 } tb_layer_entry_t;
@@ -142,8 +154,9 @@ typedef int64_t (*tb_layer_fetch_fn)(void *arg, uint64_t off, void *buf, size_t 
  * @return 0 and a new index in @p out; TB_EINVAL for a blob that is not
  *         the layer named, not gzip, or not a tar this index can describe
  *         (a sparse file, a span past SPAN_BYTES_MAX, more than
- *         ENTRIES_MAX entries: the layer is then pulled whole), naming
- *         why; TB_ENOMEM; or what @p read returned
+ *         ENTRIES_MAX entries, a time before the epoch or past
+ *         MTIME_MAX: the layer is then pulled whole), naming why;
+ *         TB_ENOMEM; or what @p read returned
  */
 int tb_layer_index_build(const char *digest, uint64_t span, tb_layer_read_fn read, void *arg,
 			 tb_layer_index_t **out, tb_error_t *err);
@@ -167,7 +180,8 @@ int tb_layer_index_encode(const tb_layer_index_t *ix, uint8_t **data, size_t *le
  * digest must be @p want (NULL: not pinned, for tools and the fuzzer).
  * @return 0 and a new index in @p out; TB_EINVAL naming what is wrong (a
  *         digest that differs, a layer not the one asked for, a
- *         truncated or malformed encoding, an offset out of place);
+ *         truncated or malformed encoding, an offset or a time out of
+ *         place, an encoding of version 1, which records no times);
  *         TB_EVERSION for an encoding of a later version; TB_ENOMEM
  */
 int tb_layer_index_decode(const uint8_t *data, size_t len, const char *layer, const char *want,

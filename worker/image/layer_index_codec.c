@@ -4,13 +4,19 @@
  *
  * Little-endian throughout:
  *
- *   "TBLAYIX\n"  u16 version (1)
+ *   "TBLAYIX\n"  u16 version (2)
  *   u16 n, n bytes: the layer's digest ("sha256:<64 hex>")
  *   u64 layer_size, u64 total_out, u64 span, u32 npoints, u32 nentries
  *   npoints x:  u64 in, u64 out, u8 bits, u32 wsize, u32 wlen, wlen bytes
  *               of window, 32 bytes: the span's SHA-256
  *   nentries x: u8 type, u32 mode, u32 uid, u32 gid, u64 size, u64 offset,
+ *               i64 mtime (seconds), u32 mtime_ns,
  *               u16 n, n bytes of path, u16 n, n bytes of link target
+ *
+ * Version 1 had no times. It is refused, not read with times of 0: a
+ * tree served from it would not be the unpacked tree (whose files have
+ * their layer's times), so a layer whose pin names a version 1 index is
+ * pulled whole, as for any index refused, until that pin lapses.
  *
  * The encoding's SHA-256 is the index's digest: a consumer pins it, and
  * the decoder checks the pin before it reads a field. Then every count
@@ -18,7 +24,8 @@
  * others: the access points in order, each span within the blob and
  * under TB_LAYER_INDEX_SPAN_BYTES_MAX, each window its expected size,
  * each entry's data within the tar stream, at a block boundary, after the
- * one before. A violation is refused, naming it.
+ * one before, its time within 0 .. TB_LAYER_INDEX_MTIME_MAX and its
+ * nanoseconds below 1e9. A violation is refused, naming it.
  */
 #include "layer_index_int.h"
 
@@ -32,10 +39,10 @@
 #include <string.h>
 
 #define MAGIC "TBLAYIX\n"
-#define VERSION 1
+#define VERSION 2
 #define WLEN_MAX (TB_LAYER_INDEX_WINDOW + 1024) /* a window deflated, at most */
 #define POINT_MIN (8 + 8 + 1 + 4 + 4 + 32)
-#define ENTRY_MIN (1 + 4 + 4 + 4 + 8 + 8 + 2 + 2)
+#define ENTRY_MIN (1 + 4 + 4 + 4 + 8 + 8 + 8 + 4 + 2 + 2)
 
 /* ------------------------------------------------------------ encoding */
 
@@ -99,6 +106,8 @@ static void put_entry(wbuf_t *w, const tb_layer_entry_t *e)
 	put_le(w, e->gid, 4);
 	put_le(w, e->size, 8);
 	put_le(w, e->offset, 8);
+	put_le(w, (uint64_t)e->mtime, 8);
+	put_le(w, e->mtime_ns, 4);
 	put_str(w, e->path);
 	put_str(w, e->link);
 }
@@ -238,7 +247,8 @@ static int get_head(rbuf_t *r, tb_layer_index_t *ix, const char *layer, uint64_t
 				    "layer index: version %llu (this reads %d)",
 				    (unsigned long long)version, VERSION);
 	if (version != VERSION)
-		return bad(r, "version %llu", (unsigned long long)version);
+		return bad(r, "version %llu, which records no file times (this reads %d)",
+			   (unsigned long long)version, VERSION);
 	if (get_str(r, &name, sizeof(ix->layer), "the layer digest") < 0)
 		return -1;
 	int ok = tb_digest_valid(name);
@@ -326,14 +336,21 @@ static int check_point(rbuf_t *r, const tb_layer_index_t *ix, size_t i)
 
 static int get_entry(rbuf_t *r, tb_layer_entry_t *e)
 {
-	uint64_t type, mode, uid, gid;
+	uint64_t type, mode, uid, gid, sec, ns;
 	if (get_le(r, &type, 1, "an entry") < 0 || get_le(r, &mode, 4, "an entry") < 0 ||
 	    get_le(r, &uid, 4, "an entry") < 0 || get_le(r, &gid, 4, "an entry") < 0 ||
-	    get_le(r, &e->size, 8, "an entry") < 0 || get_le(r, &e->offset, 8, "an entry") < 0)
+	    get_le(r, &e->size, 8, "an entry") < 0 || get_le(r, &e->offset, 8, "an entry") < 0 ||
+	    get_le(r, &sec, 8, "an entry") < 0 || get_le(r, &ns, 4, "an entry") < 0)
 		return -1;
 	if (type >= TB_LAYER_TYPES || mode > 07777)
 		return bad(r, "an entry of type %llu, mode %llo", (unsigned long long)type,
 			   (unsigned long long)mode);
+	/* as an i64, negative is past MAX too */
+	if (sec > (uint64_t)TB_LAYER_INDEX_MTIME_MAX || ns >= 1000000000u)
+		return bad(r, "an entry modified at %lld.%09llu s (0 .. %lld s)", (long long)sec,
+			   (unsigned long long)ns, TB_LAYER_INDEX_MTIME_MAX);
+	e->mtime = (int64_t)sec;
+	e->mtime_ns = (uint32_t)ns;
 	e->type = (uint8_t)type;
 	e->mode = (uint32_t)mode;
 	e->uid = (uint32_t)uid;

@@ -24,12 +24,14 @@ typedef struct tb_tar_scan {
 	uint64_t skip; /* data (and padding) bytes still to pass */
 	char *meta;    /* an 'L', 'K' or 'x' entry's data being read */
 	size_t mlen, mwant;
-	char kind;         /* that entry's type flag */
-	char *path, *link; /* a name the next entry takes (L/K, pax) */
-	uint64_t pax[3];   /* pax size, uid, gid for the next entry ... */
-	unsigned has_pax;  /* ... bit i set: pax[i] given */
-	int zeros;         /* zero blocks in a row */
-	int ended;         /* the two zero blocks came: the rest is padding */
+	char kind;             /* that entry's type flag */
+	char *path, *link;     /* a name the next entry takes (L/K, pax) */
+	uint64_t pax[3];       /* pax size, uid, gid for the next entry ... */
+	unsigned has_pax;      /* ... bit i set: pax[i] given; bit 3: pax_mtime */
+	uint64_t pax_mtime;    /* a pax mtime's seconds ... */
+	uint32_t pax_mtime_ns; /* ... and nanoseconds */
+	int zeros;             /* zero blocks in a row */
+	int ended;             /* the two zero blocks came: the rest is padding */
 } tb_tar_scan_t;
 
 /** Feeds @p n bytes of the tar stream. @return 0; TB_EINVAL naming the

@@ -20,7 +20,9 @@
  * The pin is set once per layer (the first worker's; every worker's
  * build of one layer gives the same bytes, as long as the encoding's
  * version and the span do not change) and lapses after
- * TB_LAYER_INDEX_PIN_TTL_MS; a whole pull of a layer whose pinned object
+ * TB_LAYER_INDEX_PIN_TTL_MS: a pin naming an encoding this worker does
+ * not read (a later one, or version 1, which had no times) makes the
+ * layer pull whole until it lapses; a whole pull of a layer whose pinned object
  * is missing, or recorded with another SHA-256, builds it again and puts
  * it back (a forged object in its place is replaced).
  */

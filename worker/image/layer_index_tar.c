@@ -2,9 +2,10 @@
  * layer_index_tar.c: the tar stream's entries listed as it is inflated
  * (layer_index_int.h), for the layer index: ustar and GNU headers, GNU
  * long names ('L', 'K') and pax records (path, linkpath, size, uid,
- * gid). It keeps where each entry's data starts in the stream. What it
- * cannot describe truthfully (a sparse file, an unknown entry type, data
- * on an entry that has none, a bad checksum) is refused, naming the
+ * gid, mtime). It keeps where each entry's data starts in the stream.
+ * What it cannot describe truthfully (a sparse file, an unknown entry
+ * type, data on an entry that has none, a bad checksum, a time before
+ * the epoch or past TB_LAYER_INDEX_MTIME_MAX) is refused, naming the
  * entry: such a layer is pulled whole.
  */
 #include "layer_index_int.h"
@@ -173,12 +174,17 @@ static int check_entry(tb_tar_scan_t *t, const tb_layer_entry_t *e, tb_error_t *
 /* A header of an entry proper (not a meta one): listed, its data passed. */
 static int add_entry(tb_tar_scan_t *t, const uint8_t *h, int type, tb_error_t *err)
 {
-	uint64_t mode, uid, gid, size;
+	uint64_t mode, uid, gid, size, mtime;
 	tb_layer_entry_t e = { 0 };
 
 	if (field(h + 100, 8, &mode) < 0 || field(h + 108, 8, &uid) < 0 ||
-	    field(h + 116, 8, &gid) < 0 || field(h + 124, 12, &size) < 0)
+	    field(h + 116, 8, &gid) < 0 || field(h + 124, 12, &size) < 0 ||
+	    field(h + 136, 12, &mtime) < 0)
 		return fail(t, (const char *)h, "a numeric field that does not parse", err);
+	if (t->has_pax & 8)
+		mtime = t->pax_mtime;
+	if (mtime > (uint64_t)TB_LAYER_INDEX_MTIME_MAX)
+		return fail(t, (const char *)h, "a time past the year 9999", err);
 	if (grow(t, err) < 0 || take_names(t, h, &e, err) < 0)
 		return err->code;
 	e.type = (uint8_t)type;
@@ -189,6 +195,8 @@ static int add_entry(tb_tar_scan_t *t, const uint8_t *h, int type, tb_error_t *e
 	e.uid = uid > UINT32_MAX ? UINT32_MAX : (uint32_t)uid;
 	e.gid = gid > UINT32_MAX ? UINT32_MAX : (uint32_t)gid;
 	e.size = size;
+	e.mtime = (int64_t)mtime;
+	e.mtime_ns = t->has_pax & 8 ? t->pax_mtime_ns : 0;
 	e.offset = t->pos;
 	t->has_pax = 0;
 	t->ix->entries[t->ix->nentries++] = e; /* freed with the index from here */
@@ -214,6 +222,34 @@ static int pax_number(tb_tar_scan_t *t, int i, const char *v, size_t vl, tb_erro
 	return 0;
 }
 
+/* A pax time, "SECONDS[.FRACTION]", into t->pax_mtime: nanoseconds kept,
+ * further digits dropped (as libarchive does). One before the epoch is
+ * refused: the index holds none. */
+static int pax_time(tb_tar_scan_t *t, const char *v, size_t vl, tb_error_t *err)
+{
+	uint64_t sec = 0;
+	uint32_t ns = 0, scale = 100000000;
+	size_t i = 0;
+
+	if (vl && v[0] == '-')
+		return fail(t, "(pax)", "a time before the epoch", err);
+	for (; i < vl && v[i] >= '0' && v[i] <= '9'; i++) {
+		if (sec > (uint64_t)TB_LAYER_INDEX_MTIME_MAX)
+			return fail(t, "(pax)", "a time past the year 9999", err);
+		sec = sec * 10 + (uint64_t)(v[i] - '0');
+	}
+	if (!i || (i < vl && v[i] != '.'))
+		return fail(t, "(pax)", "a time that does not parse", err);
+	for (i++; i < vl && v[i] >= '0' && v[i] <= '9'; i++, scale /= 10)
+		ns += (uint32_t)(v[i] - '0') * scale;
+	if (i < vl)
+		return fail(t, "(pax)", "a time that does not parse", err);
+	t->pax_mtime = sec;
+	t->pax_mtime_ns = ns;
+	t->has_pax |= 8;
+	return 0;
+}
+
 /* One pax record's key and value (the others are not the index's). */
 static int pax_record(tb_tar_scan_t *t, const char *k, size_t kl, const char *v, size_t vl,
 		      tb_error_t *err)
@@ -233,6 +269,8 @@ static int pax_record(tb_tar_scan_t *t, const char *k, size_t kl, const char *v,
 	for (int i = 0; i < 3; i++)
 		if (kl == strlen(numbers[i]) && !memcmp(k, numbers[i], kl))
 			return pax_number(t, i, v, vl, err);
+	if (kl == 5 && !memcmp(k, "mtime", 5))
+		return pax_time(t, v, vl, err);
 	return 0;
 }
 

@@ -105,6 +105,14 @@ typedef struct ctx {
 	struct stat root_st;       /* the tree's root: where a walk up stops */
 	char parent[PATH_MAX_LEN]; /* the last parent opened, and its fd */
 	int parent_fd;
+	struct dir_time {  /* directories' times, set once the layer is */
+		char *rel; /* placed (dir_times): the last for a path wins */
+		struct timespec t[2];
+		dev_t dev; /* the directory it was */
+		ino_t ino;
+	} * dirs;
+	size_t ndirs, dirs_cap;
+	made_t touched;        /* the directories in dirs, by inode */
 	const char *entry;     /* the entry being placed, for errors */
 	tb_unpack_plan_t plan; /* what it becomes */
 	tb_error_t *err;
@@ -149,11 +157,11 @@ static int mark(ctx_t *c, int pfd, const char *name)
 	return 0;
 }
 
-/* @p rel resolved inside the tree, as a directory (O_PATH). */
-static int open_beneath(int root, const char *rel)
+/* @p rel resolved inside the tree, as a directory opened with @p flags. */
+static int open_in(int root, const char *rel, uint64_t flags)
 {
 	struct open_how how = {
-		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+		.flags = flags | O_DIRECTORY | O_CLOEXEC,
 		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
 	};
 	int fd;
@@ -167,12 +175,95 @@ static int open_beneath(int root, const char *rel)
 	return fd;
 }
 
+/* @p rel resolved inside the tree, as a directory (O_PATH). */
+static int open_beneath(int root, const char *rel)
+{
+	return open_in(root, rel, O_PATH);
+}
+
 static void forget_parent(ctx_t *c)
 {
 	if (c->parent_fd >= 0)
 		close(c->parent_fd);
 	c->parent_fd = -1;
 	c->parent[0] = '\0';
+}
+
+/* ------------------------------------------------ directories' times */
+
+/* A directory's times change as entries are made and removed in it: the
+ * times it should have (its entry's, 0 for one no layer names, the
+ * lower layers' for one this layer changes without naming it) are kept
+ * as the layer goes, and set once it is placed (dir_times), as
+ * image_tree.c gives them. */
+
+/* The entry's time, as its access and modification times. */
+static void times_of(const tb_unpack_plan_t *p, struct timespec t[2])
+{
+	t[0].tv_sec = t[1].tv_sec = (time_t)p->mtime;
+	t[0].tv_nsec = t[1].tv_nsec = (long)p->mtime_ns;
+}
+
+/* Directory @p rel (open as @p fd) will have times @p t; NULL: those it
+ * has now, unless this layer kept some for it already. */
+static int keep_time(ctx_t *c, int fd, const char *rel, const struct timespec *t)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return fail_errno(c, "cannot look at its directory");
+	if (!t && made_has(&c->touched, &st))
+		return 0;
+	if (made_put(&c->touched, &st) < 0)
+		return fail(c, TB_ENOMEM, "out of memory");
+	if (c->ndirs == c->dirs_cap) {
+		size_t cap = c->dirs_cap ? 2 * c->dirs_cap : 64;
+		struct dir_time *d = realloc(c->dirs, cap * sizeof(*d));
+		if (!d)
+			return fail(c, TB_ENOMEM, "out of memory");
+		c->dirs = d, c->dirs_cap = cap;
+	}
+	struct dir_time *d = &c->dirs[c->ndirs];
+	if (!(d->rel = strdup(rel)))
+		return fail(c, TB_ENOMEM, "out of memory");
+	d->t[0] = d->t[1] = t ? t[1] : st.st_mtim;
+	d->dev = st.st_dev, d->ino = st.st_ino;
+	c->ndirs++;
+	return 0;
+}
+
+/* The times kept, in order (the last for a directory wins), each set on
+ * the directory it was kept for: its path resolved again (links within
+ * the tree followed, as when it was kept), and left when that is no
+ * longer the same directory (removed or replaced since). The root's are
+ * the tree's own. */
+static int dir_times(ctx_t *c)
+{
+	struct stat st;
+	int rc = 0;
+
+	forget_parent(c);
+	for (size_t i = 0; rc == 0 && i < c->ndirs; i++) {
+		const struct dir_time *d = &c->dirs[i];
+		if (!d->rel[0])
+			continue;
+		c->entry = d->rel;
+		int fd = open_in(c->root, d->rel, O_RDONLY);
+		if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == d->dev && st.st_ino == d->ino &&
+		    futimens(fd, d->t) < 0)
+			rc = fail_errno(c, "cannot set its directory's time");
+		if (fd >= 0)
+			close(fd);
+	}
+	return rc;
+}
+
+static void dirs_free(ctx_t *c)
+{
+	for (size_t i = 0; i < c->ndirs; i++)
+		free(c->dirs[i].rel);
+	free(c->dirs);
+	made_free(&c->touched);
 }
 
 /* The length of the longest prefix of @p rel (whole components) that
@@ -223,15 +314,21 @@ static size_t deepest_dir(ctx_t *c, const char *rel, int *fd)
  * 0, or -1 with the error set. */
 static int make_parents(ctx_t *c, const char *rel)
 {
+	static const struct timespec none[2]; /* a directory no layer names */
 	int cur;
 	size_t at = deepest_dir(c, rel, &cur);
-	char name[PATH_MAX_LEN];
+	char name[PATH_MAX_LEN], dir[PATH_MAX_LEN];
 
 	if (cur < 0) {
 		fail_errno(c, "its directory's top is not in the tree");
 		return -1;
 	}
 	while (rel[at]) {
+		snprintf(dir, sizeof(dir), "%.*s", (int)at, rel);
+		if (keep_time(c, cur, dir, NULL) < 0) {
+			close(cur);
+			return -1;
+		}
 		at += rel[at] == '/';
 		size_t len = strcspn(rel + at, "/");
 		snprintf(name, sizeof(name), "%.*s", (int)len, rel + at);
@@ -245,8 +342,11 @@ static int make_parents(ctx_t *c, const char *rel)
 		else if ((next = openat(cur, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) <
 			 0)
 			rc = fail_errno(c, "cannot open the directory it made");
-		else if ((rc = tb_unpack_count_dir(c->lim, c->st, c->err)) == 0)
-			rc = mark(c, cur, name);
+		else if ((rc = tb_unpack_count_dir(c->lim, c->st, c->err)) == 0 &&
+			 (rc = mark(c, cur, name)) == 0) {
+			snprintf(dir, sizeof(dir), "%.*s", (int)at, rel);
+			rc = keep_time(c, next, dir, none);
+		}
 		if (rc < 0) {
 			close(cur);
 			if (next >= 0)
@@ -288,6 +388,10 @@ static int open_parent(ctx_t *c, const char *rel)
 		fail_errno(c, "its directory cannot be opened");
 		return -1;
 	}
+	if (keep_time(c, fd, rel, NULL) < 0) {
+		close(fd);
+		return -1;
+	}
 	snprintf(c->parent, sizeof(c->parent), "%s", rel);
 	c->parent_fd = fd;
 	return fd;
@@ -311,7 +415,7 @@ static int clear_place(ctx_t *c, int pfd, const char *name, int keep_dir)
 
 /* ------------------------------------------------------------ entries */
 
-static int put_file(ctx_t *c, struct archive *a, struct archive_entry *e, int pfd, const char *name)
+static int put_file(ctx_t *c, struct archive *a, int pfd, const char *name)
 {
 	const tb_unpack_plan_t *p = &c->plan;
 	const void *buf;
@@ -344,7 +448,8 @@ static int put_file(ctx_t *c, struct archive *a, struct archive_entry *e, int pf
 						    : "its data cannot be read");
 	}
 	/* a sparse file's size, then its owner and mode (set-ID bits dropped) */
-	struct timespec t[2] = { { archive_entry_atime(e), 0 }, { archive_entry_mtime(e), 0 } };
+	struct timespec t[2];
+	times_of(p, t);
 	if (ftruncate(fd, (off_t)p->size) < 0 || fchown(fd, p->uid, p->gid) < 0 ||
 	    fchmod(fd, p->mode) < 0 || futimens(fd, t) < 0) {
 		close(fd);
@@ -365,7 +470,14 @@ static int put_dir(ctx_t *c, int pfd, const char *name)
 	if (fchownat(pfd, name, c->plan.uid, c->plan.gid, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    fchmodat(pfd, name, c->plan.mode, 0) < 0)
 		return fail_errno(c, "cannot set its owner or mode");
-	return 0;
+	struct timespec t[2];
+	int fd = openat(pfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return fail_errno(c, "cannot open it");
+	times_of(&c->plan, t);
+	rc = keep_time(c, fd, c->plan.rel, t);
+	close(fd);
+	return rc;
 }
 
 static int put_symlink(ctx_t *c, int pfd, const char *name)
@@ -374,8 +486,11 @@ static int put_symlink(ctx_t *c, int pfd, const char *name)
 
 	if ((rc = clear_place(c, pfd, name, 0)) < 0)
 		return rc;
+	struct timespec t[2];
+	times_of(&c->plan, t);
 	if (symlinkat(c->plan.link, pfd, name) < 0 ||
-	    fchownat(pfd, name, c->plan.uid, c->plan.gid, AT_SYMLINK_NOFOLLOW) < 0)
+	    fchownat(pfd, name, c->plan.uid, c->plan.gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    utimensat(pfd, name, t, AT_SYMLINK_NOFOLLOW) < 0)
 		return fail_errno(c, "cannot make the link");
 	return 0;
 }
@@ -414,9 +529,12 @@ static int put_hardlink(ctx_t *c, int pfd, const char *name)
 static int put_fifo(ctx_t *c, int pfd, const char *name)
 {
 	int rc = clear_place(c, pfd, name, 0);
+	struct timespec t[2];
 
+	times_of(&c->plan, t);
 	if (rc == 0 &&
-	    (mkfifoat(pfd, name, c->plan.mode) < 0 || fchmodat(pfd, name, c->plan.mode, 0) < 0))
+	    (mkfifoat(pfd, name, c->plan.mode) < 0 || fchmodat(pfd, name, c->plan.mode, 0) < 0 ||
+	     utimensat(pfd, name, t, AT_SYMLINK_NOFOLLOW) < 0))
 		rc = fail_errno(c, "cannot make the fifo");
 	return rc;
 }
@@ -468,13 +586,15 @@ static int opaque(ctx_t *c, const char *parent)
 	int fd = open_beneath(c->root, parent);
 	if (fd < 0)
 		return fail_errno(c, "cannot open the opaque directory");
-	int rc = make_opaque(c, fd);
+	int rc = keep_time(c, fd, parent, NULL);
+	if (rc == 0)
+		rc = make_opaque(c, fd);
 	close(fd);
 	return rc;
 }
 
 /* Makes the entry planned, in @p pfd. */
-static int make(ctx_t *c, struct archive *a, struct archive_entry *e, int pfd)
+static int make(ctx_t *c, struct archive *a, int pfd)
 {
 	const char *name = c->plan.name;
 	int rc;
@@ -483,7 +603,7 @@ static int make(ctx_t *c, struct archive *a, struct archive_entry *e, int pfd)
 	case TB_LAYER_FILE:
 		rc = clear_place(c, pfd, name, 0);
 		if (rc == 0)
-			rc = put_file(c, a, e, pfd, name);
+			rc = put_file(c, a, pfd, name);
 		break;
 	case TB_LAYER_DIR:
 		rc = put_dir(c, pfd, name);
@@ -516,6 +636,9 @@ static int entry_of(ctx_t *c, struct archive_entry *e, tb_layer_entry_t *out)
 	out->path = (char *)c->entry;
 	out->link = (char *)(hard ? hard : soft ? soft : "");
 	out->size = (uint64_t)size;
+	long ns = archive_entry_mtime_nsec(e);
+	out->mtime = archive_entry_mtime(e);
+	out->mtime_ns = ns >= 0 && ns < 1000000000 ? (uint32_t)ns : 0; /* futimens's range */
 	out->mode = archive_entry_perm(e) & 07777;
 	/* negative or past 32 bits: past the map either way */
 	out->uid = u >= 0 && u <= (int64_t)UINT32_MAX ? (uint32_t)u : UINT32_MAX;
@@ -568,7 +691,7 @@ static int place(ctx_t *c, struct archive *a, struct archive_entry *e)
 	case TB_UNPACK_OPAQUE:
 		return opaque(c, p->parent);
 	case TB_UNPACK_MAKE:
-		return make(c, a, e, pfd);
+		return make(c, a, pfd);
 	default: /* skipped, dropped */
 		return 0;
 	}
@@ -603,9 +726,12 @@ int tb_unpack_layer(int rootfd, int fd, const tb_unpack_limits_t *lim, tb_unpack
 		}
 		rc = place(&c, a, e);
 	}
+	if (rc == 0)
+		rc = dir_times(&c);
 out:
 	forget_parent(&c);
 	made_free(&c.made);
+	dirs_free(&c);
 	archive_read_free(a);
 	return rc;
 }

@@ -33,6 +33,16 @@
  * 0755 and root's; a FIFO is made 0600 and root's, whatever the layer
  * says.
  *
+ * Times: a file, a symbolic link and a FIFO are given their entry's
+ * modification time (seconds and nanoseconds, a pax `mtime` record's
+ * fraction kept) as their access and modification times. A directory's
+ * change as entries are made in it, so each directory a layer names or
+ * changes gets its times once the whole layer is placed: a directory
+ * the layer names, its entry's (the last naming's); one no layer names,
+ * 0 (the epoch); one a lower layer gave, the times it had before this
+ * layer. The tree's root keeps its own. A hard link is its target's
+ * inode, with its target's times.
+ *
  * What each entry becomes is decided in one place, unpack_rules.c
  * (tb_unpack_path, tb_unpack_decide, tb_unpack_count_dir), from the
  * entry as the layer names it (tb_layer_entry_t): tb_unpack_layer()
@@ -100,6 +110,9 @@ typedef struct tb_unpack_plan {
 	uint32_t mode;                   /* permission bits as made (no set-ID) */
 	uint32_t uid, gid;               /* as made: nobody past the map */
 	uint64_t size;                   /* a file's declared size */
+	int64_t mtime;                   /* its modification time, as the
+					  * layer gives it: seconds ... */
+	uint32_t mtime_ns;               /* ... and nanoseconds */
 	const char *link;                /* a symbolic link's target, as given */
 	char target[TB_UNPACK_NAME_MAX]; /* a hard link's: an entry already in
 					  * the tree (not a directory), cleaned;
@@ -118,7 +131,7 @@ int tb_unpack_path(tb_unpack_plan_t *p, const char *path, tb_error_t *err);
 /**
  * What entry @p e (placed by tb_unpack_path() into @p p, its parent
  * already there) does: p->what and, to make it, its type, mode, ids,
- * size and link; counted into @p st (what is dropped or changed noted).
+ * size, link and time; counted into @p st (what is dropped or changed noted).
  * @return 0; TB_EINVAL for what breaks a rule above (naming the entry);
  *         TB_ETOOBIG past a cap
  */

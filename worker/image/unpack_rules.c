@@ -143,6 +143,8 @@ static int make(tb_unpack_plan_t *p, const tb_layer_entry_t *e, const tb_unpack_
 	p->link = NULL;
 	p->mode = 0;
 	p->uid = p->gid = 0;
+	p->mtime = e->mtime;
+	p->mtime_ns = e->mtime_ns;
 	switch (e->type) {
 	case TB_LAYER_FILE:
 		if (file_size(p, e, lim, st, err) < 0)

@@ -339,6 +339,10 @@ static void attr_of(const tb_image_fs_t *fs, const tb_image_node_t *nd, fuse_ino
 	st->st_size = S_ISREG(nd->mode) || S_ISLNK(nd->mode) ? (off_t)nd->size : 0;
 	st->st_blksize = 4096;
 	st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
+	/* the unpacked tree's: its entry's time, as access and change time too */
+	st->st_mtim.tv_sec = (time_t)nd->mtime;
+	st->st_mtim.tv_nsec = (long)nd->mtime_ns;
+	st->st_atim = st->st_ctim = st->st_mtim;
 }
 
 static void op_init(void *ud, struct fuse_conn_info *conn)

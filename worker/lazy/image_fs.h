@@ -15,7 +15,10 @@
  * lies is caught. A span that does not match its hash is never served:
  * the read fails with EIO, other files still read, and the first such
  * failure is kept for the task (tb_image_fs_error), naming the layer and
- * the span. File times are not in the index: every time is 0.
+ * the span. Times are the index's (unpack.h says which): a node's
+ * entry's modification time, with its nanoseconds, shown as its access,
+ * modification and change time; a directory no layer names, and the
+ * root, show 0.
  *
  * Made and served as lazy_fs.h's is (fuse_serve.h): a detached mount
  * (read-only, nosuid, nodev) handed over as a mount fd, served by

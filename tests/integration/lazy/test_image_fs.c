@@ -5,7 +5,10 @@
  * opaque directory, a set-user-ID file, ids past the map, a device, a
  * FIFO, a file over many spans) indexed, served, and the mounted tree
  * walked against the tree tb_unpack_layer() makes of the same layers:
- * types, modes, ids, sizes, links, link targets, contents byte for byte;
+ * types, modes, ids, sizes, links, link targets, contents byte for byte,
+ * modification times to the nanosecond (pax records them with their
+ * fractions; a directory no layer names is at 0, one a later layer
+ * changes keeps its own);
  * and layers at the corners of the rules (links in parents, loops,
  * hard links to what is not there, things trading places) made, or
  * refused, by both alike.
@@ -139,6 +142,17 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
 	}
 }
 
+/* An entry's time, from its path and mode (a path named again in a later
+ * layer, with another mode, has another time): seconds and a fraction. */
+static void time_of(const char *path, unsigned mode, int64_t *sec, long *ns)
+{
+	uint32_t h = 2166136261u ^ mode;
+	for (; *path; path++)
+		h = (h ^ (uint8_t)*path) * 16777619u;
+	*sec = 1600000000 + (int64_t)(h % 100000000);
+	*ns = (long)(h % 999999999) + 1;
+}
+
 static void add_entry(struct archive *a, const spec_t *s, uint32_t seed)
 {
 	struct archive_entry *e = archive_entry_new();
@@ -148,7 +162,10 @@ static void add_entry(struct archive *a, const spec_t *s, uint32_t seed)
 	archive_entry_set_uid(e, s->uid);
 	archive_entry_set_gid(e, s->uid);
 	archive_entry_set_perm(e, s->mode);
-	archive_entry_set_mtime(e, 1700000000, 0);
+	int64_t sec;
+	long ns;
+	time_of(s->path, s->mode, &sec, &ns);
+	archive_entry_set_mtime(e, (time_t)sec, ns);
 	switch (s->type) {
 	case 'd':
 		archive_entry_set_filetype(e, AE_IFDIR);
@@ -196,7 +213,7 @@ static void make_layer(blob_t *b, const spec_t *s)
 
 	b->p = malloc(cap);
 	assert_non_null(b->p);
-	archive_write_set_format_pax_restricted(a);
+	archive_write_set_format_pax(a); /* every time in records, with its fraction */
 	archive_write_add_filter_gzip(a);
 	assert_int_equal(archive_write_open_memory(a, b->p, cap, &b->n), ARCHIVE_OK);
 	for (uint32_t i = 0; s[i].path; i++)
@@ -413,7 +430,7 @@ static char **names_in(const char *path, size_t *n)
 	return v;
 }
 
-static void compare(const char *a, const char *b, const char *rel);
+static void compare_node(const char *a, const char *b, const char *rel, int root);
 
 static void compare_dirs(const char *a, const char *b, const char *rel)
 {
@@ -429,7 +446,7 @@ static void compare_dirs(const char *a, const char *b, const char *rel)
 		snprintf(pa, sizeof(pa), "%s/%s", a, va[i]);
 		snprintf(pb, sizeof(pb), "%s/%s", b, vb[i]);
 		snprintf(r, sizeof(r), "%s/%s", rel, va[i]);
-		compare(pa, pb, r);
+		compare_node(pa, pb, r, 0);
 		free(va[i]);
 		free(vb[i]);
 	}
@@ -437,7 +454,9 @@ static void compare_dirs(const char *a, const char *b, const char *rel)
 	free(vb);
 }
 
-static void compare(const char *a, const char *b, const char *rel)
+/* Trees @p a (unpacked) and @p b (served) alike from @p rel down; the
+ * @p root's own time is the tree's (the unpacked one's, its directory's). */
+static void compare_node(const char *a, const char *b, const char *rel, int root)
 {
 	struct stat sa, sb;
 
@@ -447,6 +466,11 @@ static void compare(const char *a, const char *b, const char *rel)
 	if (sa.st_mode != sb.st_mode || sa.st_uid != sb.st_uid || sa.st_gid != sb.st_gid)
 		fail_msg("%s: mode %o %u:%u unpacked, %o %u:%u served", rel, sa.st_mode, sa.st_uid,
 			 sa.st_gid, sb.st_mode, sb.st_uid, sb.st_gid);
+	if (!root &&
+	    (sa.st_mtim.tv_sec != sb.st_mtim.tv_sec || sa.st_mtim.tv_nsec != sb.st_mtim.tv_nsec))
+		fail_msg("%s: modified at %lld.%09ld unpacked, %lld.%09ld served", rel,
+			 (long long)sa.st_mtim.tv_sec, sa.st_mtim.tv_nsec,
+			 (long long)sb.st_mtim.tv_sec, sb.st_mtim.tv_nsec);
 	if (S_ISDIR(sa.st_mode)) {
 		compare_dirs(a, b, rel);
 		return;
@@ -469,6 +493,11 @@ static void compare(const char *a, const char *b, const char *rel)
 		free(da);
 		free(db);
 	}
+}
+
+static void compare(const char *a, const char *b, const char *rel)
+{
+	compare_node(a, b, rel, 1);
 }
 
 /* ------------------------------------------------------------ tests */
@@ -507,6 +536,26 @@ static void test_image_fs__the_served_tree_is_the_unpacked_tree(void **state)
 	assert_int_equal(s.st_uid, 65534);
 	snprintf(p, sizeof(p), "%s/dev/null", m.at);
 	assert_int_equal(lstat(p, &s), -1);
+	/* times: an entry's, to the nanosecond; a directory's from the last
+	 * layer naming it; 0 for one no layer names */
+	int64_t sec;
+	long ns;
+	time_of("etc/passwd", 0600, &sec, &ns); /* L1's */
+	snprintf(p, sizeof(p), "%s/etc/passwd", m.at);
+	assert_int_equal(stat(p, &s), 0);
+	assert_int_equal(s.st_mtim.tv_sec, sec);
+	assert_int_equal(s.st_mtim.tv_nsec, ns);
+	time_of("etc/", 0750, &sec, &ns); /* L1's, named after etc/passwd */
+	snprintf(p, sizeof(p), "%s/etc", m.at);
+	assert_int_equal(stat(p, &s), 0);
+	assert_int_equal(s.st_mtim.tv_sec, sec);
+	time_of("bin", 0777, &sec, &ns);
+	snprintf(p, sizeof(p), "%s/bin", m.at);
+	assert_int_equal(lstat(p, &s), 0);
+	assert_int_equal(s.st_mtim.tv_nsec, ns);
+	snprintf(p, sizeof(p), "%s/big", m.at);
+	assert_int_equal(stat(p, &s), 0);
+	assert_int_equal(s.st_mtim.tv_sec, 0);
 	char msg[256];
 	assert_int_equal(tb_image_fs_error(m.fs, msg, sizeof(msg)), 0);
 	unmount_image(&m);
@@ -705,7 +754,7 @@ static void test_image_fs__an_index_that_lies_about_offsets(void **state)
 	/* data said to run over the next entry's header: refused at start */
 	tb_layer_entry_t *e = (tb_layer_entry_t *)entry_named(0, "etc/passwd");
 	uint64_t was = e->offset;
-	e->offset += 512;
+	e->offset = entry_named(0, "usr/")->offset - 512; /* at usr/'s header */
 	assert_int_equal(start(&m, NULL, ix, &err), TB_EINVAL);
 	assert_non_null(strstr(err.msg, "etc/passwd"));
 	e->offset = was;

@@ -42,7 +42,7 @@ static void check_data(struct archive *a, const tb_layer_entry_t *x, const tb_la
 	free(got);
 }
 
-size_t layer_check_against_tar(const uint8_t *blob, size_t n, const tb_layer_index_t *ix,
+size_t layer_check_against_tar(const uint8_t *blob, size_t n, const tb_layer_index_t *ix, int how,
 			       tb_layer_fetch_fn fetch, void *arg)
 {
 	struct archive *a = archive_read_new();
@@ -63,6 +63,10 @@ size_t layer_check_against_tar(const uint8_t *blob, size_t n, const tb_layer_ind
 		assert_int_equal(x->mode, archive_entry_perm(e));
 		assert_int_equal(x->uid, archive_entry_uid(e));
 		assert_int_equal(x->size, archive_entry_size(e));
+		if (how & LAYER_CHECK_TIMES) {
+			assert_int_equal(x->mtime, archive_entry_mtime(e));
+			assert_int_equal(x->mtime_ns, archive_entry_mtime_nsec(e));
+		}
 		check_data(a, x, ix, fetch, arg);
 	}
 	archive_read_free(a);

@@ -3,10 +3,11 @@
  * layer_index.h): built from real tar+gzip layers (libarchive writes the
  * tar in each dialect, zlib the gzip, in one member or several), every
  * file read through it equal to what libarchive extracts, the encoding
- * round-tripped; and hostile cases refused with a reason: an index that
- * lies about a span, names another layer, is truncated or garbled, has
- * points out of order or entries past the stream; a fetch that comes
- * back short or wrong.
+ * round-tripped (times with their nanoseconds too); and hostile cases
+ * refused with a reason: an index that lies about a span, names another
+ * layer, is truncated or garbled, is of version 1 (no times), has points
+ * out of order, entries past the stream or times out of range; a fetch
+ * that comes back short or wrong; a layer with a time before the epoch.
  */
 #include "layer_index.h"
 
@@ -84,7 +85,13 @@ static uint8_t *make_tar(const spec_t *s, size_t n, int format, size_t *len)
 				      strstr(s[i].path, "bigid") ? 3000000 : 1000 + (la_int64_t)i);
 		archive_entry_set_gid(e, 2000);
 		archive_entry_set_perm(e, s[i].type == 'd' ? 0755 : 0640);
-		archive_entry_set_mtime(e, 1700000000, 0);
+		/* nanoseconds (pax keeps them, the others drop them); past
+		 * ustar's 11 octal digits: pax records it, GNU base-256 */
+		archive_entry_set_mtime(e,
+					strstr(s[i].path, "bigid")     ? 9000000000
+					: strstr(s[i].path, "negtime") ? -100
+								       : 1700000000 + (time_t)i,
+					(long)(i * 7919 % 1000000000 + 1));
 		if (s[i].type == 'h') {
 			archive_entry_set_filetype(e, AE_IFREG);
 			archive_entry_set_hardlink(e, s[i].link);
@@ -178,7 +185,7 @@ static tb_layer_index_t *build(blob_t *b, uint64_t span)
 /* Every entry as libarchive reads the layer (layer_testlib.h). */
 static size_t check_against_libarchive(blob_t *b, const tb_layer_index_t *ix)
 {
-	return layer_check_against_tar(b->p, b->n, ix, blob_fetch, b);
+	return layer_check_against_tar(b->p, b->n, ix, LAYER_CHECK_TIMES, blob_fetch, b);
 }
 
 /* Ranges of the stream read through @p ix, against the tar itself. */
@@ -269,6 +276,8 @@ static void honest(int format, int members, uint64_t span)
 	assert_int_equal(ix->layer_size, b.n);
 	assert_true(ix->npoints > 3 * (size_t)members);
 	assert_int_equal(check_against_libarchive(&b, ix), n);
+	if (format == ARCHIVE_FORMAT_TAR_PAX_INTERCHANGE) /* pax's fractions kept */
+		assert_int_equal(ix->entries[n - 1].mtime_ns, (n - 1) * 7919 + 1);
 	check_ranges(&b, ix, tar, len);
 	tb_layer_index_t *back = round_trip(ix);
 	check_ranges(&b, back, tar, len);
@@ -282,6 +291,14 @@ static void test_pax(void **state)
 {
 	(void)state;
 	honest(ARCHIVE_FORMAT_TAR_PAX_RESTRICTED, 1, SPAN);
+}
+
+/* Full pax: every entry's times in records, mtime's with its fraction
+ * (atime and ctime beside it, which the index leaves). */
+static void test_pax_times(void **state)
+{
+	(void)state;
+	honest(ARCHIVE_FORMAT_TAR_PAX_INTERCHANGE, 1, SPAN);
 }
 
 static void test_gnu_long_names(void **state)
@@ -495,9 +512,9 @@ static void test_garbled(void **state)
 	assert_int_equal(tb_layer_index_decode(f->enc, f->n, NULL, NULL, &out, &err), TB_EINVAL);
 	assert_non_null(strstr(err.msg, "no magic"));
 	f->enc[0] ^= 1;
-	f->enc[8] = 2; /* version 2 */
+	f->enc[8] = 3; /* a later version */
 	assert_int_equal(tb_layer_index_decode(f->enc, f->n, NULL, NULL, &out, &err), TB_EVERSION);
-	f->enc[8] = 1;
+	f->enc[8] = 2;
 	/* every single byte flipped in turn: refused or decoded, never a crash */
 	for (size_t i = 0; i < f->n; i += f->n / 2000 + 1) {
 		f->enc[i] ^= 0x5a;
@@ -546,6 +563,86 @@ static void test_entry_past_stream(void **state)
 	e->type = TB_LAYER_TYPES;
 	refused(f->ix, f->b.digest, "an entry of type");
 	e->type = t;
+}
+
+/* A time before the epoch, past the year 9999, or nanoseconds past a
+ * second: refused. The last second of 9999 is fine. */
+static void test_time_out_of_range(void **state)
+{
+	fixture_t *f = *state;
+	tb_layer_entry_t *e = &f->ix->entries[1];
+	e->mtime = -1;
+	refused(f->ix, f->b.digest, "modified at");
+	e->mtime = TB_LAYER_INDEX_MTIME_MAX + 1;
+	refused(f->ix, f->b.digest, "modified at");
+	e->mtime = TB_LAYER_INDEX_MTIME_MAX;
+	e->mtime_ns = 1000000000;
+	refused(f->ix, f->b.digest, "modified at");
+	e->mtime_ns = 999999999;
+	tb_layer_index_free(round_trip(f->ix));
+}
+
+/* Version 1, the encoding before times, written as it was: refused with
+ * the reason (a tree served from it would not have the layer's times),
+ * so the layer is pulled whole. */
+static void put_v1(uint8_t **w, uint64_t v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		*(*w)++ = (uint8_t)(v >> (8 * i));
+}
+
+static void put_v1_str(uint8_t **w, const char *s)
+{
+	put_v1(w, strlen(s), 2);
+	memcpy(*w, s, strlen(s));
+	*w += strlen(s);
+}
+
+static void test_version_1_refused(void **state)
+{
+	fixture_t *f = *state;
+	const tb_layer_index_t *ix = f->ix;
+	uint8_t *v1 = malloc(f->n), *w = v1; /* v1 is shorter: no times */
+	memcpy(w, "TBLAYIX\n", 8);
+	w += 8;
+	put_v1(&w, 1, 2);
+	put_v1_str(&w, ix->layer);
+	put_v1(&w, ix->layer_size, 8);
+	put_v1(&w, ix->total_out, 8);
+	put_v1(&w, ix->span, 8);
+	put_v1(&w, ix->npoints, 4);
+	put_v1(&w, ix->nentries, 4);
+	for (size_t i = 0; i < ix->npoints; i++) {
+		const tb_layer_point_t *p = &ix->points[i];
+		put_v1(&w, p->in, 8);
+		put_v1(&w, p->out, 8);
+		put_v1(&w, p->bits, 1);
+		put_v1(&w, p->wsize, 4);
+		put_v1(&w, p->wlen, 4);
+		memcpy(w, p->window, p->wlen);
+		memcpy(w + p->wlen, p->span_sha, 32);
+		w += p->wlen + 32;
+	}
+	for (size_t i = 0; i < ix->nentries; i++) {
+		const tb_layer_entry_t *e = &ix->entries[i];
+		put_v1(&w, e->type, 1);
+		put_v1(&w, e->mode, 4);
+		put_v1(&w, e->uid, 4);
+		put_v1(&w, e->gid, 4);
+		put_v1(&w, e->size, 8);
+		put_v1(&w, e->offset, 8);
+		put_v1_str(&w, e->path);
+		put_v1_str(&w, e->link);
+	}
+	assert_int_equal((size_t)(w - v1), f->n - 12 * ix->nentries);
+	tb_layer_index_t *out = (tb_layer_index_t *)1;
+	tb_error_t err;
+	assert_int_equal(tb_layer_index_decode(v1, (size_t)(w - v1), ix->layer, NULL, &out, &err),
+			 TB_EINVAL);
+	assert_null(out);
+	if (!strstr(err.msg, "version 1, which records no file times"))
+		fail_msg("'%s' does not say why", err.msg);
+	free(v1);
 }
 
 /* A read past the stream is refused; one of no bytes is fine. */
@@ -638,10 +735,25 @@ static void test_sparse_refused(void **state)
 	free(tar);
 }
 
+/* A time before the epoch (pax's "-100"): not indexed, pulled whole. */
+static void test_time_before_epoch_refused(void **state)
+{
+	(void)state;
+	size_t len;
+	const spec_t s[] = { { "negtime", 'f', 10, 0, NULL } };
+	uint8_t *tar = make_tar(s, 1, ARCHIVE_FORMAT_TAR_PAX_RESTRICTED, &len);
+	blob_t b = { 0 };
+	gzip_into(&b, tar, len, 1);
+	build_fails(&b, "before the epoch");
+	free(b.p);
+	free(tar);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_pax),
+		cmocka_unit_test(test_pax_times),
 		cmocka_unit_test(test_gnu_long_names),
 		cmocka_unit_test(test_ustar_prefix),
 		cmocka_unit_test(test_multi_member),
@@ -655,8 +767,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_points_out_of_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_entry_past_stream, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_range_past_stream, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_time_out_of_range, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_version_1_refused, setup, teardown),
 		cmocka_unit_test(test_not_layers),
 		cmocka_unit_test(test_sparse_refused),
+		cmocka_unit_test(test_time_before_epoch_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

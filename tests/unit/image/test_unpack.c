@@ -39,6 +39,9 @@ typedef struct entry {
 } entry_t;
 
 static long long sparse_size; /* what an 's' entry declares */
+/* Entry i's time, when set: full pax, every time in records (with its
+ * nanoseconds). */
+static const struct timespec *times;
 
 /* A layer of @p n entries in a memfd, compressed by @p filter. */
 static int layer(const entry_t *e, size_t n, int filter)
@@ -47,7 +50,10 @@ static int layer(const entry_t *e, size_t n, int filter)
 	struct archive *a = archive_write_new();
 
 	assert_true(fd >= 0);
-	archive_write_set_format_pax_restricted(a);
+	if (times)
+		archive_write_set_format_pax(a);
+	else
+		archive_write_set_format_pax_restricted(a);
 	if (filter == 'g')
 		archive_write_add_filter_gzip(a);
 	else if (filter == 'z')
@@ -59,6 +65,8 @@ static int layer(const entry_t *e, size_t n, int filter)
 		archive_entry_set_uid(ae, e[i].uid);
 		archive_entry_set_gid(ae, e[i].uid);
 		archive_entry_set_perm(ae, e[i].mode ? e[i].mode : 0644);
+		if (times)
+			archive_entry_set_mtime(ae, times[i].tv_sec, times[i].tv_nsec);
 		switch (e[i].type) {
 		case 'd':
 			archive_entry_set_filetype(ae, AE_IFDIR);
@@ -422,6 +430,58 @@ static void test_unpack__what_is_dropped_or_changed_is_counted(void **state)
 	assert_non_null(strstr(err.msg, "target of 4096 bytes or more"));
 }
 
+/* @p rel's modification time (not followed) is @p sec.@p ns. */
+static void modified_at(const char *rel, long long sec, long ns)
+{
+	struct stat s;
+	assert_int_equal(fstatat(rootfd, rel, &s, AT_SYMLINK_NOFOLLOW), 0);
+	if (s.st_mtim.tv_sec != sec || s.st_mtim.tv_nsec != ns)
+		fail_msg("%s: modified at %lld.%09ld, not %lld.%09ld", rel,
+			 (long long)s.st_mtim.tv_sec, s.st_mtim.tv_nsec, sec, ns);
+}
+
+/* Each entry's time to the nanosecond (files, links, FIFOs, directories
+ * once their layer is placed); a directory no layer names at 0; one a
+ * later layer changes without naming it keeps its own. */
+static void test_unpack__entries_keep_their_layers_times(void **state)
+{
+	tb_unpack_stats_t st = { 0 };
+	tb_error_t err;
+	struct stat s;
+	(void)state;
+	entry_t l1[] = {
+		{ "d/", 'd', NULL, 0755, 0 },     { "d/f", 'f', "x", 0644, 0 },
+		{ "d/l", 'l', "f", 0, 0 },        { "d/p", 'p', NULL, 0600, 0 },
+		{ "d/sub/g", 'f', "g", 0644, 0 },
+	};
+	static const struct timespec t1[] = {
+		{ 1000, 5 }, { 2000, 123456789 }, { 3000, 7 }, { 4000, 0 }, { 5000, 1 },
+	};
+	entry_t l2[] = {
+		{ "d/new", 'f', "n", 0644, 0 },
+		{ "d/.wh.p", 'f', "", 0644, 0 },
+		{ "d/sub/", 'd', NULL, 0755, 0 },
+		{ "d/sub/h", 'f', "h", 0644, 0 },
+	};
+	static const struct timespec t2[] = { { 6000, 0 }, { 0, 0 }, { 7000, 70 }, { 8000, 80 } };
+	times = t1;
+	assert_int_equal(apply(l1, N(l1), 'g', &roomy, &st, &err), 0);
+	modified_at("d", 1000, 5);
+	modified_at("d/f", 2000, 123456789);
+	assert_int_equal(fstatat(rootfd, "d/f", &s, 0), 0);
+	assert_int_equal(s.st_atim.tv_sec, 2000); /* the access time too */
+	modified_at("d/l", 3000, 7);
+	modified_at("d/p", 4000, 0);
+	modified_at("d/sub", 0, 0); /* no layer names it */
+	times = t2;
+	assert_int_equal(apply(l2, N(l2), 'g', &roomy, &st, &err), 0);
+	times = NULL;
+	modified_at("d", 1000, 5); /* changed, not named: its own */
+	modified_at("d/new", 6000, 0);
+	modified_at("d/sub", 7000, 70); /* named, a child made in it after */
+	assert_false(exists_in("d/p"));
+}
+
 static int setup(void **state)
 {
 	char cmd[300];
@@ -448,6 +508,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_unpack__an_honest_layer, fresh_tree),
+		cmocka_unit_test_setup(test_unpack__entries_keep_their_layers_times, fresh_tree),
 		cmocka_unit_test_setup(test_unpack__nothing_lands_outside_the_tree, fresh_tree),
 		cmocka_unit_test_setup(test_unpack__hostile_names_are_refused, fresh_tree),
 		cmocka_unit_test_setup(test_unpack__whiteouts_and_opaque_directories, fresh_tree),
