@@ -29,6 +29,8 @@
  * Before task and events, the services are warmed (see warm_services).
  *
  * Usage: bench_worker --taskbox PATH [--json] [-n N] SUITE...
+ * (TB_BENCH_RUNTIME=FILE: the runtime the workers run tasks under, for a
+ * taskbox of another version; the example's by default)
  * (N: tasks in the 1-slot run and in the 8-slot waves; 300 by default: a
  * p99 of 100 samples is the second worst, and moved 40-170 ms between runs
  * with one stall of the shared machine more or less)
@@ -1444,6 +1446,10 @@ int main(int argc, char **argv)
 		 "read -r p\nyes '{\"type\":\"thought\",\"text\":\"x\"}' | head -n %d >&3\n",
 		 CHATTY_EVENTS);
 	/* a runtime whose event cap does not pace the chatty agent */
+	/* the runtime the workers get: the example's, or an older worker's
+	 * own (TB_BENCH_RUNTIME), whose schema may lack keys added since */
+	const char *runtime =
+	    getenv("TB_BENCH_RUNTIME") ? getenv("TB_BENCH_RUNTIME") : TB_RUNTIME_EXAMPLE;
 	if (recipe("trivial",
 		   "read -r p\necho '{\"type\":\"message\",\"role\":\"assistant\",\"text\":"
 		   "\"ok\"}' >&3\n",
@@ -1460,11 +1466,11 @@ int main(int argc, char **argv)
 	    sh("mkdir -p %s/runtimes && sed -e 's/\"name\": \"default\"/\"name\": \"sessions\"/' "
 	       "-e 's/\"idle_timeout_seconds\": [0-9]*/\"idle_timeout_seconds\": 3600/' "
 	       "%s > %s/runtimes/sessions.json",
-	       root, TB_RUNTIME_EXAMPLE, root) < 0 ||
+	       root, runtime, root) < 0 ||
 	    sh("mkdir -p %s/runtimes && sed -e 's/\"name\": \"default\"/\"name\": \"bench\"/' "
 	       "-e 's/\"max_events_per_second\": [0-9]*/\"max_events_per_second\": 1000000/' "
 	       "%s > %s/runtimes/bench.json",
-	       root, TB_RUNTIME_EXAMPLE, root) < 0) {
+	       root, runtime, root) < 0) {
 		fprintf(stderr, "bench: cannot make the recipes in %s\n", root);
 		return 1;
 	}
