@@ -36,6 +36,7 @@ typedef struct tb_worker_deps {
 	tb_recipe_cache_t *recipes;
 	tb_image_cache_t *images;      /* environments' images; NULL: none allowed here */
 	tb_block_cache_t *input_cache; /* lazy inputs' blocks; NULL: inputs downloaded whole */
+	tb_span_cache_t *image_spans;  /* image_lazy: roots read on demand; NULL: off */
 	const tb_seccomp_t *policy;
 	const char *group; /* sandbox and directory prefix */
 	uint64_t drain_ms; /* after a stop, how long running tasks may finish
