@@ -82,7 +82,8 @@ enum {
  * the same group left removed (said in the log), with
  * TB_WORKER_OPEN_INPUTS the lazy inputs' cache under cache_dir/inputs
  * where FUSE can be served (else the log says why inputs are downloaded
- * whole). `taskbox worker`, its checks and `taskbox demo` all open a
+ * whole), and with the configuration's image_lazy there the span cache
+ * of image roots read on demand (cache_dir/spans). `taskbox worker`, its checks and `taskbox demo` all open a
  * worker this way.
  * @return 0, or < 0 with why in @p err (nothing left open)
  */

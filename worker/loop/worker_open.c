@@ -3,7 +3,8 @@
  * in one call (worker.h, tb_worker_open): the recipe and image caches,
  * the seccomp policy, the sandbox's init program found, the host's id
  * registry tried, what a dead worker of the same group left swept, and
- * the lazy inputs' block cache where FUSE serves, and where the image
+ * the lazy inputs' block cache where FUSE serves (and, with image_lazy,
+ * the span cache of image roots read on demand), and where the image
  * cache publishes and finds layer indexes (the store, pinned in the
  * ledger). `taskbox worker`, its
  * --check (`taskbox config check`) and `taskbox demo` all open a worker
@@ -159,8 +160,14 @@ static void open_image_spans(const tb_config_t *cfg, int fuse, tb_span_cache_t *
 		return;
 	}
 	snprintf(dir, sizeof(dir), "%s/spans", cfg->cache_dir);
-	if (tb_span_cache_open(out, dir, max < (64u << 20) ? 64u << 20 : max, &err) < 0)
+	max = max < (64u << 20) ? 64u << 20 : max;
+	if (tb_span_cache_open(out, dir, max, &err) < 0)
 		tb_warn(NULL, "image_lazy: images are pulled whole here: %s", err.msg);
+	else
+		tb_info(NULL,
+			"image_lazy: an image whose layers are all indexed starts read on "
+			"demand (spans in %s, %llu MiB at most)",
+			dir, (unsigned long long)(max >> 20));
 }
 
 int tb_worker_open(tb_worker_deps_t *d, unsigned what, tb_error_t *err)

@@ -1,8 +1,10 @@
 /*
  * prepare.c: the "prepared" phase (run_int.h): the runtime by name, the recipe
  * at its pinned commit, the limits, the inputs, the environment's image
- * when one is named, and the sandbox, from the pool when the worker keeps
- * one (keyed by image: sandbox_pool.h).
+ * when one is named (pulled whole, or with the worker's image_lazy and
+ * its layers indexed, its root read on demand through FUSE: image_fs.h),
+ * and the sandbox, from the pool when the worker keeps one (keyed by
+ * image: sandbox_pool.h; a root read on demand is never built ahead).
  */
 #include "run_int.h"
 
