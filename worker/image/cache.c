@@ -5,7 +5,7 @@
  * the authorization a cache hit needs (each asker's own, remembered a
  * short while), and eviction.
  */
-#include "image.h"
+#include "cache_int.h"
 
 #include "blob.h"
 #include "layer_index_store.h"
@@ -58,6 +58,7 @@ struct tb_image_cache {
 	atomic_uint_fast64_t auth_ttl_ms;
 	tb_layer_indexes_t indexes;      /* where layer indexes go; store NULL: nowhere */
 	tb_layer_index_queue_t *indexer; /* ... and who puts them there */
+	tb_image_later_t *later;         /* images pulled whole in the background */
 };
 
 static atomic_uint tmp_counter;
@@ -184,6 +185,8 @@ int tb_image_cache_open(tb_image_cache_t **out, const char *cache_dir, uint64_t 
 	    (rc = c->tmp = open_dir(c->root, "tmp", err, c->path)) < 0 ||
 	    (rc = c->locks = open_dir(c->root, "locks", err, c->path)) < 0)
 		goto fail;
+	if ((rc = tb_image_later_open(&c->later, c, err)) < 0)
+		goto fail;
 	fchmod(c->root, 0700); /* images keep their modes: no host user in */
 	sweep(c);
 	tb_image_cache_trim(c); /* the bound, and the counts, from the start */
@@ -198,6 +201,9 @@ void tb_image_cache_close(tb_image_cache_t *c)
 {
 	if (!c)
 		return;
+	/* a background pull ends at once (it may queue indexes: first) */
+	atomic_store(&c->stopping, 1);
+	tb_image_later_stop(c->later);
 	tb_layer_index_queue_stop(c->indexer); /* reads from blobs: first */
 	int fds[] = { c->root, c->blobs, c->trees, c->tmp, c->locks };
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
@@ -831,8 +837,10 @@ int tb_image_lazy_open(tb_image_cache_t *c, const tb_image_ref_t *ref, const cha
 	*out = NULL;
 	if (!l || !m)
 		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
-	if (rc == 0)
+	if (rc == 0) {
+		l->ref = *ref;
 		rc = open_source(c, ref, credentials, &l->src, err);
+	}
 	/* shared while blobs are put in: eviction waits */
 	if (rc == 0 && (building = lock_at(c->locks, TRIM_LOCK, LOCK_SH)) < 0)
 		rc = tb_error_errno(err, TB_EIO, errno, "image cache: its lock");
@@ -856,6 +864,17 @@ int tb_image_lazy_open(tb_image_cache_t *c, const tb_image_ref_t *ref, const cha
 	}
 	*out = l;
 	return 0;
+}
+
+void tb_image_cache_pull_later(tb_image_cache_t *c, const tb_image_ref_t *ref,
+			       const char *credentials, uint64_t max_unpacked)
+{
+	tb_image_later_add(c->later, ref, credentials, max_unpacked);
+}
+
+void tb_image_cache_pull_wait(tb_image_cache_t *c)
+{
+	tb_image_later_wait(c->later);
 }
 
 void tb_image_lazy_free(tb_image_lazy_t *l)

@@ -142,6 +142,7 @@ int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_un
 /* An image to be read on demand (issue 49): what tb_image_lazy_open()
  * found without pulling it. */
 typedef struct tb_image_lazy {
+	tb_image_ref_t ref;      /* as asked */
 	char digest[72];         /* its manifest's, for this platform */
 	tb_strlist_t layers;     /* their digests, bottom first */
 	tb_oci_config_t config;  /* Env, WorkingDir, User */
@@ -170,6 +171,21 @@ typedef struct tb_image_lazy {
  */
 int tb_image_lazy_open(tb_image_cache_t *c, const tb_image_ref_t *ref, const char *credentials,
 		       tb_image_lazy_t **out, tb_error_t *err);
+
+/**
+ * Pulls @p ref whole (tb_image_get, with these @p credentials and cap),
+ * later, by a thread of the cache's at a low priority, one image at a
+ * time, so that the next task on this host finds it cached: what a task
+ * read on demand leaves behind it. Never waits: an image queued or being
+ * pulled is not queued again, and past 16 waiting none is (its next task
+ * queues it again). A failure is said in the log; a pull under way ends
+ * when the cache is interrupted or closed.
+ */
+void tb_image_cache_pull_later(tb_image_cache_t *c, const tb_image_ref_t *ref,
+			       const char *credentials, uint64_t max_unpacked);
+
+/** Waits until no image is queued or being pulled later. For tests. */
+void tb_image_cache_pull_wait(tb_image_cache_t *c);
 
 /** Frees @p l, its indexes, and closes its source: only once nothing
  * reads through it. NULL is a no-op. */
