@@ -61,6 +61,7 @@ struct events {
 	int keep_usage;                        /* keep the two below (the test frees them): */
 	json_t *result_usage;                  /* the last result event's usage */
 	json_t *torn_down_usage;               /* the torn-down phase's, if any */
+	char environment[512];                 /* the prepared phase's, as JSON */
 	json_t *last_usage;                    /* the last usage event's */
 	int usages, last_usage_at;             /* usage events; the last one's position */
 };
@@ -125,6 +126,11 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 		if (ev->type == TB_EV_PHASE &&
 		    !strcmp(json_string_value(json_object_get(p, "phase")), "settled"))
 			e->settled = e->n;
+		json_t *env = ev->type == TB_EV_PHASE ? json_object_get(p, "environment") : NULL;
+		char *said = env ? json_dumps(env, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+		if (said)
+			snprintf(e->environment, sizeof(e->environment), "%s", said);
+		free(said);
 		if (ev->type == TB_EV_EGRESS) {
 			int st = (int)json_integer_value(json_object_get(p, "status"));
 			e->egress++;
@@ -2216,8 +2222,10 @@ static char *lazy_recipe(const char *layout, const char *digest, const char *rea
  * image_lazy: an image whose layers a first worker pulled whole, and so
  * indexed, starts on a second worker with an empty cache on a root read
  * on demand: the agent reads files of both layers, the task succeeds,
- * the spans fetched are fewer bytes than the layers, and the second
- * cache never holds a layer (never pulled whole). A layer whose bytes
+ * the spans fetched are fewer bytes than the layers, and nothing of the
+ * layers was fetched before the sandbox (its prepared phase says so);
+ * then the image is pulled whole behind it, and the next task there
+ * starts on the unpacked tree. A layer whose bytes
  * at the source changed since (a span that does not match its index)
  * fails the attempt for good, naming the layer and the span; an image
  * no worker indexed is pulled whole, as without image_lazy.
@@ -2282,13 +2290,27 @@ static void test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand(voi
 		fail_msg("run: %s (%s)", err.msg, e.first_error);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
 	uint64_t fetched = tb_span_cache_bytes(spans);
-	printf("  read on demand: %llu bytes of spans fetched, the layers are %llu\n",
-	       (unsigned long long)fetched, (unsigned long long)layers_bytes);
+	printf("  read on demand: %llu bytes of spans fetched, the layers are %llu; %s\n",
+	       (unsigned long long)fetched, (unsigned long long)layers_bytes, e.environment);
 	assert_true(fetched > 0 && fetched < layers_bytes);
+	/* nothing of the layers before the agent: the manifest and config */
+	assert_non_null(strstr(e.environment, "\"cached\":false"));
+	assert_non_null(strstr(e.environment, "\"lazy\":true"));
+	char *at = strstr(e.environment, "\"fetched_bytes\":");
+	assert_non_null(at);
+	assert_true(strtoull(at + 16, NULL, 10) < 8192);
+	/* then pulled whole behind it: the next task there is eager */
+	tb_image_cache_pull_wait(second);
 	for (size_t i = 0; i < img.layers.n; i++)
-		assert_false(cached_blob("cache-lazy", img.layers.items[i]));
+		assert_true(cached_blob("cache-lazy", img.layers.items[i]));
 	snprintf(path, sizeof(path), "%s/cache-lazy/images/trees/%s.json", F.root, digest + 7);
-	assert_int_not_equal(access(path, F_OK), 0);
+	assert_int_equal(access(path, F_OK), 0);
+	e = (struct events){ .seq_ok = 1 };
+	t = task("life-lazy-root-next", commit, "lazy-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_non_null(strstr(e.environment, "\"cached\":true"));
+	assert_non_null(strstr(e.environment, "\"lazy\":false"));
 
 	/* the source's bytes of the noise changed: its span is refused */
 	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, img.layers.items[1] + 7);
@@ -2298,6 +2320,8 @@ static void test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand(voi
 	close(fd);
 	snprintf(path, sizeof(path), "%s/spans2", F.root);
 	assert_int_equal(tb_span_cache_open(&spans2, path, 64u << 20, &err), 0);
+	tb_image_cache_t *third = indexed_cache("cache-lazy2");
+	c.images = third;
 	c.image_spans = spans2;
 	e = (struct events){ .seq_ok = 1 };
 	commit = lazy_recipe(layout, digest, "cat /usr/share/big > /dev/null\n");
@@ -2316,13 +2340,18 @@ static void test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand(voi
 	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
 		fail_msg("run: %s (%s)", err.msg, e.first_error);
 	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
-	snprintf(path, sizeof(path), "%s/cache-lazy/images/trees/%s.json", F.root, odigest + 7);
+	snprintf(path, sizeof(path), "%s/cache-lazy2/images/trees/%s.json", F.root, odigest + 7);
 	assert_int_equal(access(path, F_OK), 0);
+	assert_non_null(strstr(e.environment, "\"lazy\":false"));
+	tb_image_cache_pull_wait(third); /* the altered image: not pulled */
+	snprintf(path, sizeof(path), "%s/cache-lazy2/images/trees/%s.json", F.root, digest + 7);
+	assert_int_not_equal(access(path, F_OK), 0);
 	tb_image_release(&img);
 	tb_span_cache_close(spans);
 	tb_span_cache_close(spans2);
 	tb_image_cache_close(first);
 	tb_image_cache_close(second);
+	tb_image_cache_close(third);
 }
 
 /* A task's input of the runtime's lazy size or more, with a block list
