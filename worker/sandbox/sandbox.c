@@ -681,7 +681,7 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		.pids = spec->pids,
 		.cpu_millis = spec->cpu_millis,
 	};
-	int ctl[2] = { -1, -1 }, rc, tree = -1;
+	int ctl[2] = { -1, -1 }, rc, tree = -1, served = 0;
 	char map[64], cgname[256];
 	tb_sbp_req_t *req = NULL;
 	tb_sbp_resp_t r;
@@ -722,8 +722,10 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	write_proc(sb->init, "oom_score_adj", "-1000", NULL);
 	if (spec->image_tree && (rc = tree = image_mount(sb, spec->image_tree, err)) < 0)
 		goto fail;
-	if (spec->image_root &&
-	    (rc = tree = image_served(sb, spec->image_root, spec->image_root_arg, err)) < 0)
+	/* the caller's file system failing (an image too big, a tree its
+	 * rules refuse) says nothing of the host either */
+	if (spec->image_root && (rc = tree = served = image_served(sb, spec->image_root,
+								   spec->image_root_arg, err)) < 0)
 		goto fail;
 	if (send_with_fd(sb->ctl, req, offsetof(tb_sbp_req_t, data) + req->len, tree) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: send the setup to init");
@@ -755,7 +757,7 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	tb_health_dep(TB_DEP_SANDBOX, 1, "a sandbox was built");
 	return 0;
 fail:
-	if (rc != TB_EINVAL) /* a spec's own fault says nothing of the host */
+	if (rc != TB_EINVAL && served >= 0) /* a spec's own fault says nothing of the host */
 		tb_health_dep(TB_DEP_SANDBOX, 0, err->msg);
 	for (int i = 0; i < 2; i++)
 		if (ctl[i] >= 0)

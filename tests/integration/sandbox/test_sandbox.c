@@ -39,6 +39,7 @@
 #include "image_fs.h"
 #include "lazy_fs.h"
 #include "tb/encoding.h"
+#include "tb/health.h"
 #include "sandbox_pool.h"
 
 static tb_fixture_t F;
@@ -380,6 +381,40 @@ static void test_sandbox__an_image_served_through_fuse_is_the_root(void **state)
 	tb_image_fs_stop(l.fs);
 	tb_layer_index_free(l.ix);
 	free(l.p);
+}
+
+static int refused_root(void *arg, uint32_t id_base, tb_error_t *err)
+{
+	(void)id_base;
+	*(int *)arg += 1;
+	return tb_error_set(err, TB_ETOOBIG, "a tree the rules refuse");
+}
+
+/* A root that cannot be served fails the sandbox with its reason (the
+ * task then pulls the image whole), asked once, leaving nothing, and
+ * says nothing of the host (the worker stays ready); a spec with both a
+ * tree and a served root is refused before anything. */
+static void test_sandbox__a_root_that_cannot_be_served_fails_the_sandbox(void **state)
+{
+	tb_sandbox_t *sb = NULL;
+	tb_error_t err;
+	int asked = 0;
+	(void)state;
+	tb_sandbox_spec_t s = spec();
+	s.image_tree = NULL;
+	s.image_root = refused_root;
+	s.image_root_arg = &asked;
+	s.writable_mb = 4;
+	tb_health_dep(TB_DEP_SANDBOX, 1, "a sandbox was built");
+	assert_int_equal(tb_sandbox_create(&sb, F.policy, &s, &err), TB_ETOOBIG);
+	assert_null(sb);
+	assert_int_equal(asked, 1);
+	assert_true(tb_health_dep_up(TB_DEP_SANDBOX));
+	if (!strstr(err.msg, "the image's root: a tree the rules refuse"))
+		fail_msg("a refused root said: %s", err.msg);
+	s.image_tree = "/nonexistent";
+	assert_int_equal(tb_sandbox_create(&sb, F.policy, &s, &err), TB_EINVAL);
+	assert_int_equal(asked, 1);
 }
 
 /* An image whose /etc, /dev and /tmp are links out of it (absolute and
@@ -1524,6 +1559,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_sandbox__an_image_cannot_lead_init_out),
 		cmocka_unit_test(test_sandbox__judges_see_the_image_without_the_agents_layer),
 		cmocka_unit_test(test_sandbox__an_image_served_through_fuse_is_the_root),
+		cmocka_unit_test(test_sandbox__a_root_that_cannot_be_served_fails_the_sandbox),
 		cmocka_unit_test_teardown(test_sandbox__escapes_are_stopped_in_an_image_root,
 					  no_probe_image),
 		cmocka_unit_test(test_sandbox__missing_program_is_a_clear_error),
