@@ -2225,7 +2225,8 @@ static char *lazy_recipe(const char *layout, const char *digest, const char *rea
  * the spans fetched are fewer bytes than the layers, and nothing of the
  * layers was fetched before the sandbox (its prepared phase says so);
  * then the image is pulled whole behind it, and the next task there
- * starts on the unpacked tree. A layer whose bytes
+ * starts on the unpacked tree; spans poisoned in the span cache are
+ * fetched again, never served. A layer whose bytes
  * at the source changed since (a span that does not match its index)
  * fails the attempt for good, naming the layer and the span; an image
  * no worker indexed is pulled whole, as without image_lazy.
@@ -2311,6 +2312,23 @@ static void test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand(voi
 		fail_msg("run: %s (%s)", err.msg, e.first_error);
 	assert_non_null(strstr(e.environment, "\"cached\":true"));
 	assert_non_null(strstr(e.environment, "\"lazy\":false"));
+
+	/* the span cache poisoned on disk: a miss, fetched again, never
+	 * wrong bytes (the agent checks what it reads) */
+	tb_fixture_sh("test $(ls %s/spans | grep -c '^[0-9a-f]\\{64\\}\\.[0-9]*$') -ge 2", F.root);
+	tb_fixture_sh("for f in %s/spans/*.*; do printf X | dd of=$f bs=1 seek=100 "
+		      "conv=notrunc 2>/dev/null; done",
+		      F.root);
+	tb_image_cache_t *fresh = indexed_cache("cache-lazy3");
+	c.images = fresh;
+	e = (struct events){ .seq_ok = 1 };
+	t = task("life-lazy-root-poisoned", commit, "lazy-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_non_null(strstr(e.environment, "\"lazy\":true"));
+	tb_image_cache_pull_wait(fresh);
+	tb_image_cache_close(fresh);
 
 	/* the source's bytes of the noise changed: its span is refused */
 	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, img.layers.items[1] + 7);
