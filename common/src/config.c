@@ -27,7 +27,7 @@ const char tb_config_defaults[] =
     " \"work_dir\": \"/var/lib/taskbox/work\","
     " \"cache_dir\": \"/var/cache/taskbox\", \"image_cache_mb\": 20480,"
     " \"input_cache_mb\": 10240,"
-    " \"image_stall_seconds\": 30,"
+    " \"image_stall_seconds\": 30, \"image_lazy\": false,"
     " \"metrics_listen\": \"\", \"drain_seconds\": 120}";
 
 static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
@@ -127,6 +127,8 @@ static const tb_field_t config_fields[] = {
 	 .offset = offsetof(tb_config_t, input_cache_mb), .min = 64, .max = 1u << 30},
 	{.name = "image_stall_seconds", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_config_t, image_stall_seconds), .min = 1, .max = 3600},
+	{.name = "image_lazy", .type = TB_FT_BOOL, .flags = TB_FF_REQUIRED,
+	 .offset = offsetof(tb_config_t, image_lazy)},
 	STR("metrics_listen", tb_config_t, metrics_listen, 0),
 	{.name = "drain_seconds", .type = TB_FT_U64, .flags = TB_FF_REQUIRED,
 	 .offset = offsetof(tb_config_t, drain_seconds), .min = 1, .max = 3600},

@@ -5,7 +5,7 @@
  * the authorization a cache hit needs (each asker's own, remembered a
  * short while), and eviction.
  */
-#include "image.h"
+#include "cache_int.h"
 
 #include "blob.h"
 #include "layer_index_store.h"
@@ -58,6 +58,7 @@ struct tb_image_cache {
 	atomic_uint_fast64_t auth_ttl_ms;
 	tb_layer_indexes_t indexes;      /* where layer indexes go; store NULL: nowhere */
 	tb_layer_index_queue_t *indexer; /* ... and who puts them there */
+	tb_image_later_t *later;         /* images pulled whole in the background */
 };
 
 static atomic_uint tmp_counter;
@@ -184,6 +185,8 @@ int tb_image_cache_open(tb_image_cache_t **out, const char *cache_dir, uint64_t 
 	    (rc = c->tmp = open_dir(c->root, "tmp", err, c->path)) < 0 ||
 	    (rc = c->locks = open_dir(c->root, "locks", err, c->path)) < 0)
 		goto fail;
+	if ((rc = tb_image_later_open(&c->later, c, err)) < 0)
+		goto fail;
 	fchmod(c->root, 0700); /* images keep their modes: no host user in */
 	sweep(c);
 	tb_image_cache_trim(c); /* the bound, and the counts, from the start */
@@ -198,6 +201,9 @@ void tb_image_cache_close(tb_image_cache_t *c)
 {
 	if (!c)
 		return;
+	/* a background pull ends at once (it may queue indexes: first) */
+	atomic_store(&c->stopping, 1);
+	tb_image_later_stop(c->later);
 	tb_layer_index_queue_stop(c->indexer); /* reads from blobs: first */
 	int fds[] = { c->root, c->blobs, c->trees, c->tmp, c->locks };
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
@@ -761,6 +767,131 @@ int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_un
 	if (!out->cached) /* a hit adds nothing: no listing of the cache on it */
 		tb_image_cache_trim(c);
 	return 0;
+}
+
+/* ------------------------------------------------------------- on demand */
+
+/* @p m's config into @p l, fetched (unless the cache has it) and checked. */
+static int lazy_config(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_manifest_t *m,
+		       tb_error_t *err)
+{
+	atomic_uint_fast64_t got = 0;
+	char *doc = NULL;
+	size_t len;
+	int rc = ensure_blob(c, l->src, m->config.digest, m->config.size, TB_OCI_DOC_MAX, 0, NULL,
+			     0, &got, NULL, err);
+
+	l->fetched += atomic_load(&got);
+	if (rc == 0 &&
+	    (rc = tb_blob_read(c->blobs, m->config.digest, TB_OCI_DOC_MAX, &doc, &len, err)) == 0)
+		rc = tb_oci_config(&l->config, doc, len, err);
+	free(doc);
+	return rc;
+}
+
+/* Each layer of @p m with its index into @p l. @return 0; 1 when one has
+ * none to trust (the reason in @p err); TB_ENOMEM. */
+static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_manifest_t *m,
+		       tb_error_t *err)
+{
+	l->layers.items = calloc(m->nlayers + 1, sizeof(char *));
+	l->ix = calloc(m->nlayers + 1, sizeof(*l->ix));
+	l->blobs = calloc(m->nlayers + 1, sizeof(*l->blobs));
+	if (!l->layers.items || !l->ix || !l->blobs)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	for (size_t i = 0; i < m->nlayers; i++) {
+		const char *d = m->layers[i].digest;
+		if (!(l->layers.items[i] = strdup(d)))
+			return tb_error_set(err, TB_ENOMEM, "out of memory");
+		l->layers.n++;
+		l->blobs[i].src = l->src;
+		snprintf(l->blobs[i].digest, sizeof(l->blobs[i].digest), "%s", d);
+		if (m->layers[i].compression != TB_OCI_GZIP) {
+			tb_error_set(err, TB_EINVAL, "layer %zu (%.19s) is not gzip", i, d);
+			return 1;
+		}
+		if (tb_image_cache_find_index(c, d, &l->ix[i], err) < 0) {
+			tb_error_prefix(err, "layer %zu (%.19s) has no index", i, d);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Whether the cache has tree @p hex complete (its record). */
+static int have_tree(tb_image_cache_t *c, const char *hex)
+{
+	char name[80];
+	snprintf(name, sizeof(name), "%.64s.json", hex);
+	return faccessat(c->trees, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+int tb_image_lazy_open(tb_image_cache_t *c, const tb_image_ref_t *ref, const char *credentials,
+		       tb_image_lazy_t **out, tb_error_t *err)
+{
+	tb_image_lazy_t *l = calloc(1, sizeof(*l));
+	tb_oci_manifest_t *m = malloc(sizeof(*m));
+	uint64_t t0 = tb_mono_ms();
+	int rc = 0, served = 0, building = -1;
+
+	*out = NULL;
+	if (!l || !m)
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+	if (rc == 0) {
+		l->ref = *ref;
+		rc = open_source(c, ref, credentials, &l->src, err);
+	}
+	/* shared while blobs are put in: eviction waits */
+	if (rc == 0 && (building = lock_at(c->locks, TRIM_LOCK, LOCK_SH)) < 0)
+		rc = tb_error_errno(err, TB_EIO, errno, "image cache: its lock");
+	if (rc == 0 &&
+	    (rc = find_manifest(c, l->src, ref, m, l->digest, &l->fetched, &served, err)) == 0)
+		rc = authorize(c, l->src, ref, served, err);
+	if (rc == 0 && have_tree(c, l->digest + 7)) {
+		tb_error_set(err, TB_EEXIST, "the cache has it");
+		rc = 1;
+	}
+	if (rc == 0 && (rc = lazy_config(c, l, m, err)) == 0)
+		rc = lazy_layers(c, l, m, err);
+	if (building >= 0)
+		close(building);
+	free(m);
+	if (l)
+		l->ms = tb_mono_ms() - t0;
+	if (rc != 0) {
+		tb_image_lazy_free(l);
+		return rc < 0 ? classify(rc, err) : rc;
+	}
+	*out = l;
+	return 0;
+}
+
+void tb_image_cache_pull_later(tb_image_cache_t *c, const tb_image_ref_t *ref,
+			       const char *credentials, uint64_t max_unpacked)
+{
+	tb_image_later_add(c->later, ref, credentials, max_unpacked);
+}
+
+void tb_image_cache_pull_wait(tb_image_cache_t *c)
+{
+	tb_image_later_wait(c->later);
+}
+
+void tb_image_lazy_free(tb_image_lazy_t *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; l->ix && i < l->layers.n; i++)
+		tb_layer_index_free(l->ix[i]);
+	for (size_t i = 0; i < l->layers.n; i++)
+		free(l->layers.items[i]);
+	free(l->layers.items);
+	free(l->ix);
+	free(l->blobs);
+	tb_oci_config_free(&l->config);
+	if (l->src)
+		l->src->close(l->src);
+	free(l);
 }
 
 /* ------------------------------------------------------------ eviction */

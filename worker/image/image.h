@@ -43,6 +43,7 @@
 
 #include "layer_index_store.h"
 #include "oci.h"
+#include "source.h"
 #include "tb/codec.h"
 #include "tb/image_ref.h"
 #include "unpack.h"
@@ -137,6 +138,58 @@ int tb_image_cache_find_index(tb_image_cache_t *c, const char *layer, tb_layer_i
  */
 int tb_image_get(tb_image_cache_t *c, const tb_image_ref_t *ref, uint64_t max_unpacked,
 		 const char *credentials, tb_image_t *out, tb_error_t *err);
+
+/* An image to be read on demand (issue 49): what tb_image_lazy_open()
+ * found without pulling it. */
+typedef struct tb_image_lazy {
+	tb_image_ref_t ref;      /* as asked */
+	char digest[72];         /* its manifest's, for this platform */
+	tb_strlist_t layers;     /* their digests, bottom first */
+	tb_oci_config_t config;  /* Env, WorkingDir, User */
+	tb_layer_index_t **ix;   /* each layer's, decoded against its pin */
+	tb_source_blob_t *blobs; /* each layer on the source: the argument of
+				     * tb_image_source_fetch, for ranged reads */
+	tb_image_source_t *src;  /* kept open for those reads */
+	uint64_t fetched;        /* bytes fetched to resolve it */
+	uint64_t ms;             /* how long it took */
+} tb_image_lazy_t;
+
+/**
+ * Resolves @p ref without pulling its layers: its manifest (through its
+ * index) fetched into the cache and checked against its digest, its
+ * source's yes for this asker as for tb_image_get(), its config fetched
+ * and checked, and each layer's index found by its pin
+ * (tb_image_cache_find_index).
+ * @param[out] out with 0: a new tb_image_lazy_t (tb_image_lazy_free),
+ *             whose source and indexes serve the root (worker/lazy)
+ * @return 0; 1 when it should be pulled whole (tb_image_get) instead,
+ *         with the reason in @p err's message: the cache has it already
+ *         (the eager root costs nothing more), a layer is not gzip, or
+ *         one has no index that can be trusted (none pinned, refused,
+ *         the store or the pins away); TB_EPOISON, TB_ERETRY or TB_EIO
+ *         as tb_image_get() says them for the manifest and the config.
+ */
+int tb_image_lazy_open(tb_image_cache_t *c, const tb_image_ref_t *ref, const char *credentials,
+		       tb_image_lazy_t **out, tb_error_t *err);
+
+/**
+ * Pulls @p ref whole (tb_image_get, with these @p credentials and cap),
+ * later, by a thread of the cache's at a low priority, one image at a
+ * time, so that the next task on this host finds it cached: what a task
+ * read on demand leaves behind it. Never waits: an image queued or being
+ * pulled is not queued again, and past 16 waiting none is (its next task
+ * queues it again). A failure is said in the log; a pull under way ends
+ * when the cache is interrupted or closed.
+ */
+void tb_image_cache_pull_later(tb_image_cache_t *c, const tb_image_ref_t *ref,
+			       const char *credentials, uint64_t max_unpacked);
+
+/** Waits until no image is queued or being pulled later. For tests. */
+void tb_image_cache_pull_wait(tb_image_cache_t *c);
+
+/** Frees @p l, its indexes, and closes its source: only once nothing
+ * reads through it. NULL is a no-op. */
+void tb_image_lazy_free(tb_image_lazy_t *l);
 
 /** Removes the least recently used images no one holds, then the blobs
  * no remaining image names, until the cache is under its size (done at

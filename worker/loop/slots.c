@@ -93,6 +93,7 @@ static void *slot_main(void *arg)
 		.recipes = w->d->recipes,
 		.images = w->d->images,
 		.input_cache = w->d->input_cache,
+		.image_spans = w->d->image_spans,
 		.runtimes_dir = w->d->cfg->runtimes_dir,
 		.work_root = w->d->cfg->work_dir,
 		.group = group,

@@ -36,6 +36,7 @@ typedef struct tb_worker_deps {
 	tb_recipe_cache_t *recipes;
 	tb_image_cache_t *images;      /* environments' images; NULL: none allowed here */
 	tb_block_cache_t *input_cache; /* lazy inputs' blocks; NULL: inputs downloaded whole */
+	tb_span_cache_t *image_spans;  /* image_lazy: roots read on demand; NULL: off */
 	const tb_seccomp_t *policy;
 	const char *group; /* sandbox and directory prefix */
 	uint64_t drain_ms; /* after a stop, how long running tasks may finish
@@ -81,7 +82,8 @@ enum {
  * the same group left removed (said in the log), with
  * TB_WORKER_OPEN_INPUTS the lazy inputs' cache under cache_dir/inputs
  * where FUSE can be served (else the log says why inputs are downloaded
- * whole). `taskbox worker`, its checks and `taskbox demo` all open a
+ * whole), and with the configuration's image_lazy there the span cache
+ * of image roots read on demand (cache_dir/spans). `taskbox worker`, its checks and `taskbox demo` all open a
  * worker this way.
  * @return 0, or < 0 with why in @p err (nothing left open)
  */

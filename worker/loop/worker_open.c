@@ -3,7 +3,8 @@
  * in one call (worker.h, tb_worker_open): the recipe and image caches,
  * the seccomp policy, the sandbox's init program found, the host's id
  * registry tried, what a dead worker of the same group left swept, and
- * the lazy inputs' block cache where FUSE serves, and where the image
+ * the lazy inputs' block cache where FUSE serves (and, with image_lazy,
+ * the span cache of image roots read on demand), and where the image
  * cache publishes and finds layer indexes (the store, pinned in the
  * ledger). `taskbox worker`, its
  * --check (`taskbox config check`) and `taskbox demo` all open a worker
@@ -13,6 +14,7 @@
 
 #include "block_cache.h"
 #include "lazy_fs.h"
+#include "span_cache.h"
 #include "sandbox.h"
 #include "sandbox_ids.h"
 #include "sandbox_seccomp.h"
@@ -141,6 +143,33 @@ static void open_input_cache(const tb_config_t *cfg, tb_block_cache_t **out)
 		tb_warn(NULL, "inputs are downloaded whole here: %s", err.msg);
 }
 
+/* With image_lazy, where FUSE serves (the inputs' cache opened: @p fuse),
+ * the spans of images read on demand (cache_dir/spans, a tenth of
+ * image_cache_mb, at least 64 MiB); else every image is pulled whole. */
+static void open_image_spans(const tb_config_t *cfg, int fuse, tb_span_cache_t **out)
+{
+	char dir[4200];
+	tb_error_t err;
+	uint64_t max = (cfg->image_cache_mb << 20) / 10;
+
+	*out = NULL;
+	if (!cfg->image_lazy)
+		return;
+	if (!fuse) {
+		tb_warn(NULL, "image_lazy: images are pulled whole here (no FUSE: see above)");
+		return;
+	}
+	snprintf(dir, sizeof(dir), "%s/spans", cfg->cache_dir);
+	max = max < (64u << 20) ? 64u << 20 : max;
+	if (tb_span_cache_open(out, dir, max, &err) < 0)
+		tb_warn(NULL, "image_lazy: images are pulled whole here: %s", err.msg);
+	else
+		tb_info(NULL,
+			"image_lazy: an image whose layers are all indexed starts read on "
+			"demand (spans in %s, %llu MiB at most)",
+			dir, (unsigned long long)(max >> 20));
+}
+
 int tb_worker_open(tb_worker_deps_t *d, unsigned what, tb_error_t *err)
 {
 	const tb_config_t *cfg = d->cfg;
@@ -149,6 +178,7 @@ int tb_worker_open(tb_worker_deps_t *d, unsigned what, tb_error_t *err)
 	d->recipes = NULL;
 	d->images = NULL;
 	d->input_cache = NULL;
+	d->image_spans = NULL;
 	d->policy = NULL;
 	if (open_caches(cfg->cache_dir, cfg->image_cache_mb << 20,
 			(unsigned)cfg->image_stall_seconds, &d->recipes, &d->images, err) < 0 ||
@@ -162,6 +192,8 @@ int tb_worker_open(tb_worker_deps_t *d, unsigned what, tb_error_t *err)
 		sweep(cfg->work_dir, d->group, d->worker_id);
 	if (what & TB_WORKER_OPEN_INPUTS)
 		open_input_cache(cfg, &d->input_cache);
+	if (what & TB_WORKER_OPEN_INPUTS)
+		open_image_spans(cfg, d->input_cache != NULL, &d->image_spans);
 	return 0;
 }
 
@@ -170,9 +202,11 @@ void tb_worker_close(tb_worker_deps_t *d)
 	tb_recipe_cache_close(d->recipes);
 	tb_image_cache_close(d->images);
 	tb_block_cache_close(d->input_cache);
+	tb_span_cache_close(d->image_spans);
 	tb_seccomp_free((tb_seccomp_t *)d->policy);
 	d->recipes = NULL;
 	d->images = NULL;
 	d->input_cache = NULL;
+	d->image_spans = NULL;
 	d->policy = NULL;
 }

@@ -376,6 +376,13 @@ int tb_sandbox_find_init(const char **path, tb_error_t *err)
 	return 0;
 }
 
+/* Whether the root is an image's (a tree, or a file system of the
+ * caller's), not the host binds. */
+static int has_image(const tb_sandbox_spec_t *spec)
+{
+	return spec->image_tree || spec->image_root;
+}
+
 /* The setup init waits for: sizes, rlimits, the seccomp filter, the host
  * directory to build on and the read-only binds (sandbox_proto.h). */
 static int pack_setup(tb_sbp_req_t **out, const tb_seccomp_t *policy, const tb_sandbox_spec_t *spec,
@@ -388,8 +395,8 @@ static int pack_setup(tb_sbp_req_t **out, const tb_seccomp_t *policy, const tb_s
 		.nofile = spec->max_open_files,
 		.writable_mb = spec->writable_mb,
 		.version = TB_SBP_VERSION,
-		.flags = spec->image_tree ? TB_SBP_F_IMAGE : 0,
-		.nbinds = spec->ro_binds && !spec->image_tree ? (uint32_t)spec->ro_binds->n : 0,
+		.flags = has_image(spec) ? TB_SBP_F_IMAGE : 0,
+		.nbinds = spec->ro_binds && !has_image(spec) ? (uint32_t)spec->ro_binds->n : 0,
 	};
 	size_t bpf_size, pos;
 	struct rlimit hard;
@@ -569,6 +576,19 @@ static int image_mount(const tb_sandbox_t *sb, const char *tree, tb_error_t *err
 	return fd;
 }
 
+/* The root from the caller's file system (spec image_root), its ids
+ * shown in this sandbox's range already. @return the mount's fd, or < 0
+ * (TB_EIO unless the caller's error says otherwise). */
+static int image_served(const tb_sandbox_t *sb, int (*root)(void *, uint32_t, tb_error_t *),
+			void *arg, tb_error_t *err)
+{
+	int fd = root(arg, sb->ids.base, err);
+	if (fd >= 0)
+		return fd;
+	tb_error_prefix(err, "sandbox: the image's root");
+	return err->code < 0 ? err->code : TB_EIO;
+}
+
 /* Sends @p len bytes of @p req, with @p fd (>= 0) as SCM_RIGHTS. */
 static int send_with_fd(int sock, const void *req, size_t len, int fd)
 {
@@ -602,10 +622,13 @@ static int check_spec(const tb_sandbox_spec_t *spec, tb_error_t *err)
 		    "sandbox: tmpfs sizes and rlimits must be set (0 means unlimited)");
 	if (spec->image_tree && spec->image_tree[0] != '/')
 		return tb_error_set(err, TB_EINVAL, "sandbox: the image's tree is not absolute");
-	if (spec->image_tree && !spec->writable_mb)
+	if (spec->image_tree && spec->image_root)
+		return tb_error_set(err, TB_EINVAL,
+				    "sandbox: an image's tree or its root, not both");
+	if (has_image(spec) && !spec->writable_mb)
 		return tb_error_set(err, TB_EINVAL,
 				    "sandbox: an image's writable layer must have a size");
-	for (size_t i = 0; !spec->image_tree && spec->ro_binds && i < spec->ro_binds->n; i++)
+	for (size_t i = 0; !has_image(spec) && spec->ro_binds && i < spec->ro_binds->n; i++)
 		if (!valid_bind(spec->ro_binds->items[i]))
 			return tb_error_set(
 			    err, TB_EINVAL,
@@ -658,7 +681,7 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 		.pids = spec->pids,
 		.cpu_millis = spec->cpu_millis,
 	};
-	int ctl[2] = { -1, -1 }, rc, tree = -1;
+	int ctl[2] = { -1, -1 }, rc, tree = -1, served = 0;
 	char map[64], cgname[256];
 	tb_sbp_req_t *req = NULL;
 	tb_sbp_resp_t r;
@@ -699,6 +722,11 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	write_proc(sb->init, "oom_score_adj", "-1000", NULL);
 	if (spec->image_tree && (rc = tree = image_mount(sb, spec->image_tree, err)) < 0)
 		goto fail;
+	/* the caller's file system failing (an image too big, a tree its
+	 * rules refuse) says nothing of the host either */
+	if (spec->image_root && (rc = tree = served = image_served(sb, spec->image_root,
+								   spec->image_root_arg, err)) < 0)
+		goto fail;
 	if (send_with_fd(sb->ctl, req, offsetof(tb_sbp_req_t, data) + req->len, tree) < 0) {
 		rc = tb_error_errno(err, TB_EIO, errno, "sandbox: send the setup to init");
 		goto fail;
@@ -729,7 +757,7 @@ int tb_sandbox_prepare(tb_sandbox_t **out, const tb_seccomp_t *policy,
 	tb_health_dep(TB_DEP_SANDBOX, 1, "a sandbox was built");
 	return 0;
 fail:
-	if (rc != TB_EINVAL) /* a spec's own fault says nothing of the host */
+	if (rc != TB_EINVAL && served >= 0) /* a spec's own fault says nothing of the host */
 		tb_health_dep(TB_DEP_SANDBOX, 0, err->msg);
 	for (int i = 0; i < 2; i++)
 		if (ctl[i] >= 0)

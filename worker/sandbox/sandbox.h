@@ -41,14 +41,24 @@
 typedef struct tb_sandbox tb_sandbox_t;
 
 typedef struct tb_sandbox_spec {
-	const char *name;               /* unique among live sandboxes: [A-Za-z0-9._-] */
-	const char *hostname;           /* inside the uts namespace */
-	unsigned slot;                  /* the worker's slot it serves (sandbox_pool.h) */
-	const char *work_root;          /* host directory init builds the root over */
-	const char *group;              /* the worker's prefix: cgroup and dir names */
-	const tb_strlist_t *ro_binds;   /* host paths bound read-only (no image) */
-	const char *image_tree;         /* the root: an image's tree on the host (image.h),
+	const char *name;             /* unique among live sandboxes: [A-Za-z0-9._-] */
+	const char *hostname;         /* inside the uts namespace */
+	unsigned slot;                /* the worker's slot it serves (sandbox_pool.h) */
+	const char *work_root;        /* host directory init builds the root over */
+	const char *group;            /* the worker's prefix: cgroup and dir names */
+	const tb_strlist_t *ro_binds; /* host paths bound read-only (no image) */
+	const char *image_tree;       /* the root: an image's tree on the host (image.h),
 				       * read-only, its files' owners kept; NULL: ro_binds */
+	/* The root from a file system of the caller's instead of
+	 * image_tree (an image read on demand, worker/lazy): called once
+	 * the sandbox holds its range of host ids, with the range's base,
+	 * it returns a detached mount (>= 0, read-only, nosuid, nodev), which
+	 * the sandbox takes, whose owners are shown in that range already
+	 * (it is not idmapped); or < 0 with @p err set. NULL: image_tree.
+	 * Used as image_tree is (writable_mb, the judges' pristine view);
+	 * a sandbox pool builds such a sandbox on the spot. */
+	int (*image_root)(void *arg, uint32_t id_base, tb_error_t *err);
+	void *image_root_arg;
 	const char *recipe_dir;         /* bound read-only at /recipe; may be NULL */
 	const char *inputs_dir;         /* bound read-only at /inputs; may be NULL */
 	int lazy_mount;                 /* > 0: a detached mount whose file "i" is bound
@@ -57,12 +67,12 @@ typedef struct tb_sandbox_spec {
 	const tb_strlist_t *lazy_paths; /* with lazy_mount: paths under inputs_dir */
 	uint64_t workspace_mb;          /* /workspace and /tmp tmpfs size */
 	uint64_t outputs_mb;            /* /outputs tmpfs size */
-	uint64_t writable_mb;           /* image_tree: the agent's writable layer over it;
+	uint64_t writable_mb; /* image_tree or image_root: the agent's writable layer over it;
 				       * the judges see the image without it */
-	int image_hold;                 /* image_tree: a descriptor (> 0) the sandbox keeps
+	int image_hold;       /* image_tree: a descriptor (> 0) the sandbox keeps
 				       * a duplicate of until destroyed (the image's
 				       * cache lock: not evicted under it); 0: none */
-	uint64_t memory_mb;             /* cgroup limits; 0 = none */
+	uint64_t memory_mb;   /* cgroup limits; 0 = none */
 	uint64_t pids;
 	uint64_t cpu_millis;
 	uint64_t max_open_files; /* RLIMIT_NOFILE of every process */

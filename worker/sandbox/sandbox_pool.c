@@ -223,7 +223,10 @@ int tb_sandbox_pool_create(tb_sandbox_pool_t *p, const tb_sandbox_spec_t *spec, 
 	*out = NULL;
 	if (prepared)
 		*prepared = 0;
-	if (spec->slot >= p->nslots)
+	/* A root served for one sandbox (spec image_root: its ids are that
+	 * sandbox's) is never built ahead: the slot's next one is left as it
+	 * is for the next task. */
+	if (spec->slot >= p->nslots || spec->image_root)
 		return tb_sandbox_create(out, p->policy, spec, err);
 	slot_t *s = &p->slots[spec->slot];
 	pthread_mutex_lock(&p->lock);

@@ -59,18 +59,25 @@ static void start_teardown(tb_run_t *r)
 	r->tearing_down = pthread_create(&r->teardown, NULL, teardown_main, r) == 0;
 }
 
-/* The agent's run, @p rc, unless a lazy input failed a read: a block
- * that is not the content the task names fails the attempt for good (the
- * store holds other bytes than the input's, and will again: TB_EPOISON);
- * a store that failed, for now (the attempt is tried again). */
+/* The agent's run, @p rc, unless a lazy input or the image's root read
+ * on demand failed a read: a block that is not the content the task
+ * names (or a span that is not its layer's) fails the attempt for good
+ * (the store or the registry holds other bytes, and will again:
+ * TB_EPOISON); a store or registry that failed, for now (the attempt is
+ * tried again). */
 static int lazy_refused(tb_run_t *r, int rc, tb_error_t *err)
 {
 	char why[1600];
 
-	if (rc < 0 || !r->lazy)
+	if (rc < 0)
 		return rc;
-	int code = tb_lazy_fs_error(r->lazy, why, sizeof(why));
-	return code ? tb_error_set(err, code, "%s", why) : rc;
+	int code = r->lazy ? tb_lazy_fs_error(r->lazy, why, sizeof(why)) : 0;
+	if (code)
+		return tb_error_set(err, code, "%s", why);
+	/* the image's root read on demand: a span that is not the layer's
+	 * (the image's or its registry's, and will stay so: TB_EPOISON) */
+	code = r->image_fs ? tb_image_fs_error(r->image_fs, why, sizeof(why)) : 0;
+	return code ? tb_error_set(err, code, "environment: %s", why) : rc;
 }
 
 /* After the judges: the run cancelled, or a lazy input a judge read that
@@ -106,6 +113,17 @@ static void finish_teardown(tb_run_t *r)
 	tb_lazy_fs_stop(r->lazy);
 	r->lazy = NULL;
 	tb_inputs_free(&r->inputs);
+	char why[8];
+	if (r->image_fs && !tb_image_fs_error(r->image_fs, why, sizeof(why)))
+		/* the next task on this host: the unpacked tree (not before:
+		 * the pull would take the link from this task's reads) */
+		tb_image_cache_pull_later(r->ctx->images, &r->image_lazy->ref,
+					  r->rt.sandbox.images.credentials,
+					  r->rt.sandbox.images.max_unpacked_mb << 20);
+	tb_image_fs_stop(r->image_fs); /* its mount gone with the sandbox */
+	r->image_fs = NULL;
+	tb_image_lazy_free(r->image_lazy);
+	r->image_lazy = NULL;
 	if (r->has_image)
 		tb_image_release(&r->image);
 	r->has_image = 0;

@@ -24,6 +24,7 @@
 #include "recipe.h"
 #include "sandbox.h"
 #include "sandbox_pool.h"
+#include "span_cache.h"
 #include "session.h"
 #include "tb/ledger.h"
 #include "tb/schema_event.h"
@@ -63,6 +64,10 @@ typedef struct tb_lifecycle_ctx {
 	/* Blocks of inputs read on demand (worker/lazy). NULL: every input is
 	 * downloaded whole (no FUSE on this worker). */
 	tb_block_cache_t *input_cache;
+	/* Spans of images whose root is read on demand (image_lazy: the
+	 * image's layers all indexed, the image not cached: prepare.c).
+	 * NULL: every image is pulled whole. */
+	tb_span_cache_t *image_spans;
 	const char *runtimes_dir; /* <name>.json */
 	const char *work_root;    /* sandboxes and per-task scratch */
 	const char *group;        /* the worker's prefix */

@@ -1,8 +1,10 @@
 /*
  * prepare.c: the "prepared" phase (run_int.h): the runtime by name, the recipe
  * at its pinned commit, the limits, the inputs, the environment's image
- * when one is named, and the sandbox, from the pool when the worker keeps
- * one (keyed by image: sandbox_pool.h).
+ * when one is named (pulled whole, or with the worker's image_lazy and
+ * its layers indexed, its root read on demand through FUSE: image_fs.h),
+ * and the sandbox, from the pool when the worker keeps one (keyed by
+ * image: sandbox_pool.h; a root read on demand is never built ahead).
  */
 #include "run_int.h"
 
@@ -37,6 +39,94 @@ static int say_altered(tb_environment_altered_t *out, const tb_unpack_altered_t 
 	return 0;
 }
 
+/* An image's files and entries at most (the image cache's caps). */
+#define IMAGE_MAX_ENTRIES 1000000
+/* Threads fetching a root's spans not read yet into the span cache:
+ * none in this step. Every span of an image fetched for each attempt on
+ * every host costs its registry the whole image while the agent may read
+ * a few files; prefetching what a first run of the image read, in its
+ * order, is the step that turns it on (issue 49). */
+#define IMAGE_PREFETCH 0
+
+/*
+ * The root of r->image_lazy served through FUSE for the sandbox's range
+ * of host ids: the sandbox's image_root (sandbox.h). Each layer read by
+ * ranges from the image's source, each span checked against its index
+ * before a byte reaches the sandbox, kept in the worker's span cache.
+ * @return the detached mount, or < 0 (r->image_fs NULL: pull it whole).
+ */
+static int lazy_root(void *arg, uint32_t id_base, tb_error_t *err)
+{
+	tb_run_t *r = arg;
+	const tb_image_lazy_t *l = r->image_lazy;
+	tb_image_fs_layer_t *layers = calloc(l->layers.n + 1, sizeof(*layers));
+	int mfd = -1, rc;
+
+	if (!layers)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	for (size_t i = 0; i < l->layers.n; i++)
+		layers[i] =
+		    (tb_image_fs_layer_t){ l->ix[i], tb_image_source_fetch, &l->blobs[i], NULL };
+	tb_image_fs_conf_t conf = {
+		.layers = layers,
+		.nlayers = l->layers.n,
+		.cache = r->ctx->image_spans,
+		.limits = { r->rt.sandbox.images.max_unpacked_mb << 20, IMAGE_MAX_ENTRIES },
+		.id_base = id_base,
+		.prefetch_threads = IMAGE_PREFETCH,
+	};
+	rc = tb_image_fs_start(&r->image_fs, &conf, &mfd, err);
+	free(layers);
+	return rc < 0 ? rc : mfd;
+}
+
+/* r->image as the manifest and the agent need it (digest, layers,
+ * config), from the image read on demand: it holds no tree and no lock. */
+static int lazy_image(tb_run_t *r, tb_image_lazy_t *l, tb_error_t *err)
+{
+	tb_image_t *img = &r->image;
+
+	memset(img, 0, sizeof(*img));
+	img->lock = -1;
+	snprintf(img->digest, sizeof(img->digest), "%s", l->digest);
+	img->config = l->config; /* moved */
+	memset(&l->config, 0, sizeof(l->config));
+	img->fetched = l->fetched;
+	img->ms = l->ms;
+	if (!(img->layers.items = calloc(l->layers.n + 1, sizeof(char *))))
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	for (size_t i = 0; i < l->layers.n; i++)
+		if ((img->layers.items[img->layers.n] = strdup(l->layers.items[i])))
+			img->layers.n++;
+	if (img->layers.n != l->layers.n)
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	r->image_lazy = l;
+	return 0;
+}
+
+/* With the worker's image_lazy (a span cache), @p ref resolved to be
+ * read on demand (image.h tb_image_lazy_open) into r->image and
+ * r->image_lazy. @return 0; 1 when it is to be pulled whole (off, cached,
+ * a layer without an index: said in the log); the error otherwise. */
+static int environment_lazy(tb_run_t *r, const tb_image_ref_t *ref, tb_error_t *err)
+{
+	const tb_images_conf_t *im = &r->rt.sandbox.images;
+	tb_image_lazy_t *l;
+	int rc;
+
+	if (!r->ctx->image_spans)
+		return 1;
+	if ((rc = tb_image_lazy_open(r->ctx->images, ref, im->credentials, &l, err)) == 1)
+		tb_info(r->task->id, "image %.19s: pulled whole: %s", ref->digest, err->msg);
+	if (rc != 0)
+		return rc;
+	if ((rc = lazy_image(r, l, err)) < 0) {
+		tb_image_lazy_free(l);
+		tb_image_release(&r->image);
+	}
+	return rc;
+}
+
 /*
  * The environment: the recipe's image, else the runtime's default, else
  * none (the runtime's host binds). The runtime must allow where it comes
@@ -66,8 +156,9 @@ static int environment(tb_run_t *r, tb_error_t *err)
 	if (!r->ctx->images)
 		return tb_error_set(err, TB_EIO, "image %.300s: this worker keeps no image cache",
 				    name);
-	if ((rc = tb_image_get(r->ctx->images, &ref, im->max_unpacked_mb << 20, im->credentials,
-			       &r->image, err)) < 0)
+	if ((rc = environment_lazy(r, &ref, err)) < 0 ||
+	    (rc == 1 && (rc = tb_image_get(r->ctx->images, &ref, im->max_unpacked_mb << 20,
+					   im->credentials, &r->image, err)) < 0))
 		return tb_error_prefix(err, "environment");
 	r->has_image = 1;
 	tb_environment_ran_t *e = &r->m.environment;
@@ -82,10 +173,64 @@ static int environment(tb_run_t *r, tb_error_t *err)
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	/* said with the "prepared" phase: whether it was ready, and the cost */
 	r->phase_image =
-	    json_pack("{s:s,s:s,s:b,s:I,s:I}", "image", name, "digest", r->image.digest, "cached",
-		      r->image.cached, "ms", (json_int_t)r->image.ms, "fetched_bytes",
-		      (json_int_t)r->image.fetched);
+	    json_pack("{s:s,s:s,s:b,s:b,s:I,s:I}", "image", name, "digest", r->image.digest,
+		      "cached", r->image.cached, "lazy", r->image_lazy != NULL, "ms",
+		      (json_int_t)r->image.ms, "fetched_bytes", (json_int_t)r->image.fetched);
 	return 0;
+}
+
+/* The sandbox on r's image (its tree, or its root read on demand), or
+ * the host binds; what the root read on demand left out or changed into
+ * the manifest. */
+static int sandbox(tb_run_t *r, tb_sandbox_spec_t *spec, tb_error_t *err)
+{
+	const tb_lifecycle_ctx_t *ctx = r->ctx;
+	int rc;
+
+	spec->image_tree = r->has_image && !r->image_lazy ? r->image.tree : NULL;
+	spec->image_hold = spec->image_tree && r->image.lock > 0 ? r->image.lock : 0;
+	spec->image_root = r->image_lazy ? lazy_root : NULL;
+	spec->image_root_arg = r;
+	/* a session's slot gets no successor while it lasts (sandbox_pool.h) */
+	int next = r->task->kind != TB_TASK_INTERACTIVE;
+	rc = ctx->pool ? tb_sandbox_pool_create(ctx->pool, spec, next, &r->sb, NULL, err)
+		       : tb_sandbox_create(&r->sb, ctx->policy, spec, err);
+	if (rc == 0 && r->image_fs &&
+	    say_altered(&r->m.environment.altered, &tb_image_fs_stats(r->image_fs)->altered) < 0)
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+	return rc;
+}
+
+/* The image read on demand could not be served (its tree refused, no
+ * FUSE): pulled whole instead, as without image_lazy. */
+static int pull_whole(tb_run_t *r, tb_error_t *err)
+{
+	const tb_images_conf_t *im = &r->rt.sandbox.images;
+	tb_image_ref_t ref;
+	char digest[72];
+
+	tb_warn(r->task->id, "image %.19s: pulled whole: its root read on demand: %s",
+		r->image.digest, err->msg);
+	snprintf(digest, sizeof(digest), "%s", r->image.digest);
+	tb_image_lazy_free(r->image_lazy);
+	r->image_lazy = NULL;
+	tb_image_release(&r->image);
+	r->has_image = 0;
+	int rc = tb_image_ref_parse(
+	    &ref, r->recipe.environment.image ? r->recipe.environment.image : im->default_image,
+	    err);
+	if (rc == 0 && (rc = tb_image_get(r->ctx->images, &ref, im->max_unpacked_mb << 20,
+					  im->credentials, &r->image, err)) < 0)
+		tb_error_prefix(err, "environment");
+	r->has_image = rc == 0;
+	json_t *said = rc == 0 ? json_pack("{s:b,s:b,s:I,s:I}", "lazy", 0, "cached",
+					   r->image.cached, "ms", (json_int_t)r->image.ms,
+					   "fetched_bytes", (json_int_t)r->image.fetched)
+			       : NULL;
+	if (said && r->phase_image) /* the "prepared" phase says the pull */
+		json_object_update(r->phase_image, said);
+	json_decref(said);
+	return rc;
 }
 
 int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, size_t ilen,
@@ -149,13 +294,10 @@ int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, 
 	if ((rc = environment(r, err)) < 0)
 		return rc;
 	t0 = tb_mono_us();
-	spec.image_tree = r->has_image ? r->image.tree : NULL;
 	spec.writable_mb = r->rt.sandbox.images.writable_mb;
-	spec.image_hold = r->has_image && r->image.lock > 0 ? r->image.lock : 0;
-	/* a session's slot gets no successor while it lasts (sandbox_pool.h) */
-	int next = r->task->kind != TB_TASK_INTERACTIVE;
-	rc = ctx->pool ? tb_sandbox_pool_create(ctx->pool, &spec, next, &r->sb, NULL, err)
-		       : tb_sandbox_create(&r->sb, ctx->policy, &spec, err);
+	if ((rc = sandbox(r, &spec, err)) < 0 && r->image_lazy && !r->image_fs &&
+	    (rc = pull_whole(r, err)) == 0)
+		rc = sandbox(r, &spec, err);
 	if (rc == 0)
 		tb_metrics_launch(tb_mono_us() - t0);
 	return rc;

@@ -19,6 +19,7 @@
 #define TB_RUN_INT_H
 
 #include "egress.h"
+#include "image_fs.h"
 #include "inputs.h"
 #include "lifecycle.h"
 #include "tb/agent_events.h"
@@ -60,7 +61,10 @@ typedef struct tb_run {
 	int lazy_mount;     /* its detached mount (> 0), given to the sandbox */
 	tb_image_t image;   /* the environment's, held while the sandbox lives */
 	int has_image;
-	json_t *phase_image; /* said with the next phase event ("prepared") */
+	tb_image_lazy_t *image_lazy; /* the image read on demand (its indexes, its
+				      * source), or NULL: r->image.tree */
+	tb_image_fs_t *image_fs;     /* its root, serving the sandbox until it is gone */
+	json_t *phase_image;         /* said with the next phase event ("prepared") */
 	tb_manifest_t m;
 	tb_rate_t rate;
 	tb_linebuf_t lines;

@@ -35,7 +35,8 @@ _DEFAULTS: Dict[str, Any] = {
               "region": "us-east-1"},
     "runtimes_dir": "/etc/taskbox/runtimes", "work_dir": "/var/lib/taskbox/work",
     "cache_dir": "/var/cache/taskbox", "image_cache_mb": 20480, "input_cache_mb": 10240,
-    "image_stall_seconds": 30, "metrics_listen": "", "drain_seconds": 120,
+    "image_stall_seconds": 30, "image_lazy": False, "metrics_listen": "",
+    "drain_seconds": 120,
 }
 _INTEGERS = {"slots", "image_cache_mb", "input_cache_mb", "image_stall_seconds",
              "drain_seconds", "ledger.lease_ms"}
@@ -118,6 +119,10 @@ def _apply_env(cfg: Dict[str, Any], env: Mapping[str, str], path: str) -> None:
             if not text.isdigit():
                 raise ConfigError(f"environment {var}: expected a non-negative integer, got '{text}'")
             cfg[k] = int(text)
+        elif isinstance(v, bool):
+            if text not in ("true", "false", "1", "0"):
+                raise ConfigError(f"environment {var}: expected true or false, got '{text}'")
+            cfg[k] = text in ("true", "1")
         else:
             cfg[k] = text
 

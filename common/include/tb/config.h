@@ -54,6 +54,7 @@ typedef struct tb_config {
 	uint64_t image_cache_mb;      /* environments' images under cache_dir, at most */
 	uint64_t input_cache_mb;      /* blocks of inputs read on demand, at most */
 	uint64_t image_stall_seconds; /* a registry silent this long is given up on */
+	bool image_lazy;              /* roots read on demand from the layers' indexes */
 	char *metrics_listen;         /* "127.0.0.1:9464"; empty disables */
 	uint64_t drain_seconds;       /* on SIGTERM, how long running attempts may finish */
 	unsigned relative;            /* bit i: tb_config_path_keys[i] was relative (resolved) */

@@ -115,7 +115,7 @@ def main():
         want = documented_default(default)
         if key in keys and key != "v":
             got = keys[key]["value"]
-            got = None if got is None else str(got)
+            got = None if got is None else json.dumps(got) if isinstance(got, bool) else str(got)
             if got != want:
                 bad.append(f"{key}: schemas/config.md says the default is {want!r}, "
                            f"the program {got!r}")

@@ -11,11 +11,14 @@
  * without it; a layer of 60 KB of noise read by ranges, in both, the
  * same bytes as whole; the layers' indexes published to the services'
  * S3, pinned in their Redis and found by another cache (skipped without
- * TASKBOX_TEST_S3_* and _REDIS). Skips without TASKBOX_TEST_REGISTRY
+ * TASKBOX_TEST_S3_* and _REDIS), then the image resolved by a cache that
+ * has none of its layers and its root read through FUSE from the
+ * registry's ranges (image_fs.h; skipped without /dev/fuse). Skips without TASKBOX_TEST_REGISTRY
  * (deploy/local/services env) or skopeo; as root (the tree keeps the
  * layers' owners).
  */
 #include "image.h"
+#include "image_fs.h"
 #include "oci.h"
 #include "oci_testlib.h"
 #include "source.h"
@@ -28,7 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -404,6 +410,114 @@ static void test_oci_registry__an_index_published_to_the_fleet_is_found(void **s
 	tb_store_close(store);
 }
 
+/* Whether cache directory @p name holds blob @p digest. */
+static int has_blob(const char *name, const char *digest)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "%s/%s/images/blobs/%s", base, name, digest + 7);
+	return access(path, F_OK) == 0;
+}
+
+/* @p l's root served through FUSE from the registry's ranges, moved to
+ * @p at; its files are the image's. */
+static void read_lazily(const tb_image_lazy_t *l, const char *at)
+{
+	tb_image_fs_layer_t layers[2];
+	tb_image_fs_t *fs;
+	tb_error_t err;
+	char path[600];
+	int mfd;
+
+	for (size_t i = 0; i < 2; i++)
+		layers[i] =
+		    (tb_image_fs_layer_t){ l->ix[i], tb_image_source_fetch, &l->blobs[i], NULL };
+	tb_image_fs_conf_t conf = { .layers = layers, .nlayers = 2, .limits = { 1u << 30, 1000 } };
+	if (tb_image_fs_start(&fs, &conf, &mfd, &err) < 0)
+		fail_msg("%s", err.msg);
+	sh("mkdir -p %s", at);
+	assert_int_equal(syscall(SYS_move_mount, mfd, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH),
+			 0);
+	close(mfd);
+	const char *got = oci_tree_read(at, "etc/kept");
+	assert_non_null(got);
+	assert_string_equal(got, "k\n");
+	got = oci_tree_read(at, "data/new");
+	assert_non_null(got);
+	assert_string_equal(got, "n\n");
+	snprintf(path, sizeof(path), "%s/etc/gone", at);
+	assert_int_not_equal(access(path, F_OK), 0); /* the whiteout */
+	assert_true(tb_image_fs_fetched(fs, 0) + tb_image_fs_fetched(fs, 1) > 0);
+	assert_int_equal(umount2(at, MNT_DETACH), 0);
+	assert_int_equal(tb_image_fs_error(fs, path, sizeof(path)), 0);
+	tb_image_fs_stop(fs);
+}
+
+/*
+ * An image whose every layer the fleet has indexed is resolved without
+ * a byte of its layers by a cache that has none (its manifest and
+ * config checked against their digests), and its root read through FUSE
+ * from the registry's ranges; once that cache has pulled it whole in the
+ * background (tb_image_cache_pull_later, with the login), or
+ * for an image the fleet has not indexed, it says to pull it whole.
+ */
+static void test_oci_registry__an_indexed_image_resolves_without_its_layers(void **state)
+{
+	tb_store_t *store = NULL;
+	tb_ledger_t *ledger = NULL;
+	tb_image_lazy_t *l;
+	tb_image_ref_t r, noise;
+	tb_image_t img;
+	tb_error_t err;
+	char d[200], text[400];
+	(void)state;
+	if (fleet(&store, &ledger) < 0)
+		skip(); /* no S3 or Redis: deploy/local/services env */
+	tb_layer_indexes_t w = { .store = store, .pins = { pins_get, pins_put, ledger } };
+	snprintf(d, sizeof(d), "%s", push(reg_auth, "one", reg_creds));
+	snprintf(text, sizeof(text), "%s/test/app@%s", reg_auth, d);
+	assert_int_equal(tb_image_ref_parse(&r, text, &err), 0);
+	tb_image_cache_t *first = cache_at("first", &w);
+	if (tb_image_get(first, &r, 256 << 20, creds, &img, &err) < 0)
+		fail_msg("%s", err.msg);
+	tb_image_cache_index_wait(first, NULL, NULL);
+	tb_image_cache_t *second = cache_at("lazy", &w);
+	if (tb_image_lazy_open(second, &r, creds, &l, &err) != 0)
+		fail_msg("not resolved lazily: %s", err.msg);
+	assert_string_equal(l->digest, d);
+	assert_int_equal(l->layers.n, 2);
+	for (size_t i = 0; i < 2; i++) {
+		assert_string_equal(l->layers.items[i], img.layers.items[i]);
+		assert_string_equal(l->ix[i]->layer, img.layers.items[i]);
+		assert_false(has_blob("lazy", img.layers.items[i]));
+	}
+	assert_true(has_blob("lazy", d));
+	if (access("/dev/fuse", R_OK | W_OK) == 0) {
+		snprintf(text, sizeof(text), "%s/lazy-root", base);
+		read_lazily(l, text);
+	}
+	tb_image_lazy_free(l);
+	/* pulled whole behind it, with the login: then the eager root */
+	tb_image_cache_pull_later(second, &r, creds, 256 << 20);
+	tb_image_cache_pull_later(second, &r, creds, 256 << 20); /* once */
+	tb_image_cache_pull_wait(second);
+	for (size_t i = 0; i < 2; i++)
+		assert_true(has_blob("lazy", img.layers.items[i]));
+	assert_int_equal(tb_image_lazy_open(second, &r, creds, &l, &err), 1);
+	assert_null(l);
+	/* an image no worker indexed */
+	snprintf(d, sizeof(d), "%s", push(reg_auth, "noise", reg_creds));
+	snprintf(text, sizeof(text), "%s/test/app@%s", reg_auth, d);
+	assert_int_equal(tb_image_ref_parse(&noise, text, &err), 0);
+	assert_int_equal(tb_image_lazy_open(second, &noise, creds, &l, &err), 1);
+	if (!strstr(err.msg, "has no index"))
+		fail_msg("an image with no index said: %s", err.msg);
+	tb_image_release(&img);
+	tb_image_cache_close(first);
+	tb_image_cache_close(second);
+	tb_ledger_close(ledger);
+	tb_store_close(store);
+}
+
 static int fresh_cache(void **state)
 {
 	char cmd[300];
@@ -470,6 +584,8 @@ int main(void)
 				       fresh_cache),
 		cmocka_unit_test_setup(test_oci_registry__an_index_published_to_the_fleet_is_found,
 				       fresh_cache),
+		cmocka_unit_test_setup(
+		    test_oci_registry__an_indexed_image_resolves_without_its_layers, fresh_cache),
 	};
 	reg = getenv("TASKBOX_TEST_REGISTRY");
 	reg_auth = getenv("TASKBOX_TEST_REGISTRY_AUTH");

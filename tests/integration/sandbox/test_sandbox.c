@@ -30,11 +30,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "fixture.h"
 #include "sandbox.h"
 #include "sandbox_cgroup.h"
 #include "sandbox_ids.h"
+#include "image_fs.h"
 #include "lazy_fs.h"
+#include "tb/encoding.h"
+#include "tb/health.h"
 #include "sandbox_pool.h"
 
 static tb_fixture_t F;
@@ -253,6 +258,163 @@ static void test_sandbox__judges_see_the_image_without_the_agents_layer(void **s
 	snprintf(cmd, sizeof(cmd), "grep -q pristine %s/opt/tool/run && test ! -e %s/opt/tool/new",
 		 tree, tree);
 	assert_int_equal(system(cmd), 0);
+}
+
+/* A gzip layer in memory, read by ranges; and the file system an image
+ * root served through FUSE is, started for one sandbox's ids. */
+typedef struct served {
+	uint8_t *p;
+	size_t n, at;
+	char digest[72];
+	tb_layer_index_t *ix;
+	tb_image_fs_t *fs;
+	uint32_t id_base;
+} served_t;
+
+static int64_t served_read(void *arg, void *buf, size_t len, tb_error_t *err)
+{
+	served_t *l = arg;
+	(void)err;
+	size_t n = l->n - l->at < len ? l->n - l->at : len;
+	memcpy(buf, l->p + l->at, n);
+	l->at += n;
+	return (int64_t)n;
+}
+
+static int64_t served_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_error_t *err)
+{
+	served_t *l = arg;
+	if (off > l->n || len > l->n - off)
+		return tb_error_set(err, TB_EINVAL, "a range past the layer");
+	memcpy(buf, l->p + off, len);
+	return (int64_t)len;
+}
+
+static int served_root(void *arg, uint32_t id_base, tb_error_t *err)
+{
+	served_t *l = arg;
+	tb_image_fs_layer_t layer = { l->ix, served_fetch, l, NULL };
+	tb_image_fs_conf_t conf = {
+		.layers = &layer, .nlayers = 1, .limits = { 1u << 30, 100000 }, .id_base = id_base
+	};
+	int mfd, rc = tb_image_fs_start(&l->fs, &conf, &mfd, err);
+	l->id_base = id_base;
+	return rc < 0 ? rc : mfd;
+}
+
+/* @p tree as one gzip layer and its index, into @p l. */
+static void served_layer(served_t *l, const char *tree)
+{
+	char cmd[1024], path[300];
+	unsigned char sum[32];
+	tb_error_t err;
+
+	snprintf(path, sizeof(path), "%s/layer.tar.gz", F.root);
+	snprintf(cmd, sizeof(cmd), "tar -C %s --numeric-owner -czf %s .", tree, path);
+	assert_int_equal(system(cmd), 0);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	l->n = (size_t)ftell(f);
+	rewind(f);
+	assert_non_null(l->p = malloc(l->n));
+	assert_int_equal(fread(l->p, 1, l->n, f), l->n);
+	fclose(f);
+	EVP_Digest(l->p, l->n, sum, NULL, EVP_sha256(), NULL);
+	memcpy(l->digest, "sha256:", 7);
+	tb_hex(l->digest + 7, sum, sizeof(sum));
+	if (tb_layer_index_build(l->digest, TB_LAYER_INDEX_SPAN_MIN, served_read, l, &l->ix, &err))
+		fail_msg("index: %s", err.msg);
+}
+
+/*
+ * An image's root served through FUSE from its layer's index (the lazy
+ * root, worker/lazy/image_fs.h) is a root like an unpacked tree: the
+ * sandbox hands the file system its range of host ids, an overlay puts
+ * the agent's writable layer over it, the owners are the image's inside
+ * (uid 2000's home, the tool uid 1000's), and the judges see it as the
+ * image built it.
+ */
+static void test_sandbox__an_image_served_through_fuse_is_the_root(void **state)
+{
+	char tree[200], cmd[4096], out[4096];
+	served_t l = { 0 };
+	tb_sandbox_t *sb;
+	tb_error_t err;
+	(void)state;
+	if (system("file -L /bin/busybox | grep -q static") != 0 ||
+	    access("/dev/fuse", R_OK | W_OK) != 0)
+		skip();
+	snprintf(tree, sizeof(tree), "%s/served-tree", F.root);
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; rm -rf %s; mkdir -p %s/bin %s/etc %s/opt/tool %s/home/app; "
+		 "cp /bin/busybox %s/bin/; ln -s busybox %s/bin/sh; "
+		 "printf '#!/bin/sh\\necho pristine\\n' > %s/opt/tool/run; "
+		 "chmod 0755 %s/opt/tool/run; chown -R 1000:1000 %s/opt/tool; "
+		 "chown 2000:2000 %s/home/app; chmod 0750 %s/home/app",
+		 tree, tree, tree, tree, tree, tree, tree, tree, tree, tree, tree, tree);
+	assert_int_equal(system(cmd), 0);
+	served_layer(&l, tree);
+	tb_sandbox_spec_t s = spec();
+	s.image_tree = NULL;
+	s.image_root = served_root;
+	s.image_root_arg = &l;
+	s.writable_mb = 4;
+	if (tb_sandbox_create(&sb, F.policy, &s, &err) != 0)
+		fail_msg("create: %s", err.msg);
+	assert_non_null(l.fs);
+	assert_true(l.id_base >= 200000);
+	tb_sandbox_exit_t e = sh_as(sb, 0,
+				    "busybox stat -c '%u:%g %a' /home/app /opt/tool/run; "
+				    "printf '#!/bin/sh\\necho forged\\n' > /opt/tool/run && "
+				    "/opt/tool/run; echo w > /workspace/w",
+				    out, sizeof(out));
+	if (e.end != TB_SANDBOX_EXITED || strcmp(out, "2000:2000 750\n1000:1000 755\nforged\n"))
+		fail_msg("the agent on the served root (end %d code %d):\n%s", e.end, e.code, out);
+	assert_int_equal(tb_sandbox_judge_view(sb, TB_SANDBOX_JUDGE_ID, &err), 0);
+	e = sh_as(sb, TB_SANDBOX_JUDGE_ID, "/opt/tool/run; cat /workspace/w", out, sizeof(out));
+	if (e.end != TB_SANDBOX_EXITED || strcmp(out, "pristine\nw\n") != 0)
+		fail_msg("the judge on the served root (end %d code %d):\n%s", e.end, e.code, out);
+	assert_int_equal(tb_sandbox_destroy(sb, &err), 0);
+	char why[512];
+	assert_int_equal(tb_image_fs_error(l.fs, why, sizeof(why)), 0);
+	tb_image_fs_stop(l.fs);
+	tb_layer_index_free(l.ix);
+	free(l.p);
+}
+
+static int refused_root(void *arg, uint32_t id_base, tb_error_t *err)
+{
+	(void)id_base;
+	*(int *)arg += 1;
+	return tb_error_set(err, TB_ETOOBIG, "a tree the rules refuse");
+}
+
+/* A root that cannot be served fails the sandbox with its reason (the
+ * task then pulls the image whole), asked once, leaving nothing, and
+ * says nothing of the host (the worker stays ready); a spec with both a
+ * tree and a served root is refused before anything. */
+static void test_sandbox__a_root_that_cannot_be_served_fails_the_sandbox(void **state)
+{
+	tb_sandbox_t *sb = NULL;
+	tb_error_t err;
+	int asked = 0;
+	(void)state;
+	tb_sandbox_spec_t s = spec();
+	s.image_tree = NULL;
+	s.image_root = refused_root;
+	s.image_root_arg = &asked;
+	s.writable_mb = 4;
+	tb_health_dep(TB_DEP_SANDBOX, 1, "a sandbox was built");
+	assert_int_equal(tb_sandbox_create(&sb, F.policy, &s, &err), TB_ETOOBIG);
+	assert_null(sb);
+	assert_int_equal(asked, 1);
+	assert_true(tb_health_dep_up(TB_DEP_SANDBOX));
+	if (!strstr(err.msg, "the image's root: a tree the rules refuse"))
+		fail_msg("a refused root said: %s", err.msg);
+	s.image_tree = "/nonexistent";
+	assert_int_equal(tb_sandbox_create(&sb, F.policy, &s, &err), TB_EINVAL);
+	assert_int_equal(asked, 1);
 }
 
 /* An image whose /etc, /dev and /tmp are links out of it (absolute and
@@ -1396,6 +1558,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_sandbox__an_image_tree_is_the_root),
 		cmocka_unit_test(test_sandbox__an_image_cannot_lead_init_out),
 		cmocka_unit_test(test_sandbox__judges_see_the_image_without_the_agents_layer),
+		cmocka_unit_test(test_sandbox__an_image_served_through_fuse_is_the_root),
+		cmocka_unit_test(test_sandbox__a_root_that_cannot_be_served_fails_the_sandbox),
 		cmocka_unit_test_teardown(test_sandbox__escapes_are_stopped_in_an_image_root,
 					  no_probe_image),
 		cmocka_unit_test(test_sandbox__missing_program_is_a_clear_error),

@@ -61,6 +61,7 @@ struct events {
 	int keep_usage;                        /* keep the two below (the test frees them): */
 	json_t *result_usage;                  /* the last result event's usage */
 	json_t *torn_down_usage;               /* the torn-down phase's, if any */
+	char environment[512];                 /* the prepared phase's, as JSON */
 	json_t *last_usage;                    /* the last usage event's */
 	int usages, last_usage_at;             /* usage events; the last one's position */
 };
@@ -125,6 +126,11 @@ static int sink(void *ud, const tb_event_t *ev, const void *bytes, size_t len, t
 		if (ev->type == TB_EV_PHASE &&
 		    !strcmp(json_string_value(json_object_get(p, "phase")), "settled"))
 			e->settled = e->n;
+		json_t *env = ev->type == TB_EV_PHASE ? json_object_get(p, "environment") : NULL;
+		char *said = env ? json_dumps(env, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+		if (said)
+			snprintf(e->environment, sizeof(e->environment), "%s", said);
+		free(said);
 		if (ev->type == TB_EV_EGRESS) {
 			int st = (int)json_integer_value(json_object_get(p, "status"));
 			e->egress++;
@@ -2114,6 +2120,258 @@ static void test_lifecycle__a_recipe_runs_in_its_pinned_image(void **state)
 	assert_non_null(strstr(err.msg, "does not allow it"));
 }
 
+/* Layer index pins in memory, as the ledger keeps them for the loop. */
+static struct {
+	pthread_mutex_t lock;
+	char layer[8][72], digest[8][72];
+	int n;
+} pins = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int pin_get(void *arg, const char *layer, char out[72], tb_error_t *err)
+{
+	int rc = TB_ENOTFOUND;
+	(void)arg;
+	pthread_mutex_lock(&pins.lock);
+	for (int i = 0; i < pins.n; i++)
+		if (!strcmp(pins.layer[i], layer)) {
+			snprintf(out, 72, "%s", pins.digest[i]);
+			rc = 0;
+		}
+	pthread_mutex_unlock(&pins.lock);
+	return rc == 0 ? 0 : tb_error_set(err, rc, "no pin");
+}
+
+static int pin_put(void *arg, const char *layer, const char *digest, char out[72], tb_error_t *err)
+{
+	if (pin_get(arg, layer, out, err) == 0)
+		return 0;
+	pthread_mutex_lock(&pins.lock);
+	if (pins.n < 8) {
+		snprintf(pins.layer[pins.n], 72, "%s", layer);
+		snprintf(pins.digest[pins.n++], 72, "%s", digest);
+	}
+	pthread_mutex_unlock(&pins.lock);
+	snprintf(out, 72, "%s", digest);
+	return 0;
+}
+
+/* A cache under F.root/@p name publishing and finding layer indexes in
+ * the fixture's store, pinned in memory. */
+static tb_image_cache_t *indexed_cache(const char *name)
+{
+	tb_layer_indexes_t w = { .store = F.store, .pins = { pin_get, pin_put, NULL } };
+	tb_image_cache_t *c;
+	tb_error_t err;
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/%s", F.root, name);
+	tb_fixture_sh("rm -rf %s", dir);
+	if (tb_image_cache_open(&c, dir, 1ull << 30, &err) < 0 ||
+	    tb_image_cache_set_indexes(c, &w, &err) < 0)
+		fail_msg("%s", err.msg);
+	return c;
+}
+
+/* busybox_layout() with a second layer: 6 MB of noise and a small file
+ * after it. @return its manifest's digest, or NULL (see there). */
+static const char *two_layer_layout(const char *dir)
+{
+	static char digest[80];
+	if (!busybox_layout(dir))
+		return NULL;
+	tb_fixture_sh("set -e; umoci unpack --rootless --image %s:t %s.b >/dev/null; "
+		      "head -c 6000000 /dev/urandom > %s.b/rootfs/usr/share/big; "
+		      "echo second-layer > %s.b/rootfs/usr/share/second; "
+		      "umoci repack --image %s:t %s.b; rm -rf %s.b",
+		      dir, dir, dir, dir, dir, dir, dir);
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "grep -o 'sha256:[0-9a-f]*' %s/index.json | head -1", dir);
+	FILE *f = popen(cmd, "r");
+	if (!f || !fgets(digest, sizeof(digest), f))
+		fail_msg("no digest in %s/index.json", dir);
+	pclose(f);
+	digest[strcspn(digest, "\n")] = '\0';
+	return digest;
+}
+
+/* Whether cache F.root/@p name holds blob @p digest. */
+static int cached_blob(const char *name, const char *digest)
+{
+	char path[400];
+	snprintf(path, sizeof(path), "%s/%s/images/blobs/%s", F.root, name, digest + 7);
+	return access(path, F_OK) == 0;
+}
+
+/* A recipe in @p layout's image @p digest whose agent reads @p files
+ * (each must hold its line) and says done; committed. */
+static char *lazy_recipe(const char *layout, const char *digest, const char *reads)
+{
+	static char manifest[1024], agent[1024];
+	snprintf(manifest, sizeof(manifest),
+		 "{\"v\": 1, \"name\": \"lazy-img\", \"environment\": {\"image\": "
+		 "\"oci-layout:%s@%s\"}, \"agent\": {\"command\": [\"/bin/sh\", "
+		 "\"/recipe/agent.sh\"]}}\n",
+		 layout, digest);
+	snprintf(agent, sizeof(agent),
+		 "read -r prompt\n%s"
+		 "echo '{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"done\"}' >&3\n",
+		 reads);
+	return commit_files("taskbox.json", manifest, "agent.sh", agent, NULL);
+}
+
+/*
+ * image_lazy: an image whose layers a first worker pulled whole, and so
+ * indexed, starts on a second worker with an empty cache on a root read
+ * on demand: the agent reads files of both layers, the task succeeds,
+ * the spans fetched are fewer bytes than the layers, and nothing of the
+ * layers was fetched before the sandbox (its prepared phase says so);
+ * then the image is pulled whole behind it, and the next task there
+ * starts on the unpacked tree; spans poisoned in the span cache are
+ * fetched again, never served. A layer whose bytes
+ * at the source changed since (a span that does not match its index)
+ * fails the attempt for good, naming the layer and the span; an image
+ * no worker indexed is pulled whole, as without image_lazy.
+ */
+static void test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand(void **state)
+{
+	char layout[200], other[200], path[600], rt[1024];
+	tb_span_cache_t *spans, *spans2;
+	tb_lifecycle_result_t res;
+	tb_image_t img;
+	tb_image_ref_t ref;
+	tb_error_t err;
+	(void)state;
+	if (access("/dev/fuse", R_OK | W_OK) != 0)
+		skip();
+	snprintf(layout, sizeof(layout), "%s/lazy-layouts/two", F.root);
+	snprintf(other, sizeof(other), "%s/lazy-layouts/other", F.root);
+	tb_fixture_sh("mkdir -p %s/lazy-layouts", F.root);
+	char digest[80], odigest[80];
+	const char *d = two_layer_layout(layout);
+	if (!d)
+		skip();
+	snprintf(digest, sizeof(digest), "%s", d);
+	snprintf(odigest, sizeof(odigest), "%s", two_layer_layout(other)); /* its noise: no index */
+	snprintf(rt, sizeof(rt),
+		 "sed 's|\"sandbox\": {|\"sandbox\": {\"images\": {\"layouts\": "
+		 "[\"%s/lazy-layouts\"]},|; s/\"name\": \"test\"/\"name\": \"lazy-img\"/' "
+		 "%s/test.json > %s/lazy-img.json",
+		 F.root, F.runtimes, F.runtimes);
+	tb_fixture_sh("%s", rt);
+
+	/* a first worker pulls it whole: its layers indexed for the fleet */
+	tb_image_cache_t *first = indexed_cache("cache-first"),
+			 *second = indexed_cache("cache-lazy");
+	snprintf(path, sizeof(path), "oci-layout:%s@%s", layout, digest);
+	assert_int_equal(tb_image_ref_parse(&ref, path, &err), 0);
+	if (tb_image_get(first, &ref, 1u << 30, NULL, &img, &err) < 0)
+		fail_msg("%s", err.msg);
+	uint64_t built, layers_bytes = 0;
+	tb_image_cache_index_wait(first, &built, NULL);
+	assert_int_equal(built, img.layers.n);
+	assert_int_equal(img.layers.n, 2);
+	for (size_t i = 0; i < img.layers.n; i++) {
+		struct stat st;
+		snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, img.layers.items[i] + 7);
+		assert_int_equal(stat(path, &st), 0);
+		layers_bytes += (uint64_t)st.st_size;
+	}
+
+	/* a second worker, with none of it, reads it on demand */
+	snprintf(path, sizeof(path), "%s/spans", F.root);
+	assert_int_equal(tb_span_cache_open(&spans, path, 64u << 20, &err), 0);
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	c.images = second;
+	c.image_spans = spans;
+	char *commit = lazy_recipe(layout, digest,
+				   "grep -q from-the-image /usr/share/marker || exit 3\n"
+				   "grep -q second-layer /usr/share/second || exit 4\n");
+	tb_task_t t = task("life-lazy-root", commit, "lazy-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	uint64_t fetched = tb_span_cache_bytes(spans);
+	printf("  read on demand: %llu bytes of spans fetched, the layers are %llu; %s\n",
+	       (unsigned long long)fetched, (unsigned long long)layers_bytes, e.environment);
+	assert_true(fetched > 0 && fetched < layers_bytes);
+	/* nothing of the layers before the agent: the manifest and config */
+	assert_non_null(strstr(e.environment, "\"cached\":false"));
+	assert_non_null(strstr(e.environment, "\"lazy\":true"));
+	char *at = strstr(e.environment, "\"fetched_bytes\":");
+	assert_non_null(at);
+	assert_true(strtoull(at + 16, NULL, 10) < 8192);
+	/* then pulled whole behind it: the next task there is eager */
+	tb_image_cache_pull_wait(second);
+	for (size_t i = 0; i < img.layers.n; i++)
+		assert_true(cached_blob("cache-lazy", img.layers.items[i]));
+	snprintf(path, sizeof(path), "%s/cache-lazy/images/trees/%s.json", F.root, digest + 7);
+	assert_int_equal(access(path, F_OK), 0);
+	e = (struct events){ .seq_ok = 1 };
+	t = task("life-lazy-root-next", commit, "lazy-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_non_null(strstr(e.environment, "\"cached\":true"));
+	assert_non_null(strstr(e.environment, "\"lazy\":false"));
+
+	/* the span cache poisoned on disk: a miss, fetched again, never
+	 * wrong bytes (the agent checks what it reads) */
+	tb_fixture_sh("test $(ls %s/spans | grep -c '^[0-9a-f]\\{64\\}\\.[0-9]*$') -ge 2", F.root);
+	tb_fixture_sh("for f in %s/spans/*.*; do printf X | dd of=$f bs=1 seek=100 "
+		      "conv=notrunc 2>/dev/null; done",
+		      F.root);
+	tb_image_cache_t *fresh = indexed_cache("cache-lazy3");
+	c.images = fresh;
+	e = (struct events){ .seq_ok = 1 };
+	t = task("life-lazy-root-poisoned", commit, "lazy-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_non_null(strstr(e.environment, "\"lazy\":true"));
+	tb_image_cache_pull_wait(fresh);
+	tb_image_cache_close(fresh);
+
+	/* the source's bytes of the noise changed: its span is refused */
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", layout, img.layers.items[1] + 7);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, "X", 1, 100000), 1);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/spans2", F.root);
+	assert_int_equal(tb_span_cache_open(&spans2, path, 64u << 20, &err), 0);
+	tb_image_cache_t *third = indexed_cache("cache-lazy2");
+	c.images = third;
+	c.image_spans = spans2;
+	e = (struct events){ .seq_ok = 1 };
+	commit = lazy_recipe(layout, digest, "cat /usr/share/big > /dev/null\n");
+	t = task("life-lazy-root-bad", commit, "lazy-img");
+	assert_int_equal(tb_lifecycle_run(&c, &t, 1, &res, &err), TB_EPOISON);
+	printf("  altered: %s\n", err.msg);
+	snprintf(path, sizeof(path), "layer %s: span 0", img.layers.items[1]);
+	if (!strstr(err.msg, path) || !strstr(err.msg, "does not match"))
+		fail_msg("an altered span said: %s", err.msg);
+
+	/* an image no worker indexed: pulled whole */
+	e = (struct events){ .seq_ok = 1 };
+	commit =
+	    lazy_recipe(other, odigest, "grep -q from-the-image /usr/share/marker || exit 3\n");
+	t = task("life-lazy-root-eager", commit, "lazy-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	snprintf(path, sizeof(path), "%s/cache-lazy2/images/trees/%s.json", F.root, odigest + 7);
+	assert_int_equal(access(path, F_OK), 0);
+	assert_non_null(strstr(e.environment, "\"lazy\":false"));
+	tb_image_cache_pull_wait(third); /* the altered image: not pulled */
+	snprintf(path, sizeof(path), "%s/cache-lazy2/images/trees/%s.json", F.root, digest + 7);
+	assert_int_not_equal(access(path, F_OK), 0);
+	tb_image_release(&img);
+	tb_span_cache_close(spans);
+	tb_span_cache_close(spans2);
+	tb_image_cache_close(first);
+	tb_image_cache_close(second);
+	tb_image_cache_close(third);
+}
+
 /* A task's input of the runtime's lazy size or more, with a block list
  * in the store, is read on demand: the agent sees its size at once and
  * reads a MiB of it, and about that much is fetched (usage.inputs says
@@ -2289,10 +2547,13 @@ int main(void)
 		cmocka_unit_test(test_lifecycle__code_the_agent_plants_never_runs_in_a_judge),
 		cmocka_unit_test(test_lifecycle__the_agent_cannot_pass_for_the_user),
 		cmocka_unit_test(test_lifecycle__a_recipe_runs_in_its_pinned_image),
+		cmocka_unit_test(test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");
 		return 77;
 	}
+	if (getenv("TBF"))
+		cmocka_set_test_filter(getenv("TBF"));
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,28 @@
+/*
+ * cache_int.h: the image cache's own parts (image.h), for its files
+ * only: the images pulled whole in the background (cache_later.c).
+ */
+#ifndef TB_IMAGE_CACHE_INT_H
+#define TB_IMAGE_CACHE_INT_H
+
+#include "image.h"
+
+typedef struct tb_image_later tb_image_later_t;
+
+/** A queue of images to pull whole into @p c (not owned), by a thread
+ * started with the first. @return 0; TB_ENOMEM. */
+int tb_image_later_open(tb_image_later_t **out, tb_image_cache_t *c, tb_error_t *err);
+
+/** Queues @p ref unless it is queued or being pulled, or the queue is
+ * full; never waits. */
+void tb_image_later_add(tb_image_later_t *q, const tb_image_ref_t *ref, const char *credentials,
+			uint64_t max_unpacked);
+
+/** Waits until nothing is queued or being pulled. */
+void tb_image_later_wait(tb_image_later_t *q);
+
+/** Ends the thread (a pull under way ends as the cache's interruption
+ * makes it: the caller interrupts first) and frees @p q. NULL is fine. */
+void tb_image_later_stop(tb_image_later_t *q);
+
+#endif
