@@ -350,6 +350,26 @@ static void read_through(const tb_layer_index_t *ix, tb_image_source_t *src, con
 	fail_msg("%s: no entry %s", ix->layer, path);
 }
 
+/* The test image pushed to registry-auth (its digest into @p d), named
+ * in @p r, pulled whole by a first cache publishing to @p w (into
+ * @p img), its indexing waited for (@p built: the indexes it made, not
+ * those a test before it published). @return that cache */
+static tb_image_cache_t *pulled_and_indexed(tb_layer_indexes_t *w, tb_image_ref_t *r,
+					    tb_image_t *img, char d[200], uint64_t *built)
+{
+	char text[400];
+	tb_error_t err;
+
+	snprintf(d, 200, "%s", push(reg_auth, "one", reg_creds));
+	snprintf(text, sizeof(text), "%s/test/app@%s", reg_auth, d);
+	assert_int_equal(tb_image_ref_parse(r, text, &err), 0);
+	tb_image_cache_t *first = cache_at("first", w);
+	if (tb_image_get(first, r, 256 << 20, creds, img, &err) < 0)
+		fail_msg("%s", err.msg);
+	tb_image_cache_index_wait(first, built, NULL);
+	return first;
+}
+
 /*
  * The fleet end to end: a worker pulls the image whole from the registry
  * behind its login, indexing each layer into the services' S3 and
@@ -367,19 +387,13 @@ static void test_oci_registry__an_index_published_to_the_fleet_is_found(void **s
 	tb_image_ref_t r;
 	tb_image_t img;
 	tb_error_t err;
-	char d[200], text[400];
 	(void)state;
 	if (fleet(&store, &ledger) < 0)
 		skip(); /* no S3 or Redis: deploy/local/services env */
 	tb_layer_indexes_t w = { .store = store, .pins = { pins_get, pins_put, ledger } };
-	snprintf(d, sizeof(d), "%s", push(reg_auth, "one", reg_creds));
-	snprintf(text, sizeof(text), "%s/test/app@%s", reg_auth, d);
-	assert_int_equal(tb_image_ref_parse(&r, text, &err), 0);
-	tb_image_cache_t *first = cache_at("first", &w);
-	if (tb_image_get(first, &r, 256 << 20, creds, &img, &err) < 0)
-		fail_msg("%s", err.msg);
+	char d[200];
 	uint64_t built;
-	tb_image_cache_index_wait(first, &built, NULL);
+	tb_image_cache_t *first = pulled_and_indexed(&w, &r, &img, d, &built);
 	assert_int_equal(built, img.layers.n);
 	tb_image_cache_t *second = cache_at("second", &w);
 	assert_int_equal(tb_registry_open(&src, &r, creds, 10, NULL, &err), 0);
@@ -468,18 +482,12 @@ static void test_oci_registry__an_indexed_image_resolves_without_its_layers(void
 	tb_image_ref_t r, noise;
 	tb_image_t img;
 	tb_error_t err;
-	char d[200], text[400];
 	(void)state;
 	if (fleet(&store, &ledger) < 0)
 		skip(); /* no S3 or Redis: deploy/local/services env */
 	tb_layer_indexes_t w = { .store = store, .pins = { pins_get, pins_put, ledger } };
-	snprintf(d, sizeof(d), "%s", push(reg_auth, "one", reg_creds));
-	snprintf(text, sizeof(text), "%s/test/app@%s", reg_auth, d);
-	assert_int_equal(tb_image_ref_parse(&r, text, &err), 0);
-	tb_image_cache_t *first = cache_at("first", &w);
-	if (tb_image_get(first, &r, 256 << 20, creds, &img, &err) < 0)
-		fail_msg("%s", err.msg);
-	tb_image_cache_index_wait(first, NULL, NULL);
+	char d[200], text[400];
+	tb_image_cache_t *first = pulled_and_indexed(&w, &r, &img, d, NULL);
 	tb_image_cache_t *second = cache_at("lazy", &w);
 	if (tb_image_lazy_open(second, &r, creds, &l, &err) != 0)
 		fail_msg("not resolved lazily: %s", err.msg);
