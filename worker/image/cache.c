@@ -31,7 +31,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_ENTRIES 1000000 /* an image's files, at most */
 #define META_MAX (1u << 20)
 #define TRIM_LOCK ".trim" /* shared while an image is made; eviction takes it alone */
 #define AUTH_SLOTS 512    /* authorizations remembered, at most */
@@ -543,7 +542,7 @@ static int build(tb_image_cache_t *c, tb_image_source_t *src, const tb_oci_manif
 {
 	char tmp[128] = "", *doc = NULL;
 	tb_unpack_stats_t st = { 0 };
-	tb_unpack_limits_t lim = { max_unpacked, MAX_ENTRIES };
+	tb_unpack_limits_t lim = { max_unpacked, TB_IMAGE_MAX_ENTRIES };
 	size_t len;
 	int rc, dir = -1, rootfd = -1;
 

@@ -120,6 +120,9 @@ void tb_image_cache_index_wait(tb_image_cache_t *c, uint64_t *built, uint64_t *m
 int tb_image_cache_find_index(tb_image_cache_t *c, const char *layer, tb_layer_index_t **out,
 			      tb_error_t *err);
 
+/* An image's files and entries at most, whoever unpacks or serves it. */
+#define TB_IMAGE_MAX_ENTRIES 1000000
+
 /**
  * Makes @p ref ready (fetched, verified, unpacked; or found in the cache,
  * once its source let this asker have it: see above) and holds it until

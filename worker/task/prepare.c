@@ -39,8 +39,6 @@ static int say_altered(tb_environment_altered_t *out, const tb_unpack_altered_t 
 	return 0;
 }
 
-/* An image's files and entries at most (the image cache's caps). */
-#define IMAGE_MAX_ENTRIES 1000000
 /* Threads fetching a root's spans not read yet into the span cache:
  * none in this step. Every span of an image fetched for each attempt on
  * every host costs its registry the whole image while the agent may read
@@ -71,7 +69,7 @@ static int lazy_root(void *arg, uint32_t id_base, tb_error_t *err)
 		.layers = layers,
 		.nlayers = l->layers.n,
 		.cache = r->ctx->image_spans,
-		.limits = { r->rt.sandbox.images.max_unpacked_mb << 20, IMAGE_MAX_ENTRIES },
+		.limits = { r->rt.sandbox.images.max_unpacked_mb << 20, TB_IMAGE_MAX_ENTRIES },
 		.id_base = id_base,
 		.prefetch_threads = IMAGE_PREFETCH,
 	};
@@ -206,21 +204,17 @@ static int sandbox(tb_run_t *r, tb_sandbox_spec_t *spec, tb_error_t *err)
 static int pull_whole(tb_run_t *r, tb_error_t *err)
 {
 	const tb_images_conf_t *im = &r->rt.sandbox.images;
-	tb_image_ref_t ref;
-	char digest[72];
+	tb_image_ref_t ref = r->image_lazy->ref; /* environment()'s, checked */
 
 	tb_warn(r->task->id, "image %.19s: pulled whole: its root read on demand: %s",
 		r->image.digest, err->msg);
-	snprintf(digest, sizeof(digest), "%s", r->image.digest);
 	tb_image_lazy_free(r->image_lazy);
 	r->image_lazy = NULL;
 	tb_image_release(&r->image);
 	r->has_image = 0;
-	int rc = tb_image_ref_parse(
-	    &ref, r->recipe.environment.image ? r->recipe.environment.image : im->default_image,
-	    err);
-	if (rc == 0 && (rc = tb_image_get(r->ctx->images, &ref, im->max_unpacked_mb << 20,
-					  im->credentials, &r->image, err)) < 0)
+	int rc = tb_image_get(r->ctx->images, &ref, im->max_unpacked_mb << 20, im->credentials,
+			      &r->image, err);
+	if (rc < 0)
 		tb_error_prefix(err, "environment");
 	r->has_image = rc == 0;
 	json_t *said = rc == 0 ? json_pack("{s:b,s:b,s:I,s:I}", "lazy", 0, "cached",
