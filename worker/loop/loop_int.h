@@ -147,7 +147,8 @@ typedef struct tb_loop {
 	uint64_t busy_slots[TB_LOOP_SLOTS_MAX / 64]; /* bit per slot */
 	unsigned running;
 	int paused;
-	int serving; /* it can run tasks (sandbox, store): else it takes none */
+	uint64_t resumed_at; /* tb_mono_ms() of the last resume, until a message came */
+	int serving;         /* it can run tasks (sandbox, store): else it takes none */
 	uint64_t lease_ms;
 	uint64_t next_beat;  /* monotonic ms */
 	uint64_t next_alive; /* the next liveness write (monotonic ms) */

@@ -320,6 +320,39 @@ static void rejoin_if_stuck(tb_loop_t *w)
 	}
 }
 
+/*
+ * Resumes the partitions of @p a, and has them fetched now. librdkafka
+ * (2.0) clears a partition's pause without waking the broker thread that
+ * fetches it: with every partition paused, that thread sleeps out its
+ * one-second turn, and the line ran dry at a resume for up to a second
+ * (issue 45: in librdkafka's fetch log the partitions turned fetchable
+ * ~480 ms after the resume, and the bench's throughput had a lower mode).
+ * A seek to the position a resume fetches from anyway (the last message
+ * read + 1) wakes it. An empty fetch still in flight is waited for even
+ * so (up to fetch.wait.max.ms, kafka.properties). A partition read
+ * nothing from yet has no position: its resume looks its offset up,
+ * which wakes the thread too.
+ */
+static void resume(rd_kafka_t *c, rd_kafka_topic_partition_list_t *a)
+{
+	rd_kafka_topic_partition_list_t *at;
+
+	rd_kafka_resume_partitions(c, a);
+	if (rd_kafka_position(c, a) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+	    !(at = rd_kafka_topic_partition_list_new(a->cnt)))
+		return; /* fetched at the broker thread's next turn */
+	for (int i = 0; i < a->cnt; i++)
+		if (a->elems[i].offset >= 0)
+			rd_kafka_topic_partition_list_add(at, a->elems[i].topic,
+							  a->elems[i].partition)
+			    ->offset = a->elems[i].offset;
+	rd_kafka_error_t *e = at->cnt ? rd_kafka_seek_partitions(c, at, 0) : NULL;
+	if (e) /* async: only a bad argument is said here */
+		tb_debug(NULL, "consumer: seek on resume: %s", rd_kafka_error_string(e));
+	rd_kafka_error_destroy(e);
+	rd_kafka_topic_partition_list_destroy(at);
+}
+
 /* Pauses consumption while the waiting line is full, and resumes it once
  * the line is down to half: the line holds the next tasks, read and
  * decoded, so a slot that frees starts one at once instead of waiting for
@@ -355,9 +388,22 @@ static void pace(tb_loop_t *w)
 	if (full)
 		rd_kafka_pause_partitions(w->consumer, a);
 	else
-		rd_kafka_resume_partitions(w->consumer, a);
+		resume(w->consumer, a);
+	tb_debug(NULL, "consumption %s: %u tasks wait", full ? "paused" : "resumed", ready);
+	w->resumed_at = full ? 0 : tb_mono_ms();
 	w->paused = full;
 	rd_kafka_topic_partition_list_destroy(a);
+}
+
+/* The first message after a resume: how long the line waited for it (at
+ * debug; the seek in resume() is what keeps it short). */
+static void refilled(tb_loop_t *w)
+{
+	if (!w->resumed_at)
+		return;
+	tb_debug(NULL, "consumption: the first task %llu ms after the resume",
+		 (unsigned long long)(tb_mono_ms() - w->resumed_at));
+	w->resumed_at = 0;
 }
 
 /* An error the consumer reported: logged; brokers out of reach make
@@ -697,9 +743,10 @@ int tb_worker_run(const tb_worker_deps_t *d, volatile sig_atomic_t *stop, uint64
 		rd_kafka_message_t *m = next_message(w);
 		tb_health_turned();
 		if (m) {
-			if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+			if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+				refilled(w);
 				tb_loop_handle(w, m);
-			else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			} else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 				consumer_error(m);
 			rd_kafka_message_destroy(m);
 		}
