@@ -813,7 +813,7 @@ static int count_cgroups(const char *prefix)
 {
 	const char *hier[] = { "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu",
 			       "/sys/fs/cgroup/unified", "/sys/fs/cgroup" };
-	char cg[256];
+	char cg[1024]; /* a hierarchy, our group (up to 511), the test's */
 	int n = 0;
 
 	for (size_t h = 0; h < sizeof(hier) / sizeof(hier[0]); h++) {
@@ -969,7 +969,7 @@ static int take_and_drop(tb_sandbox_pool_t *pool, uint64_t workspace_mb)
 /* A tree with busybox-static whose /marker says @p what, at @p tree. */
 static void marker_tree(const char *tree, const char *what)
 {
-	char cmd[1024];
+	char cmd[2048]; /* six times the tree (up to 199 bytes), and the rest */
 	snprintf(cmd, sizeof(cmd),
 		 "set -e; rm -rf %s; mkdir -p %s/bin; cp /bin/busybox %s/bin/; "
 		 "ln -s busybox %s/bin/sh; echo %s > %s/marker",
