@@ -48,8 +48,9 @@
  * the unpacked tree's will take the tar headers' times.
  *
  * An image's root is served from its layers' indexes through FUSE by
- * worker/lazy/image_fs.h (the tree: image_tree.h), gzip indexes only
- * for now; nothing starts a sandbox from it yet.
+ * worker/lazy/image_fs.h (the tree: image_tree.h), gzip and eStargz
+ * indexes alike, mixed in one image; a sandbox starts on it with the
+ * worker's image_lazy (image.h tb_image_lazy_open).
  */
 #ifndef TB_LAYER_INDEX_H
 #define TB_LAYER_INDEX_H

@@ -16,6 +16,7 @@
 #include "layer_index_int.h"
 
 #include <openssl/evp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -110,9 +111,11 @@ static int member_chunk(const tb_layer_index_t *ix, size_t i, const uint8_t *dat
 		return tb_error_set(err, TB_ENOMEM, "layer %s: inflate: out of memory", ix->layer);
 	if (zr == Z_STREAM_END || zr == Z_BUF_ERROR)
 		return chunk_error(ix, i, err, "ends before the chunk does");
-	if (zr != 0)
-		return tb_error_set(err, TB_EINVAL, "layer %s: chunk %zu does not inflate: %s",
-				    ix->layer, i, msg ? msg : "zlib error");
+	if (zr != 0) {
+		char why[160];
+		snprintf(why, sizeof(why), "does not inflate (%.100s)", msg ? msg : "zlib error");
+		return chunk_error(ix, i, err, why);
+	}
 	EVP_Digest(out, n, sum, NULL, EVP_sha256(), NULL);
 	if (memcmp(sum, p->span_sha, 32))
 		return chunk_error(ix, i, err, "does not match its digest in the TOC");
