@@ -806,8 +806,8 @@ static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_man
 		l->layers.n++;
 		l->blobs[i].src = l->src;
 		snprintf(l->blobs[i].digest, sizeof(l->blobs[i].digest), "%s", d);
-		if (m->layers[i].compression != TB_OCI_GZIP) {
-			tb_error_set(err, TB_EINVAL, "layer %zu (%.19s) is not gzip", i, d);
+		if (m->layers[i].compression == TB_OCI_TAR) {
+			tb_error_set(err, TB_EINVAL, "layer %zu (%.19s) is not compressed", i, d);
 			return 1;
 		}
 		int rc = tb_image_lazy_layer(c, &m->layers[i], &l->blobs[i], &l->ix[i], &l->fetched,

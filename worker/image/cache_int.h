@@ -27,11 +27,12 @@ void tb_image_later_wait(tb_image_later_t *q);
 void tb_image_later_stop(tb_image_later_t *q);
 
 /**
- * What describes layer @p d (a gzip layer of a manifest read by its
- * digest) to be read on demand through @p blob: its eStargz TOC when @p d
- * has a TOC digest annotated and the TOC is that one, else the index the
- * fleet pinned for it (tb_image_cache_find_index). The bytes fetched to
- * open a TOC are added to @p fetched.
+ * What describes layer @p d (a gzip or zstd layer of a manifest read by
+ * its digest) to be read on demand through @p blob: its TOC when @p d
+ * has one annotated (eStargz, zstd:chunked) and the TOC is that one,
+ * else for a gzip layer the index the fleet pinned for it
+ * (tb_image_cache_find_index). The bytes fetched to open a TOC are added
+ * to @p fetched.
  * @return 0 and a new index in @p out (tb_layer_index_free); 1 when it is
  *         to be pulled whole, the reason (the TOC's and the index's) in
  *         @p err; TB_ENOMEM

@@ -163,18 +163,20 @@ typedef struct tb_image_lazy {
  * Resolves @p ref without pulling its layers: its manifest (through its
  * index) fetched into the cache and checked against its digest, its
  * source's yes for this asker as for tb_image_get(), its config fetched
- * and checked, and each layer described without its bytes: by its
- * eStargz TOC when the manifest annotates its digest (two ranges: the
- * footer and the TOC, checked against the annotation: layer_estargz.h),
- * else by its index found by its pin (tb_image_cache_find_index). One
- * image may have layers of both kinds.
+ * and checked, and each layer described without its bytes: by its TOC
+ * when the manifest annotates one (eStargz: two ranges, the footer and
+ * the TOC, checked against the annotation, layer_estargz.h;
+ * zstd:chunked: one range, layer_zstd_chunked.h, with libzstd), else, for
+ * a gzip layer, by its index found by its pin
+ * (tb_image_cache_find_index). One image may have layers of each kind.
  * @param[out] out with 0: a new tb_image_lazy_t (tb_image_lazy_free),
  *             whose source and indexes serve the root (worker/lazy)
  * @return 0; 1 when it should be pulled whole (tb_image_get) instead,
  *         with the reason in @p err's message: the cache has it already
- *         (the eager root costs nothing more), a layer is not gzip, or
- *         one has neither a TOC nor an index that can be trusted (no
- *         TOC annotated, or not that one; no index pinned, refused,
+ *         (the eager root costs nothing more), a layer is not
+ *         compressed, or one has neither a TOC nor an index that can be
+ *         trusted (no TOC annotated, or not that one; a zstd layer's
+ *         without libzstd; no index pinned, refused,
  *         the store or the pins away); TB_EPOISON, TB_ERETRY or TB_EIO
  *         as tb_image_get() says them for the manifest and the config.
  */

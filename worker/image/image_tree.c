@@ -396,12 +396,13 @@ static int place(tb_image_tree_t *t, const tb_layer_entry_t *e)
 
 /* What can be caught of an index that lies about where data is: a file's
  * data running into the next entry's header (a gzip index: its stream is
- * the tar stream), or into the next file's data or past the stream (an
- * eStargz index: its stream is the files' contents one after another). */
+ * the tar stream), or into the next file's data or past the stream (one
+ * made from a TOC, eStargz or zstd:chunked: its stream is the files'
+ * contents one after another). */
 static int check_offsets(const tb_layer_index_t *ix, size_t i, tb_error_t *err)
 {
 	const tb_layer_entry_t *e = &ix->entries[i];
-	int packed = ix->kind == TB_LAYER_INDEX_ESTARGZ;
+	int packed = tb_layer_index_kind_toc(ix->kind);
 	uint64_t end = packed ? e->offset + e->size : e->offset + (e->size + 511) / 512 * 512;
 	uint64_t header = packed ? 0 : 512;
 

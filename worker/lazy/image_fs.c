@@ -297,8 +297,9 @@ static int read_tar(tb_image_fs_t *fs, size_t l, uint64_t off, uint8_t *out, siz
 
 /* What of an index that lies can be caught when a file is first read:
  * its data must follow a tar header (its checksum right) of a regular
- * file. Not of an eStargz layer's: its stream holds no tar header, and
- * each chunk is checked against the TOC's digest of it when read. 0, or
+ * file. Not of a layer read from its TOC (eStargz, zstd:chunked): its
+ * stream holds no tar header, and each chunk is checked against the
+ * TOC's digest of it when read. 0, or
  * -EIO with the failure kept. */
 static int check_header(tb_image_fs_t *fs, uint32_t ino, const tb_image_node_t *nd)
 {
@@ -306,7 +307,7 @@ static int check_header(tb_image_fs_t *fs, uint32_t ino, const tb_image_node_t *
 	uint64_t sum = 0, want = 0;
 
 	if (atomic_load(&fs->checked[ino]) ||
-	    fs->c.layers[nd->layer].ix->kind == TB_LAYER_INDEX_ESTARGZ)
+	    tb_layer_index_kind_toc(fs->c.layers[nd->layer].ix->kind))
 		return 0;
 	if (read_tar(fs, nd->layer, nd->offset - TAR_BLOCK, h, sizeof(h)) < 0)
 		return -EIO;

@@ -36,13 +36,17 @@ struct tb_span_cache {
 static _Atomic unsigned tmp_counter;
 
 /* "<hex>.<span>" for a gzip index's span, "<hex>.c<span>" for an eStargz
- * chunk's: a layer that is both (an eStargz layer is gzip) may be read
- * through either, and its spans are not the same bytes. */
+ * chunk's, "<hex>.z<span>" for a zstd:chunked chunk's: a layer that is
+ * two of them (an eStargz layer is gzip) may be read through either, and
+ * its spans are not the same bytes. */
 static void name_of(const tb_layer_index_t *ix, size_t span, char out[NAME_LEN])
 {
 	const char *hex = strchr(ix->layer, ':');
 	snprintf(out, NAME_LEN, "%.64s.%s%zu", hex ? hex + 1 : ix->layer,
-		 ix->kind == TB_LAYER_INDEX_ESTARGZ ? "c" : "", span);
+		 ix->kind == TB_LAYER_INDEX_ESTARGZ        ? "c"
+		 : ix->kind == TB_LAYER_INDEX_ZSTD_CHUNKED ? "z"
+							   : "",
+		 span);
 }
 
 /* Under lock. */
