@@ -14,12 +14,13 @@
  * TASKBOX_TEST_S3_* and _REDIS), then the image resolved by a cache that
  * has none of its layers and its root read through FUSE from the
  * registry's ranges (image_fs.h; skipped without /dev/fuse). The same
- * image with eStargz layers (tests/tools/estargz-image: their TOC digests
+ * image with eStargz layers (tests/tools/toc-image: their TOC digests
  * annotated) resolved with no index anywhere, all eStargz or mixed with
  * an indexed gzip layer, and its root read the same way; a TOC that is
  * not the one annotated leaves the layer to be pulled whole, one that
  * lies about a chunk's digest fails that file's reads (EIO), the reason
- * kept naming the chunk. Skips without TASKBOX_TEST_REGISTRY
+ * kept naming the chunk; and the same of zstd:chunked layers (with
+ * libzstd). Skips without TASKBOX_TEST_REGISTRY
  * (deploy/local/services env) or skopeo; as root (the tree keeps the
  * layers' owners).
  */
@@ -533,15 +534,15 @@ static void test_oci_registry__an_indexed_image_resolves_without_its_layers(void
 	tb_store_close(store);
 }
 
-/* The layout's image written again with layers @p layers eStargz (and
- * @p options, "" or a hostile one), tagged @p tag, pushed to
- * registry-auth and named in @p r. */
-static void estargz_pushed(const char *layers, const char *options, const char *tag,
-			   tb_image_ref_t *r)
+/* The layout's image written again with layers @p layers of @p format
+ * ("estargz", "zstd:chunked"; with @p options, "" or a hostile one),
+ * tagged @p tag, pushed to registry-auth and named in @p r. */
+static void toc_pushed(const char *format, const char *layers, const char *options, const char *tag,
+		       tb_image_ref_t *r)
 {
 	char d[72], text[400];
 	tb_error_t err;
-	oci_estargz_image(layout, manifest, layers, options, d);
+	oci_toc_image(layout, manifest, format, layers, options, d);
 	oci_tag(layout, d, tag);
 	assert_string_equal(push(reg_auth, tag, reg_creds), d);
 	snprintf(text, sizeof(text), "%s/test/app@%s", reg_auth, d);
@@ -621,7 +622,7 @@ static void test_oci_registry__estargz_layers_resolve_by_their_tocs(void **state
 	int fuse = access("/dev/fuse", R_OK | W_OK) == 0;
 	(void)state;
 
-	estargz_pushed(NULL, "", "toc", &r);
+	toc_pushed("estargz", NULL, "", "toc", &r);
 	tb_image_cache_t *c = plain_cache("toc");
 	if (tb_image_lazy_open(c, &r, creds, &l, &err) != 0)
 		fail_msg("not resolved by its TOCs: %s", err.msg);
@@ -636,7 +637,7 @@ static void test_oci_registry__estargz_layers_resolve_by_their_tocs(void **state
 	tb_image_lazy_free(l);
 
 	/* a TOC not the one annotated: neither it nor an index */
-	estargz_pushed(NULL, "--lie-annotation", "toc-wrong", &r);
+	toc_pushed("estargz", NULL, "--lie-annotation", "toc-wrong", &r);
 	assert_int_equal(tb_image_lazy_open(c, &r, creds, &l, &err), 1);
 	assert_null(l);
 	if (!strstr(err.msg, "layer 0") || !strstr(err.msg, "as its manifest annotates") ||
@@ -644,7 +645,7 @@ static void test_oci_registry__estargz_layers_resolve_by_their_tocs(void **state
 		fail_msg("a TOC not annotated said: %s", err.msg);
 
 	/* a TOC that lies about a chunk: served, that file refused */
-	estargz_pushed(NULL, "--lie-digest etc/kept", "toc-lie", &r);
+	toc_pushed("estargz", NULL, "--lie-digest etc/kept", "toc-lie", &r);
 	if (tb_image_lazy_open(c, &r, creds, &l, &err) != 0)
 		fail_msg("a lying TOC not resolved: %s", err.msg);
 	snprintf(at, sizeof(at), "%s/toc-lie-root", base);
@@ -661,7 +662,7 @@ static void test_oci_registry__estargz_layers_resolve_by_their_tocs(void **state
 	tb_image_t img;
 	char d[200];
 	tb_image_cache_t *first = pulled_and_indexed(&w, &one, &img, d, NULL);
-	estargz_pushed("1", "", "toc-mixed", &r);
+	toc_pushed("estargz", "1", "", "toc-mixed", &r);
 	tb_image_cache_t *second = cache_at("toc-mixed", &w);
 	if (tb_image_lazy_open(second, &r, creds, &l, &err) != 0)
 		fail_msg("a mixed image not resolved: %s", err.msg);
@@ -677,6 +678,57 @@ static void test_oci_registry__estargz_layers_resolve_by_their_tocs(void **state
 	tb_image_cache_close(second);
 	tb_ledger_close(ledger);
 	tb_store_close(store);
+}
+
+/*
+ * zstd:chunked: the image with both layers zstd:chunked (their TOC's
+ * checksum and position annotated) resolves on a cache that has no
+ * index, each layer by its TOC (one range, checked against the
+ * checksum), and its root reads through FUSE from the registry's ranges;
+ * a checksum that is not the TOC's leaves the image to be pulled whole,
+ * saying why; a TOC that lies about a chunk's digest fails that file's
+ * reads, the reason kept naming the chunk.
+ */
+static void test_oci_registry__zstd_chunked_layers_resolve_by_their_tocs(void **state)
+{
+	(void)state;
+#ifndef TB_HAVE_ZSTD_CHUNKED
+	skip(); /* built without libzstd: such layers are pulled whole */
+#else
+	tb_image_lazy_t *l;
+	tb_image_ref_t r;
+	tb_error_t err;
+	char at[300];
+	int fuse = access("/dev/fuse", R_OK | W_OK) == 0;
+
+	toc_pushed("zstd:chunked", NULL, "", "zstd", &r);
+	tb_image_cache_t *c = plain_cache("zstd");
+	if (tb_image_lazy_open(c, &r, creds, &l, &err) != 0)
+		fail_msg("not resolved by its TOCs: %s", err.msg);
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(l->ix[i]->kind, TB_LAYER_INDEX_ZSTD_CHUNKED);
+		assert_false(has_blob("zstd", l->layers.items[i]));
+	}
+	snprintf(at, sizeof(at), "%s/zstd-root", base);
+	if (fuse)
+		read_lazily(l, at);
+	tb_image_lazy_free(l);
+
+	toc_pushed("zstd:chunked", NULL, "--lie-annotation", "zstd-wrong", &r);
+	assert_int_equal(tb_image_lazy_open(c, &r, creds, &l, &err), 1);
+	assert_null(l);
+	if (!strstr(err.msg, "layer 0") || !strstr(err.msg, "as its manifest annotates"))
+		fail_msg("a checksum not the TOC's said: %s", err.msg);
+
+	toc_pushed("zstd:chunked", NULL, "--lie-digest etc/kept", "zstd-lie", &r);
+	if (tb_image_lazy_open(c, &r, creds, &l, &err) != 0)
+		fail_msg("a lying TOC not resolved: %s", err.msg);
+	snprintf(at, sizeof(at), "%s/zstd-lie-root", base);
+	if (fuse)
+		read_lying(l, at);
+	tb_image_lazy_free(l);
+	tb_image_cache_close(c);
+#endif
 }
 
 static int fresh_cache(void **state)
@@ -748,6 +800,8 @@ int main(void)
 		cmocka_unit_test_setup(
 		    test_oci_registry__an_indexed_image_resolves_without_its_layers, fresh_cache),
 		cmocka_unit_test_setup(test_oci_registry__estargz_layers_resolve_by_their_tocs,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_oci_registry__zstd_chunked_layers_resolve_by_their_tocs,
 				       fresh_cache),
 	};
 	reg = getenv("TASKBOX_TEST_REGISTRY");

@@ -35,6 +35,7 @@
 
 #include "image_fs.h"
 #include "layer_estargz.h"
+#include "layer_zstd_chunked.h"
 #include "tb/encoding.h"
 
 #include <archive.h>
@@ -134,6 +135,7 @@ static struct {
 	char tmp[64];
 	blob_t b[NLAYERS];
 	blob_t e[NLAYERS];    /* the same layers as eStargz, once made */
+	blob_t z[NLAYERS];    /* and as zstd:chunked */
 	blob_t *use[NLAYERS]; /* start(): each layer's (NULL: b's) */
 	int times;            /* compare(): times too */
 	char unpacked[128];
@@ -348,6 +350,8 @@ static int teardown(void **state)
 		free(F.b[l].p);
 		tb_layer_index_free(F.e[l].ix);
 		free(F.e[l].p);
+		tb_layer_index_free(F.z[l].ix);
+		free(F.z[l].p);
 	}
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", F.tmp);
 	return system(cmd) == 0 ? 0 : -1;
@@ -363,9 +367,9 @@ typedef struct mounted {
 static void reset_fetches(void)
 {
 	for (int l = 0; l < NLAYERS; l++) {
-		F.b[l].nfetches = F.e[l].nfetches = 0;
-		F.b[l].alter_at = F.e[l].alter_at = 0;
-		F.b[l].slow = F.e[l].slow = 0;
+		F.b[l].nfetches = F.e[l].nfetches = F.z[l].nfetches = 0;
+		F.b[l].alter_at = F.e[l].alter_at = F.z[l].alter_at = 0;
+		F.b[l].slow = F.e[l].slow = F.z[l].slow = 0;
 	}
 }
 
@@ -1067,47 +1071,75 @@ static void test_image_fs__corners_of_the_rules_come_out_as_unpacked(void **stat
 
 /* ------------------------------------------------------------ eStargz */
 
-/* Layer @p b written again as eStargz by tests/tools/estargz-convert
- * (chunks of ESTARGZ_CHUNK, with @p options: "" or a hostile one) into
- * @p e, its index opened from its TOC by range as a worker does. */
-static void make_estargz(blob_t *e, const blob_t *b, const char *options)
+/* Layer @p b written again by tests/tools/@p tool (chunks of
+ * ESTARGZ_CHUNK, with @p options: "" or a hostile one) into @p e: its
+ * bytes and digest; its descriptor's annotations returned (json_decref). */
+static json_t *convert_layer(const char *tool, blob_t *e, const blob_t *b, const char *options)
 {
-	char in[160], out[160], desc[170], cmd[1024], toc[72];
+	char in[160], out[160], desc[170], cmd[1024];
 	unsigned char sum[32];
-	tb_error_t err;
 
 	snprintf(in, sizeof(in), "%s/layer.tar.gz", F.tmp);
-	snprintf(out, sizeof(out), "%s/layer.estargz", F.tmp);
+	snprintf(out, sizeof(out), "%s/layer.out", F.tmp);
 	snprintf(desc, sizeof(desc), "%s.json", out);
 	FILE *f = fopen(in, "wb");
 	assert_non_null(f);
 	assert_int_equal(fwrite(b->p, 1, b->n, f), b->n);
 	fclose(f);
-	snprintf(cmd, sizeof(cmd), "'%s' '%s/tests/tools/estargz-convert' --chunk-size %d %s %s %s",
-		 TB_PYTHON, TB_SOURCE_DIR, ESTARGZ_CHUNK, options, in, out);
+	snprintf(cmd, sizeof(cmd), "'%s' '%s/tests/tools/%s' --chunk-size %d %s %s %s", TB_PYTHON,
+		 TB_SOURCE_DIR, tool, ESTARGZ_CHUNK, options, in, out);
 	if (system(cmd) != 0)
 		fail_msg("failed: %s", cmd);
 	memset(e, 0, sizeof(*e));
 	e->p = slurp(out, &e->n);
 	assert_non_null(e->p);
 	json_t *d = json_load_file(desc, 0, NULL);
-	const char *t = json_string_value(
-	    json_object_get(json_object_get(d, "annotations"), TB_ESTARGZ_ANNOTATION_TOC));
-	assert_non_null(t);
-	snprintf(toc, sizeof(toc), "%s", t);
+	json_t *notes = json_incref(json_object_get(d, "annotations"));
+	assert_non_null(notes);
 	json_decref(d);
 	EVP_Digest(e->p, e->n, sum, NULL, EVP_sha256(), NULL);
 	memcpy(e->digest, "sha256:", 7);
 	tb_hex(e->digest + 7, sum, sizeof(sum));
 	pthread_mutex_init(&e->lock, NULL);
-	tb_estargz_layer_t l = { e->digest, e->n, toc };
-	if (tb_estargz_open(&l, blob_fetch, e, &e->ix, &err) != 0)
-		fail_msg("open: %s", err.msg);
-	e->nfetches = 0;
 	unlink(in);
 	unlink(out);
 	unlink(desc);
+	return notes;
 }
+
+/* Layer @p b as eStargz (tests/tools/estargz-convert) into @p e, its
+ * index opened from its TOC by range as a worker does. */
+static void make_estargz(blob_t *e, const blob_t *b, const char *options)
+{
+	tb_error_t err;
+	json_t *notes = convert_layer("estargz-convert", e, b, options);
+	tb_estargz_layer_t l = { e->digest, e->n,
+				 json_string_value(
+				     json_object_get(notes, TB_ESTARGZ_ANNOTATION_TOC)) };
+	if (tb_estargz_open(&l, blob_fetch, e, &e->ix, &err) != 0)
+		fail_msg("open: %s", err.msg);
+	json_decref(notes);
+	e->nfetches = 0;
+}
+
+#ifdef TB_HAVE_ZSTD_CHUNKED
+/* Layer @p b as zstd:chunked (tests/tools/zstd-chunked-convert) into
+ * @p e, its index opened from its TOC by range as a worker does. */
+static void make_zstd_chunked(blob_t *e, const blob_t *b, const char *options)
+{
+	tb_error_t err;
+	json_t *notes = convert_layer("zstd-chunked-convert", e, b, options);
+	tb_zstd_chunked_layer_t l = {
+		e->digest, e->n,
+		json_string_value(json_object_get(notes, TB_ZSTD_CHUNKED_ANNOTATION_CHECKSUM)),
+		json_string_value(json_object_get(notes, TB_ZSTD_CHUNKED_ANNOTATION_POSITION))
+	};
+	if (tb_zstd_chunked_open(&l, blob_fetch, e, &e->ix, &err) != 0)
+		fail_msg("open: %s", err.msg);
+	json_decref(notes);
+	e->nfetches = 0;
+}
+#endif
 
 static void estargz_layers(void)
 {
@@ -1273,6 +1305,58 @@ static void test_image_fs__an_estargz_chunk_that_does_not_match_fails_its_file(v
 	pthread_mutex_destroy(&lying.lock);
 }
 
+#ifdef TB_HAVE_ZSTD_CHUNKED
+/* zstd:chunked: the same, its chunks zstd frames; one image of the
+ * three kinds; a small file's one frame kept; a TOC that lies. */
+static void test_image_fs__zstd_chunked_layers_serve_the_unpacked_tree(void **state)
+{
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	char dir[128], p[256];
+	mounted_t m;
+	size_t len;
+
+	(void)state;
+	estargz_layers();
+	for (int l = 0; l < NLAYERS && !F.z[l].p; l++)
+		make_zstd_chunked(&F.z[l], &F.b[l], "");
+	assert_int_equal(F.z[0].ix->kind, TB_LAYER_INDEX_ZSTD_CHUNKED);
+	blob_t *all[NLAYERS] = { &F.z[0], &F.z[1], &F.z[2] };
+	blob_t *three[NLAYERS] = { &F.b[0], &F.e[1], &F.z[2] };
+	serve_as_unpacked(all, "zstd-chunked");
+	serve_as_unpacked(three, "three-kinds");
+	for (int l = 0; l < NLAYERS; l++)
+		F.use[l] = &F.z[l];
+	snprintf(dir, sizeof(dir), "%s/spans-zstd", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	mount_image(&m, cache);
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	uint8_t *d = slurp(p, &len);
+	assert_non_null(d);
+	assert_memory_equal(d, "a small file\n", len);
+	free(d);
+	assert_int_equal(F.z[0].nfetches, 1);
+	assert_int_equal(tb_image_fs_fetched(m.fs, 0), tb_span_cache_bytes(cache));
+	unmount_image(&m);
+	mount_image(&m, cache);
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	d = slurp(p, &len);
+	assert_non_null(d);
+	free(d);
+	assert_int_equal(F.z[0].nfetches, 1); /* from the cache */
+	unmount_image(&m);
+	tb_span_cache_close(cache);
+	memset(F.use, 0, sizeof(F.use));
+	blob_t lying;
+	make_zstd_chunked(&lying, &F.b[0], "--lie-digest big/data");
+	big_fails(&lying, "does not match its digest in the TOC");
+	tb_layer_index_free(lying.ix);
+	free(lying.p);
+	pthread_mutex_destroy(&lying.lock);
+}
+#endif
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1291,6 +1375,9 @@ int main(void)
 		cmocka_unit_test(test_image_fs__estargz_chunks_are_fetched_alone_and_kept),
 		cmocka_unit_test(
 		    test_image_fs__an_estargz_chunk_that_does_not_match_fails_its_file),
+#ifdef TB_HAVE_ZSTD_CHUNKED
+		cmocka_unit_test(test_image_fs__zstd_chunked_layers_serve_the_unpacked_tree),
+#endif
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

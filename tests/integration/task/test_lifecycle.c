@@ -2380,6 +2380,7 @@ static void test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand(voi
  * starts on a root read on demand, the TOC in place of an index: the
  * agent reads files of both layers and the TOC's own file, and only the
  * manifest, the config, the footer and the TOC came before the sandbox.
+ * The same with that layer zstd:chunked (with libzstd).
  * A TOC that lies about a chunk's digest fails the attempt for good,
  * naming the chunk and its file; a TOC that is not the one annotated
  * leaves the layer to be pulled whole (with its image), as without
@@ -2403,9 +2404,9 @@ static void test_lifecycle__an_estargz_image_starts_on_its_tocs(void **state)
 	if (!d)
 		skip();
 	snprintf(digest, sizeof(digest), "%s", d);
-	oci_estargz_image(layout, digest, "1", "", mixed);
-	oci_estargz_image(layout, digest, "1", "--lie-digest usr/share/second", lying);
-	oci_estargz_image(layout, digest, "1", "--lie-annotation", wrong);
+	oci_toc_image(layout, digest, "estargz", "1", "", mixed);
+	oci_toc_image(layout, digest, "estargz", "1", "--lie-digest usr/share/second", lying);
+	oci_toc_image(layout, digest, "estargz", "1", "--lie-annotation", wrong);
 	snprintf(rt, sizeof(rt),
 		 "sed 's|\"sandbox\": {|\"sandbox\": {\"images\": {\"layouts\": "
 		 "[\"%s/toc-layouts\"]},|; s/\"name\": \"test\"/\"name\": \"toc-img\"/' "
@@ -2455,6 +2456,22 @@ static void test_lifecycle__an_estargz_image_starts_on_its_tocs(void **state)
 	assert_non_null(at);
 	assert_true(strtoull(at + 16, NULL, 10) < 16384); /* + footer and TOC */
 	tb_image_cache_pull_wait(second);
+
+#ifdef TB_HAVE_ZSTD_CHUNKED
+	/* the upper layer zstd:chunked instead: the same, from its TOC */
+	char zstd[72];
+	oci_toc_image(layout, digest, "zstd:chunked", "1", "", zstd);
+	e = (struct events){ .seq_ok = 1 };
+	commit = lazy_recipe(layout, zstd,
+			     "grep -q from-the-image /usr/share/marker || exit 3\n"
+			     "grep -q second-layer /usr/share/second || exit 4\n");
+	t = task("life-zstd-root", commit, "toc-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_non_null(strstr(e.environment, "\"lazy\":true"));
+	tb_image_cache_pull_wait(second);
+#endif
 
 	/* a TOC that lies about a chunk: poison, naming it */
 	tb_image_cache_t *third = indexed_cache("cache-toc2");

@@ -126,13 +126,13 @@ static size_t read_blob(const char *layout, const char *digest, char *out, size_
 #define TB_PYTHON "python3"
 #endif
 
-void oci_estargz_image(const char *layout, const char *manifest, const char *layers,
-		       const char *options, char d[72])
+void oci_toc_image(const char *layout, const char *manifest, const char *format, const char *layers,
+		   const char *options, char d[72])
 {
 	char cmd[2048], line[256];
-	snprintf(cmd, sizeof(cmd), "'%s' '%s/tests/tools/estargz-image' %s%s %s '%s' '%s'",
-		 TB_PYTHON, TB_SOURCE_DIR, layers ? "--layers " : "", layers ? layers : "", options,
-		 layout, manifest);
+	snprintf(cmd, sizeof(cmd), "'%s' '%s/tests/tools/toc-image' --format %s %s%s %s '%s' '%s'",
+		 TB_PYTHON, TB_SOURCE_DIR, format, layers ? "--layers " : "", layers ? layers : "",
+		 options, layout, manifest);
 	FILE *f = popen(cmd, "r");
 	if (!f || !fgets(line, sizeof(line), f))
 		fail_msg("no digest from: %s", cmd);
