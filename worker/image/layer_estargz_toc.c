@@ -186,6 +186,10 @@ static int fill_entry(parser_t *p, json_t *o, int type, tb_layer_entry_t *e)
 	e->gid = (uint32_t)gid;
 	e->size = type == TB_LAYER_FILE ? size : 0;
 	e->offset = p->ix->total_out;
+	json_t *t = json_object_get(o, "modtime");
+	if (t &&
+	    (!json_is_string(t) || tb_toc_time(json_string_value(t), &e->mtime, &e->mtime_ns) < 0))
+		return bad(p, "'modtime' is not an RFC 3339 time from 1970 to 9999");
 	if (get_str(p, o, "name", 1, &e->path) < 0 ||
 	    get_str(p, o, link ? "linkName" : "-", link, &e->link) < 0)
 		return -1;

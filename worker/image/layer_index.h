@@ -43,16 +43,18 @@
  * each point's chunk, in the layer's order, entry offsets pointing into
  * it. Such an index is made from the layer's TOC each time (the TOC is
  * pinned by the manifest) and is never encoded: the encoding below
- * (version 2) is that of gzip indexes only. Its entries' times are 0
- * for now: the TOC's `modtime` is whole seconds (rounded), so matching
- * the unpacked tree's will take the tar headers' times.
+ * (version 2) is that of gzip indexes only. Its entries' times are the
+ * TOC's `modtime` (toc_time.c; none: 0), whole seconds (rounded): the
+ * unpacked tree's where the tar's are whole seconds, else up to half a
+ * second off.
  *
  * A zstd:chunked layer (layer_zstd_chunked.h) is described alike from
  * its TOC: kind TB_LAYER_INDEX_ZSTD_CHUNKED, points of kind
  * TB_LAYER_POINT_ZSTD (a chunk starting zstd frames of its own,
  * decompressed from there and checked as a MEMBER point's chunk), the
  * same stream of the files' contents; it has no entry of its TOC (a
- * skippable frame, no file of the tar), and times of 0 for now.
+ * skippable frame, no file of the tar), and its entries' times are the
+ * TOC's `modtime` to the nanosecond.
  *
  * An image's root is served from its layers' indexes through FUSE by
  * worker/lazy/image_fs.h (the tree: image_tree.h), gzip, eStargz and

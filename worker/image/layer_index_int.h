@@ -44,6 +44,12 @@ int tb_tar_scan_end(tb_tar_scan_t *t, tb_error_t *err);
 /** Frees what the scanner holds (not the index). */
 void tb_tar_scan_free(tb_tar_scan_t *t);
 
+/** A TOC entry's `modtime` @p s (RFC 3339, a fraction of up to nine
+ * digits, "Z" or an offset) into seconds and nanoseconds since the epoch
+ * (toc_time.c). @return 0; -1 for what is not one, or is before the
+ * epoch or past TB_LAYER_INDEX_MTIME_MAX. */
+int tb_toc_time(const char *s, int64_t *sec, uint32_t *ns);
+
 /** A TOC of kind @p kind (TB_LAYER_INDEX_ESTARGZ or _ZSTD_CHUNKED) parsed
  * as tb_estargz_toc_parse() says (layer_estargz_toc.c); a zstd:chunked
  * file of one chunk may carry the file's `digest` for it. */

@@ -39,8 +39,9 @@
  *    file and the layer, never wrong bytes. Its frames are decompressed
  *    only as far as the chunk goes, with a bounded window.
  * The TOC, not the tar headers, is what the index lists (as for
- * eStargz). Entries' times are 0 for now (the TOC's `modtime` is not
- * read yet). TOCs whose entries are not in the blob's order are refused
+ * eStargz); entries' times are the TOC's `modtime`, to the nanosecond
+ * (an RFC 3339 time that is not one, or before 1970, refuses the TOC).
+ * TOCs whose entries are not in the blob's order are refused
  * (the format does not promise that order; containers/storage writes
  * it).
  *

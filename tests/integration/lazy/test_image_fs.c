@@ -21,10 +21,11 @@
  * The same layers as eStargz (tests/tools/estargz-convert), read from
  * their TOCs, all of them or mixed with the gzip ones: the tree they
  * serve is the one their eager unpack makes (times aside: an eStargz
- * index has none yet); a small file fetches its one chunk, a second file
+ * TOC's are rounded to the second); a small file fetches its one chunk, a second file
  * system on the same span cache nothing; a chunk whose bytes were
  * altered, or whose TOC lies about its digest, fails its file's reads
- * only, the reason kept naming the chunk.
+ * only, the reason kept naming the chunk. The same as zstd:chunked (with
+ * libzstd), times and all, and one image of the three kinds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1157,7 +1158,7 @@ static const tb_layer_entry_t *entry_of(const tb_layer_index_t *ix, const char *
 	return NULL;
 }
 
-static void serve_as_unpacked(blob_t *const *set, const char *name)
+static void serve_as_unpacked(blob_t *const *set, const char *name, int times)
 {
 	tb_unpack_stats_t st = { 0 };
 	char dir[160];
@@ -1169,7 +1170,7 @@ static void serve_as_unpacked(blob_t *const *set, const char *name)
 		F.use[l] = set[l];
 	reset_fetches();
 	mount_image(&m, NULL);
-	F.times = 0; /* an eStargz index has no times yet */
+	F.times = times; /* an eStargz TOC's are rounded to the second */
 	compare(dir, m.at, "");
 	F.times = 1;
 	const tb_unpack_stats_t *got = tb_image_fs_stats(m.fs);
@@ -1192,8 +1193,23 @@ static void test_image_fs__estargz_layers_serve_the_unpacked_tree(void **state)
 	assert_true(F.e[0].ix->npoints > BIG / ESTARGZ_CHUNK); /* big/data's chunks */
 	blob_t *all[NLAYERS] = { &F.e[0], &F.e[1], &F.e[2] };
 	blob_t *mixed[NLAYERS] = { &F.b[0], &F.e[1], &F.b[2] };
-	serve_as_unpacked(all, "estargz");
-	serve_as_unpacked(mixed, "mixed");
+	serve_as_unpacked(all, "estargz", 0);
+	serve_as_unpacked(mixed, "mixed", 0);
+	/* an eStargz entry's time: the TOC's, its seconds rounded */
+	struct stat a, b;
+	char pa[256], pb[256];
+	mounted_t m;
+	for (int l = 0; l < NLAYERS; l++)
+		F.use[l] = &F.e[l];
+	mount_image(&m, NULL);
+	snprintf(pa, sizeof(pa), "%s/unpacked-estargz/etc/passwd", F.tmp);
+	snprintf(pb, sizeof(pb), "%s/etc/passwd", m.at);
+	assert_int_equal(lstat(pa, &a), 0);
+	assert_int_equal(lstat(pb, &b), 0);
+	assert_int_equal(b.st_mtim.tv_sec, a.st_mtim.tv_sec + (a.st_mtim.tv_nsec >= 500000000));
+	assert_int_equal(b.st_mtim.tv_nsec, 0);
+	unmount_image(&m);
+	memset(F.use, 0, sizeof(F.use));
 }
 
 static uint64_t estargz_fetches(void)
@@ -1323,8 +1339,8 @@ static void test_image_fs__zstd_chunked_layers_serve_the_unpacked_tree(void **st
 	assert_int_equal(F.z[0].ix->kind, TB_LAYER_INDEX_ZSTD_CHUNKED);
 	blob_t *all[NLAYERS] = { &F.z[0], &F.z[1], &F.z[2] };
 	blob_t *three[NLAYERS] = { &F.b[0], &F.e[1], &F.z[2] };
-	serve_as_unpacked(all, "zstd-chunked");
-	serve_as_unpacked(three, "three-kinds");
+	serve_as_unpacked(all, "zstd-chunked", 1); /* to the nanosecond */
+	serve_as_unpacked(three, "three-kinds", 0);
 	for (int l = 0; l < NLAYERS; l++)
 		F.use[l] = &F.z[l];
 	snprintf(dir, sizeof(dir), "%s/spans-zstd", F.tmp);

@@ -85,6 +85,7 @@ static void add(struct archive *a, const spec_t *s, uint32_t seed)
 	archive_entry_set_uid(e, 1000 + seed);
 	archive_entry_set_gid(e, 2000);
 	archive_entry_set_perm(e, s->type == 'd' ? 0755 : 0640);
+	archive_entry_set_mtime(e, 1700000000 + seed, 123456789 * (seed % 2)); /* pax: its ns */
 	if (s->type == 'h') {
 		archive_entry_set_filetype(e, AE_IFREG);
 		archive_entry_set_hardlink(e, s->link);
@@ -110,7 +111,7 @@ static void write_tar(const char *path)
 	size_t cap = 1 << 20, len;
 	uint8_t *out = malloc(cap);
 	struct archive *a = archive_write_new();
-	archive_write_set_format_pax_restricted(a);
+	archive_write_set_format_pax(a);
 	archive_write_open_memory(a, out, cap, &len);
 	for (size_t i = 0; i < NFILES; i++)
 		add(a, &files[i], (uint32_t)i);
@@ -238,7 +239,7 @@ static void test_read_natively(void **state)
 	assert_int_equal(ix->npoints, 6 + 2 + 1 + 1);
 	for (size_t i = 0; i < ix->npoints; i++)
 		assert_int_equal(ix->points[i].kind, TB_LAYER_POINT_ZSTD);
-	layer_check_against_tar(b.p, b.n, ix, 0, blob_fetch, &b); /* no times yet */
+	layer_check_against_tar(b.p, b.n, ix, LAYER_CHECK_TIMES, blob_fetch, &b);
 	uint8_t buf[3 * CHUNK];
 	tb_error_t err;
 	assert_int_equal(tb_layer_index_read(ix, blob_fetch, &b, 100, buf, sizeof(buf), &err), 0);
@@ -405,6 +406,36 @@ static void test_toc_lies(void **state)
 	free(b.p);
 }
 
+/* A TOC's modtime read strictly: RFC 3339 with its fraction and offset;
+ * anything else, or a time before 1970, refuses the TOC. */
+static void test_modtime(void **state)
+{
+	(void)state;
+	blob_t b;
+	convert(&b, "");
+	lie(&b, 1, "modtime", json_string("2023-11-14T22:13:20.5+01:00"));
+	tb_layer_index_t *ix = open_ok(&b);
+	assert_int_equal(ix->entries[1].mtime, 1700000000 - 3600);
+	assert_int_equal(ix->entries[1].mtime_ns, 500000000);
+	tb_layer_index_free(ix);
+	static const char *const bad[] = { "2023-02-29T00:00:00Z",
+					   "1969-12-31T23:59:59Z",
+					   "2023-11-14T22:13:20.1234567891Z",
+					   "2023-11-14 22:13:20Z",
+					   "2023-11-14T22:13:20",
+					   "2023-11-14T22:13:60Z",
+					   "2023-11-14T22:13:20+1:00",
+					   "2023-11-14T22:13:20Zjunk",
+					   "10000-01-01T00:00:00Z" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		lie(&b, 1, "modtime", json_string(bad[i]));
+		open_fails(&b, TB_EINVAL, "'modtime' is not an RFC 3339 time");
+	}
+	lie(&b, 1, "modtime", json_integer(5));
+	open_fails(&b, TB_EINVAL, "'modtime'");
+	free(b.p);
+}
+
 static void test_chunk_digest_lies(void **state)
 {
 	(void)state;
@@ -491,6 +522,7 @@ int main(void)
 		cmocka_unit_test(test_annotations),
 		cmocka_unit_test(test_toc_lies),
 		cmocka_unit_test(test_chunk_digest_lies),
+		cmocka_unit_test(test_modtime),
 		cmocka_unit_test(test_manifest_annotations),
 	};
 	if (system("command -v zstd >/dev/null") != 0) {
