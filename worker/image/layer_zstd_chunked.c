@@ -112,14 +112,32 @@ static int check_toc(const tb_zstd_chunked_layer_t *l, const position_t *pos, co
 	return 0;
 }
 
+/* A decompression context whose frames' windows are bounded, or NULL
+ * with @p err set. */
+static ZSTD_DCtx *new_dctx(const char *layer, tb_error_t *err)
+{
+	ZSTD_DCtx *d = ZSTD_createDCtx();
+	if (!d) {
+		tb_error_set(err, TB_ENOMEM, "layer %s: zstd: out of memory", layer);
+		return NULL;
+	}
+	size_t r = ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, TB_ZSTD_CHUNKED_WINDOW_LOG_MAX);
+	if (ZSTD_isError(r)) {
+		tb_error_set(err, TB_EINVAL, "layer %s: zstd: bounding its window: %s", layer,
+			     ZSTD_getErrorName(r));
+		ZSTD_freeDCtx(d);
+		return NULL;
+	}
+	return d;
+}
+
 /* @p n compressed bytes @p in decompressed into exactly @p want bytes. */
 static int decompress_toc(const char *layer, const uint8_t *in, size_t n, uint8_t *out, size_t want,
 			  tb_error_t *err)
 {
-	ZSTD_DCtx *d = ZSTD_createDCtx();
+	ZSTD_DCtx *d = new_dctx(layer, err);
 	if (!d)
-		return tb_error_set(err, TB_ENOMEM, "layer %s: zstd: out of memory", layer);
-	ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, TB_ZSTD_CHUNKED_WINDOW_LOG_MAX);
+		return err->code;
 	ZSTD_outBuffer o = { out, want, 0 };
 	ZSTD_inBuffer i = { in, n, 0 };
 	size_t r = 1;
@@ -177,10 +195,9 @@ int tb_zstd_chunked_open(const tb_zstd_chunked_layer_t *layer, tb_layer_fetch_fn
 int tb_zstd_chunk(const tb_layer_index_t *ix, size_t i, const uint8_t *data, size_t len,
 		  uint8_t *out, uint64_t want, tb_error_t *err)
 {
-	ZSTD_DCtx *d = ZSTD_createDCtx();
+	ZSTD_DCtx *d = new_dctx(ix->layer, err);
 	if (!d)
-		return tb_error_set(err, TB_ENOMEM, "layer %s: zstd: out of memory", ix->layer);
-	ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, TB_ZSTD_CHUNKED_WINDOW_LOG_MAX);
+		return err->code;
 	ZSTD_outBuffer o = { out, (size_t)want, 0 };
 	ZSTD_inBuffer in = { data, len, 0 };
 	size_t r = 0;
