@@ -482,7 +482,8 @@ char *tb_metrics_render(size_t *len)
 	head(f, "taskbox_image_evictions_total", "counter", "Images evicted from the cache.");
 	fprintf(f, "taskbox_image_evictions_total %llu\n", (unsigned long long)R.image_evictions);
 	counters(f, "taskbox_image_layer_indexes_total", "result", &R.layer_indexes,
-		 "Layer indexes: published, unpublished, found, none, refused, failed.");
+		 "Layer indexes: published, unpublished, found, none, refused, failed; "
+		 "eStargz TOCs: toc, toc_refused.");
 	usage_sums(f);
 	pthread_mutex_unlock(&lock);
 	if (fclose(f) != 0) {

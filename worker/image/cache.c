@@ -788,8 +788,9 @@ static int lazy_config(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_man
 	return rc;
 }
 
-/* Each layer of @p m with its index into @p l. @return 0; 1 when one has
- * none to trust (the reason in @p err); TB_ENOMEM. */
+/* Each layer of @p m with what describes it into @p l: its eStargz TOC or
+ * its pinned index (tb_image_lazy_layer). @return 0; 1 when one has
+ * neither to trust (the reason in @p err); TB_ENOMEM. */
 static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_manifest_t *m,
 		       tb_error_t *err)
 {
@@ -805,14 +806,14 @@ static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_man
 		l->layers.n++;
 		l->blobs[i].src = l->src;
 		snprintf(l->blobs[i].digest, sizeof(l->blobs[i].digest), "%s", d);
-		if (m->layers[i].compression != TB_OCI_GZIP) {
-			tb_error_set(err, TB_EINVAL, "layer %zu (%.19s) is not gzip", i, d);
+		if (m->layers[i].compression == TB_OCI_TAR) {
+			tb_error_set(err, TB_EINVAL, "layer %zu (%.19s) is not compressed", i, d);
 			return 1;
 		}
-		if (tb_image_cache_find_index(c, d, &l->ix[i], err) < 0) {
-			tb_error_prefix(err, "layer %zu (%.19s) has no index", i, d);
-			return 1;
-		}
+		int rc = tb_image_lazy_layer(c, &m->layers[i], &l->blobs[i], &l->ix[i], &l->fetched,
+					     err);
+		if (rc != 0)
+			return rc < 0 ? rc : (tb_error_prefix(err, "layer %zu (%.19s)", i, d), 1);
 	}
 	return 0;
 }

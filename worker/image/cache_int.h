@@ -1,6 +1,7 @@
 /*
  * cache_int.h: the image cache's own parts (image.h), for its files
- * only: the images pulled whole in the background (cache_later.c).
+ * only: the images pulled whole in the background (cache_later.c); what
+ * describes a layer read on demand (lazy_layer.c).
  */
 #ifndef TB_IMAGE_CACHE_INT_H
 #define TB_IMAGE_CACHE_INT_H
@@ -24,5 +25,19 @@ void tb_image_later_wait(tb_image_later_t *q);
 /** Ends the thread (a pull under way ends as the cache's interruption
  * makes it: the caller interrupts first) and frees @p q. NULL is fine. */
 void tb_image_later_stop(tb_image_later_t *q);
+
+/**
+ * What describes layer @p d (a gzip or zstd layer of a manifest read by
+ * its digest) to be read on demand through @p blob: its TOC when @p d
+ * has one annotated (eStargz, zstd:chunked) and the TOC is that one,
+ * else for a gzip layer the index the fleet pinned for it
+ * (tb_image_cache_find_index). The bytes fetched to open a TOC are added
+ * to @p fetched.
+ * @return 0 and a new index in @p out (tb_layer_index_free); 1 when it is
+ *         to be pulled whole, the reason (the TOC's and the index's) in
+ *         @p err; TB_ENOMEM
+ */
+int tb_image_lazy_layer(tb_image_cache_t *c, const tb_oci_desc_t *d, tb_source_blob_t *blob,
+			tb_layer_index_t **out, uint64_t *fetched, tb_error_t *err);
 
 #endif

@@ -149,7 +149,9 @@ typedef struct tb_image_lazy {
 	char digest[72];         /* its manifest's, for this platform */
 	tb_strlist_t layers;     /* their digests, bottom first */
 	tb_oci_config_t config;  /* Env, WorkingDir, User */
-	tb_layer_index_t **ix;   /* each layer's, decoded against its pin */
+	tb_layer_index_t **ix;   /* each layer's: opened from its eStargz TOC
+				     * (checked against the manifest's
+				     * annotation), or decoded against its pin */
 	tb_source_blob_t *blobs; /* each layer on the source: the argument of
 				     * tb_image_source_fetch, for ranged reads */
 	tb_image_source_t *src;  /* kept open for those reads */
@@ -161,14 +163,20 @@ typedef struct tb_image_lazy {
  * Resolves @p ref without pulling its layers: its manifest (through its
  * index) fetched into the cache and checked against its digest, its
  * source's yes for this asker as for tb_image_get(), its config fetched
- * and checked, and each layer's index found by its pin
- * (tb_image_cache_find_index).
+ * and checked, and each layer described without its bytes: by its TOC
+ * when the manifest annotates one (eStargz: two ranges, the footer and
+ * the TOC, checked against the annotation, layer_estargz.h;
+ * zstd:chunked: one range, layer_zstd_chunked.h, with libzstd), else, for
+ * a gzip layer, by its index found by its pin
+ * (tb_image_cache_find_index). One image may have layers of each kind.
  * @param[out] out with 0: a new tb_image_lazy_t (tb_image_lazy_free),
  *             whose source and indexes serve the root (worker/lazy)
  * @return 0; 1 when it should be pulled whole (tb_image_get) instead,
  *         with the reason in @p err's message: the cache has it already
- *         (the eager root costs nothing more), a layer is not gzip, or
- *         one has no index that can be trusted (none pinned, refused,
+ *         (the eager root costs nothing more), a layer is not
+ *         compressed, or one has neither a TOC nor an index that can be
+ *         trusted (no TOC annotated, or not that one; a zstd layer's
+ *         without libzstd; no index pinned, refused,
  *         the store or the pins away); TB_EPOISON, TB_ERETRY or TB_EIO
  *         as tb_image_get() says them for the manifest and the config.
  */

@@ -395,18 +395,24 @@ static int place(tb_image_tree_t *t, const tb_layer_entry_t *e)
 }
 
 /* What can be caught of an index that lies about where data is: a file's
- * data running into the next entry's header. */
+ * data running into the next entry's header (a gzip index: its stream is
+ * the tar stream), or into the next file's data or past the stream (one
+ * made from a TOC, eStargz or zstd:chunked: its stream is the files'
+ * contents one after another). */
 static int check_offsets(const tb_layer_index_t *ix, size_t i, tb_error_t *err)
 {
 	const tb_layer_entry_t *e = &ix->entries[i];
-	uint64_t end = e->offset + (e->size + 511) / 512 * 512;
+	int packed = tb_layer_index_kind_toc(ix->kind);
+	uint64_t end = packed ? e->offset + e->size : e->offset + (e->size + 511) / 512 * 512;
+	uint64_t header = packed ? 0 : 512;
 
-	if (i + 1 < ix->nentries && end + 512 > ix->entries[i + 1].offset)
+	if ((packed && end > ix->total_out) ||
+	    (i + 1 < ix->nentries && end + header > ix->entries[i + 1].offset))
 		return tb_error_set(err, TB_EINVAL,
 				    "layer %s: the index says entry '%.300s' has %llu bytes at "
-				    "%llu, over the next entry's header: not trusted",
+				    "%llu, over the next entry's %s: not trusted",
 				    ix->layer, e->path, (unsigned long long)e->size,
-				    (unsigned long long)e->offset);
+				    (unsigned long long)e->offset, packed ? "data" : "header");
 	return 0;
 }
 

@@ -24,6 +24,13 @@
  * file's data at another file's is not caught: pin only indexes built
  * by a worker from the verified blob.
  *
+ * An eStargz layer's index (layer_estargz.h) is taken alike, its
+ * "stream" the files' contents one after another with no tar header
+ * between them: what is refused there is a file's data running into the
+ * next file's or past the stream; the header check does not apply (its
+ * TOC is pinned by the manifest, and each chunk is checked against the
+ * TOC's digest of it when read).
+ *
  * Memory is bounded: names, link targets and nodes count toward
  * max_memory, and the build stops past it, saying so (the image is
  * then pulled whole). Built once, then read-only: safe to read from

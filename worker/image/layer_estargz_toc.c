@@ -1,6 +1,8 @@
 /*
  * layer_estargz_toc.c: an eStargz layer's TOC JSON parsed into an index
- * (layer_estargz.h), taking the JSON as hostile.
+ * (layer_estargz.h), taking the JSON as hostile; a zstd:chunked layer's
+ * too (layer_zstd_chunked.h: the same shape, its chunks zstd frames, and
+ * a file of one chunk may carry the file's `digest` for it).
  *
  * The TOC lists the layer's tar entries in order; a regular file with
  * data has its first chunk in its own entry ("reg") and the rest in
@@ -15,6 +17,7 @@
  */
 #include "layer_estargz.h"
 #include "layer_index_int.h"
+#include "layer_zstd_chunked.h"
 
 #include "tb/encoding.h"
 #include "tb/image_ref.h"
@@ -29,6 +32,7 @@
 
 typedef struct parser {
 	tb_layer_index_t *ix;
+	int kind; /* tb_layer_index_kind_t: ESTARGZ or ZSTD_CHUNKED */
 	uint64_t toc_offset;
 	size_t at;          /* the TOC entry being read */
 	size_t file;        /* the open file's entry (ix->entries) */
@@ -100,9 +104,14 @@ static int type_of(parser_t *p, json_t *o, int *type)
 	return bad(p, "type '%.40s'", s ? s : "(none)");
 }
 
-static int get_digest(parser_t *p, json_t *o, uint8_t sha[32])
+/* The chunk's digest; of a zstd:chunked file's one chunk (@p whole), the
+ * file's `digest` when it has no `chunkDigest`. */
+static int get_digest(parser_t *p, json_t *o, int whole, uint8_t sha[32])
 {
-	const char *d = json_string_value(json_object_get(o, "chunkDigest"));
+	json_t *c = json_object_get(o, "chunkDigest");
+	if (!c && whole && p->kind == TB_LAYER_INDEX_ZSTD_CHUNKED)
+		c = json_object_get(o, "digest");
+	const char *d = json_string_value(c);
 	if (!d || !tb_digest_valid(d) || tb_unhex(sha, d + 7, 32) < 0)
 		return bad(p, "no chunkDigest, or not a sha256 digest");
 	return 0;
@@ -149,9 +158,9 @@ static int add_chunk(parser_t *p, json_t *o)
 			   (unsigned long long)f->size, TB_ESTARGZ_CHUNK_MAX);
 	tb_layer_point_t *pt = &ix->points[ix->npoints];
 	memset(pt, 0, sizeof(*pt));
-	if (get_digest(p, o, pt->span_sha) < 0)
+	if (get_digest(p, o, coff == 0 && csize == f->size, pt->span_sha) < 0)
 		return -1;
-	pt->kind = TB_LAYER_POINT_MEMBER;
+	pt->kind = p->kind == TB_LAYER_INDEX_ESTARGZ ? TB_LAYER_POINT_MEMBER : TB_LAYER_POINT_ZSTD;
 	pt->in = off;
 	pt->out = ix->total_out;
 	ix->npoints++;
@@ -177,6 +186,10 @@ static int fill_entry(parser_t *p, json_t *o, int type, tb_layer_entry_t *e)
 	e->gid = (uint32_t)gid;
 	e->size = type == TB_LAYER_FILE ? size : 0;
 	e->offset = p->ix->total_out;
+	json_t *t = json_object_get(o, "modtime");
+	if (t &&
+	    (!json_is_string(t) || tb_toc_time(json_string_value(t), &e->mtime, &e->mtime_ns) < 0))
+		return bad(p, "'modtime' is not an RFC 3339 time from 1970 to 9999");
 	if (get_str(p, o, "name", 1, &e->path) < 0 ||
 	    get_str(p, o, link ? "linkName" : "-", link, &e->link) < 0)
 		return -1;
@@ -263,6 +276,21 @@ static int check_values(const char *layer, const uint8_t *json, size_t len, tb_e
 int tb_estargz_toc_parse(const char *layer, uint64_t layer_size, uint64_t toc_offset,
 			 const uint8_t *json, size_t len, tb_layer_index_t **out, tb_error_t *err)
 {
+	return tb_toc_parse(TB_LAYER_INDEX_ESTARGZ, layer, layer_size, toc_offset, json, len, out,
+			    err);
+}
+
+int tb_zstd_chunked_toc_parse(const char *layer, uint64_t layer_size, uint64_t toc_offset,
+			      const uint8_t *json, size_t len, tb_layer_index_t **out,
+			      tb_error_t *err)
+{
+	return tb_toc_parse(TB_LAYER_INDEX_ZSTD_CHUNKED, layer, layer_size, toc_offset, json, len,
+			    out, err);
+}
+
+int tb_toc_parse(int kind, const char *layer, uint64_t layer_size, uint64_t toc_offset,
+		 const uint8_t *json, size_t len, tb_layer_index_t **out, tb_error_t *err)
+{
 	json_error_t jerr;
 	*out = NULL;
 	if (len > TB_ESTARGZ_TOC_BYTES_MAX)
@@ -277,11 +305,11 @@ int tb_estargz_toc_parse(const char *layer, uint64_t layer_size, uint64_t toc_of
 	if (!ix)
 		return tb_error_set(err, TB_ENOMEM, "TOC: out of memory");
 	snprintf(ix->layer, sizeof(ix->layer), "%s", layer);
-	ix->kind = TB_LAYER_INDEX_ESTARGZ;
+	ix->kind = (uint8_t)kind;
 	ix->layer_size = layer_size;
 	ix->end_in = toc_offset;
 	json_t *root = json_loadb((const char *)json, len, JSON_REJECT_DUPLICATES, &jerr);
-	parser_t p = { .ix = ix, .toc_offset = toc_offset, .err = err };
+	parser_t p = { .ix = ix, .kind = kind, .toc_offset = toc_offset, .err = err };
 	int rc = root ? parse_entries(&p, root)
 		      : tb_error_set(err, TB_EINVAL, "layer %s: TOC is not JSON: %s (line %d)",
 				     layer, jerr.text, jerr.line);

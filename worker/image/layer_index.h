@@ -43,13 +43,23 @@
  * each point's chunk, in the layer's order, entry offsets pointing into
  * it. Such an index is made from the layer's TOC each time (the TOC is
  * pinned by the manifest) and is never encoded: the encoding below
- * (version 2) is that of gzip indexes only. Its entries' times are 0
- * for now: the TOC's `modtime` is whole seconds (rounded), so matching
- * the unpacked tree's will take the tar headers' times.
+ * (version 2) is that of gzip indexes only. Its entries' times are the
+ * TOC's `modtime` (toc_time.c; none: 0), whole seconds (rounded): the
+ * unpacked tree's where the tar's are whole seconds, else up to half a
+ * second off.
+ *
+ * A zstd:chunked layer (layer_zstd_chunked.h) is described alike from
+ * its TOC: kind TB_LAYER_INDEX_ZSTD_CHUNKED, points of kind
+ * TB_LAYER_POINT_ZSTD (a chunk starting zstd frames of its own,
+ * decompressed from there and checked as a MEMBER point's chunk), the
+ * same stream of the files' contents; it has no entry of its TOC (a
+ * skippable frame, no file of the tar), and its entries' times are the
+ * TOC's `modtime` to the nanosecond.
  *
  * An image's root is served from its layers' indexes through FUSE by
- * worker/lazy/image_fs.h (the tree: image_tree.h), gzip indexes only
- * for now; nothing starts a sandbox from it yet.
+ * worker/lazy/image_fs.h (the tree: image_tree.h), gzip, eStargz and
+ * zstd:chunked indexes alike, mixed in one image; a sandbox starts on it with the
+ * worker's image_lazy (image.h tb_image_lazy_open).
  */
 #ifndef TB_LAYER_INDEX_H
 #define TB_LAYER_INDEX_H
@@ -88,13 +98,25 @@ typedef enum tb_layer_point_kind {
 	TB_LAYER_POINT_ZRAN = 0, /* inside a deflate stream: bits and window */
 	TB_LAYER_POINT_MEMBER,   /* a gzip member's start; span_sha is the
 				  * SHA-256 of the uncompressed chunk */
+	TB_LAYER_POINT_ZSTD,     /* a zstd frame's start; span_sha as MEMBER */
 } tb_layer_point_kind_t;
 
 typedef enum tb_layer_index_kind {
-	TB_LAYER_INDEX_GZIP = 0, /* zran points; the stream is the tar stream */
-	TB_LAYER_INDEX_ESTARGZ,  /* member points; the stream is the files'
-				  * chunks one after the other */
+	TB_LAYER_INDEX_GZIP = 0,     /* zran points; the stream is the tar stream */
+	TB_LAYER_INDEX_ESTARGZ,      /* member points; the stream is the files'
+				      * chunks one after the other */
+	TB_LAYER_INDEX_ZSTD_CHUNKED, /* zstd points (layer_zstd_chunked.h); the
+				      * stream as ESTARGZ */
 } tb_layer_index_kind_t;
+
+/* Whether an index of kind @p kind is made from a table of contents: its
+ * points each a file's chunk starting a compressed member or frame of its
+ * own, its stream the files' contents one after another (no tar header
+ * in it), never encoded. */
+static inline int tb_layer_index_kind_toc(int kind)
+{
+	return kind == TB_LAYER_INDEX_ESTARGZ || kind == TB_LAYER_INDEX_ZSTD_CHUNKED;
+}
 
 /* Where inflating can start. */
 typedef struct tb_layer_point {

@@ -44,6 +44,30 @@ int tb_tar_scan_end(tb_tar_scan_t *t, tb_error_t *err);
 /** Frees what the scanner holds (not the index). */
 void tb_tar_scan_free(tb_tar_scan_t *t);
 
+/** A TOC entry's `modtime` @p s (RFC 3339, a fraction of up to nine
+ * digits, "Z" or an offset) into seconds and nanoseconds since the epoch
+ * (toc_time.c). @return 0; -1 for what is not one, or is before the
+ * epoch or past TB_LAYER_INDEX_MTIME_MAX. */
+int tb_toc_time(const char *s, int64_t *sec, uint32_t *ns);
+
+/** A TOC of kind @p kind (TB_LAYER_INDEX_ESTARGZ or _ZSTD_CHUNKED) parsed
+ * as tb_estargz_toc_parse() says (layer_estargz_toc.c); a zstd:chunked
+ * file of one chunk may carry the file's `digest` for it. */
+int tb_toc_parse(int kind, const char *layer, uint64_t layer_size, uint64_t toc_offset,
+		 const uint8_t *json, size_t len, tb_layer_index_t **out, tb_error_t *err);
+
+/** The uncompressed bytes of zstd point @p i of @p ix from its span's
+ * @p len bytes @p data: its first @p want bytes into @p out.
+ * (layer_zstd_chunked.c). @return 0; TB_EINVAL naming the chunk (frames
+ * that end first, or do not decompress); TB_ENOMEM; TB_EINVAL for a
+ * build without libzstd. */
+int tb_zstd_chunk(const tb_layer_index_t *ix, size_t i, const uint8_t *data, size_t len,
+		  uint8_t *out, uint64_t want, tb_error_t *err);
+
+/** An error naming point @p i of @p ix: its file, where in it, where in
+ * the blob, and @p why (layer_index_member.c). @return TB_EINVAL. */
+int tb_layer_chunk_error(const tb_layer_index_t *ix, size_t i, tb_error_t *err, const char *why);
+
 /** tb_layer_index_read() of an eStargz index (its points all MEMBER):
  * @p off and @p len checked against the stream already, @p len > 0. */
 int tb_layer_member_read(const tb_layer_index_t *ix, tb_layer_fetch_fn fetch, void *arg,

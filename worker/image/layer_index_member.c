@@ -11,11 +11,14 @@
  * fails the read, naming the chunk, its file and the layer. Only the
  * chunk is inflated, not the rest of its member (padding and the next
  * entries' tar headers), so a member that inflates without end costs
- * no more than its chunk.
+ * no more than its chunk. A zstd:chunked index's points (ZSTD) are read
+ * alike, each chunk decompressed from the zstd frames that start at its
+ * point (layer_zstd_chunked.c) and checked the same way.
  */
 #include "layer_index_int.h"
 
 #include <openssl/evp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -48,8 +51,7 @@ static const tb_layer_entry_t *file_at(const tb_layer_index_t *ix, uint64_t out)
 	return NULL;
 }
 
-/* An error naming chunk @p i: its file, where in it, where in the blob. */
-static int chunk_error(const tb_layer_index_t *ix, size_t i, tb_error_t *err, const char *why)
+int tb_layer_chunk_error(const tb_layer_index_t *ix, size_t i, tb_error_t *err, const char *why)
 {
 	uint64_t from, to, out = ix->points[i].out;
 	const tb_layer_entry_t *e = file_at(ix, out);
@@ -97,6 +99,16 @@ static int member_chunk(const tb_layer_index_t *ix, size_t i, const uint8_t *dat
 	unsigned char sum[32];
 	z_stream z = { 0 };
 
+	if (p->kind == TB_LAYER_POINT_ZSTD) {
+		int rc = tb_zstd_chunk(ix, i, data, len, out, n, err);
+		if (rc < 0)
+			return rc;
+		EVP_Digest(out, n, sum, NULL, EVP_sha256(), NULL);
+		if (memcmp(sum, p->span_sha, 32))
+			return tb_layer_chunk_error(ix, i, err,
+						    "does not match its digest in the TOC");
+		return 0;
+	}
 	if (inflateInit2(&z, 31) != Z_OK)
 		return tb_error_set(err, TB_ENOMEM, "layer %s: inflate: out of memory", ix->layer);
 	z.next_in = (uint8_t *)data;
@@ -109,21 +121,33 @@ static int member_chunk(const tb_layer_index_t *ix, size_t i, const uint8_t *dat
 	if (zr == Z_MEM_ERROR)
 		return tb_error_set(err, TB_ENOMEM, "layer %s: inflate: out of memory", ix->layer);
 	if (zr == Z_STREAM_END || zr == Z_BUF_ERROR)
-		return chunk_error(ix, i, err, "ends before the chunk does");
-	if (zr != 0)
-		return tb_error_set(err, TB_EINVAL, "layer %s: chunk %zu does not inflate: %s",
-				    ix->layer, i, msg ? msg : "zlib error");
+		return tb_layer_chunk_error(ix, i, err, "ends before the chunk does");
+	if (zr != 0) {
+		char why[160];
+		snprintf(why, sizeof(why), "does not inflate (%.100s)", msg ? msg : "zlib error");
+		return tb_layer_chunk_error(ix, i, err, why);
+	}
 	EVP_Digest(out, n, sum, NULL, EVP_sha256(), NULL);
 	if (memcmp(sum, p->span_sha, 32))
-		return chunk_error(ix, i, err, "does not match its digest in the TOC");
+		return tb_layer_chunk_error(ix, i, err, "does not match its digest in the TOC");
 	return 0;
 }
+
+#ifndef TB_HAVE_ZSTD_CHUNKED
+/* No zstd:chunked index is ever made without libzstd: never called. */
+int tb_zstd_chunk(const tb_layer_index_t *ix, size_t i, const uint8_t *data, size_t len,
+		  uint8_t *out, uint64_t want, tb_error_t *err)
+{
+	(void)data, (void)len, (void)out, (void)want;
+	return tb_layer_chunk_error(ix, i, err, "is zstd: this build has no libzstd");
+}
+#endif
 
 int tb_layer_index_check_span(const tb_layer_index_t *ix, size_t i, const void *data, size_t len,
 			      tb_error_t *err)
 {
 	unsigned char sum[32];
-	if (ix->kind != TB_LAYER_INDEX_ESTARGZ) {
+	if (!tb_layer_index_kind_toc(ix->kind)) {
 		EVP_Digest(data, len, sum, NULL, EVP_sha256(), NULL);
 		if (memcmp(sum, ix->points[i].span_sha, 32))
 			return tb_error_set(err, TB_EINVAL,

@@ -221,7 +221,7 @@ int tb_layer_index_read(const tb_layer_index_t *ix, tb_layer_fetch_fn fetch, voi
 		    (unsigned long long)ix->total_out);
 	if (!len)
 		return 0;
-	if (ix->kind == TB_LAYER_INDEX_ESTARGZ)
+	if (tb_layer_index_kind_toc(ix->kind))
 		return tb_layer_member_read(ix, fetch, arg, off, buf, len, err);
 	reader_t r = { .ix = ix, .fetch = fetch, .arg = arg, .err = err };
 	int rc = start(&r, tb_layer_point_before(ix, off));

@@ -3,6 +3,7 @@
  */
 #include "oci.h"
 #include "layer_estargz.h"
+#include "layer_zstd_chunked.h"
 
 #include "tb/image_ref.h"
 
@@ -160,13 +161,20 @@ int tb_oci_pick(tb_oci_desc_t *out, const char *doc, size_t len, tb_error_t *err
 	return rc;
 }
 
-/* A gzip layer's eStargz TOC digest annotation, kept if it is one. */
+/* A gzip layer's eStargz TOC digest annotation, kept if it is one; a
+ * zstd layer's zstd:chunked manifest checksum and position. */
 static void toc_digest(tb_oci_desc_t *d, json_t *layer)
 {
 	json_t *notes = json_object_get(layer, "annotations");
-	const char *v = json_string_value(json_object_get(notes, TB_ESTARGZ_ANNOTATION_TOC));
-	if (d->compression == TB_OCI_GZIP && v && tb_digest_valid(v))
+	int zstd = d->compression == TB_OCI_ZSTD;
+	const char *v = json_string_value(json_object_get(
+	    notes, zstd ? TB_ZSTD_CHUNKED_ANNOTATION_CHECKSUM : TB_ESTARGZ_ANNOTATION_TOC));
+	const char *at =
+	    json_string_value(json_object_get(notes, TB_ZSTD_CHUNKED_ANNOTATION_POSITION));
+	if ((zstd || d->compression == TB_OCI_GZIP) && v && tb_digest_valid(v))
 		snprintf(d->toc_digest, sizeof(d->toc_digest), "%s", v);
+	if (zstd && at && strlen(at) < sizeof(d->toc_position))
+		snprintf(d->toc_position, sizeof(d->toc_position), "%s", at);
 }
 
 int tb_oci_manifest(tb_oci_manifest_t *out, const char *doc, size_t len, tb_error_t *err)

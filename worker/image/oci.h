@@ -34,8 +34,13 @@ typedef struct tb_oci_desc {
 	uint64_t size;
 	tb_oci_compression_t compression; /* layers only */
 	char toc_digest[72];              /* a gzip layer's eStargz TOC digest, as annotated
-			      * (layer_estargz.h); "" when none, or not a
+			      * (layer_estargz.h), or a zstd layer's
+			      * zstd:chunked manifest checksum
+			      * (layer_zstd_chunked.h); "" when none, or not a
 			      * sha256 digest (then it is pulled whole) */
+	char toc_position[96];            /* a zstd layer's zstd:chunked manifest position,
+				* as annotated (checked when read); "" when
+				* none, or longer */
 } tb_oci_desc_t;
 
 typedef struct tb_oci_manifest {

@@ -5,7 +5,9 @@
  * A file's read is cut at its layer's access points: each piece is
  * copied out of a slot holding that span inflated, loaded through
  * tb_layer_index_read() (each span it needs fetched, from the cache or
- * the layer, and checked before it is inflated). A slot is loaded, the
+ * the layer, and checked before it is inflated; an eStargz layer's
+ * spans are its chunks, each checked once inflated, before a byte of it
+ * is copied). A slot is loaded, the
  * first time, only as far as its first reader needs when going to the
  * span's end would need the next span too (the byte the two share,
  * when the access point falls inside one): reading a small file fetches
@@ -295,13 +297,17 @@ static int read_tar(tb_image_fs_t *fs, size_t l, uint64_t off, uint8_t *out, siz
 
 /* What of an index that lies can be caught when a file is first read:
  * its data must follow a tar header (its checksum right) of a regular
- * file. 0, or -EIO with the failure kept. */
+ * file. Not of a layer read from its TOC (eStargz, zstd:chunked): its
+ * stream holds no tar header, and each chunk is checked against the
+ * TOC's digest of it when read. 0, or
+ * -EIO with the failure kept. */
 static int check_header(tb_image_fs_t *fs, uint32_t ino, const tb_image_node_t *nd)
 {
 	uint8_t h[TAR_BLOCK];
 	uint64_t sum = 0, want = 0;
 
-	if (atomic_load(&fs->checked[ino]))
+	if (atomic_load(&fs->checked[ino]) ||
+	    tb_layer_index_kind_toc(fs->c.layers[nd->layer].ix->kind))
 		return 0;
 	if (read_tar(fs, nd->layer, nd->offset - TAR_BLOCK, h, sizeof(h)) < 0)
 		return -EIO;

@@ -10,12 +10,20 @@
  * it is inflated (tb_layer_index_read), and kept in the worker's span
  * cache (span_cache.h) for every later read, of any file system.
  *
- * What is trusted: each index, as decoded against its pinned digest;
- * see image_tree.h for what an index is trusted for and what of one that
- * lies is caught. A span that does not match its hash is never served:
- * the read fails with EIO, other files still read, and the first such
- * failure is kept for the task (tb_image_fs_error), naming the layer and
- * the span. Times are the index's (unpack.h says which): a node's
+ * A layer is described either by its gzip index (layer_index.h: spans
+ * of the tar stream, each checked against its SHA-256 before it is
+ * inflated) or by its eStargz TOC (layer_estargz.h: a span per chunk of
+ * a file, each inflated from its gzip member and checked against the
+ * TOC's digest of it before a byte of it is copied); one image may have
+ * layers of both kinds.
+ *
+ * What is trusted: each gzip index, as decoded against its pinned
+ * digest; each eStargz TOC, as checked against its manifest's
+ * annotation; see image_tree.h for what either is trusted for and what
+ * of one that lies is caught. A span or chunk that does not match its
+ * hash is never served: the read fails with EIO, other files still read,
+ * and the first such failure is kept for the task (tb_image_fs_error),
+ * naming the layer and the span (or the chunk and its file). Times are the index's (unpack.h says which): a node's
  * entry's modification time, with its nanoseconds, shown as its access,
  * modification and change time; a directory no layer names, and the
  * root, show 0.
@@ -63,7 +71,9 @@
 
 /* A layer, as tb_image_fs_start() takes it (the array is copied). */
 typedef struct tb_image_fs_layer {
-	const tb_layer_index_t *ix; /* decoded against its pinned digest;
+	const tb_layer_index_t *ix; /* decoded against its pinned digest,
+				     * or opened from its eStargz TOC (checked
+				     * against its manifest's annotation);
 				     * must outlive the file system */
 	tb_layer_fetch_fn fetch;    /* ranges of the layer's blob; called
 				     * from several threads at once */

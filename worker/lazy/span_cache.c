@@ -10,7 +10,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -36,10 +35,18 @@ struct tb_span_cache {
 
 static _Atomic unsigned tmp_counter;
 
+/* "<hex>.<span>" for a gzip index's span, "<hex>.c<span>" for an eStargz
+ * chunk's, "<hex>.z<span>" for a zstd:chunked chunk's: a layer that is
+ * two of them (an eStargz layer is gzip) may be read through either, and
+ * its spans are not the same bytes. */
 static void name_of(const tb_layer_index_t *ix, size_t span, char out[NAME_LEN])
 {
 	const char *hex = strchr(ix->layer, ':');
-	snprintf(out, NAME_LEN, "%.64s.%zu", hex ? hex + 1 : ix->layer, span);
+	snprintf(out, NAME_LEN, "%.64s.%s%zu", hex ? hex + 1 : ix->layer,
+		 ix->kind == TB_LAYER_INDEX_ESTARGZ        ? "c"
+		 : ix->kind == TB_LAYER_INDEX_ZSTD_CHUNKED ? "z"
+							   : "",
+		 span);
 }
 
 /* Under lock. */
@@ -156,11 +163,13 @@ fail:
 	return rc;
 }
 
+/* Whether @p data is span @p span of @p ix, as a reader would check it
+ * (tb_layer_index_check_span: a gzip span by its SHA-256; an eStargz
+ * chunk inflated, by the SHA-256 of its bytes). */
 static int matches(const tb_layer_index_t *ix, size_t span, const void *data, size_t len)
 {
-	unsigned char sum[32];
-	EVP_Digest(data, len, sum, NULL, EVP_sha256(), NULL);
-	return !memcmp(sum, ix->points[span].span_sha, 32);
+	tb_error_t err;
+	return tb_layer_index_check_span(ix, span, data, len, &err) == 0;
 }
 
 static size_t span_len(const tb_layer_index_t *ix, size_t span)

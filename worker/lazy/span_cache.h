@@ -5,13 +5,17 @@
  *
  * A span is the compressed bytes between two access points of a layer's
  * index (layer_index.h), kept as fetched, one file a span, named by the
- * layer's digest and the span's number: `<hex>.<span>`. Compressed, not
- * inflated: the index holds each span's SHA-256, so a span is checked
- * against it every time it is read from here (a bad disk, a write cut
- * short, a stray byte: a miss, never wrong bytes), which inflated bytes
- * could not be without a hash of their own to trust; and they take a
- * third to a tenth of the disk. Inflating it again costs a reader a few
- * milliseconds a span, where a fetch costs a round trip.
+ * layer's digest and the span's number: `<hex>.<span>`; an eStargz
+ * layer's (layer_estargz.h) are its chunks' gzip members, `<hex>.c<n>`.
+ * Compressed, not inflated: the index holds each span's SHA-256, so a
+ * span is checked against it every time it is read from here (a bad
+ * disk, a write cut short, a stray byte: a miss, never wrong bytes),
+ * which inflated bytes could not be without a hash of their own to
+ * trust; and they take a third to a tenth of the disk. An eStargz chunk
+ * is checked the way its reader checks it: inflated, its bytes against
+ * the TOC's digest of them (tb_layer_index_check_span). Inflating it
+ * again costs a reader a few milliseconds a span, where a fetch costs a
+ * round trip.
  *
  * A span is written to a temporary name and renamed into place, so a
  * name holds a whole span or nothing; only bytes that match their hash

@@ -87,7 +87,10 @@ void tb_metrics_image_evicted(void);
  * "published" (built after a whole pull and published), "unpublished"
  * (could not be built or published), "found", "none" (no index pinned),
  * "refused" (a check failed) or "failed" (the store or the pins away);
- * after the last three the layer is pulled whole. */
+ * after the last three the layer is pulled whole. An eStargz layer read
+ * from its TOC instead (worker/image/layer_estargz.h): "toc", or
+ * "toc_refused" (its TOC not the one annotated, or refused: its pinned
+ * index looked for next). */
 void tb_metrics_layer_index(const char *result);
 /** An attempt's usage (schemas/manifest.md), added to the sums of its
  * runtime and recipe (the recipe's name); once per attempt. */

@@ -13,7 +13,14 @@
  * S3, pinned in their Redis and found by another cache (skipped without
  * TASKBOX_TEST_S3_* and _REDIS), then the image resolved by a cache that
  * has none of its layers and its root read through FUSE from the
- * registry's ranges (image_fs.h; skipped without /dev/fuse). Skips without TASKBOX_TEST_REGISTRY
+ * registry's ranges (image_fs.h; skipped without /dev/fuse). The same
+ * image with eStargz layers (tests/tools/toc-image: their TOC digests
+ * annotated) resolved with no index anywhere, all eStargz or mixed with
+ * an indexed gzip layer, and its root read the same way; a TOC that is
+ * not the one annotated leaves the layer to be pulled whole, one that
+ * lies about a chunk's digest fails that file's reads (EIO), the reason
+ * kept naming the chunk; and the same of zstd:chunked layers (with
+ * libzstd). Skips without TASKBOX_TEST_REGISTRY
  * (deploy/local/services env) or skopeo; as root (the tree keeps the
  * layers' owners).
  */
@@ -31,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -526,6 +534,203 @@ static void test_oci_registry__an_indexed_image_resolves_without_its_layers(void
 	tb_store_close(store);
 }
 
+/* The layout's image written again with layers @p layers of @p format
+ * ("estargz", "zstd:chunked"; with @p options, "" or a hostile one),
+ * tagged @p tag, pushed to registry-auth and named in @p r. */
+static void toc_pushed(const char *format, const char *layers, const char *options, const char *tag,
+		       tb_image_ref_t *r)
+{
+	char d[72], text[400];
+	tb_error_t err;
+	oci_toc_image(layout, manifest, format, layers, options, d);
+	oci_tag(layout, d, tag);
+	assert_string_equal(push(reg_auth, tag, reg_creds), d);
+	snprintf(text, sizeof(text), "%s/test/app@%s", reg_auth, d);
+	assert_int_equal(tb_image_ref_parse(r, text, &err), 0);
+}
+
+/* A cache of its own under base that publishes and finds no index. */
+static tb_image_cache_t *plain_cache(const char *name)
+{
+	char dir[200];
+	tb_image_cache_t *c;
+	tb_error_t err;
+	snprintf(dir, sizeof(dir), "%s/%s", base, name);
+	sh("rm -rf %s", dir);
+	if (tb_image_cache_open(&c, dir, 1 << 30, &err) < 0)
+		fail_msg("%s", err.msg);
+	return c;
+}
+
+/* @p l's root served through FUSE and moved to @p at: etc/kept fails
+ * with EIO (its chunk's digest in the TOC is a lie), data/new reads,
+ * and the reason kept names the chunk. */
+static void read_lying(const tb_image_lazy_t *l, const char *at)
+{
+	tb_image_fs_layer_t layers[2];
+	tb_image_fs_t *fs;
+	tb_error_t err;
+	char path[600], msg[1600];
+	int mfd;
+
+	for (size_t i = 0; i < 2; i++)
+		layers[i] =
+		    (tb_image_fs_layer_t){ l->ix[i], tb_image_source_fetch, &l->blobs[i], NULL };
+	tb_image_fs_conf_t conf = { .layers = layers, .nlayers = 2, .limits = { 1u << 30, 1000 } };
+	if (tb_image_fs_start(&fs, &conf, &mfd, &err) < 0)
+		fail_msg("%s", err.msg);
+	sh("mkdir -p %s", at);
+	assert_int_equal(syscall(SYS_move_mount, mfd, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH),
+			 0);
+	close(mfd);
+	snprintf(path, sizeof(path), "%s/etc/kept", at);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	errno = 0;
+	assert_int_equal(read(fd, msg, sizeof(msg)), -1);
+	assert_int_equal(errno, EIO);
+	close(fd);
+	const char *got = oci_tree_read(at, "data/new");
+	assert_non_null(got);
+	assert_string_equal(got, "n\n");
+	assert_int_equal(umount2(at, MNT_DETACH), 0);
+	assert_int_equal(tb_image_fs_error(fs, msg, sizeof(msg)), TB_EPOISON);
+	if (!strstr(msg, "'etc/kept'") || !strstr(msg, "does not match its digest in the TOC"))
+		fail_msg("a lying TOC said: %s", msg);
+	tb_image_fs_stop(fs);
+}
+
+/*
+ * eStargz: the image with both layers eStargz resolves on a cache that
+ * has no index and no store of them, each layer by its TOC (fetched by
+ * range, checked against the manifest's annotation), and its root reads
+ * through FUSE from the registry's ranges; with only its upper layer
+ * eStargz, on the fleet's cache, the lower one by the index the fleet
+ * pinned. A TOC that is not the one annotated: the layer has neither, so
+ * the image is to be pulled whole, saying why. A TOC that lies about a
+ * chunk's digest (the annotation that lying TOC's): it resolves, and
+ * that file's reads fail, the reason kept naming the chunk.
+ */
+static void test_oci_registry__estargz_layers_resolve_by_their_tocs(void **state)
+{
+	tb_store_t *store = NULL;
+	tb_ledger_t *ledger = NULL;
+	tb_image_lazy_t *l;
+	tb_image_ref_t r;
+	tb_error_t err;
+	char at[300];
+	int fuse = access("/dev/fuse", R_OK | W_OK) == 0;
+	(void)state;
+
+	toc_pushed("estargz", NULL, "", "toc", &r);
+	tb_image_cache_t *c = plain_cache("toc");
+	if (tb_image_lazy_open(c, &r, creds, &l, &err) != 0)
+		fail_msg("not resolved by its TOCs: %s", err.msg);
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(l->ix[i]->kind, TB_LAYER_INDEX_ESTARGZ);
+		assert_false(has_blob("toc", l->layers.items[i]));
+	}
+	assert_true(l->fetched > 0);
+	snprintf(at, sizeof(at), "%s/toc-root", base);
+	if (fuse)
+		read_lazily(l, at);
+	tb_image_lazy_free(l);
+
+	/* a TOC not the one annotated: neither it nor an index */
+	toc_pushed("estargz", NULL, "--lie-annotation", "toc-wrong", &r);
+	assert_int_equal(tb_image_lazy_open(c, &r, creds, &l, &err), 1);
+	assert_null(l);
+	if (!strstr(err.msg, "layer 0") || !strstr(err.msg, "as its manifest annotates") ||
+	    !strstr(err.msg, "no index"))
+		fail_msg("a TOC not annotated said: %s", err.msg);
+
+	/* a TOC that lies about a chunk: served, that file refused */
+	toc_pushed("estargz", NULL, "--lie-digest etc/kept", "toc-lie", &r);
+	if (tb_image_lazy_open(c, &r, creds, &l, &err) != 0)
+		fail_msg("a lying TOC not resolved: %s", err.msg);
+	snprintf(at, sizeof(at), "%s/toc-lie-root", base);
+	if (fuse)
+		read_lying(l, at);
+	tb_image_lazy_free(l);
+	tb_image_cache_close(c);
+
+	/* mixed: the lower layer by the fleet's index, the upper by its TOC */
+	if (fleet(&store, &ledger) < 0)
+		return; /* no S3 or Redis: deploy/local/services env */
+	tb_layer_indexes_t w = { .store = store, .pins = { pins_get, pins_put, ledger } };
+	tb_image_ref_t one;
+	tb_image_t img;
+	char d[200];
+	tb_image_cache_t *first = pulled_and_indexed(&w, &one, &img, d, NULL);
+	toc_pushed("estargz", "1", "", "toc-mixed", &r);
+	tb_image_cache_t *second = cache_at("toc-mixed", &w);
+	if (tb_image_lazy_open(second, &r, creds, &l, &err) != 0)
+		fail_msg("a mixed image not resolved: %s", err.msg);
+	assert_int_equal(l->ix[0]->kind, TB_LAYER_INDEX_GZIP);
+	assert_int_equal(l->ix[1]->kind, TB_LAYER_INDEX_ESTARGZ);
+	assert_string_equal(l->layers.items[0], img.layers.items[0]);
+	snprintf(at, sizeof(at), "%s/toc-mixed-root", base);
+	if (fuse)
+		read_lazily(l, at);
+	tb_image_lazy_free(l);
+	tb_image_release(&img);
+	tb_image_cache_close(first);
+	tb_image_cache_close(second);
+	tb_ledger_close(ledger);
+	tb_store_close(store);
+}
+
+/*
+ * zstd:chunked: the image with both layers zstd:chunked (their TOC's
+ * checksum and position annotated) resolves on a cache that has no
+ * index, each layer by its TOC (one range, checked against the
+ * checksum), and its root reads through FUSE from the registry's ranges;
+ * a checksum that is not the TOC's leaves the image to be pulled whole,
+ * saying why; a TOC that lies about a chunk's digest fails that file's
+ * reads, the reason kept naming the chunk.
+ */
+static void test_oci_registry__zstd_chunked_layers_resolve_by_their_tocs(void **state)
+{
+	(void)state;
+#ifndef TB_HAVE_ZSTD_CHUNKED
+	skip(); /* built without libzstd: such layers are pulled whole */
+#else
+	tb_image_lazy_t *l;
+	tb_image_ref_t r;
+	tb_error_t err;
+	char at[300];
+	int fuse = access("/dev/fuse", R_OK | W_OK) == 0;
+
+	toc_pushed("zstd:chunked", NULL, "", "zstd", &r);
+	tb_image_cache_t *c = plain_cache("zstd");
+	if (tb_image_lazy_open(c, &r, creds, &l, &err) != 0)
+		fail_msg("not resolved by its TOCs: %s", err.msg);
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(l->ix[i]->kind, TB_LAYER_INDEX_ZSTD_CHUNKED);
+		assert_false(has_blob("zstd", l->layers.items[i]));
+	}
+	snprintf(at, sizeof(at), "%s/zstd-root", base);
+	if (fuse)
+		read_lazily(l, at);
+	tb_image_lazy_free(l);
+
+	toc_pushed("zstd:chunked", NULL, "--lie-annotation", "zstd-wrong", &r);
+	assert_int_equal(tb_image_lazy_open(c, &r, creds, &l, &err), 1);
+	assert_null(l);
+	if (!strstr(err.msg, "layer 0") || !strstr(err.msg, "as its manifest annotates"))
+		fail_msg("a checksum not the TOC's said: %s", err.msg);
+
+	toc_pushed("zstd:chunked", NULL, "--lie-digest etc/kept", "zstd-lie", &r);
+	if (tb_image_lazy_open(c, &r, creds, &l, &err) != 0)
+		fail_msg("a lying TOC not resolved: %s", err.msg);
+	snprintf(at, sizeof(at), "%s/zstd-lie-root", base);
+	if (fuse)
+		read_lying(l, at);
+	tb_image_lazy_free(l);
+	tb_image_cache_close(c);
+#endif
+}
+
 static int fresh_cache(void **state)
 {
 	char cmd[300];
@@ -594,6 +799,10 @@ int main(void)
 				       fresh_cache),
 		cmocka_unit_test_setup(
 		    test_oci_registry__an_indexed_image_resolves_without_its_layers, fresh_cache),
+		cmocka_unit_test_setup(test_oci_registry__estargz_layers_resolve_by_their_tocs,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_oci_registry__zstd_chunked_layers_resolve_by_their_tocs,
+				       fresh_cache),
 	};
 	reg = getenv("TASKBOX_TEST_REGISTRY");
 	reg_auth = getenv("TASKBOX_TEST_REGISTRY_AUTH");

@@ -18,6 +18,14 @@
  * so that reading everything fetches nothing more. And hostile: a span whose
  * bytes are altered fails only its file's reads, with the layer and
  * span kept; an index whose entries lie about where data is.
+ * The same layers as eStargz (tests/tools/estargz-convert), read from
+ * their TOCs, all of them or mixed with the gzip ones: the tree they
+ * serve is the one their eager unpack makes (times aside: an eStargz
+ * TOC's are rounded to the second); a small file fetches its one chunk, a second file
+ * system on the same span cache nothing; a chunk whose bytes were
+ * altered, or whose TOC lies about its digest, fails its file's reads
+ * only, the reason kept naming the chunk. The same as zstd:chunked (with
+ * libzstd), times and all, and one image of the three kinds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +35,8 @@
 #include <cmocka.h>
 
 #include "image_fs.h"
+#include "layer_estargz.h"
+#include "layer_zstd_chunked.h"
 #include "tb/encoding.h"
 
 #include <archive.h>
@@ -34,6 +44,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <sched.h>
@@ -49,6 +60,10 @@
 #define NLAYERS 3
 #define BIG (1536u << 10)
 #define MAX_FETCHES 4096
+#define ESTARGZ_CHUNK 65536
+#ifndef TB_PYTHON
+#define TB_PYTHON "python3"
+#endif
 
 /* One entry of a layer: f file, d dir, l symlink, h hard link, c char
  * device, p FIFO. */
@@ -120,6 +135,10 @@ typedef struct blob {
 static struct {
 	char tmp[64];
 	blob_t b[NLAYERS];
+	blob_t e[NLAYERS];    /* the same layers as eStargz, once made */
+	blob_t z[NLAYERS];    /* and as zstd:chunked */
+	blob_t *use[NLAYERS]; /* start(): each layer's (NULL: b's) */
+	int times;            /* compare(): times too */
 	char unpacked[128];
 	tb_unpack_stats_t st;
 	int n;
@@ -272,23 +291,30 @@ static tb_layer_index_t *index_of(blob_t *b)
 	return back;
 }
 
-static void unpack_all(void)
+/* Layers @p b unpacked into @p dir (made), as the eager path does. */
+static void unpack_layers(const char *dir, blob_t *const *b, tb_unpack_stats_t *st)
 {
 	tb_unpack_limits_t lim = { 1u << 30, 100000 };
 	tb_error_t err;
 
-	snprintf(F.unpacked, sizeof(F.unpacked), "%s/unpacked", F.tmp);
-	assert_int_equal(mkdir(F.unpacked, 0755), 0);
-	int root = open(F.unpacked, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	int root = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	for (int l = 0; l < NLAYERS; l++) {
 		int fd = memfd_create("layer", MFD_CLOEXEC);
-		assert_int_equal(write(fd, F.b[l].p, F.b[l].n), (ssize_t)F.b[l].n);
+		assert_int_equal(write(fd, b[l]->p, b[l]->n), (ssize_t)b[l]->n);
 		lseek(fd, 0, SEEK_SET);
-		if (tb_unpack_layer(root, fd, &lim, &F.st, &err) != 0)
+		if (tb_unpack_layer(root, fd, &lim, st, &err) != 0)
 			fail_msg("unpack: %s", err.msg);
 		close(fd);
 	}
 	close(root);
+}
+
+static void unpack_all(void)
+{
+	blob_t *b[NLAYERS] = { &F.b[0], &F.b[1], &F.b[2] };
+	snprintf(F.unpacked, sizeof(F.unpacked), "%s/unpacked", F.tmp);
+	unpack_layers(F.unpacked, b, &F.st);
 }
 
 static int setup(void **state)
@@ -303,6 +329,7 @@ static int setup(void **state)
 	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		return -1;
 	umask(022);
+	F.times = 1;
 	snprintf(F.tmp, sizeof(F.tmp), "/tmp/tb-imgfs-XXXXXX");
 	if (!mkdtemp(F.tmp))
 		return -1;
@@ -322,6 +349,10 @@ static int teardown(void **state)
 	for (int l = 0; l < NLAYERS; l++) {
 		tb_layer_index_free(F.b[l].ix);
 		free(F.b[l].p);
+		tb_layer_index_free(F.e[l].ix);
+		free(F.e[l].p);
+		tb_layer_index_free(F.z[l].ix);
+		free(F.z[l].p);
 	}
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", F.tmp);
 	return system(cmd) == 0 ? 0 : -1;
@@ -337,9 +368,9 @@ typedef struct mounted {
 static void reset_fetches(void)
 {
 	for (int l = 0; l < NLAYERS; l++) {
-		F.b[l].nfetches = 0;
-		F.b[l].alter_at = 0;
-		F.b[l].slow = 0;
+		F.b[l].nfetches = F.e[l].nfetches = F.z[l].nfetches = 0;
+		F.b[l].alter_at = F.e[l].alter_at = F.z[l].alter_at = 0;
+		F.b[l].slow = F.e[l].slow = F.z[l].slow = 0;
 	}
 }
 
@@ -348,9 +379,10 @@ static int start(mounted_t *m, tb_span_cache_t *cache, tb_layer_index_t *const *
 	tb_image_fs_layer_t layers[NLAYERS];
 	int mfd;
 
-	for (int l = 0; l < NLAYERS; l++)
-		layers[l] =
-		    (tb_image_fs_layer_t){ ix ? ix[l] : F.b[l].ix, blob_fetch, &F.b[l], NULL };
+	for (int l = 0; l < NLAYERS; l++) {
+		blob_t *b = F.use[l] ? F.use[l] : &F.b[l];
+		layers[l] = (tb_image_fs_layer_t){ ix ? ix[l] : b->ix, blob_fetch, b, NULL };
+	}
 	tb_image_fs_conf_t conf = { .layers = layers,
 				    .nlayers = NLAYERS,
 				    .cache = cache,
@@ -466,7 +498,7 @@ static void compare_node(const char *a, const char *b, const char *rel, int root
 	if (sa.st_mode != sb.st_mode || sa.st_uid != sb.st_uid || sa.st_gid != sb.st_gid)
 		fail_msg("%s: mode %o %u:%u unpacked, %o %u:%u served", rel, sa.st_mode, sa.st_uid,
 			 sa.st_gid, sb.st_mode, sb.st_uid, sb.st_gid);
-	if (!root &&
+	if (!root && F.times &&
 	    (sa.st_mtim.tv_sec != sb.st_mtim.tv_sec || sa.st_mtim.tv_nsec != sb.st_mtim.tv_nsec))
 		fail_msg("%s: modified at %lld.%09ld unpacked, %lld.%09ld served", rel,
 			 (long long)sa.st_mtim.tv_sec, sa.st_mtim.tv_nsec,
@@ -1038,6 +1070,309 @@ static void test_image_fs__corners_of_the_rules_come_out_as_unpacked(void **stat
 		differ(&SHAPES[i]);
 }
 
+/* ------------------------------------------------------------ eStargz */
+
+/* Layer @p b written again by tests/tools/@p tool (chunks of
+ * ESTARGZ_CHUNK, with @p options: "" or a hostile one) into @p e: its
+ * bytes and digest; its descriptor's annotations returned (json_decref). */
+static json_t *convert_layer(const char *tool, blob_t *e, const blob_t *b, const char *options)
+{
+	char in[160], out[160], desc[170], cmd[1024];
+	unsigned char sum[32];
+
+	snprintf(in, sizeof(in), "%s/layer.tar.gz", F.tmp);
+	snprintf(out, sizeof(out), "%s/layer.out", F.tmp);
+	snprintf(desc, sizeof(desc), "%s.json", out);
+	FILE *f = fopen(in, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(b->p, 1, b->n, f), b->n);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "'%s' '%s/tests/tools/%s' --chunk-size %d %s %s %s", TB_PYTHON,
+		 TB_SOURCE_DIR, tool, ESTARGZ_CHUNK, options, in, out);
+	if (system(cmd) != 0)
+		fail_msg("failed: %s", cmd);
+	memset(e, 0, sizeof(*e));
+	e->p = slurp(out, &e->n);
+	assert_non_null(e->p);
+	json_t *d = json_load_file(desc, 0, NULL);
+	json_t *notes = json_incref(json_object_get(d, "annotations"));
+	assert_non_null(notes);
+	json_decref(d);
+	EVP_Digest(e->p, e->n, sum, NULL, EVP_sha256(), NULL);
+	memcpy(e->digest, "sha256:", 7);
+	tb_hex(e->digest + 7, sum, sizeof(sum));
+	pthread_mutex_init(&e->lock, NULL);
+	unlink(in);
+	unlink(out);
+	unlink(desc);
+	return notes;
+}
+
+/* Layer @p b as eStargz (tests/tools/estargz-convert) into @p e, its
+ * index opened from its TOC by range as a worker does. */
+static void make_estargz(blob_t *e, const blob_t *b, const char *options)
+{
+	tb_error_t err;
+	json_t *notes = convert_layer("estargz-convert", e, b, options);
+	tb_estargz_layer_t l = { e->digest, e->n,
+				 json_string_value(
+				     json_object_get(notes, TB_ESTARGZ_ANNOTATION_TOC)) };
+	if (tb_estargz_open(&l, blob_fetch, e, &e->ix, &err) != 0)
+		fail_msg("open: %s", err.msg);
+	json_decref(notes);
+	e->nfetches = 0;
+}
+
+#ifdef TB_HAVE_ZSTD_CHUNKED
+/* Layer @p b as zstd:chunked (tests/tools/zstd-chunked-convert) into
+ * @p e, its index opened from its TOC by range as a worker does. */
+static void make_zstd_chunked(blob_t *e, const blob_t *b, const char *options)
+{
+	tb_error_t err;
+	json_t *notes = convert_layer("zstd-chunked-convert", e, b, options);
+	tb_zstd_chunked_layer_t l = {
+		e->digest, e->n,
+		json_string_value(json_object_get(notes, TB_ZSTD_CHUNKED_ANNOTATION_CHECKSUM)),
+		json_string_value(json_object_get(notes, TB_ZSTD_CHUNKED_ANNOTATION_POSITION))
+	};
+	if (tb_zstd_chunked_open(&l, blob_fetch, e, &e->ix, &err) != 0)
+		fail_msg("open: %s", err.msg);
+	json_decref(notes);
+	e->nfetches = 0;
+}
+#endif
+
+static void estargz_layers(void)
+{
+	for (int l = 0; l < NLAYERS && !F.e[l].p; l++)
+		make_estargz(&F.e[l], &F.b[l], "");
+}
+
+/* The entry @p path of index @p ix. */
+static const tb_layer_entry_t *entry_of(const tb_layer_index_t *ix, const char *path)
+{
+	for (size_t i = 0; i < ix->nentries; i++)
+		if (!strcmp(ix->entries[i].path, path))
+			return &ix->entries[i];
+	fail_msg("no entry %s", path);
+	return NULL;
+}
+
+static void serve_as_unpacked(blob_t *const *set, const char *name, int times)
+{
+	tb_unpack_stats_t st = { 0 };
+	char dir[160];
+	mounted_t m;
+
+	snprintf(dir, sizeof(dir), "%s/unpacked-%s", F.tmp, name);
+	unpack_layers(dir, set, &st);
+	for (int l = 0; l < NLAYERS; l++)
+		F.use[l] = set[l];
+	reset_fetches();
+	mount_image(&m, NULL);
+	F.times = times; /* an eStargz TOC's are rounded to the second */
+	compare(dir, m.at, "");
+	F.times = 1;
+	const tb_unpack_stats_t *got = tb_image_fs_stats(m.fs);
+	assert_int_equal(got->altered.devices, st.altered.devices);
+	assert_int_equal(got->altered.setid, st.altered.setid);
+	assert_int_equal(got->altered.ids, st.altered.ids);
+	assert_int_equal(got->entries, st.entries);
+	assert_int_equal(got->bytes, st.bytes);
+	char msg[256];
+	assert_int_equal(tb_image_fs_error(m.fs, msg, sizeof(msg)), 0);
+	unmount_image(&m);
+	memset(F.use, 0, sizeof(F.use));
+}
+
+static void test_image_fs__estargz_layers_serve_the_unpacked_tree(void **state)
+{
+	(void)state;
+	estargz_layers();
+	assert_int_equal(F.e[0].ix->kind, TB_LAYER_INDEX_ESTARGZ);
+	assert_true(F.e[0].ix->npoints > BIG / ESTARGZ_CHUNK); /* big/data's chunks */
+	blob_t *all[NLAYERS] = { &F.e[0], &F.e[1], &F.e[2] };
+	blob_t *mixed[NLAYERS] = { &F.b[0], &F.e[1], &F.b[2] };
+	serve_as_unpacked(all, "estargz", 0);
+	serve_as_unpacked(mixed, "mixed", 0);
+	/* an eStargz entry's time: the TOC's, its seconds rounded */
+	struct stat a, b;
+	char pa[256], pb[256];
+	mounted_t m;
+	for (int l = 0; l < NLAYERS; l++)
+		F.use[l] = &F.e[l];
+	mount_image(&m, NULL);
+	snprintf(pa, sizeof(pa), "%s/unpacked-estargz/etc/passwd", F.tmp);
+	snprintf(pb, sizeof(pb), "%s/etc/passwd", m.at);
+	assert_int_equal(lstat(pa, &a), 0);
+	assert_int_equal(lstat(pb, &b), 0);
+	assert_int_equal(b.st_mtim.tv_sec, a.st_mtim.tv_sec + (a.st_mtim.tv_nsec >= 500000000));
+	assert_int_equal(b.st_mtim.tv_nsec, 0);
+	unmount_image(&m);
+	memset(F.use, 0, sizeof(F.use));
+}
+
+static uint64_t estargz_fetches(void)
+{
+	uint64_t n = 0;
+	for (int l = 0; l < NLAYERS; l++)
+		n += F.e[l].nfetches;
+	return n;
+}
+
+static void test_image_fs__estargz_chunks_are_fetched_alone_and_kept(void **state)
+{
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	char dir[128], p[256];
+	mounted_t m, m2;
+	size_t len;
+
+	(void)state;
+	estargz_layers();
+	for (int l = 0; l < NLAYERS; l++)
+		F.use[l] = &F.e[l];
+	snprintf(dir, sizeof(dir), "%s/spans-estargz", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	mount_image(&m, cache);
+	assert_int_equal(estargz_fetches(), 0); /* the tree is the TOC's */
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	uint8_t *d = slurp(p, &len);
+	assert_non_null(d);
+	assert_memory_equal(d, "a small file\n", len);
+	free(d);
+	assert_int_equal(estargz_fetches(), 1); /* its one chunk's member */
+	snprintf(p, sizeof(p), "%s/big/data", m.at);
+	d = slurp(p, &len);
+	assert_non_null(d);
+	assert_int_equal(len, BIG);
+	free(d);
+	assert_int_equal(tb_image_fs_fetched(m.fs, 0), tb_span_cache_bytes(cache));
+	unmount_image(&m);
+	/* kept by their chunks' names */
+	DIR *dd = opendir(dir);
+	struct dirent *de;
+	size_t chunks = 0;
+	assert_non_null(dd);
+	while ((de = readdir(dd)))
+		chunks += strstr(de->d_name, ".c") != NULL;
+	closedir(dd);
+	assert_true(chunks >= 2);
+	uint64_t before = estargz_fetches();
+	mount_image(&m2, cache);
+	snprintf(p, sizeof(p), "%s/big/data", m2.at);
+	d = slurp(p, &len);
+	assert_non_null(d);
+	free(d);
+	assert_int_equal(estargz_fetches(), before);
+	assert_int_equal(tb_image_fs_fetched(m2.fs, 0), 0);
+	unmount_image(&m2);
+	tb_span_cache_close(cache);
+	memset(F.use, 0, sizeof(F.use));
+}
+
+/* Reading big/data through @p e as layer 0 fails with EIO, other files
+ * still read, and the reason kept names the layer, and @p why. */
+static void big_fails(blob_t *e, const char *why)
+{
+	char p[256], msg[600];
+	mounted_t m;
+	size_t len;
+
+	F.use[0] = e;
+	mount_image(&m, NULL);
+	snprintf(p, sizeof(p), "%s/big/data", m.at);
+	errno = 0;
+	assert_null(slurp(p, &len));
+	assert_int_equal(errno, EIO);
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	uint8_t *d = slurp(p, &len);
+	assert_non_null(d);
+	free(d);
+	assert_int_equal(tb_image_fs_error(m.fs, msg, sizeof(msg)), TB_EPOISON);
+	if (!strstr(msg, e->digest) || !strstr(msg, "'big/data'") || !strstr(msg, why))
+		fail_msg("the kept error: %s", msg);
+	unmount_image(&m);
+	F.use[0] = NULL;
+}
+
+static void test_image_fs__an_estargz_chunk_that_does_not_match_fails_its_file(void **state)
+{
+	blob_t lying;
+
+	(void)state;
+	estargz_layers();
+	reset_fetches();
+	/* the chunk's member altered at the source */
+	const tb_layer_index_t *ix = F.e[0].ix;
+	const tb_layer_entry_t *e = entry_of(ix, "big/data");
+	uint64_t from, to;
+	tb_layer_index_span(ix, tb_layer_point_before(ix, e->offset + e->size / 2), &from, &to);
+	F.e[0].alter_at = from;
+	big_fails(&F.e[0], "chunk");
+	F.e[0].alter_at = 0;
+	/* a TOC that lies about the first chunk's digest (the annotation
+	 * that lying TOC's: the image's author lied) */
+	make_estargz(&lying, &F.b[0], "--lie-digest big/data");
+	big_fails(&lying, "does not match its digest in the TOC");
+	tb_layer_index_free(lying.ix);
+	free(lying.p);
+	pthread_mutex_destroy(&lying.lock);
+}
+
+#ifdef TB_HAVE_ZSTD_CHUNKED
+/* zstd:chunked: the same, its chunks zstd frames; one image of the
+ * three kinds; a small file's one frame kept; a TOC that lies. */
+static void test_image_fs__zstd_chunked_layers_serve_the_unpacked_tree(void **state)
+{
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	char dir[128], p[256];
+	mounted_t m;
+	size_t len;
+
+	(void)state;
+	estargz_layers();
+	for (int l = 0; l < NLAYERS && !F.z[l].p; l++)
+		make_zstd_chunked(&F.z[l], &F.b[l], "");
+	assert_int_equal(F.z[0].ix->kind, TB_LAYER_INDEX_ZSTD_CHUNKED);
+	blob_t *all[NLAYERS] = { &F.z[0], &F.z[1], &F.z[2] };
+	blob_t *three[NLAYERS] = { &F.b[0], &F.e[1], &F.z[2] };
+	serve_as_unpacked(all, "zstd-chunked", 1); /* to the nanosecond */
+	serve_as_unpacked(three, "three-kinds", 0);
+	for (int l = 0; l < NLAYERS; l++)
+		F.use[l] = &F.z[l];
+	snprintf(dir, sizeof(dir), "%s/spans-zstd", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	mount_image(&m, cache);
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	uint8_t *d = slurp(p, &len);
+	assert_non_null(d);
+	assert_memory_equal(d, "a small file\n", len);
+	free(d);
+	assert_int_equal(F.z[0].nfetches, 1);
+	assert_int_equal(tb_image_fs_fetched(m.fs, 0), tb_span_cache_bytes(cache));
+	unmount_image(&m);
+	mount_image(&m, cache);
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	d = slurp(p, &len);
+	assert_non_null(d);
+	free(d);
+	assert_int_equal(F.z[0].nfetches, 1); /* from the cache */
+	unmount_image(&m);
+	tb_span_cache_close(cache);
+	memset(F.use, 0, sizeof(F.use));
+	blob_t lying;
+	make_zstd_chunked(&lying, &F.b[0], "--lie-digest big/data");
+	big_fails(&lying, "does not match its digest in the TOC");
+	tb_layer_index_free(lying.ix);
+	free(lying.p);
+	pthread_mutex_destroy(&lying.lock);
+}
+#endif
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1052,6 +1387,13 @@ int main(void)
 		cmocka_unit_test(test_image_fs__corners_of_the_rules_come_out_as_unpacked),
 		cmocka_unit_test(test_image_fs__memory_goes_back_when_reads_stop),
 		cmocka_unit_test(test_image_fs__readers_and_prefetchers_fetch_a_span_once),
+		cmocka_unit_test(test_image_fs__estargz_layers_serve_the_unpacked_tree),
+		cmocka_unit_test(test_image_fs__estargz_chunks_are_fetched_alone_and_kept),
+		cmocka_unit_test(
+		    test_image_fs__an_estargz_chunk_that_does_not_match_fails_its_file),
+#ifdef TB_HAVE_ZSTD_CHUNKED
+		cmocka_unit_test(test_image_fs__zstd_chunked_layers_serve_the_unpacked_tree),
+#endif
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

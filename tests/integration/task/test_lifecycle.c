@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "fixture.h"
+#include "oci_testlib.h"
 #include "lifecycle.h"
 #include "tb/blocks.h"
 #include "tb/sigv4.h"
@@ -2372,6 +2373,125 @@ static void test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand(voi
 	tb_image_cache_close(third);
 }
 
+/*
+ * image_lazy with eStargz layers: an image whose lower layer the fleet
+ * indexed (a first worker pulled it, in another image) and whose upper
+ * layer is eStargz (its TOC's digest annotated), never pulled anywhere,
+ * starts on a root read on demand, the TOC in place of an index: the
+ * agent reads files of both layers and the TOC's own file, and only the
+ * manifest, the config, the footer and the TOC came before the sandbox.
+ * The same with that layer zstd:chunked (with libzstd).
+ * A TOC that lies about a chunk's digest fails the attempt for good,
+ * naming the chunk and its file; a TOC that is not the one annotated
+ * leaves the layer to be pulled whole (with its image), as without
+ * image_lazy.
+ */
+static void test_lifecycle__an_estargz_image_starts_on_its_tocs(void **state)
+{
+	char layout[200], path[600], rt[1024], mixed[72], lying[72], wrong[72];
+	tb_span_cache_t *spans;
+	tb_lifecycle_result_t res;
+	tb_image_t img;
+	tb_image_ref_t ref;
+	tb_error_t err;
+	(void)state;
+	if (access("/dev/fuse", R_OK | W_OK) != 0)
+		skip();
+	snprintf(layout, sizeof(layout), "%s/toc-layouts/two", F.root);
+	tb_fixture_sh("mkdir -p %s/toc-layouts", F.root);
+	char digest[80];
+	const char *d = two_layer_layout(layout);
+	if (!d)
+		skip();
+	snprintf(digest, sizeof(digest), "%s", d);
+	oci_toc_image(layout, digest, "estargz", "1", "", mixed);
+	oci_toc_image(layout, digest, "estargz", "1", "--lie-digest usr/share/second", lying);
+	oci_toc_image(layout, digest, "estargz", "1", "--lie-annotation", wrong);
+	snprintf(rt, sizeof(rt),
+		 "sed 's|\"sandbox\": {|\"sandbox\": {\"images\": {\"layouts\": "
+		 "[\"%s/toc-layouts\"]},|; s/\"name\": \"test\"/\"name\": \"toc-img\"/' "
+		 "%s/test.json > %s/toc-img.json",
+		 F.root, F.runtimes, F.runtimes);
+	tb_fixture_sh("%s", rt);
+
+	/* a first worker pulls the gzip image whole: its lower layer indexed */
+	tb_image_cache_t *first = indexed_cache("cache-toc-first"),
+			 *second = indexed_cache("cache-toc");
+	snprintf(path, sizeof(path), "oci-layout:%s@%s", layout, digest);
+	assert_int_equal(tb_image_ref_parse(&ref, path, &err), 0);
+	if (tb_image_get(first, &ref, 1u << 30, NULL, &img, &err) < 0)
+		fail_msg("%s", err.msg);
+	tb_image_cache_index_wait(first, NULL, NULL);
+
+	snprintf(path, sizeof(path), "%s/toc-spans", F.root);
+	assert_int_equal(tb_span_cache_open(&spans, path, 64u << 20, &err), 0);
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	c.images = second;
+	c.image_spans = spans;
+
+	/* a TOC not the one annotated, and no index of that layer anywhere
+	 * (first, as its blob is the mixed image's): pulled whole */
+	char *commit =
+	    lazy_recipe(layout, wrong, "grep -q second-layer /usr/share/second || exit 4\n");
+	tb_task_t t = task("life-toc-wrong", commit, "toc-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_non_null(strstr(e.environment, "\"lazy\":false"));
+
+	/* a second worker reads the mixed image on demand */
+	e = (struct events){ .seq_ok = 1 };
+	commit = lazy_recipe(layout, mixed,
+			     "grep -q from-the-image /usr/share/marker || exit 3\n"
+			     "grep -q second-layer /usr/share/second || exit 4\n"
+			     "test -e /stargz.index.json || exit 5\n");
+	t = task("life-toc-root", commit, "toc-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	printf("  read on demand by its TOC: %s\n", e.environment);
+	assert_non_null(strstr(e.environment, "\"lazy\":true"));
+	char *at = strstr(e.environment, "\"fetched_bytes\":");
+	assert_non_null(at);
+	assert_true(strtoull(at + 16, NULL, 10) < 16384); /* + footer and TOC */
+	tb_image_cache_pull_wait(second);
+
+#ifdef TB_HAVE_ZSTD_CHUNKED
+	/* the upper layer zstd:chunked instead: the same, from its TOC */
+	char zstd[72];
+	oci_toc_image(layout, digest, "zstd:chunked", "1", "", zstd);
+	e = (struct events){ .seq_ok = 1 };
+	commit = lazy_recipe(layout, zstd,
+			     "grep -q from-the-image /usr/share/marker || exit 3\n"
+			     "grep -q second-layer /usr/share/second || exit 4\n");
+	t = task("life-zstd-root", commit, "toc-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_non_null(strstr(e.environment, "\"lazy\":true"));
+	tb_image_cache_pull_wait(second);
+#endif
+
+	/* a TOC that lies about a chunk: poison, naming it */
+	tb_image_cache_t *third = indexed_cache("cache-toc2");
+	c.images = third;
+	e = (struct events){ .seq_ok = 1 };
+	commit = lazy_recipe(layout, lying, "cat /usr/share/second > /dev/null\n");
+	t = task("life-toc-lie", commit, "toc-img");
+	assert_int_equal(tb_lifecycle_run(&c, &t, 1, &res, &err), TB_EPOISON);
+	printf("  a lying TOC: %s\n", err.msg);
+	if (!strstr(err.msg, "'usr/share/second'") ||
+	    !strstr(err.msg, "does not match its digest in the TOC"))
+		fail_msg("a lying TOC said: %s", err.msg);
+	tb_image_cache_pull_wait(third);
+	tb_image_release(&img);
+	tb_span_cache_close(spans);
+	tb_image_cache_close(first);
+	tb_image_cache_close(second);
+	tb_image_cache_close(third);
+}
+
 /* A task's input of the runtime's lazy size or more, with a block list
  * in the store, is read on demand: the agent sees its size at once and
  * reads a MiB of it, and about that much is fetched (usage.inputs says
@@ -2548,6 +2668,7 @@ int main(void)
 		cmocka_unit_test(test_lifecycle__the_agent_cannot_pass_for_the_user),
 		cmocka_unit_test(test_lifecycle__a_recipe_runs_in_its_pinned_image),
 		cmocka_unit_test(test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand),
+		cmocka_unit_test(test_lifecycle__an_estargz_image_starts_on_its_tocs),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");

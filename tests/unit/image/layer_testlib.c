@@ -50,6 +50,7 @@ size_t layer_check_against_tar(const uint8_t *blob, size_t n, const tb_layer_ind
 	size_t i = 0;
 
 	archive_read_support_filter_gzip(a);
+	archive_read_support_filter_zstd(a);
 	archive_read_support_format_tar(a);
 	assert_int_equal(archive_read_open_memory(a, blob, n), ARCHIVE_OK);
 	for (; archive_read_next_header(a, &e) == ARCHIVE_OK; i++) {

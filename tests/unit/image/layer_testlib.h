@@ -1,6 +1,7 @@
 /*
  * layer_testlib.h: what the layer index tests check alike, whatever made
- * the index (a gzip layer's zran index, an eStargz layer's TOC): its
+ * the index (a gzip layer's zran index, an eStargz or a zstd:chunked
+ * layer's TOC): its
  * entries are the tar's as libarchive reads the blob, and each file's
  * bytes read through the index equal the tar's.
  */
@@ -15,7 +16,7 @@
 #define LAYER_CHECK_TIMES 1 /* the modification times too, to the nanosecond */
 
 /**
- * Every entry of gzip tar @p blob (@p n bytes) as libarchive reads it,
+ * Every entry of gzip or zstd tar @p blob (@p n bytes) as libarchive reads it,
  * against @p ix in order: the same path, type, link target, mode, owner
  * and size (and time, with LAYER_CHECK_TIMES in @p how), and a file's
  * data equal to what tb_layer_index_read gives through @p fetch / @p arg.

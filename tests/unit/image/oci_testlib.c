@@ -122,6 +122,28 @@ static size_t read_blob(const char *layout, const char *digest, char *out, size_
 }
 
 /* An index naming @p manifest for s390x and for @p arch. */
+#ifndef TB_PYTHON
+#define TB_PYTHON "python3"
+#endif
+
+void oci_toc_image(const char *layout, const char *manifest, const char *format, const char *layers,
+		   const char *options, char d[72])
+{
+	char cmd[2048], line[256];
+	snprintf(cmd, sizeof(cmd), "'%s' '%s/tests/tools/toc-image' --format %s %s%s %s '%s' '%s'",
+		 TB_PYTHON, TB_SOURCE_DIR, format, layers ? "--layers " : "", layers ? layers : "",
+		 options, layout, manifest);
+	FILE *f = popen(cmd, "r");
+	if (!f || !fgets(line, sizeof(line), f))
+		fail_msg("no digest from: %s", cmd);
+	if (pclose(f) != 0)
+		fail_msg("failed: %s", cmd);
+	line[strcspn(line, "\n")] = '\0';
+	if (strlen(line) != 71)
+		fail_msg("'%s' is not a digest, from: %s", line, cmd);
+	memcpy(d, line, 72);
+}
+
 void oci_index(const char *layout, const char *manifest, const char *arch, char d[72])
 {
 	static char blob[1 << 16];

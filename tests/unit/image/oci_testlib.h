@@ -30,6 +30,15 @@ size_t oci_layer(const char *const *files, char *out, size_t cap);
 void oci_image(const char *layout, const char *const *const *layers, size_t n,
 	       const char *layer_type, char d[72]);
 
+/** Manifest @p manifest of @p layout written again with layers @p layers
+ * ("0,1", counted from the bottom; NULL: all) of @p format ("estargz",
+ * "zstd:chunked"), their TOCs annotated (tests/tools/toc-image, with
+ * @p options: "" or its hostile ones, "--lie-digest NAME",
+ * "--lie-annotation"); the new manifest's digest into @p d. Files are cut
+ * in chunks of 4 MiB. */
+void oci_toc_image(const char *layout, const char *manifest, const char *format, const char *layers,
+		   const char *options, char d[72]);
+
 /** An index naming @p manifest (a digest of @p layout, its real size)
  * for linux/s390x and linux/@p arch; its digest into @p d. */
 void oci_index(const char *layout, const char *manifest, const char *arch, char d[72]);

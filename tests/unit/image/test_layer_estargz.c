@@ -253,7 +253,7 @@ static void check_against_gzip_index(blob_t *b, const tb_layer_index_t *ix)
 static void check_against_libarchive(blob_t *b, const tb_layer_index_t *ix)
 {
 	layer_check_against_tar(b->p, b->n, ix, 0, blob_fetch,
-				b); /* no times: the TOC's are whole seconds */
+				b); /* times below: the TOC's are whole seconds */
 }
 
 static void test_read_natively(void **state)
@@ -270,6 +270,12 @@ static void test_read_natively(void **state)
 	assert_int_equal(ix->npoints, 6 + 2 + 3 + 1 + landmark);
 	check_against_libarchive(&b, ix);
 	check_against_gzip_index(&b, ix);
+	/* times: the TOC's modtime, whole seconds (the tar's are whole here) */
+	for (size_t i = 0; i + 1 < ix->nentries; i++)
+		if (strcmp(ix->entries[i].path, ".no.prefetch.landmark")) {
+			assert_int_equal(ix->entries[i].mtime, 1700000000);
+			assert_int_equal(ix->entries[i].mtime_ns, 0);
+		}
 	/* a range across chunks and files */
 	uint8_t buf[3 * CHUNK];
 	tb_error_t err;
