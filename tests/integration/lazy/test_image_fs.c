@@ -15,7 +15,9 @@
  * Then what is fetched: one small file fetches only the spans holding
  * it, a second file system on the same cache nothing; concurrent
  * readers of a span wait for its one fetch; prefetching fills the cache
- * so that reading everything fetches nothing more. And hostile: a span whose
+ * so that reading everything fetches nothing more; the order readers
+ * needed spans in, noted, and prefetching in such an order fetching
+ * exactly its spans, in it, past the lies in one. And hostile: a span whose
  * bytes are altered fails only its file's reads, with the layer and
  * span kept; an index whose entries lie about where data is.
  */
@@ -115,7 +117,14 @@ typedef struct blob {
 	size_t nfetches;
 	uint64_t alter_at; /* a fetch from here gets a byte flipped; 0: none */
 	int slow;          /* ms each fetch takes */
+	int layer;         /* its place in F.b (every fetch of F.b's: F.log) */
 } blob_t;
+
+/* A fetch of F.b's, in the order fetches happened over every layer. */
+typedef struct fetch_seen {
+	int layer;
+	uint64_t off;
+} fetch_seen_t;
 
 static struct {
 	char tmp[64];
@@ -123,9 +132,14 @@ static struct {
 	char unpacked[128];
 	tb_unpack_stats_t st;
 	int n;
-	unsigned prefetch; /* start(): prefetch_threads */
-	uint32_t id_base;  /* start(): id_base */
-} F;
+	unsigned prefetch;           /* start(): prefetch_threads */
+	uint32_t id_base;            /* start(): id_base */
+	const tb_read_span_t *order; /* start(): order, norder */
+	size_t norder;
+	pthread_mutex_t log_lock;
+	fetch_seen_t log[MAX_FETCHES];
+	size_t nlog;
+} F = { .log_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
 {
@@ -250,6 +264,10 @@ static int64_t blob_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_err
 	if (b->alter_at && off == b->alter_at)
 		((uint8_t *)buf)[len / 2] ^= 0x40;
 	pthread_mutex_unlock(&b->lock);
+	pthread_mutex_lock(&F.log_lock);
+	if (F.nlog < MAX_FETCHES)
+		F.log[F.nlog++] = (fetch_seen_t){ b->layer, off };
+	pthread_mutex_unlock(&F.log_lock);
 	return (int64_t)len;
 }
 
@@ -309,6 +327,7 @@ static int setup(void **state)
 	for (int l = 0; l < NLAYERS; l++) {
 		make_layer(&F.b[l], specs[l]);
 		F.b[l].ix = index_of(&F.b[l]);
+		F.b[l].layer = l;
 	}
 	unpack_all();
 	return 0;
@@ -341,6 +360,9 @@ static void reset_fetches(void)
 		F.b[l].alter_at = 0;
 		F.b[l].slow = 0;
 	}
+	pthread_mutex_lock(&F.log_lock);
+	F.nlog = 0;
+	pthread_mutex_unlock(&F.log_lock);
 }
 
 static int start(mounted_t *m, tb_span_cache_t *cache, tb_layer_index_t *const *ix, tb_error_t *err)
@@ -356,7 +378,9 @@ static int start(mounted_t *m, tb_span_cache_t *cache, tb_layer_index_t *const *
 				    .cache = cache,
 				    .limits = { 1u << 30, 100000 },
 				    .prefetch_threads = F.prefetch,
-				    .id_base = F.id_base };
+				    .id_base = F.id_base,
+				    .order = F.order,
+				    .norder = F.norder };
 	int rc = tb_image_fs_start(&m->fs, &conf, &mfd, err);
 	if (rc < 0)
 		return rc;
@@ -892,6 +916,141 @@ static void test_image_fs__readers_and_prefetchers_fetch_a_span_once(void **stat
 	reset_fetches();
 }
 
+/* Reads @p n files of @p m (their contents checked against the unpacked
+ * tree's). */
+static void read_files(const mounted_t *m, const char *const *paths, size_t n)
+{
+	char p[256], q[256];
+	size_t len, want;
+
+	for (size_t k = 0; k < n; k++) {
+		snprintf(p, sizeof(p), "%s/%s", m->at, paths[k]);
+		snprintf(q, sizeof(q), "%s/%s", F.unpacked, paths[k]);
+		uint8_t *d = slurp(p, &len), *u = slurp(q, &want);
+		assert_non_null(d);
+		assert_non_null(u);
+		assert_int_equal(len, want);
+		assert_memory_equal(d, u, len);
+		free(d);
+		free(u);
+	}
+}
+
+/*
+ * The order readers first needed spans in is noted; a second file system
+ * given it as its order prefetches exactly those spans, in that order,
+ * and no other (one thread, no reader meanwhile: the fetches' order is
+ * the order's), so its readers then fetch nothing; an order that lies
+ * (spans outside the layers, one twice) has those skipped, and one of
+ * nothing but lies prefetches nothing, while every read still gives the
+ * layers' bytes.
+ */
+static void test_image_fs__prefetch_in_a_read_order_fetches_those_spans_in_it(void **state)
+{
+	static const char *const paths[] = { "big2", "small/a", "etc/passwd", LONG_NAME };
+	tb_span_cache_t *cache, *cache2, *cache3;
+	tb_read_span_t *read = NULL, *again = NULL;
+	size_t nread, nagain;
+	tb_error_t err;
+	mounted_t m;
+	char dir[128];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/spans-order1", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	mount_image(&m, cache);
+	read_files(&m, paths, 4);
+	assert_int_equal(tb_image_fs_read_order(m.fs, &read, &nread), 0);
+	unmount_image(&m);
+	tb_span_cache_close(cache);
+	/* each span fetched, once, the first of them big2's (layer 2) */
+	assert_true(nread >= 3);
+	assert_int_equal(read[0].layer, 2);
+	assert_int_equal(nread, F.nlog);
+	for (size_t k = 0; k < nread; k++) {
+		uint64_t from, to;
+		size_t j = 0;
+		tb_layer_index_span(F.b[read[k].layer].ix, read[k].span, &from, &to);
+		while (j < F.nlog && (F.log[j].layer != (int)read[k].layer || F.log[j].off != from))
+			j++;
+		assert_true(j < F.nlog);
+		for (size_t i = 0; i < k; i++)
+			assert_false(read[i].layer == read[k].layer &&
+				     read[i].span == read[k].span);
+	}
+
+	/* the order, with lies among it: prefetched, exactly */
+	tb_read_span_t *lying = calloc(nread + 3, sizeof(*lying));
+	assert_non_null(lying);
+	memcpy(lying, read, nread * sizeof(*read));
+	lying[nread] = (tb_read_span_t){ 7, 0 };            /* no such layer */
+	lying[nread + 1] = (tb_read_span_t){ 0, 1u << 30 }; /* no such span */
+	lying[nread + 2] = read[0];                         /* twice */
+	snprintf(dir, sizeof(dir), "%s/spans-order2", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache2, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	F.prefetch = 1;
+	F.order = lying;
+	F.norder = nread + 3;
+	mount_image(&m, cache2);
+	F.prefetch = 0;
+	F.order = NULL;
+	F.norder = 0;
+	for (int i = 0; i < 2000 && !tb_image_fs_prefetched(m.fs); i++)
+		usleep(10000);
+	assert_true(tb_image_fs_prefetched(m.fs));
+	assert_int_equal(F.nlog, nread);
+	uint64_t bytes = 0;
+	for (size_t k = 0; k < nread; k++) {
+		uint64_t from, to;
+		tb_layer_index_span(F.b[read[k].layer].ix, read[k].span, &from, &to);
+		assert_int_equal(F.log[k].layer, (int)read[k].layer);
+		assert_int_equal(F.log[k].off, from);
+		bytes += to - from;
+	}
+	assert_int_equal(tb_image_fs_prefetched_bytes(m.fs), bytes);
+	/* the readers then fetch nothing, and are noted as before (the
+	 * kernel's reads ahead, served by several threads, may trade places
+	 * within a file) */
+	read_files(&m, paths, 4);
+	assert_int_equal(F.nlog, nread);
+	assert_int_equal(tb_image_fs_read_order(m.fs, &again, &nagain), 0);
+	assert_int_equal(nagain, nread);
+	for (size_t k = 0; k < nread; k++) {
+		size_t j = 0;
+		while (j < nagain &&
+		       (again[j].layer != read[k].layer || again[j].span != read[k].span))
+			j++;
+		assert_true(j < nagain);
+	}
+	unmount_image(&m);
+	tb_span_cache_close(cache2);
+
+	/* nothing but lies: nothing fetched ahead; reads are the layers' */
+	snprintf(dir, sizeof(dir), "%s/spans-order3", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache3, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	F.prefetch = 2;
+	F.order = lying + nread;
+	F.norder = 2;
+	mount_image(&m, cache3);
+	F.prefetch = 0;
+	F.order = NULL;
+	F.norder = 0;
+	usleep(100000);
+	assert_int_equal(F.nlog, 0);
+	assert_false(tb_image_fs_prefetched(m.fs));
+	read_files(&m, paths, 4);
+	assert_int_equal(tb_image_fs_prefetched_bytes(m.fs), 0);
+	unmount_image(&m);
+	tb_span_cache_close(cache3);
+	free(lying);
+	free(read);
+	free(again);
+	reset_fetches();
+}
+
 /* ------------------------------------------------------------ shapes */
 
 #define END                                                                                        \
@@ -1052,6 +1211,7 @@ int main(void)
 		cmocka_unit_test(test_image_fs__corners_of_the_rules_come_out_as_unpacked),
 		cmocka_unit_test(test_image_fs__memory_goes_back_when_reads_stop),
 		cmocka_unit_test(test_image_fs__readers_and_prefetchers_fetch_a_span_once),
+		cmocka_unit_test(test_image_fs__prefetch_in_a_read_order_fetches_those_spans_in_it),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
