@@ -1,6 +1,7 @@
 /*
  * cache_int.h: the image cache's own parts (image.h), for its files
- * only: the images pulled whole in the background (cache_later.c).
+ * only: the images pulled whole in the background (cache_later.c), the
+ * read orders of images read on demand (cache_order.c).
  */
 #ifndef TB_IMAGE_CACHE_INT_H
 #define TB_IMAGE_CACHE_INT_H
@@ -24,5 +25,13 @@ void tb_image_later_wait(tb_image_later_t *q);
 /** Ends the thread (a pull under way ends as the cache's interruption
  * makes it: the caller interrupts first) and frees @p q. NULL is fine. */
 void tb_image_later_stop(tb_image_later_t *q);
+
+/** Where the indexes are published (tb_image_cache_set_indexes), and so
+ * the read orders: NULL, nowhere. */
+tb_store_t *tb_image_cache_store(tb_image_cache_t *c);
+
+/** Image @p l's read order (cache_order.c), found where the indexes are,
+ * into l->order and l->order_state; a refusal said in the log. */
+void tb_image_lazy_find_order(tb_image_cache_t *c, tb_image_lazy_t *l);
 
 #endif
