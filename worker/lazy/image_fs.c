@@ -140,8 +140,9 @@ static void note_read(tb_image_fs_t *fs, size_t l, size_t i)
  * the cache, or fetched from the layer and kept (if it matches: the
  * cache checks). One at a time for a span, whoever asks (readers,
  * prefetchers, @p ahead): a second waits for the first, then finds it
- * cached. A reader is counted while it waits and fetches: prefetchers
- * start nothing meanwhile. */
+ * cached. A reader is counted while it waits and fetches, and a
+ * prefetcher waits until none is (readers first); one that is stopped
+ * meanwhile fetches nothing (0). */
 static int64_t get_span(tb_image_fs_t *fs, size_t l, size_t i, uint64_t off, void *buf, size_t len,
 			int ahead, tb_error_t *err)
 {
@@ -153,8 +154,13 @@ static int64_t get_span(tb_image_fs_t *fs, size_t l, size_t i, uint64_t off, voi
 		fs->readers++;
 		note_read(fs, l, i);
 	}
-	while (atomic_load(flying(fs, l, i)))
+	while (atomic_load(flying(fs, l, i)) ||
+	       (ahead && fs->readers && !atomic_load(&fs->stopping)))
 		pthread_cond_wait(&fs->landed, &fs->flight_lock);
+	if (ahead && atomic_load(&fs->stopping)) {
+		pthread_mutex_unlock(&fs->flight_lock);
+		return 0;
+	}
 	atomic_store(flying(fs, l, i), 1);
 	pthread_mutex_unlock(&fs->flight_lock);
 	if (!tb_span_cache_get(fs->c.cache, ly->ix, i, buf)) {
@@ -579,15 +585,6 @@ static void prefetch_one(tb_image_fs_t *fs, size_t l, size_t i, uint8_t **buf, s
 	get_span(fs, l, i, from, *buf, to - from, 1, &err); /* a failure: a reader's to meet */
 }
 
-/* Waits while a reader fetches or waits for a span: readers first. */
-static void behind_readers(tb_image_fs_t *fs)
-{
-	pthread_mutex_lock(&fs->flight_lock);
-	while (fs->readers && !atomic_load(&fs->stopping))
-		pthread_cond_wait(&fs->landed, &fs->flight_lock);
-	pthread_mutex_unlock(&fs->flight_lock);
-}
-
 /* A thread fetching every span to fetch ahead not cached yet, in order,
  * into the cache (compressed, as they come: a reader inflates what it
  * reads), at the lowest priority, behind the readers. */
@@ -601,10 +598,7 @@ static void *prefetch(void *arg)
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PREFETCH_NICE); /* best effort */
 	while (!atomic_load(&fs->stopping) &&
 	       nth_span(fs, atomic_fetch_add(&fs->next_span, 1), &l, &i)) {
-		behind_readers(fs);
-		if (atomic_load(&fs->stopping))
-			break;
-		prefetch_one(fs, l, i, &buf, &cap);
+		prefetch_one(fs, l, i, &buf, &cap); /* behind the readers */
 		atomic_fetch_add(&fs->prefetched, 1);
 	}
 	free(buf);
@@ -855,7 +849,7 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 		return;
 	tb_fuse_serve_stop(fs->server);       /* no request is served past here */
 	atomic_store(&fs->stopping, 1);       /* each prefetcher ends its fetch */
-	pthread_mutex_lock(&fs->flight_lock); /* ... or its wait for readers */
+	pthread_mutex_lock(&fs->flight_lock); /* ... or its wait for the readers */
 	pthread_cond_broadcast(&fs->landed);
 	pthread_mutex_unlock(&fs->flight_lock);
 	for (unsigned i = 0; i < fs->nprefetchers; i++)

@@ -46,6 +46,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NLAYERS 3
@@ -124,6 +125,7 @@ typedef struct blob {
 typedef struct fetch_seen {
 	int layer;
 	uint64_t off;
+	uint64_t from_us, to_us; /* when it began and ended (CLOCK_MONOTONIC) */
 } fetch_seen_t;
 
 static struct {
@@ -250,9 +252,17 @@ static int64_t blob_read(void *arg, void *buf, size_t len, tb_error_t *err)
 	return (int64_t)n;
 }
 
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 static int64_t blob_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_error_t *err)
 {
 	blob_t *b = arg;
+	uint64_t from = now_us();
 	if (off > b->n || len > b->n - off)
 		return tb_error_set(err, TB_EINVAL, "a range past the blob");
 	if (b->slow)
@@ -266,7 +276,7 @@ static int64_t blob_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_err
 	pthread_mutex_unlock(&b->lock);
 	pthread_mutex_lock(&F.log_lock);
 	if (F.nlog < MAX_FETCHES)
-		F.log[F.nlog++] = (fetch_seen_t){ b->layer, off };
+		F.log[F.nlog++] = (fetch_seen_t){ b->layer, off, from, now_us() };
 	pthread_mutex_unlock(&F.log_lock);
 	return (int64_t)len;
 }
@@ -1051,6 +1061,70 @@ static void test_image_fs__prefetch_in_a_read_order_fetches_those_spans_in_it(vo
 	reset_fetches();
 }
 
+/* Readers come first: while a reader's fetch is under way (slow here),
+ * the prefetcher starts none of its own (one may start as the reader's
+ * does: allowed a few milliseconds), and goes on once it has ended. */
+static void test_image_fs__prefetchers_start_no_fetch_while_a_reader_fetches(void **state)
+{
+	const tb_layer_index_t *ix2 = F.b[2].ix;
+	tb_read_span_t *order = calloc(ix2->npoints, sizeof(*order));
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	mounted_t m;
+	char dir[128], p[256];
+	size_t len;
+
+	(void)state;
+	assert_non_null(order);
+	assert_true(ix2->npoints >= 3);
+	for (size_t i = 0; i < ix2->npoints; i++)
+		order[i] = (tb_read_span_t){ 2, (uint32_t)i };
+	snprintf(dir, sizeof(dir), "%s/spans-first", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	F.b[2].slow = 60;  /* each span ahead */
+	F.b[0].slow = 300; /* the reader's */
+	F.prefetch = 1;
+	F.order = order;
+	F.norder = ix2->npoints;
+	mount_image(&m, cache);
+	F.prefetch = 0;
+	F.order = NULL;
+	F.norder = 0;
+	usleep(20000); /* the prefetcher in its first fetch */
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	uint8_t *d = slurp(p, &len);
+	assert_non_null(d);
+	assert_memory_equal(d, "a small file\n", len);
+	free(d);
+	for (int i = 0; i < 2000 && !tb_image_fs_prefetched(m.fs); i++)
+		usleep(10000);
+	assert_true(tb_image_fs_prefetched(m.fs));
+	unmount_image(&m);
+	tb_span_cache_close(cache);
+	size_t readers = 0, after = 0;
+	for (size_t r = 0; r < F.nlog; r++) {
+		if (F.log[r].layer != 0)
+			continue;
+		readers++;
+		for (size_t k = 0; k < F.nlog; k++) {
+			if (F.log[k].layer != 2)
+				continue;
+			if (F.log[k].from_us > F.log[r].from_us + 15000 &&
+			    F.log[k].from_us < F.log[r].to_us)
+				fail_msg(
+				    "a span ahead began %llu us into a reader's fetch of %llu us",
+				    (unsigned long long)(F.log[k].from_us - F.log[r].from_us),
+				    (unsigned long long)(F.log[r].to_us - F.log[r].from_us));
+			after += F.log[k].from_us >= F.log[r].to_us;
+		}
+	}
+	assert_true(readers >= 1);
+	assert_true(after >= 1); /* and it went on */
+	free(order);
+	reset_fetches();
+}
+
 /* ------------------------------------------------------------ shapes */
 
 #define END                                                                                        \
@@ -1212,6 +1286,7 @@ int main(void)
 		cmocka_unit_test(test_image_fs__memory_goes_back_when_reads_stop),
 		cmocka_unit_test(test_image_fs__readers_and_prefetchers_fetch_a_span_once),
 		cmocka_unit_test(test_image_fs__prefetch_in_a_read_order_fetches_those_spans_in_it),
+		cmocka_unit_test(test_image_fs__prefetchers_start_no_fetch_while_a_reader_fetches),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
