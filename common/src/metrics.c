@@ -75,14 +75,14 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	char worker[128];
 	unsigned slots, busy, waiting;
-	family_t tasks, failures, dlq, phase, images, layer_indexes;
+	family_t tasks, failures, dlq, phase, images, layer_indexes, lazy_starts, read_orders;
 	histogram_t launch;
 	histogram_t step[TB_STEP__COUNT];
 	int64_t lag[MAX_LAG_PARTITIONS];
 	int nlag;
 	uint64_t egress[5];
 	uint64_t events;
-	uint64_t image_bytes, image_evictions;
+	uint64_t image_bytes, image_evictions, image_prefetched;
 	used_t used[MAX_VALUES];
 	size_t nused;
 } R;
@@ -287,6 +287,27 @@ void tb_metrics_layer_index(const char *result)
 	pthread_mutex_unlock(&lock);
 }
 
+void tb_metrics_image_lazy(const char *result)
+{
+	pthread_mutex_lock(&lock);
+	R.lazy_starts.counts[slot(&R.lazy_starts, result)]++;
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_metrics_read_order(const char *result)
+{
+	pthread_mutex_lock(&lock);
+	R.read_orders.counts[slot(&R.read_orders, result)]++;
+	pthread_mutex_unlock(&lock);
+}
+
+void tb_metrics_image_prefetched(uint64_t bytes)
+{
+	pthread_mutex_lock(&lock);
+	R.image_prefetched += bytes;
+	pthread_mutex_unlock(&lock);
+}
+
 void tb_metrics_image_evicted(void)
 {
 	pthread_mutex_lock(&lock);
@@ -483,7 +504,15 @@ char *tb_metrics_render(size_t *len)
 	fprintf(f, "taskbox_image_evictions_total %llu\n", (unsigned long long)R.image_evictions);
 	counters(f, "taskbox_image_layer_indexes_total", "result", &R.layer_indexes,
 		 "Layer indexes: published, unpublished, found, none, refused, failed; "
-		 "eStargz TOCs: toc, toc_refused.");
+		 "TOCs (eStargz, zstd:chunked): toc, toc_refused.");
+	counters(f, "taskbox_image_lazy_starts_total", "result", &R.lazy_starts,
+		 "Images made ready with image_lazy: lazy (read on demand), whole (pulled).");
+	counters(f, "taskbox_image_read_orders_total", "result", &R.read_orders,
+		 "Images' read orders: found, none, refused, failed, recorded, unrecorded.");
+	head(f, "taskbox_image_prefetched_bytes_total", "counter",
+	     "Spans fetched ahead in an image's read order, in bytes.");
+	fprintf(f, "taskbox_image_prefetched_bytes_total %llu\n",
+		(unsigned long long)R.image_prefetched);
 	usage_sums(f);
 	pthread_mutex_unlock(&lock);
 	if (fclose(f) != 0) {

@@ -855,6 +855,8 @@ int tb_image_lazy_open(tb_image_cache_t *c, const tb_image_ref_t *ref, const cha
 		rc = lazy_layers(c, l, m, err);
 	if (building >= 0)
 		close(building);
+	if (rc == 0) /* a hint: never a reason not to start */
+		tb_image_lazy_find_order(c, l);
 	free(m);
 	if (l)
 		l->ms = tb_mono_ms() - t0;
@@ -888,6 +890,7 @@ void tb_image_lazy_free(tb_image_lazy_t *l)
 	free(l->layers.items);
 	free(l->ix);
 	free(l->blobs);
+	tb_read_order_free(l->order);
 	tb_oci_config_free(&l->config);
 	if (l->src)
 		l->src->close(l->src);
@@ -1071,6 +1074,11 @@ int tb_image_cache_set_indexes(tb_image_cache_t *c, const tb_layer_indexes_t *wh
 	if (rc == 0)
 		c->indexes = *where;
 	return rc;
+}
+
+tb_store_t *tb_image_cache_store(tb_image_cache_t *c)
+{
+	return c->indexes.store;
 }
 
 void tb_image_cache_index_wait(tb_image_cache_t *c, uint64_t *built, uint64_t *ms)

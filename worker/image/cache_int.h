@@ -1,7 +1,8 @@
 /*
  * cache_int.h: the image cache's own parts (image.h), for its files
  * only: the images pulled whole in the background (cache_later.c); what
- * describes a layer read on demand (lazy_layer.c).
+ * describes a layer read on demand (lazy_layer.c); the read orders of
+ * images read on demand (cache_order.c).
  */
 #ifndef TB_IMAGE_CACHE_INT_H
 #define TB_IMAGE_CACHE_INT_H
@@ -39,5 +40,12 @@ void tb_image_later_stop(tb_image_later_t *q);
  */
 int tb_image_lazy_layer(tb_image_cache_t *c, const tb_oci_desc_t *d, tb_source_blob_t *blob,
 			tb_layer_index_t **out, uint64_t *fetched, tb_error_t *err);
+/** Where the indexes are published (tb_image_cache_set_indexes), and so
+ * the read orders: NULL, nowhere. */
+tb_store_t *tb_image_cache_store(tb_image_cache_t *c);
+
+/** Image @p l's read order (cache_order.c), found where the indexes are,
+ * into l->order and l->order_state; a refusal said in the log. */
+void tb_image_lazy_find_order(tb_image_cache_t *c, tb_image_lazy_t *l);
 
 #endif

@@ -43,6 +43,7 @@
 
 #include "layer_index_store.h"
 #include "oci.h"
+#include "read_order.h"
 #include "source.h"
 #include "tb/codec.h"
 #include "tb/image_ref.h"
@@ -157,7 +158,21 @@ typedef struct tb_image_lazy {
 	tb_image_source_t *src;  /* kept open for those reads */
 	uint64_t fetched;        /* bytes fetched to resolve it */
 	uint64_t ms;             /* how long it took */
+	tb_read_order_t *order;  /* the order a first run read its spans in,
+				  * fitted to its indexes: to prefetch in
+				  * (read_order.h); NULL: none to trust */
+	int order_state;         /* tb_image_order_state_t */
 } tb_image_lazy_t;
+
+/* What tb_image_lazy_open() found of the image's read order, and so what
+ * tb_image_cache_record_order() does with this run's. */
+typedef enum tb_image_order_state {
+	TB_IMAGE_ORDER_AWAY = 0, /* not asked (no store), the store away, or a
+				  * later worker's: left alone */
+	TB_IMAGE_ORDER_FOUND,    /* found and fitted: prefetched in */
+	TB_IMAGE_ORDER_NONE,     /* none recorded: this run's is */
+	TB_IMAGE_ORDER_REFUSED,  /* refused: this run's replaces it */
+} tb_image_order_state_t;
 
 /**
  * Resolves @p ref without pulling its layers: its manifest (through its
@@ -169,6 +184,9 @@ typedef struct tb_image_lazy {
  * zstd:chunked: one range, layer_zstd_chunked.h, with libzstd), else, for
  * a gzip layer, by its index found by its pin
  * (tb_image_cache_find_index). One image may have layers of each kind.
+ * The order a first run read it in (read_order.h) is looked for where the
+ * indexes are, a small object: one that is refused is said in the log
+ * and only means no prefetch.
  * @param[out] out with 0: a new tb_image_lazy_t (tb_image_lazy_free),
  *             whose source and indexes serve the root (worker/lazy)
  * @return 0; 1 when it should be pulled whole (tb_image_get) instead,
@@ -194,6 +212,17 @@ int tb_image_lazy_open(tb_image_cache_t *c, const tb_image_ref_t *ref, const cha
  */
 void tb_image_cache_pull_later(tb_image_cache_t *c, const tb_image_ref_t *ref,
 			       const char *credentials, uint64_t max_unpacked);
+
+/**
+ * What a run of @p l read on demand leaves for the next: the spans its
+ * readers first read, @p spans (@p n of them, in that order), recorded as
+ * its image's read order where the indexes are, when none was found at
+ * its start (or the one found was refused: it is replaced). Once per
+ * image and fleet, as a rule: a run that finds one records nothing. A
+ * failure is said in the log (counted), never the task's.
+ */
+void tb_image_cache_record_order(tb_image_cache_t *c, const tb_image_lazy_t *l,
+				 const tb_read_span_t *spans, size_t n);
 
 /** Waits until no image is queued or being pulled later. For tests. */
 void tb_image_cache_pull_wait(tb_image_cache_t *c);

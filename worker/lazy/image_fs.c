@@ -24,14 +24,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SPARE_SLOTS 2
 #define SLOTS_MAX 64
 #define IDLE_S 2        /* seconds without a read after which slots are freed */
 #define TIMEOUT 86400.0 /* nothing here ever changes */
 #define TAR_BLOCK 512
+#define PREFETCH_NICE 19 /* the lowest: readers, and everything else, first */
 
 typedef struct slot {
 	size_t layer, span; /* which, when state is not EMPTY */
@@ -59,9 +63,13 @@ struct tb_image_fs {
 	/* fetching the rest ahead into the cache */
 	pthread_t prefetchers[TB_IMAGE_FS_PREFETCH_MAX];
 	unsigned nprefetchers;
-	_Atomic size_t next_span; /* over every layer's spans, in order */
+	_Atomic size_t next_span; /* over every layer's spans, in order, or
+				   * over ahead[] */
 	_Atomic int stopping;
 	_Atomic size_t prefetched; /* spans done (kept, or given up) */
+	_Atomic uint64_t prefetch_bytes;
+	tb_read_span_t *ahead; /* conf.order's spans in the layers, once each */
+	size_t nahead;         /* ... how many; ahead NULL: every span */
 	/* giving memory back when idle, under lock */
 	uint64_t reads;      /* spans pinned so far */
 	int idle_stopping;   /* the idler is to end */
@@ -71,8 +79,15 @@ struct tb_image_fs {
 	/* spans being fetched, one flag each, layer after layer */
 	_Atomic uint8_t *flying;
 	size_t *first_span; /* per layer: its first flag */
+	size_t nspans;      /* every layer's */
 	pthread_mutex_t flight_lock;
 	pthread_cond_t landed; /* a fetch ended */
+	/* under flight_lock: */
+	unsigned readers;       /* readers' fetches under way or waiting:
+				   * no prefetch starts meanwhile */
+	uint8_t *seen;          /* per span: a reader needed it */
+	tb_read_span_t *read;   /* ... those, in the order first needed */
+	size_t nread, read_cap; /* read_cap: at most SPANS_MAX */
 };
 
 /* Keeps the first failure, and the first that is the layer's own over
@@ -110,30 +125,59 @@ static _Atomic uint8_t *flying(tb_image_fs_t *fs, size_t l, size_t i)
 	return &fs->flying[fs->first_span[l] + i];
 }
 
+/* A reader needs span @p i of layer @p l: noted the first time, in
+ * order. Under flight_lock. */
+static void note_read(tb_image_fs_t *fs, size_t l, size_t i)
+{
+	size_t k = fs->first_span[l] + i;
+
+	if (fs->seen[k])
+		return;
+	fs->seen[k] = 1;
+	if (fs->nread < fs->read_cap)
+		fs->read[fs->nread++] = (tb_read_span_t){ (uint32_t)l, (uint32_t)i };
+}
+
 /* Span @p i of layer @p l (@p len bytes from @p off) into @p buf: from
  * the cache, or fetched from the layer and kept (if it matches: the
  * cache checks). One at a time for a span, whoever asks (readers,
- * prefetchers): a second waits for the first, then finds it cached. */
+ * prefetchers, @p ahead): a second waits for the first, then finds it
+ * cached. A reader is counted while it waits and fetches, and a
+ * prefetcher waits until none is (readers first); one that is stopped
+ * meanwhile fetches nothing (0). */
 static int64_t get_span(tb_image_fs_t *fs, size_t l, size_t i, uint64_t off, void *buf, size_t len,
-			tb_error_t *err)
+			int ahead, tb_error_t *err)
 {
 	const tb_image_fs_layer_t *ly = &fs->c.layers[l];
 	int64_t got = (int64_t)len;
 
 	pthread_mutex_lock(&fs->flight_lock);
-	while (atomic_load(flying(fs, l, i)))
+	if (!ahead) {
+		fs->readers++;
+		note_read(fs, l, i);
+	}
+	while (atomic_load(flying(fs, l, i)) ||
+	       (ahead && fs->readers && !atomic_load(&fs->stopping)))
 		pthread_cond_wait(&fs->landed, &fs->flight_lock);
+	if (ahead && atomic_load(&fs->stopping)) {
+		pthread_mutex_unlock(&fs->flight_lock);
+		return 0;
+	}
 	atomic_store(flying(fs, l, i), 1);
 	pthread_mutex_unlock(&fs->flight_lock);
 	if (!tb_span_cache_get(fs->c.cache, ly->ix, i, buf)) {
 		got = ly->fetch(ly->arg, off, buf, len, err);
 		if (got > 0)
 			atomic_fetch_add(&fs->fetched[l], (uint64_t)got);
+		if (got > 0 && ahead)
+			atomic_fetch_add(&fs->prefetch_bytes, (uint64_t)got);
 		if (got == (int64_t)len)
 			tb_span_cache_put(fs->c.cache, ly->ix, i, buf);
 	}
 	pthread_mutex_lock(&fs->flight_lock);
 	atomic_store(flying(fs, l, i), 0);
+	if (!ahead)
+		fs->readers--;
 	pthread_cond_broadcast(&fs->landed);
 	pthread_mutex_unlock(&fs->flight_lock);
 	return got;
@@ -159,7 +203,7 @@ static int64_t fetch_span(void *arg, uint64_t off, void *buf, size_t len, tb_err
 	tb_layer_index_span(ix, lo, &from, &to);
 	if (from != off || to - from != len) /* never: the reader asks for spans */
 		return tb_error_set(err, TB_EINVAL, "a range that is not a span");
-	return get_span(f->fs, f->layer, lo, off, buf, len, err);
+	return get_span(f->fs, f->layer, lo, off, buf, len, 0, err);
 }
 
 /* Span @p i of layer @p l inflated into @p buf, its first @p len bytes.
@@ -505,10 +549,18 @@ static const struct fuse_lowlevel_ops ops = {
 
 /* ------------------------------------------------------------ prefetch */
 
-/* Span number @p k over every layer's spans, in order: its layer into
- * @p l and its number there into @p i. @return 0 past the last. */
+/* Span number @p k of those to fetch ahead (the order's, or every
+ * layer's in order): its layer into @p l and its number there into
+ * @p i. @return 0 past the last. */
 static int nth_span(const tb_image_fs_t *fs, size_t k, size_t *l, size_t *i)
 {
+	if (fs->ahead) {
+		if (k >= fs->nahead)
+			return 0;
+		*l = fs->ahead[k].layer;
+		*i = fs->ahead[k].span;
+		return 1;
+	}
 	for (*l = 0; *l < fs->c.nlayers; (*l)++) {
 		if (k < fs->c.layers[*l].ix->npoints) {
 			*i = k;
@@ -536,20 +588,23 @@ static void prefetch_one(tb_image_fs_t *fs, size_t l, size_t i, uint8_t **buf, s
 			return;
 		*buf = b, *cap = to - from;
 	}
-	get_span(fs, l, i, from, *buf, to - from, &err); /* a failure: a reader's to meet */
+	get_span(fs, l, i, from, *buf, to - from, 1, &err); /* a failure: a reader's to meet */
 }
 
-/* A thread fetching every span not cached yet, in order, into the cache
- * (compressed, as they come: a reader inflates what it reads). */
+/* A thread fetching every span to fetch ahead not cached yet, in order,
+ * into the cache (compressed, as they come: a reader inflates what it
+ * reads), at the lowest priority, behind the readers. */
 static void *prefetch(void *arg)
 {
 	tb_image_fs_t *fs = arg;
 	uint8_t *buf = NULL;
 	size_t cap = 0, l, i;
 
+	/* this thread alone (a thread's id is a process to setpriority) */
+	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PREFETCH_NICE); /* best effort */
 	while (!atomic_load(&fs->stopping) &&
 	       nth_span(fs, atomic_fetch_add(&fs->next_span, 1), &l, &i)) {
-		prefetch_one(fs, l, i, &buf, &cap);
+		prefetch_one(fs, l, i, &buf, &cap); /* behind the readers */
 		atomic_fetch_add(&fs->prefetched, 1);
 	}
 	free(buf);
@@ -646,8 +701,36 @@ static int build(tb_image_fs_t *fs, tb_error_t *err)
 		fs->first_span[l] = spans;
 		spans += fs->c.layers[l].ix->npoints;
 	}
-	if (!(fs->flying = calloc(spans ? spans : 1, sizeof(*fs->flying))))
+	fs->nspans = spans;
+	fs->read_cap = spans < TB_READ_ORDER_SPANS_MAX ? spans : TB_READ_ORDER_SPANS_MAX;
+	if (!(fs->flying = calloc(spans ? spans : 1, sizeof(*fs->flying))) ||
+	    !(fs->seen = calloc(spans ? spans : 1, sizeof(*fs->seen))) ||
+	    !(fs->read = calloc(fs->read_cap ? fs->read_cap : 1, sizeof(*fs->read))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	return 0;
+}
+
+/* conf->order's spans into fs->ahead: those inside the layers, each
+ * once, in its order (a hint: what is not a span of these layers is
+ * skipped). */
+static int take_order(tb_image_fs_t *fs, const tb_image_fs_conf_t *conf, tb_error_t *err)
+{
+	uint8_t *taken = calloc(fs->nspans ? fs->nspans : 1, 1);
+
+	fs->ahead = calloc(conf->norder ? conf->norder : 1, sizeof(*fs->ahead));
+	if (!taken || !fs->ahead) {
+		free(taken);
+		return tb_error_set(err, TB_ENOMEM, "out of memory");
+	}
+	for (size_t k = 0; k < conf->norder; k++) {
+		const tb_read_span_t *s = &conf->order[k];
+		if (s->layer >= fs->c.nlayers || s->span >= fs->c.layers[s->layer].ix->npoints ||
+		    taken[fs->first_span[s->layer] + s->span])
+			continue;
+		taken[fs->first_span[s->layer] + s->span] = 1;
+		fs->ahead[fs->nahead++] = *s;
+	}
+	free(taken);
 	return 0;
 }
 
@@ -669,6 +752,8 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 	}
 	fs->c = *conf;
 	fs->c.layers = NULL;
+	fs->c.order = NULL; /* the caller's: copied into fs->ahead */
+	fs->c.norder = 0;
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_cond_init(&fs->changed, NULL);
 	pthread_cond_init(&fs->idle, NULL);
@@ -683,7 +768,8 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 	}
 	memcpy(layers, conf->layers, conf->nlayers * sizeof(*layers));
 	fs->c.layers = layers;
-	if ((rc = build(fs, err)) < 0 || (rc = size_slots(fs, threads, err)) < 0)
+	if ((rc = build(fs, err)) < 0 || (rc = size_slots(fs, threads, err)) < 0 ||
+	    (conf->order && (rc = take_order(fs, conf, err)) < 0))
 		goto fail;
 	tb_fuse_serve_conf_t sc = { .ops = &ops,
 				    .userdata = fs,
@@ -693,7 +779,8 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 	if ((rc = tb_fuse_serve_start(&fs->server, &sc, "image root", mount_fd, err)) < 0)
 		goto fail;
 	fs->has_idler = pthread_create(&fs->idler, NULL, idler, fs) == 0; /* else kept */
-	unsigned ahead = conf->cache ? conf->prefetch_threads : 0; /* needs somewhere to go */
+	/* needs somewhere to go, and something to fetch */
+	unsigned ahead = conf->cache && (!fs->ahead || fs->nahead) ? conf->prefetch_threads : 0;
 	for (; fs->nprefetchers < ahead && fs->nprefetchers < TB_IMAGE_FS_PREFETCH_MAX;
 	     fs->nprefetchers++)
 		if (pthread_create(&fs->prefetchers[fs->nprefetchers], NULL, prefetch, fs) != 0)
@@ -717,10 +804,30 @@ uint64_t tb_image_fs_memory(tb_image_fs_t *fs)
 
 int tb_image_fs_prefetched(tb_image_fs_t *fs)
 {
-	size_t all = 0;
-	for (size_t l = 0; l < fs->c.nlayers; l++)
-		all += fs->c.layers[l].ix->npoints;
+	size_t all = fs->ahead ? fs->nahead : fs->nspans;
 	return fs->nprefetchers && atomic_load(&fs->prefetched) >= all;
+}
+
+uint64_t tb_image_fs_prefetched_bytes(tb_image_fs_t *fs)
+{
+	return atomic_load(&fs->prefetch_bytes);
+}
+
+int tb_image_fs_read_order(tb_image_fs_t *fs, tb_read_span_t **out, size_t *n)
+{
+	int rc = 0;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&fs->flight_lock);
+	if (fs->nread && !(*out = malloc(fs->nread * sizeof(**out))))
+		rc = TB_ENOMEM;
+	else if (fs->nread) {
+		memcpy(*out, fs->read, fs->nread * sizeof(**out));
+		*n = fs->nread;
+	}
+	pthread_mutex_unlock(&fs->flight_lock);
+	return rc;
 }
 
 uint64_t tb_image_fs_fetched(tb_image_fs_t *fs, size_t layer)
@@ -746,8 +853,11 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 {
 	if (!fs)
 		return;
-	tb_fuse_serve_stop(fs->server); /* no request is served past here */
-	atomic_store(&fs->stopping, 1); /* each prefetcher ends its fetch */
+	tb_fuse_serve_stop(fs->server);       /* no request is served past here */
+	atomic_store(&fs->stopping, 1);       /* each prefetcher ends its fetch */
+	pthread_mutex_lock(&fs->flight_lock); /* ... or its wait for the readers */
+	pthread_cond_broadcast(&fs->landed);
+	pthread_mutex_unlock(&fs->flight_lock);
 	for (unsigned i = 0; i < fs->nprefetchers; i++)
 		pthread_join(fs->prefetchers[i], NULL);
 	if (fs->has_idler) {
@@ -771,5 +881,8 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 	pthread_cond_destroy(&fs->landed);
 	free((void *)fs->flying);
 	free(fs->first_span);
+	free(fs->seen);
+	free(fs->read);
+	free(fs->ahead);
 	free(fs);
 }

@@ -50,16 +50,24 @@
  * With prefetch_threads, the spans no one has read yet are fetched into
  * the cache in the background, compressed (each checked by the cache
  * before it is kept; one that fails is left for a reader to meet and
- * report), at most that many at a time, so a task that reads the whole
- * image finds it on the host. A span is fetched by one at a time,
- * reader or prefetcher: a second asking waits for it, then reads it
- * from the cache. Stopping waits for the fetches under way.
+ * report), at most that many at a time: every span in the layers' order,
+ * or, given an order (read_order.h: what a first run of the image read,
+ * in its order), only the spans it lists, in its order. Readers come
+ * first: the prefetchers run at the lowest priority (nice 19) and start
+ * no fetch while a reader's is under way or waited for. A span is fetched
+ * by one at a time, reader or prefetcher: a second asking waits for it,
+ * then reads it from the cache. Stopping waits for the fetches under way.
+ *
+ * Whatever the prefetchers do, the spans readers need are noted in the
+ * order they are first needed (tb_image_fs_read_order): the order a
+ * later start of the image prefetches in.
  */
 #ifndef TB_IMAGE_FS_H
 #define TB_IMAGE_FS_H
 
 #include "image_tree.h"
 #include "layer_index.h"
+#include "read_order.h"
 #include "span_cache.h"
 #include "unpack.h"
 
@@ -84,20 +92,26 @@ typedef struct tb_image_fs_layer {
 typedef struct tb_image_fs_conf {
 	const tb_image_fs_layer_t *layers; /* the lowest first */
 	size_t nlayers;
-	tb_span_cache_t *cache;    /* may be NULL: every span fetched */
-	tb_unpack_limits_t limits; /* the eager unpack's caps */
-	uint64_t max_tree_memory;  /* the tree's (0: image_tree.h's default) */
-	uint64_t max_memory;       /* spans inflated in memory (0: the default) */
-	unsigned max_threads;      /* 0: 4 */
-	uint32_t id_base;          /* every owner and group shown past this:
+	tb_span_cache_t *cache;      /* may be NULL: every span fetched */
+	tb_unpack_limits_t limits;   /* the eager unpack's caps */
+	uint64_t max_tree_memory;    /* the tree's (0: image_tree.h's default) */
+	uint64_t max_memory;         /* spans inflated in memory (0: the default) */
+	unsigned max_threads;        /* 0: 4 */
+	uint32_t id_base;            /* every owner and group shown past this:
 				    * the sandbox's range of host ids, for a
 				    * mount that cannot be idmapped (a FUSE
 				    * server opts in to that only from libfuse
 				    * 3.17); 0: as the tree has them */
-	unsigned prefetch_threads; /* with a cache: threads fetching every
+	unsigned prefetch_threads;   /* with a cache: threads fetching every
 				    * span not cached yet into it, in the
 				    * layers' order, while the tree is served
 				    * (0: none; at most PREFETCH_MAX) */
+	const tb_read_span_t *order; /* with prefetch_threads: only these spans
+				      * fetched ahead, in this order (copied;
+				      * one outside the layers, or named
+				      * twice, is skipped: it is a hint); NULL:
+				      * every span */
+	size_t norder;
 } tb_image_fs_conf_t;
 
 typedef struct tb_image_fs tb_image_fs_t;
@@ -121,10 +135,21 @@ uint64_t tb_image_fs_fetched(tb_image_fs_t *fs, size_t layer);
  * read). */
 uint64_t tb_image_fs_memory(tb_image_fs_t *fs);
 
-/** Whether the prefetchers have gone through every span (each kept in
- * the cache, or left for a reader when its fetch failed or its bytes
- * did not match); 0 without prefetchers. */
+/** Whether the prefetchers have gone through every span they were to
+ * fetch (each kept in the cache, or left for a reader when its fetch
+ * failed or its bytes did not match); 0 without prefetchers. */
 int tb_image_fs_prefetched(tb_image_fs_t *fs);
+
+/** Compressed bytes the prefetchers fetched (not the readers). */
+uint64_t tb_image_fs_prefetched_bytes(tb_image_fs_t *fs);
+
+/**
+ * The spans readers have needed so far, each once, in the order first
+ * needed (the first TB_READ_ORDER_SPANS_MAX of them): a new array into
+ * @p out (the caller frees it; NULL when none), their count into @p n.
+ * @return 0; TB_ENOMEM
+ */
+int tb_image_fs_read_order(tb_image_fs_t *fs, tb_read_span_t **out, size_t *n);
 
 /** What the tree left out or changed, as the eager unpack counts it (the
  * manifest's environment.altered). */

@@ -113,15 +113,7 @@ static void finish_teardown(tb_run_t *r)
 	tb_lazy_fs_stop(r->lazy);
 	r->lazy = NULL;
 	tb_inputs_free(&r->inputs);
-	char why[8];
-	if (r->image_fs && !tb_image_fs_error(r->image_fs, why, sizeof(why)))
-		/* the next task on this host: the unpacked tree (not before:
-		 * the pull would take the link from this task's reads) */
-		tb_image_cache_pull_later(r->ctx->images, &r->image_lazy->ref,
-					  r->rt.sandbox.images.credentials,
-					  r->rt.sandbox.images.max_unpacked_mb << 20);
-	tb_image_fs_stop(r->image_fs); /* its mount gone with the sandbox */
-	r->image_fs = NULL;
+	tb_run_image_done(r);
 	tb_image_lazy_free(r->image_lazy);
 	r->image_lazy = NULL;
 	if (r->has_image)

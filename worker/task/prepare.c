@@ -40,12 +40,13 @@ static int say_altered(tb_environment_altered_t *out, const tb_unpack_altered_t 
 	return 0;
 }
 
-/* Threads fetching a root's spans not read yet into the span cache:
- * none in this step. Every span of an image fetched for each attempt on
- * every host costs its registry the whole image while the agent may read
- * a few files; prefetching what a first run of the image read, in its
- * order, is the step that turns it on (issue 49). */
-#define IMAGE_PREFETCH 0
+/* Threads fetching a root's spans not read yet into the span cache, in
+ * the order a first run of the image read them (its read order, when one
+ * was found: read_order.h), and only those: every span of an image
+ * fetched for each attempt on every host would cost its registry the
+ * whole image while the agent may read a few files. Without an order,
+ * none. At the lowest priority, behind the agent's reads (image_fs.h). */
+#define IMAGE_PREFETCH 2
 
 /*
  * The root of r->image_lazy served through FUSE for the sandbox's range
@@ -73,7 +74,9 @@ static int lazy_root(void *arg, uint32_t id_base, tb_error_t *err)
 		.cache = r->ctx->image_spans,
 		.limits = { r->rt.sandbox.images.max_unpacked_mb << 20, TB_IMAGE_MAX_ENTRIES },
 		.id_base = id_base,
-		.prefetch_threads = IMAGE_PREFETCH,
+		.prefetch_threads = l->order ? IMAGE_PREFETCH : 0,
+		.order = l->order ? l->order->spans : NULL,
+		.norder = l->order ? l->order->n : 0,
 	};
 	rc = tb_image_fs_start(&r->image_fs, &conf, &mfd, err);
 	free(layers);
@@ -177,6 +180,10 @@ static int environment(tb_run_t *r, tb_error_t *err)
 	    json_pack("{s:s,s:s,s:b,s:b,s:I,s:I}", "image", name, "digest", r->image.digest,
 		      "cached", r->image.cached, "lazy", r->image_lazy != NULL, "ms",
 		      (json_int_t)r->image.ms, "fetched_bytes", (json_int_t)r->image.fetched);
+	if (r->phase_image && r->image_lazy) /* spans to fetch ahead: its read order's */
+		json_object_set_new(
+		    r->phase_image, "prefetch_spans",
+		    json_integer(r->image_lazy->order ? (json_int_t)r->image_lazy->order->n : 0));
 	return 0;
 }
 
@@ -224,8 +231,10 @@ static int pull_whole(tb_run_t *r, tb_error_t *err)
 					   r->image.cached, "ms", (json_int_t)r->image.ms,
 					   "fetched_bytes", (json_int_t)r->image.fetched)
 			       : NULL;
-	if (said && r->phase_image) /* the "prepared" phase says the pull */
+	if (said && r->phase_image) { /* the "prepared" phase says the pull */
 		json_object_update(r->phase_image, said);
+		json_object_del(r->phase_image, "prefetch_spans");
+	}
 	json_decref(said);
 	return rc;
 }
@@ -297,5 +306,7 @@ int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, 
 		rc = sandbox(r, &spec, err);
 	if (rc == 0)
 		tb_metrics_launch(tb_mono_us() - t0);
+	if (rc == 0 && ctx->image_spans && r->has_image) /* image_lazy: which root */
+		tb_metrics_image_lazy(r->image_fs ? "lazy" : "whole");
 	return rc;
 }

@@ -153,6 +153,15 @@ int tb_run_put_record(tb_run_t *r, const char *key, tb_error_t *err);
 int tb_run_prepare(tb_run_t *r, char *recipe_dir, size_t len, char *inputs_dir, size_t ilen,
 		   tb_limits_t *lim, tb_error_t *err);
 
+/* --------------------------------------------------- image_done.c */
+
+/** The image root read on demand (r->image_fs), once no sandbox can read
+ * it: the bytes fetched ahead counted, the spans read recorded as its
+ * image's read order (when none was found), the image pulled whole
+ * later; all but the count only when no span was refused. Then stopped
+ * (r->image_fs NULL; r->image_lazy is the caller's to free). */
+void tb_run_image_done(tb_run_t *r);
+
 /* -------------------------------------------------------- agent.c */
 
 /** Runs the agent until it exits, streaming its events; how it ended

@@ -26,6 +26,12 @@
  *                                           cached, made, refused, failed
  *   taskbox_image_fetched_bytes_total       image blobs fetched
  *   taskbox_image_evictions_total           images evicted from the cache
+ *   taskbox_image_layer_indexes_total{result} layer indexes: published, found, ...
+ *   taskbox_image_lazy_starts_total{result} images of a worker with image_lazy:
+ *                                           lazy (read on demand), whole
+ *   taskbox_image_read_orders_total{result} images' read orders: found, none,
+ *                                           refused, failed, recorded, unrecorded
+ *   taskbox_image_prefetched_bytes_total    spans fetched ahead, in a read order
  *   taskbox_attempts_accounted_total, taskbox_attempt_wall_seconds_total,
  *   taskbox_attempt_cpu_seconds_total{part}, taskbox_attempt_saved_bytes_total,
  *   taskbox_attempt_egress_requests_total{result},
@@ -92,6 +98,17 @@ void tb_metrics_image_evicted(void);
  * "toc_refused" (its TOC not the one annotated, or refused: its pinned
  * index looked for next). */
 void tb_metrics_layer_index(const char *result);
+/** An image a worker with image_lazy made ready for a sandbox: @p result
+ * "lazy" (its root read on demand) or "whole" (pulled whole: cached, no
+ * index, refused, no FUSE). */
+void tb_metrics_image_lazy(const char *result);
+/** An image's read order (worker/image/read_order.h): @p result "found",
+ * "none", "refused" (a check failed: no prefetch), "failed" (the store
+ * away), "recorded" (after a run that found none) or "unrecorded" (could
+ * not be). */
+void tb_metrics_read_order(const char *result);
+/** @p bytes of spans fetched ahead, in an image's read order. */
+void tb_metrics_image_prefetched(uint64_t bytes);
 /** An attempt's usage (schemas/manifest.md), added to the sums of its
  * runtime and recipe (the recipe's name); once per attempt. */
 void tb_metrics_usage(const char *runtime, const char *recipe, const tb_usage_t *usage);

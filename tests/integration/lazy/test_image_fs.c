@@ -15,7 +15,9 @@
  * Then what is fetched: one small file fetches only the spans holding
  * it, a second file system on the same cache nothing; concurrent
  * readers of a span wait for its one fetch; prefetching fills the cache
- * so that reading everything fetches nothing more. And hostile: a span whose
+ * so that reading everything fetches nothing more; the order readers
+ * needed spans in, noted, and prefetching in such an order fetching
+ * exactly its spans, in it, past the lies in one. And hostile: a span whose
  * bytes are altered fails only its file's reads, with the layer and
  * span kept; an index whose entries lie about where data is.
  * The same layers as eStargz (tests/tools/estargz-convert), read from
@@ -55,6 +57,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NLAYERS 3
@@ -130,7 +133,15 @@ typedef struct blob {
 	size_t nfetches;
 	uint64_t alter_at; /* a fetch from here gets a byte flipped; 0: none */
 	int slow;          /* ms each fetch takes */
+	int layer;         /* its place in F.b (every fetch of F.b's: F.log) */
 } blob_t;
+
+/* A fetch of F.b's, in the order fetches happened over every layer. */
+typedef struct fetch_seen {
+	int layer;
+	uint64_t off;
+	uint64_t from_us, to_us; /* when it began and ended (CLOCK_MONOTONIC) */
+} fetch_seen_t;
 
 static struct {
 	char tmp[64];
@@ -142,9 +153,14 @@ static struct {
 	char unpacked[128];
 	tb_unpack_stats_t st;
 	int n;
-	unsigned prefetch; /* start(): prefetch_threads */
-	uint32_t id_base;  /* start(): id_base */
-} F;
+	unsigned prefetch;           /* start(): prefetch_threads */
+	uint32_t id_base;            /* start(): id_base */
+	const tb_read_span_t *order; /* start(): order, norder */
+	size_t norder;
+	pthread_mutex_t log_lock;
+	fetch_seen_t log[MAX_FETCHES];
+	size_t nlog;
+} F = { .log_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
 {
@@ -255,9 +271,17 @@ static int64_t blob_read(void *arg, void *buf, size_t len, tb_error_t *err)
 	return (int64_t)n;
 }
 
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 static int64_t blob_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_error_t *err)
 {
 	blob_t *b = arg;
+	uint64_t from = now_us();
 	if (off > b->n || len > b->n - off)
 		return tb_error_set(err, TB_EINVAL, "a range past the blob");
 	if (b->slow)
@@ -269,6 +293,10 @@ static int64_t blob_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_err
 	if (b->alter_at && off == b->alter_at)
 		((uint8_t *)buf)[len / 2] ^= 0x40;
 	pthread_mutex_unlock(&b->lock);
+	pthread_mutex_lock(&F.log_lock);
+	if (F.nlog < MAX_FETCHES)
+		F.log[F.nlog++] = (fetch_seen_t){ b->layer, off, from, now_us() };
+	pthread_mutex_unlock(&F.log_lock);
 	return (int64_t)len;
 }
 
@@ -336,6 +364,7 @@ static int setup(void **state)
 	for (int l = 0; l < NLAYERS; l++) {
 		make_layer(&F.b[l], specs[l]);
 		F.b[l].ix = index_of(&F.b[l]);
+		F.b[l].layer = l;
 	}
 	unpack_all();
 	return 0;
@@ -372,6 +401,9 @@ static void reset_fetches(void)
 		F.b[l].alter_at = F.e[l].alter_at = F.z[l].alter_at = 0;
 		F.b[l].slow = F.e[l].slow = F.z[l].slow = 0;
 	}
+	pthread_mutex_lock(&F.log_lock);
+	F.nlog = 0;
+	pthread_mutex_unlock(&F.log_lock);
 }
 
 static int start(mounted_t *m, tb_span_cache_t *cache, tb_layer_index_t *const *ix, tb_error_t *err)
@@ -388,7 +420,9 @@ static int start(mounted_t *m, tb_span_cache_t *cache, tb_layer_index_t *const *
 				    .cache = cache,
 				    .limits = { 1u << 30, 100000 },
 				    .prefetch_threads = F.prefetch,
-				    .id_base = F.id_base };
+				    .id_base = F.id_base,
+				    .order = F.order,
+				    .norder = F.norder };
 	int rc = tb_image_fs_start(&m->fs, &conf, &mfd, err);
 	if (rc < 0)
 		return rc;
@@ -924,6 +958,205 @@ static void test_image_fs__readers_and_prefetchers_fetch_a_span_once(void **stat
 	reset_fetches();
 }
 
+/* Reads @p n files of @p m (their contents checked against the unpacked
+ * tree's). */
+static void read_files(const mounted_t *m, const char *const *paths, size_t n)
+{
+	char p[256], q[256];
+	size_t len, want;
+
+	for (size_t k = 0; k < n; k++) {
+		snprintf(p, sizeof(p), "%s/%s", m->at, paths[k]);
+		snprintf(q, sizeof(q), "%s/%s", F.unpacked, paths[k]);
+		uint8_t *d = slurp(p, &len), *u = slurp(q, &want);
+		assert_non_null(d);
+		assert_non_null(u);
+		assert_int_equal(len, want);
+		assert_memory_equal(d, u, len);
+		free(d);
+		free(u);
+	}
+}
+
+/*
+ * The order readers first needed spans in is noted; a second file system
+ * given it as its order prefetches exactly those spans, in that order,
+ * and no other (one thread, no reader meanwhile: the fetches' order is
+ * the order's), so its readers then fetch nothing; an order that lies
+ * (spans outside the layers, one twice) has those skipped, and one of
+ * nothing but lies prefetches nothing, while every read still gives the
+ * layers' bytes.
+ */
+static void test_image_fs__prefetch_in_a_read_order_fetches_those_spans_in_it(void **state)
+{
+	static const char *const paths[] = { "big2", "small/a", "etc/passwd", LONG_NAME };
+	tb_span_cache_t *cache, *cache2, *cache3;
+	tb_read_span_t *read = NULL, *again = NULL;
+	size_t nread, nagain;
+	tb_error_t err;
+	mounted_t m;
+	char dir[128];
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/spans-order1", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	mount_image(&m, cache);
+	read_files(&m, paths, 4);
+	assert_int_equal(tb_image_fs_read_order(m.fs, &read, &nread), 0);
+	unmount_image(&m);
+	tb_span_cache_close(cache);
+	/* each span fetched, once, the first of them big2's (layer 2) */
+	assert_true(nread >= 3);
+	assert_int_equal(read[0].layer, 2);
+	assert_int_equal(nread, F.nlog);
+	for (size_t k = 0; k < nread; k++) {
+		uint64_t from, to;
+		size_t j = 0;
+		tb_layer_index_span(F.b[read[k].layer].ix, read[k].span, &from, &to);
+		while (j < F.nlog && (F.log[j].layer != (int)read[k].layer || F.log[j].off != from))
+			j++;
+		assert_true(j < F.nlog);
+		for (size_t i = 0; i < k; i++)
+			assert_false(read[i].layer == read[k].layer &&
+				     read[i].span == read[k].span);
+	}
+
+	/* the order, with lies among it: prefetched, exactly */
+	tb_read_span_t *lying = calloc(nread + 3, sizeof(*lying));
+	assert_non_null(lying);
+	memcpy(lying, read, nread * sizeof(*read));
+	lying[nread] = (tb_read_span_t){ 7, 0 };            /* no such layer */
+	lying[nread + 1] = (tb_read_span_t){ 0, 1u << 30 }; /* no such span */
+	lying[nread + 2] = read[0];                         /* twice */
+	snprintf(dir, sizeof(dir), "%s/spans-order2", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache2, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	F.prefetch = 1;
+	F.order = lying;
+	F.norder = nread + 3;
+	mount_image(&m, cache2);
+	F.prefetch = 0;
+	F.order = NULL;
+	F.norder = 0;
+	for (int i = 0; i < 2000 && !tb_image_fs_prefetched(m.fs); i++)
+		usleep(10000);
+	assert_true(tb_image_fs_prefetched(m.fs));
+	assert_int_equal(F.nlog, nread);
+	uint64_t bytes = 0;
+	for (size_t k = 0; k < nread; k++) {
+		uint64_t from, to;
+		tb_layer_index_span(F.b[read[k].layer].ix, read[k].span, &from, &to);
+		assert_int_equal(F.log[k].layer, (int)read[k].layer);
+		assert_int_equal(F.log[k].off, from);
+		bytes += to - from;
+	}
+	assert_int_equal(tb_image_fs_prefetched_bytes(m.fs), bytes);
+	/* the readers then fetch nothing, and are noted as before (the
+	 * kernel's reads ahead, served by several threads, may trade places
+	 * within a file) */
+	read_files(&m, paths, 4);
+	assert_int_equal(F.nlog, nread);
+	assert_int_equal(tb_image_fs_read_order(m.fs, &again, &nagain), 0);
+	assert_int_equal(nagain, nread);
+	for (size_t k = 0; k < nread; k++) {
+		size_t j = 0;
+		while (j < nagain &&
+		       (again[j].layer != read[k].layer || again[j].span != read[k].span))
+			j++;
+		assert_true(j < nagain);
+	}
+	unmount_image(&m);
+	tb_span_cache_close(cache2);
+
+	/* nothing but lies: nothing fetched ahead; reads are the layers' */
+	snprintf(dir, sizeof(dir), "%s/spans-order3", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache3, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	F.prefetch = 2;
+	F.order = lying + nread;
+	F.norder = 2;
+	mount_image(&m, cache3);
+	F.prefetch = 0;
+	F.order = NULL;
+	F.norder = 0;
+	usleep(100000);
+	assert_int_equal(F.nlog, 0);
+	assert_false(tb_image_fs_prefetched(m.fs));
+	read_files(&m, paths, 4);
+	assert_int_equal(tb_image_fs_prefetched_bytes(m.fs), 0);
+	unmount_image(&m);
+	tb_span_cache_close(cache3);
+	free(lying);
+	free(read);
+	free(again);
+	reset_fetches();
+}
+
+/* Readers come first: while a reader's fetch is under way (slow here),
+ * the prefetcher starts none of its own (one may start as the reader's
+ * does: allowed a few milliseconds), and goes on once it has ended. */
+static void test_image_fs__prefetchers_start_no_fetch_while_a_reader_fetches(void **state)
+{
+	const tb_layer_index_t *ix2 = F.b[2].ix;
+	tb_read_span_t *order = calloc(ix2->npoints, sizeof(*order));
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	mounted_t m;
+	char dir[128], p[256];
+	size_t len;
+
+	(void)state;
+	assert_non_null(order);
+	assert_true(ix2->npoints >= 3);
+	for (size_t i = 0; i < ix2->npoints; i++)
+		order[i] = (tb_read_span_t){ 2, (uint32_t)i };
+	snprintf(dir, sizeof(dir), "%s/spans-first", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	F.b[2].slow = 60;  /* each span ahead */
+	F.b[0].slow = 300; /* the reader's */
+	F.prefetch = 1;
+	F.order = order;
+	F.norder = ix2->npoints;
+	mount_image(&m, cache);
+	F.prefetch = 0;
+	F.order = NULL;
+	F.norder = 0;
+	usleep(20000); /* the prefetcher in its first fetch */
+	snprintf(p, sizeof(p), "%s/small/a", m.at);
+	uint8_t *d = slurp(p, &len);
+	assert_non_null(d);
+	assert_memory_equal(d, "a small file\n", len);
+	free(d);
+	for (int i = 0; i < 2000 && !tb_image_fs_prefetched(m.fs); i++)
+		usleep(10000);
+	assert_true(tb_image_fs_prefetched(m.fs));
+	unmount_image(&m);
+	tb_span_cache_close(cache);
+	size_t readers = 0, after = 0;
+	for (size_t r = 0; r < F.nlog; r++) {
+		if (F.log[r].layer != 0)
+			continue;
+		readers++;
+		for (size_t k = 0; k < F.nlog; k++) {
+			if (F.log[k].layer != 2)
+				continue;
+			if (F.log[k].from_us > F.log[r].from_us + 15000 &&
+			    F.log[k].from_us < F.log[r].to_us)
+				fail_msg(
+				    "a span ahead began %llu us into a reader's fetch of %llu us",
+				    (unsigned long long)(F.log[k].from_us - F.log[r].from_us),
+				    (unsigned long long)(F.log[r].to_us - F.log[r].from_us));
+			after += F.log[k].from_us >= F.log[r].to_us;
+		}
+	}
+	assert_true(readers >= 1);
+	assert_true(after >= 1); /* and it went on */
+	free(order);
+	reset_fetches();
+}
+
 /* ------------------------------------------------------------ shapes */
 
 #define END                                                                                        \
@@ -1394,6 +1627,8 @@ int main(void)
 #ifdef TB_HAVE_ZSTD_CHUNKED
 		cmocka_unit_test(test_image_fs__zstd_chunked_layers_serve_the_unpacked_tree),
 #endif
+		cmocka_unit_test(test_image_fs__prefetch_in_a_read_order_fetches_those_spans_in_it),
+		cmocka_unit_test(test_image_fs__prefetchers_start_no_fetch_while_a_reader_fetches),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

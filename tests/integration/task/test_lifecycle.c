@@ -34,6 +34,7 @@
 #include "recording.h"
 #include "tb/clock.h"
 #include "tb/json_mpack.h"
+#include "tb/metrics.h"
 #include "tb/schema_verdict.h"
 
 static tb_fixture_t F;
@@ -2124,7 +2125,7 @@ static void test_lifecycle__a_recipe_runs_in_its_pinned_image(void **state)
 /* Layer index pins in memory, as the ledger keeps them for the loop. */
 static struct {
 	pthread_mutex_t lock;
-	char layer[8][72], digest[8][72];
+	char layer[16][72], digest[16][72];
 	int n;
 } pins = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -2147,7 +2148,7 @@ static int pin_put(void *arg, const char *layer, const char *digest, char out[72
 	if (pin_get(arg, layer, out, err) == 0)
 		return 0;
 	pthread_mutex_lock(&pins.lock);
-	if (pins.n < 8) {
+	if (pins.n < 16) {
 		snprintf(pins.layer[pins.n], 72, "%s", layer);
 		snprintf(pins.digest[pins.n++], 72, "%s", digest);
 	}
@@ -2202,6 +2203,18 @@ static int cached_blob(const char *name, const char *digest)
 	return access(path, F_OK) == 0;
 }
 
+/* The runtime lazy-img: test's, allowing the layouts under lazy-layouts/. */
+static void lazy_runtime(void)
+{
+	char rt[1024];
+	snprintf(rt, sizeof(rt),
+		 "sed 's|\"sandbox\": {|\"sandbox\": {\"images\": {\"layouts\": "
+		 "[\"%s/lazy-layouts\"]},|; s/\"name\": \"test\"/\"name\": \"lazy-img\"/' "
+		 "%s/test.json > %s/lazy-img.json",
+		 F.root, F.runtimes, F.runtimes);
+	tb_fixture_sh("%s", rt);
+}
+
 /* A recipe in @p layout's image @p digest whose agent reads @p files
  * (each must hold its line) and says done; committed. */
 static char *lazy_recipe(const char *layout, const char *digest, const char *reads)
@@ -2234,7 +2247,7 @@ static char *lazy_recipe(const char *layout, const char *digest, const char *rea
  */
 static void test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand(void **state)
 {
-	char layout[200], other[200], path[600], rt[1024];
+	char layout[200], other[200], path[600];
 	tb_span_cache_t *spans, *spans2;
 	tb_lifecycle_result_t res;
 	tb_image_t img;
@@ -2252,12 +2265,7 @@ static void test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand(voi
 		skip();
 	snprintf(digest, sizeof(digest), "%s", d);
 	snprintf(odigest, sizeof(odigest), "%s", two_layer_layout(other)); /* its noise: no index */
-	snprintf(rt, sizeof(rt),
-		 "sed 's|\"sandbox\": {|\"sandbox\": {\"images\": {\"layouts\": "
-		 "[\"%s/lazy-layouts\"]},|; s/\"name\": \"test\"/\"name\": \"lazy-img\"/' "
-		 "%s/test.json > %s/lazy-img.json",
-		 F.root, F.runtimes, F.runtimes);
-	tb_fixture_sh("%s", rt);
+	lazy_runtime();
 
 	/* a first worker pulls it whole: its layers indexed for the fleet */
 	tb_image_cache_t *first = indexed_cache("cache-first"),
@@ -2492,6 +2500,214 @@ static void test_lifecycle__an_estargz_image_starts_on_its_tocs(void **state)
 	tb_image_cache_close(third);
 }
 
+/* The value of series @p series (name and labels) in the worker's metrics
+ * now; 0 when it is not there. */
+static uint64_t metric(const char *series)
+{
+	char *text = tb_metrics_render(NULL), *at;
+	char want[256];
+	uint64_t v = 0;
+	snprintf(want, sizeof(want), "\n%s ", series);
+	if (text && (at = strstr(text, want)))
+		v = strtoull(at + strlen(want), NULL, 10);
+	free(text);
+	return v;
+}
+
+/* The names of the spans cached in F.root/@p dir that are span @p span of
+ * layer @p layer: 1 if there. */
+static int span_cached(const char *dir, const char *layer, uint32_t span)
+{
+	char path[600];
+	snprintf(path, sizeof(path), "%s/%s/%s.%u", F.root, dir, layer + 7, span);
+	return access(path, F_OK) == 0;
+}
+
+/* How many spans F.root/@p dir holds. */
+static int spans_in(const char *dir)
+{
+	char cmd[600];
+	int n = -1;
+	snprintf(cmd, sizeof(cmd), "ls %s/%s | grep -c '^[0-9a-f]\\{64\\}\\.[0-9]*$'", F.root, dir);
+	FILE *f = popen(cmd, "r");
+	if (!f || fscanf(f, "%d", &n) != 1)
+		fail_msg("cannot count the spans in %s", dir);
+	pclose(f);
+	return n;
+}
+
+/* A fresh worker's image cache and span cache, F.root/cache-@p name and
+ * spans-@p name, on @p c. */
+static void fresh_worker(tb_lifecycle_ctx_t *c, const char *name, tb_span_cache_t **spans)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "cache-%s", name);
+	c->images = indexed_cache(path);
+	snprintf(path, sizeof(path), "%s/spans-%s", F.root, name);
+	tb_error_t err;
+	tb_fixture_sh("rm -rf %s", path);
+	assert_int_equal(tb_span_cache_open(spans, path, 64u << 20, &err), 0);
+	c->image_spans = *spans;
+}
+
+static void let_go(tb_lifecycle_ctx_t *c)
+{
+	tb_image_cache_pull_wait(c->images);
+	tb_image_cache_close(c->images);
+	tb_span_cache_close(c->image_spans);
+	c->images = NULL;
+	c->image_spans = NULL;
+}
+
+/*
+ * image_lazy with read orders: the first start of an image read on
+ * demand records, where the indexes are, the spans it read (each once),
+ * as the spans it fetched; a second start, on another worker, finds them
+ * and prefetches exactly those spans (its agent reads none of the files
+ * the first read: only the prefetch brings them) and no other, and says
+ * how many in its prepared phase; a garbled order is refused (counted),
+ * the run goes on without prefetch, and its own order replaces it; an
+ * order that is well made but lies (a span no one reads) costs a fetch,
+ * checked like any other, and no harm. Each lazy start counted.
+ */
+static void test_lifecycle__a_lazy_start_prefetches_what_the_first_read(void **state)
+{
+	char layout[200], path[600], key[100], digest[80];
+	tb_span_cache_t *spans;
+	tb_lifecycle_result_t res;
+	tb_image_t img;
+	tb_image_ref_t ref;
+	tb_error_t err;
+	(void)state;
+	if (access("/dev/fuse", R_OK | W_OK) != 0)
+		skip();
+	snprintf(layout, sizeof(layout), "%s/lazy-layouts/ordered", F.root);
+	tb_fixture_sh("mkdir -p %s/lazy-layouts", F.root);
+	const char *d = two_layer_layout(layout);
+	if (!d)
+		skip();
+	snprintf(digest, sizeof(digest), "%s", d);
+	lazy_runtime();
+	tb_image_cache_t *first = indexed_cache("cache-order-first");
+	snprintf(path, sizeof(path), "oci-layout:%s@%s", layout, digest);
+	assert_int_equal(tb_image_ref_parse(&ref, path, &err), 0);
+	if (tb_image_get(first, &ref, 1u << 30, NULL, &img, &err) < 0)
+		fail_msg("%s", err.msg);
+	tb_image_cache_index_wait(first, NULL, NULL);
+	uint64_t lazy0 = metric("taskbox_image_lazy_starts_total{result=\"lazy\"}"),
+		 ahead0 = metric("taskbox_image_prefetched_bytes_total"),
+		 refused0 = metric("taskbox_image_read_orders_total{result=\"refused\"}");
+
+	/* a first start: nothing to prefetch; what it read recorded */
+	struct events e = { .seq_ok = 1 };
+	tb_lifecycle_ctx_t c = ctx(&e);
+	fresh_worker(&c, "order-a", &spans);
+	char commit[64], idle[64]; /* lazy_recipe()'s is static */
+	snprintf(commit, sizeof(commit), "%s",
+		 lazy_recipe(layout, digest,
+			     "grep -q from-the-image /usr/share/marker || exit 3\n"
+			     "grep -q second-layer /usr/share/second || exit 4\n"));
+	tb_task_t t = task("life-order-first", commit, "lazy-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_non_null(strstr(e.environment, "\"lazy\":true"));
+	assert_non_null(strstr(e.environment, "\"prefetch_spans\":0"));
+	let_go(&c);
+	tb_read_order_t *o = NULL;
+	char *bytes = NULL;
+	size_t len;
+	tb_read_order_key(key, sizeof(key), digest);
+	assert_int_equal(tb_store_get_bytes(F.store, key, 1 << 20, &bytes, &len, &err), 0);
+	if (tb_read_order_decode((const uint8_t *)bytes, len, digest, &o, &err) < 0)
+		fail_msg("the recorded order: %s", err.msg);
+	free(bytes);
+	printf("  recorded: %zu spans over %zu layers\n", o->n, o->nlayers);
+	assert_int_equal(o->nlayers, 2);
+	assert_true(o->n >= 2);
+	assert_int_equal(spans_in("spans-order-a"), (int)o->n); /* every span it fetched */
+	for (size_t k = 0; k < o->n; k++)
+		assert_true(span_cached("spans-order-a", img.layers.items[o->spans[k].layer],
+					o->spans[k].span));
+	/* not the whole image: a span of the noise no one read */
+	uint32_t unread = 0;
+	while (unread < o->npoints[1] && span_cached("spans-order-a", img.layers.items[1], unread))
+		unread++;
+	assert_true(unread < o->npoints[1]);
+
+	/* a second start elsewhere: those spans prefetched, no other */
+	e = (struct events){ .seq_ok = 1 };
+	c = ctx(&e);
+	fresh_worker(&c, "order-b", &spans);
+	snprintf(idle, sizeof(idle), "%s", lazy_recipe(layout, digest, "/bin/busybox sleep 2\n"));
+	t = task("life-order-second", idle, "lazy-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	printf("  second: %s\n", e.environment);
+	snprintf(path, sizeof(path), "\"prefetch_spans\":%zu", o->n);
+	assert_non_null(strstr(e.environment, path));
+	let_go(&c);
+	assert_int_equal(spans_in("spans-order-b"), (int)o->n);
+	for (size_t k = 0; k < o->n; k++)
+		assert_true(span_cached("spans-order-b", img.layers.items[o->spans[k].layer],
+					o->spans[k].span));
+	assert_true(metric("taskbox_image_prefetched_bytes_total") > ahead0);
+	assert_int_equal(metric("taskbox_image_lazy_starts_total{result=\"lazy\"}"), lazy0 + 2);
+
+	/* a garbled order: refused, no prefetch, replaced by this run's */
+	assert_int_equal(tb_store_get_bytes(F.store, key, 1 << 20, &bytes, &len, &err), 0);
+	bytes[len / 2] ^= 0x20;
+	assert_int_equal(tb_store_delete(F.store, key, &err), 0);
+	assert_int_equal(tb_store_put_bytes(F.store, key, bytes, len, NULL, &err), 0);
+	free(bytes);
+	e = (struct events){ .seq_ok = 1 };
+	c = ctx(&e);
+	fresh_worker(&c, "order-c", &spans);
+	t = task("life-order-garbled", commit, "lazy-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED);
+	assert_non_null(strstr(e.environment, "\"prefetch_spans\":0"));
+	let_go(&c);
+	assert_int_equal(metric("taskbox_image_read_orders_total{result=\"refused\"}"),
+			 refused0 + 1);
+	tb_read_order_t *back = NULL;
+	assert_int_equal(tb_store_get_bytes(F.store, key, 1 << 20, &bytes, &len, &err), 0);
+	if (tb_read_order_decode((const uint8_t *)bytes, len, digest, &back, &err) < 0)
+		fail_msg("the replaced order: %s", err.msg);
+	free(bytes);
+	tb_read_order_free(back);
+
+	/* a well-made lie: a span of the noise no one reads; fetched ahead,
+	 * checked, and no harm */
+	const tb_layer_index_t *ix[2] = { NULL, NULL };
+	tb_layer_index_t *l0 = NULL, *l1 = NULL;
+	assert_int_equal(tb_image_cache_find_index(first, img.layers.items[0], &l0, &err), 0);
+	assert_int_equal(tb_image_cache_find_index(first, img.layers.items[1], &l1, &err), 0);
+	ix[0] = l0;
+	ix[1] = l1;
+	tb_read_span_t lie[1] = { { 1, unread } };
+	tb_read_order_t *lying = NULL;
+	assert_int_equal(tb_read_order_make(&lying, digest, ix, 2, lie, 1, &err), 0);
+	assert_int_equal(tb_read_order_publish(F.store, lying, 1, &err), 0);
+	tb_read_order_free(lying);
+	e = (struct events){ .seq_ok = 1 };
+	c = ctx(&e);
+	fresh_worker(&c, "order-d", &spans);
+	t = task("life-order-lie", commit, "lazy-img");
+	if (tb_lifecycle_run(&c, &t, 1, &res, &err) != 0)
+		fail_msg("run: %s (%s)", err.msg, e.first_error);
+	assert_int_equal(res.outcome, TB_OUTCOME_SUCCEEDED); /* the agent checked its reads */
+	assert_non_null(strstr(e.environment, "\"prefetch_spans\":1"));
+	let_go(&c);
+	tb_layer_index_free(l0);
+	tb_layer_index_free(l1);
+	tb_read_order_free(o);
+	tb_image_release(&img);
+	tb_image_cache_close(first);
+}
+
 /* A task's input of the runtime's lazy size or more, with a block list
  * in the store, is read on demand: the agent sees its size at once and
  * reads a MiB of it, and about that much is fetched (usage.inputs says
@@ -2669,6 +2885,7 @@ int main(void)
 		cmocka_unit_test(test_lifecycle__a_recipe_runs_in_its_pinned_image),
 		cmocka_unit_test(test_lifecycle__an_indexed_image_starts_on_a_root_read_on_demand),
 		cmocka_unit_test(test_lifecycle__an_estargz_image_starts_on_its_tocs),
+		cmocka_unit_test(test_lifecycle__a_lazy_start_prefetches_what_the_first_read),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: sandboxes need root\n");
