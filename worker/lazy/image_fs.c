@@ -30,6 +30,9 @@
 #define IDLE_S 2        /* seconds without a read after which slots are freed */
 #define TIMEOUT 86400.0 /* nothing here ever changes */
 #define TAR_BLOCK 512
+#define AHEAD_AFTER 2 /* spans loaded one after the other before reading ahead */
+#define AHEAD 2       /* spans read ahead of such a reader */
+#define AHEAD_QUEUE 8
 
 typedef struct slot {
 	size_t layer, span; /* which, when state is not EMPTY */
@@ -71,6 +74,19 @@ struct tb_image_fs {
 	size_t *first_span; /* per layer: its first flag */
 	pthread_mutex_t flight_lock;
 	pthread_cond_t landed; /* a fetch ended */
+	/* reading ahead of a reader going through a layer in order, under
+	 * lock: per layer, 1 + the span loaded last and how many loads in a
+	 * row went to the next span; the spans to fetch, for one thread */
+	struct seq {
+		size_t last, run;
+	} * seq;
+	struct {
+		size_t layer, span;
+	} ahead[AHEAD_QUEUE];
+	size_t nahead;
+	pthread_cond_t ahead_wake;
+	pthread_t aheader;
+	int has_aheader;
 };
 
 /* Keeps the first failure, and the first that is the layer's own over
@@ -226,6 +242,37 @@ static slot_t *fill(tb_image_fs_t *fs, slot_t *s, size_t l, size_t i, size_t len
 	return s;
 }
 
+/* A load of span @p i of layer @p l, noted: once AHEAD_AFTER loads in a
+ * row went each to the next span (a reader going through the layer in
+ * order, as one reading every file of a layer written in the order it is
+ * walked does), the AHEAD spans after it are queued to be fetched into
+ * the cache while this one is inflated, where the reader would wait for
+ * each in turn. A reader of scattered files reads nothing ahead. Under
+ * fs->lock. */
+static void read_ahead(tb_image_fs_t *fs, size_t l, size_t i)
+{
+	struct seq *q = &fs->seq[l];
+
+	if (!fs->has_aheader)
+		return;
+	if (q->last == i) /* the span before: the next */
+		q->run++;
+	else if (q->last != i + 1) /* the same one again (loaded whole) keeps the run */
+		q->run = 0;
+	q->last = i + 1;
+	for (size_t k = 1; q->run >= AHEAD_AFTER && k <= AHEAD; k++) {
+		size_t n = 0;
+		while (n < fs->nahead && (fs->ahead[n].layer != l || fs->ahead[n].span != i + k))
+			n++;
+		if (i + k >= fs->c.layers[l].ix->npoints || n < fs->nahead ||
+		    fs->nahead == AHEAD_QUEUE)
+			continue;
+		fs->ahead[fs->nahead].layer = l;
+		fs->ahead[fs->nahead++].span = i + k;
+		pthread_cond_signal(&fs->ahead_wake);
+	}
+}
+
 /* The slot holding at least @p need bytes of span @p i of layer @p l,
  * READY and pinned (the caller unpins it); loaded if no slot has them.
  * NULL if it could not be. There are more slots than threads: one is
@@ -255,6 +302,7 @@ static slot_t *pin_span(tb_image_fs_t *fs, size_t l, size_t i, size_t need)
 		s->layer = l, s->span = i;
 		s->state = LOADING;
 		s->pins = 1;
+		read_ahead(fs, l, i);
 		return fill(fs, s, l, i, len);
 	}
 }
@@ -550,6 +598,31 @@ static void *prefetch(void *arg)
 	return NULL;
 }
 
+/* The thread fetching the spans read_ahead() queues, first queued first,
+ * into the cache (those there already skipped). */
+static void *aheader(void *arg)
+{
+	tb_image_fs_t *fs = arg;
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+
+	pthread_mutex_lock(&fs->lock);
+	while (!atomic_load(&fs->stopping)) {
+		if (!fs->nahead) {
+			pthread_cond_wait(&fs->ahead_wake, &fs->lock);
+			continue;
+		}
+		size_t l = fs->ahead[0].layer, i = fs->ahead[0].span;
+		memmove(&fs->ahead[0], &fs->ahead[1], --fs->nahead * sizeof(fs->ahead[0]));
+		pthread_mutex_unlock(&fs->lock);
+		prefetch_one(fs, l, i, &buf, &cap);
+		pthread_mutex_lock(&fs->lock);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	free(buf);
+	return NULL;
+}
+
 /* ------------------------------------------------------------ idle */
 
 /* Gives the memory of every slot no one holds back, once IDLE_S seconds
@@ -640,7 +713,8 @@ static int build(tb_image_fs_t *fs, tb_error_t *err)
 		fs->first_span[l] = spans;
 		spans += fs->c.layers[l].ix->npoints;
 	}
-	if (!(fs->flying = calloc(spans ? spans : 1, sizeof(*fs->flying))))
+	if (!(fs->flying = calloc(spans ? spans : 1, sizeof(*fs->flying))) ||
+	    !(fs->seq = calloc(nl, sizeof(*fs->seq))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	return 0;
 }
@@ -668,6 +742,7 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 	pthread_cond_init(&fs->idle, NULL);
 	pthread_mutex_init(&fs->flight_lock, NULL);
 	pthread_cond_init(&fs->landed, NULL);
+	pthread_cond_init(&fs->ahead_wake, NULL);
 	if (threads > TB_FUSE_THREADS_MAX)
 		threads = TB_FUSE_THREADS_MAX;
 	tb_image_fs_layer_t *layers = calloc(conf->nlayers ? conf->nlayers : 1, sizeof(*layers));
@@ -687,6 +762,9 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 	if ((rc = tb_fuse_serve_start(&fs->server, &sc, "image root", mount_fd, err)) < 0)
 		goto fail;
 	fs->has_idler = pthread_create(&fs->idler, NULL, idler, fs) == 0; /* else kept */
+	pthread_mutex_lock(&fs->lock); /* read_ahead() reads it under the lock */
+	fs->has_aheader = conf->cache && pthread_create(&fs->aheader, NULL, aheader, fs) == 0;
+	pthread_mutex_unlock(&fs->lock);
 	unsigned ahead = conf->cache ? conf->prefetch_threads : 0; /* needs somewhere to go */
 	for (; fs->nprefetchers < ahead && fs->nprefetchers < TB_IMAGE_FS_PREFETCH_MAX;
 	     fs->nprefetchers++)
@@ -744,6 +822,12 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 	atomic_store(&fs->stopping, 1); /* each prefetcher ends its fetch */
 	for (unsigned i = 0; i < fs->nprefetchers; i++)
 		pthread_join(fs->prefetchers[i], NULL);
+	if (fs->has_aheader) {
+		pthread_mutex_lock(&fs->lock);
+		pthread_cond_signal(&fs->ahead_wake);
+		pthread_mutex_unlock(&fs->lock);
+		pthread_join(fs->aheader, NULL);
+	}
 	if (fs->has_idler) {
 		pthread_mutex_lock(&fs->lock);
 		fs->idle_stopping = 1;
@@ -763,7 +847,9 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 	pthread_cond_destroy(&fs->idle);
 	pthread_mutex_destroy(&fs->flight_lock);
 	pthread_cond_destroy(&fs->landed);
+	pthread_cond_destroy(&fs->ahead_wake);
 	free((void *)fs->flying);
+	free(fs->seq);
 	free(fs->first_span);
 	free(fs);
 }
