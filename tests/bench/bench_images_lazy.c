@@ -73,6 +73,7 @@ static char cache_dir[64], spans_dir[64], work_root[64];
 static tb_seccomp_t *policy;
 static tb_layer_indexes_t fleet;
 static uint64_t layers_bytes, image_bytes, index_bytes;
+static unsigned prefetch; /* TB_BENCH_IMAGE_PREFETCH: what prefetching would give */
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
@@ -176,7 +177,7 @@ static int lazy_root(void *arg, uint32_t id_base, tb_error_t *err)
 		.cache = lr->spans,
 		.limits = { MAX_UNPACKED, TB_IMAGE_MAX_ENTRIES },
 		.id_base = id_base,
-		.prefetch_threads = 0, /* prepare.c's IMAGE_PREFETCH */
+		.prefetch_threads = prefetch, /* prepare.c's IMAGE_PREFETCH: 0 */
 	};
 	double t0 = tb_bench_mono_ms();
 	rc = tb_image_fs_start(&lr->fs, &conf, &mfd, err);
@@ -348,6 +349,37 @@ static int eager_round(run_t *r)
 	return rc;
 }
 
+/* What tb_image_lazy_open spends on the indexes: each layer's found (its
+ * pin from Redis, its encoding from S3, decoded against the pin), and
+ * of that the decoding alone (on the same bytes). */
+static void find_indexes(tb_image_cache_t *c, const tb_strlist_t *layers)
+{
+	double found = 0, decoded = 0;
+	tb_error_t err;
+
+	for (size_t i = 0; i < layers->n; i++) {
+		tb_layer_index_t *ix, *again;
+		uint8_t *data;
+		size_t len;
+		char d[72];
+		double t0 = tb_bench_mono_ms();
+		if (tb_image_cache_find_index(c, layers->items[i], &ix, &err) < 0)
+			return;
+		found += tb_bench_mono_ms() - t0;
+		if (tb_layer_index_encode(ix, &data, &len, d, &err) == 0) {
+			t0 = tb_bench_mono_ms();
+			if (tb_layer_index_decode(data, len, ix->layer, d, &again, &err) == 0)
+				tb_layer_index_free(again);
+			decoded += tb_bench_mono_ms() - t0;
+			free(data);
+		}
+		tb_layer_index_free(ix);
+	}
+	tb_bench_row("images-2g", "its indexes found, one after another (pin, GET, decode)", "ms",
+		     found, found, NULL, 0);
+	tb_bench_row("images-2g", "  of which decoding them", "ms", decoded, decoded, NULL, 0);
+}
+
 /* The first worker: the image pulled whole, its layers indexed and
  * published to the fleet; the sizes the ratios are of. */
 static int first_worker(void)
@@ -379,6 +411,7 @@ static int first_worker(void)
 	tb_bench_row("images-2g", "  then its layers indexed + published", "ms", after, after,
 		     "pull", pull);
 	size_t n = img.layers.n;
+	find_indexes(c, &img.layers);
 	tb_image_release(&img);
 	tb_image_cache_close(c);
 	if (built + 1 < n) { /* busybox's layer may have been published before */
@@ -500,6 +533,8 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--image") && i + 1 < argc)
 			digest = argv[++i];
 	}
+	if (getenv("TB_BENCH_IMAGE_PREFETCH"))
+		prefetch = (unsigned)strtoul(getenv("TB_BENCH_IMAGE_PREFETCH"), NULL, 10);
 	if (!registry || !digest || rounds < 1) {
 		fprintf(stderr, "usage: bench_images_lazy --registry HOST:PORT --image DIGEST "
 				"[--repo NAME] [-n ROUNDS] [--json]\n");
@@ -519,7 +554,8 @@ int main(int argc, char **argv)
 	run_t *lazy = calloc((size_t)rounds, sizeof(run_t)),
 	      *eager = calloc((size_t)rounds, sizeof(run_t));
 	if (!tb_bench_json)
-		printf("images-2g: %d rounds each way, alternated, from %s\n", rounds, registry);
+		printf("images-2g: %d rounds each way, alternated, from %s%s\n", rounds, registry,
+		       prefetch ? " (TB_BENCH_IMAGE_PREFETCH: the lazy root prefetching)" : "");
 	if (lazy && eager && first_worker() == 0) {
 		rc = 0;
 		for (int i = 0; i < rounds && !rc; i++) /* which goes first alternates */
