@@ -788,6 +788,64 @@ static int lazy_config(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_man
 	return rc;
 }
 
+/* Finding a lazy image's indexes, several at once (lazy_layers). */
+#define FIND_THREADS 4
+
+typedef struct finding {
+	tb_image_cache_t *c;
+	tb_image_lazy_t *l;
+	atomic_size_t next; /* the next layer to find */
+	int *rc;            /* per layer */
+	tb_error_t *errs;   /* per layer */
+} finding_t;
+
+static void *find_some(void *arg)
+{
+	finding_t *f = arg;
+	size_t i;
+
+	while ((i = atomic_fetch_add(&f->next, 1)) < f->l->layers.n)
+		f->rc[i] = tb_image_cache_find_index(f->c, f->l->layers.items[i], &f->l->ix[i],
+						     &f->errs[i]);
+	return NULL;
+}
+
+/* Each layer's index into l->ix, found FIND_THREADS at a time (each is
+ * a pin and a GET: one after another they were most of the time to a
+ * lazy image's first instruction). @return 0; 1 naming the first layer
+ * with none to trust (in @p err); TB_ENOMEM. */
+static int find_indexes(tb_image_cache_t *c, tb_image_lazy_t *l, tb_error_t *err)
+{
+	size_t n = l->layers.n, nt = 0;
+	finding_t f = { .c = c,
+			.l = l,
+			.rc = calloc(n + 1, sizeof(int)),
+			.errs = calloc(n + 1, sizeof(tb_error_t)) };
+	pthread_t t[FIND_THREADS];
+	int rc = 0;
+
+	atomic_init(&f.next, 0);
+	if (!f.rc || !f.errs)
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+	for (; rc == 0 && nt + 1 < FIND_THREADS && nt + 1 < n; nt++)
+		if (pthread_create(&t[nt], NULL, find_some, &f) != 0)
+			break;
+	if (rc == 0)
+		find_some(&f); /* this thread too (alone if none started) */
+	for (size_t k = 0; k < nt; k++)
+		pthread_join(t[k], NULL);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		if (f.rc[i] < 0) {
+			*err = f.errs[i];
+			tb_error_prefix(err, "layer %zu (%.19s) has no index", i,
+					l->layers.items[i]);
+			rc = 1;
+		}
+	free(f.rc);
+	free(f.errs);
+	return rc;
+}
+
 /* Each layer of @p m with its index into @p l. @return 0; 1 when one has
  * none to trust (the reason in @p err); TB_ENOMEM. */
 static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_manifest_t *m,
@@ -809,12 +867,8 @@ static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_man
 			tb_error_set(err, TB_EINVAL, "layer %zu (%.19s) is not gzip", i, d);
 			return 1;
 		}
-		if (tb_image_cache_find_index(c, d, &l->ix[i], err) < 0) {
-			tb_error_prefix(err, "layer %zu (%.19s) has no index", i, d);
-			return 1;
-		}
 	}
-	return 0;
+	return find_indexes(c, l, err);
 }
 
 /* Whether the cache has tree @p hex complete (its record). */
