@@ -30,9 +30,10 @@
 #define IDLE_S 2        /* seconds without a read after which slots are freed */
 #define TIMEOUT 86400.0 /* nothing here ever changes */
 #define TAR_BLOCK 512
-#define AHEAD_AFTER 2 /* spans loaded one after the other before reading ahead */
+#define AHEAD_AFTER 2 /* spans come to one after the other before reading ahead */
 #define AHEAD 2       /* spans read ahead of such a reader */
 #define AHEAD_QUEUE 8
+#define AHEADERS 2 /* threads fetching and inflating them, one span each */
 
 typedef struct slot {
 	size_t layer, span; /* which, when state is not EMPTY */
@@ -85,8 +86,8 @@ struct tb_image_fs {
 	} ahead[AHEAD_QUEUE];
 	size_t nahead;
 	pthread_cond_t ahead_wake;
-	pthread_t aheader;
-	int has_aheader;
+	pthread_t aheaders[AHEADERS];
+	unsigned has_aheader; /* how many run */
 };
 
 /* Keeps the first failure, and the first that is the layer's own over
@@ -242,23 +243,27 @@ static slot_t *fill(tb_image_fs_t *fs, slot_t *s, size_t l, size_t i, size_t len
 	return s;
 }
 
-/* A load of span @p i of layer @p l, noted: once AHEAD_AFTER loads in a
- * row went each to the next span (a reader going through the layer in
- * order, as one reading every file of a layer written in the order it is
- * walked does), the AHEAD spans after it are queued to be fetched into
- * the cache while this one is inflated, where the reader would wait for
- * each in turn. A reader of scattered files reads nothing ahead. Under
- * fs->lock. */
+/* A reader come to span @p i of layer @p l, noted: once AHEAD_AFTER
+ * times in a row it came each to the next span (a reader going through
+ * the layer in order, as one reading every file of a layer written in
+ * the order it is walked does), the AHEAD spans after it are queued to
+ * be fetched and inflated (aheader) while it reads this one, where it
+ * would wait for each in turn. A reader of scattered files reads nothing
+ * ahead. Under fs->lock. */
 static void read_ahead(tb_image_fs_t *fs, size_t l, size_t i)
 {
 	struct seq *q = &fs->seq[l];
 
-	if (!fs->has_aheader)
+	/* the same span, or the one before (a read the kernel sent ahead
+	 * served late): the run goes on */
+	if (!fs->has_aheader || q->last == i + 1 || q->last == i + 2)
 		return;
-	if (q->last == i) /* the span before: the next */
-		q->run++;
-	else if (q->last != i + 1) /* the same one again (loaded whole) keeps the run */
+	if (q->last != i) { /* not the next: a new run */
 		q->run = 0;
+		q->last = i + 1;
+		return;
+	}
+	q->run++;
 	q->last = i + 1;
 	for (size_t k = 1; q->run >= AHEAD_AFTER && k <= AHEAD; k++) {
 		size_t n = 0;
@@ -277,10 +282,12 @@ static void read_ahead(tb_image_fs_t *fs, size_t l, size_t i)
  * READY and pinned (the caller unpins it); loaded if no slot has them.
  * NULL if it could not be. There are more slots than threads: one is
  * always free, in time. Called and returns under fs->lock. */
-static slot_t *pin_span(tb_image_fs_t *fs, size_t l, size_t i, size_t need)
+static slot_t *pin_span(tb_image_fs_t *fs, size_t l, size_t i, size_t need, int reader)
 {
 	const tb_layer_index_t *ix = fs->c.layers[l].ix;
 
+	if (reader)
+		read_ahead(fs, l, i);
 	for (;;) {
 		slot_t *free_slot, *s = find_slot(fs, l, i, &free_slot);
 		size_t len = load_len(ix, i, need);
@@ -302,7 +309,6 @@ static slot_t *pin_span(tb_image_fs_t *fs, size_t l, size_t i, size_t need)
 		s->layer = l, s->span = i;
 		s->state = LOADING;
 		s->pins = 1;
-		read_ahead(fs, l, i);
 		return fill(fs, s, l, i, len);
 	}
 }
@@ -330,7 +336,7 @@ static int read_tar(tb_image_fs_t *fs, size_t l, uint64_t off, uint8_t *out, siz
 		if (!take)
 			return -EIO; /* never: the tree's offsets are in the stream */
 		pthread_mutex_lock(&fs->lock);
-		slot_t *s = pin_span(fs, l, i, at + take);
+		slot_t *s = pin_span(fs, l, i, at + take, 1);
 		pthread_mutex_unlock(&fs->lock);
 		if (!s)
 			return -EIO;
@@ -598,8 +604,11 @@ static void *prefetch(void *arg)
 	return NULL;
 }
 
-/* The thread fetching the spans read_ahead() queues, first queued first,
- * into the cache (those there already skipped). */
+/* A thread (of AHEADERS) fetching the spans read_ahead() queues, first
+ * queued first, into the cache (those there already skipped), then
+ * inflating each into a slot, so that the reader finds it ready: the
+ * inflate, most of a reader's time, done on the cores the reader leaves
+ * idle, two spans at once. */
 static void *aheader(void *arg)
 {
 	tb_image_fs_t *fs = arg;
@@ -617,6 +626,14 @@ static void *aheader(void *arg)
 		pthread_mutex_unlock(&fs->lock);
 		prefetch_one(fs, l, i, &buf, &cap);
 		pthread_mutex_lock(&fs->lock);
+		/* and inflated into a slot, on a core the reader leaves idle */
+		uint64_t from, to;
+		span_out(fs->c.layers[l].ix, i, &from, &to);
+		slot_t *sl = atomic_load(&fs->stopping) ? NULL : pin_span(fs, l, i, to - from, 0);
+		if (sl) {
+			sl->pins--;
+			pthread_cond_broadcast(&fs->changed);
+		}
 	}
 	pthread_mutex_unlock(&fs->lock);
 	free(buf);
@@ -763,7 +780,9 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 		goto fail;
 	fs->has_idler = pthread_create(&fs->idler, NULL, idler, fs) == 0; /* else kept */
 	pthread_mutex_lock(&fs->lock); /* read_ahead() reads it under the lock */
-	fs->has_aheader = conf->cache && pthread_create(&fs->aheader, NULL, aheader, fs) == 0;
+	while (conf->cache && fs->has_aheader < AHEADERS &&
+	       pthread_create(&fs->aheaders[fs->has_aheader], NULL, aheader, fs) == 0)
+		fs->has_aheader++;
 	pthread_mutex_unlock(&fs->lock);
 	unsigned ahead = conf->cache ? conf->prefetch_threads : 0; /* needs somewhere to go */
 	for (; fs->nprefetchers < ahead && fs->nprefetchers < TB_IMAGE_FS_PREFETCH_MAX;
@@ -822,12 +841,11 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 	atomic_store(&fs->stopping, 1); /* each prefetcher ends its fetch */
 	for (unsigned i = 0; i < fs->nprefetchers; i++)
 		pthread_join(fs->prefetchers[i], NULL);
-	if (fs->has_aheader) {
-		pthread_mutex_lock(&fs->lock);
-		pthread_cond_signal(&fs->ahead_wake);
-		pthread_mutex_unlock(&fs->lock);
-		pthread_join(fs->aheader, NULL);
-	}
+	pthread_mutex_lock(&fs->lock);
+	pthread_cond_broadcast(&fs->ahead_wake);
+	pthread_mutex_unlock(&fs->lock);
+	for (unsigned i = 0; i < fs->has_aheader; i++)
+		pthread_join(fs->aheaders[i], NULL);
 	if (fs->has_idler) {
 		pthread_mutex_lock(&fs->lock);
 		fs->idle_stopping = 1;
