@@ -788,9 +788,78 @@ static int lazy_config(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_man
 	return rc;
 }
 
-/* Each layer of @p m with what describes it into @p l: its eStargz TOC or
- * its pinned index (tb_image_lazy_layer). @return 0; 1 when one has
- * neither to trust (the reason in @p err); TB_ENOMEM. */
+/* Describing a lazy image's layers, several at once (lazy_layers). */
+#define FIND_THREADS 4
+
+typedef struct finding {
+	tb_image_cache_t *c;
+	tb_image_lazy_t *l;
+	const tb_oci_manifest_t *m;
+	atomic_size_t next; /* the next layer to describe */
+	int *rc;            /* per layer */
+	uint64_t *fetched;  /* per layer: the bytes its TOC took */
+	tb_error_t *errs;   /* per layer */
+} finding_t;
+
+static void *find_some(void *arg)
+{
+	finding_t *f = arg;
+	size_t i;
+
+	while ((i = atomic_fetch_add(&f->next, 1)) < f->l->layers.n)
+		f->rc[i] = tb_image_lazy_layer(f->c, &f->m->layers[i], &f->l->blobs[i],
+					       &f->l->ix[i], &f->fetched[i], &f->errs[i]);
+	return NULL;
+}
+
+/* Each layer of @p m described into l->ix (tb_image_lazy_layer: its TOC
+ * or its pinned index), FIND_THREADS at a time (each is a pin and a GET,
+ * or a TOC's ranges: one after another they were most of the time to a
+ * lazy image's first instruction). @return 0; 1 naming the first layer
+ * with neither to trust (in @p err); TB_ENOMEM. */
+static int describe_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_manifest_t *m,
+			   tb_error_t *err)
+{
+	size_t n = l->layers.n, nt = 0;
+	finding_t f = { .c = c,
+			.l = l,
+			.m = m,
+			.rc = calloc(n + 1, sizeof(int)),
+			.fetched = calloc(n + 1, sizeof(uint64_t)),
+			.errs = calloc(n + 1, sizeof(tb_error_t)) };
+	pthread_t t[FIND_THREADS];
+	int rc = 0;
+
+	atomic_init(&f.next, 0);
+	if (!f.rc || !f.fetched || !f.errs)
+		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
+	for (; rc == 0 && nt + 1 < FIND_THREADS && nt + 1 < n; nt++)
+		if (pthread_create(&t[nt], NULL, find_some, &f) != 0)
+			break;
+	if (rc == 0)
+		find_some(&f); /* this thread too (alone if none started) */
+	for (size_t k = 0; k < nt; k++)
+		pthread_join(t[k], NULL);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		l->fetched += f.fetched[i];
+		if (f.rc[i] != 0) {
+			*err = f.errs[i];
+			rc =
+			    f.rc[i] < 0
+				? f.rc[i]
+				: (tb_error_prefix(err, "layer %zu (%.19s)", i, l->layers.items[i]),
+				   1);
+		}
+	}
+	free(f.rc);
+	free(f.fetched);
+	free(f.errs);
+	return rc;
+}
+
+/* Each layer of @p m with what describes it into @p l: its eStargz or
+ * zstd:chunked TOC or its pinned index (describe_layers). @return 0; 1
+ * when one has neither to trust (the reason in @p err); TB_ENOMEM. */
 static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_manifest_t *m,
 		       tb_error_t *err)
 {
@@ -810,12 +879,8 @@ static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_man
 			tb_error_set(err, TB_EINVAL, "layer %zu (%.19s) is not compressed", i, d);
 			return 1;
 		}
-		int rc = tb_image_lazy_layer(c, &m->layers[i], &l->blobs[i], &l->ix[i], &l->fetched,
-					     err);
-		if (rc != 0)
-			return rc < 0 ? rc : (tb_error_prefix(err, "layer %zu (%.19s)", i, d), 1);
 	}
-	return 0;
+	return describe_layers(c, l, m, err);
 }
 
 /* Whether the cache has tree @p hex complete (its record). */

@@ -36,6 +36,10 @@
 #define TIMEOUT 86400.0 /* nothing here ever changes */
 #define TAR_BLOCK 512
 #define PREFETCH_NICE 19 /* the lowest: readers, and everything else, first */
+#define AHEAD_AFTER 2    /* spans come to one after the other before reading ahead */
+#define AHEAD 2          /* spans read ahead of such a reader */
+#define AHEAD_QUEUE 8
+#define AHEADERS 2 /* threads fetching and inflating them, one span each */
 
 typedef struct slot {
 	size_t layer, span; /* which, when state is not EMPTY */
@@ -88,6 +92,19 @@ struct tb_image_fs {
 	uint8_t *seen;          /* per span: a reader needed it */
 	tb_read_span_t *read;   /* ... those, in the order first needed */
 	size_t nread, read_cap; /* read_cap: at most SPANS_MAX */
+	/* reading ahead of a reader going through a layer in order, under
+	 * lock: per layer, 1 + the span loaded last and how many loads in a
+	 * row went to the next span; the spans to fetch, for one thread */
+	struct seq {
+		size_t last, run;
+	} * seq;
+	struct {
+		size_t layer, span;
+	} rq[AHEAD_QUEUE]; /* the read-ahead queue */
+	size_t nrq;
+	pthread_cond_t ahead_wake;
+	pthread_t aheaders[AHEADERS];
+	unsigned has_aheader; /* how many run */
 };
 
 /* Keeps the first failure, and the first that is the layer's own over
@@ -114,9 +131,17 @@ static void span_out(const tb_layer_index_t *ix, size_t i, uint64_t *from, uint6
 	*to = i + 1 < ix->npoints ? ix->points[i + 1].out : ix->total_out;
 }
 
+/* Who asks get_span() for a span. */
+typedef enum asker {
+	FOR_READER,   /* a reader: counted while it waits and fetches */
+	FOR_AHEAD,    /* read ahead of a reader going through a layer in order */
+	FOR_PREFETCH, /* in the read order: waits until no reader fetches */
+} asker_t;
+
 typedef struct fetch_ctx {
 	tb_image_fs_t *fs;
 	size_t layer;
+	asker_t asker;
 } fetch_ctx_t;
 
 /* The flag of span @p i of layer @p l: being got (get_span). */
@@ -140,22 +165,21 @@ static void note_read(tb_image_fs_t *fs, size_t l, size_t i)
 
 /* Span @p i of layer @p l (@p len bytes from @p off) into @p buf: from
  * the cache, or fetched from the layer and kept (if it matches: the
- * cache checks). One at a time for a span, whoever asks (readers,
- * prefetchers, @p ahead): a second waits for the first, then finds it
- * cached. A reader is counted while it waits and fetches, and a
- * prefetcher waits until none is (readers first); one that is stopped
- * meanwhile fetches nothing (0). */
+ * cache checks). One at a time for a span, whoever asks (@p who): a
+ * second waits for the first, then finds it cached. A reader is counted
+ * while it waits and fetches, and a prefetcher waits until none is
+ * (readers first); one that is stopped meanwhile fetches nothing (0).
+ * Only a prefetcher's bytes count as prefetched. */
 static int64_t get_span(tb_image_fs_t *fs, size_t l, size_t i, uint64_t off, void *buf, size_t len,
-			int ahead, tb_error_t *err)
+			asker_t who, tb_error_t *err)
 {
 	const tb_image_fs_layer_t *ly = &fs->c.layers[l];
+	int ahead = who == FOR_PREFETCH;
 	int64_t got = (int64_t)len;
 
 	pthread_mutex_lock(&fs->flight_lock);
-	if (!ahead) {
+	if (who == FOR_READER)
 		fs->readers++;
-		note_read(fs, l, i);
-	}
 	while (atomic_load(flying(fs, l, i)) ||
 	       (ahead && fs->readers && !atomic_load(&fs->stopping)))
 		pthread_cond_wait(&fs->landed, &fs->flight_lock);
@@ -176,7 +200,7 @@ static int64_t get_span(tb_image_fs_t *fs, size_t l, size_t i, uint64_t off, voi
 	}
 	pthread_mutex_lock(&fs->flight_lock);
 	atomic_store(flying(fs, l, i), 0);
-	if (!ahead)
+	if (who == FOR_READER)
 		fs->readers--;
 	pthread_cond_broadcast(&fs->landed);
 	pthread_mutex_unlock(&fs->flight_lock);
@@ -203,15 +227,15 @@ static int64_t fetch_span(void *arg, uint64_t off, void *buf, size_t len, tb_err
 	tb_layer_index_span(ix, lo, &from, &to);
 	if (from != off || to - from != len) /* never: the reader asks for spans */
 		return tb_error_set(err, TB_EINVAL, "a range that is not a span");
-	return get_span(f->fs, f->layer, lo, off, buf, len, 0, err);
+	return get_span(f->fs, f->layer, lo, off, buf, len, f->asker, err);
 }
 
 /* Span @p i of layer @p l inflated into @p buf, its first @p len bytes.
  * 0, or -EIO with the failure kept. */
-static int load(tb_image_fs_t *fs, size_t l, size_t i, uint8_t *buf, size_t len)
+static int load(tb_image_fs_t *fs, size_t l, size_t i, uint8_t *buf, size_t len, asker_t who)
 {
 	const tb_layer_index_t *ix = fs->c.layers[l].ix;
-	fetch_ctx_t f = { fs, l };
+	fetch_ctx_t f = { fs, l, who };
 	uint64_t from, to;
 	tb_error_t err;
 
@@ -254,12 +278,12 @@ static slot_t *find_slot(tb_image_fs_t *fs, size_t l, size_t i, slot_t **lru)
 /* Loads @p s (pinned, LOADING) with @p len bytes of span @p i of layer
  * @p l. Called and returns under fs->lock; a failure leaves it EMPTY and
  * unpinned. @return s, or NULL. */
-static slot_t *fill(tb_image_fs_t *fs, slot_t *s, size_t l, size_t i, size_t len)
+static slot_t *fill(tb_image_fs_t *fs, slot_t *s, size_t l, size_t i, size_t len, asker_t who)
 {
 	pthread_mutex_unlock(&fs->lock);
 	int rc = -ENOMEM;
 	if (s->data || (s->data = malloc(fs->slot_bytes)))
-		rc = load(fs, l, i, s->data, len);
+		rc = load(fs, l, i, s->data, len, who);
 	pthread_mutex_lock(&fs->lock);
 	s->state = rc < 0 ? EMPTY : READY; /* a failure is not kept */
 	s->have = rc < 0 ? 0 : len;
@@ -272,14 +296,54 @@ static slot_t *fill(tb_image_fs_t *fs, slot_t *s, size_t l, size_t i, size_t len
 	return s;
 }
 
+/* A reader come to span @p i of layer @p l, noted: once AHEAD_AFTER
+ * times in a row it came each to the next span (a reader going through
+ * the layer in order, as one reading every file of a layer written in
+ * the order it is walked does), the AHEAD spans after it are queued to
+ * be fetched and inflated (aheader) while it reads this one, where it
+ * would wait for each in turn. A reader of scattered files reads nothing
+ * ahead. Under fs->lock. */
+static void read_ahead(tb_image_fs_t *fs, size_t l, size_t i)
+{
+	struct seq *q = &fs->seq[l];
+
+	/* the same span, or the one before (a read the kernel sent ahead
+	 * served late): the run goes on */
+	if (!fs->has_aheader || q->last == i + 1 || q->last == i + 2)
+		return;
+	if (q->last != i) { /* not the next: a new run */
+		q->run = 0;
+		q->last = i + 1;
+		return;
+	}
+	q->run++;
+	q->last = i + 1;
+	for (size_t k = 1; q->run >= AHEAD_AFTER && k <= AHEAD; k++) {
+		size_t n = 0;
+		while (n < fs->nrq && (fs->rq[n].layer != l || fs->rq[n].span != i + k))
+			n++;
+		if (i + k >= fs->c.layers[l].ix->npoints || n < fs->nrq || fs->nrq == AHEAD_QUEUE)
+			continue;
+		fs->rq[fs->nrq].layer = l;
+		fs->rq[fs->nrq++].span = i + k;
+		pthread_cond_signal(&fs->ahead_wake);
+	}
+}
+
 /* The slot holding at least @p need bytes of span @p i of layer @p l,
  * READY and pinned (the caller unpins it); loaded if no slot has them.
  * NULL if it could not be. There are more slots than threads: one is
  * always free, in time. Called and returns under fs->lock. */
-static slot_t *pin_span(tb_image_fs_t *fs, size_t l, size_t i, size_t need)
+static slot_t *pin_span(tb_image_fs_t *fs, size_t l, size_t i, size_t need, int reader)
 {
 	const tb_layer_index_t *ix = fs->c.layers[l].ix;
 
+	if (reader) {
+		read_ahead(fs, l, i);
+		pthread_mutex_lock(&fs->flight_lock); /* after fs->lock, never before */
+		note_read(fs, l, i);
+		pthread_mutex_unlock(&fs->flight_lock);
+	}
 	for (;;) {
 		slot_t *free_slot, *s = find_slot(fs, l, i, &free_slot);
 		size_t len = load_len(ix, i, need);
@@ -301,7 +365,7 @@ static slot_t *pin_span(tb_image_fs_t *fs, size_t l, size_t i, size_t need)
 		s->layer = l, s->span = i;
 		s->state = LOADING;
 		s->pins = 1;
-		return fill(fs, s, l, i, len);
+		return fill(fs, s, l, i, len, reader ? FOR_READER : FOR_AHEAD);
 	}
 }
 
@@ -328,7 +392,7 @@ static int read_tar(tb_image_fs_t *fs, size_t l, uint64_t off, uint8_t *out, siz
 		if (!take)
 			return -EIO; /* never: the tree's offsets are in the stream */
 		pthread_mutex_lock(&fs->lock);
-		slot_t *s = pin_span(fs, l, i, at + take);
+		slot_t *s = pin_span(fs, l, i, at + take, 1);
 		pthread_mutex_unlock(&fs->lock);
 		if (!s)
 			return -EIO;
@@ -573,7 +637,8 @@ static int nth_span(const tb_image_fs_t *fs, size_t k, size_t *l, size_t *i)
 
 /* Span @p i of layer @p l fetched into the cache if it is not there: a
  * failure is left for a reader to meet (and report). */
-static void prefetch_one(tb_image_fs_t *fs, size_t l, size_t i, uint8_t **buf, size_t *cap)
+static void prefetch_one(tb_image_fs_t *fs, size_t l, size_t i, uint8_t **buf, size_t *cap,
+			 asker_t who)
 {
 	const tb_image_fs_layer_t *ly = &fs->c.layers[l];
 	uint64_t from, to;
@@ -588,7 +653,7 @@ static void prefetch_one(tb_image_fs_t *fs, size_t l, size_t i, uint8_t **buf, s
 			return;
 		*buf = b, *cap = to - from;
 	}
-	get_span(fs, l, i, from, *buf, to - from, 1, &err); /* a failure: a reader's to meet */
+	get_span(fs, l, i, from, *buf, to - from, who, &err); /* a failure: a reader's to meet */
 }
 
 /* A thread fetching every span to fetch ahead not cached yet, in order,
@@ -604,9 +669,45 @@ static void *prefetch(void *arg)
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PREFETCH_NICE); /* best effort */
 	while (!atomic_load(&fs->stopping) &&
 	       nth_span(fs, atomic_fetch_add(&fs->next_span, 1), &l, &i)) {
-		prefetch_one(fs, l, i, &buf, &cap); /* behind the readers */
+		prefetch_one(fs, l, i, &buf, &cap, FOR_PREFETCH); /* behind the readers */
 		atomic_fetch_add(&fs->prefetched, 1);
 	}
+	free(buf);
+	return NULL;
+}
+
+/* A thread (of AHEADERS) fetching the spans read_ahead() queues, first
+ * queued first, into the cache (those there already skipped), then
+ * inflating each into a slot, so that the reader finds it ready: the
+ * inflate, most of a reader's time, done on the cores the reader leaves
+ * idle, two spans at once. */
+static void *aheader(void *arg)
+{
+	tb_image_fs_t *fs = arg;
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+
+	pthread_mutex_lock(&fs->lock);
+	while (!atomic_load(&fs->stopping)) {
+		if (!fs->nrq) {
+			pthread_cond_wait(&fs->ahead_wake, &fs->lock);
+			continue;
+		}
+		size_t l = fs->rq[0].layer, i = fs->rq[0].span;
+		memmove(&fs->rq[0], &fs->rq[1], --fs->nrq * sizeof(fs->rq[0]));
+		pthread_mutex_unlock(&fs->lock);
+		prefetch_one(fs, l, i, &buf, &cap, FOR_AHEAD);
+		pthread_mutex_lock(&fs->lock);
+		/* and inflated into a slot, on a core the reader leaves idle */
+		uint64_t from, to;
+		span_out(fs->c.layers[l].ix, i, &from, &to);
+		slot_t *sl = atomic_load(&fs->stopping) ? NULL : pin_span(fs, l, i, to - from, 0);
+		if (sl) {
+			sl->pins--;
+			pthread_cond_broadcast(&fs->changed);
+		}
+	}
+	pthread_mutex_unlock(&fs->lock);
 	free(buf);
 	return NULL;
 }
@@ -705,7 +806,8 @@ static int build(tb_image_fs_t *fs, tb_error_t *err)
 	fs->read_cap = spans < TB_READ_ORDER_SPANS_MAX ? spans : TB_READ_ORDER_SPANS_MAX;
 	if (!(fs->flying = calloc(spans ? spans : 1, sizeof(*fs->flying))) ||
 	    !(fs->seen = calloc(spans ? spans : 1, sizeof(*fs->seen))) ||
-	    !(fs->read = calloc(fs->read_cap ? fs->read_cap : 1, sizeof(*fs->read))))
+	    !(fs->read = calloc(fs->read_cap ? fs->read_cap : 1, sizeof(*fs->read))) ||
+	    !(fs->seq = calloc(nl, sizeof(*fs->seq))))
 		return tb_error_set(err, TB_ENOMEM, "out of memory");
 	return 0;
 }
@@ -759,6 +861,7 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 	pthread_cond_init(&fs->idle, NULL);
 	pthread_mutex_init(&fs->flight_lock, NULL);
 	pthread_cond_init(&fs->landed, NULL);
+	pthread_cond_init(&fs->ahead_wake, NULL);
 	if (threads > TB_FUSE_THREADS_MAX)
 		threads = TB_FUSE_THREADS_MAX;
 	tb_image_fs_layer_t *layers = calloc(conf->nlayers ? conf->nlayers : 1, sizeof(*layers));
@@ -779,6 +882,11 @@ int tb_image_fs_start(tb_image_fs_t **out, const tb_image_fs_conf_t *conf, int *
 	if ((rc = tb_fuse_serve_start(&fs->server, &sc, "image root", mount_fd, err)) < 0)
 		goto fail;
 	fs->has_idler = pthread_create(&fs->idler, NULL, idler, fs) == 0; /* else kept */
+	pthread_mutex_lock(&fs->lock); /* read_ahead() reads it under the lock */
+	while (conf->cache && fs->has_aheader < AHEADERS &&
+	       pthread_create(&fs->aheaders[fs->has_aheader], NULL, aheader, fs) == 0)
+		fs->has_aheader++;
+	pthread_mutex_unlock(&fs->lock);
 	/* needs somewhere to go, and something to fetch */
 	unsigned ahead = conf->cache && (!fs->ahead || fs->nahead) ? conf->prefetch_threads : 0;
 	for (; fs->nprefetchers < ahead && fs->nprefetchers < TB_IMAGE_FS_PREFETCH_MAX;
@@ -860,6 +968,11 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 	pthread_mutex_unlock(&fs->flight_lock);
 	for (unsigned i = 0; i < fs->nprefetchers; i++)
 		pthread_join(fs->prefetchers[i], NULL);
+	pthread_mutex_lock(&fs->lock);
+	pthread_cond_broadcast(&fs->ahead_wake);
+	pthread_mutex_unlock(&fs->lock);
+	for (unsigned i = 0; i < fs->has_aheader; i++)
+		pthread_join(fs->aheaders[i], NULL);
 	if (fs->has_idler) {
 		pthread_mutex_lock(&fs->lock);
 		fs->idle_stopping = 1;
@@ -879,7 +992,9 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 	pthread_cond_destroy(&fs->idle);
 	pthread_mutex_destroy(&fs->flight_lock);
 	pthread_cond_destroy(&fs->landed);
+	pthread_cond_destroy(&fs->ahead_wake);
 	free((void *)fs->flying);
+	free(fs->seq);
 	free(fs->first_span);
 	free(fs->seen);
 	free(fs->read);

@@ -47,6 +47,14 @@
  * sandbox that has started reads little more) the slots' memory is given
  * back (a thread of its own does it).
  *
+ * With a cache, a reader going through a layer in order (come twice in a
+ * row to the span after the one before: a reader of every file, the
+ * layer written in the order the tree is walked) has the next two spans
+ * fetched into the cache and inflated into slots by two threads of the
+ * file system's while it reads its own, where it would wait for each
+ * fetch and inflate in turn; a reader of scattered files reads nothing
+ * ahead.
+ *
  * With prefetch_threads, the spans no one has read yet are fetched into
  * the cache in the background, compressed (each checked by the cache
  * before it is kept; one that fails is left for a reader to meet and

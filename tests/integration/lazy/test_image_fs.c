@@ -901,6 +901,54 @@ static void test_image_fs__prefetch_fills_the_cache_and_reads_fetch_nothing_more
 	tb_span_cache_close(cache);
 }
 
+/* A reader going through the first half of big/data, span after span
+ * (the kernel's read-ahead off: it reads only what it asks for), has the
+ * spans after it fetched into the cache, each span fetched once all
+ * told, while a file read alone reads nothing ahead (above: one file
+ * fetches its spans, and the span after only when they share a byte). */
+static void test_image_fs__a_reader_in_layer_order_has_spans_read_ahead(void **state)
+{
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	mounted_t m;
+	char dir[128], p[256], buf[65536];
+	size_t first, last, done = 0;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/ahead", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	mount_image(&m, cache);
+	const tb_layer_entry_t *e = entry_named(0, "big/data");
+	const tb_layer_index_t *ix = F.b[0].ix;
+	spans_of(0, e->offset, e->offset + e->size / 2, &first, &last);
+	if (last < first + 4 || last + 2 >= ix->npoints)
+		fail_msg("big/data's first half in spans %zu..%zu of %zu", first, last,
+			 ix->npoints);
+	snprintf(p, sizeof(p), "%s/big/data", m.at);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
+	while (done < e->size / 2) {
+		size_t want = e->size / 2 - done < sizeof(buf) ? e->size / 2 - done : sizeof(buf);
+		ssize_t n = read(fd, buf, want);
+		assert_true(n > 0);
+		done += (size_t)n;
+	}
+	close(fd);
+	/* two spans past the last it read, which no reader asked for */
+	int ahead = 0;
+	for (int t = 0; t < 200 && !(ahead = tb_span_cache_has(cache, ix, last + 2)); t++)
+		usleep(10000);
+	assert_true(ahead);
+	unmount_image(&m); /* the fetches under way end */
+	for (size_t i = 0; i < F.b[0].nfetches; i++)
+		for (size_t j = i + 1; j < F.b[0].nfetches; j++)
+			assert_true(F.b[0].offs[i] != F.b[0].offs[j]);
+	assert_true(F.b[0].nfetches <= last - first + 1 + 2);
+	tb_span_cache_close(cache);
+}
+
 static void test_image_fs__memory_goes_back_when_reads_stop(void **state)
 {
 	mounted_t m;
@@ -1629,6 +1677,7 @@ int main(void)
 #endif
 		cmocka_unit_test(test_image_fs__prefetch_in_a_read_order_fetches_those_spans_in_it),
 		cmocka_unit_test(test_image_fs__prefetchers_start_no_fetch_while_a_reader_fetches),
+		cmocka_unit_test(test_image_fs__a_reader_in_layer_order_has_spans_read_ahead),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
