@@ -941,6 +941,20 @@ static void test_image_fs__a_reader_in_layer_order_has_spans_read_ahead(void **s
 	for (int t = 0; t < 200 && !(ahead = tb_span_cache_has(cache, ix, last + 2)); t++)
 		usleep(10000);
 	assert_true(ahead);
+	/* the read order has what the reader read, in order, though the
+	 * read-ahead inflated most of it before the reader came; and not
+	 * what was only read ahead */
+	tb_read_span_t *order;
+	size_t norder, next = first;
+	assert_int_equal(tb_image_fs_read_order(m.fs, &order, &norder), 0);
+	for (size_t k = 0; k < norder; k++) {
+		if (order[k].layer != 0 || order[k].span < first)
+			continue;
+		assert_int_equal(order[k].span, next);
+		next++;
+	}
+	assert_int_equal(next, last + 1);
+	free(order);
 	unmount_image(&m); /* the fetches under way end */
 	for (size_t i = 0; i < F.b[0].nfetches; i++)
 		for (size_t j = i + 1; j < F.b[0].nfetches; j++)
