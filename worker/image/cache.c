@@ -47,8 +47,9 @@ struct tb_image_cache {
 	char path[4096]; /* <cache_dir>/images */
 	int root, blobs, trees, tmp, locks;
 	uint64_t max;
-	atomic_uint stall_seconds; /* a registry's (tb_image_cache_set_stall) */
-	atomic_int stopping;       /* tb_image_cache_interrupt: no more fetching */
+	atomic_uint stall_seconds;   /* a registry's (tb_image_cache_set_stall) */
+	tb_toc_budget_t lazy_budget; /* an image's, read on demand (set_lazy_budget) */
+	atomic_int stopping;         /* tb_image_cache_interrupt: no more fetching */
 	/* what the last trim found (tb_image_cache_usage): counted there, not
 	 * by every reader, since counting lists every image and blob */
 	atomic_uint_fast64_t images, bytes;
@@ -171,6 +172,7 @@ int tb_image_cache_open(tb_image_cache_t **out, const char *cache_dir, uint64_t 
 	c->root = c->blobs = c->trees = c->tmp = c->locks = -1;
 	c->max = max_bytes;
 	atomic_init(&c->stall_seconds, 30);
+	tb_image_cache_set_lazy_budget(c, 0, 0);
 	atomic_init(&c->auth_ttl_ms, AUTH_TTL_MS);
 	pthread_mutex_init(&c->auth_lock, NULL);
 	snprintf(c->path, sizeof(c->path), "%s/images", cache_dir);
@@ -789,11 +791,16 @@ static int lazy_config(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_man
 }
 
 /* Each layer of @p m with what describes it into @p l: its eStargz TOC or
- * its pinned index (tb_image_lazy_layer). @return 0; 1 when one has
- * neither to trust (the reason in @p err); TB_ENOMEM. */
+ * its pinned index (tb_image_lazy_layer), within the image's budget
+ * (c->lazy_budget: its layers' TOC bytes and entries together, counted
+ * down layer by layer, so no index is made past it). @return 0; 1 when
+ * one has neither to trust, or the image's layers list more than its
+ * budget (the reason in @p err); TB_ENOMEM. */
 static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_manifest_t *m,
 		       tb_error_t *err)
 {
+	tb_toc_budget_t left = c->lazy_budget;
+
 	l->layers.items = calloc(m->nlayers + 1, sizeof(char *));
 	l->ix = calloc(m->nlayers + 1, sizeof(*l->ix));
 	l->blobs = calloc(m->nlayers + 1, sizeof(*l->blobs));
@@ -810,10 +817,18 @@ static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_man
 			tb_error_set(err, TB_EINVAL, "layer %zu (%.19s) is not compressed", i, d);
 			return 1;
 		}
-		int rc = tb_image_lazy_layer(c, &m->layers[i], &l->blobs[i], &l->ix[i], &l->fetched,
-					     err);
+		int rc = tb_image_lazy_layer(c, &m->layers[i], &l->blobs[i], &left, &l->ix[i],
+					     &l->fetched, err);
 		if (rc != 0)
 			return rc < 0 ? rc : (tb_error_prefix(err, "layer %zu (%.19s)", i, d), 1);
+		if (l->ix[i]->nentries > left.entries) {
+			tb_error_set(err, TB_EINVAL,
+				     "layer %zu (%.19s): the image's layers list more than %llu "
+				     "entries together",
+				     i, d, (unsigned long long)c->lazy_budget.entries);
+			return 1;
+		}
+		left.entries -= l->ix[i]->nentries;
 	}
 	return 0;
 }
@@ -1049,6 +1064,12 @@ void tb_image_cache_usage(tb_image_cache_t *c, uint64_t *images, uint64_t *bytes
 	*images = atomic_load(&c->images);
 	*bytes = atomic_load(&c->bytes);
 	*max = c->max;
+}
+
+void tb_image_cache_set_lazy_budget(tb_image_cache_t *c, uint64_t toc_bytes, uint64_t entries)
+{
+	c->lazy_budget.bytes = toc_bytes ? toc_bytes : TB_IMAGE_TOC_BYTES_MAX;
+	c->lazy_budget.entries = entries ? entries : TB_IMAGE_MAX_ENTRIES;
 }
 
 void tb_image_cache_set_stall(tb_image_cache_t *c, unsigned seconds)

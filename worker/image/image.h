@@ -123,6 +123,17 @@ int tb_image_cache_find_index(tb_image_cache_t *c, const char *layer, tb_layer_i
 
 /* An image's files and entries at most, whoever unpacks or serves it. */
 #define TB_IMAGE_MAX_ENTRIES 1000000
+/* An image's layers' TOCs (eStargz, zstd:chunked) together, JSON bytes at
+ * most, when it is read on demand (two TOCs of a layer's most); past it,
+ * or past TB_IMAGE_MAX_ENTRIES listed by its layers' TOCs and indexes
+ * together, the image is pulled whole (tb_image_lazy_open). */
+#define TB_IMAGE_TOC_BYTES_MAX (64ull << 20)
+
+/** The budget tb_image_lazy_open() gives an image's layers together:
+ * @p toc_bytes of TOC JSON and @p entries listed (0: the default,
+ * TB_IMAGE_TOC_BYTES_MAX and TB_IMAGE_MAX_ENTRIES). Set before the cache
+ * is used; lowered by tests, to try it with small images. */
+void tb_image_cache_set_lazy_budget(tb_image_cache_t *c, uint64_t toc_bytes, uint64_t entries);
 
 /**
  * Makes @p ref ready (fetched, verified, unpacked; or found in the cache,

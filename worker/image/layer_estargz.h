@@ -60,9 +60,10 @@
 
 /* A layer as its manifest describes it. */
 typedef struct tb_estargz_layer {
-	const char *digest;     /* "sha256:<hex>" */
-	uint64_t size;          /* the blob's bytes */
-	const char *toc_digest; /* the TOC digest annotation; NULL: none */
+	const char *digest;      /* "sha256:<hex>" */
+	uint64_t size;           /* the blob's bytes */
+	const char *toc_digest;  /* the TOC digest annotation; NULL: none */
+	tb_toc_budget_t *budget; /* the image's, what is left (tb_toc_parse); NULL: none */
 } tb_estargz_layer_t;
 
 /**

@@ -65,10 +65,11 @@
 
 /* A layer as its manifest describes it. */
 typedef struct tb_zstd_chunked_layer {
-	const char *digest;   /* "sha256:<hex>" */
-	uint64_t size;        /* the blob's bytes */
-	const char *checksum; /* the manifest-checksum annotation; NULL: none */
-	const char *position; /* the manifest-position annotation; NULL: none */
+	const char *digest;      /* "sha256:<hex>" */
+	uint64_t size;           /* the blob's bytes */
+	const char *checksum;    /* the manifest-checksum annotation; NULL: none */
+	const char *position;    /* the manifest-position annotation; NULL: none */
+	tb_toc_budget_t *budget; /* the image's, what is left (tb_toc_parse); NULL: none */
 } tb_zstd_chunked_layer_t;
 
 /**

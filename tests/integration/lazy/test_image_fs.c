@@ -1347,9 +1347,10 @@ static void make_estargz(blob_t *e, const blob_t *b, const char *options)
 {
 	tb_error_t err;
 	json_t *notes = convert_layer("estargz-convert", e, b, options);
-	tb_estargz_layer_t l = { e->digest, e->n,
-				 json_string_value(
-				     json_object_get(notes, TB_ESTARGZ_ANNOTATION_TOC)) };
+	tb_estargz_layer_t l = {
+		e->digest, e->n,
+		json_string_value(json_object_get(notes, TB_ESTARGZ_ANNOTATION_TOC)), NULL
+	};
 	if (tb_estargz_open(&l, blob_fetch, e, &e->ix, &err) != 0)
 		fail_msg("open: %s", err.msg);
 	json_decref(notes);
@@ -1366,7 +1367,7 @@ static void make_zstd_chunked(blob_t *e, const blob_t *b, const char *options)
 	tb_zstd_chunked_layer_t l = {
 		e->digest, e->n,
 		json_string_value(json_object_get(notes, TB_ZSTD_CHUNKED_ANNOTATION_CHECKSUM)),
-		json_string_value(json_object_get(notes, TB_ZSTD_CHUNKED_ANNOTATION_POSITION))
+		json_string_value(json_object_get(notes, TB_ZSTD_CHUNKED_ANNOTATION_POSITION)), NULL
 	};
 	if (tb_zstd_chunked_open(&l, blob_fetch, e, &e->ix, &err) != 0)
 		fail_msg("open: %s", err.msg);
