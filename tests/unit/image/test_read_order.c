@@ -5,7 +5,7 @@
  * another version or another image, naming a span outside its layers or
  * one twice, or recorded against other indexes; kept in a store in a
  * directory: none, recorded once (a second run's does not replace it),
- * a garbled one refused and then replaced.
+ * a garbled one refused and then replaced. A layer of no span is one.
  */
 #include "read_order.h"
 
@@ -78,6 +78,38 @@ static void test_read_order__round_trip(void **state)
 	free(data);
 }
 
+/* A layer of no span (a zstd:chunked layer of no file data: directories,
+ * links, empty files, whiteouts) is one an order can be recorded for:
+ * made, encoded, decoded back the same, fitting its indexes; no span of
+ * the order can name it. */
+static void test_read_order__a_layer_of_no_span(void **state)
+{
+	tb_layer_index_t none = { .npoints = 0 };
+	const tb_layer_index_t *ix[3] = { &ixs[0], &none, &ixs[2] };
+	static const tb_read_span_t spans[] = { { 2, 8 }, { 0, 0 } }, named[] = { { 1, 0 } };
+	tb_read_order_t *o, *back;
+	tb_error_t err;
+	uint8_t *data;
+	size_t len;
+
+	(void)state;
+	if (tb_read_order_make(&o, IMAGE, ix, 3, spans, 2, &err) < 0)
+		fail_msg("make: %s", err.msg);
+	assert_int_equal(tb_read_order_encode(o, &data, &len, &err), 0);
+	tb_read_order_free(o);
+	if (tb_read_order_decode(data, len, IMAGE, &back, &err) < 0)
+		fail_msg("decode: %s", err.msg);
+	assert_int_equal(back->npoints[1], 0);
+	assert_int_equal(back->n, 2);
+	assert_int_equal(tb_read_order_fits(back, ix, 3, &err), 0);
+	assert_int_equal(tb_read_order_fits(back, IX, 3, &err), TB_EINVAL); /* 1 span there */
+	tb_read_order_free(back);
+	free(data);
+	assert_int_equal(tb_read_order_make(&o, IMAGE, ix, 3, named, 1, &err), TB_EINVAL);
+	assert_null(o);
+	assert_non_null(strstr(err.msg, "is not in the image"));
+}
+
 /* Refit @p d's SHA-256 to its bytes (a forger can): the fields are then
  * what is checked. */
 static void reseal(uint8_t *d, size_t len);
@@ -144,9 +176,9 @@ static void test_read_order__garbled_or_lying_is_refused(void **state)
 	reseal(d, len);
 	refused(d, len, TB_EINVAL, "listed twice");
 	FRESH();
-	memset(d + 8 + 2 + 2 + 71 + 2, 0, 4); /* a layer of no span */
+	memset(d + 8 + 2 + 2 + 71 + 2, 0, 4); /* a layer of no span, named */
 	reseal(d, len);
-	refused(d, len, TB_EINVAL, "has no span");
+	refused(d, len, TB_EINVAL, "is not in the image");
 	FRESH();
 	d[8 + 2 + 2 + 8] = 'x'; /* not a digest */
 	reseal(d, len);
@@ -284,6 +316,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_read_order__round_trip),
+		cmocka_unit_test(test_read_order__a_layer_of_no_span),
 		cmocka_unit_test(test_read_order__garbled_or_lying_is_refused),
 		cmocka_unit_test(test_read_order__made_only_of_the_indexes_spans),
 		cmocka_unit_test(test_read_order__kept_in_the_store),
