@@ -183,6 +183,8 @@ typedef enum tb_image_order_state {
 	TB_IMAGE_ORDER_FOUND,    /* found and fitted: prefetched in */
 	TB_IMAGE_ORDER_NONE,     /* none recorded: this run's is */
 	TB_IMAGE_ORDER_REFUSED,  /* refused: this run's replaces it */
+	TB_IMAGE_ORDER_UNFIT,    /* sound, but over other indexes than this
+				  * host's: not used here, left alone */
 } tb_image_order_state_t;
 
 /**
