@@ -812,6 +812,7 @@ static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_man
 			return tb_error_set(err, TB_ENOMEM, "out of memory");
 		l->layers.n++;
 		l->blobs[i].src = l->src;
+		l->blobs[i].cancel = &l->cancel;
 		snprintf(l->blobs[i].digest, sizeof(l->blobs[i].digest), "%s", d);
 		if (m->layers[i].compression == TB_OCI_TAR) {
 			tb_error_set(err, TB_EINVAL, "layer %zu (%.19s) is not compressed", i, d);

@@ -49,6 +49,8 @@
 #include "tb/image_ref.h"
 #include "unpack.h"
 
+#include <stdatomic.h>
+
 typedef struct tb_image_cache tb_image_cache_t;
 
 typedef struct tb_image {
@@ -173,6 +175,9 @@ typedef struct tb_image_lazy {
 				  * fitted to its indexes: to prefetch in
 				  * (read_order.h); NULL: none to trust */
 	int order_state;         /* tb_image_order_state_t */
+	atomic_int cancel;       /* once set, the blobs' reads end (their
+				  * cancel): its root is stopped
+				  * (tb_image_fs_conf_t's cancel) */
 } tb_image_lazy_t;
 
 /* What tb_image_lazy_open() found of the image's read order, and so what

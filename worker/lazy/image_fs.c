@@ -853,8 +853,10 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 {
 	if (!fs)
 		return;
-	tb_fuse_serve_stop(fs->server);       /* no request is served past here */
-	atomic_store(&fs->stopping, 1);       /* each prefetcher ends its fetch */
+	tb_fuse_serve_stop(fs->server); /* no request is served past here */
+	atomic_store(&fs->stopping, 1); /* each prefetcher ends its fetch */
+	if (fs->c.cancel)               /* ... even one under way */
+		atomic_store(fs->c.cancel, 1);
 	pthread_mutex_lock(&fs->flight_lock); /* ... or its wait for the readers */
 	pthread_cond_broadcast(&fs->landed);
 	pthread_mutex_unlock(&fs->flight_lock);
