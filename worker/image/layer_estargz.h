@@ -75,8 +75,9 @@ typedef struct tb_estargz_layer {
  *         digest annotated, or no eStargz footer (not an eStargz layer);
  *         TB_EINVAL naming what is wrong (a TOC whose digest differs, a
  *         TOC that lies, a truncated footer or member); TB_ETOOBIG for a
- *         TOC past TB_ESTARGZ_TOC_BYTES_MAX; TB_ENOMEM; or what @p fetch
- *         returned. On any failure the layer is pulled whole.
+ *         TOC past TB_ESTARGZ_TOC_BYTES_MAX, or past what layer->budget
+ *         has left (it then takes the TOC's bytes); TB_ENOMEM; or what
+ *         @p fetch returned. On any failure the layer is pulled whole.
  */
 int tb_estargz_open(const tb_estargz_layer_t *layer, tb_layer_fetch_fn fetch, void *arg,
 		    tb_layer_index_t **out, tb_error_t *err);
