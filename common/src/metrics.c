@@ -508,7 +508,8 @@ char *tb_metrics_render(size_t *len)
 	counters(f, "taskbox_image_lazy_starts_total", "result", &R.lazy_starts,
 		 "Images made ready with image_lazy: lazy (read on demand), whole (pulled).");
 	counters(f, "taskbox_image_read_orders_total", "result", &R.read_orders,
-		 "Images' read orders: found, none, refused, failed, recorded, unrecorded.");
+		 "Images' read orders: found, none, refused, unfit, failed, recorded, "
+		 "unrecorded.");
 	head(f, "taskbox_image_prefetched_bytes_total", "counter",
 	     "Spans fetched ahead in an image's read order, in bytes.");
 	fprintf(f, "taskbox_image_prefetched_bytes_total %llu\n",

@@ -47,8 +47,9 @@ struct tb_image_cache {
 	char path[4096]; /* <cache_dir>/images */
 	int root, blobs, trees, tmp, locks;
 	uint64_t max;
-	atomic_uint stall_seconds; /* a registry's (tb_image_cache_set_stall) */
-	atomic_int stopping;       /* tb_image_cache_interrupt: no more fetching */
+	atomic_uint stall_seconds;   /* a registry's (tb_image_cache_set_stall) */
+	tb_toc_budget_t lazy_budget; /* an image's, read on demand (set_lazy_budget) */
+	atomic_int stopping;         /* tb_image_cache_interrupt: no more fetching */
 	/* what the last trim found (tb_image_cache_usage): counted there, not
 	 * by every reader, since counting lists every image and blob */
 	atomic_uint_fast64_t images, bytes;
@@ -171,6 +172,7 @@ int tb_image_cache_open(tb_image_cache_t **out, const char *cache_dir, uint64_t 
 	c->root = c->blobs = c->trees = c->tmp = c->locks = -1;
 	c->max = max_bytes;
 	atomic_init(&c->stall_seconds, 30);
+	tb_image_cache_set_lazy_budget(c, 0, 0);
 	atomic_init(&c->auth_ttl_ms, AUTH_TTL_MS);
 	pthread_mutex_init(&c->auth_lock, NULL);
 	snprintf(c->path, sizeof(c->path), "%s/images", cache_dir);
@@ -799,7 +801,40 @@ typedef struct finding {
 	int *rc;            /* per layer */
 	uint64_t *fetched;  /* per layer: the bytes its TOC took */
 	tb_error_t *errs;   /* per layer */
+	pthread_mutex_t lock;
+	tb_toc_budget_t left; /* under lock: what the layers described leave */
 } finding_t;
+
+/* Layer @p i described (tb_image_lazy_layer) within the image's budget:
+ * a layer with a TOC is parsed under the lock, one at a time, so that no
+ * two TOCs together pass it; a pinned index's entries are counted once
+ * it is loaded. @return as tb_image_lazy_layer. */
+static int describe(finding_t *f, size_t i)
+{
+	const tb_oci_desc_t *d = &f->m->layers[i];
+	tb_layer_index_t **ix = &f->l->ix[i];
+	int toc = d->toc_digest[0] != '\0', rc;
+	tb_toc_budget_t mine;
+
+	pthread_mutex_lock(&f->lock);
+	mine = f->left;
+	if (!toc)
+		pthread_mutex_unlock(&f->lock);
+	rc = tb_image_lazy_layer(f->c, d, &f->l->blobs[i], toc ? &f->left : &mine, ix,
+				 &f->fetched[i], &f->errs[i]);
+	if (!toc)
+		pthread_mutex_lock(&f->lock);
+	if (rc == 0 && (*ix)->nentries > f->left.entries) {
+		tb_error_set(&f->errs[i], TB_EINVAL,
+			     "the image's layers list more than %llu entries together",
+			     (unsigned long long)f->c->lazy_budget.entries);
+		rc = 1; /* pulled whole */
+	} else if (rc == 0) {
+		f->left.entries -= (*ix)->nentries;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return rc;
+}
 
 static void *find_some(void *arg)
 {
@@ -807,16 +842,17 @@ static void *find_some(void *arg)
 	size_t i;
 
 	while ((i = atomic_fetch_add(&f->next, 1)) < f->l->layers.n)
-		f->rc[i] = tb_image_lazy_layer(f->c, &f->m->layers[i], &f->l->blobs[i],
-					       &f->l->ix[i], &f->fetched[i], &f->errs[i]);
+		f->rc[i] = describe(f, i);
 	return NULL;
 }
 
 /* Each layer of @p m described into l->ix (tb_image_lazy_layer: its TOC
  * or its pinned index), FIND_THREADS at a time (each is a pin and a GET,
  * or a TOC's ranges: one after another they were most of the time to a
- * lazy image's first instruction). @return 0; 1 naming the first layer
- * with neither to trust (in @p err); TB_ENOMEM. */
+ * lazy image's first instruction), within the image's budget
+ * (c->lazy_budget: its layers' TOC bytes and entries together, so no
+ * index is made past it). @return 0; 1 naming the first layer with
+ * neither to trust, or past the budget (in @p err); TB_ENOMEM. */
 static int describe_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_manifest_t *m,
 			   tb_error_t *err)
 {
@@ -826,11 +862,13 @@ static int describe_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci
 			.m = m,
 			.rc = calloc(n + 1, sizeof(int)),
 			.fetched = calloc(n + 1, sizeof(uint64_t)),
-			.errs = calloc(n + 1, sizeof(tb_error_t)) };
+			.errs = calloc(n + 1, sizeof(tb_error_t)),
+			.left = c->lazy_budget };
 	pthread_t t[FIND_THREADS];
 	int rc = 0;
 
 	atomic_init(&f.next, 0);
+	pthread_mutex_init(&f.lock, NULL);
 	if (!f.rc || !f.fetched || !f.errs)
 		rc = tb_error_set(err, TB_ENOMEM, "out of memory");
 	for (; rc == 0 && nt + 1 < FIND_THREADS && nt + 1 < n; nt++)
@@ -851,6 +889,7 @@ static int describe_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci
 				   1);
 		}
 	}
+	pthread_mutex_destroy(&f.lock);
 	free(f.rc);
 	free(f.fetched);
 	free(f.errs);
@@ -858,8 +897,10 @@ static int describe_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci
 }
 
 /* Each layer of @p m with what describes it into @p l: its eStargz or
- * zstd:chunked TOC or its pinned index (describe_layers). @return 0; 1
- * when one has neither to trust (the reason in @p err); TB_ENOMEM. */
+ * zstd:chunked TOC or its pinned index, within the image's budget
+ * (describe_layers). @return 0; 1 when one has neither to trust, or the
+ * image's layers list more than its budget (the reason in @p err);
+ * TB_ENOMEM. */
 static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_manifest_t *m,
 		       tb_error_t *err)
 {
@@ -874,6 +915,7 @@ static int lazy_layers(tb_image_cache_t *c, tb_image_lazy_t *l, const tb_oci_man
 			return tb_error_set(err, TB_ENOMEM, "out of memory");
 		l->layers.n++;
 		l->blobs[i].src = l->src;
+		l->blobs[i].cancel = &l->cancel;
 		snprintf(l->blobs[i].digest, sizeof(l->blobs[i].digest), "%s", d);
 		if (m->layers[i].compression == TB_OCI_TAR) {
 			tb_error_set(err, TB_EINVAL, "layer %zu (%.19s) is not compressed", i, d);
@@ -1114,6 +1156,12 @@ void tb_image_cache_usage(tb_image_cache_t *c, uint64_t *images, uint64_t *bytes
 	*images = atomic_load(&c->images);
 	*bytes = atomic_load(&c->bytes);
 	*max = c->max;
+}
+
+void tb_image_cache_set_lazy_budget(tb_image_cache_t *c, uint64_t toc_bytes, uint64_t entries)
+{
+	c->lazy_budget.bytes = toc_bytes ? toc_bytes : TB_IMAGE_TOC_BYTES_MAX;
+	c->lazy_budget.entries = entries ? entries : TB_IMAGE_MAX_ENTRIES;
 }
 
 void tb_image_cache_set_stall(tb_image_cache_t *c, unsigned seconds)

@@ -33,13 +33,15 @@ void tb_image_later_stop(tb_image_later_t *q);
  * has one annotated (eStargz, zstd:chunked) and the TOC is that one,
  * else for a gzip layer the index the fleet pinned for it
  * (tb_image_cache_find_index). The bytes fetched to open a TOC are added
- * to @p fetched.
+ * to @p fetched; the TOC is parsed within what @p budget (the image's)
+ * has left, and takes its bytes from it.
  * @return 0 and a new index in @p out (tb_layer_index_free); 1 when it is
  *         to be pulled whole, the reason (the TOC's and the index's) in
  *         @p err; TB_ENOMEM
  */
 int tb_image_lazy_layer(tb_image_cache_t *c, const tb_oci_desc_t *d, tb_source_blob_t *blob,
-			tb_layer_index_t **out, uint64_t *fetched, tb_error_t *err);
+			tb_toc_budget_t *budget, tb_layer_index_t **out, uint64_t *fetched,
+			tb_error_t *err);
 /** Where the indexes are published (tb_image_cache_set_indexes), and so
  * the read orders: NULL, nowhere. */
 tb_store_t *tb_image_cache_store(tb_image_cache_t *c);

@@ -49,6 +49,8 @@
 #include "tb/image_ref.h"
 #include "unpack.h"
 
+#include <stdatomic.h>
+
 typedef struct tb_image_cache tb_image_cache_t;
 
 typedef struct tb_image {
@@ -123,6 +125,17 @@ int tb_image_cache_find_index(tb_image_cache_t *c, const char *layer, tb_layer_i
 
 /* An image's files and entries at most, whoever unpacks or serves it. */
 #define TB_IMAGE_MAX_ENTRIES 1000000
+/* An image's layers' TOCs (eStargz, zstd:chunked) together, JSON bytes at
+ * most, when it is read on demand (two TOCs of a layer's most); past it,
+ * or past TB_IMAGE_MAX_ENTRIES listed by its layers' TOCs and indexes
+ * together, the image is pulled whole (tb_image_lazy_open). */
+#define TB_IMAGE_TOC_BYTES_MAX (64ull << 20)
+
+/** The budget tb_image_lazy_open() gives an image's layers together:
+ * @p toc_bytes of TOC JSON and @p entries listed (0: the default,
+ * TB_IMAGE_TOC_BYTES_MAX and TB_IMAGE_MAX_ENTRIES). Set before the cache
+ * is used; lowered by tests, to try it with small images. */
+void tb_image_cache_set_lazy_budget(tb_image_cache_t *c, uint64_t toc_bytes, uint64_t entries);
 
 /**
  * Makes @p ref ready (fetched, verified, unpacked; or found in the cache,
@@ -162,6 +175,9 @@ typedef struct tb_image_lazy {
 				  * fitted to its indexes: to prefetch in
 				  * (read_order.h); NULL: none to trust */
 	int order_state;         /* tb_image_order_state_t */
+	atomic_int cancel;       /* once set, the blobs' reads end (their
+				  * cancel): its root is stopped
+				  * (tb_image_fs_conf_t's cancel) */
 } tb_image_lazy_t;
 
 /* What tb_image_lazy_open() found of the image's read order, and so what
@@ -172,6 +188,8 @@ typedef enum tb_image_order_state {
 	TB_IMAGE_ORDER_FOUND,    /* found and fitted: prefetched in */
 	TB_IMAGE_ORDER_NONE,     /* none recorded: this run's is */
 	TB_IMAGE_ORDER_REFUSED,  /* refused: this run's replaces it */
+	TB_IMAGE_ORDER_UNFIT,    /* sound, but over other indexes than this
+				  * host's: not used here, left alone */
 } tb_image_order_state_t;
 
 /**

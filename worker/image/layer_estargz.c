@@ -222,8 +222,9 @@ int tb_estargz_open(const tb_estargz_layer_t *layer, tb_layer_fetch_fn fetch, vo
 	if (rc == 0)
 		rc = open_toc(layer, fetch, arg, &t, err);
 	if (rc == 0)
-		rc = tb_estargz_toc_parse(layer->digest, layer->size, t.offset,
-					  t.tar + t.entry.offset, (size_t)t.entry.size, out, err);
+		rc = tb_toc_parse(TB_LAYER_INDEX_ESTARGZ, layer->digest, layer->size, t.offset,
+				  t.tar + t.entry.offset, (size_t)t.entry.size, layer->budget, out,
+				  err);
 	if (rc == 0)
 		add_toc_entry(*out, &t);
 	free(t.entry.path);

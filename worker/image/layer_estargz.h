@@ -60,9 +60,10 @@
 
 /* A layer as its manifest describes it. */
 typedef struct tb_estargz_layer {
-	const char *digest;     /* "sha256:<hex>" */
-	uint64_t size;          /* the blob's bytes */
-	const char *toc_digest; /* the TOC digest annotation; NULL: none */
+	const char *digest;      /* "sha256:<hex>" */
+	uint64_t size;           /* the blob's bytes */
+	const char *toc_digest;  /* the TOC digest annotation; NULL: none */
+	tb_toc_budget_t *budget; /* the image's, what is left (tb_toc_parse); NULL: none */
 } tb_estargz_layer_t;
 
 /**
@@ -74,8 +75,9 @@ typedef struct tb_estargz_layer {
  *         digest annotated, or no eStargz footer (not an eStargz layer);
  *         TB_EINVAL naming what is wrong (a TOC whose digest differs, a
  *         TOC that lies, a truncated footer or member); TB_ETOOBIG for a
- *         TOC past TB_ESTARGZ_TOC_BYTES_MAX; TB_ENOMEM; or what @p fetch
- *         returned. On any failure the layer is pulled whole.
+ *         TOC past TB_ESTARGZ_TOC_BYTES_MAX, or past what layer->budget
+ *         has left (it then takes the TOC's bytes); TB_ENOMEM; or what
+ *         @p fetch returned. On any failure the layer is pulled whole.
  */
 int tb_estargz_open(const tb_estargz_layer_t *layer, tb_layer_fetch_fn fetch, void *arg,
 		    tb_layer_index_t **out, tb_error_t *err);

@@ -32,7 +32,8 @@
 
 typedef struct parser {
 	tb_layer_index_t *ix;
-	int kind; /* tb_layer_index_kind_t: ESTARGZ or ZSTD_CHUNKED */
+	int kind;                      /* tb_layer_index_kind_t: ESTARGZ or ZSTD_CHUNKED */
+	const tb_toc_budget_t *budget; /* the image's, what is left; NULL: none */
 	uint64_t toc_offset;
 	size_t at;          /* the TOC entry being read */
 	size_t file;        /* the open file's entry (ix->entries) */
@@ -238,6 +239,11 @@ static int parse_entries(parser_t *p, json_t *root)
 	if (n > TB_LAYER_INDEX_ENTRIES_MAX)
 		return tb_error_set(p->err, TB_ETOOBIG, "layer %s: TOC of %zu entries (at most %u)",
 				    p->ix->layer, n, TB_LAYER_INDEX_ENTRIES_MAX);
+	if (p->budget && n > p->budget->entries)
+		return tb_error_set(p->err, TB_ETOOBIG,
+				    "layer %s: TOC of %zu entries, past the %llu the image's "
+				    "layers have left of theirs together",
+				    p->ix->layer, n, (unsigned long long)p->budget->entries);
 	/* one spare of each: for the TOC's own entry and point */
 	if (!(p->ix->entries = calloc(n + 1, sizeof(*p->ix->entries))) ||
 	    !(p->ix->points = calloc(n + 1, sizeof(*p->ix->points))))
@@ -276,8 +282,8 @@ static int check_values(const char *layer, const uint8_t *json, size_t len, tb_e
 int tb_estargz_toc_parse(const char *layer, uint64_t layer_size, uint64_t toc_offset,
 			 const uint8_t *json, size_t len, tb_layer_index_t **out, tb_error_t *err)
 {
-	return tb_toc_parse(TB_LAYER_INDEX_ESTARGZ, layer, layer_size, toc_offset, json, len, out,
-			    err);
+	return tb_toc_parse(TB_LAYER_INDEX_ESTARGZ, layer, layer_size, toc_offset, json, len, NULL,
+			    out, err);
 }
 
 int tb_zstd_chunked_toc_parse(const char *layer, uint64_t layer_size, uint64_t toc_offset,
@@ -285,17 +291,20 @@ int tb_zstd_chunked_toc_parse(const char *layer, uint64_t layer_size, uint64_t t
 			      tb_error_t *err)
 {
 	return tb_toc_parse(TB_LAYER_INDEX_ZSTD_CHUNKED, layer, layer_size, toc_offset, json, len,
-			    out, err);
+			    NULL, out, err);
 }
 
 int tb_toc_parse(int kind, const char *layer, uint64_t layer_size, uint64_t toc_offset,
-		 const uint8_t *json, size_t len, tb_layer_index_t **out, tb_error_t *err)
+		 const uint8_t *json, size_t len, tb_toc_budget_t *budget, tb_layer_index_t **out,
+		 tb_error_t *err)
 {
 	json_error_t jerr;
 	*out = NULL;
 	if (len > TB_ESTARGZ_TOC_BYTES_MAX)
 		return tb_error_set(err, TB_ETOOBIG, "layer %s: a TOC of %zu bytes (at most %u)",
 				    layer, len, TB_ESTARGZ_TOC_BYTES_MAX);
+	if (tb_toc_budget_bytes(layer, budget, len, err) < 0)
+		return err->code;
 	if (toc_offset >= layer_size)
 		return tb_error_set(err, TB_EINVAL, "layer %s: its TOC at %llu is past its end",
 				    layer, (unsigned long long)toc_offset);
@@ -309,7 +318,9 @@ int tb_toc_parse(int kind, const char *layer, uint64_t layer_size, uint64_t toc_
 	ix->layer_size = layer_size;
 	ix->end_in = toc_offset;
 	json_t *root = json_loadb((const char *)json, len, JSON_REJECT_DUPLICATES, &jerr);
-	parser_t p = { .ix = ix, .kind = kind, .toc_offset = toc_offset, .err = err };
+	parser_t p = {
+		.ix = ix, .kind = kind, .budget = budget, .toc_offset = toc_offset, .err = err
+	};
 	int rc = root ? parse_entries(&p, root)
 		      : tb_error_set(err, TB_EINVAL, "layer %s: TOC is not JSON: %s (line %d)",
 				     layer, jerr.text, jerr.line);
@@ -318,6 +329,20 @@ int tb_toc_parse(int kind, const char *layer, uint64_t layer_size, uint64_t toc_
 		tb_layer_index_free(ix);
 		return rc;
 	}
+	if (budget)
+		budget->bytes -= len;
 	*out = ix;
+	return 0;
+}
+
+int tb_toc_budget_bytes(const char *layer, const tb_toc_budget_t *budget, uint64_t len,
+			tb_error_t *err)
+{
+	if (budget && len > budget->bytes)
+		return tb_error_set(err, TB_ETOOBIG,
+				    "layer %s: a TOC of %llu bytes, past the %llu the image's "
+				    "layers have left of theirs together",
+				    layer, (unsigned long long)len,
+				    (unsigned long long)budget->bytes);
 	return 0;
 }

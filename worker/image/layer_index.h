@@ -144,6 +144,14 @@ typedef struct tb_layer_entry {
 	uint8_t type; /* tb_layer_entry_type_t */
 } tb_layer_entry_t;
 
+/* What an image's TOCs may still take, all its layers together
+ * (tb_image_lazy_open): counted down as each layer is described, so a
+ * TOC is refused before it is allocated once the image's is spent. */
+typedef struct tb_toc_budget {
+	uint64_t bytes;   /* TOC JSON bytes */
+	uint64_t entries; /* entries listed */
+} tb_toc_budget_t;
+
 typedef struct tb_layer_index {
 	char layer[72];      /* "sha256:<hex>": the layer's digest */
 	uint64_t layer_size; /* the blob's bytes */

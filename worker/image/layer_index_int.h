@@ -52,9 +52,19 @@ int tb_toc_time(const char *s, int64_t *sec, uint32_t *ns);
 
 /** A TOC of kind @p kind (TB_LAYER_INDEX_ESTARGZ or _ZSTD_CHUNKED) parsed
  * as tb_estargz_toc_parse() says (layer_estargz_toc.c); a zstd:chunked
- * file of one chunk may carry the file's `digest` for it. */
+ * file of one chunk may carry the file's `digest` for it. With
+ * @p budget (the image's, what is left; NULL: none), a TOC of more bytes
+ * or entries than it has left is refused (TB_ETOOBIG) before its JSON or
+ * its entries are allocated; a TOC parsed takes its bytes from it (the
+ * caller takes the entries: tb_image_lazy_open). */
 int tb_toc_parse(int kind, const char *layer, uint64_t layer_size, uint64_t toc_offset,
-		 const uint8_t *json, size_t len, tb_layer_index_t **out, tb_error_t *err);
+		 const uint8_t *json, size_t len, tb_toc_budget_t *budget, tb_layer_index_t **out,
+		 tb_error_t *err);
+
+/** Whether a TOC of @p len bytes fits what @p budget (NULL: none) has
+ * left. @return 0; TB_ETOOBIG saying so (layer_estargz_toc.c). */
+int tb_toc_budget_bytes(const char *layer, const tb_toc_budget_t *budget, uint64_t len,
+			tb_error_t *err);
 
 /** The uncompressed bytes of zstd point @p i of @p ix from its span's
  * @p len bytes @p data: its first @p want bytes into @p out.

@@ -165,6 +165,8 @@ int tb_zstd_chunked_open(const tb_zstd_chunked_layer_t *layer, tb_layer_fetch_fn
 	int rc = check_layer(layer, err);
 	if (rc == 0)
 		rc = parse_position(layer, &pos, err);
+	if (rc == 0) /* before its bytes are allocated */
+		rc = tb_toc_budget_bytes(layer->digest, layer->budget, pos.ulength, err);
 	if (rc < 0)
 		return rc;
 	size_t n = (size_t)pos.length + SKIPPABLE_HEADER;
@@ -184,9 +186,9 @@ int tb_zstd_chunked_open(const tb_zstd_chunked_layer_t *layer, tb_layer_fetch_fn
 		rc = decompress_toc(layer->digest, frame + SKIPPABLE_HEADER, pos.length, json,
 				    pos.ulength, err);
 	if (rc == 0)
-		rc = tb_zstd_chunked_toc_parse(layer->digest, layer->size,
-					       pos.offset - SKIPPABLE_HEADER, json, pos.ulength,
-					       out, err);
+		rc = tb_toc_parse(TB_LAYER_INDEX_ZSTD_CHUNKED, layer->digest, layer->size,
+				  pos.offset - SKIPPABLE_HEADER, json, pos.ulength, layer->budget,
+				  out, err);
 	free(frame);
 	free(json);
 	return rc;

@@ -65,10 +65,11 @@
 
 /* A layer as its manifest describes it. */
 typedef struct tb_zstd_chunked_layer {
-	const char *digest;   /* "sha256:<hex>" */
-	uint64_t size;        /* the blob's bytes */
-	const char *checksum; /* the manifest-checksum annotation; NULL: none */
-	const char *position; /* the manifest-position annotation; NULL: none */
+	const char *digest;      /* "sha256:<hex>" */
+	uint64_t size;           /* the blob's bytes */
+	const char *checksum;    /* the manifest-checksum annotation; NULL: none */
+	const char *position;    /* the manifest-position annotation; NULL: none */
+	tb_toc_budget_t *budget; /* the image's, what is left (tb_toc_parse); NULL: none */
 } tb_zstd_chunked_layer_t;
 
 /**
@@ -80,8 +81,10 @@ typedef struct tb_zstd_chunked_layer {
  *         annotations; TB_EINVAL naming what is wrong (a position that
  *         is not one, a TOC whose checksum differs or that lies, one
  *         that does not decompress to its length); TB_ETOOBIG for a TOC
- *         past TB_ZSTD_CHUNKED_TOC_BYTES_MAX; TB_ENOMEM; or what
- *         @p fetch returned. On any failure the layer is pulled whole.
+ *         past TB_ZSTD_CHUNKED_TOC_BYTES_MAX, or past what layer->budget
+ *         has left (checked before its bytes are fetched; it then takes
+ *         the TOC's bytes); TB_ENOMEM; or what @p fetch returned. On any
+ *         failure the layer is pulled whole.
  */
 int tb_zstd_chunked_open(const tb_zstd_chunked_layer_t *layer, tb_layer_fetch_fn fetch, void *arg,
 			 tb_layer_index_t **out, tb_error_t *err);

@@ -16,6 +16,12 @@
  * gzip layer's pinned index is looked for; with neither, the layer is
  * pulled whole, with its image. A zstd layer has no index: without a
  * TOC (or without libzstd in this build) it is pulled whole.
+ *
+ * A TOC is parsed within what the image's other layers left of its
+ * budget (tb_toc_budget_t: TB_IMAGE_TOC_BYTES_MAX of TOC JSON and
+ * TB_IMAGE_MAX_ENTRIES entries, all layers together), refused before it
+ * is allocated past it, so a hostile image of many big TOCs costs this
+ * worker no more memory than one image's worth.
  */
 #include "cache_int.h"
 
@@ -45,8 +51,8 @@ static int64_t fetch_counted(void *arg, uint64_t off, void *buf, size_t len, tb_
 /* Layer @p d's TOC (eStargz or zstd:chunked, by its compression), opened
  * through @p blob. @return 0; TB_ENOMEM; 1 when it cannot be used (the
  * reason in @p err, said in the log). */
-static int open_toc(const tb_oci_desc_t *d, tb_source_blob_t *blob, tb_layer_index_t **out,
-		    uint64_t *fetched, tb_error_t *err)
+static int open_toc(const tb_oci_desc_t *d, tb_source_blob_t *blob, tb_toc_budget_t *budget,
+		    tb_layer_index_t **out, uint64_t *fetched, tb_error_t *err)
 {
 	counted_t f = { blob, 0 };
 	int rc;
@@ -54,7 +60,7 @@ static int open_toc(const tb_oci_desc_t *d, tb_source_blob_t *blob, tb_layer_ind
 	if (d->compression == TB_OCI_ZSTD) {
 #ifdef TB_HAVE_ZSTD_CHUNKED
 		tb_zstd_chunked_layer_t z = { d->digest, d->size, d->toc_digest,
-					      d->toc_position[0] ? d->toc_position : NULL };
+					      d->toc_position[0] ? d->toc_position : NULL, budget };
 		rc = tb_zstd_chunked_open(&z, fetch_counted, &f, out, err);
 #else
 		rc = tb_error_set(err, TB_EINVAL,
@@ -63,7 +69,7 @@ static int open_toc(const tb_oci_desc_t *d, tb_source_blob_t *blob, tb_layer_ind
 				  d->digest);
 #endif
 	} else {
-		tb_estargz_layer_t l = { d->digest, d->size, d->toc_digest };
+		tb_estargz_layer_t l = { d->digest, d->size, d->toc_digest, budget };
 		rc = tb_estargz_open(&l, fetch_counted, &f, out, err);
 	}
 	*fetched += f.bytes;
@@ -79,14 +85,15 @@ static int open_toc(const tb_oci_desc_t *d, tb_source_blob_t *blob, tb_layer_ind
 }
 
 int tb_image_lazy_layer(tb_image_cache_t *c, const tb_oci_desc_t *d, tb_source_blob_t *blob,
-			tb_layer_index_t **out, uint64_t *fetched, tb_error_t *err)
+			tb_toc_budget_t *budget, tb_layer_index_t **out, uint64_t *fetched,
+			tb_error_t *err)
 {
 	char toc[TB_ERROR_MSG_MAX] = "";
 	int rc;
 
 	*out = NULL;
 	if (d->toc_digest[0]) {
-		if ((rc = open_toc(d, blob, out, fetched, err)) <= 0)
+		if ((rc = open_toc(d, blob, budget, out, fetched, err)) <= 0)
 			return rc;
 		snprintf(toc, sizeof(toc), "%s", err->msg);
 	}

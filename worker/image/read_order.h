@@ -101,9 +101,12 @@ void tb_read_order_key(char *out, size_t cap, const char *image);
  * indexes @p ix.
  * @return 0 and a new order in @p out; TB_ENOTFOUND (none recorded);
  *         TB_EINVAL refused, naming why (too big, garbled, another
- *         image's, other indexes'); TB_EVERSION (a later worker's: left
- *         alone); TB_EIO or TB_ERETRY (the store away). On any failure the
- *         start goes on without prefetch.
+ *         image's); TB_ECONFLICT a sound order recorded over other
+ *         indexes than @p ix (another host's, whose layer was read by
+ *         another index or TOC: not used here, but not to be replaced);
+ *         TB_EVERSION (a later worker's: left alone); TB_EIO or
+ *         TB_ERETRY (the store away). On any failure the start goes on
+ *         without prefetch.
  */
 int tb_read_order_find(tb_store_t *store, const char *image, const tb_layer_index_t *const *ix,
 		       size_t nlayers, tb_read_order_t **out, tb_error_t *err);

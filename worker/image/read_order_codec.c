@@ -11,8 +11,10 @@
  *   32 bytes: the SHA-256 of every byte before them
  *
  * The decoder checks the size first, then the SHA-256, then every field:
- * the digest one, 1 .. LAYERS_MAX layers each with spans, at most
- * SPANS_MAX spans each inside its layer and none twice, nothing after.
+ * the digest one, 1 .. LAYERS_MAX layers, at most SPANS_MAX spans each
+ * inside its layer and none twice, nothing after. A layer may have no
+ * span (a zstd:chunked layer of no file data: directories, links, empty
+ * files, whiteouts); no span can name it.
  */
 #include "read_order.h"
 
@@ -48,9 +50,6 @@ static int check(const tb_read_order_t *o, tb_error_t *err)
 	if (!o->nlayers || o->nlayers > TB_READ_ORDER_LAYERS_MAX)
 		return tb_error_set(err, TB_EINVAL, "read order: %zu layers (1 .. %u)", o->nlayers,
 				    TB_READ_ORDER_LAYERS_MAX);
-	for (size_t l = 0; l < o->nlayers; l++)
-		if (!o->npoints[l])
-			return tb_error_set(err, TB_EINVAL, "read order: layer %zu has no span", l);
 	if (o->n > TB_READ_ORDER_SPANS_MAX)
 		return tb_error_set(err, TB_EINVAL, "read order: %zu spans (at most %u)", o->n,
 				    TB_READ_ORDER_SPANS_MAX);
@@ -118,8 +117,14 @@ int tb_read_order_make(tb_read_order_t **out, const char *image, const tb_layer_
 		return tb_error_set(err, TB_ENOMEM, "read order: out of memory");
 	snprintf(o->image, sizeof(o->image), "%s", image);
 	o->nlayers = nlayers;
-	for (size_t l = 0; l < nlayers; l++)
-		o->npoints[l] = ix[l]->npoints > UINT32_MAX ? 0 : (uint32_t)ix[l]->npoints;
+	for (size_t l = 0; l < nlayers; l++) {
+		if (ix[l]->npoints > UINT32_MAX) {
+			tb_read_order_free(o);
+			return tb_error_set(err, TB_EINVAL, "read order: layer %zu of %zu spans", l,
+					    ix[l]->npoints);
+		}
+		o->npoints[l] = (uint32_t)ix[l]->npoints;
+	}
 	o->n = n;
 	if (n)
 		memcpy(o->spans, spans, n * sizeof(*spans));

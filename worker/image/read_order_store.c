@@ -35,10 +35,15 @@ int tb_read_order_find(tb_store_t *store, const char *image, const tb_layer_inde
 	tb_read_order_t *o = NULL;
 	rc = tb_read_order_decode((const uint8_t *)data, len, image, &o, err);
 	free(data);
-	if (rc == 0 && (rc = tb_read_order_fits(o, ix, nlayers, err)) < 0)
-		tb_read_order_free(o);
 	if (rc < 0)
 		return tb_error_prefix(err, "image %.19s...: its read order refused", image);
+	if (tb_read_order_fits(o, ix, nlayers, err) < 0) {
+		tb_read_order_free(o);
+		tb_error_prefix(
+		    err, "image %.19s...: its read order does not fit this host's indexes", image);
+		err->code = TB_ECONFLICT;
+		return TB_ECONFLICT;
+	}
 	*out = o;
 	return 0;
 }

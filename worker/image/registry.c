@@ -76,10 +76,11 @@ typedef struct range_want {
 /* One response: its status, content type and challenge, and where its
  * body goes (the blob on a 200, a small buffer otherwise). */
 typedef struct reply {
-	long stall;             /* seconds under a byte a second: given up on */
-	const atomic_int *stop; /* the source's (may be NULL) */
-	CURLSH *share;          /* the source's connections (may be NULL) */
-	range_want_t *range;    /* a ranged read: its bytes go there, not to blob */
+	long stall;               /* seconds under a byte a second: given up on */
+	const atomic_int *stop;   /* the source's (may be NULL) */
+	const atomic_int *cancel; /* this read's asker's (may be NULL) */
+	CURLSH *share;            /* the source's connections (may be NULL) */
+	range_want_t *range;      /* a ranged read: its bytes go there, not to blob */
 	long status;
 	char where[600]; /* the URL that answered (after redirects) */
 	char type[160];
@@ -228,13 +229,20 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud)
 	return len;
 }
 
+/* Whether @p r's transfer is to end: the source's worker stops, or the
+ * read's asker does. */
+static int ended(const reply_t *r)
+{
+	return (r->stop && atomic_load(r->stop)) || (r->cancel && atomic_load(r->cancel));
+}
+
 /* curl's progress callback: non-zero ends the transfer. */
 static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
 		       curl_off_t ulnow)
 {
 	const reply_t *r = ud;
 	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
-	return r->stop && atomic_load(r->stop);
+	return ended(r);
 }
 
 /* GET (HEAD with @p head) @p url; the body into @p r (see reply_t).
@@ -286,7 +294,7 @@ static int request(const char *url, int head, const char *auth, const char *acce
 	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
-	cc = r->stop && atomic_load(r->stop) ? CURLE_ABORTED_BY_CALLBACK : curl_easy_perform(c);
+	cc = ended(r) ? CURLE_ABORTED_BY_CALLBACK : curl_easy_perform(c);
 	char *eff = NULL;
 	if (curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &eff) == CURLE_OK && eff)
 		snprintf(r->where, sizeof(r->where), "%s", eff);
@@ -295,8 +303,9 @@ static int request(const char *url, int head, const char *auth, const char *acce
 	if (r->blob_rc < 0)
 		return r->blob_rc; /* the blob said why */
 	if (cc == CURLE_ABORTED_BY_CALLBACK)
-		return tb_error_set(err, TB_ERETRY, "registry: %s: given up on, the worker stops",
-				    url);
+		return tb_error_set(err, TB_ERETRY, "registry: %s: given up on, %s", url,
+				    r->stop && atomic_load(r->stop) ? "the worker stops"
+								    : "its reader stops");
 	if (cc == CURLE_OPERATION_TIMEDOUT)
 		return tb_error_set(err, TB_ERETRY,
 				    "registry: %s: stalled, under a byte a second for %ld s "
@@ -384,7 +393,8 @@ typedef struct asked {
 	int manifest, head;
 	tb_blob_t *blob;
 	range_want_t *range;
-	char *ct; /* a manifest's content type, when ctlen */
+	const atomic_int *cancel; /* a ranged read's asker's (may be NULL) */
+	char *ct;                 /* a manifest's content type, when ctlen */
 	size_t ctlen;
 } asked_t;
 
@@ -456,6 +466,7 @@ static int ask(registry_t *g, const asked_t *q, tb_error_t *err)
 			      .err = err,
 			      .stall = g->stall,
 			      .stop = g->stop,
+			      .cancel = q->cancel,
 			      .share = g->share,
 			      .range_from = -1,
 			      .range_to = -1 };
@@ -499,10 +510,10 @@ static int registry_authorize(tb_image_source_t *s, const char *digest, tb_error
 }
 
 static int64_t registry_read_range(tb_image_source_t *s, const char *digest, uint64_t off,
-				   void *buf, size_t len, tb_error_t *err)
+				   void *buf, size_t len, const atomic_int *cancel, tb_error_t *err)
 {
 	range_want_t w = { .buf = buf, .len = len, .off = off };
-	asked_t q = { .digest = digest, .range = &w };
+	asked_t q = { .digest = digest, .range = &w, .cancel = cancel };
 	int rc;
 
 	if (!len || off + len < off)

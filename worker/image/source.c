@@ -8,5 +8,5 @@
 int64_t tb_image_source_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_error_t *err)
 {
 	tb_source_blob_t *b = arg;
-	return b->src->read_range(b->src, b->digest, off, buf, len, err);
+	return b->src->read_range(b->src, b->digest, off, buf, len, b->cancel, err);
 }

@@ -46,14 +46,18 @@ struct tb_image_source {
 	 * registry is sent `Range: bytes=off-(off+len-1)` with the login and
 	 * redirects of fetch, and must answer 206 with that Content-Range (or
 	 * its part before the blob's end); a layout reads its file there.
-	 * Safe from several threads at once on one source.
+	 * Safe from several threads at once on one source. A registry's
+	 * transfer ends within about a second once *@p cancel is set (its
+	 * reader stops: TB_ERETRY; @p cancel may be NULL), as every one does
+	 * once the worker stops (tb_registry_open).
 	 * @return the bytes read: @p len, or fewer only where the blob ends;
 	 *         TB_ENOTFOUND; TB_EPOISON refused; TB_EIO for an answer
 	 *         that is not the range (a 200, another Content-Range, a
-	 *         short body: named); TB_ERETRY (the source away)
+	 *         short body: named); TB_ERETRY (the source away, or
+	 *         cancelled)
 	 */
 	int64_t (*read_range)(tb_image_source_t *s, const char *digest, uint64_t off, void *buf,
-			      size_t len, tb_error_t *err);
+			      size_t len, const atomic_int *cancel, tb_error_t *err);
 	void (*close)(tb_image_source_t *s);
 	/* Who asks, as far as a registry can tell: a SHA-256 (hex) of the
 	 * registry, repository and credentials ("" for none), so an answer
@@ -68,6 +72,7 @@ struct tb_image_source {
 typedef struct tb_source_blob {
 	tb_image_source_t *src;
 	char digest[72];
+	const atomic_int *cancel; /* once set, its reads end (read_range); NULL: never */
 } tb_source_blob_t;
 
 /** A tb_layer_fetch_fn (layer_index.h) over a source's read_range: @p arg

@@ -241,11 +241,12 @@ static int load(tb_image_fs_t *fs, size_t l, size_t i, uint8_t *buf, size_t len,
 
 	span_out(ix, i, &from, &to);
 	int rc = tb_layer_index_read(ix, fetch_span, &f, from, buf, len, &err);
-	if (rc < 0) { /* not the layer's bytes, or not inflating: it stays so */
+	/* not the layer's bytes, or not inflating: it stays so. Only a
+	 * reader's failure is the attempt's: a span read ahead that failed is
+	 * fetched again by its reader, if one comes, which then meets it. */
+	if (rc < 0 && who == FOR_READER)
 		failed(fs, l, rc == TB_EINVAL ? TB_EPOISON : rc, err.msg);
-		return -EIO;
-	}
-	return 0;
+	return rc < 0 ? -EIO : 0;
 }
 
 /* How far to load span @p i of layer @p l for a reader needing @p need
@@ -961,8 +962,10 @@ void tb_image_fs_stop(tb_image_fs_t *fs)
 {
 	if (!fs)
 		return;
-	tb_fuse_serve_stop(fs->server);       /* no request is served past here */
-	atomic_store(&fs->stopping, 1);       /* each prefetcher ends its fetch */
+	tb_fuse_serve_stop(fs->server); /* no request is served past here */
+	atomic_store(&fs->stopping, 1); /* each prefetcher ends its fetch */
+	if (fs->c.cancel)               /* ... even one under way */
+		atomic_store(fs->c.cancel, 1);
 	pthread_mutex_lock(&fs->flight_lock); /* ... or its wait for the readers */
 	pthread_cond_broadcast(&fs->landed);
 	pthread_mutex_unlock(&fs->flight_lock);

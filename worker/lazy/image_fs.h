@@ -79,6 +79,7 @@
 #include "span_cache.h"
 #include "unpack.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -120,6 +121,11 @@ typedef struct tb_image_fs_conf {
 				      * twice, is skipped: it is a hint); NULL:
 				      * every span */
 	size_t norder;
+	atomic_int *cancel; /* set by tb_image_fs_stop() before it waits for
+			     * a fetch under way: the layers' fetches are
+			     * to end once it is (tb_source_blob_t's
+			     * cancel), so a slow registry does not hold
+			     * the stop; NULL: such a fetch is waited for */
 } tb_image_fs_conf_t;
 
 typedef struct tb_image_fs tb_image_fs_t;
@@ -172,7 +178,8 @@ const tb_unpack_stats_t *tb_image_fs_stats(const tb_image_fs_t *fs);
  */
 int tb_image_fs_error(tb_image_fs_t *fs, char *out, size_t cap);
 
-/** Stops serving and frees the file system. NULL is a no-op. */
+/** Stops serving and frees the file system: sets conf.cancel, so a span
+ * fetch under way ends, and waits for its threads. NULL is a no-op. */
 void tb_image_fs_stop(tb_image_fs_t *fs);
 
 #endif

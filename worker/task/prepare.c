@@ -77,6 +77,7 @@ static int lazy_root(void *arg, uint32_t id_base, tb_error_t *err)
 		.prefetch_threads = l->order ? IMAGE_PREFETCH : 0,
 		.order = l->order ? l->order->spans : NULL,
 		.norder = l->order ? l->order->n : 0,
+		.cancel = &r->image_lazy->cancel,
 	};
 	rc = tb_image_fs_start(&r->image_fs, &conf, &mfd, err);
 	free(layers);

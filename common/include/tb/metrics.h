@@ -30,7 +30,8 @@
  *   taskbox_image_lazy_starts_total{result} images of a worker with image_lazy:
  *                                           lazy (read on demand), whole
  *   taskbox_image_read_orders_total{result} images' read orders: found, none,
- *                                           refused, failed, recorded, unrecorded
+ *                                           refused, unfit, failed, recorded,
+ *                                           unrecorded
  *   taskbox_image_prefetched_bytes_total    spans fetched ahead, in a read order
  *   taskbox_attempts_accounted_total, taskbox_attempt_wall_seconds_total,
  *   taskbox_attempt_cpu_seconds_total{part}, taskbox_attempt_saved_bytes_total,
@@ -103,9 +104,10 @@ void tb_metrics_layer_index(const char *result);
  * index, refused, no FUSE). */
 void tb_metrics_image_lazy(const char *result);
 /** An image's read order (worker/image/read_order.h): @p result "found",
- * "none", "refused" (a check failed: no prefetch), "failed" (the store
- * away), "recorded" (after a run that found none) or "unrecorded" (could
- * not be). */
+ * "none", "refused" (a check failed: no prefetch, replaced), "unfit"
+ * (sound, over other indexes than this host's: no prefetch here, it
+ * stands), "failed" (the store away), "recorded" (after a run that found
+ * none or refused one) or "unrecorded" (could not be). */
 void tb_metrics_read_order(const char *result);
 /** @p bytes of spans fetched ahead, in an image's read order. */
 void tb_metrics_image_prefetched(uint64_t bytes);

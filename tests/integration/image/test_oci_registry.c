@@ -741,6 +741,49 @@ static void test_oci_registry__zstd_chunked_layers_resolve_by_their_tocs(void **
 #endif
 }
 
+/* The image with both layers of @p format, tagged @p tag: resolved by its
+ * TOCs on a cache of the default budget; on one whose budget is less
+ * than its layers' entries together (and each layer's alone), to be
+ * pulled whole, saying why, whichever layer's TOC or index passed it. */
+static void past_the_budget(const char *format, const char *tag)
+{
+	tb_image_lazy_t *l;
+	tb_image_ref_t r;
+	tb_error_t err;
+
+	toc_pushed(format, NULL, "", tag, &r);
+	tb_image_cache_t *c = plain_cache(tag);
+	if (tb_image_lazy_open(c, &r, creds, &l, &err) != 0)
+		fail_msg("not resolved by its TOCs: %s", err.msg);
+	size_t n0 = l->ix[0]->nentries, n1 = l->ix[1]->nentries;
+	assert_true(n0 > 1 && n1 > 1);
+	tb_image_lazy_free(l);
+	tb_image_cache_close(c);
+
+	c = plain_cache(tag);
+	tb_image_cache_set_lazy_budget(c, 0, n0 + n1 - 1);
+	assert_int_equal(tb_image_lazy_open(c, &r, creds, &l, &err), 1);
+	assert_null(l);
+	if (!strstr(err.msg, "layer 1") || !strstr(err.msg, "the image's layers"))
+		fail_msg("an image past its budget said: %s", err.msg);
+	tb_image_cache_close(c);
+}
+
+/*
+ * An image's budget read on demand (TB_IMAGE_TOC_BYTES_MAX,
+ * TB_IMAGE_MAX_ENTRIES) is its layers' together, not each one's: an
+ * image whose layers' TOCs together list more entries than it is
+ * pulled whole, saying why (lowered here, to try it with a small one).
+ */
+static void test_oci_registry__tocs_together_past_the_images_budget(void **state)
+{
+	(void)state;
+	past_the_budget("estargz", "toc-budget");
+#ifdef TB_HAVE_ZSTD_CHUNKED
+	past_the_budget("zstd:chunked", "zstd-budget");
+#endif
+}
+
 static int fresh_cache(void **state)
 {
 	char cmd[300];
@@ -810,6 +853,8 @@ int main(void)
 		cmocka_unit_test_setup(
 		    test_oci_registry__an_indexed_image_resolves_without_its_layers, fresh_cache),
 		cmocka_unit_test_setup(test_oci_registry__estargz_layers_resolve_by_their_tocs,
+				       fresh_cache),
+		cmocka_unit_test_setup(test_oci_registry__tocs_together_past_the_images_budget,
 				       fresh_cache),
 		cmocka_unit_test_setup(test_oci_registry__zstd_chunked_layers_resolve_by_their_tocs,
 				       fresh_cache),

@@ -17,7 +17,8 @@
  * readers of a span wait for its one fetch; prefetching fills the cache
  * so that reading everything fetches nothing more; the order readers
  * needed spans in, noted, and prefetching in such an order fetching
- * exactly its spans, in it, past the lies in one. And hostile: a span whose
+ * exactly its spans, in it, past the lies in one; stopping the root ends
+ * a prefetcher's fetch that hangs. And hostile: a span whose
  * bytes are altered fails only its file's reads, with the layer and
  * span kept; an index whose entries lie about where data is.
  * The same layers as eStargz (tests/tools/estargz-convert), read from
@@ -31,6 +32,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -131,9 +133,11 @@ typedef struct blob {
 	pthread_mutex_t lock;
 	uint64_t offs[MAX_FETCHES]; /* each fetch's offset */
 	size_t nfetches;
-	uint64_t alter_at; /* a fetch from here gets a byte flipped; 0: none */
-	int slow;          /* ms each fetch takes */
-	int layer;         /* its place in F.b (every fetch of F.b's: F.log) */
+	uint64_t alter_at;  /* a fetch from here gets a byte flipped; 0: none */
+	int slow;           /* ms each fetch takes */
+	int layer;          /* its place in F.b (every fetch of F.b's: F.log) */
+	int hang;           /* each fetch waits (10 s at most) for F.cancel */
+	atomic_int hanging; /* ... and one is waiting */
 } blob_t;
 
 /* A fetch of F.b's, in the order fetches happened over every layer. */
@@ -157,6 +161,7 @@ static struct {
 	uint32_t id_base;            /* start(): id_base */
 	const tb_read_span_t *order; /* start(): order, norder */
 	size_t norder;
+	atomic_int *cancel; /* start(): cancel */
 	pthread_mutex_t log_lock;
 	fetch_seen_t log[MAX_FETCHES];
 	size_t nlog;
@@ -286,6 +291,13 @@ static int64_t blob_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_err
 		return tb_error_set(err, TB_EINVAL, "a range past the blob");
 	if (b->slow)
 		usleep((useconds_t)b->slow * 1000);
+	if (b->hang) { /* a registry that sends nothing, until the fs is stopped */
+		atomic_store(&b->hanging, 1);
+		for (int i = 0; i < 1000 && !(F.cancel && atomic_load(F.cancel)); i++)
+			usleep(10000);
+		if (F.cancel && atomic_load(F.cancel))
+			return tb_error_set(err, TB_ERETRY, "its reader stops");
+	}
 	memcpy(buf, b->p + off, len);
 	pthread_mutex_lock(&b->lock);
 	if (b->nfetches < MAX_FETCHES)
@@ -422,7 +434,8 @@ static int start(mounted_t *m, tb_span_cache_t *cache, tb_layer_index_t *const *
 				    .prefetch_threads = F.prefetch,
 				    .id_base = F.id_base,
 				    .order = F.order,
-				    .norder = F.norder };
+				    .norder = F.norder,
+				    .cancel = F.cancel };
 	int rc = tb_image_fs_start(&m->fs, &conf, &mfd, err);
 	if (rc < 0)
 		return rc;
@@ -1219,6 +1232,49 @@ static void test_image_fs__prefetchers_start_no_fetch_while_a_reader_fetches(voi
 	reset_fetches();
 }
 
+/* Stopping the root does not wait out a prefetcher's fetch that hangs
+ * (a registry that sends nothing): tb_image_fs_stop sets the conf's
+ * cancel, which the layers' fetches watch, before it waits for them. */
+static void test_image_fs__stopping_ends_a_fetch_under_way(void **state)
+{
+	const tb_layer_index_t *ix2 = F.b[2].ix;
+	tb_read_span_t order[1] = { { 2, 0 } };
+	atomic_int cancel = 0;
+	tb_span_cache_t *cache;
+	tb_error_t err;
+	mounted_t m;
+	char dir[128];
+
+	(void)state;
+	assert_true(ix2->npoints >= 1);
+	snprintf(dir, sizeof(dir), "%s/spans-hang", F.tmp);
+	assert_int_equal(tb_span_cache_open(&cache, dir, 64u << 20, &err), 0);
+	reset_fetches();
+	F.b[2].hang = 1;
+	atomic_store(&F.b[2].hanging, 0);
+	F.cancel = &cancel;
+	F.prefetch = 1;
+	F.order = order;
+	F.norder = 1;
+	mount_image(&m, cache);
+	F.prefetch = 0;
+	F.order = NULL;
+	F.norder = 0;
+	for (int i = 0; i < 500 && !atomic_load(&F.b[2].hanging); i++)
+		usleep(10000);
+	assert_true(atomic_load(&F.b[2].hanging)); /* the prefetcher in its fetch */
+	uint64_t t0 = now_us();
+	unmount_image(&m);
+	uint64_t took = now_us() - t0;
+	printf("  stopped %llu ms into a hung fetch\n", (unsigned long long)took / 1000);
+	assert_int_equal(atomic_load(&cancel), 1);
+	assert_true(took < 2000000);
+	F.b[2].hang = 0;
+	F.cancel = NULL;
+	tb_span_cache_close(cache);
+	reset_fetches();
+}
+
 /* ------------------------------------------------------------ shapes */
 
 #define END                                                                                        \
@@ -1409,9 +1465,10 @@ static void make_estargz(blob_t *e, const blob_t *b, const char *options)
 {
 	tb_error_t err;
 	json_t *notes = convert_layer("estargz-convert", e, b, options);
-	tb_estargz_layer_t l = { e->digest, e->n,
-				 json_string_value(
-				     json_object_get(notes, TB_ESTARGZ_ANNOTATION_TOC)) };
+	tb_estargz_layer_t l = {
+		e->digest, e->n,
+		json_string_value(json_object_get(notes, TB_ESTARGZ_ANNOTATION_TOC)), NULL
+	};
 	if (tb_estargz_open(&l, blob_fetch, e, &e->ix, &err) != 0)
 		fail_msg("open: %s", err.msg);
 	json_decref(notes);
@@ -1428,7 +1485,7 @@ static void make_zstd_chunked(blob_t *e, const blob_t *b, const char *options)
 	tb_zstd_chunked_layer_t l = {
 		e->digest, e->n,
 		json_string_value(json_object_get(notes, TB_ZSTD_CHUNKED_ANNOTATION_CHECKSUM)),
-		json_string_value(json_object_get(notes, TB_ZSTD_CHUNKED_ANNOTATION_POSITION))
+		json_string_value(json_object_get(notes, TB_ZSTD_CHUNKED_ANNOTATION_POSITION)), NULL
 	};
 	if (tb_zstd_chunked_open(&l, blob_fetch, e, &e->ix, &err) != 0)
 		fail_msg("open: %s", err.msg);
@@ -1543,6 +1600,14 @@ static void test_image_fs__estargz_chunks_are_fetched_alone_and_kept(void **stat
 	assert_non_null(d);
 	assert_int_equal(len, BIG);
 	free(d);
+	/* the chunks read ahead past big/data's end (a reader going through
+	 * the layer in order) landed too, or the second mount reads them
+	 * ahead again: fetches still for 100 ms, within 5 s */
+	for (int t = 0, still = 0; t < 250 && still < 5; t++) {
+		uint64_t n = estargz_fetches();
+		usleep(20000);
+		still = estargz_fetches() == n ? still + 1 : 0;
+	}
 	assert_int_equal(tb_image_fs_fetched(m.fs, 0), tb_span_cache_bytes(cache));
 	unmount_image(&m);
 	/* kept by their chunks' names */
@@ -1692,6 +1757,7 @@ int main(void)
 		cmocka_unit_test(test_image_fs__prefetch_in_a_read_order_fetches_those_spans_in_it),
 		cmocka_unit_test(test_image_fs__prefetchers_start_no_fetch_while_a_reader_fetches),
 		cmocka_unit_test(test_image_fs__a_reader_in_layer_order_has_spans_read_ahead),
+		cmocka_unit_test(test_image_fs__stopping_ends_a_fetch_under_way),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

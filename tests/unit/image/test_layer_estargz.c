@@ -192,7 +192,7 @@ static int64_t blob_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_err
 
 static tb_layer_index_t *open_ok(blob_t *b)
 {
-	tb_estargz_layer_t l = { b->digest, b->n, b->toc };
+	tb_estargz_layer_t l = { b->digest, b->n, b->toc, NULL };
 	tb_layer_index_t *ix = NULL;
 	tb_error_t err;
 	if (tb_estargz_open(&l, blob_fetch, b, &ix, &err))
@@ -202,7 +202,7 @@ static tb_layer_index_t *open_ok(blob_t *b)
 
 static void open_fails(blob_t *b, int code, const char *why)
 {
-	tb_estargz_layer_t l = { b->digest, b->claimed ? b->claimed : b->n, b->toc };
+	tb_estargz_layer_t l = { b->digest, b->claimed ? b->claimed : b->n, b->toc, NULL };
 	tb_layer_index_t *ix = (tb_layer_index_t *)1;
 	tb_error_t err;
 	int rc = tb_estargz_open(&l, blob_fetch, b, &ix, &err);
@@ -347,7 +347,7 @@ static void test_toc_digest(void **state)
 	b.toc[0] = 0;
 	snprintf(b.toc, sizeof(b.toc), "md5:nope");
 	open_fails(&b, TB_EINVAL, "is not a sha256 digest");
-	tb_estargz_layer_t l = { b.digest, b.n, NULL };
+	tb_estargz_layer_t l = { b.digest, b.n, NULL, NULL };
 	tb_layer_index_t *ix;
 	tb_error_t err;
 	assert_int_equal(tb_estargz_open(&l, blob_fetch, &b, &ix, &err), TB_ENOTFOUND);
@@ -603,6 +603,48 @@ static void test_toc_too_big(void **state)
 	free(many);
 }
 
+/* Layer @p b opened within @p budget: its result, the reason in @p err. */
+static int open_within(blob_t *b, tb_toc_budget_t *budget, tb_error_t *err)
+{
+	tb_estargz_layer_t l = { b->digest, b->n, b->toc, budget };
+	tb_layer_index_t *ix = NULL;
+	int rc = tb_estargz_open(&l, blob_fetch, b, &ix, err);
+	assert_true(rc == 0 ? ix != NULL : ix == NULL);
+	tb_layer_index_free(ix);
+	return rc;
+}
+
+/* The image's budget (tb_toc_budget_t): a TOC parsed takes its bytes from
+ * it; one of more bytes, or more entries, than it has left is refused,
+ * saying so, and takes nothing. */
+static void test_toc_within_the_images_budget(void **state)
+{
+	(void)state;
+	blob_t b;
+	tb_error_t err;
+	convert(&b);
+	tb_toc_budget_t budget = { 1u << 30, 1000 };
+	assert_int_equal(open_within(&b, &budget, &err), 0);
+	uint64_t used = (1u << 30) - budget.bytes;
+	assert_true(used > 0);
+	assert_int_equal(budget.entries, 1000); /* the caller's to take */
+
+	budget.bytes = used - 1;
+	assert_int_equal(open_within(&b, &budget, &err), TB_ETOOBIG);
+	assert_non_null(strstr(err.msg, "the image's layers have left of theirs together"));
+	assert_int_equal(budget.bytes, used - 1);
+
+	budget = (tb_toc_budget_t){ used, 2 };
+	assert_int_equal(open_within(&b, &budget, &err), TB_ETOOBIG);
+	assert_non_null(strstr(err.msg, "entries, past the 2 the image's layers have left"));
+	assert_int_equal(budget.bytes, used);
+
+	budget.entries = 1000;
+	assert_int_equal(open_within(&b, &budget, &err), 0);
+	assert_int_equal(budget.bytes, 0);
+	free(b.p);
+}
+
 /* A TOC member that inflates past the bound (zeros: a bomb). */
 static void test_toc_bomb(void **state)
 {
@@ -683,6 +725,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_footer_truncated),
 		cmocka_unit_test(test_toc_too_big),
 		cmocka_unit_test(test_toc_bomb),
+		cmocka_unit_test(test_toc_within_the_images_budget),
 		cmocka_unit_test(test_manifest_annotation),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -193,7 +193,7 @@ static int64_t blob_fetch(void *arg, uint64_t off, void *buf, size_t len, tb_err
 
 static int open_layer(blob_t *b, tb_layer_index_t **ix, tb_error_t *err)
 {
-	tb_zstd_chunked_layer_t l = { b->digest, b->n, b->checksum, b->position };
+	tb_zstd_chunked_layer_t l = { b->digest, b->n, b->checksum, b->position, NULL };
 	return tb_zstd_chunked_open(&l, blob_fetch, b, ix, err);
 }
 
@@ -297,7 +297,7 @@ static void test_annotations(void **state)
 	open_fails(&b, TB_EINVAL, "is not inside");
 	snprintf(b.position, sizeof(b.position), "8:999999999:10:1");
 	open_fails(&b, TB_ETOOBIG, "at most");
-	tb_zstd_chunked_layer_t l = { b.digest, b.n, NULL, position };
+	tb_zstd_chunked_layer_t l = { b.digest, b.n, NULL, position, NULL };
 	tb_layer_index_t *ix;
 	tb_error_t err;
 	assert_int_equal(tb_zstd_chunked_open(&l, blob_fetch, &b, &ix, &err), TB_ENOTFOUND);

@@ -5,8 +5,11 @@
  * another version or another image, naming a span outside its layers or
  * one twice, or recorded against other indexes; kept in a store in a
  * directory: none, recorded once (a second run's does not replace it),
- * a garbled one refused and then replaced.
+ * a garbled one refused and then replaced; one recorded over other
+ * indexes than this host's not used here but left standing. A layer of
+ * no span is one.
  */
+#include "cache_int.h"
 #include "read_order.h"
 
 #include <openssl/evp.h>
@@ -78,6 +81,38 @@ static void test_read_order__round_trip(void **state)
 	free(data);
 }
 
+/* A layer of no span (a zstd:chunked layer of no file data: directories,
+ * links, empty files, whiteouts) is one an order can be recorded for:
+ * made, encoded, decoded back the same, fitting its indexes; no span of
+ * the order can name it. */
+static void test_read_order__a_layer_of_no_span(void **state)
+{
+	tb_layer_index_t none = { .npoints = 0 };
+	const tb_layer_index_t *ix[3] = { &ixs[0], &none, &ixs[2] };
+	static const tb_read_span_t spans[] = { { 2, 8 }, { 0, 0 } }, named[] = { { 1, 0 } };
+	tb_read_order_t *o, *back;
+	tb_error_t err;
+	uint8_t *data;
+	size_t len;
+
+	(void)state;
+	if (tb_read_order_make(&o, IMAGE, ix, 3, spans, 2, &err) < 0)
+		fail_msg("make: %s", err.msg);
+	assert_int_equal(tb_read_order_encode(o, &data, &len, &err), 0);
+	tb_read_order_free(o);
+	if (tb_read_order_decode(data, len, IMAGE, &back, &err) < 0)
+		fail_msg("decode: %s", err.msg);
+	assert_int_equal(back->npoints[1], 0);
+	assert_int_equal(back->n, 2);
+	assert_int_equal(tb_read_order_fits(back, ix, 3, &err), 0);
+	assert_int_equal(tb_read_order_fits(back, IX, 3, &err), TB_EINVAL); /* 1 span there */
+	tb_read_order_free(back);
+	free(data);
+	assert_int_equal(tb_read_order_make(&o, IMAGE, ix, 3, named, 1, &err), TB_EINVAL);
+	assert_null(o);
+	assert_non_null(strstr(err.msg, "is not in the image"));
+}
+
 /* Refit @p d's SHA-256 to its bytes (a forger can): the fields are then
  * what is checked. */
 static void reseal(uint8_t *d, size_t len);
@@ -144,9 +179,9 @@ static void test_read_order__garbled_or_lying_is_refused(void **state)
 	reseal(d, len);
 	refused(d, len, TB_EINVAL, "listed twice");
 	FRESH();
-	memset(d + 8 + 2 + 2 + 71 + 2, 0, 4); /* a layer of no span */
+	memset(d + 8 + 2 + 2 + 71 + 2, 0, 4); /* a layer of no span, named */
 	reseal(d, len);
-	refused(d, len, TB_EINVAL, "has no span");
+	refused(d, len, TB_EINVAL, "is not in the image");
 	FRESH();
 	d[8 + 2 + 2 + 8] = 'x'; /* not a digest */
 	reseal(d, len);
@@ -235,11 +270,12 @@ static void test_read_order__kept_in_the_store(void **state)
 	assert_int_equal(tb_read_order_find(store, IMAGE, IX, 3, &o, &err), 0);
 	assert_int_equal(o->n, NSPANS);
 	tb_read_order_free(o);
-	/* over other indexes: refused */
+	/* over other indexes: not this host's, not refused */
 	tb_layer_index_t other = { .npoints = 5 };
 	const tb_layer_index_t *ix2[3] = { &other, &ixs[1], &ixs[2] };
-	assert_int_equal(tb_read_order_find(store, IMAGE, ix2, 3, &o, &err), TB_EINVAL);
-	assert_non_null(strstr(err.msg, "refused"));
+	assert_int_equal(tb_read_order_find(store, IMAGE, ix2, 3, &o, &err), TB_ECONFLICT);
+	assert_null(o);
+	assert_non_null(strstr(err.msg, "does not fit this host's indexes"));
 	/* garbled in the store: refused with the reason, then replaced */
 	assert_int_equal(tb_store_get_bytes(store, key, 1 << 20, &got, &len, &err), 0);
 	got[len / 2] ^= 0x10;
@@ -266,6 +302,105 @@ static void test_read_order__kept_in_the_store(void **state)
 	tb_store_close(store);
 }
 
+static int pins_none(void *arg, const char *layer, char out[72], tb_error_t *err)
+{
+	(void)arg;
+	(void)layer;
+	(void)out;
+	return tb_error_set(err, TB_ENOTFOUND, "no pins here");
+}
+
+static int pins_refuse(void *arg, const char *layer, const char *digest, char out[72],
+		       tb_error_t *err)
+{
+	(void)arg;
+	(void)layer;
+	(void)digest;
+	(void)out;
+	return tb_error_set(err, TB_EIO, "no pins here");
+}
+
+/* A cache in @p dir whose read orders are kept in @p store. */
+static tb_image_cache_t *cache_over(const char *dir, tb_store_t *store)
+{
+	tb_layer_indexes_t w = { .store = store, .pins = { pins_none, pins_refuse, NULL } };
+	tb_image_cache_t *c;
+	tb_error_t err;
+	if (tb_image_cache_open(&c, dir, 1 << 20, &err) < 0 ||
+	    tb_image_cache_set_indexes(c, &w, &err) < 0)
+		fail_msg("cache: %s", err.msg);
+	return c;
+}
+
+/* The order kept for IMAGE, encoded, into @p bytes (to free). */
+static size_t kept(tb_store_t *store, char **bytes)
+{
+	char key[100];
+	size_t len = 0;
+	tb_error_t err;
+	tb_read_order_key(key, sizeof(key), IMAGE);
+	assert_int_equal(tb_store_get_bytes(store, key, 1 << 20, bytes, &len, &err), 0);
+	return len;
+}
+
+/*
+ * Through the image cache (cache_order.c): an order that decodes but
+ * was recorded over other indexes than this host's is not used here
+ * (UNFIT) and stands, this host's run not recorded over it; one that
+ * fails to decode is refused and replaced by this run's.
+ */
+static void test_read_order__one_unfit_here_stands(void **state)
+{
+	char dir[128], *before, *after;
+	tb_read_order_t *mine;
+	tb_store_t *store;
+	tb_error_t err;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/fleet", base);
+	assert_int_equal(tb_store_dir_open(&store, dir, &err), 0);
+	snprintf(dir, sizeof(dir), "%s/cache", base);
+	tb_image_cache_t *c = cache_over(dir, store);
+	assert_int_equal(tb_read_order_make(&mine, IMAGE, IX, 3, SPANS, NSPANS, &err), 0);
+	assert_int_equal(tb_read_order_publish(store, mine, 0, &err), 0);
+	tb_read_order_free(mine);
+	size_t len = kept(store, &before);
+
+	/* this host read layer 0 by another index: 5 spans, not 4 */
+	tb_layer_index_t other = { .npoints = 5 };
+	tb_layer_index_t *ix2[3] = { &other, &ixs[1], &ixs[2] };
+	tb_image_lazy_t l = { .ix = ix2, .layers = { .n = 3 } };
+	snprintf(l.digest, sizeof(l.digest), "%s", IMAGE);
+	tb_image_lazy_find_order(c, &l);
+	assert_int_equal(l.order_state, TB_IMAGE_ORDER_UNFIT);
+	assert_null(l.order);
+	static const tb_read_span_t here[] = { { 0, 4 }, { 2, 1 } };
+	tb_image_cache_record_order(c, &l, here, 2);
+	assert_int_equal(kept(store, &after), len);
+	assert_memory_equal(after, before, len);
+	free(after);
+
+	/* garbled: refused, and this run's replaces it */
+	char key[100];
+	tb_read_order_key(key, sizeof(key), IMAGE);
+	before[len / 2] ^= 0x10;
+	assert_int_equal(tb_store_delete(store, key, &err), 0);
+	assert_int_equal(tb_store_put_bytes(store, key, before, len, NULL, &err), 0);
+	tb_image_lazy_find_order(c, &l);
+	assert_int_equal(l.order_state, TB_IMAGE_ORDER_REFUSED);
+	tb_image_cache_record_order(c, &l, here, 2);
+	tb_read_order_t *back;
+	if (tb_read_order_find(store, IMAGE, (const tb_layer_index_t *const *)ix2, 3, &back, &err) <
+	    0)
+		fail_msg("the replaced order: %s", err.msg);
+	assert_int_equal(back->n, 2);
+	assert_memory_equal(back->spans, here, sizeof(here));
+	tb_read_order_free(back);
+	free(before);
+	tb_image_cache_close(c);
+	tb_store_close(store);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -284,6 +419,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_read_order__round_trip),
+		cmocka_unit_test(test_read_order__a_layer_of_no_span),
+		cmocka_unit_test(test_read_order__one_unfit_here_stands),
 		cmocka_unit_test(test_read_order__garbled_or_lying_is_refused),
 		cmocka_unit_test(test_read_order__made_only_of_the_indexes_spans),
 		cmocka_unit_test(test_read_order__kept_in_the_store),

@@ -11,7 +11,7 @@
  * served only to a runtime whose own login the registry takes (asked with
  * a HEAD, the answer remembered a while); a stalled pull interrupted by a
  * worker that stops; a blob read by ranges, and registries that answer a
- * range wrong. As root (the tree keeps the
+ * range wrong; a stalled range ended by its reader. As root (the tree keeps the
  * layers' owners); skips otherwise.
  */
 #include "image.h"
@@ -52,12 +52,13 @@ static char layout[128], cache_dir[128], creds[128], wrong_creds[128];
 /* How the fake registry behaves, set by each test. */
 static struct {
 	enum { OPEN, BASIC, BEARER } auth;
-	int redirect;      /* blobs: 307 to the storage daemon */
-	char tamper[80];   /* this digest's blob is served altered */
-	char endless[80];  /* this digest's blob is served too long */
-	char stall[80];    /* this digest's blob stops after a few bytes */
-	atomic_int stop;   /* teardown: stalled responses end */
-	atomic_int leaked; /* storage saw an Authorization header */
+	int redirect;         /* blobs: 307 to the storage daemon */
+	char tamper[80];      /* this digest's blob is served altered */
+	char endless[80];     /* this digest's blob is served too long */
+	char stall[80];       /* this digest's blob stops after a few bytes */
+	char stall_range[80]; /* ... a range of this one's (a 206) */
+	atomic_int stop;      /* teardown: stalled responses end */
+	atomic_int leaked;    /* storage saw an Authorization header */
 	atomic_int blob_gets;
 	atomic_int heads;   /* HEAD requests for a manifest, answered or not */
 	atomic_int revoked; /* every login refused */
@@ -144,6 +145,20 @@ static enum MHD_Result send_blob(struct MHD_Connection *c, const char *digest, i
 			close(fd);
 		return send_text(c, 404, "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\"}]}", NULL,
 				 NULL);
+	}
+	const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range");
+	unsigned long long lo, hi;
+	if (!strcmp(fake.stall_range, digest) && asked &&
+	    sscanf(asked, "bytes=%llu-%llu", &lo, &hi) == 2 && lo <= hi) {
+		char cr[100];
+		close(fd);
+		snprintf(cr, sizeof(cr), "bytes %llu-%llu/%lld", lo, hi, (long long)st.st_size);
+		struct MHD_Response *r =
+		    MHD_create_response_from_callback(hi - lo + 1, 64, stalled, NULL, NULL);
+		MHD_add_response_header(r, "Content-Range", cr);
+		enum MHD_Result rc = MHD_queue_response(c, 206, r);
+		MHD_destroy_response(r);
+		return rc;
 	}
 	if (!strcmp(fake.stall, digest)) {
 		close(fd);
@@ -652,6 +667,61 @@ static void test_registry__a_stalled_pull_ends_when_the_worker_stops(void **stat
 	tb_image_cache_close(j.c);
 }
 
+static void noisy_image(char d[72], char layer[80], unsigned seed);
+
+/* A ranged read through a blob whose reads its reader cancels. */
+typedef struct cancel_job {
+	tb_source_blob_t blob;
+	int64_t rc;
+	tb_error_t err;
+} cancel_job_t;
+
+static void *cancel_thread(void *arg)
+{
+	cancel_job_t *j = arg;
+	char buf[1000];
+	j->rc = tb_image_source_fetch(&j->blob, 100, buf, sizeof(buf), &j->err);
+	return NULL;
+}
+
+/*
+ * A ranged read stalled in the middle (the registry silent, far from
+ * image_stall_seconds, the worker not stopping) ends within about a
+ * second once its reader cancels it (the blob's cancel: an image's root
+ * stopped), saying so; the source serves other reads after.
+ */
+static void test_registry__a_stalled_range_ends_when_its_reader_cancels(void **state)
+{
+	char d[72], layer[80], buf[100];
+	atomic_int cancel = 0;
+	tb_image_source_t *src;
+	tb_error_t err;
+	pthread_t t;
+	(void)state;
+	fake.auth = OPEN;
+	noisy_image(d, layer, 13);
+	tb_image_ref_t r = ref_of(d);
+	snprintf(fake.stall_range, sizeof(fake.stall_range), "%s", layer);
+	assert_int_equal(tb_registry_open(&src, &r, NULL, 30, NULL, &err), 0);
+	cancel_job_t j = { .blob = { .src = src, .cancel = &cancel } };
+	snprintf(j.blob.digest, sizeof(j.blob.digest), "%.71s", layer);
+	assert_int_equal(pthread_create(&t, NULL, cancel_thread, &j), 0);
+	usleep(700000); /* the range's first byte, then silence */
+	uint64_t t0 = now_ms();
+	atomic_store(&cancel, 1);
+	pthread_join(t, NULL);
+	uint64_t took = now_ms() - t0;
+	printf("  cancelled: ended %llu ms later: %s\n", (unsigned long long)took, j.err.msg);
+	assert_int_equal(j.rc, TB_ERETRY);
+	if (!strstr(j.err.msg, "its reader stops"))
+		fail_msg("a cancelled read said: %s", j.err.msg);
+	assert_true(took < 2500);
+	fake.stall_range[0] = '\0';
+	assert_int_equal(src->read_range(src, layer, 0, buf, sizeof(buf), NULL, &err),
+			 (int64_t)sizeof(buf));
+	src->close(src);
+}
+
 static int fresh_cache(void **state)
 {
 	char cmd[300];
@@ -824,7 +894,7 @@ static void test_registry__a_blob_is_read_by_ranges(void **state)
 					 jobs[i].bad > 1 ? jobs[i].err.msg : "other bytes");
 		}
 		/* the last bytes, asked past the end: fewer */
-		assert_int_equal(src->read_range(src, layer, size - 10, buf, 100, &err), 10);
+		assert_int_equal(src->read_range(src, layer, size - 10, buf, 100, NULL, &err), 10);
 		assert_memory_equal(buf, want + size - 10, 10);
 		assert_false(atomic_load(&fake.leaked));
 		src->close(src);
@@ -842,20 +912,20 @@ static void test_registry__a_blob_is_read_by_ranges(void **state)
 	};
 	for (size_t i = 0; i < sizeof(lies) / sizeof(lies[0]); i++) {
 		fake.range_lie = lies[i].lie;
-		assert_true(src->read_range(src, layer, 100, buf, 1000, &err) < 0);
+		assert_true(src->read_range(src, layer, 100, buf, 1000, NULL, &err) < 0);
 		if (!strstr(err.msg, lies[i].said))
 			fail_msg("lie %d said: %s", lies[i].lie, err.msg);
 	}
 	fake.range_lie = RANGE_RIGHT;
 	snprintf(fake.cut, sizeof(fake.cut), "%s", layer); /* the connection dropped */
 	fake.cut_after = 300;
-	assert_true(src->read_range(src, layer, 100, buf, 1000, &err) < 0);
+	assert_true(src->read_range(src, layer, 100, buf, 1000, NULL, &err) < 0);
 	fake.cut[0] = '\0';
 	assert_int_equal(src->read_range(src,
 					 "sha256:"
 					 "0123456789abcdef0123456789abcdef"
 					 "0123456789abcdef0123456789abcdef",
-					 0, buf, 10, &err),
+					 0, buf, 10, NULL, &err),
 			 TB_ENOTFOUND);
 	src->close(src);
 	/* a layout: the file at the offset */
@@ -865,9 +935,9 @@ static void test_registry__a_blob_is_read_by_ranges(void **state)
 	if (tb_image_ref_parse(&lr, text, &err) < 0)
 		fail_msg("%s", err.msg);
 	assert_int_equal(tb_layout_open(&src, &lr, &err), 0);
-	assert_int_equal(src->read_range(src, layer, 5, buf, 2000, &err), 2000);
+	assert_int_equal(src->read_range(src, layer, 5, buf, 2000, NULL, &err), 2000);
 	assert_memory_equal(buf, want + 5, 2000);
-	assert_int_equal(src->read_range(src, layer, size - 3, buf, 2000, &err), 3);
+	assert_int_equal(src->read_range(src, layer, size - 3, buf, 2000, NULL, &err), 3);
 	src->close(src);
 	free(want);
 }
@@ -923,6 +993,8 @@ int main(void)
 		cmocka_unit_test_setup(test_registry__a_cut_layer_is_resumed_where_it_stopped,
 				       fresh_cache),
 		cmocka_unit_test_setup(test_registry__a_blob_is_read_by_ranges, fresh_cache),
+		cmocka_unit_test_setup(test_registry__a_stalled_range_ends_when_its_reader_cancels,
+				       fresh_cache),
 	};
 	if (geteuid() != 0) {
 		printf("SKIP: the tree keeps the layers' owners: needs root\n");
