@@ -2,8 +2,8 @@
  * prepare.c: the "prepared" phase (run_int.h): the runtime by name, the recipe
  * at its pinned commit, the limits, the inputs, the environment's image
  * when one is named (pulled whole, or with the worker's image_lazy and
- * each of its layers indexed or eStargz, its root read on demand through
- * FUSE: image_fs.h),
+ * each of its layers indexed, eStargz or zstd:chunked, its root read on
+ * demand through FUSE: image_fs.h),
  * and the sandbox, from the pool when the worker keeps one (keyed by
  * image: sandbox_pool.h; a root read on demand is never built ahead).
  */
@@ -52,7 +52,7 @@ static int say_altered(tb_environment_altered_t *out, const tb_unpack_altered_t 
  * The root of r->image_lazy served through FUSE for the sandbox's range
  * of host ids: the sandbox's image_root (sandbox.h). Each layer read by
  * ranges from the image's source, each span checked against its index
- * (or each chunk against its eStargz TOC) before a byte reaches the
+ * (or each chunk against its layer's TOC) before a byte reaches the
  * sandbox, kept in the worker's span cache.
  * @return the detached mount, or < 0 (r->image_fs NULL: pull it whole).
  */
@@ -111,7 +111,7 @@ static int lazy_image(tb_run_t *r, tb_image_lazy_t *l, tb_error_t *err)
 /* With the worker's image_lazy (a span cache), @p ref resolved to be
  * read on demand (image.h tb_image_lazy_open) into r->image and
  * r->image_lazy. @return 0; 1 when it is to be pulled whole (off, cached,
- * a layer with neither an index nor an eStargz TOC: said in the log);
+ * a layer with neither an index nor a TOC: said in the log);
  * the error otherwise. */
 static int environment_lazy(tb_run_t *r, const tb_image_ref_t *ref, tb_error_t *err)
 {
